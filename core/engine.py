@@ -1,0 +1,307 @@
+"""Trigger evaluation: compile a step's actions for a trigger, check guards, pick the first
+eligible transition, run the other actions, and hand the move to `core.transition`.
+
+Rules (the reference system's, kept): actions are walked in declared order; a move is eligible
+only while no target is chosen and it is not `requires_approval`; its guards are checked
+before it is eligible; the first eligible move whose guards pass wins. Every other action runs
+in order, and for every trigger but on_enter the first failing action aborts the evaluation:
+no transition happens and the operation id is not marked applied.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+import attrs
+from loguru import logger
+
+from core import transition
+from core.errors import LanewayError
+from core.kinds import ActionContext, ActionFailed, ConfigError, GuardContext, Outcome
+from core.model import ActionDecl, Step, Task, Workflow
+from core.registry import Registry
+
+if TYPE_CHECKING:
+    from core.host import Host
+
+MOVE_KINDS = frozenset({"move_to_next", "move_to_previous", "move_to_step"})
+MOVE_CONFIG_KEYS = frozenset({"step_id", "step_position", "requires_approval", "if"})
+TRIGGER_LABELS = {"on_turn_complete": "auto_complete", "on_turn_start": "on_turn_start"}
+
+
+@attrs.frozen
+class TriggerResult:
+    transitioned: bool = False
+    from_step_id: str | None = None
+    to_step_id: str | None = None
+    idempotent: bool = False
+    abandoned: bool = False
+    action_count: int = 0
+
+    def as_dict(self, task: Task) -> dict[str, Any]:
+        return {
+            "task": task,
+            "transitioned": self.transitioned,
+            "from_step_id": self.from_step_id,
+            "to_step_id": self.to_step_id,
+        }
+
+
+def guards_of(decl: ActionDecl) -> dict[str, Any]:
+    """A move's guards: `if: {name: config}`, plus legacy top-level `name: {...}` keys."""
+    found: dict[str, Any] = {}
+    cond = decl.config.get("if")
+    if isinstance(cond, Mapping):
+        found.update(cond)
+    for key, value in decl.config.items():
+        if key not in MOVE_CONFIG_KEYS and isinstance(value, Mapping):
+            found[key] = value
+    return found
+
+
+class Engine:
+    def __init__(self, host: Host, registry: Registry) -> None:
+        self.host = host
+        self.registry = registry
+        self._applied: set[str] = set()
+        self._applied_lock = threading.Lock()
+
+    # -- public entry points ------------------------------------------------------------------
+
+    def handle_trigger(
+        self,
+        task_id: str,
+        trigger: str,
+        *,
+        session_id: str | None = None,
+        operation_id: str | None = None,
+        payload: Mapping[str, Any] | None = None,
+        label: str | None = None,
+    ) -> TriggerResult:
+        """Evaluate `trigger` for the task's current step (never on_enter: see core.entry)."""
+        if trigger == "on_enter":
+            raise ValueError("on_enter is dispatched by core.entry, not by handle_trigger")
+        if operation_id is not None and operation_id in self._applied:
+            return TriggerResult(idempotent=True)
+        task = self.host.tasks.get(task_id)
+        if task.workflow_id is None or task.workflow_step_id is None:
+            return TriggerResult()
+        workflow = self.host.workflows.by_id(task.workflow_id)
+        step = workflow.step(task.workflow_step_id)
+        if step is None:
+            return TriggerResult()
+        actions = step.actions(trigger)
+        log = _bound(task, step, trigger)
+        target: Step | None = None
+        for decl in actions:
+            if decl.kind in MOVE_KINDS:
+                if target is None and self._eligible(decl, task, step, trigger, log):
+                    target = self._resolve_target(workflow, step, decl)
+                continue
+            if not self._run(decl, task, step, trigger, log, operation_id, payload):
+                return TriggerResult(action_count=len(actions))
+        result = TriggerResult(action_count=len(actions))
+        if target is not None and target.id != step.id:
+            change = transition.move(
+                self.host,
+                task.id,
+                target.id,
+                path="E1",
+                label=label or TRIGGER_LABELS.get(trigger, trigger),
+            )
+            result = TriggerResult(
+                transitioned=change.changed,
+                from_step_id=step.id,
+                to_step_id=target.id,
+                action_count=len(actions),
+            )
+        if operation_id is not None:
+            with self._applied_lock:
+                self._applied.add(operation_id)
+        return result
+
+    def after_decision(self, task_id: str, step_id: str) -> TriggerResult:
+        """Re-evaluate the guarded on_turn_complete moves of the step a decision was made at.
+
+        The first satisfied one is applied by compare-and-set on the task's step: a task that
+        has already moved on is not moved again. Non-move actions are never re-run.
+        """
+        task = self.host.tasks.get(task_id)
+        workflow, step = self.host.workflows.step_by_id(step_id)
+        log = _bound(task, step, "on_turn_complete")
+        for decl in step.actions("on_turn_complete"):
+            if decl.kind not in MOVE_KINDS or not guards_of(decl):
+                continue
+            if not self._eligible(decl, task, step, "on_turn_complete", log):
+                continue
+            target = self._resolve_target(workflow, step, decl)
+            change = transition.move(
+                self.host,
+                task.id,
+                target.id,
+                path="E1",
+                label="auto_complete",
+                expected_step_id=step.id,
+            )
+            return TriggerResult(
+                transitioned=change.changed,
+                from_step_id=step.id,
+                to_step_id=target.id if change.changed else None,
+                abandoned=change.abandoned,
+            )
+        return TriggerResult()
+
+    def run_exit(self, task: Task, step_id: str) -> None:
+        """The on_exit actions of the step a task left; moves there are ignored."""
+        if task.workflow_id is None:
+            return
+        try:
+            workflow = self.host.workflows.by_id(task.workflow_id)
+        except LanewayError:
+            return
+        step = workflow.step(step_id)
+        if step is None:
+            return
+        log = _bound(task, step, "on_exit")
+        for decl in step.actions("on_exit"):
+            if decl.kind in MOVE_KINDS:
+                continue
+            if not self._run(decl, task, step, "on_exit", log, None, None):
+                return
+
+    def run_action(self, task_id: str, kind: str, config: Mapping[str, Any]) -> None:
+        """Execute one action outside any declaration (the operator's switch-workflow)."""
+        task = self.host.tasks.get(task_id)
+        assert task.workflow_id is not None and task.workflow_step_id is not None
+        workflow = self.host.workflows.by_id(task.workflow_id)
+        step = workflow.step(task.workflow_step_id)
+        assert step is not None
+        decl = ActionDecl(0, kind, config)
+        registered = self.registry.kind(kind)
+        if registered is None or registered.kind.execute is None:
+            raise LanewayError(f"no plugin provides the {kind!r} action")
+        try:
+            value = registered.kind.validate(decl.config)
+        except ConfigError as exc:
+            raise LanewayError(f"{kind}: {exc}") from None
+        ctx = self._context(task, step, "manual", decl, _bound(task, step, "manual"), None, None)
+        try:
+            outcome = registered.kind.execute(ctx, value)
+        except ActionFailed as exc:
+            raise LanewayError(f"{kind}: {exc.cause}") from None
+        if outcome is not None and outcome.state == "failed":
+            raise LanewayError(f"{kind}: {outcome.cause}")
+
+    # -- pieces ---------------------------------------------------------------------------------
+
+    def _eligible(
+        self, decl: ActionDecl, task: Task, step: Step, trigger: str, log: Any
+    ) -> bool:
+        if decl.config.get("requires_approval"):
+            return False
+        for name, config in guards_of(decl).items():
+            registered = self.registry.guard(name)
+            if registered is None or not registered.enabled:
+                log.bind(guard=name, position=decl.position).warning(
+                    "guarded transition not taken: guard has no provider"
+                    if registered is None
+                    else "guarded transition not taken: guard's feature is off"
+                )
+                return False
+            ctx = GuardContext(task, step, trigger, self.host, log)
+            result = registered.guard.evaluate(ctx, registered.guard.validate(config))
+            if not result.satisfied:
+                log.bind(guard=name, reason=result.reason, position=decl.position).debug(
+                    "guard not satisfied"
+                )
+                return False
+        return True
+
+    def _resolve_target(self, workflow: Workflow, step: Step, decl: ActionDecl) -> Step:
+        ordered = sorted(workflow.steps, key=lambda s: s.position)
+        index = next(i for i, s in enumerate(ordered) if s.id == step.id)
+        if decl.kind == "move_to_next":
+            if index + 1 >= len(ordered):
+                raise LanewayError(f"step {step.name!r} is the last step: no next step")
+            return ordered[index + 1]
+        if decl.kind == "move_to_previous":
+            if index == 0:
+                raise LanewayError(f"step {step.name!r} is the first step: no previous step")
+            return ordered[index - 1]
+        ref = str(decl.config.get("step_id", ""))
+        target = workflow.step(ref)
+        if target is None:
+            raise LanewayError(f"step {step.name!r}: move_to_step names unknown step {ref!r}")
+        return target
+
+    def _context(
+        self,
+        task: Task,
+        step: Step,
+        trigger: str,
+        decl: ActionDecl,
+        log: Any,
+        operation_id: str | None,
+        payload: Mapping[str, Any] | None,
+    ) -> ActionContext:
+        return ActionContext(
+            task=task,
+            step=step,
+            trigger=trigger,
+            position=decl.position,
+            session=self.host.sessions.live(task.id),
+            services=self.host,
+            logger=log.bind(action_type=decl.kind, position=decl.position),
+            operation_id=operation_id,
+            epoch=self.host.epoch,
+            payload=payload,
+        )
+
+    def _run(
+        self,
+        decl: ActionDecl,
+        task: Task,
+        step: Step,
+        trigger: str,
+        log: Any,
+        operation_id: str | None,
+        payload: Mapping[str, Any] | None,
+    ) -> bool:
+        """Run one non-move action; False means it failed and the evaluation aborts."""
+        registered = self.registry.kind(decl.kind)
+        action_log = log.bind(action_type=decl.kind, position=decl.position)
+        if registered is None:
+            action_log.warning("action kind has no provider; skipped")
+            return True
+        if not registered.kind.trigger_ok(trigger):
+            action_log.warning("action kind cannot run on this trigger; skipped")
+            return True
+        execute = registered.kind.execute
+        if not registered.executable or execute is None:
+            action_log.bind(feature=registered.kind.feature).warning(
+                "action kind has no executor (feature off); skipped"
+            )
+            return True
+        try:
+            value = registered.kind.validate(decl.config)
+            outcome = execute(
+                self._context(task, step, trigger, decl, log, operation_id, payload), value
+            )
+        except (ActionFailed, ConfigError) as exc:
+            outcome = Outcome.failed(getattr(exc, "cause", str(exc)))
+        if outcome is not None and outcome.state == "failed":
+            action_log.bind(cause=outcome.cause).error("action failed; trigger aborted")
+            return False
+        return True
+
+
+def _bound(task: Task, step: Step, trigger: str) -> Any:
+    return logger.bind(
+        task_id=task.id,
+        step_id=step.id,
+        workflow_id=step.workflow_id,
+        step_name=step.name,
+        trigger=trigger,
+    )

@@ -1,0 +1,19 @@
+"""Errors a user can cause. The CLI prints their message as one line and exits 1."""
+
+from __future__ import annotations
+
+
+class LanewayError(Exception):
+    """A user mistake or a refused operation; the message names what is wrong and where."""
+
+
+class NotFound(LanewayError):
+    pass
+
+
+class Conflict(LanewayError):
+    pass
+
+
+class NotInitialised(LanewayError):
+    pass

@@ -1,0 +1,212 @@
+"""The host: the one object an embedding application holds.
+
+Opening a host, in order: open the store, take the ownership lock (one writer process per
+database), bring or check the schema, mint a fresh epoch, ensure the default workspace, load
+plugins and publish the first bundle, run the recovery scan, then tell plugins the host
+started. Nothing is global: two hosts on two databases live side by side in one process.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import socket
+from collections.abc import Callable, Iterable
+from types import TracebackType
+from typing import Any
+
+import attrs
+import sqlalchemy as sa
+from loguru import logger
+
+from core import ids
+from core.bundle import Bundle, BundleHolder
+from core.errors import NotInitialised
+from core.kinds import Features
+from core.registry import Registry, build_registry
+from core.store import migrate
+from core.store import tables as t
+from core.store.database import Store
+from core.store.dialect import OwnershipLock, take_ownership
+from plugins.manager import PluginSelection, load_plugins
+
+DEFAULT_URL = "sqlite:///laneway.db"
+
+RecoveryHook = Callable[["Host"], Any]
+
+
+class Host:
+    """A laneway instance on one database. Use `Host.open(...)`, ideally as a context manager."""
+
+    def __init__(
+        self,
+        store: Store,
+        *,
+        features: Features,
+        selection: PluginSelection,
+        lock: OwnershipLock | None,
+        epoch: str | None,
+    ) -> None:
+        from core.services import (
+            DecisionService,
+            EntryService,
+            ParticipantService,
+            PluginService,
+            ProfileService,
+            RunService,
+            SessionService,
+            TaskService,
+            TurnService,
+            WorkflowService,
+            WorkspaceService,
+        )
+
+        self.store = store
+        self.features = features
+        self.selection = selection
+        self.epoch = epoch
+        self._lock = lock
+        self._holder: BundleHolder | None = None
+        self.recovery_report: Any = None
+        self.workspace = WorkspaceService(self)
+        self.profiles = ProfileService(self)
+        self.workflows = WorkflowService(self)
+        self.tasks = TaskService(self)
+        self.participants = ParticipantService(self)
+        self.decisions = DecisionService(self)
+        self.sessions = SessionService(self)
+        self.turns = TurnService(self)
+        self.runs = RunService(self)
+        self.entries = EntryService(self)
+        self.plugins = PluginService(self)
+
+    # -- opening and closing -------------------------------------------------------------
+
+    @classmethod
+    def open(
+        cls,
+        url: str = DEFAULT_URL,
+        *,
+        features: Features | None = None,
+        plugins: PluginSelection | None = None,
+        upgrade: bool = True,
+        read_only: bool = False,
+        recover: bool = True,
+    ) -> Host:
+        """Open a host on `url`.
+
+        :param upgrade: create or upgrade the schema; when False a database that is not at
+            the current revision is refused with `NotInitialised`.
+        :param read_only: take no lock and mint no epoch (inspection only; writes refused).
+        :param recover: run the recovery scan before returning (writers only).
+        """
+        store = Store(url)
+        lock: OwnershipLock | None = None
+        try:
+            if not read_only:
+                lock = take_ownership(store.url, store.engine)
+            if upgrade and not read_only:
+                migrate.upgrade(store)
+            elif not migrate.is_current(store):
+                raise NotInitialised(
+                    f"database {store.display_url} is not initialised; run `laneway init`"
+                )
+            epoch = None if read_only else _mint_epoch(store)
+            host = cls(
+                store,
+                features=features or Features(),
+                selection=plugins or PluginSelection.from_env(),
+                lock=lock,
+                epoch=epoch,
+            )
+            host.workspace.ensure_default()
+            host._holder = BundleHolder(host._build_bundle())
+            if recover and not read_only:
+                host.recovery_report = host.entries.recover()
+            host.bundle.registry.hooks.host_started(host)
+        except BaseException:
+            if lock is not None:
+                lock.release()
+            store.close()
+            raise
+        logger.bind(epoch=epoch, database=store.display_url).debug("host opened")
+        return host
+
+    def close(self) -> None:
+        if self.epoch is not None:
+            with self.store.transaction() as uow:
+                uow.conn.execute(
+                    sa.update(t.host_epochs)
+                    .where(t.host_epochs.c.epoch == self.epoch)
+                    .values(closed_at=ids.now())
+                )
+        if self._lock is not None:
+            self._lock.release()
+            self._lock = None
+        self.store.close()
+
+    def __enter__(self) -> Host:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    # -- the bundle ----------------------------------------------------------------------
+
+    @property
+    def bundle(self) -> Bundle:
+        """The bundle in force now. Read it once per operation and keep using that one."""
+        assert self._holder is not None
+        return self._holder.current()
+
+    @property
+    def registry(self) -> Registry:
+        return self.bundle.registry
+
+    def _build_bundle(self) -> Bundle:
+        from core import structural
+        from core.engine import Engine
+
+        loaded = load_plugins(self.selection, builtins=[("core", structural)])
+        registry = build_registry(loaded, self.features)
+        return Bundle(engine=Engine(self, registry), registry=registry, store=self.store)
+
+    def set_features(self, **changes: bool) -> Bundle:
+        """Switch host features (e.g. ``office=False``) and publish a new bundle.
+
+        Dispatches already running finish on the bundle they read; later ones see this one.
+        """
+        self.features = attrs.evolve(self.features, **changes)
+        return self._republish()
+
+    def set_plugins(
+        self, *, allow: Iterable[str] | None = None, block: Iterable[str] | None = None
+    ) -> Bundle:
+        """Change which plugins load and publish a new bundle."""
+        self.selection = self.selection.with_lists(allow=allow, block=block)
+        return self._republish()
+
+    def _republish(self) -> Bundle:
+        assert self._holder is not None
+        return self._holder.publish(self._build_bundle())
+
+    @property
+    def writable(self) -> bool:
+        return self.epoch is not None
+
+
+def _mint_epoch(store: Store) -> str:
+    # Random, never a pid or a clock reading: two lives of one process must never share one.
+    epoch = secrets.token_hex(16)
+    with store.transaction() as uow:
+        uow.conn.execute(
+            sa.insert(t.host_epochs).values(
+                epoch=epoch, pid=os.getpid(), hostname=socket.gethostname(), opened_at=ids.now()
+            )
+        )
+    return epoch

@@ -1,0 +1,179 @@
+"""What a plugin declares: action kinds and guards, and the values their functions exchange.
+
+A kind declares its own behaviour (owner, placement, durability, whether a failure halts the
+entry, ...). `core` reads these flags; it never switches on a kind's name.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Any, Final, Literal
+
+import attrs
+
+if TYPE_CHECKING:
+    from loguru import Logger
+
+    from core.model import Session, Step, Task
+
+Owner = Literal["session", "durable", "structural"]
+Placement = Literal["first", "second", "last"]
+ALL_PATHS: Final[frozenset[str]] = frozenset({"E1", "E2", "E3", "E4", "E5"})
+
+
+class ConfigError(ValueError):
+    """A declaration's config is wrong. `field` names the offending key when there is one."""
+
+    def __init__(self, message: str, *, field: str | None = None) -> None:
+        super().__init__(message)
+        self.field = field
+
+
+class ActionFailed(Exception):
+    """Raised by an executor whose action did not take effect; `cause` is recorded."""
+
+    def __init__(self, cause: str) -> None:
+        super().__init__(cause)
+        self.cause = cause
+
+
+@attrs.frozen
+class Outcome:
+    """What an executor reports. Returning None from an executor means `done`."""
+
+    state: Literal["done", "skipped", "failed"]
+    reason: str | None = None
+    cause: str | None = None
+
+    @classmethod
+    def done(cls, cause: str | None = None) -> Outcome:
+        return cls("done", cause=cause)
+
+    @classmethod
+    def skipped(cls, reason: str) -> Outcome:
+        return cls("skipped", reason=reason)
+
+    @classmethod
+    def failed(cls, cause: str) -> Outcome:
+        return cls("failed", cause=cause)
+
+
+@attrs.frozen
+class ActionContext:
+    """Everything an executor may use for one action of one trigger evaluation.
+
+    `entry_id`, `entry_seq` and `entry_path` identify the step entry for on_enter actions and
+    are None for other triggers. `services` is the host's service set (runs, participants,
+    decisions, sessions, tasks). `uow` is the open unit of work for `transactional` kinds.
+    `logger` is already bound with task_id, step_id, workflow_id, step_name and action_type.
+    """
+
+    task: Task
+    step: Step
+    trigger: str
+    position: int
+    session: Session | None
+    services: Any
+    logger: Logger
+    entry_id: str | None = None
+    entry_seq: int | None = None
+    entry_path: str | None = None
+    operation_id: str | None = None
+    epoch: str | None = None
+    uow: Any = None
+    payload: Mapping[str, Any] | None = None
+    key_builder: Callable[[str], str] | None = None
+
+    def idempotency_key(self, agent_profile_id: str) -> str | None:
+        """The key that makes a repeated enqueue for this action and agent a no-op."""
+        return self.key_builder(agent_profile_id) if self.key_builder else None
+
+
+Validate = Callable[[Mapping[str, Any]], Any]
+Execute = Callable[[ActionContext, Any], "Outcome | None"]
+
+
+def accept_any(config: Mapping[str, Any]) -> Mapping[str, Any]:
+    """The validator of a kind that takes no particular config."""
+    return config
+
+
+@attrs.frozen
+class ActionKind:
+    """One action kind, as a plugin declares it through `laneway_register_action_kinds`.
+
+    :param name: the `type` a workflow file writes.
+    :param owner: ``"session"`` kinds act on the task's live session and hold no marker;
+        ``"durable"`` kinds run behind a ledger marker, with or without a session;
+        ``"structural"`` kinds (moves, switch_workflow) change the task's step.
+    :param validate: turns the declared config into the value the executor receives; raises
+        :class:`ConfigError` naming the field. Called at import and again at dispatch.
+    :param execute: ``(ctx, config) -> Outcome | None``; raise :class:`ActionFailed`.
+        None while the plugin's feature is off is not allowed here: the host strips executors.
+    :param placement: for session kinds, hoisting on entry paths E1-E3 and E5.
+    :param halts_entry_on_failure: a failure stops the rest of the entry (clear_decisions).
+    :param transactional: effect and done-marker commit in one transaction (``ctx.uow``).
+    :param once_per_entry: runs at most once per entry even when declared twice.
+    :param paths: entry paths on which the kind has an owner; elsewhere it warns.
+    :param feature: host feature the kind belongs to; off means recognised but no executor.
+    :param trigger_ok: whether the kind may be declared on a trigger (on_enter excludes moves).
+    """
+
+    name: str
+    owner: Owner
+    execute: Execute | None = None
+    validate: Validate = accept_any
+    placement: Placement | None = None
+    halts_entry_on_failure: bool = False
+    transactional: bool = False
+    once_per_entry: bool = False
+    paths: frozenset[str] = ALL_PATHS
+    feature: str | None = None
+    trigger_ok: Callable[[str], bool] = attrs.field(default=lambda trigger: True)
+    description: str = ""
+
+
+@attrs.frozen
+class GuardResult:
+    satisfied: bool
+    reason: str = ""
+    detail: Mapping[str, Any] = attrs.field(factory=dict)
+
+
+@attrs.frozen
+class GuardContext:
+    """What a guard sees: the task, the step whose transition it gates, and the services."""
+
+    task: Task
+    step: Step
+    trigger: str
+    services: Any
+    logger: Logger
+
+
+@attrs.frozen
+class GuardKind:
+    """A transition guard (``if: {<name>: config}``, or the legacy top-level ``<name>:``).
+
+    :param validate: checks the guard config at load; raises :class:`ConfigError`.
+    :param evaluate: ``(ctx, config) -> GuardResult``.
+    :param feature: host feature the guard belongs to; off means it never passes.
+    """
+
+    name: str
+    validate: Validate
+    evaluate: Callable[[GuardContext, Any], GuardResult]
+    feature: str | None = None
+    description: str = ""
+
+
+@attrs.frozen
+class Features:
+    """Host feature switches. Office is on unless the host turns it off."""
+
+    office: bool = True
+
+    def enabled(self, feature: str | None) -> bool:
+        if feature is None:
+            return True
+        return bool(getattr(self, feature, False))

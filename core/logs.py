@@ -1,0 +1,26 @@
+"""Logging setup. laneway is a library first: it adds no handler and stays silent until the
+application (the `laneway` command, or a host's own code) calls `enable`."""
+
+from __future__ import annotations
+
+import sys
+from typing import Any, TextIO
+
+from loguru import logger
+
+PACKAGES = ("core", "plugins", "kanban_plugin", "office_plugin")
+
+
+def disable() -> None:
+    for name in PACKAGES:
+        logger.disable(name)
+
+
+def enable(*, level: str = "WARNING", json: bool = False, stream: TextIO | None = None) -> int:
+    """Route laneway's records to `stream` (stderr); returns the loguru handler id."""
+    for name in PACKAGES:
+        logger.enable(name)
+    sink: Any = stream or sys.stderr
+    if json:
+        return logger.add(sink, level=level, serialize=True)
+    return logger.add(sink, level=level, format="{level}: {message} {extra}", colorize=False)

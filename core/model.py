@@ -1,0 +1,290 @@
+"""Value objects: what the store holds and what every layer passes around.
+
+All of them are frozen attrs classes. Mappings inside them (step events, action config, env)
+are treated as read-only by convention; nothing in laneway mutates a value after it is built.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any, Final, Literal
+
+import attrs
+
+TRIGGERS: Final = (
+    "on_enter",
+    "on_exit",
+    "on_turn_start",
+    "on_turn_complete",
+    "on_comment",
+    "on_blocker_resolved",
+    "on_children_completed",
+    "on_approval_resolved",
+    "on_heartbeat",
+    "on_budget_alert",
+    "on_agent_error",
+)
+"""The eleven triggers a step may declare actions for, in the reference system's order."""
+
+EntryPath = Literal["E1", "E2", "E3", "E4", "E5"]
+ENTRY_PATHS: Final[frozenset[str]] = frozenset({"E1", "E2", "E3", "E4", "E5"})
+"""E1 engine transition, E2 manual move, E3 WIP promotion, E4 switch_workflow, E5 update/start."""
+
+STAGE_TYPES: Final = ("work", "review", "approval", "custom")
+PARTICIPANT_ROLES: Final = ("reviewer", "approver", "watcher", "collaborator", "runner")
+VERDICTS: Final = ("approved", "rejected", "changes_requested")
+TERMINAL_STEP_NAMES: Final = frozenset({"done", "complete", "completed", "approved"})
+
+TASK_STATES: Final = (
+    "TODO",
+    "CREATED",
+    "SCHEDULING",
+    "IN_PROGRESS",
+    "REVIEW",
+    "BLOCKED",
+    "WAITING_FOR_INPUT",
+    "COMPLETED",
+    "FAILED",
+    "CANCELLED",
+)
+SESSION_STATES: Final = (
+    "CREATED",
+    "STARTING",
+    "RUNNING",
+    "WAITING_FOR_INPUT",
+    "COMPLETED",
+    "FAILED",
+    "CANCELLED",
+)
+ACTIVE_SESSION_STATES: Final = frozenset({"CREATED", "STARTING", "RUNNING", "WAITING_FOR_INPUT"})
+
+MARKER_STATES: Final = ("in_progress", "done", "skipped", "failed")
+SKIP_REASONS: Final = (
+    "step_left",
+    "superseded",
+    "unresolvable",
+    "declaration_changed",
+    "no_executor",
+    "unrecognised",
+    "malformed",
+)
+
+
+def _frozen_mapping(value: Mapping[str, Any] | None) -> Mapping[str, Any]:
+    return dict(value or {})
+
+
+@attrs.frozen
+class ActionDecl:
+    """One declared action: its 0-based position in the trigger's list, its kind and config."""
+
+    position: int
+    kind: str
+    config: Mapping[str, Any] = attrs.field(factory=dict, converter=_frozen_mapping, eq=True)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"type": self.kind, "config": dict(self.config)}
+
+
+Events = Mapping[str, tuple[ActionDecl, ...]]
+
+
+@attrs.frozen
+class Workspace:
+    id: str
+    name: str
+    office_workflow_id: str | None = None
+
+
+@attrs.frozen
+class AgentProfile:
+    id: str
+    workspace_id: str
+    name: str
+    command: tuple[str, ...] = ()
+    role: str = "worker"
+    env: Mapping[str, str] = attrs.field(factory=dict, converter=_frozen_mapping)
+    requires_env: tuple[str, ...] = ()
+    max_concurrent_sessions: int = 1
+
+
+@attrs.frozen
+class Step:
+    id: str
+    workflow_id: str
+    name: str
+    position: int
+    is_start_step: bool = False
+    allow_manual_move: bool = True
+    wip_limit: int = 0
+    pull_from_step_id: str | None = None
+    agent_profile_id: str | None = None
+    prompt: str = ""
+    stage_type: str = "custom"
+    color: str = ""
+    show_in_command_panel: bool = False
+    auto_archive_after_hours: int = 0
+    auto_advance_requires_signal: bool = False
+    cancel_triggers_turn_complete: bool = False
+    events: Events = attrs.field(factory=dict)
+
+    def actions(self, trigger: str) -> tuple[ActionDecl, ...]:
+        return self.events.get(trigger, ())
+
+
+@attrs.frozen
+class Workflow:
+    id: str
+    workspace_id: str
+    name: str
+    description: str = ""
+    prompt: str = ""
+    agent_profile_id: str | None = None
+    hidden: bool = False
+    template_id: str | None = None
+    steps: tuple[Step, ...] = ()
+
+    def step(self, ref: str) -> Step | None:
+        """The step named by id, or by name case-insensitively."""
+        for step in self.steps:
+            if step.id == ref:
+                return step
+        lowered = ref.casefold()
+        for step in self.steps:
+            if step.name.casefold() == lowered:
+                return step
+        return None
+
+    @property
+    def start_step(self) -> Step | None:
+        for step in self.steps:
+            if step.is_start_step:
+                return step
+        return self.steps[0] if self.steps else None
+
+    @property
+    def terminal_step(self) -> Step | None:
+        """The last step by position whose name says done (the reference's rule)."""
+        found = None
+        for step in sorted(self.steps, key=lambda s: s.position):
+            if step.name.casefold() in TERMINAL_STEP_NAMES:
+                found = step
+        return found
+
+
+@attrs.frozen
+class Task:
+    id: str
+    workspace_id: str
+    workflow_id: str | None
+    workflow_step_id: str | None
+    title: str
+    description: str = ""
+    state: str = "TODO"
+    priority: str = "none"
+    position: int = 0
+    wip_admitted: bool = True
+    queued_for_step_id: str | None = None
+    queued_at: str | None = None
+    project_id: str | None = None
+    is_ephemeral: bool = False
+    archived_at: str | None = None
+    created_at: str = ""
+    updated_at: str = ""
+
+
+@attrs.frozen
+class Session:
+    id: str
+    task_id: str
+    agent_profile_id: str | None
+    state: str = "CREATED"
+    is_primary: bool = True
+    external: bool = True
+    metadata: Mapping[str, Any] = attrs.field(factory=dict, converter=_frozen_mapping)
+    error_message: str | None = None
+    started_at: str | None = None
+    completed_at: str | None = None
+    updated_at: str = ""
+
+
+@attrs.frozen
+class Participant:
+    id: str
+    step_id: str
+    task_id: str
+    """Empty string: a template seat for every task at the step; a task id: a per-task seat."""
+    role: str
+    agent_profile_id: str
+    decision_required: bool = True
+    position: int = 0
+
+
+@attrs.frozen
+class Decision:
+    id: str
+    task_id: str
+    step_id: str
+    participant_id: str
+    decision: str
+    comment: str = ""
+    decided_at: str = ""
+    superseded_at: str | None = None
+    decider_type: str = "agent"
+    decider_id: str = ""
+    role: str = ""
+
+
+@attrs.frozen
+class Run:
+    id: str
+    agent_profile_id: str
+    task_id: str | None
+    workflow_step_id: str | None
+    reason: str
+    payload: Mapping[str, Any] | None
+    idempotency_key: str | None
+    coalesce_exempt: bool
+    status: str
+    coalesced_count: int
+    requested_at: str
+    claimed_at: str | None = None
+    finished_at: str | None = None
+    session_id: str | None = None
+    error_message: str | None = None
+
+
+@attrs.frozen
+class StepEntry:
+    id: str
+    task_id: str
+    step_id: str
+    entry_seq: int
+    entry_path: str
+    declaration_digest: str
+    terminal: bool
+    created_at: str = ""
+
+
+@attrs.frozen
+class Marker:
+    entry_id: str
+    position: int
+    kind: str
+    state: str
+    epoch: str | None = None
+    reason: str | None = None
+    cause: str | None = None
+    updated_at: str = ""
+
+
+@attrs.frozen
+class HistoryRow:
+    id: str
+    session_id: str
+    task_id: str
+    from_step_id: str | None
+    to_step_id: str | None
+    trigger: str
+    actor_id: str = ""
+    created_at: str = ""

@@ -1,0 +1,82 @@
+from __future__ import annotations
+
+from typing import Any
+
+import sqlalchemy as sa
+
+from core import ids
+from core.errors import LanewayError
+from core.model import VERDICTS, Decision
+from core.services.base import Service
+from core.store import rows
+from core.store import tables as t
+
+D = t.workflow_step_decisions
+
+
+class DecisionService(Service):
+    """Participant verdicts, and the guarded transitions they may release."""
+
+    def record(
+        self, task: str, step: str, participant: str, verdict: str, *, comment: str = ""
+    ) -> dict[str, Any]:
+        """Record a seat's verdict (superseding its earlier one), then re-evaluate the step's
+        guarded on_turn_complete transitions with a compare-and-set on the task's step."""
+        self._require_writer()
+        if verdict not in VERDICTS:
+            raise LanewayError(f"verdict {verdict!r}: must be one of {', '.join(VERDICTS)}")
+        task_row = self.host.tasks.get(task)
+        if task_row.workflow_id is None:
+            raise LanewayError(f"task {task_row.id} is not in a workflow")
+        wf = self.host.workflows.by_id(task_row.workflow_id)
+        step_row = self.host.workflows.step(wf, step)
+        seat = self.host.participants.get(participant)
+        if seat.step_id != step_row.id or seat.task_id not in ("", task_row.id):
+            raise LanewayError(
+                f"participant {participant} has no seat at step {step_row.name!r} for this task"
+            )
+        stamp = ids.now()
+        decision = Decision(
+            id=ids.new_id(),
+            task_id=task_row.id,
+            step_id=step_row.id,
+            participant_id=seat.id,
+            decision=verdict,
+            comment=comment,
+            decided_at=stamp,
+            decider_type="agent",
+            decider_id=seat.agent_profile_id,
+            role=seat.role,
+        )
+        with self.host.store.transaction() as uow:
+            uow.conn.execute(
+                sa.update(D)
+                .where(
+                    D.c.task_id == task_row.id,
+                    D.c.step_id == step_row.id,
+                    D.c.superseded_at.is_(None),
+                    sa.or_(
+                        D.c.participant_id == seat.id,
+                        sa.and_(D.c.decider_id == seat.agent_profile_id, D.c.role == seat.role),
+                    ),
+                )
+                .values(superseded_at=stamp)
+            )
+            uow.conn.execute(sa.insert(D).values(**{f: getattr(decision, f) for f in (
+                c.name for c in D.columns)}))
+        result = self.host.bundle.engine.after_decision(task_row.id, step_row.id)
+        return {
+            "decision": decision,
+            "transitioned": result.transitioned,
+            "to_step_id": result.to_step_id,
+        }
+
+    def list(self, task_id: str, step_id: str) -> list[Decision]:
+        """Every decision at the step, superseded ones included, oldest first."""
+        with self.host.store.read() as conn:
+            result = conn.execute(
+                sa.select(D)
+                .where(D.c.task_id == task_id, D.c.step_id == step_id)
+                .order_by(D.c.decided_at, D.c.id)
+            ).mappings()
+            return [rows.decision(r) for r in result]

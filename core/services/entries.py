@@ -1,0 +1,43 @@
+from __future__ import annotations
+
+from typing import Any
+
+import sqlalchemy as sa
+
+from core.model import Marker, StepEntry
+from core.services.base import Service
+from core.store import rows
+from core.store import tables as t
+
+E = t.step_entries
+M = t.step_entry_markers
+
+
+class EntryService(Service):
+    """The entry ledger, read side, and the recovery scan."""
+
+    def list(
+        self, *, task: str | None = None, non_terminal: bool = False
+    ) -> list[tuple[StepEntry, list[Marker]]]:
+        query = sa.select(E).order_by(E.c.task_id, E.c.step_id, E.c.entry_seq)
+        if task is not None:
+            query = query.where(E.c.task_id == self.host.tasks.get(task).id)
+        if non_terminal:
+            query = query.where(E.c.terminal.is_(False))
+        with self.host.store.read() as conn:
+            entries = [rows.entry(r) for r in conn.execute(query).mappings()]
+            markers: dict[str, list[Marker]] = {e.id: [] for e in entries}
+            if entries:
+                found = conn.execute(
+                    sa.select(M)
+                    .where(M.c.entry_id.in_(list(markers)))
+                    .order_by(M.c.entry_id, M.c.position)
+                ).mappings()
+                for r in found:
+                    markers[r["entry_id"]].append(rows.marker(r))
+        return [(e, markers[e.id]) for e in entries]
+
+    def recover(self) -> Any:
+        from core import recovery
+
+        return recovery.scan(self.host)

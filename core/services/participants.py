@@ -1,0 +1,136 @@
+from __future__ import annotations
+
+import sqlalchemy as sa
+
+from core import ids
+from core.errors import LanewayError
+from core.model import PARTICIPANT_ROLES, Participant, Step, Task, Workflow
+from core.services.base import Service
+from core.store import rows
+from core.store import tables as t
+
+DECIDING_ROLES = frozenset({"reviewer", "approver"})
+
+
+class ParticipantService(Service):
+    """Seats at a step: template seats (every task) and per-task seats (one task)."""
+
+    def _resolve(
+        self, step: str, task: str | None, workflow: str | None
+    ) -> tuple[Workflow, Step, Task | None]:
+        if task is not None:
+            task_row = self.host.tasks.get(task)
+            if task_row.workflow_id is None:
+                raise LanewayError(f"task {task_row.id} is not in a workflow")
+            wf = self.host.workflows.by_id(task_row.workflow_id)
+            return wf, self.host.workflows.step(wf, step), task_row
+        if workflow is None:
+            raise LanewayError("participant: give --task or --workflow to say whose step it is")
+        wf = self.host.workflows.get(workflow)
+        return wf, self.host.workflows.step(wf, step), None
+
+    def add(
+        self,
+        *,
+        step: str,
+        role: str,
+        profile: str,
+        task: str | None = None,
+        workflow: str | None = None,
+        decision_required: bool | None = None,
+        position: int = 0,
+    ) -> Participant:
+        """Add a seat. A duplicate (role, profile) seat is accepted; readers de-duplicate."""
+        self._require_writer()
+        if role not in PARTICIPANT_ROLES:
+            raise LanewayError(
+                f"participant role {role!r}: must be one of {', '.join(PARTICIPANT_ROLES)}"
+            )
+        _wf, step_row, task_row = self._resolve(step, task, workflow)
+        agent = self.host.profiles.get(profile)
+        required = role in DECIDING_ROLES if decision_required is None else decision_required
+        seat = Participant(
+            id=ids.new_id(),
+            step_id=step_row.id,
+            task_id=task_row.id if task_row else "",
+            role=role,
+            agent_profile_id=agent.id,
+            decision_required=required,
+            position=position,
+        )
+        with self.host.store.transaction() as uow:
+            uow.conn.execute(
+                sa.insert(t.workflow_step_participants).values(
+                    id=seat.id,
+                    step_id=seat.step_id,
+                    task_id=seat.task_id,
+                    role=seat.role,
+                    agent_profile_id=seat.agent_profile_id,
+                    decision_required=seat.decision_required,
+                    position=seat.position,
+                    created_at=ids.now(),
+                )
+            )
+        return seat
+
+    def list(
+        self, *, step: str, task: str | None = None, workflow: str | None = None
+    ) -> list[Participant]:
+        _wf, step_row, task_row = self._resolve(step, task, workflow)
+        with self.host.store.read() as conn:
+            return merged_seats(conn, step_row.id, task_row.id if task_row else None)
+
+    def quorum_rows(self, task: Task, step: Step) -> list[Participant]:
+        assert task.workflow_id is not None
+        with self.host.store.read() as conn:
+            return quorum_rows(conn, task.id, task.workflow_id, step.id)
+
+    def get(self, participant_id: str) -> Participant:
+        with self.host.store.read() as conn:
+            row = (
+                conn.execute(
+                    sa.select(t.workflow_step_participants).where(
+                        t.workflow_step_participants.c.id == participant_id
+                    )
+                )
+                .mappings()
+                .first()
+            )
+        if row is None:
+            raise LanewayError(f"no participant {participant_id!r}")
+        return rows.participant(row)
+
+
+def merged_seats(conn: sa.Connection, step_id: str, task_id: str | None) -> list[Participant]:
+    """Template seats plus the task's own seats at the step, by role, position, id.
+
+    A template seat is dropped when the task has its own seat with the same role and agent.
+    """
+    p = t.workflow_step_participants
+    owners = [""] if task_id is None else ["", task_id]
+    result = conn.execute(
+        sa.select(p)
+        .where(p.c.step_id == step_id, p.c.task_id.in_(owners))
+        .order_by(p.c.role, p.c.position, p.c.id)
+    ).mappings()
+    seats = [rows.participant(r) for r in result]
+    own = {(s.role, s.agent_profile_id) for s in seats if s.task_id}
+    return [s for s in seats if s.task_id or (s.role, s.agent_profile_id) not in own]
+
+
+def quorum_rows(conn: sa.Connection, task_id: str, workflow_id: str, step_id: str) -> list[Participant]:
+    """The raw material of a quorum slate: the task's own seats at any step of its workflow,
+    plus the template seats at the step itself."""
+    p = t.workflow_step_participants
+    steps = sa.select(t.workflow_steps.c.id).where(t.workflow_steps.c.workflow_id == workflow_id)
+    result = conn.execute(
+        sa.select(p)
+        .where(
+            sa.or_(
+                sa.and_(p.c.task_id == task_id, p.c.step_id.in_(steps)),
+                sa.and_(p.c.task_id == "", p.c.step_id == step_id),
+            )
+        )
+        .order_by(p.c.id)
+    ).mappings()
+    return [rows.participant(r) for r in result]

@@ -1,0 +1,115 @@
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import sqlalchemy as sa
+
+from core import ids
+from core.errors import LanewayError, NotFound
+from core.model import ACTIVE_SESSION_STATES, Session
+from core.services.base import Service
+from core.store import rows
+from core.store import tables as t
+from core.transition import live_session_id
+
+S = t.task_sessions
+
+
+class SessionService(Service):
+    """Agent sessions. One live session per task: starting one completes the previous."""
+
+    def start(self, task: str, *, profile: str | None = None, external: bool = True) -> Session:
+        """Open a session for an agent; `external` ones run outside laneway (no process)."""
+        self._require_writer()
+        task_row = self.host.tasks.get(task)
+        agent_id = self.host.profiles.get(profile).id if profile else None
+        session_id = ids.new_id()
+        stamp = ids.now()
+        with self.host.store.transaction() as uow:
+            uow.conn.execute(
+                sa.update(S)
+                .where(S.c.task_id == task_row.id, S.c.state.in_(tuple(ACTIVE_SESSION_STATES)))
+                .values(state="COMPLETED", completed_at=stamp, updated_at=stamp, is_primary=False)
+            )
+            uow.conn.execute(
+                sa.insert(S).values(
+                    id=session_id,
+                    task_id=task_row.id,
+                    agent_profile_id=agent_id,
+                    state="WAITING_FOR_INPUT",
+                    is_primary=True,
+                    external=external,
+                    metadata="{}",
+                    started_at=stamp,
+                    updated_at=stamp,
+                )
+            )
+        return self.get(session_id)
+
+    def get(self, session_id: str) -> Session:
+        with self.host.store.read() as conn:
+            row = conn.execute(sa.select(S).where(S.c.id == session_id)).mappings().first()
+        if row is None:
+            raise NotFound(f"no session {session_id!r}")
+        return rows.session(row)
+
+    def list(self, *, task: str) -> list[Session]:
+        task_id = self.host.tasks.get(task).id
+        with self.host.store.read() as conn:
+            result = conn.execute(
+                sa.select(S).where(S.c.task_id == task_id).order_by(S.c.started_at, S.c.id)
+            ).mappings()
+            return [rows.session(r) for r in result]
+
+    def live(self, task_id: str) -> Session | None:
+        with self.host.store.read() as conn:
+            found = live_session_id(conn, task_id)
+        return self.get(found) if found else None
+
+    def resolve(self, task_id: str, session: str | None) -> Session:
+        """The named session (which must belong to the task), else the task's live one."""
+        if session is not None:
+            found = self.get(session)
+            if found.task_id != task_id:
+                raise LanewayError(f"session {session} does not belong to task {task_id}")
+            return found
+        live = self.live(task_id)
+        if live is None:
+            raise LanewayError(f"task {task_id} has no live session; start one first")
+        return live
+
+    def set_state(self, session_id: str, state: str, *, error: str | None = None) -> None:
+        stamp = ids.now()
+        values: dict[str, Any] = {"state": state, "updated_at": stamp}
+        if error is not None:
+            values["error_message"] = error
+        if state in ("COMPLETED", "FAILED", "CANCELLED"):
+            values["completed_at"] = stamp
+        with self.host.store.transaction() as uow:
+            uow.conn.execute(sa.update(S).where(S.c.id == session_id).values(**values))
+
+    def record_effect(self, session_id: str, **changes: Any) -> Session:
+        """Merge `changes` into the session's metadata; a list value is appended to.
+
+        Session kinds record what they did here (plan mode, session mode, context resets,
+        prompts delivered), so the effect is visible and countable.
+        """
+        with self.host.store.transaction() as uow:
+            raw = uow.conn.execute(sa.select(S.c.metadata).where(S.c.id == session_id)).scalar()
+            if raw is None:
+                raise NotFound(f"no session {session_id!r}")
+            meta: dict[str, Any] = json.loads(raw)
+            for key, value in changes.items():
+                if isinstance(value, list):
+                    meta[key] = [*meta.get(key, []), *value]
+                elif isinstance(value, dict):
+                    meta[key] = {**meta.get(key, {}), **value}
+                else:
+                    meta[key] = value
+            uow.conn.execute(
+                sa.update(S)
+                .where(S.c.id == session_id)
+                .values(metadata=rows.dumps(meta), updated_at=ids.now())
+            )
+        return self.get(session_id)

@@ -1,0 +1,163 @@
+from __future__ import annotations
+
+import sqlalchemy as sa
+
+from core import ids, transition
+from core.errors import LanewayError, NotFound
+from core.model import Step, Task, Workflow
+from core.services.base import Service
+from core.store import rows
+from core.store import tables as t
+
+TASKS = t.tasks
+
+
+class TaskService(Service):
+    """Tasks, and every user-reachable route that changes a task's step."""
+
+    def create(
+        self,
+        *,
+        workflow: str,
+        title: str,
+        description: str = "",
+        step: str | None = None,
+        project: str | None = None,
+        priority: str = "none",
+    ) -> Task:
+        """Create a task at `step` (default: the workflow's start step). Not an arrival."""
+        self._require_writer()
+        if not title.strip():
+            raise LanewayError("task title: must not be empty")
+        wf = self.host.workflows.get(workflow)
+        target = self.host.workflows.step(wf, step) if step else wf.start_step
+        if target is None:
+            raise LanewayError(f"workflow {wf.name!r} has no steps")
+        task_id = ids.new_id()
+        values = {
+            "id": task_id,
+            "workspace_id": wf.workspace_id,
+            "title": title,
+            "description": description,
+            "project_id": project,
+            "priority": priority,
+        }
+        with self.host.store.transaction() as uow:
+            transition.place_new_task(uow, values, wf, target)
+        return self.get(task_id)
+
+    def get(self, ref: str) -> Task:
+        with self.host.store.read() as conn:
+            task = rows.load_task(conn, ref)
+        if task is None:
+            raise NotFound(f"no task {ref!r}")
+        return task
+
+    def list(self, *, workflow: str | None = None) -> list[Task]:
+        query = sa.select(TASKS).order_by(TASKS.c.created_at, TASKS.c.id)
+        if workflow is not None:
+            query = query.where(TASKS.c.workflow_id == self.host.workflows.get(workflow).id)
+        with self.host.store.read() as conn:
+            return [rows.task(r) for r in conn.execute(query).mappings()]
+
+    def _placed(self, ref: str) -> tuple[Task, Workflow]:
+        task = self.get(ref)
+        if task.workflow_id is None:
+            raise LanewayError(f"task {task.id} is not in a workflow")
+        if task.archived_at is not None:
+            raise LanewayError(f"task {task.id} is archived")
+        return task, self.host.workflows.by_id(task.workflow_id)
+
+    def _step(self, wf: Workflow, ref: str) -> Step:
+        return self.host.workflows.step(wf, ref)
+
+    # -- routes that change the step ------------------------------------------------------------
+
+    def move(self, ref: str, step: str) -> Task:
+        """Manual move (entry path E2)."""
+        self._require_writer()
+        task, wf = self._placed(ref)
+        target = self._step(wf, step)
+        if not target.allow_manual_move:
+            raise LanewayError(f"step {target.name!r} does not allow manual moves")
+        return transition.move(self.host, task.id, target.id, path="E2", label="manual").task
+
+    def update(self, ref: str, *, step: str | None = None, title: str | None = None) -> Task:
+        """Generic update (entry path E5 when the step changes)."""
+        self._require_writer()
+        task, wf = self._placed(ref)
+        if title is not None:
+            with self.host.store.transaction() as uow:
+                uow.conn.execute(
+                    sa.update(TASKS)
+                    .where(TASKS.c.id == task.id)
+                    .values(title=title, updated_at=ids.now())
+                )
+        if step is not None:
+            target = self._step(wf, step)
+            transition.move(self.host, task.id, target.id, path="E5", label="task_update")
+        return self.get(task.id)
+
+    def start(self, ref: str, *, step: str | None = None) -> Task:
+        """Task start (entry path E5): to `step`, or the start step when none is given."""
+        self._require_writer()
+        task, wf = self._placed(ref)
+        target = self._step(wf, step) if step else wf.start_step
+        assert target is not None
+        with self.host.store.transaction() as uow:
+            uow.conn.execute(
+                sa.update(TASKS)
+                .where(TASKS.c.id == task.id, TASKS.c.state.in_(("TODO", "CREATED")))
+                .values(state="IN_PROGRESS", updated_at=ids.now())
+            )
+        transition.move(self.host, task.id, target.id, path="E5", label="task_update")
+        return self.get(task.id)
+
+    def switch_workflow(self, ref: str, *, workflow: str, step: str | None = None) -> Task:
+        """Move the task into another workflow (E4), by executing the switch_workflow action."""
+        self._require_writer()
+        task, _wf = self._placed(ref)
+        config: dict[str, str] = {"workflow": workflow}
+        if step is not None:
+            config["step"] = step
+        self.host.bundle.engine.run_action(task.id, "switch_workflow", config)
+        return self.get(task.id)
+
+    def restore_step(self, ref: str, step_id: str) -> Task:
+        """Undo history: put the task back at a step without running any entry work."""
+        self._require_writer()
+        return transition.restore_step(self.host, self.get(ref).id, step_id)
+
+    def detach(self, ref: str) -> Task:
+        self._require_writer()
+        return transition.detach(self.host, self.get(ref).id)
+
+    # -- lifecycle --------------------------------------------------------------------------------
+
+    def archive(self, ref: str) -> Task:
+        self._require_writer()
+        task = self.get(ref)
+        with self.host.store.transaction() as uow:
+            uow.conn.execute(
+                sa.update(TASKS)
+                .where(TASKS.c.id == task.id, TASKS.c.archived_at.is_(None))
+                .values(archived_at=ids.now(), updated_at=ids.now())
+            )
+        if task.workflow_step_id and task.archived_at is None:
+            transition.promote(self.host, task.workflow_step_id)
+        return self.get(task.id)
+
+    def delete(self, ref: str) -> str:
+        """Delete the task; its ledger, sessions, history and own seats go with it."""
+        self._require_writer()
+        task = self.get(ref)
+        with self.host.store.transaction() as uow:
+            uow.conn.execute(
+                sa.delete(t.workflow_step_participants).where(
+                    t.workflow_step_participants.c.task_id == task.id
+                )
+            )
+            uow.conn.execute(sa.delete(TASKS).where(TASKS.c.id == task.id))
+        if task.workflow_step_id and task.archived_at is None:
+            transition.promote(self.host, task.workflow_step_id)
+        return task.id

@@ -1,0 +1,29 @@
+from __future__ import annotations
+
+from typing import Any
+
+from core.services.base import Service
+
+
+class TurnService(Service):
+    """Turn boundaries of a task's session: they fire on_turn_start / on_turn_complete."""
+
+    def start(self, task: str, session: str | None = None) -> dict[str, Any]:
+        self._require_writer()
+        task_row = self.host.tasks.get(task)
+        live = self.host.sessions.resolve(task_row.id, session)
+        self.host.sessions.set_state(live.id, "RUNNING")
+        result = self.host.bundle.engine.handle_trigger(
+            task_row.id, "on_turn_start", session_id=live.id
+        )
+        return result.as_dict(self.host.tasks.get(task_row.id))
+
+    def complete(self, task: str, session: str | None = None) -> dict[str, Any]:
+        self._require_writer()
+        task_row = self.host.tasks.get(task)
+        live = self.host.sessions.resolve(task_row.id, session)
+        self.host.sessions.set_state(live.id, "WAITING_FOR_INPUT")
+        result = self.host.bundle.engine.handle_trigger(
+            task_row.id, "on_turn_complete", session_id=live.id
+        )
+        return result.as_dict(self.host.tasks.get(task_row.id))

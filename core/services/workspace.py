@@ -1,0 +1,67 @@
+from __future__ import annotations
+
+import sqlalchemy as sa
+
+from core import ids
+from core.errors import NotFound
+from core.model import Workspace
+from core.services.base import Service
+from core.store import rows
+from core.store import tables as t
+
+DEFAULT_NAME = "Default"
+
+
+class WorkspaceService(Service):
+    """The default workspace. A task in its office workflow, or with a project, is Office's."""
+
+    def ensure_default(self) -> None:
+        if not self.host.writable:
+            return
+        with self.host.store.transaction() as uow:
+            found = uow.conn.execute(
+                sa.select(t.workspaces.c.id).where(t.workspaces.c.is_default)
+            ).first()
+            if found is None:
+                uow.conn.execute(
+                    sa.insert(t.workspaces).values(
+                        id=ids.new_id(), name=DEFAULT_NAME, is_default=True, created_at=ids.now()
+                    )
+                )
+
+    def get(self) -> Workspace:
+        with self.host.store.read() as conn:
+            row = (
+                conn.execute(sa.select(t.workspaces).where(t.workspaces.c.is_default))
+                .mappings()
+                .first()
+            )
+        if row is None:
+            raise NotFound("no default workspace; run `laneway init`")
+        return rows.workspace(row)
+
+    def by_id(self, workspace_id: str) -> Workspace:
+        with self.host.store.read() as conn:
+            row = (
+                conn.execute(sa.select(t.workspaces).where(t.workspaces.c.id == workspace_id))
+                .mappings()
+                .first()
+            )
+        if row is None:
+            raise NotFound(f"no workspace {workspace_id!r}")
+        return rows.workspace(row)
+
+    def set(self, *, office_workflow: str | None = None, name: str | None = None) -> Workspace:
+        self._require_writer()
+        current = self.get()
+        values: dict[str, str] = {}
+        if name is not None:
+            values["name"] = name
+        if office_workflow is not None:
+            values["office_workflow_id"] = self.host.workflows.get(office_workflow).id
+        if values:
+            with self.host.store.transaction() as uow:
+                uow.conn.execute(
+                    sa.update(t.workspaces).where(t.workspaces.c.id == current.id).values(**values)
+                )
+        return self.get()

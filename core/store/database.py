@@ -1,0 +1,93 @@
+"""The store: one engine, one writer connection, and the unit of work.
+
+Every write goes through `Store.transaction()`, which hands out a `UnitOfWork` bound to the
+single writer connection. One writer connection is deliberate: SQLite has one writer anyway,
+a held connection costs a fraction of a pooled checkout per transaction, and the ownership
+lock already makes this process the only writer. Nested `transaction()` calls on the same
+thread join the outer transaction, so a caller can span task, ledger and decision writes in one
+commit. Reads that need no transaction use `Store.read()` on a pooled connection.
+
+The writer mutex is held for one transaction, never across action execution.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+import attrs
+from sqlalchemy.engine import URL, Connection, Engine
+
+from core.store import dialect
+
+
+@attrs.define(eq=False)
+class UnitOfWork:
+    """One open transaction on the writer connection."""
+
+    conn: Connection
+
+
+class Store:
+    def __init__(self, url: str) -> None:
+        self.url: URL = dialect.normalise_url(url)
+        self.engine: Engine = dialect.create_engine(self.url)
+        self.is_sqlite = dialect.is_sqlite(self.url)
+        self._writer: Connection | None = None
+        self._lock = threading.RLock()
+        self._local = threading.local()
+
+    @property
+    def display_url(self) -> str:
+        return self.url.render_as_string(hide_password=True).replace("+psycopg", "")
+
+    def _writer_conn(self) -> Connection:
+        if self._writer is None or self._writer.closed:
+            self._writer = self.engine.connect().execution_options(
+                **{dialect.WRITER_OPTION: True}
+            )
+        return self._writer
+
+    @contextmanager
+    def transaction(self) -> Iterator[UnitOfWork]:
+        """A unit of work: commits on normal exit, rolls back on an exception."""
+        current: UnitOfWork | None = getattr(self._local, "uow", None)
+        if current is not None:
+            yield current
+            return
+        with self._lock:
+            conn = self._writer_conn()
+            uow = UnitOfWork(conn)
+            self._local.uow = uow
+            try:
+                with conn.begin():
+                    yield uow
+            finally:
+                self._local.uow = None
+
+    @property
+    def in_transaction(self) -> bool:
+        return getattr(self._local, "uow", None) is not None
+
+    @contextmanager
+    def read(self) -> Iterator[Connection]:
+        """A connection for reads: the open unit of work's, else a pooled one."""
+        current: UnitOfWork | None = getattr(self._local, "uow", None)
+        if current is not None:
+            yield current.conn
+            return
+        if self.is_sqlite and dialect.sqlite_path(self.url) is None:
+            # An in-memory database exists only on its one connection.
+            with self.transaction() as uow:
+                yield uow.conn
+            return
+        with self.engine.connect() as conn, conn.begin():
+            yield conn
+
+    def close(self) -> None:
+        with self._lock:
+            if self._writer is not None:
+                self._writer.close()
+                self._writer = None
+        self.engine.dispose()

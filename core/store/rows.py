@@ -1,0 +1,227 @@
+"""Rows to values and back. The one place JSON-bearing columns are encoded and decoded."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy.engine import Connection, RowMapping
+
+from core.model import (
+    ActionDecl,
+    AgentProfile,
+    Decision,
+    Events,
+    HistoryRow,
+    Marker,
+    Participant,
+    Run,
+    Session,
+    Step,
+    StepEntry,
+    Task,
+    Workflow,
+    Workspace,
+)
+from core.store import tables as t
+
+
+def dumps(value: Any) -> str:
+    return json.dumps(value, separators=(",", ":"), sort_keys=False)
+
+
+def decode_events(raw: Mapping[str, Any] | None) -> Events:
+    """The one decoder of a step's declared events, used by file loading and the store alike.
+
+    `raw` maps trigger -> list of `{type, config}`; positions are the list indexes.
+    """
+    events: dict[str, tuple[ActionDecl, ...]] = {}
+    for trigger, actions in (raw or {}).items():
+        events[trigger] = tuple(
+            ActionDecl(i, str(a.get("type", "")), a.get("config") or {})
+            for i, a in enumerate(actions or ())
+        )
+    return events
+
+
+def encode_events(events: Events) -> dict[str, list[dict[str, Any]]]:
+    return {trigger: [a.as_dict() for a in actions] for trigger, actions in events.items()}
+
+
+def workspace(row: RowMapping) -> Workspace:
+    return Workspace(row["id"], row["name"], row["office_workflow_id"])
+
+
+def profile(row: RowMapping) -> AgentProfile:
+    return AgentProfile(
+        id=row["id"],
+        workspace_id=row["workspace_id"],
+        name=row["name"],
+        command=tuple(json.loads(row["command"])),
+        role=row["role"],
+        env=json.loads(row["env"]),
+        requires_env=tuple(json.loads(row["requires_env"])),
+        max_concurrent_sessions=row["max_concurrent_sessions"],
+    )
+
+
+STEP_FIELDS = (
+    "name",
+    "position",
+    "is_start_step",
+    "allow_manual_move",
+    "wip_limit",
+    "pull_from_step_id",
+    "agent_profile_id",
+    "prompt",
+    "stage_type",
+    "color",
+    "show_in_command_panel",
+    "auto_archive_after_hours",
+    "auto_advance_requires_signal",
+    "cancel_triggers_turn_complete",
+)
+
+
+def step(row: RowMapping) -> Step:
+    values = {f: row[f] for f in STEP_FIELDS}
+    for flag in (
+        "is_start_step",
+        "allow_manual_move",
+        "show_in_command_panel",
+        "auto_advance_requires_signal",
+        "cancel_triggers_turn_complete",
+    ):
+        values[flag] = bool(values[flag])
+    return Step(
+        id=row["id"],
+        workflow_id=row["workflow_id"],
+        events=decode_events(json.loads(row["events"])),
+        **values,
+    )
+
+
+def step_values(s: Step) -> dict[str, Any]:
+    values = {f: getattr(s, f) for f in STEP_FIELDS}
+    values.update(id=s.id, workflow_id=s.workflow_id, events=dumps(encode_events(s.events)))
+    return values
+
+
+def workflow(row: RowMapping, steps: tuple[Step, ...]) -> Workflow:
+    return Workflow(
+        id=row["id"],
+        workspace_id=row["workspace_id"],
+        name=row["name"],
+        description=row["description"],
+        prompt=row["prompt"],
+        agent_profile_id=row["agent_profile_id"],
+        hidden=bool(row["hidden"]),
+        template_id=row["template_id"],
+        steps=steps,
+    )
+
+
+TASK_FIELDS = tuple(c.name for c in t.tasks.columns)
+
+
+def task(row: RowMapping) -> Task:
+    values = {f: row[f] for f in TASK_FIELDS}
+    values["wip_admitted"] = bool(values["wip_admitted"])
+    values["is_ephemeral"] = bool(values["is_ephemeral"])
+    return Task(**values)
+
+
+def session(row: RowMapping) -> Session:
+    return Session(
+        id=row["id"],
+        task_id=row["task_id"],
+        agent_profile_id=row["agent_profile_id"],
+        state=row["state"],
+        is_primary=bool(row["is_primary"]),
+        external=bool(row["external"]),
+        metadata=json.loads(row["metadata"]),
+        error_message=row["error_message"],
+        started_at=row["started_at"],
+        completed_at=row["completed_at"],
+        updated_at=row["updated_at"],
+    )
+
+
+def participant(row: RowMapping) -> Participant:
+    return Participant(
+        id=row["id"],
+        step_id=row["step_id"],
+        task_id=row["task_id"],
+        role=row["role"],
+        agent_profile_id=row["agent_profile_id"],
+        decision_required=bool(row["decision_required"]),
+        position=row["position"],
+    )
+
+
+def decision(row: RowMapping) -> Decision:
+    return Decision(**{c.name: row[c.name] for c in t.workflow_step_decisions.columns})
+
+
+def run(row: RowMapping) -> Run:
+    payload = row["payload"]
+    return Run(
+        id=row["id"],
+        agent_profile_id=row["agent_profile_id"],
+        task_id=row["task_id"],
+        workflow_step_id=row["workflow_step_id"],
+        reason=row["reason"],
+        payload=json.loads(payload) if payload is not None else None,
+        idempotency_key=row["idempotency_key"],
+        coalesce_exempt=bool(row["coalesce_exempt"]),
+        status=row["status"],
+        coalesced_count=row["coalesced_count"],
+        requested_at=row["requested_at"],
+        claimed_at=row["claimed_at"],
+        finished_at=row["finished_at"],
+        session_id=row["session_id"],
+        error_message=row["error_message"],
+    )
+
+
+def entry(row: RowMapping) -> StepEntry:
+    return StepEntry(
+        id=row["id"],
+        task_id=row["task_id"],
+        step_id=row["step_id"],
+        entry_seq=row["entry_seq"],
+        entry_path=row["entry_path"],
+        declaration_digest=row["declaration_digest"],
+        terminal=bool(row["terminal"]),
+        created_at=row["created_at"],
+    )
+
+
+def marker(row: RowMapping) -> Marker:
+    return Marker(**{c.name: row[c.name] for c in t.step_entry_markers.columns})
+
+
+def history(row: RowMapping) -> HistoryRow:
+    return HistoryRow(**{c.name: row[c.name] for c in t.session_step_history.columns})
+
+
+def load_workflow(conn: Connection, workflow_id: str) -> Workflow | None:
+    row = conn.execute(sa.select(t.workflows).where(t.workflows.c.id == workflow_id)).mappings().first()
+    if row is None:
+        return None
+    steps = tuple(
+        step(r)
+        for r in conn.execute(
+            sa.select(t.workflow_steps)
+            .where(t.workflow_steps.c.workflow_id == workflow_id)
+            .order_by(t.workflow_steps.c.position)
+        ).mappings()
+    )
+    return workflow(row, steps)
+
+
+def load_task(conn: Connection, task_id: str) -> Task | None:
+    row = conn.execute(sa.select(t.tasks).where(t.tasks.c.id == task_id)).mappings().first()
+    return task(row) if row is not None else None

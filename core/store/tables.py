@@ -1,0 +1,285 @@
+"""The schema, as SQLAlchemy Core tables.
+
+Table names the specs use (`tasks`, `workflow_steps`, `step_entries`, ...) are public: tooling
+outside laneway reads them. Timestamps are ISO-8601 UTC strings (sortable, identical on SQLite
+and PostgreSQL); JSON-bearing columns are TEXT written by the repositories, so every dialect
+stores the same bytes and key order is kept.
+
+This module is the *current* shape. The database is built by the alembic migrations in
+`core/store/migrations`; a test proves `upgrade head` produces exactly this metadata.
+"""
+
+from __future__ import annotations
+
+import sqlalchemy as sa
+
+metadata = sa.MetaData()
+
+CASCADE = "CASCADE"
+
+workspaces = sa.Table(
+    "workspaces",
+    metadata,
+    sa.Column("id", sa.String(64), primary_key=True),
+    sa.Column("name", sa.String(200), nullable=False),
+    sa.Column("office_workflow_id", sa.String(64), nullable=True),
+    sa.Column("is_default", sa.Boolean, nullable=False, server_default=sa.false()),
+    sa.Column("created_at", sa.String(40), nullable=False),
+)
+
+agent_profiles = sa.Table(
+    "agent_profiles",
+    metadata,
+    sa.Column("id", sa.String(64), primary_key=True),
+    sa.Column(
+        "workspace_id",
+        sa.String(64),
+        sa.ForeignKey("workspaces.id", ondelete=CASCADE),
+        nullable=False,
+    ),
+    sa.Column("name", sa.String(200), nullable=False),
+    sa.Column("command", sa.Text, nullable=False, server_default="[]"),
+    sa.Column("role", sa.String(40), nullable=False, server_default="worker"),
+    sa.Column("env", sa.Text, nullable=False, server_default="{}"),
+    sa.Column("requires_env", sa.Text, nullable=False, server_default="[]"),
+    sa.Column("max_concurrent_sessions", sa.Integer, nullable=False, server_default="1"),
+    sa.Column("created_at", sa.String(40), nullable=False),
+    sa.UniqueConstraint("workspace_id", "name", name="uq_agent_profiles_name"),
+)
+
+workflows = sa.Table(
+    "workflows",
+    metadata,
+    sa.Column("id", sa.String(64), primary_key=True),
+    sa.Column(
+        "workspace_id",
+        sa.String(64),
+        sa.ForeignKey("workspaces.id", ondelete=CASCADE),
+        nullable=False,
+    ),
+    sa.Column("name", sa.String(200), nullable=False),
+    sa.Column("description", sa.Text, nullable=False, server_default=""),
+    sa.Column("prompt", sa.Text, nullable=False, server_default=""),
+    sa.Column("agent_profile_id", sa.String(64), nullable=True),
+    sa.Column("hidden", sa.Boolean, nullable=False, server_default=sa.false()),
+    sa.Column("template_id", sa.String(100), nullable=True),
+    sa.Column("created_at", sa.String(40), nullable=False),
+)
+
+workflow_steps = sa.Table(
+    "workflow_steps",
+    metadata,
+    sa.Column("id", sa.String(64), primary_key=True),
+    sa.Column(
+        "workflow_id",
+        sa.String(64),
+        sa.ForeignKey("workflows.id", ondelete=CASCADE),
+        nullable=False,
+    ),
+    sa.Column("name", sa.String(200), nullable=False),
+    sa.Column("position", sa.Integer, nullable=False),
+    sa.Column("is_start_step", sa.Boolean, nullable=False, server_default=sa.false()),
+    sa.Column("allow_manual_move", sa.Boolean, nullable=False, server_default=sa.true()),
+    sa.Column("wip_limit", sa.Integer, nullable=False, server_default="0"),
+    sa.Column("pull_from_step_id", sa.String(64), nullable=True),
+    sa.Column("agent_profile_id", sa.String(64), nullable=True),
+    sa.Column("prompt", sa.Text, nullable=False, server_default=""),
+    sa.Column("stage_type", sa.String(20), nullable=False, server_default="custom"),
+    sa.Column("color", sa.String(60), nullable=False, server_default=""),
+    sa.Column("show_in_command_panel", sa.Boolean, nullable=False, server_default=sa.false()),
+    sa.Column("auto_archive_after_hours", sa.Integer, nullable=False, server_default="0"),
+    sa.Column(
+        "auto_advance_requires_signal", sa.Boolean, nullable=False, server_default=sa.false()
+    ),
+    sa.Column(
+        "cancel_triggers_turn_complete", sa.Boolean, nullable=False, server_default=sa.false()
+    ),
+    sa.Column("events", sa.Text, nullable=False, server_default="{}"),
+    sa.UniqueConstraint("workflow_id", "position", name="uq_workflow_steps_position"),
+)
+
+tasks = sa.Table(
+    "tasks",
+    metadata,
+    sa.Column("id", sa.String(64), primary_key=True),
+    sa.Column(
+        "workspace_id",
+        sa.String(64),
+        sa.ForeignKey("workspaces.id", ondelete=CASCADE),
+        nullable=False,
+    ),
+    sa.Column("workflow_id", sa.String(64), nullable=True),
+    sa.Column("workflow_step_id", sa.String(64), nullable=True),
+    sa.Column("title", sa.String(500), nullable=False),
+    sa.Column("description", sa.Text, nullable=False, server_default=""),
+    sa.Column("state", sa.String(40), nullable=False, server_default="TODO"),
+    sa.Column("priority", sa.String(20), nullable=False, server_default="none"),
+    sa.Column("position", sa.Integer, nullable=False, server_default="0"),
+    sa.Column("wip_admitted", sa.Boolean, nullable=False, server_default=sa.true()),
+    sa.Column("queued_for_step_id", sa.String(64), nullable=True),
+    sa.Column("queued_at", sa.String(40), nullable=True),
+    sa.Column("project_id", sa.String(64), nullable=True),
+    sa.Column("is_ephemeral", sa.Boolean, nullable=False, server_default=sa.false()),
+    sa.Column("archived_at", sa.String(40), nullable=True),
+    sa.Column("created_at", sa.String(40), nullable=False),
+    sa.Column("updated_at", sa.String(40), nullable=False),
+    sa.Index("ix_tasks_step", "workflow_step_id", "wip_admitted"),
+    sa.Index("ix_tasks_queued_for", "queued_for_step_id"),
+)
+
+task_sessions = sa.Table(
+    "task_sessions",
+    metadata,
+    sa.Column("id", sa.String(64), primary_key=True),
+    sa.Column(
+        "task_id", sa.String(64), sa.ForeignKey("tasks.id", ondelete=CASCADE), nullable=False
+    ),
+    sa.Column("agent_profile_id", sa.String(64), nullable=True),
+    sa.Column("state", sa.String(40), nullable=False, server_default="CREATED"),
+    sa.Column("is_primary", sa.Boolean, nullable=False, server_default=sa.true()),
+    sa.Column("external", sa.Boolean, nullable=False, server_default=sa.true()),
+    sa.Column("metadata", sa.Text, nullable=False, server_default="{}"),
+    sa.Column("error_message", sa.Text, nullable=True),
+    sa.Column("started_at", sa.String(40), nullable=True),
+    sa.Column("completed_at", sa.String(40), nullable=True),
+    sa.Column("updated_at", sa.String(40), nullable=False),
+    sa.Index("ix_task_sessions_task", "task_id"),
+)
+
+session_step_history = sa.Table(
+    "session_step_history",
+    metadata,
+    sa.Column("id", sa.String(64), primary_key=True),
+    sa.Column("session_id", sa.String(64), nullable=False),
+    sa.Column(
+        "task_id", sa.String(64), sa.ForeignKey("tasks.id", ondelete=CASCADE), nullable=False
+    ),
+    sa.Column("from_step_id", sa.String(64), nullable=True),
+    sa.Column("to_step_id", sa.String(64), nullable=True),
+    sa.Column("trigger", sa.String(60), nullable=False),
+    sa.Column("actor_id", sa.String(64), nullable=False, server_default=""),
+    sa.Column("created_at", sa.String(40), nullable=False),
+    sa.Index("ix_session_step_history_task", "task_id"),
+)
+
+workflow_step_participants = sa.Table(
+    "workflow_step_participants",
+    metadata,
+    sa.Column("id", sa.String(64), primary_key=True),
+    sa.Column(
+        "step_id",
+        sa.String(64),
+        sa.ForeignKey("workflow_steps.id", ondelete=CASCADE),
+        nullable=False,
+    ),
+    sa.Column("task_id", sa.String(64), nullable=False, server_default=""),
+    sa.Column("role", sa.String(40), nullable=False),
+    sa.Column("agent_profile_id", sa.String(64), nullable=False),
+    sa.Column("decision_required", sa.Boolean, nullable=False, server_default=sa.false()),
+    sa.Column("position", sa.Integer, nullable=False, server_default="0"),
+    sa.Column("created_at", sa.String(40), nullable=False),
+    sa.Index("ix_participants_step_task", "step_id", "task_id"),
+    sa.Index("ix_participants_task", "task_id"),
+)
+
+workflow_step_decisions = sa.Table(
+    "workflow_step_decisions",
+    metadata,
+    sa.Column("id", sa.String(64), primary_key=True),
+    sa.Column(
+        "task_id", sa.String(64), sa.ForeignKey("tasks.id", ondelete=CASCADE), nullable=False
+    ),
+    sa.Column("step_id", sa.String(64), nullable=False),
+    sa.Column("participant_id", sa.String(64), nullable=False),
+    sa.Column("decision", sa.String(40), nullable=False),
+    sa.Column("comment", sa.Text, nullable=False, server_default=""),
+    sa.Column("decided_at", sa.String(40), nullable=False),
+    sa.Column("superseded_at", sa.String(40), nullable=True),
+    sa.Column("decider_type", sa.String(20), nullable=False, server_default="agent"),
+    sa.Column("decider_id", sa.String(64), nullable=False, server_default=""),
+    sa.Column("role", sa.String(40), nullable=False, server_default=""),
+    sa.Index("ix_decisions_task_step", "task_id", "step_id"),
+)
+
+runs = sa.Table(
+    "runs",
+    metadata,
+    sa.Column("id", sa.String(64), primary_key=True),
+    sa.Column("agent_profile_id", sa.String(64), nullable=False),
+    sa.Column("task_id", sa.String(64), nullable=True),
+    sa.Column("workflow_step_id", sa.String(64), nullable=True),
+    sa.Column("reason", sa.String(100), nullable=False),
+    sa.Column("payload", sa.Text, nullable=True),
+    sa.Column("idempotency_key", sa.String(400), nullable=True),
+    sa.Column("coalesce_exempt", sa.Boolean, nullable=False, server_default=sa.false()),
+    sa.Column("status", sa.String(20), nullable=False, server_default="queued"),
+    sa.Column("coalesced_count", sa.Integer, nullable=False, server_default="1"),
+    sa.Column("requested_at", sa.String(40), nullable=False),
+    sa.Column("claimed_at", sa.String(40), nullable=True),
+    sa.Column("claimed_epoch", sa.String(64), nullable=True),
+    sa.Column("finished_at", sa.String(40), nullable=True),
+    sa.Column("session_id", sa.String(64), nullable=True),
+    sa.Column("error_message", sa.Text, nullable=True),
+    sa.Index("ix_runs_status_requested", "status", "requested_at"),
+    sa.Index("ix_runs_idempotency_key", "idempotency_key"),
+    sa.Index("ix_runs_task", "task_id"),
+)
+
+task_review_runs = sa.Table(
+    "task_review_runs",
+    metadata,
+    sa.Column("id", sa.String(64), primary_key=True),
+    sa.Column(
+        "task_id", sa.String(64), sa.ForeignKey("tasks.id", ondelete=CASCADE), nullable=False
+    ),
+    sa.Column("workflow_step_id", sa.String(64), nullable=False),
+    sa.Column("trigger", sa.String(40), nullable=False, server_default="workflow_step"),
+    sa.Column("status", sa.String(20), nullable=False),
+    sa.Column("created_at", sa.String(40), nullable=False),
+)
+
+step_entries = sa.Table(
+    "step_entries",
+    metadata,
+    sa.Column("id", sa.String(64), primary_key=True),
+    sa.Column(
+        "task_id", sa.String(64), sa.ForeignKey("tasks.id", ondelete=CASCADE), nullable=False
+    ),
+    sa.Column("step_id", sa.String(64), nullable=False),
+    sa.Column("entry_seq", sa.Integer, nullable=False),
+    sa.Column("entry_path", sa.String(4), nullable=False),
+    sa.Column("declaration_digest", sa.String(64), nullable=False),
+    sa.Column("terminal", sa.Boolean, nullable=False, server_default=sa.false()),
+    sa.Column("created_at", sa.String(40), nullable=False),
+    sa.UniqueConstraint("task_id", "step_id", "entry_seq", name="uq_step_entries_seq"),
+    # Recovery asks "non-terminal entries in (task, step, seq) order": one range scan.
+    sa.Index("ix_step_entries_pending", "terminal", "task_id", "step_id", "entry_seq"),
+)
+
+step_entry_markers = sa.Table(
+    "step_entry_markers",
+    metadata,
+    sa.Column(
+        "entry_id",
+        sa.String(64),
+        sa.ForeignKey("step_entries.id", ondelete=CASCADE),
+        primary_key=True,
+    ),
+    sa.Column("position", sa.Integer, primary_key=True),
+    sa.Column("kind", sa.String(100), primary_key=True),
+    sa.Column("state", sa.String(20), nullable=False),
+    sa.Column("epoch", sa.String(64), nullable=True),
+    sa.Column("reason", sa.String(40), nullable=True),
+    sa.Column("cause", sa.Text, nullable=True),
+    sa.Column("updated_at", sa.String(40), nullable=False),
+)
+
+host_epochs = sa.Table(
+    "host_epochs",
+    metadata,
+    sa.Column("epoch", sa.String(64), primary_key=True),
+    sa.Column("pid", sa.Integer, nullable=False),
+    sa.Column("hostname", sa.String(200), nullable=False),
+    sa.Column("opened_at", sa.String(40), nullable=False),
+    sa.Column("closed_at", sa.String(40), nullable=True),
+)

@@ -1,0 +1,423 @@
+"""The transition transaction: the only code that changes a task's step.
+
+Every route (engine transition E1, manual move E2, WIP promotion E3, switch_workflow E4,
+generic update and task start E5) calls `move`. In ONE transaction it writes the step fields
+(admitting the task, or storing it queued when the step is full), records session history,
+and lets the ledger allocate the entry record. After the commit, and before returning, it runs
+the source step's on_exit, hands the arrival to the entry dispatcher, then promotes queued
+tasks into the step it vacated (each promotion an E3 arrival of its own).
+
+Not arrivals, by definition: re-issuing a move to the step the task stands on, a queued
+placement, creating a task into a step, detaching a task from its workflow, and restoring a
+step from history (`restore_step`).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import attrs
+import sqlalchemy as sa
+from loguru import logger
+
+from core import faults, ids
+from core.errors import Conflict
+from core.model import ACTIVE_SESSION_STATES, StepEntry, Step, Task, Workflow
+from core.store import rows
+from core.store import tables as t
+from core.store.database import UnitOfWork
+
+if TYPE_CHECKING:
+    from core.host import Host
+
+TASKS = t.tasks
+PRIORITY_RANK = {"critical": 0, "high": 1, "medium": 2, "low": 3}
+BUSY_SESSION_STATES = ("STARTING", "RUNNING")
+
+
+@attrs.frozen
+class Arrival:
+    """One committed arrival: the task as committed, where it arrived, and by which path."""
+
+    task: Task
+    workflow: Workflow
+    step: Step
+    entry_path: str
+    from_step_id: str | None
+    session_id: str | None
+    entry: StepEntry | None = None
+
+
+@attrs.frozen
+class Change:
+    """What `move` did."""
+
+    task: Task
+    from_step_id: str | None
+    changed: bool
+    queued: bool = False
+    arrival: Arrival | None = None
+    abandoned: bool = False
+    """The caller's expected step no longer held (compare-and-set lost); nothing changed."""
+
+
+# -- reads inside a unit of work --------------------------------------------------------------
+
+
+def _task_row(uow: UnitOfWork, task_id: str) -> Task:
+    task = rows.load_task(uow.conn, task_id)
+    if task is None:
+        from core.errors import NotFound
+
+        raise NotFound(f"no task {task_id!r}")
+    return task
+
+
+def live_session_id(conn: sa.Connection, task_id: str) -> str | None:
+    """The task's newest active session (the one history rows and session kinds act on)."""
+    s = t.task_sessions
+    return conn.execute(
+        sa.select(s.c.id)
+        .where(s.c.task_id == task_id, s.c.state.in_(tuple(ACTIVE_SESSION_STATES)))
+        .order_by(s.c.is_primary.desc(), s.c.updated_at.desc(), s.c.id.desc())
+        .limit(1)
+    ).scalar()
+
+
+def _admitted_count(conn: sa.Connection, step_id: str, exclude_task: str | None) -> int:
+    query = sa.select(sa.func.count()).where(
+        TASKS.c.workflow_step_id == step_id,
+        TASKS.c.wip_admitted.is_(True),
+        TASKS.c.archived_at.is_(None),
+        TASKS.c.is_ephemeral.is_(False),
+    )
+    if exclude_task is not None:
+        query = query.where(TASKS.c.id != exclude_task)
+    return int(conn.execute(query).scalar_one())
+
+
+def _has_room(conn: sa.Connection, step: Step, task_id: str | None, ephemeral: bool) -> bool:
+    if ephemeral or step.wip_limit <= 0:
+        return True
+    return _admitted_count(conn, step.id, task_id) < step.wip_limit
+
+
+def _state_on_arrival(task: Task, workflow: Workflow, step: Step) -> str:
+    terminal = workflow.terminal_step
+    if terminal is not None and terminal.id == step.id:
+        return "COMPLETED"
+    return "TODO" if task.state == "COMPLETED" else task.state
+
+
+def _write_history(
+    uow: UnitOfWork,
+    task_id: str,
+    session_id: str | None,
+    from_step: str | None,
+    to_step: str,
+    label: str,
+    actor: str,
+) -> None:
+    if session_id is None:
+        return
+    uow.conn.execute(
+        sa.insert(t.session_step_history).values(
+            id=ids.new_id(),
+            session_id=session_id,
+            task_id=task_id,
+            from_step_id=from_step,
+            to_step_id=to_step,
+            trigger=label,
+            actor_id=actor,
+            created_at=ids.now(),
+        )
+    )
+
+
+def _admit(
+    host: Host,
+    uow: UnitOfWork,
+    task: Task,
+    workflow: Workflow,
+    step: Step,
+    *,
+    path: str,
+    label: str,
+    actor: str,
+    from_step_id: str | None,
+) -> Arrival:
+    """Write an admission and everything that commits with it; return the arrival."""
+    stamp = ids.now()
+    uow.conn.execute(
+        sa.update(TASKS)
+        .where(TASKS.c.id == task.id)
+        .values(
+            workflow_id=workflow.id,
+            workflow_step_id=step.id,
+            wip_admitted=True,
+            queued_for_step_id=None,
+            queued_at=None,
+            state=_state_on_arrival(task, workflow, step),
+            updated_at=stamp,
+        )
+    )
+    session_id = live_session_id(uow.conn, task.id)
+    _write_history(uow, task.id, session_id, from_step_id, step.id, label, actor)
+    from core import ledger
+
+    entry = ledger.allocate(uow, host.bundle.registry, task.id, step, path)
+    committed = _task_row(uow, task.id)
+    return Arrival(committed, workflow, step, path, from_step_id, session_id, entry)
+
+
+# -- the one function that changes a task's step ------------------------------------------------
+
+
+def move(
+    host: Host,
+    task_id: str,
+    to_step_id: str,
+    *,
+    path: str,
+    label: str,
+    expected_step_id: str | None = None,
+    actor: str = "",
+) -> Change:
+    """Put the task at `to_step_id` (possibly in another workflow), as entry path `path`.
+
+    :param label: the `session_step_history.trigger` for this route.
+    :param expected_step_id: compare-and-set: change nothing unless the task stands there.
+    """
+    workflow, step = host.workflows.step_by_id(to_step_id)
+    with host.store.transaction() as uow:
+        task = _task_row(uow, task_id)
+        source = task.workflow_step_id
+        if expected_step_id is not None and source != expected_step_id:
+            return Change(task, source, changed=False, abandoned=True)
+        if source == step.id:
+            # Same step: not an arrival, whether admitted or queued here.
+            return Change(task, source, changed=False, queued=not task.wip_admitted)
+        if _has_room(uow.conn, step, task.id, task.is_ephemeral):
+            arrival: Arrival | None = _admit(
+                host, uow, task, workflow, step,
+                path=path, label=label, actor=actor, from_step_id=source,
+            )
+            queued = False
+        else:
+            arrival = None
+            queued = True
+            uow.conn.execute(
+                sa.update(TASKS)
+                .where(TASKS.c.id == task.id)
+                .values(
+                    workflow_id=workflow.id,
+                    workflow_step_id=step.id,
+                    wip_admitted=False,
+                    queued_for_step_id=step.id,
+                    queued_at=ids.now(),
+                    updated_at=ids.now(),
+                )
+            )
+            _write_history(
+                uow, task.id, live_session_id(uow.conn, task.id), source, step.id, label, actor
+            )
+        committed = _task_row(uow, task.id)
+    faults.reach("transition.after_commit")
+    _log_change(committed, source, step, path, queued)
+    _after_commit(host, task, source, arrival)
+    return Change(committed, source, changed=True, queued=queued, arrival=arrival)
+
+
+def _after_commit(host: Host, before: Task, source: str | None, arrival: Arrival | None) -> None:
+    """on_exit of the step left, the arrival's entry sequence, then promotion into the gap."""
+    from core import entry
+
+    if source is not None and before.wip_admitted and before.workflow_id is not None:
+        host.bundle.engine.run_exit(before, source)
+    if arrival is not None:
+        entry.dispatch(host, arrival)
+    if source is not None:
+        promote(host, source)
+
+
+def _log_change(task: Task, source: str | None, step: Step, path: str, queued: bool) -> None:
+    logger.bind(
+        task_id=task.id,
+        from_step_id=source,
+        step_id=step.id,
+        step_name=step.name,
+        workflow_id=step.workflow_id,
+        entry_path=path,
+        queued=queued,
+    ).debug("step change committed")
+
+
+# -- WIP: placement at creation and promotion on vacate ------------------------------------------
+
+
+def place_new_task(
+    uow: UnitOfWork, values: dict[str, Any], workflow: Workflow, step: Step
+) -> None:
+    """Insert a new task at `step`. Creation is never an arrival.
+
+    A full step with a feeder places the task in the feeder, tagged for `step`; a full step
+    without one stores it queued in place; a full feeder too refuses the creation.
+    """
+    stamp = ids.now()
+    row = dict(values, workflow_id=workflow.id, created_at=stamp, updated_at=stamp)
+    ephemeral = bool(values.get("is_ephemeral"))
+    if _has_room(uow.conn, step, None, ephemeral):
+        row.update(workflow_step_id=step.id, wip_admitted=True)
+    elif step.pull_from_step_id:
+        feeder = workflow.step(step.pull_from_step_id)
+        if feeder is None or not _has_room(uow.conn, feeder, None, ephemeral):
+            raise Conflict(
+                f"step {step.name!r} is full and its feeder step cannot take the task either"
+            )
+        row.update(workflow_step_id=feeder.id, wip_admitted=True, queued_for_step_id=step.id)
+    else:
+        row.update(
+            workflow_step_id=step.id,
+            wip_admitted=False,
+            queued_for_step_id=step.id,
+            queued_at=stamp,
+        )
+    uow.conn.execute(sa.insert(TASKS).values(**row))
+
+
+def _order_key(task: Task) -> tuple[int, int, str, str, str]:
+    return (
+        task.position,
+        PRIORITY_RANK.get(task.priority, 4),
+        task.queued_at or "",
+        task.created_at,
+        task.id,
+    )
+
+
+def _next_candidate(conn: sa.Connection, workflow: Workflow, step: Step) -> Task | None:
+    """Who is admitted next: tasks queued at the step, then feeder tasks for it."""
+    queued = [
+        rows.task(r)
+        for r in conn.execute(
+            sa.select(TASKS).where(
+                TASKS.c.workflow_step_id == step.id,
+                TASKS.c.wip_admitted.is_(False),
+                TASKS.c.archived_at.is_(None),
+            )
+        ).mappings()
+    ]
+    if queued:
+        return min(queued, key=_order_key)
+    if not step.pull_from_step_id:
+        return None
+    s = t.task_sessions
+    busy = sa.select(s.c.task_id).where(s.c.state.in_(BUSY_SESSION_STATES))
+    feeder = [
+        rows.task(r)
+        for r in conn.execute(
+            sa.select(TASKS).where(
+                TASKS.c.workflow_step_id == step.pull_from_step_id,
+                TASKS.c.wip_admitted.is_(True),
+                TASKS.c.archived_at.is_(None),
+                sa.or_(
+                    TASKS.c.queued_for_step_id.is_(None),
+                    TASKS.c.queued_for_step_id == step.id,
+                ),
+                TASKS.c.id.not_in(busy),
+            )
+        ).mappings()
+    ]
+    return min(feeder, key=_order_key) if feeder else None
+
+
+def promote(host: Host, step_id: str) -> list[Arrival]:
+    """Admit queued tasks into `step_id` while it has room (entry path E3).
+
+    Each admission is its own transaction and its own arrival, dispatched before the next is
+    considered; a feeder task pulled forward vacates the feeder, which is promoted in turn.
+    """
+    try:
+        workflow, step = host.workflows.step_by_id(step_id)
+    except LookupError:
+        return []
+    from core.errors import NotFound
+
+    arrivals: list[Arrival] = []
+    while True:
+        try:
+            with host.store.transaction() as uow:
+                if not _has_room(uow.conn, step, None, False):
+                    return arrivals
+                candidate = _next_candidate(uow.conn, workflow, step)
+                if candidate is None:
+                    return arrivals
+                source = candidate.workflow_step_id
+                arrival = _admit(
+                    host, uow, candidate, workflow, step,
+                    path="E3", label="queue_promotion", actor="",
+                    from_step_id=source,
+                )
+        except NotFound:
+            return arrivals
+        faults.reach("transition.after_commit")
+        _log_change(arrival.task, source, step, "E3", False)
+        arrivals.append(arrival)
+        moved_out = source is not None and source != step.id
+        if moved_out:
+            assert source is not None
+            host.bundle.engine.run_exit(candidate, source)
+        from core import entry
+
+        entry.dispatch(host, arrival)
+        if moved_out:
+            assert source is not None
+            arrivals.extend(promote(host, source))
+
+
+# -- step writes that are not arrivals -------------------------------------------------------------
+
+
+def restore_step(host: Host, task_id: str, step_id: str) -> Task:
+    """Put the task back at a step from history (message rollback): no entry work runs."""
+    workflow, step = host.workflows.step_by_id(step_id)
+    with host.store.transaction() as uow:
+        task = _task_row(uow, task_id)
+        uow.conn.execute(
+            sa.update(TASKS)
+            .where(TASKS.c.id == task_id)
+            .values(
+                workflow_id=workflow.id,
+                workflow_step_id=step.id,
+                wip_admitted=True,
+                queued_for_step_id=None,
+                queued_at=None,
+                updated_at=ids.now(),
+            )
+        )
+        committed = _task_row(uow, task_id)
+    if task.workflow_step_id and task.workflow_step_id != step.id:
+        promote(host, task.workflow_step_id)
+    return committed
+
+
+def detach(host: Host, task_id: str) -> Task:
+    """Take the task out of its workflow: it stands at no step, which is not an arrival."""
+    with host.store.transaction() as uow:
+        task = _task_row(uow, task_id)
+        uow.conn.execute(
+            sa.update(TASKS)
+            .where(TASKS.c.id == task_id)
+            .values(
+                workflow_id=None,
+                workflow_step_id=None,
+                wip_admitted=True,
+                queued_for_step_id=None,
+                queued_at=None,
+                updated_at=ids.now(),
+            )
+        )
+        committed = _task_row(uow, task_id)
+    if task.workflow_step_id:
+        promote(host, task.workflow_step_id)
+    return committed

@@ -1,0 +1,22 @@
+"""Session-lifecycle action kinds: they act on the task's live agent session.
+
+They hold no ledger marker (they are once per dispatch, not durable) and are skipped when the
+task has no live session. What each did is recorded on the session (its metadata), so the
+effect is visible: `laneway session list --task T --json`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from core.kinds import ActionKind
+from kanban_plugin.kinds import KINDS
+from plugins import hookimpl
+
+__version__ = "0.1.0"
+
+
+@hookimpl
+def laneway_register_action_kinds(register: Callable[[ActionKind], None]) -> None:
+    for kind in KINDS:
+        register(kind)

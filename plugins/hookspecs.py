@@ -1,0 +1,85 @@
+"""The hooks a laneway plugin may implement. This module is the plugin author's reference.
+
+A plugin is a module (or object) with functions decorated by :data:`plugins.hookimpl`, found
+through the ``laneway.plugins`` entry-point group; the entry point's name is the plugin's name
+in allow- and block-lists. Every hook name starts with ``laneway_``; an implementation whose
+name is unknown fails the host's start (``check_pending``), so a typo never goes unnoticed.
+
+Hooks that *contribute* (kinds, guards, commands) receive a ``register`` callback or an object
+to extend, rather than returning values: the host records which plugin contributed what, and
+two plugins contributing one name stop the host with an error naming both.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+import pluggy
+
+from core.kinds import ActionKind, GuardKind
+from core.model import Task, Workspace
+
+if TYPE_CHECKING:
+    import click
+
+hookspec = pluggy.HookspecMarker("laneway")
+
+
+@hookspec
+def laneway_register_action_kinds(register: Callable[[ActionKind], None]) -> None:
+    """Declare the action kinds this plugin provides.
+
+    :param register: call once per kind with an :class:`core.kinds.ActionKind`.
+
+    Called once each time the host builds a bundle (at open, and again when features or the
+    plugin selection change). Declare every kind whatever the host's features are: when the
+    kind's ``feature`` is off the host keeps the declaration (the kind stays recognised and
+    durable) and drops only its executor.
+    """
+
+
+@hookspec
+def laneway_register_guards(register: Callable[[GuardKind], None]) -> None:
+    """Declare the transition guards this plugin provides.
+
+    :param register: call once per guard with a :class:`core.kinds.GuardKind`.
+
+    Called with :func:`laneway_register_action_kinds`. A guard is written in a workflow as
+    ``if: {<name>: {...}}`` on a move action (or, legacy form, ``<name>: {...}`` at the top of
+    the move's config).
+    """
+
+
+@hookspec(firstresult=True)
+def laneway_task_ownership(task: Task, workspace: Workspace) -> str | None:
+    """Claim a task for a plugin's own handling (Office claims its tasks).
+
+    :param task: the task row.
+    :param workspace: the task's workspace.
+    :return: the owning plugin's name, or None for "not mine".
+
+    Called when the host needs to know who owns a task (agent failure routing, auto-start).
+    Stops at the first non-None result.
+    """
+
+
+@hookspec
+def laneway_host_started(host: Any) -> None:
+    """React to a host that has finished opening.
+
+    :param host: the :class:`core.Host`, with its store open, lock held, recovery done.
+
+    Called once per :meth:`core.Host.open`, after the first bundle is published and the
+    recovery scan ran, before the host is returned to its caller.
+    """
+
+
+@hookspec
+def laneway_cli_commands(group: click.Group) -> None:
+    """Add commands to the ``laneway`` command line.
+
+    :param group: the top-level click group; call ``group.add_command(...)``.
+
+    Called once when the ``laneway`` command starts, before arguments are parsed.
+    """

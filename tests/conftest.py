@@ -1,0 +1,90 @@
+"""Shared fixtures. Store-facing tests run on a real SQLite file and, when a server is
+reachable (LANEWAY_TEST_PG_URL, set by .ci/run), on PostgreSQL too."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import sqlalchemy as sa
+
+from core import Features, Host
+from plugins.manager import PluginSelection
+
+PG_URL = os.environ.get("LANEWAY_TEST_PG_URL")
+REPO = Path(__file__).resolve().parents[1]
+SHARED = REPO.parent / "shared"
+
+
+def _pg_engine(url: str) -> sa.Engine:
+    return sa.create_engine(
+        url.replace("postgresql://", "postgresql+psycopg://", 1), isolation_level="AUTOCOMMIT"
+    )
+
+
+@pytest.fixture(scope="session")
+def pg_database() -> Iterator[str | None]:
+    """A database of this test process's own on the server, so parallel runs never collide."""
+    if not PG_URL:
+        yield None
+        return
+    admin = _pg_engine(PG_URL)
+    name = f"laneway_t{os.getpid()}"
+    with admin.connect() as conn:
+        conn.exec_driver_sql(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
+        conn.exec_driver_sql(f"CREATE DATABASE {name}")
+    yield PG_URL.rsplit("/", 1)[0] + f"/{name}"
+    with admin.connect() as conn:
+        conn.exec_driver_sql(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
+    admin.dispose()
+
+
+def _reset_postgres(url: str) -> None:
+    engine = _pg_engine(url)
+    with engine.connect() as conn:
+        conn.exec_driver_sql("DROP SCHEMA public CASCADE")
+        conn.exec_driver_sql("CREATE SCHEMA public")
+    engine.dispose()
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def db_url(request: pytest.FixtureRequest, tmp_path: Path, pg_database: str | None) -> str:
+    """A fresh, empty database URL: a SQLite file, or a reset PostgreSQL schema."""
+    if request.param == "sqlite":
+        return f"sqlite:///{tmp_path / 'board.db'}"
+    if pg_database is None:
+        pytest.skip("no PostgreSQL server: set LANEWAY_TEST_PG_URL (.ci/run does)")
+    _reset_postgres(pg_database)
+    return pg_database
+
+
+@pytest.fixture
+def sqlite_url(tmp_path: Path) -> str:
+    return f"sqlite:///{tmp_path / 'board.db'}"
+
+
+def open_host(url: str, *, office: bool = True, **kwargs: object) -> Host:
+    """A host with exactly the built-in plugins (nothing installed elsewhere leaks in)."""
+    selection = PluginSelection(allow=frozenset({"kanban", "office"}))
+    return Host.open(url, features=Features(office=office), plugins=selection, **kwargs)  # type: ignore[arg-type]
+
+
+@pytest.fixture
+def host(db_url: str) -> Iterator[Host]:
+    with open_host(db_url) as h:
+        yield h
+
+
+@pytest.fixture
+def sqlite_host(sqlite_url: str) -> Iterator[Host]:
+    with open_host(sqlite_url) as h:
+        yield h
+
+
+@pytest.fixture
+def shared_dir() -> Path:
+    if not SHARED.is_dir():
+        pytest.skip(f"reference material not present at {SHARED}")
+    return SHARED
