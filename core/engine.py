@@ -95,9 +95,10 @@ class Engine:
         actions = step.actions(trigger)
         log = _bound(task, step, trigger)
         target: Step | None = None
+        warned: set[str] = set()
         for decl in actions:
             if decl.kind in MOVE_KINDS:
-                if target is None and self._eligible(decl, task, step, trigger, log):
+                if target is None and self._eligible(decl, task, step, trigger, log, warned):
                     target = self._resolve_target(workflow, step, decl)
                 continue
             if not self._run(decl, task, step, trigger, log, operation_id, payload):
@@ -131,10 +132,11 @@ class Engine:
         task = self.host.tasks.get(task_id)
         workflow, step = self.host.workflows.step_by_id(step_id)
         log = _bound(task, step, "on_turn_complete")
+        warned: set[str] = set()
         for decl in step.actions("on_turn_complete"):
             if decl.kind not in MOVE_KINDS or not guards_of(decl):
                 continue
-            if not self._eligible(decl, task, step, "on_turn_complete", log):
+            if not self._eligible(decl, task, step, "on_turn_complete", log, warned):
                 continue
             target = self._resolve_target(workflow, step, decl)
             change = transition.move(
@@ -174,7 +176,8 @@ class Engine:
     def run_action(self, task_id: str, kind: str, config: Mapping[str, Any]) -> None:
         """Execute one action outside any declaration (the operator's switch-workflow)."""
         task = self.host.tasks.get(task_id)
-        assert task.workflow_id is not None and task.workflow_step_id is not None
+        if task.workflow_id is None or task.workflow_step_id is None:
+            raise LanewayError(f"task {task.id} is not in a workflow")
         workflow = self.host.workflows.by_id(task.workflow_id)
         step = workflow.step(task.workflow_step_id)
         assert step is not None
@@ -197,13 +200,17 @@ class Engine:
     # -- pieces ---------------------------------------------------------------------------------
 
     def _eligible(
-        self, decl: ActionDecl, task: Task, step: Step, trigger: str, log: Any
+        self, decl: ActionDecl, task: Task, step: Step, trigger: str, log: Any, warned: set[str]
     ) -> bool:
+        """Whether a move may be taken; `warned` keeps one warning per guard per evaluation."""
         if decl.config.get("requires_approval"):
             return False
         for name, config in guards_of(decl).items():
             registered = self.registry.guard(name)
             if registered is None or not registered.enabled:
+                if name in warned:
+                    return False
+                warned.add(name)
                 log.bind(guard=name, position=decl.position).warning(
                     "guarded transition not taken: guard has no provider"
                     if registered is None

@@ -98,7 +98,9 @@ def dispatch(host: Host, arrival: Arrival) -> None:
         _run_session_kind(kind.validate, kind.execute, ctx, decl, action_log)
 
 
-def _run_session_kind(validate: Any, execute: Any, ctx: ActionContext, decl: ActionDecl, log: Any) -> None:
+def _run_session_kind(
+    validate: Any, execute: Any, ctx: ActionContext, decl: ActionDecl, log: Any
+) -> None:
     try:
         value = validate(decl.config)
     except ConfigError as exc:
@@ -109,7 +111,7 @@ def _run_session_kind(validate: Any, execute: Any, ctx: ActionContext, decl: Act
     except ActionFailed as exc:
         log.bind(cause=exc.cause).error("entry action failed; the entry continues")
         return
-    except Exception as exc:
+    except Exception as exc:  # noqa: BLE001 - a plugin's bug must not stop the entry
         log.bind(cause=f"{type(exc).__name__}: {exc}").exception(
             "entry action raised; the entry continues"
         )

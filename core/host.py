@@ -145,7 +145,7 @@ class Host:
             self._lock = None
         self.store.close()
 
-    def __enter__(self) -> Host:
+    def __enter__(self) -> Host:  # noqa: PYI034 - Host is not meant to be subclassed
         return self
 
     def __exit__(

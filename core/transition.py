@@ -22,7 +22,7 @@ from loguru import logger
 
 from core import faults, ids
 from core.errors import Conflict
-from core.model import ACTIVE_SESSION_STATES, StepEntry, Step, Task, Workflow
+from core.model import ACTIVE_SESSION_STATES, Step, StepEntry, Task, Workflow
 from core.store import rows
 from core.store import tables as t
 from core.store.database import UnitOfWork
@@ -199,8 +199,15 @@ def move(
             return Change(task, source, changed=False, queued=not task.wip_admitted)
         if _has_room(uow.conn, step, task.id, task.is_ephemeral):
             arrival: Arrival | None = _admit(
-                host, uow, task, workflow, step,
-                path=path, label=label, actor=actor, from_step_id=source,
+                host,
+                uow,
+                task,
+                workflow,
+                step,
+                path=path,
+                label=label,
+                actor=actor,
+                from_step_id=source,
             )
             queued = False
         else:
@@ -255,9 +262,7 @@ def _log_change(task: Task, source: str | None, step: Step, path: str, queued: b
 # -- WIP: placement at creation and promotion on vacate ------------------------------------------
 
 
-def place_new_task(
-    uow: UnitOfWork, values: dict[str, Any], workflow: Workflow, step: Step
-) -> None:
+def place_new_task(uow: UnitOfWork, values: dict[str, Any], workflow: Workflow, step: Step) -> None:
     """Insert a new task at `step`. Creation is never an arrival.
 
     A full step with a feeder places the task in the feeder, tagged for `step`; a full step
@@ -354,8 +359,14 @@ def promote(host: Host, step_id: str) -> list[Arrival]:
                     return arrivals
                 source = candidate.workflow_step_id
                 arrival = _admit(
-                    host, uow, candidate, workflow, step,
-                    path="E3", label="queue_promotion", actor="",
+                    host,
+                    uow,
+                    candidate,
+                    workflow,
+                    step,
+                    path="E3",
+                    label="queue_promotion",
+                    actor="",
                     from_step_id=source,
                 )
         except NotFound:

@@ -88,7 +88,9 @@ def validate_clear(config: Mapping[str, Any]) -> None:
 def validate_code_review(config: Mapping[str, Any]) -> str | None:
     profile = config.get("agent_profile_id")
     if profile is not None and not isinstance(profile, str):
-        raise ConfigError("config.agent_profile_id must be a string", field="config.agent_profile_id")
+        raise ConfigError(
+            "config.agent_profile_id must be a string", field="config.agent_profile_id"
+        )
     return profile or None
 
 
@@ -109,7 +111,9 @@ def validate_seat(config: Mapping[str, Any]) -> SeatConfig:
         raise ConfigError("config.agent_profile_id is required", field="config.agent_profile_id")
     required = config.get("decision_required", role in ("reviewer", "approver"))
     if not isinstance(required, bool):
-        raise ConfigError("config.decision_required must be a boolean", field="config.decision_required")
+        raise ConfigError(
+            "config.decision_required must be a boolean", field="config.decision_required"
+        )
     return SeatConfig(str(role), agent, required)
 
 

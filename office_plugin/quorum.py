@@ -1,9 +1,13 @@
 """The `wait_for_quorum` guard: a transition waits until the step's seats have decided.
 
 Slate for role R at step S: the task's own seats at any step of its workflow plus the template
-seats at S; keep role R with a decision required; one seat per (role, agent), a per-task seat
-beating a template one and a seat at S beating one elsewhere. Each seat's latest decision at S
-counts. An empty slate never passes (fails closed).
+seats at S; one seat per (role, agent), a per-task seat beating a template one and a seat at S
+beating one elsewhere; then keep role R with a decision required. Each seat's latest decision
+at S counts. An empty slate never passes (fails closed).
+
+The reference filters by `decision_required` before collapsing, so a per-task seat saying "this
+agent need not decide here" cannot override the template seat. We collapse first: a per-task
+seat overrides the template seat in every respect, as the merged participant list shows it.
 """
 
 from __future__ import annotations
@@ -47,16 +51,17 @@ def validate(config: Mapping[str, Any]) -> Quorum:
 
 
 def slate(rows: Iterable[Participant], role: str, step_id: str) -> list[Participant]:
-    required = [r for r in rows if r.role == role and r.decision_required]
+    of_role = [r for r in rows if r.role == role]
     # Per (task, role, agent): prefer the seat at this step, then the lowest id.
     canonical: dict[tuple[str, str, str], Participant] = {}
-    for seat in sorted(required, key=lambda s: (s.step_id != step_id, s.id)):
+    for seat in sorted(of_role, key=lambda s: (s.step_id != step_id, s.id)):
         canonical.setdefault((seat.task_id, seat.role, seat.agent_profile_id), seat)
     # Per (role, agent): a per-task seat beats a template seat.
     collapsed: dict[tuple[str, str], Participant] = {}
     for seat in sorted(canonical.values(), key=lambda s: (s.task_id == "", s.id)):
         collapsed.setdefault((seat.role, seat.agent_profile_id), seat)
-    return sorted(collapsed.values(), key=lambda s: (s.position, s.id))
+    required = [s for s in collapsed.values() if s.decision_required]
+    return sorted(required, key=lambda s: (s.position, s.id))
 
 
 def latest_verdicts(seats: list[Participant], decisions: list[Decision]) -> dict[str, str]:

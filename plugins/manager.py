@@ -8,6 +8,7 @@ silently dropped. Each bundle build gets a fresh ``PluginManager``: nothing is g
 
 from __future__ import annotations
 
+import functools
 import importlib
 import os
 from collections.abc import Callable, Iterable
@@ -102,7 +103,9 @@ def _dist_of(ep: EntryPoint) -> tuple[str | None, str | None]:
     return dist.metadata["Name"], dist.version
 
 
-def load_plugins(selection: PluginSelection, builtins: Iterable[tuple[str, object]] = ()) -> LoadedPlugins:
+def load_plugins(
+    selection: PluginSelection, builtins: Iterable[tuple[str, object]] = ()
+) -> LoadedPlugins:
     """Build a fresh plugin manager holding the selected plugins."""
     pm = pluggy.PluginManager("laneway")
     pm.add_hookspecs(hookspecs)
@@ -128,13 +131,12 @@ def load_plugins(selection: PluginSelection, builtins: Iterable[tuple[str, objec
                 if seen[ep.name] == dist:
                     continue  # the same distribution seen twice on sys.path
                 raise PluginError(
-                    f"two plugins are named {ep.name!r} "
-                    f"(distributions {seen[ep.name]} and {dist})"
+                    f"two plugins are named {ep.name!r} (distributions {seen[ep.name]} and {dist})"
                 )
             seen[ep.name] = dist
             candidates.append((ep.name, ep.load, version, dist))
     for name, obj in selection.extra:
-        candidates.append((name, (lambda o=obj: _resolve(o)), None, None))
+        candidates.append((name, functools.partial(_resolve, obj), None, None))
 
     for name, loader, version, dist in candidates:
         if name == ESSENTIAL:
@@ -184,7 +186,9 @@ class Hooks:
         self.manager.hook.laneway_register_guards(register=register)
 
     def task_ownership(self, task: Task, workspace: Workspace) -> str | None:
-        return cast("str | None", self.manager.hook.laneway_task_ownership(task=task, workspace=workspace))
+        return cast(
+            "str | None", self.manager.hook.laneway_task_ownership(task=task, workspace=workspace)
+        )
 
     def host_started(self, host: object) -> None:
         self.manager.hook.laneway_host_started(host=host)

@@ -62,8 +62,11 @@ class DecisionService(Service):
                 )
                 .values(superseded_at=stamp)
             )
-            uow.conn.execute(sa.insert(D).values(**{f: getattr(decision, f) for f in (
-                c.name for c in D.columns)}))
+            uow.conn.execute(
+                sa.insert(D).values(
+                    **{f: getattr(decision, f) for f in (c.name for c in D.columns)}
+                )
+            )
         result = self.host.bundle.engine.after_decision(task_row.id, step_row.id)
         return {
             "decision": decision,

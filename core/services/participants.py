@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+import builtins
+
 import sqlalchemy as sa
 
 from core import ids
@@ -75,12 +77,12 @@ class ParticipantService(Service):
 
     def list(
         self, *, step: str, task: str | None = None, workflow: str | None = None
-    ) -> list[Participant]:
+    ) -> builtins.list[Participant]:
         _wf, step_row, task_row = self._resolve(step, task, workflow)
         with self.host.store.read() as conn:
             return merged_seats(conn, step_row.id, task_row.id if task_row else None)
 
-    def quorum_rows(self, task: Task, step: Step) -> list[Participant]:
+    def quorum_rows(self, task: Task, step: Step) -> builtins.list[Participant]:
         assert task.workflow_id is not None
         with self.host.store.read() as conn:
             return quorum_rows(conn, task.id, task.workflow_id, step.id)
@@ -101,7 +103,9 @@ class ParticipantService(Service):
         return rows.participant(row)
 
 
-def merged_seats(conn: sa.Connection, step_id: str, task_id: str | None) -> list[Participant]:
+def merged_seats(
+    conn: sa.Connection, step_id: str, task_id: str | None
+) -> builtins.list[Participant]:
     """Template seats plus the task's own seats at the step, by role, position, id.
 
     A template seat is dropped when the task has its own seat with the same role and agent.
@@ -118,7 +122,9 @@ def merged_seats(conn: sa.Connection, step_id: str, task_id: str | None) -> list
     return [s for s in seats if s.task_id or (s.role, s.agent_profile_id) not in own]
 
 
-def quorum_rows(conn: sa.Connection, task_id: str, workflow_id: str, step_id: str) -> list[Participant]:
+def quorum_rows(
+    conn: sa.Connection, task_id: str, workflow_id: str, step_id: str
+) -> builtins.list[Participant]:
     """The raw material of a quorum slate: the task's own seats at any step of its workflow,
     plus the template seats at the step itself."""
     p = t.workflow_step_participants

@@ -2,6 +2,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from core.engine import TriggerResult
 from core.services.base import Service
 
 
@@ -13,7 +14,7 @@ class TurnService(Service):
         task_row = self.host.tasks.get(task)
         live = self.host.sessions.resolve(task_row.id, session)
         self.host.sessions.set_state(live.id, "RUNNING")
-        result = self.host.bundle.engine.handle_trigger(
+        result: TriggerResult = self.host.bundle.engine.handle_trigger(
             task_row.id, "on_turn_start", session_id=live.id
         )
         return result.as_dict(self.host.tasks.get(task_row.id))
@@ -23,7 +24,7 @@ class TurnService(Service):
         task_row = self.host.tasks.get(task)
         live = self.host.sessions.resolve(task_row.id, session)
         self.host.sessions.set_state(live.id, "WAITING_FOR_INPUT")
-        result = self.host.bundle.engine.handle_trigger(
+        result: TriggerResult = self.host.bundle.engine.handle_trigger(
             task_row.id, "on_turn_complete", session_id=live.id
         )
         return result.as_dict(self.host.tasks.get(task_row.id))

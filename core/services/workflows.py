@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import builtins
 import threading
 from pathlib import Path
 from typing import Any
@@ -54,7 +55,7 @@ class WorkflowService(Service):
             decl = attrs.evolve(decl, name=name)
         return self._store_decls([decl])[0]
 
-    def import_file(self, path: str | Path) -> list[Workflow]:
+    def import_file(self, path: str | Path) -> builtins.list[Workflow]:
         """Import an internal template file or a portable export; all or nothing."""
         try:
             decls = load_file(Path(path))
@@ -64,7 +65,7 @@ class WorkflowService(Service):
             raise LanewayError(str(exc)) from None
         return self._store_decls(decls)
 
-    def _store_decls(self, decls: list[WorkflowDecl]) -> list[Workflow]:
+    def _store_decls(self, decls: list[WorkflowDecl]) -> builtins.list[Workflow]:
         self._require_writer()
         registry = self.host.bundle.registry
         workspace = self.host.workspace.get()
@@ -107,7 +108,7 @@ class WorkflowService(Service):
 
     # -- lookup -----------------------------------------------------------------------------
 
-    def list(self) -> list[Workflow]:
+    def list(self) -> builtins.list[Workflow]:
         with self.host.store.read() as conn:
             found = conn.execute(
                 sa.select(t.workflows.c.id).order_by(t.workflows.c.created_at, t.workflows.c.id)
@@ -164,5 +165,5 @@ class WorkflowService(Service):
     def export(self, ref: str) -> dict[str, Any]:
         return export_document([self.get(ref)])
 
-    def check(self, ref: str) -> list[str]:
+    def check(self, ref: str) -> builtins.list[str]:
         return check_workflow(self.get(ref), self.host.bundle.registry)

@@ -44,9 +44,7 @@ class Store:
 
     def _writer_conn(self) -> Connection:
         if self._writer is None or self._writer.closed:
-            self._writer = self.engine.connect().execution_options(
-                **{dialect.WRITER_OPTION: True}
-            )
+            self._writer = self.engine.connect().execution_options(**{dialect.WRITER_OPTION: True})
         return self._writer
 
     @contextmanager

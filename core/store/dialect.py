@@ -98,9 +98,7 @@ class OwnershipLock:
             self._file = None
         if self._connection is not None:
             with contextlib.suppress(sa.exc.SQLAlchemyError):
-                self._connection.exec_driver_sql(
-                    f"SELECT pg_advisory_unlock({PG_ADVISORY_KEY})"
-                )
+                self._connection.exec_driver_sql(f"SELECT pg_advisory_unlock({PG_ADVISORY_KEY})")
                 self._connection.commit()
             self._connection.close()
             self._connection = None

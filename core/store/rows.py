@@ -208,7 +208,11 @@ def history(row: RowMapping) -> HistoryRow:
 
 
 def load_workflow(conn: Connection, workflow_id: str) -> Workflow | None:
-    row = conn.execute(sa.select(t.workflows).where(t.workflows.c.id == workflow_id)).mappings().first()
+    row = (
+        conn.execute(sa.select(t.workflows).where(t.workflows.c.id == workflow_id))
+        .mappings()
+        .first()
+    )
     if row is None:
         return None
     steps = tuple(

@@ -80,7 +80,8 @@ class Board:
 
     def step_name(self, task_id: str) -> str:
         task = self.host.tasks.get(task_id)
-        assert task.workflow_id and task.workflow_step_id
+        assert task.workflow_id
+        assert task.workflow_step_id
         wf = self.host.workflows.by_id(task.workflow_id)
         step = wf.step(task.workflow_step_id)
         assert step is not None

@@ -12,7 +12,9 @@ from core.store import tables as t
 from tests.transitions.conftest import Board, arrivals
 
 
-def _only_arrival(board: Board, logs: list[dict[str, Any]], task_id: str, path: str, step: str) -> None:
+def _only_arrival(
+    board: Board, logs: list[dict[str, Any]], task_id: str, path: str, step: str
+) -> None:
     """Exactly one arrival was dispatched, for this task, path and step, and at dispatch time
     the step change was already committed (seen from another connection)."""
     step_id = board.host.workflows.step(
@@ -42,7 +44,9 @@ def _history(board: Board, task_id: str) -> list[str]:
         )
 
 
-def test_e1_engine_transition_on_turn_complete(board: Board, laneway_logs: list[dict[str, Any]]) -> None:
+def test_e1_engine_transition_on_turn_complete(
+    board: Board, laneway_logs: list[dict[str, Any]]
+) -> None:
     task = board.task()
     result = board.host.turns.complete(task.id)
     assert result["transitioned"] is True
@@ -50,7 +54,9 @@ def test_e1_engine_transition_on_turn_complete(board: Board, laneway_logs: list[
     assert _history(board, task.id) == ["auto_complete"]
 
 
-def test_e1_engine_transition_on_turn_start(board: Board, laneway_logs: list[dict[str, Any]]) -> None:
+def test_e1_engine_transition_on_turn_start(
+    board: Board, laneway_logs: list[dict[str, Any]]
+) -> None:
     task = board.task()
     result = board.host.turns.start(task.id)
     assert (result["transitioned"], board.step_name(task.id)) == (True, "Inbox")
@@ -108,7 +114,9 @@ def test_e4_switch_workflow_to_named_step(board: Board, laneway_logs: list[dict[
     _only_arrival(board, laneway_logs, task.id, "E4", "End")
 
 
-def test_e4_switch_workflow_declared_on_a_trigger(board: Board, laneway_logs: list[dict[str, Any]]) -> None:
+def test_e4_switch_workflow_declared_on_a_trigger(
+    board: Board, laneway_logs: list[dict[str, Any]]
+) -> None:
     (wf,) = board.import_yaml(
         """
         version: 1
@@ -206,7 +214,9 @@ def test_restore_step_is_not_an_arrival(board: Board, laneway_logs: list[dict[st
     assert board.probe.seen == []
 
 
-def test_a_task_without_a_session_still_arrives(board: Board, laneway_logs: list[dict[str, Any]]) -> None:
+def test_a_task_without_a_session_still_arrives(
+    board: Board, laneway_logs: list[dict[str, Any]]
+) -> None:
     """The arrival is dispatched; the session kind is skipped for lack of a session."""
     task = board.task(session=False)
     board.host.tasks.move(task.id, "Check")

@@ -208,9 +208,7 @@ def upgrade() -> None:
         sa.Column("prompt", sa.Text(), server_default="", nullable=False),
         sa.Column("stage_type", sa.String(length=20), server_default="custom", nullable=False),
         sa.Column("color", sa.String(length=60), server_default="", nullable=False),
-        sa.Column(
-            "show_in_command_panel", sa.Boolean(), server_default=sa.false(), nullable=False
-        ),
+        sa.Column("show_in_command_panel", sa.Boolean(), server_default=sa.false(), nullable=False),
         sa.Column("auto_archive_after_hours", sa.Integer(), server_default="0", nullable=False),
         sa.Column(
             "auto_advance_requires_signal",
