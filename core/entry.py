@@ -1,30 +1,41 @@
 """The entry dispatcher: walks one arrival's declared on_enter sequence.
 
-It is the only component that executes a step's entry sequence, for every route. It reads the
-bundle once and uses the declaration the transition read (the same snapshot the ledger's
-digest was computed from). Session kinds need a live session and hold no marker; durable kinds
-run behind ledger markers.
+It is the only component that executes a step's entry sequence, for every route and for the
+recovery scan. It reads the bundle once, and uses the declaration the transition read (the
+snapshot whose digest the ledger recorded); the declaration is never re-read mid-walk.
 
-Order: on E1-E3 and E5 kinds that declare a placement are hoisted (first, second, ..., last);
-on E4 (switch_workflow) the declared order holds.
+- Order: on E1-E3 and E5, kinds declaring a placement are hoisted (first, second) or deferred
+  (last); on E4 (switch_workflow) the declared order holds.
+- Session kinds need a live session, hold no marker, and run at most once per dispatch (not
+  across a crash: recovery never runs them).
+- Durable kinds (and kinds nobody declares) run behind a ledger marker: claim by
+  compare-and-set, run, settle done / skipped(reason) / failed(cause). Losing a claim to a live
+  peer abandons the entry silently: the peer walks the same declaration in the same order.
+- A failure is recorded and the walk goes on, except after a kind that halts the entry.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+import json
+from typing import TYPE_CHECKING, Any, Literal
 
+import attrs
 from loguru import logger
 
-from core.kinds import ActionContext, ActionFailed, ConfigError
-from core.model import ActionDecl
-from core.registry import Registry
+from core import faults, ledger
+from core.kinds import ActionContext, ActionFailed, ConfigError, Outcome
+from core.model import ActionDecl, Step, StepEntry, Task
+from core.registry import RegisteredKind, Registry
 
 if TYPE_CHECKING:
+    from core.bundle import Bundle
     from core.host import Host
     from core.transition import Arrival
 
 HOISTED_PATHS = frozenset({"E1", "E2", "E3", "E5"})
 _HEAD = {"first": 0, "second": 1}
+
+WalkEnd = Literal["completed", "abandoned", "halted", "declaration_changed", "no_entry"]
 
 
 def order_actions(
@@ -47,80 +58,264 @@ def order_actions(
     return head + middle + tail
 
 
-def dispatch(host: Host, arrival: Arrival) -> None:
-    """Execute the arrival's entry sequence. Called after the step change committed and before
-    the committing caller returns."""
-    bundle = host.bundle
-    registry = bundle.registry
-    task, step = arrival.task, arrival.step
+@attrs.frozen
+class Walk:
+    """One walk over an entry's declaration: everything it reads once."""
+
+    host: Host
+    bundle: Bundle
+    task: Task
+    step: Step
+    actions: tuple[ActionDecl, ...]
+    entry: StepEntry | None
+    path: str
+    recovering: bool
+    log: Any
+
+
+def dispatch(host: Host, arrival: Arrival) -> WalkEnd:
+    """Execute a fresh arrival's entry sequence: after its step change committed, before the
+    committing caller returns."""
+    walk = _walk_for(host, arrival.task, arrival.step, arrival.entry, arrival.entry_path, False)
+    walk.log.bind(event="arrival", from_step_id=arrival.from_step_id).info("arrival")
+    return run(walk)
+
+
+def redispatch(host: Host, task: Task, step: Step, entry: StepEntry) -> WalkEnd:
+    """Resume an entry left non-terminal (recovery): durable positions only."""
+    return run(_walk_for(host, task, step, entry, entry.entry_path, True))
+
+
+def _walk_for(
+    host: Host, task: Task, step: Step, entry: StepEntry | None, path: str, recovering: bool
+) -> Walk:
     log = logger.bind(
         task_id=task.id,
         step_id=step.id,
         workflow_id=step.workflow_id,
         step_name=step.name,
-        entry_path=arrival.entry_path,
-        entry_id=arrival.entry.id if arrival.entry else None,
-        entry_seq=arrival.entry.entry_seq if arrival.entry else None,
+        entry_path=path,
+        entry_id=entry.id if entry else None,
+        entry_seq=entry.entry_seq if entry else None,
     )
-    log.bind(event="arrival", from_step_id=arrival.from_step_id).info("arrival")
-    session = host.sessions.live(task.id)
+    return Walk(
+        host, host.bundle, task, step, step.actions("on_enter"), entry, path, recovering, log
+    )
+
+
+def run(walk: Walk) -> WalkEnd:
+    registry = walk.bundle.registry
+    store = walk.host.store
+    markers: dict[tuple[int, str], Any] = {}
+    if walk.entry is not None:
+        digest = ledger.declaration_digest(walk.actions)
+        if digest != walk.entry.declaration_digest:
+            with store.transaction() as uow:
+                ledger.skip_entry(
+                    uow.conn, registry, walk.entry.id, walk.actions, "declaration_changed"
+                )
+            walk.log.bind(
+                recorded_digest=walk.entry.declaration_digest, current_digest=digest
+            ).warning("step declaration changed since the entry began; entry abandoned")
+            return "declaration_changed"
+        with store.read() as conn:
+            markers = ledger.load_markers(conn, walk.entry.id)
+    session = None if walk.recovering else walk.host.sessions.live(walk.task.id)
     ran_once: set[str] = set()
-    for decl in order_actions(step.actions("on_enter"), registry, arrival.entry_path):
-        action_log = log.bind(action_type=decl.kind, position=decl.position)
+    for decl in order_actions(walk.actions, registry, walk.path):
         registered = registry.kind(decl.kind)
-        if registered is None or registered.kind.owner != "session":
-            _durable_seam(action_log, decl)
+        action_log = walk.log.bind(action_type=decl.kind, position=decl.position)
+        owner = registered.kind.owner if registered else "durable"
+        if owner == "session":
+            if not walk.recovering:
+                _session_action(walk, registered, decl, session, ran_once, action_log)
             continue
-        kind = registered.kind
-        if arrival.entry_path not in kind.paths:
-            action_log.warning("action kind has no owner on this entry path; skipped")
+        if owner == "structural":
+            action_log.warning("action kind cannot run on on_enter; skipped")
             continue
-        if kind.once_per_entry and decl.kind in ran_once:
+        if walk.entry is None:
+            # The registry changed between allocation and dispatch; nothing can hold a marker.
+            action_log.warning("durable action has no entry record; skipped")
             continue
-        if session is None:
-            action_log.debug("no live session; session action skipped")
+        marker = markers.get((decl.position, decl.kind))
+        if marker is not None and marker.state in ledger.TERMINAL:
+            if marker.state == "failed" and registered and registered.kind.halts_entry_on_failure:
+                return "halted"
             continue
-        if not registered.executable or kind.execute is None:
-            action_log.bind(feature=kind.feature).warning("action kind has no executor; skipped")
-            continue
-        ran_once.add(decl.kind)
-        ctx = ActionContext(
-            task=task,
-            step=step,
-            trigger="on_enter",
-            position=decl.position,
-            session=session,
-            services=host,
-            logger=action_log,
-            entry_path=arrival.entry_path,
-            epoch=host.epoch,
-        )
-        _run_session_kind(kind.validate, kind.execute, ctx, decl, action_log)
+        try:
+            outcome = _durable_action(walk, registered, decl, action_log)
+        except ledger.ClaimLost:
+            return "abandoned"
+        if (
+            outcome is not None
+            and outcome.state == "failed"
+            and registered is not None
+            and registered.kind.halts_entry_on_failure
+        ):
+            return "halted"
+    if walk.entry is not None:
+        with store.transaction() as uow:
+            ledger.finish_if_complete(uow.conn, registry, walk.entry.id, walk.actions)
+    return "completed"
 
 
-def _run_session_kind(
-    validate: Any, execute: Any, ctx: ActionContext, decl: ActionDecl, log: Any
+def _context(
+    walk: Walk, decl: ActionDecl, session: Any, log: Any, uow: Any = None
+) -> ActionContext:
+    entry = walk.entry
+    return ActionContext(
+        task=walk.task,
+        step=walk.step,
+        trigger="on_enter",
+        position=decl.position,
+        session=session,
+        services=walk.host,
+        logger=log,
+        entry_id=entry.id if entry else None,
+        entry_seq=entry.entry_seq if entry else None,
+        entry_path=walk.path,
+        epoch=walk.host.epoch,
+        uow=uow,
+    )
+
+
+def _session_action(
+    walk: Walk,
+    registered: RegisteredKind | None,
+    decl: ActionDecl,
+    session: Any,
+    ran_once: set[str],
+    log: Any,
 ) -> None:
+    assert registered is not None
+    kind = registered.kind
+    if walk.path not in kind.paths:
+        log.warning("action kind has no owner on this entry path; skipped")
+        return
+    if kind.once_per_entry and decl.kind in ran_once:
+        return
+    if session is None:
+        log.debug("no live session; session action skipped")
+        return
+    if not registered.executable or kind.execute is None:
+        log.bind(feature=kind.feature).warning("action kind has no executor; skipped")
+        return
+    ran_once.add(decl.kind)
     try:
-        value = validate(decl.config)
+        value = kind.validate(decl.config)
     except ConfigError as exc:
-        log.bind(reason="malformed", cause=str(exc)).warning("malformed action config; skipped")
+        log.bind(cause=str(exc)).error("malformed action config; skipped")
         return
-    try:
-        outcome = execute(ctx, value)
-    except ActionFailed as exc:
-        log.bind(cause=exc.cause).error("entry action failed; the entry continues")
-        return
-    except Exception as exc:  # noqa: BLE001 - a plugin's bug must not stop the entry
-        log.bind(cause=f"{type(exc).__name__}: {exc}").exception(
-            "entry action raised; the entry continues"
-        )
-        return
+    outcome = _execute(kind.execute, _context(walk, decl, session, log), value)
     if outcome is not None and outcome.state == "failed":
         log.bind(cause=outcome.cause).error("entry action failed; the entry continues")
 
 
-def _durable_seam(log: Any, decl: ActionDecl) -> None:
-    """Durable kinds run behind ledger markers; until the marker walk lands they are reported,
-    never dropped silently."""
-    log.warning("durable entry action not executed: the ledger walk is not in this build")
+def _execute(execute: Any, ctx: ActionContext, value: Any) -> Outcome | None:
+    """Run an executor; a raise becomes a failed outcome (a plugin bug never stops the walk)."""
+    try:
+        result: Outcome | None = execute(ctx, value)
+    except ActionFailed as exc:
+        return Outcome.failed(exc.cause)
+    except Exception as exc:  # noqa: BLE001 - a plugin's bug must not stop the entry
+        ctx.logger.opt(exception=exc).debug("executor raised")
+        return Outcome.failed(f"{type(exc).__name__}: {exc}")
+    return result
+
+
+def _skip_position(walk: Walk, decl: ActionDecl, reason: str) -> bool:
+    """Claim and mark skipped(reason) in one transaction; False if already terminal."""
+    assert walk.entry is not None
+    with walk.host.store.transaction() as uow:
+        if not ledger.claim(uow.conn, walk.entry.id, decl.position, decl.kind, _epoch(walk)):
+            return False
+        ledger.settle(uow.conn, walk.entry.id, decl.position, decl.kind, "skipped", reason=reason)
+    return True
+
+
+def _epoch(walk: Walk) -> str:
+    epoch = walk.host.epoch
+    assert epoch is not None, "only a writer host dispatches"
+    return epoch
+
+
+def _durable_action(
+    walk: Walk, registered: RegisteredKind | None, decl: ActionDecl, log: Any
+) -> Outcome | None:
+    """One durable position: claim, run, settle. Raises ClaimLost to abandon the entry."""
+    entry = walk.entry
+    assert entry is not None
+    if registered is None:
+        if _skip_position(walk, decl, "unrecognised"):
+            log.warning("no plugin declares this action kind; skipped")
+        return Outcome.skipped("unrecognised")
+    kind = registered.kind
+    if not registered.executable or kind.execute is None:
+        if _skip_position(walk, decl, "no_executor"):
+            log.bind(feature=kind.feature).warning(
+                "action kind has no executor in this configuration; skipped"
+            )
+        return Outcome.skipped("no_executor")
+    try:
+        value = kind.validate(decl.config)
+    except ConfigError as exc:
+        if _skip_position(walk, decl, "malformed"):
+            log.bind(cause=str(exc), field=exc.field).error("malformed action config; skipped")
+        return Outcome.skipped("malformed")
+
+    store = walk.host.store
+    epoch = _epoch(walk)
+    if kind.transactional:
+        # Claim, effect and done-marker commit together: an in_progress marker found later
+        # proves the effect never committed, so re-running it is safe.
+        with store.transaction() as uow:
+            if not ledger.claim(uow.conn, entry.id, decl.position, decl.kind, epoch):
+                return None
+            faults.reach("dispatch.after_claim")
+            try:
+                with uow.conn.begin_nested():
+                    outcome = (
+                        _execute(kind.execute, _context(walk, decl, None, log, uow), value)
+                        or Outcome.done()
+                    )
+                    if outcome.state == "failed":
+                        raise _Rollback
+            except _Rollback:
+                pass
+            _settle(uow.conn, entry.id, decl, outcome)
+    else:
+        with store.transaction() as uow:
+            if not ledger.claim(uow.conn, entry.id, decl.position, decl.kind, epoch):
+                return None
+        faults.reach("dispatch.after_claim")
+        outcome = _execute(kind.execute, _context(walk, decl, None, log), value) or Outcome.done()
+        faults.reach("dispatch.after_effect")
+        with store.transaction() as uow:
+            _settle(uow.conn, entry.id, decl, outcome)
+    if outcome.state == "failed":
+        if kind.halts_entry_on_failure:
+            log.bind(cause=outcome.cause).error(
+                "entry halted: an action that guards the rest of the entry failed"
+            )
+        elif not kind.logs_own_failures:
+            log.bind(cause=outcome.cause).error("entry action failed; the entry continues")
+    return outcome
+
+
+class _Rollback(Exception):
+    """Undo a transactional action's partial effect, keeping the claim for the failed marker."""
+
+
+def _settle(conn: Any, entry_id: str, decl: ActionDecl, outcome: Outcome) -> None:
+    cause = outcome.cause
+    if cause is not None and not isinstance(cause, str):
+        cause = json.dumps(cause)
+    ledger.settle(
+        conn,
+        entry_id,
+        decl.position,
+        decl.kind,
+        outcome.state,
+        reason=outcome.reason,
+        cause=cause,
+    )

@@ -82,11 +82,31 @@ class ActionContext:
     epoch: str | None = None
     uow: Any = None
     payload: Mapping[str, Any] | None = None
-    key_builder: Callable[[str], str] | None = None
 
-    def idempotency_key(self, agent_profile_id: str) -> str | None:
-        """The key that makes a repeated enqueue for this action and agent a no-op."""
-        return self.key_builder(agent_profile_id) if self.key_builder else None
+    def idempotency_key(
+        self, agent_profile_id: str, config: Mapping[str, Any] | None = None
+    ) -> str | None:
+        """The key that makes a repeated enqueue for this action and agent a no-op.
+
+        :param config: the action's *canonical* config (defaults applied), digested with
+            sorted keys, so an omitted value and its explicit default give the same key.
+
+        On entry: the entry identity (task, step, entry_seq), the action's position and the
+        agent, so a replay of the entry is suppressed while a re-entry, or a second
+        declaration at another position, is not. On other triggers: the operation id when
+        there is one; without one there is no key.
+        """
+        from core.runs import config_digest
+
+        digest = config_digest(dict(config or {}))
+        if self.entry_seq is not None:
+            return (
+                f"on_enter:{self.task.id}:{self.step.id}:{self.entry_seq}:"
+                f"{self.position}:{agent_profile_id}:{digest}"
+            )
+        if self.operation_id:
+            return f"{self.operation_id}:{self.step.id}:{self.task.id}:{agent_profile_id}:{digest}"
+        return None
 
 
 Validate = Callable[[Mapping[str, Any]], Any]
@@ -115,6 +135,8 @@ class ActionKind:
     :param transactional: effect and done-marker commit in one transaction (``ctx.uow``).
     :param once_per_entry: runs at most once per entry even when declared twice.
     :param paths: entry paths on which the kind has an owner; elsewhere it warns.
+    :param logs_own_failures: the executor writes its own failure records (the fan-out's
+        per-participant ones), so the dispatcher adds no action-level ERROR.
     :param feature: host feature the kind belongs to; off means recognised but no executor.
     :param trigger_ok: whether the kind may be declared on a trigger (on_enter excludes moves).
     """
@@ -128,6 +150,7 @@ class ActionKind:
     transactional: bool = False
     once_per_entry: bool = False
     paths: frozenset[str] = ALL_PATHS
+    logs_own_failures: bool = False
     feature: str | None = None
     trigger_ok: Callable[[str], bool] = attrs.field(default=lambda trigger: True)
     description: str = ""

@@ -1,16 +1,38 @@
-"""The startup recovery scan over non-terminal step entries (spec AC-B9)."""
+"""The startup recovery scan over non-terminal step entries (on-enter spec AC-B9).
+
+One indexed query, once per host open, before anything is served; no lease, no timeout. For
+each non-terminal entry, in (task_id, step_id, entry_seq) order:
+
+- (e) task, step or declaration cannot be loaded: skipped(unresolvable), warned;
+- (a1) the task no longer stands at the entry's step: skipped(step_left);
+- (a2) a newer entry exists for the same (task, step): skipped(superseded);
+- (b) a halting action (clear_decisions) failed: the entry is closed, not resumed;
+- (d) the declaration changed: skipped(declaration_changed) (decided by the walk itself);
+- otherwise it is re-dispatched from its first non-terminal position, re-claiming markers
+  left in_progress by a dead epoch. Session kinds are never re-run.
+- (f) nothing here prevents the host from starting: a record that fails is logged at ERROR
+  and left for the next start; a failing query is logged and the host opens anyway.
+"""
 
 from __future__ import annotations
 
+from collections import Counter
 from typing import TYPE_CHECKING
 
 import attrs
 import sqlalchemy as sa
+from loguru import logger
 
+from core import entry, ledger
+from core.errors import LanewayError
+from core.model import Step, StepEntry, Task
+from core.store import rows
 from core.store import tables as t
 
 if TYPE_CHECKING:
     from core.host import Host
+
+E = t.step_entries
 
 
 @attrs.frozen
@@ -29,10 +51,112 @@ class RecoveryReport:
         }
 
 
+def pending_query() -> sa.Select[tuple[object, ...]]:
+    """Non-terminal entries with the newest entry_seq of their (task, step): one range scan
+    of the pending index plus an index probe per row."""
+    pending = E.alias("pending")
+    other = E.alias("other")
+    newest = (
+        sa.select(sa.func.max(other.c.entry_seq))
+        .where(other.c.task_id == pending.c.task_id, other.c.step_id == pending.c.step_id)
+        .scalar_subquery()
+    )
+    return (
+        sa.select(pending, newest.label("newest_seq"))
+        .where(pending.c.terminal.is_(False))
+        .order_by(pending.c.task_id, pending.c.step_id, pending.c.entry_seq)
+    )
+
+
 def scan(host: Host) -> RecoveryReport:
-    E = t.step_entries
+    try:
+        with host.store.read() as conn:
+            found = [
+                (rows.entry(r), int(r["newest_seq"]))
+                for r in conn.execute(pending_query()).mappings()
+            ]
+    except Exception as exc:  # noqa: BLE001 - rule (f): the host opens whatever happens here
+        logger.bind(cause=f"{type(exc).__name__}: {exc}").error(
+            "recovery scan query failed; incomplete entries wait for the next start"
+        )
+        return RecoveryReport(errors=1)
+    skipped: Counter[str] = Counter()
+    redispatched = errors = 0
+    for record, newest in found:
+        try:
+            outcome = _recover_one(host, record, newest)
+        except Exception as exc:  # noqa: BLE001 - rule (f): one bad record never stops the rest
+            errors += 1
+            logger.bind(
+                task_id=record.task_id,
+                step_id=record.step_id,
+                entry_seq=record.entry_seq,
+                cause=f"{type(exc).__name__}: {exc}",
+            ).error("recovery could not process an entry; it stays pending for the next start")
+            continue
+        if outcome == "redispatched":
+            redispatched += 1
+        elif outcome is not None:
+            skipped[outcome] += 1
+    report = RecoveryReport(len(found), redispatched, dict(skipped), errors)
+    if found:
+        logger.bind(**report.as_dict()).info("recovery scan finished")
+    return report
+
+
+def _recover_one(host: Host, record: StepEntry, newest: int) -> str | None:
+    registry = host.bundle.registry
+    log = logger.bind(task_id=record.task_id, step_id=record.step_id, entry_seq=record.entry_seq)
+    resolved = _resolve(host, record)
+    if resolved is None:
+        with host.store.transaction() as uow:
+            ledger.skip_entry(uow.conn, registry, record.id, (), "unresolvable")
+            _close_open_markers(uow.conn, record.id, "unresolvable")
+        log.warning("entry cannot be resolved (task, step or declaration gone); closed")
+        return "unresolvable"
+    task, step = resolved
+    actions = step.actions("on_enter")
+    if task.workflow_step_id != step.id:
+        reason = "step_left"
+    elif record.entry_seq != newest:
+        reason = "superseded"
+    else:
+        reason = ""
+    if reason:
+        with host.store.transaction() as uow:
+            ledger.skip_entry(uow.conn, registry, record.id, actions, reason)
+        log.bind(reason=reason).info("entry closed without running")
+        return reason
     with host.store.read() as conn:
-        pending = conn.execute(
-            sa.select(sa.func.count()).where(E.c.terminal.is_(False))
-        ).scalar_one()
-    return RecoveryReport(scanned=int(pending))
+        markers = ledger.load_markers(conn, record.id)
+    for decl in actions:
+        marker = markers.get((decl.position, decl.kind))
+        registered = registry.kind(decl.kind)
+        if (
+            marker is not None
+            and marker.state == "failed"
+            and registered is not None
+            and registered.kind.halts_entry_on_failure
+        ):
+            with host.store.transaction() as uow:
+                ledger.set_terminal(uow.conn, record.id)
+            log.bind(action_type=decl.kind).info("entry halted by a failed action; closed")
+            return None
+    end = entry.redispatch(host, task, step, record)
+    return "declaration_changed" if end == "declaration_changed" else "redispatched"
+
+
+def _resolve(host: Host, record: StepEntry) -> tuple[Task, Step] | None:
+    try:
+        task = host.tasks.get(record.task_id)
+        _workflow, step = host.workflows.step_by_id(record.step_id)
+    except LanewayError:
+        return None
+    return task, step
+
+
+def _close_open_markers(conn: sa.Connection, entry_id: str, reason: str) -> None:
+    """With no declaration to read, mark whatever markers the entry has that are open."""
+    for (position, kind), marker in ledger.load_markers(conn, entry_id).items():
+        if marker.state not in ledger.TERMINAL:
+            ledger.settle(conn, entry_id, position, kind, "skipped", reason=reason)

@@ -21,7 +21,7 @@ import sqlalchemy as sa
 from loguru import logger
 
 from core import faults, ids
-from core.errors import Conflict
+from core.errors import Conflict, LanewayError
 from core.model import ACTIVE_SESSION_STATES, Step, StepEntry, Task, Workflow
 from core.store import rows
 from core.store import tables as t
@@ -33,6 +33,10 @@ if TYPE_CHECKING:
 TASKS = t.tasks
 PRIORITY_RANK = {"critical": 0, "high": 1, "medium": 2, "low": 3}
 BUSY_SESSION_STATES = ("STARTING", "RUNNING")
+
+
+class EntryAllocationFailed(LanewayError):
+    """The entry record could not be written, so the step change was not committed."""
 
 
 @attrs.frozen
@@ -165,7 +169,16 @@ def _admit(
     _write_history(uow, task.id, session_id, from_step_id, step.id, label, actor)
     from core import ledger
 
-    entry = ledger.allocate(uow, host.bundle.registry, task.id, step, path)
+    try:
+        entry = ledger.allocate(uow, host.bundle.registry, task.id, step, path)
+    except sa.exc.SQLAlchemyError as exc:
+        logger.bind(task_id=task.id, step_id=step.id, entry_path=path, cause=str(exc)).error(
+            "step entry record could not be allocated; the step change is rolled back"
+        )
+        raise EntryAllocationFailed(
+            f"task {task.id}: the move to step {step.name!r} did not happen "
+            "(its entry record could not be written); try again"
+        ) from None
     committed = _task_row(uow, task.id)
     return Arrival(committed, workflow, step, path, from_step_id, session_id, entry)
 

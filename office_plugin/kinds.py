@@ -1,8 +1,7 @@
 """Office's durable kinds: declarations and config validators.
 
-Their executors run behind ledger markers; they are attached where the entry ledger executes
-durable kinds. Declared here whatever the host's features, so that a disabled Office still
-makes them recognised (and warned about) rather than unknown.
+Declared whatever the host's features, so that a disabled Office still makes them recognised
+(and skipped with a warning) rather than unknown; the host drops their executors then.
 """
 
 from __future__ import annotations
@@ -118,19 +117,45 @@ def validate_seat(config: Mapping[str, Any]) -> SeatConfig:
 
 
 def declarations() -> tuple[ActionKind, ...]:
+    from office_plugin import executors as x
+
     return (
         ActionKind(
             "clear_decisions",
             "durable",
+            execute=x.clear_decisions,
             validate=validate_clear,
             halts_entry_on_failure=True,
             transactional=True,
             feature="office",
         ),
         ActionKind(
-            "queue_run_for_each_participant", "durable", validate=validate_fan_out, feature="office"
+            "queue_run_for_each_participant",
+            "durable",
+            execute=x.queue_run_for_each_participant,
+            validate=validate_fan_out,
+            logs_own_failures=True,
+            feature="office",
         ),
-        ActionKind("queue_run", "durable", validate=validate_queue_run, feature="office"),
-        ActionKind("run_code_review", "durable", validate=validate_code_review, feature="office"),
-        ActionKind("ensure_participant_seat", "durable", validate=validate_seat, feature="office"),
+        ActionKind(
+            "queue_run",
+            "durable",
+            execute=x.queue_run,
+            validate=validate_queue_run,
+            feature="office",
+        ),
+        ActionKind(
+            "run_code_review",
+            "durable",
+            execute=x.run_code_review,
+            validate=validate_code_review,
+            feature="office",
+        ),
+        ActionKind(
+            "ensure_participant_seat",
+            "durable",
+            execute=x.ensure_participant_seat,
+            validate=validate_seat,
+            feature="office",
+        ),
     )

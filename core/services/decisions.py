@@ -10,6 +10,7 @@ from core.model import VERDICTS, Decision
 from core.services.base import Service
 from core.store import rows
 from core.store import tables as t
+from core.store.database import UnitOfWork
 
 D = t.workflow_step_decisions
 
@@ -73,6 +74,16 @@ class DecisionService(Service):
             "transitioned": result.transitioned,
             "to_step_id": result.to_step_id,
         }
+
+    def clear(self, uow: UnitOfWork, task_id: str, step_id: str) -> int:
+        """Delete the step's decisions for the task: ONE statement, in the caller's unit of
+        work, whose commit is the line every concurrently recorded decision falls on."""
+        result = uow.conn.execute(
+            sa.delete(D)
+            .where(D.c.task_id == task_id, D.c.step_id == step_id)
+            .execution_options(preserve_rowcount=True)
+        )
+        return int(result.rowcount)
 
     def list(self, task_id: str, step_id: str) -> list[Decision]:
         """Every decision at the step, superseded ones included, oldest first."""

@@ -82,6 +82,55 @@ class ParticipantService(Service):
         with self.host.store.read() as conn:
             return merged_seats(conn, step_row.id, task_row.id if task_row else None)
 
+    def fan_out_seats(self, task_id: str, step_id: str, role: str) -> builtins.list[Participant]:
+        """The fan-out's participant set, read once in one query: the merged seats of `role`,
+        de-duplicated on (role, agent) keeping the first in (role, position, id) order."""
+        with self.host.store.read() as conn:
+            seats = merged_seats(conn, step_id, task_id)
+        seen: set[tuple[str, str]] = set()
+        chosen = []
+        for seat in seats:
+            key = (seat.role, seat.agent_profile_id)
+            if seat.role == role and key not in seen:
+                seen.add(key)
+                chosen.append(seat)
+        return chosen
+
+    def ensure_task_seat(
+        self, task_id: str, step_id: str, role: str, agent_profile_id: str, required: bool
+    ) -> Participant:
+        """The task's own seat (role, agent) at the step: found, or created once."""
+        p = t.workflow_step_participants
+        with self.host.store.transaction() as uow:
+            row = (
+                uow.conn.execute(
+                    sa.select(p).where(
+                        p.c.step_id == step_id,
+                        p.c.task_id == task_id,
+                        p.c.role == role,
+                        p.c.agent_profile_id == agent_profile_id,
+                    )
+                )
+                .mappings()
+                .first()
+            )
+            if row is not None:
+                return rows.participant(row)
+            seat = Participant(ids.new_id(), step_id, task_id, role, agent_profile_id, required)
+            uow.conn.execute(
+                sa.insert(p).values(
+                    id=seat.id,
+                    step_id=step_id,
+                    task_id=task_id,
+                    role=role,
+                    agent_profile_id=agent_profile_id,
+                    decision_required=required,
+                    position=0,
+                    created_at=ids.now(),
+                )
+            )
+            return seat
+
     def quorum_rows(self, task: Task, step: Step) -> builtins.list[Participant]:
         assert task.workflow_id is not None
         with self.host.store.read() as conn:

@@ -1,19 +1,30 @@
 from __future__ import annotations
 
+import builtins
+
 import sqlalchemy as sa
 
-from core.model import Run
+from core import ids, runs
+from core.errors import LanewayError
+from core.model import Run, Task
 from core.services.base import Service
+from core.services.participants import merged_seats
 from core.store import rows
 from core.store import tables as t
 
 R = t.runs
+P = t.workflow_step_participants
 
 
 class RunService(Service):
     """The runs queue: agent work requested by workflow actions."""
 
-    def list(self, *, task: str | None = None, status: str | None = None) -> list[Run]:
+    def enqueue(self, request: runs.RunRequest) -> runs.Enqueued:
+        self._require_writer()
+        with self.host.store.transaction() as uow:
+            return runs.enqueue(uow.conn, request)
+
+    def list(self, *, task: str | None = None, status: str | None = None) -> builtins.list[Run]:
         query = sa.select(R).order_by(R.c.requested_at, R.c.id)
         if task is not None:
             query = query.where(R.c.task_id == self.host.tasks.get(task).id)
@@ -21,3 +32,70 @@ class RunService(Service):
             query = query.where(R.c.status == status)
         with self.host.store.read() as conn:
             return [rows.run(r) for r in conn.execute(query).mappings()]
+
+    def resolve_target(self, target: str, task: Task, step_id: str) -> builtins.list[str]:
+        """The agent profile ids a queue_run target names (the reference's resolution)."""
+        if target.startswith("agent_profile_id:"):
+            agent = target.removeprefix("agent_profile_id:")
+            if not agent:
+                raise LanewayError("queue_run target agent_profile_id: names no agent")
+            return [agent]
+        if target.startswith("participant_role:"):
+            role = target.removeprefix("participant_role:")
+            with self.host.store.read() as conn:
+                seats = [s for s in merged_seats(conn, step_id, task.id) if s.role == role]
+            if not seats:
+                raise LanewayError(f"queue_run target {target}: no participant has that role")
+            return list(dict.fromkeys(s.agent_profile_id for s in seats))
+        if target == "workspace.ceo_agent":
+            ceo = self.host.profiles.first_with_role("ceo")
+            if ceo is None:
+                raise LanewayError("queue_run target workspace.ceo_agent: no profile has role ceo")
+            return [ceo.id]
+        if target == "primary":
+            primary = self.primary_agent(task, step_id)
+            if primary is None:
+                raise LanewayError("queue_run target primary: the task has no runner or agent")
+            return [primary]
+        raise LanewayError(f"queue_run target {target!r} is not supported")
+
+    def primary_agent(self, task: Task, step_id: str) -> str | None:
+        """The runner seat at the step, else the step's agent, else the workflow's, else the
+        task's most recent runner seat anywhere."""
+        with self.host.store.read() as conn:
+            runner = conn.execute(
+                sa.select(P.c.agent_profile_id)
+                .where(P.c.step_id == step_id, P.c.task_id.in_(("", task.id)), P.c.role == "runner")
+                .order_by(P.c.position, P.c.id)
+                .limit(1)
+            ).scalar()
+            if runner:
+                return str(runner)
+            workflow, step = self.host.workflows.step_by_id(step_id)
+            if step.agent_profile_id:
+                return step.agent_profile_id
+            if workflow.agent_profile_id:
+                return workflow.agent_profile_id
+            latest = conn.execute(
+                sa.select(P.c.agent_profile_id)
+                .where(P.c.task_id == task.id, P.c.role == "runner")
+                .order_by(P.c.created_at.desc(), P.c.id.desc())
+                .limit(1)
+            ).scalar()
+        return str(latest) if latest else None
+
+    def start_review(self, task_id: str, step_id: str, agent_profile_id: str | None) -> str:
+        """Record a code-review pass for the task at the step (`task_review_runs`)."""
+        review_id = ids.new_id()
+        with self.host.store.transaction() as uow:
+            uow.conn.execute(
+                sa.insert(t.task_review_runs).values(
+                    id=review_id,
+                    task_id=task_id,
+                    workflow_step_id=step_id,
+                    trigger="workflow_step",
+                    status="started",
+                    created_at=ids.now(),
+                )
+            )
+        return review_id
