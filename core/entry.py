@@ -16,7 +16,6 @@ snapshot whose digest the ledger recorded); the declaration is never re-read mid
 
 from __future__ import annotations
 
-import json
 from typing import TYPE_CHECKING, Any, Literal
 
 import attrs
@@ -71,23 +70,34 @@ class Walk:
     path: str
     recovering: bool
     log: Any
+    session_id: str | None
+    """The live session the transition saw in its transaction (None: no session)."""
 
 
 def dispatch(host: Host, arrival: Arrival) -> WalkEnd:
     """Execute a fresh arrival's entry sequence: after its step change committed, before the
     committing caller returns."""
-    walk = _walk_for(host, arrival.task, arrival.step, arrival.entry, arrival.entry_path, False)
+    walk = _walk_for(
+        host, arrival.task, arrival.step, arrival.entry, arrival.entry_path, arrival.session_id
+    )
     walk.log.bind(event="arrival", from_step_id=arrival.from_step_id).info("arrival")
     return run(walk)
 
 
 def redispatch(host: Host, task: Task, step: Step, entry: StepEntry) -> WalkEnd:
     """Resume an entry left non-terminal (recovery): durable positions only."""
-    return run(_walk_for(host, task, step, entry, entry.entry_path, True))
+    return run(_walk_for(host, task, step, entry, entry.entry_path, None, recovering=True))
 
 
 def _walk_for(
-    host: Host, task: Task, step: Step, entry: StepEntry | None, path: str, recovering: bool
+    host: Host,
+    task: Task,
+    step: Step,
+    entry: StepEntry | None,
+    path: str,
+    session_id: str | None,
+    *,
+    recovering: bool = False,
 ) -> Walk:
     log = logger.bind(
         task_id=task.id,
@@ -99,7 +109,16 @@ def _walk_for(
         entry_seq=entry.entry_seq if entry else None,
     )
     return Walk(
-        host, host.bundle, task, step, step.actions("on_enter"), entry, path, recovering, log
+        host,
+        host.bundle,
+        task,
+        step,
+        step.actions("on_enter"),
+        entry,
+        path,
+        recovering,
+        log,
+        session_id,
     )
 
 
@@ -111,16 +130,31 @@ def run(walk: Walk) -> WalkEnd:
         digest = ledger.declaration_digest(walk.actions)
         if digest != walk.entry.declaration_digest:
             with store.transaction() as uow:
-                ledger.skip_entry(
-                    uow.conn, registry, walk.entry.id, walk.actions, "declaration_changed"
-                )
+                ledger.skip_entry(uow, registry, walk.entry.id, walk.actions, "declaration_changed")
             walk.log.bind(
                 recorded_digest=walk.entry.declaration_digest, current_digest=digest
             ).warning("step declaration changed since the entry began; entry abandoned")
             return "declaration_changed"
-        with store.read() as conn:
-            markers = ledger.load_markers(conn, walk.entry.id)
-    session = None if walk.recovering else walk.host.sessions.live(walk.task.id)
+        if walk.recovering:
+            with store.read() as conn:
+                markers = ledger.load_markers(conn, walk.entry.id)
+        # A fresh arrival's entry was allocated by its own transition: it has no markers yet.
+    # Durable positions not yet known terminal; the one that empties it also closes the entry.
+    open_positions = {
+        (d.position, d.kind)
+        for d in ledger.durable_positions(registry, walk.actions)
+        if (m := markers.get((d.position, d.kind))) is None or m.state not in ledger.TERMINAL
+    }
+    session: Any = None
+    if (
+        walk.session_id is not None
+        and not walk.recovering
+        and any(
+            (r := registry.kind(a.kind)) is not None and r.kind.owner == "session"
+            for a in walk.actions
+        )
+    ):
+        session = walk.host.sessions.get(walk.session_id)
     ran_once: set[str] = set()
     for decl in order_actions(walk.actions, registry, walk.path):
         registered = registry.kind(decl.kind)
@@ -142,8 +176,9 @@ def run(walk: Walk) -> WalkEnd:
             if marker.state == "failed" and registered and registered.kind.halts_entry_on_failure:
                 return "halted"
             continue
+        open_positions.discard((decl.position, decl.kind))
         try:
-            outcome = _durable_action(walk, registered, decl, action_log)
+            outcome = _durable_action(walk, registered, decl, action_log, not open_positions)
         except ledger.ClaimLost:
             return "abandoned"
         if (
@@ -153,9 +188,9 @@ def run(walk: Walk) -> WalkEnd:
             and registered.kind.halts_entry_on_failure
         ):
             return "halted"
-    if walk.entry is not None:
+    if walk.entry is not None and open_positions:
         with store.transaction() as uow:
-            ledger.finish_if_complete(uow.conn, registry, walk.entry.id, walk.actions)
+            ledger.finish_if_complete(uow, registry, walk.entry.id, walk.actions)
     return "completed"
 
 
@@ -223,13 +258,15 @@ def _execute(execute: Any, ctx: ActionContext, value: Any) -> Outcome | None:
     return result
 
 
-def _skip_position(walk: Walk, decl: ActionDecl, reason: str) -> bool:
+def _skip_position(walk: Walk, decl: ActionDecl, reason: str, last: bool) -> bool:
     """Claim and mark skipped(reason) in one transaction; False if already terminal."""
     assert walk.entry is not None
     with walk.host.store.transaction() as uow:
-        if not ledger.claim(uow.conn, walk.entry.id, decl.position, decl.kind, _epoch(walk)):
+        if not ledger.claim(uow, walk.entry.id, decl.position, decl.kind, _epoch(walk)):
             return False
-        ledger.settle(uow.conn, walk.entry.id, decl.position, decl.kind, "skipped", reason=reason)
+        ledger.settle(uow, walk.entry.id, decl.position, decl.kind, "skipped", reason=reason)
+        if last:
+            ledger.set_terminal(uow, walk.entry.id)
     return True
 
 
@@ -240,18 +277,21 @@ def _epoch(walk: Walk) -> str:
 
 
 def _durable_action(
-    walk: Walk, registered: RegisteredKind | None, decl: ActionDecl, log: Any
+    walk: Walk, registered: RegisteredKind | None, decl: ActionDecl, log: Any, last: bool
 ) -> Outcome | None:
-    """One durable position: claim, run, settle. Raises ClaimLost to abandon the entry."""
+    """One durable position: claim, run, settle (closing the entry when `last`).
+
+    Raises ClaimLost to abandon the entry.
+    """
     entry = walk.entry
     assert entry is not None
     if registered is None:
-        if _skip_position(walk, decl, "unrecognised"):
+        if _skip_position(walk, decl, "unrecognised", last):
             log.warning("no plugin declares this action kind; skipped")
         return Outcome.skipped("unrecognised")
     kind = registered.kind
     if not registered.executable or kind.execute is None:
-        if _skip_position(walk, decl, "no_executor"):
+        if _skip_position(walk, decl, "no_executor", last):
             log.bind(feature=kind.feature).warning(
                 "action kind has no executor in this configuration; skipped"
             )
@@ -259,7 +299,7 @@ def _durable_action(
     try:
         value = kind.validate(decl.config)
     except ConfigError as exc:
-        if _skip_position(walk, decl, "malformed"):
+        if _skip_position(walk, decl, "malformed", last):
             log.bind(cause=str(exc), field=exc.field).error("malformed action config; skipped")
         return Outcome.skipped("malformed")
 
@@ -268,30 +308,31 @@ def _durable_action(
     if kind.transactional:
         # Claim, effect and done-marker commit together: an in_progress marker found later
         # proves the effect never committed, so re-running it is safe.
-        with store.transaction() as uow:
-            if not ledger.claim(uow.conn, entry.id, decl.position, decl.kind, epoch):
-                return None
-            faults.reach("dispatch.after_claim")
-            try:
-                with uow.conn.begin_nested():
-                    outcome = (
-                        _execute(kind.execute, _context(walk, decl, None, log, uow), value)
-                        or Outcome.done()
-                    )
-                    if outcome.state == "failed":
-                        raise _Rollback
-            except _Rollback:
-                pass
-            _settle(uow.conn, entry.id, decl, outcome)
+        try:
+            with store.transaction() as uow:
+                if not ledger.claim(uow, entry.id, decl.position, decl.kind, epoch):
+                    return None
+                faults.reach("dispatch.after_claim")
+                ctx = _context(walk, decl, None, log, uow)
+                outcome = _execute(kind.execute, ctx, value) or Outcome.done()
+                if outcome.state == "failed":
+                    raise _Rollback(outcome)
+                _settle(uow, entry.id, decl, outcome, last)
+        except _Rollback as undone:
+            # The partial effect is gone with the transaction; record the failure afresh.
+            outcome = undone.outcome
+            with store.transaction() as uow:
+                if ledger.claim(uow, entry.id, decl.position, decl.kind, epoch):
+                    _settle(uow, entry.id, decl, outcome, last)
     else:
         with store.transaction() as uow:
-            if not ledger.claim(uow.conn, entry.id, decl.position, decl.kind, epoch):
+            if not ledger.claim(uow, entry.id, decl.position, decl.kind, epoch):
                 return None
         faults.reach("dispatch.after_claim")
         outcome = _execute(kind.execute, _context(walk, decl, None, log), value) or Outcome.done()
         faults.reach("dispatch.after_effect")
         with store.transaction() as uow:
-            _settle(uow.conn, entry.id, decl, outcome)
+            _settle(uow, entry.id, decl, outcome, last)
     if outcome.state == "failed":
         if kind.halts_entry_on_failure:
             log.bind(cause=outcome.cause).error(
@@ -303,19 +344,22 @@ def _durable_action(
 
 
 class _Rollback(Exception):
-    """Undo a transactional action's partial effect, keeping the claim for the failed marker."""
+    """Undo a transactional action's partial effect; its failure is recorded afterwards."""
+
+    def __init__(self, outcome: Outcome) -> None:
+        super().__init__(outcome.cause)
+        self.outcome = outcome
 
 
-def _settle(conn: Any, entry_id: str, decl: ActionDecl, outcome: Outcome) -> None:
-    cause = outcome.cause
-    if cause is not None and not isinstance(cause, str):
-        cause = json.dumps(cause)
+def _settle(uow: Any, entry_id: str, decl: ActionDecl, outcome: Outcome, last: bool) -> None:
     ledger.settle(
-        conn,
+        uow,
         entry_id,
         decl.position,
         decl.kind,
         outcome.state,
         reason=outcome.reason,
-        cause=cause,
+        cause=outcome.cause,
     )
+    if last:
+        ledger.set_terminal(uow, entry_id)

@@ -12,7 +12,11 @@ def new_id() -> str:
 
 def now() -> str:
     """UTC, ISO-8601 with microseconds: sorts correctly as text on every database."""
-    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    return format_ts(datetime.now(UTC))
+
+
+def format_ts(moment: datetime) -> str:
+    return moment.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
 def parse(ts: str) -> datetime:

@@ -18,8 +18,65 @@ from core.registry import Registry
 from core.store import rows
 from core.store import tables as t
 from core.store.database import UnitOfWork
+from core.store.prepared import insert_of
 
 E = t.step_entries
+M = t.step_entry_markers
+
+_NEXT_SEQ = sa.select(sa.func.coalesce(sa.func.max(E.c.entry_seq), 0) + 1).where(
+    E.c.task_id == sa.bindparam("task_id"), E.c.step_id == sa.bindparam("step_id")
+)
+_INSERT_ENTRY = insert_of(
+    E,
+    (
+        "id",
+        "task_id",
+        "step_id",
+        "entry_seq",
+        "entry_path",
+        "declaration_digest",
+        "terminal",
+        "created_at",
+    ),
+)
+_MARKER_KEY = sa.and_(
+    M.c.entry_id == sa.bindparam("entry_id", type_=sa.String),
+    M.c.position == sa.bindparam("position", type_=sa.Integer),
+    M.c.kind == sa.bindparam("kind", type_=sa.String),
+)
+# absent -> in_progress(epoch), as one conditional statement: rowcount 1 means claimed
+_CLAIM_ABSENT = sa.insert(M).from_select(
+    ["entry_id", "position", "kind", "state", "epoch", "updated_at"],
+    sa.select(
+        sa.bindparam("entry_id", type_=sa.String),
+        sa.bindparam("position", type_=sa.Integer),
+        sa.bindparam("kind", type_=sa.String),
+        sa.literal_column("'in_progress'"),
+        sa.bindparam("epoch", type_=sa.String),
+        sa.bindparam("stamp", type_=sa.String),
+    ).where(~sa.exists().where(_MARKER_KEY)),
+)
+_MARKER_STATE = sa.select(M.c.state, M.c.epoch).where(_MARKER_KEY)
+# in_progress(dead epoch) -> in_progress(our epoch)
+_RECLAIM = (
+    sa.update(M)
+    .where(_MARKER_KEY, M.c.state == "in_progress", M.c.epoch == sa.bindparam("old_epoch"))
+    .values(epoch=sa.bindparam("epoch"), updated_at=sa.bindparam("stamp"))
+)
+_SETTLE = (
+    sa.update(M)
+    .where(_MARKER_KEY, M.c.state == "in_progress")
+    .values(
+        state=sa.bindparam("state"),
+        reason=sa.bindparam("reason"),
+        cause=sa.bindparam("cause"),
+        updated_at=sa.bindparam("stamp"),
+    )
+)
+_INSERT_MARKER = insert_of(
+    M, ("entry_id", "position", "kind", "state", "epoch", "reason", "cause", "updated_at")
+)
+_SET_TERMINAL = sa.update(E).where(E.c.id == sa.bindparam("b_entry_id")).values(terminal=True)
 
 
 def declaration_digest(actions: tuple[ActionDecl, ...]) -> str:
@@ -43,11 +100,7 @@ def allocate(
     actions = step.actions("on_enter")
     if not durable_positions(registry, actions):
         return None
-    seq = uow.conn.execute(
-        sa.select(sa.func.coalesce(sa.func.max(E.c.entry_seq), 0) + 1).where(
-            E.c.task_id == task_id, E.c.step_id == step.id
-        )
-    ).scalar_one()
+    seq = uow.run(_NEXT_SEQ, {"task_id": task_id, "step_id": step.id}).scalar_one()
     entry = StepEntry(
         id=ids.new_id(),
         task_id=task_id,
@@ -58,26 +111,25 @@ def allocate(
         terminal=False,
         created_at=ids.now(),
     )
-    uow.conn.execute(
-        sa.insert(E).values(
-            id=entry.id,
-            task_id=entry.task_id,
-            step_id=entry.step_id,
-            entry_seq=entry.entry_seq,
-            entry_path=entry.entry_path,
-            declaration_digest=entry.declaration_digest,
-            terminal=False,
-            created_at=entry.created_at,
-        )
+    uow.run(
+        _INSERT_ENTRY,
+        {
+            "id": entry.id,
+            "task_id": entry.task_id,
+            "step_id": entry.step_id,
+            "entry_seq": entry.entry_seq,
+            "entry_path": entry.entry_path,
+            "declaration_digest": entry.declaration_digest,
+            "terminal": False,
+            "created_at": entry.created_at,
+        },
     )
     return entry
 
 
 # -- markers ------------------------------------------------------------------------------------
 
-M = t.step_entry_markers
 TERMINAL = frozenset({"done", "skipped", "failed"})
-_CAS = {"preserve_rowcount": True}  # PostgreSQL reports -1 for some statements otherwise
 
 
 class ClaimLost(Exception):
@@ -94,59 +146,33 @@ def load_entry(conn: sa.Connection, entry_id: str) -> StepEntry | None:
     return rows.entry(row) if row is not None else None
 
 
-def claim(conn: sa.Connection, entry_id: str, position: int, kind: str, epoch: str) -> bool:
+def claim(uow: UnitOfWork, entry_id: str, position: int, kind: str, epoch: str) -> bool:
     """Compare-and-set the marker from absent (or stale in_progress) to in_progress(epoch).
 
     Returns False when the marker is already terminal (the position is done with); raises
     ClaimLost when a live peer of this process holds it. Runs inside the caller's transaction.
     """
-    current = conn.execute(
-        sa.select(M.c.state, M.c.epoch).where(
-            M.c.entry_id == entry_id, M.c.position == position, M.c.kind == kind
-        )
-    ).first()
+    key = {"entry_id": entry_id, "position": position, "kind": kind}
     stamp = ids.now()
-    if current is None:
-        try:
-            with conn.begin_nested():
-                conn.execute(
-                    sa.insert(M).values(
-                        entry_id=entry_id,
-                        position=position,
-                        kind=kind,
-                        state="in_progress",
-                        epoch=epoch,
-                        updated_at=stamp,
-                    )
-                )
-        except sa.exc.IntegrityError:
-            raise ClaimLost from None
+    if uow.run(_CLAIM_ABSENT, {**key, "epoch": epoch, "stamp": stamp}).rowcount == 1:
         return True
-    state, holder = current
+    current = uow.run(_MARKER_STATE, key).first()
+    if current is None:
+        raise ClaimLost  # deleted under us: treat as contention, never as ours
+    state, holder = tuple(current)
     if state in TERMINAL:
         return False
     if holder == epoch:
         raise ClaimLost
     # A different epoch's in_progress: its process is gone (one owner per database).
-    taken = conn.execute(
-        sa.update(M)
-        .where(
-            M.c.entry_id == entry_id,
-            M.c.position == position,
-            M.c.kind == kind,
-            M.c.state == "in_progress",
-            M.c.epoch == holder,
-        )
-        .values(epoch=epoch, updated_at=stamp)
-        .execution_options(**_CAS)
-    ).rowcount
-    if taken != 1:
+    taken = uow.run(_RECLAIM, {**key, "old_epoch": holder, "epoch": epoch, "stamp": stamp})
+    if taken.rowcount != 1:
         raise ClaimLost
     return True
 
 
 def settle(
-    conn: sa.Connection,
+    uow: UnitOfWork,
     entry_id: str,
     position: int,
     kind: str,
@@ -156,58 +182,45 @@ def settle(
     cause: str | None = None,
 ) -> None:
     """Write a terminal marker (from absent or in_progress; a terminal one is left alone)."""
+    key = {"entry_id": entry_id, "position": position, "kind": kind}
     stamp = ids.now()
-    updated = conn.execute(
-        sa.update(M)
-        .where(
-            M.c.entry_id == entry_id,
-            M.c.position == position,
-            M.c.kind == kind,
-            M.c.state == "in_progress",
+    values = {"state": state, "reason": reason, "cause": cause, "stamp": stamp}
+    if uow.run(_SETTLE, {**key, **values}).rowcount == 1:
+        return
+    if uow.run(_MARKER_STATE, key).first() is None:
+        uow.run(
+            _INSERT_MARKER,
+            {
+                **key,
+                "state": state,
+                "epoch": None,
+                "reason": reason,
+                "cause": cause,
+                "updated_at": stamp,
+            },
         )
-        .values(state=state, reason=reason, cause=cause, updated_at=stamp)
-        .execution_options(**_CAS)
-    ).rowcount
-    if updated == 0:
-        exists = conn.execute(
-            sa.select(M.c.state).where(
-                M.c.entry_id == entry_id, M.c.position == position, M.c.kind == kind
-            )
-        ).first()
-        if exists is None:
-            conn.execute(
-                sa.insert(M).values(
-                    entry_id=entry_id,
-                    position=position,
-                    kind=kind,
-                    state=state,
-                    reason=reason,
-                    cause=cause,
-                    updated_at=stamp,
-                )
-            )
 
 
-def set_terminal(conn: sa.Connection, entry_id: str) -> None:
-    conn.execute(sa.update(E).where(E.c.id == entry_id).values(terminal=True))
+def set_terminal(uow: UnitOfWork, entry_id: str) -> None:
+    uow.run(_SET_TERMINAL, {"b_entry_id": entry_id})
 
 
 def finish_if_complete(
-    conn: sa.Connection, registry: Registry, entry_id: str, actions: tuple[ActionDecl, ...]
+    uow: UnitOfWork, registry: Registry, entry_id: str, actions: tuple[ActionDecl, ...]
 ) -> bool:
     """Set the entry terminal when every durable position of `actions` holds a terminal
     marker (evaluated against the declaration as read now, per the spec)."""
-    markers = load_markers(conn, entry_id)
+    markers = load_markers(uow.conn, entry_id)
     for decl in durable_positions(registry, actions):
         marker = markers.get((decl.position, decl.kind))
         if marker is None or marker.state not in TERMINAL:
             return False
-    set_terminal(conn, entry_id)
+    set_terminal(uow, entry_id)
     return True
 
 
 def skip_entry(
-    conn: sa.Connection,
+    uow: UnitOfWork,
     registry: Registry,
     entry_id: str,
     actions: tuple[ActionDecl, ...],
@@ -215,9 +228,9 @@ def skip_entry(
 ) -> None:
     """An entry-level skip: every durable position without a terminal marker is marked
     skipped(reason), then the entry is set terminal."""
-    markers = load_markers(conn, entry_id)
+    markers = load_markers(uow.conn, entry_id)
     for decl in durable_positions(registry, actions):
         marker = markers.get((decl.position, decl.kind))
         if marker is None or marker.state not in TERMINAL:
-            settle(conn, entry_id, decl.position, decl.kind, "skipped", reason=reason)
-    set_terminal(conn, entry_id)
+            settle(uow, entry_id, decl.position, decl.kind, "skipped", reason=reason)
+    set_terminal(uow, entry_id)

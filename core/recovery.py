@@ -28,6 +28,7 @@ from core.errors import LanewayError
 from core.model import Step, StepEntry, Task
 from core.store import rows
 from core.store import tables as t
+from core.store.database import UnitOfWork
 
 if TYPE_CHECKING:
     from core.host import Host
@@ -110,8 +111,8 @@ def _recover_one(host: Host, record: StepEntry, newest: int) -> str | None:
     resolved = _resolve(host, record)
     if resolved is None:
         with host.store.transaction() as uow:
-            ledger.skip_entry(uow.conn, registry, record.id, (), "unresolvable")
-            _close_open_markers(uow.conn, record.id, "unresolvable")
+            ledger.skip_entry(uow, registry, record.id, (), "unresolvable")
+            _close_open_markers(uow, record.id, "unresolvable")
         log.warning("entry cannot be resolved (task, step or declaration gone); closed")
         return "unresolvable"
     task, step = resolved
@@ -124,7 +125,7 @@ def _recover_one(host: Host, record: StepEntry, newest: int) -> str | None:
         reason = ""
     if reason:
         with host.store.transaction() as uow:
-            ledger.skip_entry(uow.conn, registry, record.id, actions, reason)
+            ledger.skip_entry(uow, registry, record.id, actions, reason)
         log.bind(reason=reason).info("entry closed without running")
         return reason
     with host.store.read() as conn:
@@ -139,7 +140,7 @@ def _recover_one(host: Host, record: StepEntry, newest: int) -> str | None:
             and registered.kind.halts_entry_on_failure
         ):
             with host.store.transaction() as uow:
-                ledger.set_terminal(uow.conn, record.id)
+                ledger.set_terminal(uow, record.id)
             log.bind(action_type=decl.kind).info("entry halted by a failed action; closed")
             return None
     end = entry.redispatch(host, task, step, record)
@@ -155,8 +156,8 @@ def _resolve(host: Host, record: StepEntry) -> tuple[Task, Step] | None:
     return task, step
 
 
-def _close_open_markers(conn: sa.Connection, entry_id: str, reason: str) -> None:
+def _close_open_markers(uow: UnitOfWork, entry_id: str, reason: str) -> None:
     """With no declaration to read, mark whatever markers the entry has that are open."""
-    for (position, kind), marker in ledger.load_markers(conn, entry_id).items():
+    for (position, kind), marker in ledger.load_markers(uow.conn, entry_id).items():
         if marker.state not in ledger.TERMINAL:
-            ledger.settle(conn, entry_id, position, kind, "skipped", reason=reason)
+            ledger.settle(uow, entry_id, position, kind, "skipped", reason=reason)

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from datetime import UTC, datetime, timedelta
 from collections.abc import Mapping
 from typing import Any, Final, Literal
 
@@ -22,6 +23,8 @@ import sqlalchemy as sa
 from core import ids
 from core.store import rows
 from core.store import tables as t
+from core.store.database import UnitOfWork
+from core.store.prepared import insert_of
 
 R = t.runs
 IDEMPOTENCY_WINDOW_S: Final = 24 * 3600
@@ -56,58 +59,87 @@ def config_digest(values: Mapping[str, Any]) -> str:
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
-def enqueue(conn: sa.Connection, request: RunRequest) -> Enqueued:
-    """Enqueue inside the caller's transaction."""
-    stamp = ids.now()
+_RECENT_BY_KEY = (
+    sa.select(R.c.id)
+    .where(R.c.idempotency_key == sa.bindparam("key"), R.c.requested_at >= sa.bindparam("since"))
+    .limit(1)
+)
+_COALESCE_TARGET = (
+    sa.select(R.c.id)
+    .where(
+        R.c.status == "queued",
+        R.c.agent_profile_id == sa.bindparam("agent"),
+        R.c.reason == sa.bindparam("reason"),
+        R.c.coalesce_exempt.is_(False),
+        R.c.requested_at >= sa.bindparam("since"),
+        # task_assigned runs coalesce only within their own task (the reference's rule)
+        sa.or_(R.c.reason != "task_assigned", R.c.task_id == sa.bindparam("task_id")),
+    )
+    .order_by(R.c.requested_at.desc())
+    .limit(1)
+)
+_COALESCE = (
+    sa.update(R)
+    .where(R.c.id == sa.bindparam("b_id"))
+    .values(coalesced_count=R.c.coalesced_count + 1, payload=sa.bindparam("b_payload"))
+)
+_INSERT_RUN = insert_of(
+    R,
+    (
+        "id",
+        "agent_profile_id",
+        "task_id",
+        "workflow_step_id",
+        "reason",
+        "payload",
+        "idempotency_key",
+        "coalesce_exempt",
+        "status",
+        "coalesced_count",
+        "requested_at",
+    ),
+)
+
+
+def enqueue(uow: UnitOfWork, request: RunRequest) -> Enqueued:
+    """Enqueue inside the caller's unit of work."""
+    now = datetime.now(UTC)
+    stamp = ids.format_ts(now)
     if request.idempotency_key:
-        found = conn.execute(
-            sa.select(R.c.id)
-            .where(
-                R.c.idempotency_key == request.idempotency_key,
-                R.c.requested_at >= ids.shift(stamp, -IDEMPOTENCY_WINDOW_S),
-            )
-            .limit(1)
-        ).scalar()
+        since = ids.format_ts(now - timedelta(seconds=IDEMPOTENCY_WINDOW_S))
+        found = uow.run(_RECENT_BY_KEY, {"key": request.idempotency_key, "since": since}).scalar()
         if found is not None:
             return Enqueued(found, "suppressed")
     payload = rows.dumps(dict(request.payload)) if request.payload is not None else None
     if not request.coalesce_exempt:
-        query = (
-            sa.select(R.c.id)
-            .where(
-                R.c.status == "queued",
-                R.c.agent_profile_id == request.agent_profile_id,
-                R.c.reason == request.reason,
-                R.c.coalesce_exempt.is_(False),
-                R.c.requested_at >= ids.shift(stamp, -COALESCE_WINDOW_S),
-            )
-            .order_by(R.c.requested_at.desc())
-            .limit(1)
-        )
-        if request.reason == "task_assigned":
-            query = query.where(R.c.task_id == request.task_id)
-        target = conn.execute(query).scalar()
+        since = ids.format_ts(now - timedelta(seconds=COALESCE_WINDOW_S))
+        target = uow.run(
+            _COALESCE_TARGET,
+            {
+                "agent": request.agent_profile_id,
+                "reason": request.reason,
+                "since": since,
+                "task_id": request.task_id,
+            },
+        ).scalar()
         if target is not None:
-            conn.execute(
-                sa.update(R)
-                .where(R.c.id == target)
-                .values(coalesced_count=R.c.coalesced_count + 1, payload=payload)
-            )
+            uow.run(_COALESCE, {"b_id": target, "b_payload": payload})
             return Enqueued(target, "coalesced")
     run_id = ids.new_id()
-    conn.execute(
-        sa.insert(R).values(
-            id=run_id,
-            agent_profile_id=request.agent_profile_id,
-            task_id=request.task_id,
-            workflow_step_id=request.workflow_step_id,
-            reason=request.reason,
-            payload=payload,
-            idempotency_key=request.idempotency_key,
-            coalesce_exempt=request.coalesce_exempt,
-            status="queued",
-            coalesced_count=1,
-            requested_at=stamp,
-        )
+    uow.run(
+        _INSERT_RUN,
+        {
+            "id": run_id,
+            "agent_profile_id": request.agent_profile_id,
+            "task_id": request.task_id,
+            "workflow_step_id": request.workflow_step_id,
+            "reason": request.reason,
+            "payload": payload,
+            "idempotency_key": request.idempotency_key,
+            "coalesce_exempt": request.coalesce_exempt,
+            "status": "queued",
+            "coalesced_count": 1,
+            "requested_at": stamp,
+        },
     )
     return Enqueued(run_id, "inserted")

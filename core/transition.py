@@ -14,6 +14,7 @@ step from history (`restore_step`).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import attrs
@@ -26,6 +27,7 @@ from core.model import ACTIVE_SESSION_STATES, Step, StepEntry, Task, Workflow
 from core.store import rows
 from core.store import tables as t
 from core.store.database import UnitOfWork
+from core.store.prepared import fixed_in, insert_of
 
 if TYPE_CHECKING:
     from core.host import Host
@@ -68,24 +70,68 @@ class Change:
 # -- reads inside a unit of work --------------------------------------------------------------
 
 
-def _task_row(uow: UnitOfWork, task_id: str) -> Task:
-    task = rows.load_task(uow.conn, task_id)
-    if task is None:
+# Statements on the arrival path are built once, here: constructing a Core statement costs more
+# than executing a cached one.
+_S = t.task_sessions
+_LIVE_SESSION = (
+    sa.select(_S.c.id)
+    .where(
+        _S.c.task_id == sa.bindparam("task_id"), fixed_in(_S.c.state, tuple(ACTIVE_SESSION_STATES))
+    )
+    .order_by(_S.c.is_primary.desc(), _S.c.updated_at.desc(), _S.c.id.desc())
+    .limit(1)
+)
+_TASK_AND_SESSION = sa.select(
+    TASKS,
+    sa.select(_S.c.id)
+    .where(_S.c.task_id == TASKS.c.id, fixed_in(_S.c.state, tuple(ACTIVE_SESSION_STATES)))
+    .order_by(_S.c.is_primary.desc(), _S.c.updated_at.desc(), _S.c.id.desc())
+    .limit(1)
+    .scalar_subquery()
+    .label("live_session_id"),
+).where(TASKS.c.id == sa.bindparam("task_id"))
+_ADMIT = (
+    sa.update(TASKS)
+    .where(TASKS.c.id == sa.bindparam("b_task_id"))
+    .values(
+        workflow_id=sa.bindparam("b_workflow_id"),
+        workflow_step_id=sa.bindparam("b_step_id"),
+        wip_admitted=True,
+        queued_for_step_id=None,
+        queued_at=None,
+        state=sa.bindparam("b_state"),
+        updated_at=sa.bindparam("b_stamp"),
+    )
+)
+_HISTORY = insert_of(
+    t.session_step_history,
+    (
+        "id",
+        "session_id",
+        "task_id",
+        "from_step_id",
+        "to_step_id",
+        "trigger",
+        "actor_id",
+        "created_at",
+    ),
+)
+
+
+def _task_row(uow: UnitOfWork, task_id: str) -> tuple[Task, str | None]:
+    """The task as it stands in this transaction, and its live session's id."""
+    row = uow.run(_TASK_AND_SESSION, {"task_id": task_id}).mappings().first()
+    if row is None:
         from core.errors import NotFound
 
         raise NotFound(f"no task {task_id!r}")
-    return task
+    return rows.task(row), row["live_session_id"]
 
 
 def live_session_id(conn: sa.Connection, task_id: str) -> str | None:
     """The task's newest active session (the one history rows and session kinds act on)."""
-    s = t.task_sessions
-    return conn.execute(
-        sa.select(s.c.id)
-        .where(s.c.task_id == task_id, s.c.state.in_(tuple(ACTIVE_SESSION_STATES)))
-        .order_by(s.c.is_primary.desc(), s.c.updated_at.desc(), s.c.id.desc())
-        .limit(1)
-    ).scalar()
+    found = conn.execute(_LIVE_SESSION, {"task_id": task_id}).scalar()
+    return str(found) if found is not None else None
 
 
 def _admitted_count(conn: sa.Connection, step_id: str, exclude_task: str | None) -> int:
@@ -124,17 +170,18 @@ def _write_history(
 ) -> None:
     if session_id is None:
         return
-    uow.conn.execute(
-        sa.insert(t.session_step_history).values(
-            id=ids.new_id(),
-            session_id=session_id,
-            task_id=task_id,
-            from_step_id=from_step,
-            to_step_id=to_step,
-            trigger=label,
-            actor_id=actor,
-            created_at=ids.now(),
-        )
+    uow.run(
+        _HISTORY,
+        {
+            "id": ids.new_id(),
+            "session_id": session_id,
+            "task_id": task_id,
+            "from_step_id": from_step,
+            "to_step_id": to_step,
+            "trigger": label,
+            "actor_id": actor,
+            "created_at": ids.now(),
+        },
     )
 
 
@@ -149,23 +196,21 @@ def _admit(
     label: str,
     actor: str,
     from_step_id: str | None,
+    session_id: str | None,
 ) -> Arrival:
     """Write an admission and everything that commits with it; return the arrival."""
     stamp = ids.now()
-    uow.conn.execute(
-        sa.update(TASKS)
-        .where(TASKS.c.id == task.id)
-        .values(
-            workflow_id=workflow.id,
-            workflow_step_id=step.id,
-            wip_admitted=True,
-            queued_for_step_id=None,
-            queued_at=None,
-            state=_state_on_arrival(task, workflow, step),
-            updated_at=stamp,
-        )
+    state = _state_on_arrival(task, workflow, step)
+    uow.run(
+        _ADMIT,
+        {
+            "b_task_id": task.id,
+            "b_workflow_id": workflow.id,
+            "b_step_id": step.id,
+            "b_state": state,
+            "b_stamp": stamp,
+        },
     )
-    session_id = live_session_id(uow.conn, task.id)
     _write_history(uow, task.id, session_id, from_step_id, step.id, label, actor)
     from core import ledger
 
@@ -179,31 +224,47 @@ def _admit(
             f"task {task.id}: the move to step {step.name!r} did not happen "
             "(its entry record could not be written); try again"
         ) from None
-    committed = _task_row(uow, task.id)
+    committed = attrs.evolve(
+        task,
+        workflow_id=workflow.id,
+        workflow_step_id=step.id,
+        wip_admitted=True,
+        queued_for_step_id=None,
+        queued_at=None,
+        state=state,
+        updated_at=stamp,
+    )
     return Arrival(committed, workflow, step, path, from_step_id, session_id, entry)
 
 
 # -- the one function that changes a task's step ------------------------------------------------
 
 
+StepChoice = str | Callable[[Task], str]
+"""A step id, or a function choosing one from the task as it stands in the transaction (so a
+caller naming the step relative to the task reads the task once, under the write lock)."""
+
+
 def move(
     host: Host,
     task_id: str,
-    to_step_id: str,
+    to_step: StepChoice,
     *,
     path: str,
     label: str,
     expected_step_id: str | None = None,
     actor: str = "",
 ) -> Change:
-    """Put the task at `to_step_id` (possibly in another workflow), as entry path `path`.
+    """Put the task at `to_step` (possibly in another workflow), as entry path `path`.
 
     :param label: the `session_step_history.trigger` for this route.
     :param expected_step_id: compare-and-set: change nothing unless the task stands there.
+    A LanewayError raised by a `to_step` function aborts the move with nothing written.
     """
-    workflow, step = host.workflows.step_by_id(to_step_id)
     with host.store.transaction() as uow:
-        task = _task_row(uow, task_id)
+        task, session_id = _task_row(uow, task_id)
+        step_id = to_step(task) if callable(to_step) else to_step
+        workflow, step = host.workflows.step_by_id(step_id)
         source = task.workflow_step_id
         if expected_step_id is not None and source != expected_step_id:
             return Change(task, source, changed=False, abandoned=True)
@@ -211,7 +272,7 @@ def move(
             # Same step: not an arrival, whether admitted or queued here.
             return Change(task, source, changed=False, queued=not task.wip_admitted)
         if _has_room(uow.conn, step, task.id, task.is_ephemeral):
-            arrival: Arrival | None = _admit(
+            admitted = _admit(
                 host,
                 uow,
                 task,
@@ -221,11 +282,15 @@ def move(
                 label=label,
                 actor=actor,
                 from_step_id=source,
+                session_id=session_id,
             )
+            arrival: Arrival | None = admitted
+            committed = admitted.task
             queued = False
         else:
             arrival = None
             queued = True
+            stamp = ids.now()
             uow.conn.execute(
                 sa.update(TASKS)
                 .where(TASKS.c.id == task.id)
@@ -234,14 +299,20 @@ def move(
                     workflow_step_id=step.id,
                     wip_admitted=False,
                     queued_for_step_id=step.id,
-                    queued_at=ids.now(),
-                    updated_at=ids.now(),
+                    queued_at=stamp,
+                    updated_at=stamp,
                 )
             )
-            _write_history(
-                uow, task.id, live_session_id(uow.conn, task.id), source, step.id, label, actor
+            _write_history(uow, task.id, session_id, source, step.id, label, actor)
+            committed = attrs.evolve(
+                task,
+                workflow_id=workflow.id,
+                workflow_step_id=step.id,
+                wip_admitted=False,
+                queued_for_step_id=step.id,
+                queued_at=stamp,
+                updated_at=stamp,
             )
-        committed = _task_row(uow, task.id)
     faults.reach("transition.after_commit")
     _log_change(committed, source, step, path, queued)
     _after_commit(host, task, source, arrival)
@@ -256,7 +327,7 @@ def _after_commit(host: Host, before: Task, source: str | None, arrival: Arrival
         host.bundle.engine.run_exit(before, source)
     if arrival is not None:
         entry.dispatch(host, arrival)
-    if source is not None:
+    if source is not None and before.wip_admitted:
         promote(host, source)
 
 
@@ -357,8 +428,10 @@ def promote(host: Host, step_id: str) -> list[Arrival]:
     """
     try:
         workflow, step = host.workflows.step_by_id(step_id)
-    except LookupError:
+    except LanewayError:
         return []
+    if step.wip_limit <= 0:
+        return []  # an unlimited step is never full, so nothing can be queued for it
     from core.errors import NotFound
 
     arrivals: list[Arrival] = []
@@ -381,6 +454,7 @@ def promote(host: Host, step_id: str) -> list[Arrival]:
                     label="queue_promotion",
                     actor="",
                     from_step_id=source,
+                    session_id=live_session_id(uow.conn, candidate.id),
                 )
         except NotFound:
             return arrivals
@@ -406,7 +480,7 @@ def restore_step(host: Host, task_id: str, step_id: str) -> Task:
     """Put the task back at a step from history (message rollback): no entry work runs."""
     workflow, step = host.workflows.step_by_id(step_id)
     with host.store.transaction() as uow:
-        task = _task_row(uow, task_id)
+        task, _session = _task_row(uow, task_id)
         uow.conn.execute(
             sa.update(TASKS)
             .where(TASKS.c.id == task_id)
@@ -419,7 +493,7 @@ def restore_step(host: Host, task_id: str, step_id: str) -> Task:
                 updated_at=ids.now(),
             )
         )
-        committed = _task_row(uow, task_id)
+        committed, _session = _task_row(uow, task_id)
     if task.workflow_step_id and task.workflow_step_id != step.id:
         promote(host, task.workflow_step_id)
     return committed
@@ -428,7 +502,7 @@ def restore_step(host: Host, task_id: str, step_id: str) -> Task:
 def detach(host: Host, task_id: str) -> Task:
     """Take the task out of its workflow: it stands at no step, which is not an arrival."""
     with host.store.transaction() as uow:
-        task = _task_row(uow, task_id)
+        task, _session = _task_row(uow, task_id)
         uow.conn.execute(
             sa.update(TASKS)
             .where(TASKS.c.id == task_id)
@@ -441,7 +515,7 @@ def detach(host: Host, task_id: str) -> Task:
                 updated_at=ids.now(),
             )
         )
-        committed = _task_row(uow, task_id)
+        committed, _session = _task_row(uow, task_id)
     if task.workflow_step_id:
         promote(host, task.workflow_step_id)
     return committed

@@ -34,23 +34,26 @@ def queue_run_for_each_participant(ctx: ActionContext, config: FanOutConfig) -> 
     """One run per distinct matching seat; every seat is attempted whatever fails."""
     reason = _reason(config.reason, ctx.trigger)
     canonical = {"role": config.role, "reason": reason, "payload": config.payload}
-    seats = ctx.services.participants.fan_out_seats(ctx.task.id, ctx.step.id, config.role)
     log = ctx.logger.bind(role=config.role)
+    enqueued = suppressed = 0
+    failures: list[str] = []
+    # One unit of work for the read and every enqueue: the set is read once, and the runs
+    # commit together (each seat's failure is still isolated and recorded).
+    with ctx.services.store.transaction():
+        seats = ctx.services.participants.fan_out_seats(ctx.task.id, ctx.step.id, config.role)
+        for seat in seats:
+            cause = _enqueue_for_seat(ctx, seat, reason, config.payload, canonical)
+            if isinstance(cause, str):
+                failures.append(cause)
+                log.bind(
+                    participant_id=seat.id, agent_profile_id=seat.agent_profile_id, cause=cause
+                ).error("fan-out could not queue a run for a participant")
+                continue
+            enqueued += 1
+            suppressed += int(cause)
     if not seats:
         log.warning("no participant matches the fan-out role; no runs queued")
         return Outcome.done()
-    enqueued = suppressed = 0
-    failures: list[str] = []
-    for seat in seats:
-        cause = _enqueue_for_seat(ctx, seat, reason, config.payload, canonical)
-        if isinstance(cause, str):
-            failures.append(cause)
-            log.bind(
-                participant_id=seat.id, agent_profile_id=seat.agent_profile_id, cause=cause
-            ).error("fan-out could not queue a run for a participant")
-            continue
-        enqueued += 1
-        suppressed += int(cause)
     log.bind(matching=len(seats), enqueued=enqueued, suppressed=suppressed).info("fan-out finished")
     if failures:
         return Outcome.failed(

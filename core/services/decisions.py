@@ -13,6 +13,9 @@ from core.store import tables as t
 from core.store.database import UnitOfWork
 
 D = t.workflow_step_decisions
+_CLEAR = sa.delete(D).where(
+    D.c.task_id == sa.bindparam("task_id"), D.c.step_id == sa.bindparam("step_id")
+)
 
 
 class DecisionService(Service):
@@ -78,12 +81,7 @@ class DecisionService(Service):
     def clear(self, uow: UnitOfWork, task_id: str, step_id: str) -> int:
         """Delete the step's decisions for the task: ONE statement, in the caller's unit of
         work, whose commit is the line every concurrently recorded decision falls on."""
-        result = uow.conn.execute(
-            sa.delete(D)
-            .where(D.c.task_id == task_id, D.c.step_id == step_id)
-            .execution_options(preserve_rowcount=True)
-        )
-        return int(result.rowcount)
+        return int(uow.run(_CLEAR, {"task_id": task_id, "step_id": step_id}).rowcount)
 
     def list(self, task_id: str, step_id: str) -> list[Decision]:
         """Every decision at the step, superseded ones included, oldest first."""

@@ -22,7 +22,7 @@ class RunService(Service):
     def enqueue(self, request: runs.RunRequest) -> runs.Enqueued:
         self._require_writer()
         with self.host.store.transaction() as uow:
-            return runs.enqueue(uow.conn, request)
+            return runs.enqueue(uow, request)
 
     def list(self, *, task: str | None = None, status: str | None = None) -> builtins.list[Run]:
         query = sa.select(R).order_by(R.c.requested_at, R.c.id)

@@ -60,6 +60,13 @@ class TaskService(Service):
         with self.host.store.read() as conn:
             return [rows.task(r) for r in conn.execute(query).mappings()]
 
+    def _workflow_of(self, task: Task) -> Workflow:
+        if task.workflow_id is None:
+            raise LanewayError(f"task {task.id} is not in a workflow")
+        if task.archived_at is not None:
+            raise LanewayError(f"task {task.id} is archived")
+        return self.host.workflows.by_id(task.workflow_id)
+
     def _placed(self, ref: str) -> tuple[Task, Workflow]:
         task = self.get(ref)
         if task.workflow_id is None:
@@ -76,11 +83,14 @@ class TaskService(Service):
     def move(self, ref: str, step: str) -> Task:
         """Manual move (entry path E2)."""
         self._require_writer()
-        task, wf = self._placed(ref)
-        target = self._step(wf, step)
-        if not target.allow_manual_move:
-            raise LanewayError(f"step {target.name!r} does not allow manual moves")
-        return transition.move(self.host, task.id, target.id, path="E2", label="manual").task
+
+        def target(task: Task) -> str:
+            chosen = self._step(self._workflow_of(task), step)
+            if not chosen.allow_manual_move:
+                raise LanewayError(f"step {chosen.name!r} does not allow manual moves")
+            return chosen.id
+
+        return transition.move(self.host, ref, target, path="E2", label="manual").task
 
     def update(self, ref: str, *, step: str | None = None, title: str | None = None) -> Task:
         """Generic update (entry path E5 when the step changes)."""

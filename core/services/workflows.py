@@ -37,6 +37,7 @@ class WorkflowService(Service):
     def __init__(self, host: Any) -> None:
         super().__init__(host)
         self._cache: dict[str, Workflow] = {}
+        self._step_owner: dict[str, str] = {}
         self._cache_lock = threading.Lock()
 
     # -- templates and import --------------------------------------------------------------
@@ -126,6 +127,8 @@ class WorkflowService(Service):
             raise NotFound(f"no workflow {workflow_id!r}")
         with self._cache_lock:
             self._cache[workflow_id] = wf
+            for step in wf.steps:
+                self._step_owner[step.id] = wf.id
         return wf
 
     def get(self, ref: str) -> Workflow:
@@ -149,10 +152,15 @@ class WorkflowService(Service):
         return found
 
     def step_by_id(self, step_id: str) -> tuple[Workflow, Step]:
-        with self.host.store.read() as conn:
-            workflow_id = conn.execute(
-                sa.select(t.workflow_steps.c.workflow_id).where(t.workflow_steps.c.id == step_id)
-            ).scalar()
+        """The step and its workflow; served from the accessor's cache once loaded."""
+        workflow_id = self._step_owner.get(step_id)
+        if workflow_id is None:
+            with self.host.store.read() as conn:
+                workflow_id = conn.execute(
+                    sa.select(t.workflow_steps.c.workflow_id).where(
+                        t.workflow_steps.c.id == step_id
+                    )
+                ).scalar()
         if workflow_id is None:
             raise NotFound(f"no step {step_id!r}")
         wf = self.by_id(workflow_id)

@@ -13,13 +13,16 @@ The writer mutex is held for one transaction, never across action execution.
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
+from typing import Any
 
 import attrs
-from sqlalchemy.engine import URL, Connection, Engine
+import sqlalchemy as sa
+from sqlalchemy.engine import URL, Connection, CursorResult, Engine
 
 from core.store import dialect
+from core.store.prepared import Prepared
 
 
 @attrs.define(eq=False)
@@ -27,6 +30,11 @@ class UnitOfWork:
     """One open transaction on the writer connection."""
 
     conn: Connection
+    store: Store
+
+    def run(self, statement: sa.ClauseElement, values: Mapping[str, Any]) -> CursorResult[Any]:
+        """Execute a module-level statement through its prepared driver SQL."""
+        return self.store.prepared(statement)(self.conn, values)
 
 
 class Store:
@@ -37,6 +45,16 @@ class Store:
         self._writer: Connection | None = None
         self._lock = threading.RLock()
         self._local = threading.local()
+        self._prepared: dict[int, tuple[sa.ClauseElement, Prepared]] = {}
+
+    def prepared(self, statement: sa.ClauseElement) -> Prepared:
+        """`statement` compiled for this store's dialect (statements must live for the
+        process, e.g. module-level constants: the cache is keyed by identity)."""
+        found = self._prepared.get(id(statement))
+        if found is None or found[0] is not statement:
+            found = (statement, Prepared(statement, self.engine.dialect))
+            self._prepared[id(statement)] = found
+        return found[1]
 
     @property
     def display_url(self) -> str:
@@ -56,7 +74,7 @@ class Store:
             return
         with self._lock:
             conn = self._writer_conn()
-            uow = UnitOfWork(conn)
+            uow = UnitOfWork(conn, self)
             self._local.uow = uow
             try:
                 with conn.begin():

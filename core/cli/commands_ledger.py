@@ -1,0 +1,55 @@
+"""Read-side commands over the runs queue and the entry ledger."""
+
+from __future__ import annotations
+
+import click
+
+from core.cli.app import Settings, pass_settings, reader
+from core.cli.output import emit, entry_json, entry_lines
+from core.model import Run
+
+
+def _run_line(run: Run) -> str:
+    return (
+        f"{run.id}  {run.status}  reason={run.reason}  profile={run.agent_profile_id}  "
+        f"task={run.task_id or '-'}  step={run.workflow_step_id or '-'}"
+    )
+
+
+@click.group()
+def runs() -> None:
+    """The runs queue."""
+
+
+@runs.command("list")
+@click.option("--task", "task_ref", metavar="T")
+@click.option("--status", metavar="S")
+@pass_settings
+def runs_list(settings: Settings, task_ref: str | None, status: str | None) -> None:
+    """List runs, oldest first."""
+    with reader(settings) as host:
+        found = host.runs.list(task=task_ref, status=status)
+    emit(settings.json, found, [_run_line(r) for r in found])
+
+
+@click.group()
+def entries() -> None:
+    """The entry ledger."""
+
+
+@entries.command("list")
+@click.option("--task", "task_ref", metavar="T")
+@click.option("--non-terminal", is_flag=True, help="Only entries still open.")
+@pass_settings
+def entries_list(settings: Settings, task_ref: str | None, non_terminal: bool) -> None:
+    """List step entries with their markers."""
+    with reader(settings) as host:
+        found = host.entries.list(task=task_ref, non_terminal=non_terminal)
+    emit(
+        settings.json,
+        [entry_json(e, markers) for e, markers in found],
+        [line for e, markers in found for line in entry_lines(e, markers)],
+    )
+
+
+COMMANDS: tuple[click.Command, ...] = (runs, entries)

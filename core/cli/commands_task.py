@@ -1,0 +1,326 @@
+"""Commands that work a task: tasks, seats, sessions, turns and decisions."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import click
+
+from core.cli.app import Settings, pass_settings, reader, writer
+from core.cli.output import emit, task_line, trigger_json
+from core.model import Participant, Session, Task
+
+
+def _emit_task(settings: Settings, task: Task) -> None:
+    emit(settings.json, task, [task_line(task)])
+
+
+@click.group()
+def task() -> None:
+    """Tasks and the routes that move them."""
+
+
+@task.command("create")
+@click.option("--workflow", "workflow", required=True, metavar="W")
+@click.option("--title", required=True, metavar="T")
+@click.option("--description", default="", metavar="D")
+@click.option("--step", metavar="S", help="Default: the workflow's start step.")
+@click.option("--project", metavar="P", help="Project id (makes the task Office-owned).")
+@pass_settings
+def task_create(
+    settings: Settings,
+    workflow: str,
+    title: str,
+    description: str,
+    step: str | None,
+    project: str | None,
+) -> None:
+    """Create a task (creation is not an arrival)."""
+    with writer(settings) as host:
+        created = host.tasks.create(
+            workflow=workflow, title=title, description=description, step=step, project=project
+        )
+    _emit_task(settings, created)
+
+
+@task.command("show")
+@click.argument("ref", metavar="T")
+@pass_settings
+def task_show(settings: Settings, ref: str) -> None:
+    """Show a task."""
+    with reader(settings) as host:
+        found = host.tasks.get(ref)
+    _emit_task(settings, found)
+
+
+@task.command("list")
+@click.option("--workflow", "workflow", metavar="W")
+@pass_settings
+def task_list(settings: Settings, workflow: str | None) -> None:
+    """List tasks, optionally of one workflow."""
+    with reader(settings) as host:
+        found = host.tasks.list(workflow=workflow)
+    emit(settings.json, found, [task_line(t) for t in found])
+
+
+@task.command("move")
+@click.argument("ref", metavar="T")
+@click.argument("step", metavar="STEP")
+@pass_settings
+def task_move(settings: Settings, ref: str, step: str) -> None:
+    """Manual move (E2)."""
+    with writer(settings) as host:
+        moved = host.tasks.move(ref, step)
+    _emit_task(settings, moved)
+
+
+@task.command("update")
+@click.argument("ref", metavar="T")
+@click.option("--step", required=True, metavar="STEP")
+@pass_settings
+def task_update(settings: Settings, ref: str, step: str) -> None:
+    """Generic update (E5)."""
+    with writer(settings) as host:
+        updated = host.tasks.update(ref, step=step)
+    _emit_task(settings, updated)
+
+
+@task.command("start")
+@click.argument("ref", metavar="T")
+@click.option("--step", metavar="STEP", help="Default: the workflow's start step.")
+@pass_settings
+def task_start(settings: Settings, ref: str, step: str | None) -> None:
+    """Task start (E5)."""
+    with writer(settings) as host:
+        started = host.tasks.start(ref, step=step)
+    _emit_task(settings, started)
+
+
+@task.command("switch-workflow")
+@click.argument("ref", metavar="T")
+@click.option("--workflow", "workflow", required=True, metavar="W")
+@click.option("--step", metavar="S")
+@pass_settings
+def task_switch_workflow(settings: Settings, ref: str, workflow: str, step: str | None) -> None:
+    """Move the task into another workflow (E4)."""
+    with writer(settings) as host:
+        switched = host.tasks.switch_workflow(ref, workflow=workflow, step=step)
+    _emit_task(settings, switched)
+
+
+@task.command("archive")
+@click.argument("ref", metavar="T")
+@pass_settings
+def task_archive(settings: Settings, ref: str) -> None:
+    """Archive a task."""
+    with writer(settings) as host:
+        archived = host.tasks.archive(ref)
+    _emit_task(settings, archived)
+
+
+@task.command("delete")
+@click.argument("ref", metavar="T")
+@pass_settings
+def task_delete(settings: Settings, ref: str) -> None:
+    """Delete a task with its ledger, sessions and seats."""
+    with writer(settings) as host:
+        deleted = host.tasks.delete(ref)
+    emit(settings.json, {"deleted": deleted}, [f"deleted {deleted}"])
+
+
+# -- participants --------------------------------------------------------------------------
+
+
+def _seat_line(seat: Participant) -> str:
+    owner = f"task={seat.task_id}" if seat.task_id else "template"
+    required = "decides" if seat.decision_required else "no-decision"
+    return (
+        f"{seat.id}  {seat.role}  profile={seat.agent_profile_id}  step={seat.step_id}  "
+        f"{owner}  {required}  position={seat.position}"
+    )
+
+
+def _one_owner(task_ref: str | None, workflow: str | None) -> None:
+    if task_ref is not None and workflow is not None:
+        raise click.UsageError("give --task or --workflow, not both")
+
+
+@click.group()
+def participant() -> None:
+    """Seats at a step: template seats and per-task seats."""
+
+
+@participant.command("add")
+@click.option("--step", required=True, metavar="S")
+@click.option("--role", required=True, metavar="R")
+@click.option("--profile", "profile", required=True, metavar="P")
+@click.option("--task", "task_ref", metavar="T", help="A per-task seat.")
+@click.option("--workflow", "workflow", metavar="W", help="A template seat.")
+@click.option(
+    "--decision-required/--no-decision-required",
+    "decision_required",
+    default=None,
+    help="Default: reviewers and approvers decide, other roles do not.",
+)
+@click.option("--position", type=int, default=0, show_default=True, metavar="N")
+@pass_settings
+def participant_add(
+    settings: Settings,
+    step: str,
+    role: str,
+    profile: str,
+    task_ref: str | None,
+    workflow: str | None,
+    decision_required: bool | None,
+    position: int,
+) -> None:
+    """Add a seat (a template seat without --task, a per-task seat with it)."""
+    _one_owner(task_ref, workflow)
+    with writer(settings) as host:
+        seat = host.participants.add(
+            step=step,
+            role=role,
+            profile=profile,
+            task=task_ref,
+            workflow=workflow,
+            decision_required=decision_required,
+            position=position,
+        )
+    emit(settings.json, seat, [_seat_line(seat)])
+
+
+@participant.command("list")
+@click.option("--step", required=True, metavar="S")
+@click.option("--task", "task_ref", metavar="T")
+@click.option("--workflow", "workflow", metavar="W")
+@pass_settings
+def participant_list(
+    settings: Settings, step: str, task_ref: str | None, workflow: str | None
+) -> None:
+    """List the seats at a step (merged with the task's own when --task is given)."""
+    _one_owner(task_ref, workflow)
+    with reader(settings) as host:
+        seats = host.participants.list(step=step, task=task_ref, workflow=workflow)
+    emit(settings.json, seats, [_seat_line(s) for s in seats])
+
+
+# -- sessions and turns --------------------------------------------------------------------
+
+
+def _session_line(session: Session) -> str:
+    return (
+        f"{session.id}  task={session.task_id}  state={session.state}  "
+        f"profile={session.agent_profile_id or '-'}"
+    )
+
+
+@click.group()
+def session() -> None:
+    """Agent sessions."""
+
+
+@session.command("start")
+@click.argument("ref", metavar="T")
+@click.option("--profile", "profile", metavar="P")
+@pass_settings
+def session_start(settings: Settings, ref: str, profile: str | None) -> None:
+    """Open a session for an agent that runs outside laneway."""
+    with writer(settings) as host:
+        started = host.sessions.start(ref, profile=profile)
+    emit(settings.json, started, [_session_line(started)])
+
+
+@session.command("list")
+@click.option("--task", "task_ref", required=True, metavar="T")
+@pass_settings
+def session_list(settings: Settings, task_ref: str) -> None:
+    """List a task's sessions."""
+    with reader(settings) as host:
+        found = host.sessions.list(task=task_ref)
+    emit(settings.json, found, [_session_line(s) for s in found])
+
+
+def _emit_trigger(settings: Settings, result: Mapping[str, Any]) -> None:
+    shaped = trigger_json(result)
+    task_id = shaped["task"]["id"]
+    if shaped["transitioned"]:
+        line = f"task {task_id}: moved from {shaped['from_step_id']} to {shaped['to_step_id']}"
+    else:
+        line = f"task {task_id}: no transition (step {shaped['task']['workflow_step_id']})"
+    emit(settings.json, shaped, [line])
+
+
+@click.group()
+def turn() -> None:
+    """Turn boundaries: they fire on_turn_start and on_turn_complete."""
+
+
+@turn.command("start")
+@click.argument("ref", metavar="T")
+@click.option("--session", "session_id", metavar="S", help="Default: the task's live session.")
+@pass_settings
+def turn_start(settings: Settings, ref: str, session_id: str | None) -> None:
+    """Fire on_turn_start."""
+    with writer(settings) as host:
+        result = host.turns.start(ref, session_id)
+    _emit_trigger(settings, result)
+
+
+@turn.command("complete")
+@click.argument("ref", metavar="T")
+@click.option("--session", "session_id", metavar="S", help="Default: the task's live session.")
+@pass_settings
+def turn_complete(settings: Settings, ref: str, session_id: str | None) -> None:
+    """Fire on_turn_complete."""
+    with writer(settings) as host:
+        result = host.turns.complete(ref, session_id)
+    _emit_trigger(settings, result)
+
+
+# -- decisions -----------------------------------------------------------------------------
+
+
+@click.group()
+def decision() -> None:
+    """Participant verdicts."""
+
+
+@decision.command("record")
+@click.option("--task", "task_ref", required=True, metavar="T")
+@click.option("--step", required=True, metavar="S")
+@click.option("--participant", "participant_id", required=True, metavar="P")
+@click.option(
+    "--verdict",
+    required=True,
+    metavar="V",
+    help="approved, rejected or changes_requested.",
+)
+@click.option("--comment", default="", metavar="C")
+@pass_settings
+def decision_record(
+    settings: Settings,
+    task_ref: str,
+    step: str,
+    participant_id: str,
+    verdict: str,
+    comment: str,
+) -> None:
+    """Record a seat's verdict; a guarded transition it releases fires at once."""
+    # --verdict is a plain string rather than click.Choice: a wrong verdict is bad input
+    # (exit 1, named by the service), not a usage error.
+    with writer(settings) as host:
+        result = host.decisions.record(task_ref, step, participant_id, verdict, comment=comment)
+    made = result["decision"]
+    shaped = {
+        "decision": made,
+        "transitioned": bool(result["transitioned"]),
+        "to_step_id": result["to_step_id"],
+    }
+    line = f"{made.id}  {made.decision}  participant={made.participant_id}"
+    if shaped["transitioned"]:
+        line += f"  -> moved to {shaped['to_step_id']}"
+    emit(settings.json, shaped, [line])
+
+
+COMMANDS: tuple[click.Command, ...] = (task, participant, session, turn, decision)

@@ -1,0 +1,157 @@
+"""Workflow and agent-profile commands."""
+
+from __future__ import annotations
+
+import shlex
+
+import click
+
+from core.cli.app import Settings, pass_settings, reader, writer
+from core.cli.output import emit, profile_line, workflow_json, workflow_lines
+from core.errors import LanewayError
+from core.workflows import to_yaml
+
+
+@click.group()
+def workflow() -> None:
+    """Workflows: templates, import, export, checks."""
+
+
+@workflow.command("templates")
+@pass_settings
+def workflow_templates(settings: Settings) -> None:
+    """List the shipped templates, hidden ones included."""
+    with reader(settings) as host:
+        decls = host.workflows.templates()
+    found = [
+        {"id": d.template_id, "name": d.name, "steps": len(d.steps), "hidden": d.hidden}
+        for d in decls
+    ]
+    lines = [
+        f"{t['id']}  {t['name']}  ({t['steps']} steps){' [hidden]' if t['hidden'] else ''}"
+        for t in found
+    ]
+    emit(settings.json, found, lines)
+
+
+@workflow.command("create")
+@click.option("--template", "template_id", required=True, metavar="ID", help="Template id.")
+@click.option("--name", metavar="N", help="Name of the new workflow (default: the template's).")
+@pass_settings
+def workflow_create(settings: Settings, template_id: str, name: str | None) -> None:
+    """Instantiate a shipped template."""
+    with writer(settings) as host:
+        wf = host.workflows.create_from_template(template_id, name=name)
+    emit(settings.json, workflow_json(wf), workflow_lines(wf, with_steps=True))
+
+
+@workflow.command("import")
+@click.argument("file", metavar="FILE")
+@pass_settings
+def workflow_import(settings: Settings, file: str) -> None:
+    """Import an internal template file or a portable export (all or nothing)."""
+    # FILE is a plain string, not click.Path(exists=True): a missing file is a user mistake
+    # (exit 1, named by the import's own message), not a usage error (exit 2).
+    with writer(settings) as host:
+        imported = host.workflows.import_file(file)
+    lines = [line for wf in imported for line in workflow_lines(wf, with_steps=False)]
+    emit(settings.json, [workflow_json(wf) for wf in imported], lines)
+
+
+@workflow.command("list")
+@pass_settings
+def workflow_list(settings: Settings) -> None:
+    """List workflows, hidden ones too."""
+    with reader(settings) as host:
+        found = host.workflows.list()
+    lines = [line for wf in found for line in workflow_lines(wf, with_steps=False)]
+    emit(settings.json, [workflow_json(wf) for wf in found], lines)
+
+
+@workflow.command("show")
+@click.argument("ref", metavar="W")
+@pass_settings
+def workflow_show(settings: Settings, ref: str) -> None:
+    """Show a workflow (by id or name) and its steps."""
+    with reader(settings) as host:
+        wf = host.workflows.get(ref)
+    emit(settings.json, workflow_json(wf), workflow_lines(wf, with_steps=True))
+
+
+@workflow.command("export")
+@click.argument("ref", metavar="W")
+@pass_settings
+def workflow_export(settings: Settings, ref: str) -> None:
+    """Write a workflow as a portable YAML document on stdout (JSON with --json)."""
+    with reader(settings) as host:
+        document = host.workflows.export(ref)
+    if settings.json:
+        emit(True, document, [])
+    else:
+        click.echo(to_yaml(document), nl=False)
+
+
+@workflow.command("check")
+@click.argument("ref", metavar="W")
+@pass_settings
+def workflow_check(settings: Settings, ref: str) -> None:
+    """Report declarations the loaded plugins cannot run. Exits 0 even with problems."""
+    with reader(settings) as host:
+        problems = host.workflows.check(ref)
+    emit(settings.json, {"problems": problems}, problems or ["no problems"])
+
+
+@click.group()
+def profile() -> None:
+    """Agent profiles."""
+
+
+def _parse_env(items: tuple[str, ...]) -> dict[str, str]:
+    env: dict[str, str] = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            raise LanewayError(f"--env {item!r}: expected KEY=VALUE")
+        env[key] = value
+    return env
+
+
+@profile.command("add")
+@click.argument("name")
+@click.option("--command", "command", required=True, metavar="CMD", help="Split like a shell.")
+@click.option("--role", default="worker", show_default=True, metavar="R")
+@click.option("--env", "env", multiple=True, metavar="K=V", help="Repeatable.")
+@click.option("--requires-env", "requires_env", multiple=True, metavar="VAR", help="Repeatable.")
+@pass_settings
+def profile_add(
+    settings: Settings,
+    name: str,
+    command: str,
+    role: str,
+    env: tuple[str, ...],
+    requires_env: tuple[str, ...],
+) -> None:
+    """Add an agent profile."""
+    # Parse before opening the host: a typo must not cost a lock and a recovery scan.
+    try:
+        argv = shlex.split(command)
+    except ValueError as exc:
+        raise LanewayError(f"--command {command!r}: {exc}") from None
+    env_map = _parse_env(env)
+    with writer(settings) as host:
+        added = host.profiles.add(
+            name, command=argv, role=role, env=env_map, requires_env=list(requires_env)
+        )
+    emit(settings.json, added, [profile_line(added)])
+
+
+@profile.command("list")
+@pass_settings
+def profile_list(settings: Settings) -> None:
+    """List agent profiles."""
+    with reader(settings) as host:
+        found = host.profiles.list()
+    emit(settings.json, found, [profile_line(p) for p in found])
+
+
+COMMANDS: tuple[click.Command, ...] = (workflow, profile)
