@@ -120,7 +120,7 @@ _HISTORY = insert_of(
 
 def _task_row(uow: UnitOfWork, task_id: str) -> tuple[Task, str | None]:
     """The task as it stands in this transaction, and its live session's id."""
-    row = uow.run(_TASK_AND_SESSION, {"task_id": task_id}).mappings().first()
+    row = uow.run(_TASK_AND_SESSION, {"task_id": task_id}).mapping()
     if row is None:
         from core.errors import NotFound
 

@@ -8,10 +8,20 @@ from core import ids
 from core.errors import LanewayError
 from core.model import PARTICIPANT_ROLES, Participant, Step, Task, Workflow
 from core.services.base import Service
-from core.store import rows
+from core.store import prepared, rows
 from core.store import tables as t
 
 DECIDING_ROLES = frozenset({"reviewer", "approver"})
+_P = t.workflow_step_participants
+# Template seats ('') and the task's own seats at a step, in the merged listing's order.
+_SEATS = (
+    sa.select(_P)
+    .where(
+        _P.c.step_id == sa.bindparam("step_id"),
+        sa.or_(_P.c.task_id == "", _P.c.task_id == sa.bindparam("task_id")),
+    )
+    .order_by(_P.c.role, _P.c.position, _P.c.id)
+)
 
 
 class ParticipantService(Service):
@@ -159,14 +169,8 @@ def merged_seats(
 
     A template seat is dropped when the task has its own seat with the same role and agent.
     """
-    p = t.workflow_step_participants
-    owners = [""] if task_id is None else ["", task_id]
-    result = conn.execute(
-        sa.select(p)
-        .where(p.c.step_id == step_id, p.c.task_id.in_(owners))
-        .order_by(p.c.role, p.c.position, p.c.id)
-    ).mappings()
-    seats = [rows.participant(r) for r in result]
+    result = prepared.execute(conn, _SEATS, {"step_id": step_id, "task_id": task_id or ""})
+    seats = [rows.participant(r) for r in result.mappings()]
     own = {(s.role, s.agent_profile_id) for s in seats if s.task_id}
     return [s for s in seats if s.task_id or (s.role, s.agent_profile_id) not in own]
 

@@ -19,10 +19,9 @@ from typing import Any
 
 import attrs
 import sqlalchemy as sa
-from sqlalchemy.engine import URL, Connection, CursorResult, Engine
+from sqlalchemy.engine import URL, Connection, Engine
 
-from core.store import dialect
-from core.store.prepared import Prepared
+from core.store import dialect, prepared
 
 
 @attrs.define(eq=False)
@@ -32,9 +31,9 @@ class UnitOfWork:
     conn: Connection
     store: Store
 
-    def run(self, statement: sa.ClauseElement, values: Mapping[str, Any]) -> CursorResult[Any]:
+    def run(self, statement: sa.ClauseElement, values: Mapping[str, Any]) -> prepared.Result:
         """Execute a module-level statement through its prepared driver SQL."""
-        return self.store.prepared(statement)(self.conn, values)
+        return prepared.execute(self.conn, statement, values)
 
 
 class Store:
@@ -45,16 +44,6 @@ class Store:
         self._writer: Connection | None = None
         self._lock = threading.RLock()
         self._local = threading.local()
-        self._prepared: dict[int, tuple[sa.ClauseElement, Prepared]] = {}
-
-    def prepared(self, statement: sa.ClauseElement) -> Prepared:
-        """`statement` compiled for this store's dialect (statements must live for the
-        process, e.g. module-level constants: the cache is keyed by identity)."""
-        found = self._prepared.get(id(statement))
-        if found is None or found[0] is not statement:
-            found = (statement, Prepared(statement, self.engine.dialect))
-            self._prepared[id(statement)] = found
-        return found[1]
 
     @property
     def display_url(self) -> str:

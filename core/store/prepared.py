@@ -1,19 +1,22 @@
-"""Statements on the arrival path, compiled once per dialect and run as driver SQL.
+"""Statements on the arrival path, compiled once per dialect and run on the driver's cursor.
 
 A Core statement executed through `Connection.execute` pays for cache-key generation, an
 execution context and result processing on every call - several times the cost of the SQLite
-statement itself. The arrival path runs a handful of fixed statements, so each is written once
-in Core (dialect-neutral), compiled once for the store's dialect, and executed with
-`exec_driver_sql`. Values must already be in driver form (str, int, bool, None).
+statement itself, and the arrival path is bound by that Python overhead, not by the disk. So
+the few fixed statements of that path are written once in Core (dialect-neutral), compiled
+once per dialect, and executed on the DBAPI cursor of the caller's own connection (inside the
+caller's transaction). Values must already be in driver form (str, int, bool, None).
+
+Listeners on SQLAlchemy's cursor events do not see these statements; `STATS` counts them.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from typing import Any, cast
 
 import sqlalchemy as sa
-from sqlalchemy.engine import Connection, CursorResult, Dialect
+from sqlalchemy.engine import Connection, Dialect
 from sqlalchemy.sql.compiler import SQLCompiler
 
 
@@ -30,6 +33,32 @@ def insert_of(table: sa.Table, keys: tuple[str, ...]) -> sa.Insert:
     return sa.insert(table).values({k: sa.bindparam(k) for k in keys})
 
 
+class Result:
+    """What the arrival path reads back: rows as tuples with their column names."""
+
+    def __init__(self, names: tuple[str, ...], rows: list[tuple[Any, ...]], rowcount: int):
+        self.names = names
+        self._rows = rows
+        self.rowcount = rowcount
+
+    def first(self) -> tuple[Any, ...] | None:
+        return self._rows[0] if self._rows else None
+
+    def scalar(self) -> Any:
+        return self._rows[0][0] if self._rows else None
+
+    def scalar_one(self) -> Any:
+        if len(self._rows) != 1:
+            raise sa.exc.NoResultFound("expected exactly one row")
+        return self._rows[0][0]
+
+    def mappings(self) -> Iterator[dict[str, Any]]:
+        return (dict(zip(self.names, row, strict=True)) for row in self._rows)
+
+    def mapping(self) -> dict[str, Any] | None:
+        return next(self.mappings(), None)
+
+
 class Prepared:
     def __init__(self, statement: sa.ClauseElement, dialect: Dialect) -> None:
         compiled = cast(SQLCompiler, statement.compile(dialect=dialect))
@@ -39,7 +68,7 @@ class Prepared:
         self._order = tuple(compiled.positiontup or ()) if compiled.positional else None
         self._defaults = dict(compiled.params)
 
-    def __call__(self, conn: Connection, values: Mapping[str, Any]) -> CursorResult[Any]:
+    def __call__(self, conn: Connection, values: Mapping[str, Any]) -> Result:
         if self._defaults:
             values = {**self._defaults, **values}
         params: Any
@@ -47,4 +76,28 @@ class Prepared:
             params = tuple(values.get(name) for name in self._order)
         else:
             params = dict(values)
-        return conn.exec_driver_sql(self.sql, params)
+        STATS["statements"] += 1
+        cursor = conn.connection.dbapi_connection.cursor()  # type: ignore[union-attr]
+        try:
+            cursor.execute(self.sql, params)
+            if cursor.description is None:
+                return Result((), [], cursor.rowcount)
+            names = tuple(d[0] for d in cursor.description)
+            return Result(names, list(cursor.fetchall()), cursor.rowcount)
+        finally:
+            cursor.close()
+
+
+STATS = {"statements": 0}
+_cache: dict[tuple[int, str], tuple[sa.ClauseElement, Prepared]] = {}
+
+
+def execute(conn: Connection, statement: sa.ClauseElement, values: Mapping[str, Any]) -> Result:
+    """Run `statement` as prepared driver SQL. Statements must live for the process
+    (module-level constants): the cache is keyed by identity and dialect."""
+    key = (id(statement), conn.dialect.name)
+    found = _cache.get(key)
+    if found is None or found[0] is not statement:
+        found = (statement, Prepared(statement, conn.dialect))
+        _cache[key] = found
+    return found[1](conn, values)

@@ -27,6 +27,9 @@ from core.model import (
 )
 from core.store import tables as t
 
+RowLike = RowMapping | Mapping[str, Any]
+"""A row as Core returns it, or as the prepared arrival path does (a plain dict)."""
+
 
 def dumps(value: Any) -> str:
     return json.dumps(value, separators=(",", ":"), sort_keys=False)
@@ -50,11 +53,11 @@ def encode_events(events: Events) -> dict[str, list[dict[str, Any]]]:
     return {trigger: [a.as_dict() for a in actions] for trigger, actions in events.items()}
 
 
-def workspace(row: RowMapping) -> Workspace:
+def workspace(row: RowLike) -> Workspace:
     return Workspace(row["id"], row["name"], row["office_workflow_id"])
 
 
-def profile(row: RowMapping) -> AgentProfile:
+def profile(row: RowLike) -> AgentProfile:
     return AgentProfile(
         id=row["id"],
         workspace_id=row["workspace_id"],
@@ -85,7 +88,7 @@ STEP_FIELDS = (
 )
 
 
-def step(row: RowMapping) -> Step:
+def step(row: RowLike) -> Step:
     values = {f: row[f] for f in STEP_FIELDS}
     for flag in (
         "is_start_step",
@@ -109,7 +112,7 @@ def step_values(s: Step) -> dict[str, Any]:
     return values
 
 
-def workflow(row: RowMapping, steps: tuple[Step, ...]) -> Workflow:
+def workflow(row: RowLike, steps: tuple[Step, ...]) -> Workflow:
     return Workflow(
         id=row["id"],
         workspace_id=row["workspace_id"],
@@ -126,14 +129,14 @@ def workflow(row: RowMapping, steps: tuple[Step, ...]) -> Workflow:
 TASK_FIELDS = tuple(c.name for c in t.tasks.columns)
 
 
-def task(row: RowMapping) -> Task:
+def task(row: RowLike) -> Task:
     values = {f: row[f] for f in TASK_FIELDS}
     values["wip_admitted"] = bool(values["wip_admitted"])
     values["is_ephemeral"] = bool(values["is_ephemeral"])
     return Task(**values)
 
 
-def session(row: RowMapping) -> Session:
+def session(row: RowLike) -> Session:
     return Session(
         id=row["id"],
         task_id=row["task_id"],
@@ -149,7 +152,7 @@ def session(row: RowMapping) -> Session:
     )
 
 
-def participant(row: RowMapping) -> Participant:
+def participant(row: RowLike) -> Participant:
     return Participant(
         id=row["id"],
         step_id=row["step_id"],
@@ -161,11 +164,11 @@ def participant(row: RowMapping) -> Participant:
     )
 
 
-def decision(row: RowMapping) -> Decision:
+def decision(row: RowLike) -> Decision:
     return Decision(**{c.name: row[c.name] for c in t.workflow_step_decisions.columns})
 
 
-def run(row: RowMapping) -> Run:
+def run(row: RowLike) -> Run:
     payload = row["payload"]
     return Run(
         id=row["id"],
@@ -186,7 +189,7 @@ def run(row: RowMapping) -> Run:
     )
 
 
-def entry(row: RowMapping) -> StepEntry:
+def entry(row: RowLike) -> StepEntry:
     return StepEntry(
         id=row["id"],
         task_id=row["task_id"],
@@ -199,11 +202,11 @@ def entry(row: RowMapping) -> StepEntry:
     )
 
 
-def marker(row: RowMapping) -> Marker:
+def marker(row: RowLike) -> Marker:
     return Marker(**{c.name: row[c.name] for c in t.step_entry_markers.columns})
 
 
-def history(row: RowMapping) -> HistoryRow:
+def history(row: RowLike) -> HistoryRow:
     return HistoryRow(**{c.name: row[c.name] for c in t.session_step_history.columns})
 
 
