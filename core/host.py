@@ -27,6 +27,7 @@ from core.registry import Registry, build_registry
 from core.store import migrate
 from core.store import tables as t
 from core.store.database import Store
+from core.store import dialect
 from core.store.dialect import OwnershipLock, take_ownership
 from plugins.manager import PluginSelection, load_plugins
 
@@ -100,6 +101,10 @@ class Host:
         :param read_only: take no lock and mint no epoch (inspection only; writes refused).
         :param recover: run the recovery scan before returning (writers only).
         """
+        missing = _missing_sqlite_file(url)
+        if missing is not None and (read_only or not upgrade):
+            # Refuse before connecting: connecting would leave an empty file behind.
+            raise NotInitialised(f"database {missing} does not exist; run `laneway init`")
         store = Store(url)
         lock: OwnershipLock | None = None
         try:
@@ -198,6 +203,14 @@ class Host:
     @property
     def writable(self) -> bool:
         return self.epoch is not None
+
+
+def _missing_sqlite_file(url: str) -> str | None:
+    parsed = dialect.normalise_url(url)
+    if not dialect.is_sqlite(parsed):
+        return None
+    path = dialect.sqlite_path(parsed)
+    return str(path) if path is not None and not path.exists() else None
 
 
 def _mint_epoch(store: Store) -> str:
