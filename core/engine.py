@@ -79,13 +79,20 @@ class Engine:
         operation_id: str | None = None,
         payload: Mapping[str, Any] | None = None,
         label: str | None = None,
+        task: Task | None = None,
     ) -> TriggerResult:
-        """Evaluate `trigger` for the task's current step (never on_enter: see core.entry)."""
+        """Evaluate `trigger` for the task's current step (never on_enter: see core.entry).
+
+        :param operation_id: a repeated id is short-circuited (`idempotent`); the id is
+            marked applied only after every action succeeded. In-process, by design.
+        :param task: the task as the caller already read it (read once, used throughout).
+        """
         if trigger == "on_enter":
             raise ValueError("on_enter is dispatched by core.entry, not by handle_trigger")
         if operation_id is not None and operation_id in self._applied:
             return TriggerResult(idempotent=True)
-        task = self.host.tasks.get(task_id)
+        if task is None:
+            task = self.host.tasks.get(task_id)
         if task.workflow_id is None or task.workflow_step_id is None:
             return TriggerResult()
         workflow = self.host.workflows.by_id(task.workflow_id)

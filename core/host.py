@@ -24,10 +24,9 @@ from core.bundle import Bundle, BundleHolder
 from core.errors import NotInitialised
 from core.kinds import Features
 from core.registry import Registry, build_registry
-from core.store import migrate
+from core.store import dialect, migrate
 from core.store import tables as t
 from core.store.database import Store
-from core.store import dialect
 from core.store.dialect import OwnershipLock, take_ownership
 from plugins.manager import PluginSelection, load_plugins
 
@@ -80,6 +79,9 @@ class Host:
         self.runs = RunService(self)
         self.entries = EntryService(self)
         self.plugins = PluginService(self)
+        from core.runtime.runtime import AgentRuntime
+
+        self.runtime = AgentRuntime(self)
 
     # -- opening and closing -------------------------------------------------------------
 

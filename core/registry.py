@@ -95,10 +95,10 @@ def build_registry(loaded: LoadedPlugins, features: Features) -> Registry:
 
 def _impls(loaded: LoadedPlugins, hook: str) -> list[tuple[str, Any]]:
     caller = getattr(loaded.manager.hook, hook)
-    # pluggy returns implementations last-registered-first; we want registration order.
+    # get_hookimpls() lists implementations in registration order: core, then plugins.
     return [
         (loaded.manager.get_name(impl.plugin) or "?", impl.function)
-        for impl in reversed(caller.get_hookimpls())
+        for impl in caller.get_hookimpls()
     ]
 
 

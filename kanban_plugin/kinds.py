@@ -119,12 +119,26 @@ def build_prompt(workflow_prompt: str, step_prompt: str, description: str) -> st
 
 
 def auto_start_agent(ctx: ActionContext, _config: Any) -> None:
-    """Deliver the step's prompt to the agent (last, after every other entry action)."""
-    workflow = ctx.services.workflows.by_id(ctx.step.workflow_id)
+    """Start the agent on the step's prompt (last, after every other entry action).
+
+    An agent running outside laneway (an external session) is handed the prompt; an agent
+    laneway runs gets a `task_assigned` run, which the worker executes.
+    """
+    host = ctx.services
+    workflow = host.workflows.by_id(ctx.step.workflow_id)
     prompt = build_prompt(workflow.prompt, ctx.step.prompt, ctx.task.description)
-    ctx.services.sessions.record_effect(
-        _session_id(ctx), prompts=[{"step_id": ctx.step.id, "prompt": prompt}]
-    )
+    assert ctx.session is not None
+    if ctx.session.external:
+        host.sessions.record_effect(
+            ctx.session.id, prompts=[{"step_id": ctx.step.id, "prompt": prompt}]
+        )
+        return
+    agent = host.runs.primary_agent(ctx.task, ctx.step.id) or ctx.session.agent_profile_id
+    if agent is None:
+        ctx.logger.warning("auto_start_agent: no agent resolves for the step; nothing started")
+        return
+    host.runs.assign(ctx.task, ctx.step.id, agent)
+    host.sessions.record_effect(ctx.session.id, prompts=[{"step_id": ctx.step.id, "queued": True}])
 
 
 KINDS = (

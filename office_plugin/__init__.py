@@ -3,9 +3,13 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
+
+from loguru import logger
 
 from core.kinds import ActionKind, GuardKind
 from core.model import Task, Workspace
+from core.runtime.failures import AgentFailure
 from office_plugin import quorum
 from office_plugin.kinds import declarations
 from plugins import hookimpl
@@ -34,3 +38,38 @@ def laneway_task_ownership(task: Task, workspace: Workspace) -> str | None:
     ):
         return NAME
     return None
+
+
+@hookimpl
+def laneway_agent_failed(host: Any, failure: AgentFailure) -> None:
+    """Office's own on_agent_error path: for an Office task whose failed session was running a
+    claimed Office run, under the run's own operation id. Without such a run nothing fires
+    (the host's dispatch skips Office tasks), so one failure dispatches at most once."""
+    if failure.user_initiated or failure.run_id is None:
+        return
+    task = host.tasks.get(failure.task_id)
+    if laneway_task_ownership(task, host.workspace.by_id(task.workspace_id)) != NAME:
+        return
+    run = next((r for r in host.runs.list(task=task.id) if r.id == failure.run_id), None)
+    if run is None or run.status != "claimed":
+        return
+    result = host.bundle.engine.handle_trigger(
+        task.id,
+        "on_agent_error",
+        session_id=failure.session_id,
+        operation_id=f"agent_error:{run.id}",
+        payload={
+            "failed_session_id": failure.session_id or "",
+            "failed_agent_id": failure.agent_profile_id or run.agent_profile_id,
+            "error_message": failure.error_message or "agent failed",
+        },
+        label="on_agent_error",
+        task=task,
+    )
+    if not result.idempotent:
+        logger.bind(
+            task_id=task.id,
+            session_id=failure.session_id,
+            run_id=run.id,
+            action_count=result.action_count,
+        ).info("office on_agent_error dispatched")

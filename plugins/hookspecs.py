@@ -19,6 +19,7 @@ import pluggy
 
 from core.kinds import ActionKind, GuardKind
 from core.model import Task, Workspace
+from core.runtime.failures import AgentFailure
 
 if TYPE_CHECKING:
     import click
@@ -61,6 +62,20 @@ def laneway_task_ownership(task: Task, workspace: Workspace) -> str | None:
 
     Called when the host needs to know who owns a task (agent failure routing, auto-start).
     Stops at the first non-None result.
+    """
+
+
+@hookspec
+def laneway_agent_failed(host: Any, failure: AgentFailure) -> None:
+    """Observe a terminal agent failure (plugins with their own recovery path act here).
+
+    :param host: the :class:`core.Host`.
+    :param failure: the :class:`core.runtime.failures.AgentFailure`: task, session, route,
+        message, execution id, run id, and whether the user initiated it (route R6).
+
+    Called once per terminal failure, after the host's own bookkeeping and its on_agent_error
+    dispatch for tasks it owns, with the session's guard released. Office implements it for
+    Office-owned tasks that have a claimed Office run. Exceptions are logged, never raised.
     """
 
 

@@ -22,6 +22,7 @@ from loguru import logger
 
 from core.kinds import ActionKind, GuardKind
 from core.model import Task, Workspace
+from core.runtime.failures import AgentFailure
 from plugins import hookspecs
 
 GROUP = "laneway.plugins"
@@ -189,6 +190,9 @@ class Hooks:
         return cast(
             "str | None", self.manager.hook.laneway_task_ownership(task=task, workspace=workspace)
         )
+
+    def agent_failed(self, host: object, failure: AgentFailure) -> None:
+        self.manager.hook.laneway_agent_failed(host=host, failure=failure)
 
     def host_started(self, host: object) -> None:
         self.manager.hook.laneway_host_started(host=host)

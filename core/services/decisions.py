@@ -83,6 +83,30 @@ class DecisionService(Service):
         work, whose commit is the line every concurrently recorded decision falls on."""
         return int(uow.run(_CLEAR, {"task_id": task_id, "step_id": step_id}).rowcount)
 
+    def record_for_agent(
+        self,
+        task_id: str,
+        step_id: str | None,
+        agent_profile_id: str | None,
+        verdict: str,
+        *,
+        comment: str = "",
+    ) -> dict[str, Any]:
+        """An agent's verdict, recorded for its deciding seat at the step it worked on."""
+        if not step_id or not agent_profile_id:
+            raise LanewayError("a decision needs the step and the agent that made it")
+        seat = next(
+            (
+                s
+                for s in self.host.participants.seats_at(task_id, step_id)
+                if s.agent_profile_id == agent_profile_id and s.role in ("approver", "reviewer")
+            ),
+            None,
+        )
+        if seat is None:
+            raise LanewayError(f"agent {agent_profile_id} has no deciding seat at step {step_id}")
+        return self.record(task_id, step_id, seat.id, verdict, comment=comment)
+
     def list(self, task_id: str, step_id: str) -> list[Decision]:
         """Every decision at the step, superseded ones included, oldest first."""
         with self.host.store.read() as conn:

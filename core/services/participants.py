@@ -92,6 +92,11 @@ class ParticipantService(Service):
         with self.host.store.read() as conn:
             return merged_seats(conn, step_row.id, task_row.id if task_row else None)
 
+    def seats_at(self, task_id: str, step_id: str) -> builtins.list[Participant]:
+        """The merged seats of a task at a step (approvers before reviewers: role order)."""
+        with self.host.store.read() as conn:
+            return merged_seats(conn, step_id, task_id)
+
     def fan_out_seats(self, task_id: str, step_id: str, role: str) -> builtins.list[Participant]:
         """The fan-out's participant set, read once in one query: the merged seats of `role`,
         de-duplicated on (role, agent) keeping the first in (role, position, id) order."""

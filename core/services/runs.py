@@ -84,6 +84,17 @@ class RunService(Service):
             ).scalar()
         return str(latest) if latest else None
 
+    def assign(self, task: Task, step_id: str, agent_profile_id: str) -> runs.Enqueued:
+        """Queue the agent's turn on the task at the step (reason `task_assigned`)."""
+        return self.enqueue(
+            runs.RunRequest(
+                agent_profile_id=agent_profile_id,
+                task_id=task.id,
+                workflow_step_id=step_id,
+                reason="task_assigned",
+            )
+        )
+
     def start_review(self, task_id: str, step_id: str, agent_profile_id: str | None) -> str:
         """Record a code-review pass for the task at the step (`task_review_runs`)."""
         review_id = ids.new_id()

@@ -20,17 +20,27 @@ class SessionService(Service):
     """Agent sessions. One live session per task: starting one completes the previous."""
 
     def start(self, task: str, *, profile: str | None = None, external: bool = True) -> Session:
-        """Open a session for an agent; `external` ones run outside laneway (no process)."""
+        """Open a session for an agent and make it the task's primary one.
+
+        An `external` session belongs to an agent that runs outside laneway (no process); it
+        replaces the task's live sessions, which complete. Sessions laneway runs itself (one
+        per agent working the task, e.g. each reviewer) stay side by side.
+        """
         self._require_writer()
         task_row = self.host.tasks.get(task)
         agent_id = self.host.profiles.get(profile).id if profile else None
         session_id = ids.new_id()
         stamp = ids.now()
+        live = sa.and_(S.c.task_id == task_row.id, S.c.state.in_(tuple(ACTIVE_SESSION_STATES)))
         with self.host.store.transaction() as uow:
+            if external:
+                uow.conn.execute(
+                    sa.update(S)
+                    .where(live)
+                    .values(state="COMPLETED", completed_at=stamp, updated_at=stamp)
+                )
             uow.conn.execute(
-                sa.update(S)
-                .where(S.c.task_id == task_row.id, S.c.state.in_(tuple(ACTIVE_SESSION_STATES)))
-                .values(state="COMPLETED", completed_at=stamp, updated_at=stamp, is_primary=False)
+                sa.update(S).where(S.c.task_id == task_row.id).values(is_primary=False)
             )
             uow.conn.execute(
                 sa.insert(S).values(
@@ -88,6 +98,31 @@ class SessionService(Service):
             values["completed_at"] = stamp
         with self.host.store.transaction() as uow:
             uow.conn.execute(sa.update(S).where(S.c.id == session_id).values(**values))
+
+    def queue_message(self, session_id: str, text: str) -> Session:
+        """A message for the agent, delivered in order when it next takes a turn."""
+        return self.record_effect(session_id, queued_messages=[text])
+
+    def pop_queued_message(self, session_id: str) -> str | None:
+        with self.host.store.transaction() as uow:
+            raw = uow.conn.execute(sa.select(S.c.metadata).where(S.c.id == session_id)).scalar()
+            meta: dict[str, Any] = json.loads(raw or "{}")
+            queued = list(meta.get("queued_messages") or [])
+            if not queued:
+                return None
+            first = queued.pop(0)
+            meta["queued_messages"] = queued
+            meta["messages_delivered"] = [*meta.get("messages_delivered", []), first]
+            uow.conn.execute(
+                sa.update(S)
+                .where(S.c.id == session_id)
+                .values(metadata=rows.dumps(meta), updated_at=ids.now())
+            )
+        return str(first)
+
+    def append_transcript(self, session_id: str, lines: tuple[str, ...]) -> None:
+        if lines:
+            self.record_effect(session_id, transcript=list(lines))
 
     def record_effect(self, session_id: str, **changes: Any) -> Session:
         """Merge `changes` into the session's metadata; a list value is appended to.

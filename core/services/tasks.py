@@ -121,7 +121,12 @@ class TaskService(Service):
                 .values(state="IN_PROGRESS", updated_at=ids.now())
             )
         transition.move(self.host, task.id, target.id, path="E5", label="task_update")
-        return self.get(task.id)
+        started = self.get(task.id)
+        if started.workflow_step_id and self.host.sessions.live(started.id) is None:
+            agent = self.host.runs.primary_agent(started, started.workflow_step_id)
+            if agent is not None:
+                self.host.runs.assign(started, started.workflow_step_id, agent)
+        return started
 
     def switch_workflow(self, ref: str, *, workflow: str, step: str | None = None) -> Task:
         """Move the task into another workflow (E4), by executing the switch_workflow action."""
@@ -141,6 +146,18 @@ class TaskService(Service):
     def detach(self, ref: str) -> Task:
         self._require_writer()
         return transition.detach(self.host, self.get(ref).id)
+
+    def owner(self, task: Task) -> str | None:
+        """The plugin that owns the task (Office for its tasks), or None: the host's own."""
+        workspace = self.host.workspace.by_id(task.workspace_id)
+        return self.host.bundle.registry.hooks.task_ownership(task, workspace)
+
+    def set_state(self, ref: str, state: str) -> None:
+        """The task's state column (never its step)."""
+        with self.host.store.transaction() as uow:
+            uow.conn.execute(
+                sa.update(TASKS).where(TASKS.c.id == ref).values(state=state, updated_at=ids.now())
+            )
 
     # -- lifecycle --------------------------------------------------------------------------------
 

@@ -19,6 +19,13 @@ class TurnService(Service):
         )
         return result.as_dict(self.host.tasks.get(task_row.id))
 
+    def start_internal(self, session_id: str) -> None:
+        """A turn of a session laneway runs begins: on_turn_start fires for its task."""
+        session = self.host.sessions.get(session_id)
+        self.host.bundle.engine.handle_trigger(
+            session.task_id, "on_turn_start", session_id=session_id
+        )
+
     def complete(self, task: str, session: str | None = None) -> dict[str, Any]:
         self._require_writer()
         task_row = self.host.tasks.get(task)

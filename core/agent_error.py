@@ -1,0 +1,145 @@
+"""on_agent_error for non-Office tasks: the guard sequence, the operation id, the dispatch.
+
+The guards are first-match-wins, in the spec's order; each is silent or records exactly one
+line (at most one record per failure):
+
+1. no bundle or no engine (silent)       2. no session id (silent)
+3. user-initiated, route R6 (DEBUG)
+4. the session, read once by the failure's session id: gone (DEBUG); unreadable (WARNING)
+5. the task, read once by the failure's task id: unreadable or gone (WARNING, fails closed)
+6. Office owns the task (silent: Office's own path handles it)
+7. ephemeral, archived, or at no step (silent)
+8. another session of the task is working (DEBUG)
+
+Then the step's on_agent_error actions are walked against the same bundle's registry (a
+WARNING per action with no executor, which is not a dispatch record), and the engine from that
+bundle evaluates the trigger under the failure's operation id. Outcome records: INFO when
+actions ran, DEBUG when the step declares none, nothing when the operation was already
+applied, ERROR when the engine failed (never propagated). Every record carries `task_id`,
+`session_id` and an `event` unique to this dispatch.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from loguru import logger
+
+from core.engine import MOVE_KINDS
+from core.errors import LanewayError, NotFound
+from core.model import Session, Task
+from core.runtime.failures import AgentFailure
+
+if TYPE_CHECKING:
+    from core.host import Host
+
+WORKING_STATES = frozenset({"STARTING", "RUNNING"})
+EVENT = "agent_error.dispatch"
+
+
+def _record(failure: AgentFailure, **fields: Any) -> Any:
+    return logger.bind(
+        event=EVENT, task_id=failure.task_id, session_id=failure.session_id, **fields
+    )
+
+
+def payload_of(failure: AgentFailure, session: Session) -> dict[str, str]:
+    """OnAgentErrorPayload: the failed session, the failed agent, the message."""
+    return {
+        "failed_session_id": failure.session_id or "",
+        "failed_agent_id": failure.agent_profile_id or session.agent_profile_id or "",
+        "error_message": failure.error_message or "agent failed",
+    }
+
+
+def dispatch(host: Host, failure: AgentFailure) -> bool:
+    """Dispatch on_agent_error for one terminal failure; True when the engine ran it."""
+    bundle = host._holder.current() if host._holder is not None else None  # read once
+    if bundle is None or bundle.engine is None:
+        return False
+    if not failure.session_id:
+        return False
+    if failure.user_initiated:
+        _record(failure, route=failure.route).debug("user cancelled the retries: no dispatch")
+        return False
+    try:
+        session = host.sessions.get(failure.session_id)
+    except NotFound:
+        _record(failure).debug("failed session is gone: nothing to dispatch")
+        return False
+    except Exception as exc:  # noqa: BLE001 - fail closed on any read problem
+        _record(failure, cause=str(exc)).warning("failed session unreadable: no dispatch")
+        return False
+    try:
+        task: Task = host.tasks.get(failure.task_id)
+    except Exception as exc:  # noqa: BLE001 - fails closed: unknown ownership is not "kanban"
+        _record(failure, cause=str(exc)).warning("task unreadable: no dispatch")
+        return False
+    if host.tasks.owner(task) is not None:
+        return False
+    if task.is_ephemeral or task.archived_at is not None or not task.workflow_step_id:
+        return False
+    blocking = _working_sibling(host, task, failure.session_id)
+    if blocking is not None:
+        _record(failure, blocking_session_id=blocking).debug(
+            "another session of the task is working: no dispatch"
+        )
+        return False
+
+    _walk(host, bundle.registry, task, failure)
+    operation_id = failure.operation_id
+    try:
+        result = bundle.engine.handle_trigger(
+            task.id,
+            "on_agent_error",
+            session_id=failure.session_id,
+            operation_id=operation_id,
+            payload=payload_of(failure, session),
+            label="on_agent_error",
+            task=task,
+        )
+    except Exception as exc:  # noqa: BLE001 - recovery must never mask the failure itself
+        _record(failure, operation_id=operation_id, cause=f"{type(exc).__name__}: {exc}").error(
+            "on_agent_error dispatch failed"
+        )
+        return False
+    if result.idempotent:
+        return False
+    if result.action_count:
+        _record(failure, step_id=task.workflow_step_id, operation_id=operation_id).info(
+            "on_agent_error dispatched"
+        )
+    else:
+        _record(failure, step_id=task.workflow_step_id, operation_id=operation_id).debug(
+            "on_agent_error dispatched: the step declares no actions"
+        )
+    return True
+
+
+def _working_sibling(host: Host, task: Task, failed_session_id: str) -> str | None:
+    for other in host.sessions.list(task=task.id):
+        if other.id != failed_session_id and other.state in WORKING_STATES:
+            return other.id
+    return None
+
+
+def _walk(host: Host, registry: Any, task: Task, failure: AgentFailure) -> None:
+    """Warn for each declared action that reaches no executor (moves execute structurally)."""
+    try:
+        assert task.workflow_step_id is not None
+        _wf, step = host.workflows.step_by_id(task.workflow_step_id)
+    except (LanewayError, AssertionError):
+        return  # advisory only: the dispatch still goes to the engine
+    for decl in step.actions("on_agent_error"):
+        if decl.kind in MOVE_KINDS:
+            continue
+        registered = registry.kind(decl.kind)
+        if registered is None or not registered.executable:
+            logger.bind(
+                workflow_id=step.workflow_id,
+                step_id=step.id,
+                step_name=step.name,
+                action_type=decl.kind,
+                task_id=task.id,
+                session_id=failure.session_id,
+            ).warning("on_agent_error action has no executor")

@@ -1,0 +1,1 @@
+"""Agent sessions for real: subprocess agents, their turns, retries and failure routes."""

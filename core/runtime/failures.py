@@ -1,0 +1,40 @@
+"""What a terminal agent failure is, and the routes by which one happens."""
+
+from __future__ import annotations
+
+from typing import Final
+
+import attrs
+
+ROUTES: Final = {
+    "R1": "the agent process ended with a terminal status",
+    "R2": "the agent command could not be started",
+    "R3": "the agent's credentials are missing",
+    "R4": "transient failures exhausted the retries",
+    "R5": "a retry could not be started",
+    "R6": "the user cancelled the retry loop",
+}
+
+
+@attrs.frozen
+class AgentFailure:
+    """One terminal failure of an agent session.
+
+    :param user_initiated: set only by the user cancelling the retry loop (route R6); it is
+        an explicit field, never inferred from the message or the route.
+    """
+
+    task_id: str
+    session_id: str | None
+    route: str
+    error_message: str = ""
+    agent_execution_id: str = ""
+    agent_profile_id: str = ""
+    run_id: str | None = None
+    user_initiated: bool = False
+
+    @property
+    def operation_id(self) -> str:
+        """The failure's identity: a session hosts several executions, each may fail once."""
+        base = f"agent_error:session:{self.session_id}"
+        return f"{base}:{self.agent_execution_id}" if self.agent_execution_id else base

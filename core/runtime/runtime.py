@@ -1,0 +1,365 @@
+"""The agent runtime: runs agent turns as subprocesses and handles how they end.
+
+A turn ends in one of three ways. Exit 0 ends the turn: the session waits for input, the
+task's on_turn_complete fires (when the task still stands where the turn began), and queued
+messages are delivered, in order, as further turns. Exit 75 is transient: retried with backoff
+until the attempts run out (route R4), a retry cannot start (R5) or the user cancels (R6).
+Anything else is a terminal failure (R1); a command that cannot start is R2, missing
+credentials R3.
+
+Terminal-failure handling runs under the session's guard, in the order the agent-error spec
+fixes: session state -> task review state -> pending step-completion reconciliation -> cleanup
+launched (not awaited). The guard is then released and the on_agent_error dispatch runs,
+synchronously on the same thread, so an action that needs the guard again (auto_start_agent)
+finds it free instead of deadlocking.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import TYPE_CHECKING, Any
+
+import attrs
+from loguru import logger
+
+from core import ids
+from core.errors import LanewayError
+from core.model import ACTIVE_SESSION_STATES, Session, Task
+from core.runtime import process
+from core.runtime.failures import AgentFailure
+
+if TYPE_CHECKING:
+    from core.host import Host
+
+DEFAULT_RETRY_DELAYS = (5.0, 10.0, 20.0, 40.0, 60.0)
+
+
+def retry_delays_from_env() -> tuple[float, ...]:
+    """`LANEWAY_RETRY_DELAYS=0.01,0.01` (seconds, one per retry) overrides the default."""
+    raw = os.environ.get("LANEWAY_RETRY_DELAYS")
+    if not raw:
+        return DEFAULT_RETRY_DELAYS
+    return tuple(float(part) for part in raw.split(",") if part.strip())
+
+
+@attrs.frozen
+class TurnOutcome:
+    """How a launched turn ended, for the caller (the worker finishing a run)."""
+
+    session_id: str
+    ok: bool
+    error: str | None = None
+    route: str | None = None
+
+
+@attrs.define(eq=False)
+class _Turn:
+    """What the runtime knows about a turn in flight."""
+
+    task_id: str
+    step_id: str | None
+    run_id: str | None
+    agent_profile_id: str | None
+    proc: process.AgentProcess | None = None
+    cancel: threading.Event = attrs.field(factory=threading.Event)
+
+
+class AgentRuntime:
+    def __init__(self, host: Host, retry_delays: tuple[float, ...] | None = None) -> None:
+        self.host = host
+        self.retry_delays = retry_delays if retry_delays is not None else retry_delays_from_env()
+        self._guards: dict[str, threading.Lock] = {}
+        self._guards_lock = threading.Lock()
+        self._turns: dict[str, _Turn] = {}
+
+    # -- the per-session guard ------------------------------------------------------------------
+
+    def _guard_of(self, session_id: str) -> threading.Lock:
+        with self._guards_lock:
+            return self._guards.setdefault(session_id, threading.Lock())
+
+    @contextmanager
+    def guard(self, session_id: str) -> Iterator[None]:
+        """Held during a session's failure bookkeeping. Not reentrant, on purpose."""
+        lock = self._guard_of(session_id)
+        with lock:
+            yield
+
+    def guard_held(self, session_id: str) -> bool:
+        return self._guard_of(session_id).locked()
+
+    # -- turns ------------------------------------------------------------------------------------
+
+    def run_turn(
+        self,
+        session_id: str,
+        prompt: str,
+        *,
+        run_id: str | None = None,
+        reason: str = "",
+        step_id: str | None = None,
+    ) -> TurnOutcome:
+        """Run one agent turn for `session_id` (blocking), then any queued messages.
+
+        :param step_id: the step the turn works on (a run's step); default the task's step.
+            Its decisions are recorded there, and its end completes that step only.
+        """
+        outcome = self._one_turn(session_id, prompt, run_id=run_id, reason=reason, step_id=step_id)
+        while outcome.ok:
+            message = self.host.sessions.pop_queued_message(session_id)
+            if message is None:
+                break
+            self.host.turns.start_internal(session_id)
+            outcome = self._one_turn(
+                session_id, message, run_id=run_id, reason="user_message", step_id=None
+            )
+        return outcome
+
+    def _one_turn(
+        self,
+        session_id: str,
+        prompt: str,
+        *,
+        run_id: str | None,
+        reason: str,
+        step_id: str | None,
+    ) -> TurnOutcome:
+        host = self.host
+        session = host.sessions.get(session_id)
+        task = host.tasks.get(session.task_id)
+        profile = host.profiles.get(session.agent_profile_id) if session.agent_profile_id else None
+        turn = _Turn(task.id, step_id or task.workflow_step_id, run_id, session.agent_profile_id)
+        self._turns[session_id] = turn
+        try:
+            if profile is None:
+                return self.fail_and_dispatch(
+                    AgentFailure(task.id, session_id, "R2", "the session has no agent profile")
+                )
+            missing = [
+                v for v in profile.requires_env if v not in os.environ and v not in profile.env
+            ]
+            if missing:
+                return self.fail_and_dispatch(
+                    AgentFailure(
+                        task.id,
+                        session_id,
+                        "R3",
+                        f"authentication failed: missing {', '.join(missing)}",
+                        agent_profile_id=profile.id,
+                        run_id=run_id,
+                    )
+                )
+            env = {
+                **profile.env,
+                "LANEWAY_TASK_ID": task.id,
+                "LANEWAY_STEP_ID": turn.step_id or "",
+                "LANEWAY_SESSION_ID": session_id,
+                "LANEWAY_RUN_ID": run_id or "",
+                "LANEWAY_REASON": reason,
+            }
+            attempt = 0
+            while True:
+                execution_id = ids.new_id()
+                host.sessions.set_state(session_id, "RUNNING")
+                try:
+                    turn.proc = process.start(
+                        profile.command,
+                        prompt=prompt,
+                        env=env,
+                        execution_id=execution_id,
+                        on_message=lambda m: self._on_message(turn, session_id, m),
+                    )
+                except process.LaunchError as exc:
+                    route = "R5" if attempt else "R2"
+                    return self.fail_and_dispatch(
+                        AgentFailure(
+                            task.id, session_id, route, str(exc), execution_id, profile.id, run_id
+                        )
+                    )
+                result = turn.proc.wait()
+                host.sessions.append_transcript(session_id, result.transcript)
+                if result.ok:
+                    self._end_turn(turn, session_id)
+                    return TurnOutcome(session_id, ok=True)
+                if not result.transient:
+                    return self.fail_and_dispatch(
+                        AgentFailure(
+                            task.id,
+                            session_id,
+                            "R1",
+                            result.error_message(),
+                            execution_id,
+                            profile.id,
+                            run_id,
+                        )
+                    )
+                if attempt >= len(self.retry_delays):
+                    return self.fail_and_dispatch(
+                        AgentFailure(
+                            task.id,
+                            session_id,
+                            "R4",
+                            f"transient failures exhausted {attempt + 1} attempts: "
+                            f"{result.error_message()}",
+                            execution_id,
+                            profile.id,
+                            run_id,
+                        )
+                    )
+                delay = self.retry_delays[attempt]
+                attempt += 1
+                logger.bind(
+                    task_id=task.id, session_id=session_id, attempt=attempt, delay=delay
+                ).warning("transient agent failure; retrying")
+                if turn.cancel.wait(delay):
+                    return self.fail_and_dispatch(
+                        AgentFailure(
+                            task.id,
+                            session_id,
+                            "R6",
+                            "the user cancelled the retries",
+                            execution_id,
+                            profile.id,
+                            run_id,
+                            user_initiated=True,
+                        )
+                    )
+        finally:
+            self._turns.pop(session_id, None)
+
+    def kill_all(self) -> None:
+        for turn in list(self._turns.values()):
+            if turn.proc is not None:
+                turn.proc.kill()
+
+    def cancel_retry(self, session_id: str) -> bool:
+        """The user cancels a transient retry loop (route R6). False: no loop is waiting."""
+        turn = self._turns.get(session_id)
+        if turn is None:
+            return False
+        turn.cancel.set()
+        return True
+
+    def _on_message(self, turn: _Turn, session_id: str, message: Any) -> None:
+        host = self.host
+        log = logger.bind(task_id=turn.task_id, session_id=session_id, run_id=turn.run_id)
+        if "log" in message:
+            log.bind(agent_log=str(message["log"])).info("agent says")
+        if message.get("step_complete") and turn.step_id:
+            host.sessions.record_effect(session_id, pending_step_signal=turn.step_id)
+        verdict = message.get("decision")
+        if verdict:
+            try:
+                host.decisions.record_for_agent(
+                    turn.task_id,
+                    turn.step_id,
+                    turn.agent_profile_id,
+                    str(verdict),
+                    comment=str(message.get("comment", "")),
+                )
+            except LanewayError as exc:
+                log.bind(cause=str(exc)).warning("agent decision not recorded")
+
+    def _end_turn(self, turn: _Turn, session_id: str) -> None:
+        """Exit 0: the session waits for input and on_turn_complete fires, unless the task has
+        moved on since the turn began (another agent's decision moved it) or the step needs
+        an explicit completion signal the agent did not give."""
+        host = self.host
+        host.sessions.set_state(session_id, "WAITING_FOR_INPUT")
+        task = host.tasks.get(turn.task_id)
+        if task.workflow_step_id is None or task.workflow_step_id != turn.step_id:
+            return
+        session = host.sessions.get(session_id)
+        signalled = session.metadata.get("pending_step_signal") == task.workflow_step_id
+        _wf, step = host.workflows.step_by_id(task.workflow_step_id)
+        if step.auto_advance_requires_signal and not signalled:
+            return
+        if signalled:
+            host.sessions.record_effect(session_id, pending_step_signal=None)
+        host.bundle.engine.handle_trigger(task.id, "on_turn_complete", session_id=session_id)
+
+    # -- terminal failure --------------------------------------------------------------------------
+
+    def fail_and_dispatch(self, failure: AgentFailure) -> TurnOutcome:
+        """Bookkeeping under the session guard, then the dispatch with the guard released."""
+        dispatch = self.handle_failure(failure)
+        dispatch()
+        return TurnOutcome(
+            failure.session_id or "", ok=False, error=failure.error_message, route=failure.route
+        )
+
+    def handle_failure(self, failure: AgentFailure) -> Callable[[], None]:
+        """The failure bookkeeping. Returns the dispatch for the caller to run once it has
+        released the guard (a sessionless failure has no guard and dispatches nothing)."""
+        if not failure.session_id:
+            return lambda: None
+        with self.guard(failure.session_id):
+            self._bookkeeping(failure)
+        return lambda: self._dispatch(failure)
+
+    def _bookkeeping(self, failure: AgentFailure) -> None:
+        host = self.host
+        assert failure.session_id is not None
+        try:
+            task = host.tasks.get(failure.task_id)
+        except LanewayError:
+            task = None
+        office = task is not None and host.tasks.owner(task) is not None
+        # 1. session state: Office sessions fail; a kanban session stays recoverable
+        host.sessions.set_state(
+            failure.session_id,
+            "FAILED" if office else "WAITING_FOR_INPUT",
+            error=failure.error_message or "agent failed",
+        )
+        host.sessions.record_effect(
+            failure.session_id,
+            last_agent_error={
+                "message": failure.error_message or "agent failed",
+                "route": failure.route,
+            },
+        )
+        # 2. review state: a kanban task goes to REVIEW for a human to look at
+        if task is not None and not office and not failure.user_initiated:
+            host.tasks.set_state(task.id, "REVIEW")
+        # 3. a completion signal the agent gave before failing is honoured first
+        session = host.sessions.get(failure.session_id)
+        signal = session.metadata.get("pending_step_signal")
+        if task is not None and signal and signal == task.workflow_step_id:
+            host.sessions.record_effect(failure.session_id, pending_step_signal=None)
+            host.bundle.engine.handle_trigger(
+                task.id, "on_turn_complete", session_id=failure.session_id
+            )
+        # 4. cleanup, launched and not awaited
+        turn = self._turns.get(failure.session_id)
+        if turn is not None and turn.proc is not None:
+            threading.Thread(target=turn.proc.kill, daemon=True).start()
+
+    def _dispatch(self, failure: AgentFailure) -> None:
+        from core import agent_error
+
+        try:
+            agent_error.dispatch(self.host, failure)
+            self.host.bundle.registry.hooks.agent_failed(self.host, failure)
+        except Exception as exc:  # noqa: BLE001 - a failing callback must not take the host down
+            logger.bind(
+                task_id=failure.task_id,
+                session_id=failure.session_id,
+                cause=f"{type(exc).__name__}: {exc}",
+            ).opt(exception=exc).error("on_agent_error dispatch raised; recovered")
+
+
+def live_states() -> frozenset[str]:
+    return ACTIVE_SESSION_STATES
+
+
+def profile_session(host: Host, task: Task, agent_profile_id: str) -> Session:
+    """The task's session for an agent: a non-failed one is reused, else one is started."""
+    for session in reversed(host.sessions.list(task=task.id)):
+        if session.agent_profile_id == agent_profile_id and session.state != "FAILED":
+            if session.state not in ACTIVE_SESSION_STATES:
+                host.sessions.set_state(session.id, "WAITING_FOR_INPUT")
+            return host.sessions.get(session.id)
+    return host.sessions.start(task.id, profile=agent_profile_id, external=False)
