@@ -77,8 +77,11 @@ class Walk:
 def dispatch(host: Host, arrival: Arrival) -> WalkEnd:
     """Execute a fresh arrival's entry sequence: after its step change committed, before the
     committing caller returns."""
+    from core.runtime.arrival import prepare_session
+
+    session_id = prepare_session(host, arrival)
     walk = _walk_for(
-        host, arrival.task, arrival.step, arrival.entry, arrival.entry_path, arrival.session_id
+        host, arrival.task, arrival.step, arrival.entry, arrival.entry_path, session_id
     )
     walk.log.bind(event="arrival", from_step_id=arrival.from_step_id).info("arrival")
     return run(walk)

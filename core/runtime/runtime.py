@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import os
 import threading
+import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
@@ -35,6 +36,7 @@ if TYPE_CHECKING:
     from core.host import Host
 
 DEFAULT_RETRY_DELAYS = (5.0, 10.0, 20.0, 40.0, 60.0)
+CANCEL_POLL_S = 0.2
 
 
 def retry_delays_from_env() -> tuple[float, ...]:
@@ -214,7 +216,7 @@ class AgentRuntime:
                 logger.bind(
                     task_id=task.id, session_id=session_id, attempt=attempt, delay=delay
                 ).warning("transient agent failure; retrying")
-                if turn.cancel.wait(delay):
+                if self._cancelled_during(turn, session_id, delay):
                     return self.fail_and_dispatch(
                         AgentFailure(
                             task.id,
@@ -230,10 +232,28 @@ class AgentRuntime:
         finally:
             self._turns.pop(session_id, None)
 
+    def _cancelled_during(self, turn: _Turn, session_id: str, delay: float) -> bool:
+        """Wait out a retry delay; True when the user cancels meanwhile, in this process
+        (`cancel_retry`) or from another one (the session's `cancel_retry_requested`)."""
+        deadline = time.monotonic() + delay
+        while True:
+            remaining = deadline - time.monotonic()
+            if turn.cancel.wait(max(0.0, min(remaining, CANCEL_POLL_S))):
+                return True
+            session = self.host.sessions.get(session_id)
+            if session.metadata.get("cancel_retry_requested"):
+                self.host.sessions.record_effect(session_id, cancel_retry_requested=None)
+                return True
+            if remaining <= 0:
+                return False
+
     def kill_all(self) -> None:
         for turn in list(self._turns.values()):
             if turn.proc is not None:
                 turn.proc.kill()
+
+    def turn_in_flight(self, session_id: str) -> bool:
+        return session_id in self._turns
 
     def cancel_retry(self, session_id: str) -> bool:
         """The user cancels a transient retry loop (route R6). False: no loop is waiting."""

@@ -1,0 +1,55 @@
+"""The session lifecycle around an arrival, run once per arrival before its entry actions.
+
+- The destination step (or its workflow) names an agent profile other than the live
+  session's: the task switches to a session for that profile (a non-failed one is reused,
+  otherwise one is started) and the old one completes; when the step declares no
+  auto_start_agent, the new agent is started on the step's prompt (a `task_assigned` run).
+- A session laneway runs that is still RUNNING although no turn of it is in flight here (its
+  turn ended without the state being written) flips to WAITING_FOR_INPUT.
+External sessions (agents running outside laneway) never switch.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from loguru import logger
+
+from core.runtime.runtime import profile_session
+
+if TYPE_CHECKING:
+    from core.host import Host
+    from core.transition import Arrival
+
+
+def prepare_session(host: Host, arrival: Arrival) -> str | None:
+    """The session the arrival's session kinds act on (None: the task has none)."""
+    session_id = arrival.session_id
+    wanted = arrival.step.agent_profile_id or arrival.workflow.agent_profile_id
+    if session_id is None and wanted is None:
+        return None
+    session = host.sessions.get(session_id) if session_id else None
+    if (
+        session is not None
+        and session.state == "RUNNING"
+        and not session.external
+        and not host.runtime.turn_in_flight(session.id)
+    ):
+        host.sessions.set_state(session.id, "WAITING_FOR_INPUT")
+    if wanted is None or (session is not None and session.external):
+        return session_id
+    if session is not None and session.agent_profile_id == wanted:
+        return session_id
+    switched = profile_session(host, arrival.task, wanted)
+    if session is not None and session.id != switched.id:
+        host.sessions.set_state(session.id, "COMPLETED")
+    logger.bind(
+        task_id=arrival.task.id,
+        step_id=arrival.step.id,
+        session_id=switched.id,
+        agent_profile_id=wanted,
+    ).info("session switched to the step's agent")
+    declared = {a.kind for a in arrival.step.actions("on_enter")}
+    if "auto_start_agent" not in declared:
+        host.runs.assign(arrival.task, arrival.step.id, wanted)
+    return switched.id
