@@ -54,7 +54,7 @@ def payload_of(failure: AgentFailure, session: Session) -> dict[str, str]:
 
 def dispatch(host: Host, failure: AgentFailure) -> bool:
     """Dispatch on_agent_error for one terminal failure; True when the engine ran it."""
-    bundle = host._holder.current() if host._holder is not None else None  # read once
+    bundle = host.current_bundle()  # read once: engine, registry and store together
     if bundle is None or bundle.engine is None:
         return False
     if not failure.session_id:

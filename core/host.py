@@ -171,6 +171,10 @@ class Host:
         assert self._holder is not None
         return self._holder.current()
 
+    def current_bundle(self) -> Bundle | None:
+        """The bundle in force, or None before the first one is published."""
+        return self._holder.current() if self._holder is not None else None
+
     @property
     def registry(self) -> Registry:
         return self.bundle.registry
