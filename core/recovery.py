@@ -151,7 +151,8 @@ def _resolve(host: Host, record: StepEntry) -> tuple[Task, Step] | None:
     try:
         task = host.tasks.get(record.task_id)
         _workflow, step = host.workflows.step_by_id(record.step_id)
-    except LanewayError:
+    except (LanewayError, ValueError, TypeError, KeyError):
+        # gone, or a stored declaration that no longer decodes: either way nothing can run
         return None
     return task, step
 
