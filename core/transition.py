@@ -458,6 +458,10 @@ def promote(host: Host, step_id: str) -> list[Arrival]:
                 )
         except NotFound:
             return arrivals
+        except EntryAllocationFailed:
+            # Logged by _admit; the candidate stays queued. The move that freed the slot has
+            # committed and is not this failure's to report.
+            return arrivals
         faults.reach("transition.after_commit")
         _log_change(arrival.task, source, step, "E3", False)
         arrivals.append(arrival)

@@ -53,7 +53,6 @@ def queue_run_for_each_participant(ctx: ActionContext, config: FanOutConfig) -> 
             suppressed += int(cause)
     if not seats:
         log.warning("no participant matches the fan-out role; no runs queued")
-        return Outcome.done()
     log.bind(matching=len(seats), enqueued=enqueued, suppressed=suppressed).info("fan-out finished")
     if failures:
         return Outcome.failed(
@@ -75,17 +74,18 @@ def _enqueue_for_seat(
     if not seat.agent_profile_id:
         return "participant has no agent profile"
     try:
-        result = ctx.services.runs.enqueue(
-            RunRequest(
-                agent_profile_id=seat.agent_profile_id,
-                task_id=ctx.task.id,
-                workflow_step_id=ctx.step.id,
-                reason=reason,
-                payload=payload,
-                idempotency_key=ctx.idempotency_key(seat.agent_profile_id, canonical),
-                coalesce_exempt=ctx.entry_id is not None,
+        with ctx.services.store.isolated():
+            result = ctx.services.runs.enqueue(
+                RunRequest(
+                    agent_profile_id=seat.agent_profile_id,
+                    task_id=ctx.task.id,
+                    workflow_step_id=ctx.step.id,
+                    reason=reason,
+                    payload=payload,
+                    idempotency_key=ctx.idempotency_key(seat.agent_profile_id, canonical),
+                    coalesce_exempt=ctx.entry_id is not None,
+                )
             )
-        )
     except Exception as exc:  # noqa: BLE001 - each seat's failure is recorded, then the next
         return f"{type(exc).__name__}: {exc}"
     return bool(result.suppressed)

@@ -213,7 +213,13 @@ def build_cli(
     :param plugin_commands: call the plugins' `laneway_cli_commands` hook.
     :param selection: which plugins to ask (default: `PluginSelection.from_env()`).
     """
-    from core.cli import commands_ledger, commands_setup, commands_task, commands_workflow
+    from core.cli import (
+        commands_agents,
+        commands_ledger,
+        commands_setup,
+        commands_task,
+        commands_workflow,
+    )
 
     @click.group(
         cls=LanewayGroup,
@@ -252,9 +258,17 @@ def build_cli(
 
     cli = group
     assert isinstance(cli, LanewayGroup)
-    for module in (commands_setup, commands_workflow, commands_task, commands_ledger):
+    for module in (
+        commands_setup,
+        commands_workflow,
+        commands_task,
+        commands_ledger,
+        commands_agents,
+    ):
         for command in module.COMMANDS:
             cli.add_command(command)
+    for command in commands_agents.SESSION_COMMANDS:
+        commands_task.session.add_command(command)
     cli.seal()
     if plugin_commands:
         _add_plugin_commands(cli, selection or PluginSelection.from_env())

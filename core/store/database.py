@@ -44,6 +44,7 @@ class Store:
         self._writer: Connection | None = None
         self._lock = threading.RLock()
         self._local = threading.local()
+        self._needs_savepoints = dialect.statement_error_aborts_transaction(self.url)
 
     @property
     def display_url(self) -> str:
@@ -70,6 +71,20 @@ class Store:
                     yield uow
             finally:
                 self._local.uow = None
+
+    @contextmanager
+    def isolated(self) -> Iterator[None]:
+        """Inside a unit of work: a failure in this block leaves the rest of the unit usable
+        (a savepoint where the database needs one). Outside one: its own transaction."""
+        current: UnitOfWork | None = getattr(self._local, "uow", None)
+        if current is None:
+            with self.transaction():
+                yield
+        elif self._needs_savepoints:
+            with current.conn.begin_nested():
+                yield
+        else:
+            yield
 
     @property
     def in_transaction(self) -> bool:

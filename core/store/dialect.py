@@ -37,6 +37,13 @@ def normalise_url(url: str) -> URL:
     return parsed
 
 
+def statement_error_aborts_transaction(url: URL) -> bool:
+    """PostgreSQL aborts the whole transaction on a failed statement; SQLite rolls back only
+    the statement. Where it aborts, work that must survive a neighbour's failure needs a
+    savepoint."""
+    return not is_sqlite(url)
+
+
 def is_sqlite(url: URL) -> bool:
     return url.get_backend_name() == "sqlite"
 

@@ -78,8 +78,13 @@ class Prepared:
             params = dict(values)
         STATS["statements"] += 1
         cursor = conn.connection.dbapi_connection.cursor()  # type: ignore[union-attr]
+        driver_error = conn.dialect.loaded_dbapi.Error
         try:
-            cursor.execute(self.sql, params)
+            try:
+                cursor.execute(self.sql, params)
+            except driver_error as exc:
+                # the same exception types Connection.execute raises (IntegrityError, ...)
+                raise sa.exc.DBAPIError.instance(self.sql, params, exc, driver_error) from exc
             if cursor.description is None:
                 return Result((), [], cursor.rowcount)
             names = tuple(d[0] for d in cursor.description)

@@ -93,7 +93,7 @@ def office(db_url: str) -> Office:
     return build_office(db_url)
 
 
-# -- direct access to the rows ------------------------------------------------------------------
+# -- direct access to the rows ---------------------------------------------------------------------
 
 
 @contextmanager

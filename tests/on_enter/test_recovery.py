@@ -72,7 +72,7 @@ def _reviewers_with_runs(conn: sa.Connection, task_id: str) -> list[str]:
 DONE_ENTRY = [(0, CLEAR, "done", None), (1, FAN_OUT, "done", None)]
 
 
-# -- AC-B9: resume, re-claim ------------------------------------------------------------------
+# -- AC-B9: resume, re-claim -----------------------------------------------------------------------
 
 
 def test_ac_b9_resumes_at_first_non_terminal_position(office: Office) -> None:
@@ -191,7 +191,7 @@ def test_ac_f1_same_epoch_in_progress_marker_abandons_silently(
     assert entry["terminal"] is False
 
 
-# -- AC-B9 (a)-(c) ----------------------------------------------------------------------------
+# -- AC-B9 (a)-(c) ---------------------------------------------------------------------------------
 
 
 def test_ac_b9_a1_entry_the_task_left_is_skipped_step_left(office: Office) -> None:
@@ -322,7 +322,7 @@ def test_ac_b9_c_records_processed_in_task_step_seq_order(
     }
 
 
-# -- AC-B9 (d): the declaration digest ---------------------------------------------------------
+# -- AC-B9 (d): the declaration digest -------------------------------------------------------------
 
 RESET = {"type": "reset_agent_context", "config": {}}
 
@@ -440,7 +440,7 @@ def test_ac_b9_d_config_only_change_keeps_the_entry(
     assert _digest_warnings(laneway_logs, office) == []
 
 
-# -- AC-B9 (e), (f) -----------------------------------------------------------------------------
+# -- AC-B9 (e), (f) --------------------------------------------------------------------------------
 
 
 def test_ac_b9_e_unresolvable_entry_is_closed_with_a_warning(
@@ -615,7 +615,7 @@ def test_task_delete_cascades_pending_entry_out_of_the_scan(office: Office) -> N
     assert report == {"scanned": 0, "redispatched": 0, "skipped": {}, "errors": 0}
 
 
-# -- AC-B2 / AC-B5 / AC-B6 / AC-B8 ---------------------------------------------------------------
+# -- AC-B2 / AC-B5 / AC-B6 / AC-B8 -----------------------------------------------------------------
 
 
 def _count_clears(host: Any, monkeypatch: pytest.MonkeyPatch) -> list[int]:
@@ -772,7 +772,7 @@ def test_ac_b8_recovery_never_reruns_session_kinds(office: Office) -> None:
     assert entry["markers"] == [(1, CLEAR, "done", None), (2, FAN_OUT, "done", None)]
 
 
-# -- the operator's view and the index -----------------------------------------------------------
+# -- the operator's view and the index -------------------------------------------------------------
 
 
 def _laneway_command() -> list[str] | None:

@@ -1,0 +1,441 @@
+"""Commands about agents at work: messages to a session, cancelling a retry loop, reporting an
+external agent's failure, the runs worker, and the demo.
+
+`session send` and `session cancel-retry` belong to the `session` group of
+`commands_task`; `SESSION_COMMANDS` lists them for `build_cli` to attach there.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import sys
+import tempfile
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from types import FrameType
+from typing import IO, Any
+
+import attrs
+import click
+from click.core import ParameterSource
+from loguru import logger
+
+from core import agent_error, worker
+from core import demo as demo_module
+from core.cli.app import Settings, pass_settings, writer
+from core.cli.output import emit, plain
+from core.errors import LanewayError
+from core.host import Host
+from core.model import Run, Session
+from core.runs import RunRequest
+from core.runtime.failures import AgentFailure
+from core.runtime.runtime import TurnOutcome
+
+WORKING = frozenset({"STARTING", "RUNNING"})
+WAITING = frozenset({"CREATED", "WAITING_FOR_INPUT"})
+
+
+def _session_line(session: Session) -> str:
+    queued = len(session.metadata.get("queued_messages") or ())
+    delivered = len(session.metadata.get("messages_delivered") or ())
+    return (
+        f"{session.id}  task={session.task_id}  state={session.state}  "
+        f"queued={queued}  delivered={delivered}"
+    )
+
+
+# -- session send / cancel-retry -------------------------------------------------------------
+
+
+def send_message(host: Host, session_id: str, text: str) -> Session:
+    """A message for the session's agent.
+
+    - The session waits for input: the message starts a new turn. An external session's
+      agent gets it at once (delivered, the session RUNNING, on_turn_start fired); for a
+      session laneway runs, a `user_message` run is queued and the worker delivers it when
+      it starts the turn.
+    - The session is running a turn: the message is queued, delivered in order when the turn
+      ends.
+
+    Messages already queued go first: the new one joins the end of the queue, and what is
+    delivered now is the oldest.
+    """
+    session = host.sessions.get(session_id)
+    if not text.strip():
+        raise LanewayError("session send: the message is empty")
+    if session.state in WORKING:
+        return host.sessions.queue_message(session.id, text)
+    if session.state not in WAITING:
+        raise LanewayError(
+            f"session {session.id} is {session.state}: it takes no more messages; "
+            "start a new session"
+        )
+    host.sessions.queue_message(session.id, text)
+    if session.external:
+        host.sessions.pop_queued_message(session.id)
+        host.sessions.set_state(session.id, "RUNNING")
+        host.turns.start_internal(session.id)
+        return host.sessions.get(session.id)
+    if session.agent_profile_id is None:
+        raise LanewayError(f"session {session.id} has no agent profile to run")
+    task = host.tasks.get(session.task_id)
+    host.runs.enqueue(
+        RunRequest(
+            agent_profile_id=session.agent_profile_id,
+            task_id=task.id,
+            workflow_step_id=task.workflow_step_id,
+            reason="user_message",
+        )
+    )
+    return host.sessions.get(session.id)
+
+
+@click.command("send")
+@click.argument("session_id", metavar="S")
+@click.argument("text", metavar="TEXT")
+@pass_settings
+def session_send(settings: Settings, session_id: str, text: str) -> None:
+    """Send a message to the session's agent.
+
+    It starts a new turn when the session waits for input, or is queued and delivered when
+    the running turn ends.
+    """
+    with writer(settings) as host:
+        sent = send_message(host, session_id, text)
+    emit(settings.json, sent, [_session_line(sent)])
+
+
+@click.command("cancel-retry")
+@click.argument("session_id", metavar="S")
+@pass_settings
+def session_cancel_retry(settings: Settings, session_id: str) -> None:
+    """Cancel the session's transient retry loop (route R6).
+
+    The loop runs in the worker's process, so the request is recorded on the session for
+    that process to see; within one process it is also handed to the runtime directly.
+    """
+    with writer(settings) as host:
+        session = host.sessions.get(session_id)
+        if session.state not in WORKING:
+            raise LanewayError(f"session {session.id} is {session.state}: no retry loop to cancel")
+        host.sessions.record_effect(session.id, cancel_retry_requested=True)
+        host.runtime.cancel_retry(session.id)
+        cancelled = host.sessions.get(session.id)
+    emit(
+        settings.json,
+        cancelled,
+        [f"{_session_line(cancelled)}  cancel requested"],
+    )
+
+
+SESSION_COMMANDS: tuple[click.Command, ...] = (session_send, session_cancel_retry)
+
+
+# -- agent fail -------------------------------------------------------------------------------
+
+
+def report_failure(host: Host, failure: AgentFailure) -> bool:
+    """An external agent's terminal failure: the bookkeeping under the session guard, then
+    the on_agent_error dispatch and the plugins' observer, as the runtime does for its own
+    agents. True when the dispatch ran the step's on_agent_error trigger."""
+    host.runtime.handle_failure(failure)  # its returned dispatch is replaced by the lines below
+    dispatched = False
+    try:
+        dispatched = agent_error.dispatch(host, failure)
+        host.bundle.registry.hooks.agent_failed(host, failure)
+    except Exception as exc:  # noqa: BLE001 - as the runtime: a failing callback is logged
+        logger.bind(
+            task_id=failure.task_id,
+            session_id=failure.session_id,
+            cause=f"{type(exc).__name__}: {exc}",
+        ).opt(exception=exc).error("on_agent_error dispatch raised; recovered")
+    return dispatched
+
+
+@click.group()
+def agent() -> None:
+    """Agents that run outside laneway."""
+
+
+@agent.command("fail")
+@click.argument("task_ref", metavar="T")
+@click.option("--session", "session_id", required=True, metavar="S")
+@click.option("--execution", "execution_id", default="", metavar="E", help="The failed run.")
+@click.option("--message", default="", metavar="M", help="What went wrong.")
+@pass_settings
+def agent_fail(
+    settings: Settings, task_ref: str, session_id: str, execution_id: str, message: str
+) -> None:
+    """Report a terminal failure of an external agent (route R1)."""
+    with writer(settings) as host:
+        task = host.tasks.get(task_ref)
+        session = host.sessions.resolve(task.id, session_id)
+        if not session.external:
+            raise LanewayError(
+                f"session {session.id} is run by laneway: its agent's failures are its own "
+                "runtime's to report"
+            )
+        failure = AgentFailure(
+            task_id=task.id,
+            session_id=session.id,
+            route="R1",
+            error_message=message,
+            agent_execution_id=execution_id,
+            agent_profile_id=session.agent_profile_id or "",
+        )
+        dispatched = report_failure(host, failure)
+    verb = "dispatched" if dispatched else "not dispatched"
+    emit(
+        settings.json,
+        {"dispatched": dispatched, "operation_id": failure.operation_id},
+        [f"on_agent_error {verb} (operation {failure.operation_id})"],
+    )
+
+
+# -- worker -----------------------------------------------------------------------------------
+
+
+class WorkerProgress:
+    """What the worker prints on stderr as it goes.
+
+    JSON lines with `--json`; plain lines when stderr is not a terminal; on a terminal, a
+    line per finished run plus one live status line, rewritten in place (`\\r`).
+    """
+
+    def __init__(self, host: Host, *, as_json: bool, stream: IO[str] | None = None) -> None:
+        self.host = host
+        self.stream: IO[str] = stream or sys.stderr
+        self.as_json = as_json
+        self.live = not as_json and self.stream.isatty()
+        self.names: dict[str, str] = {}
+        self.running: dict[str, str] = {}
+        self.counts = {"claimed": 0, "finished": 0, "failed": 0}
+
+    def name_of(self, profile_id: str) -> str:
+        if profile_id not in self.names:
+            try:
+                self.names[profile_id] = self.host.profiles.get(profile_id).name
+            except LanewayError:
+                self.names[profile_id] = profile_id
+        return self.names[profile_id]
+
+    def __call__(self, kind: str, run: Run, outcome: TurnOutcome | None) -> None:
+        self.counts[kind] = self.counts.get(kind, 0) + 1
+        agent = self.name_of(run.agent_profile_id)
+        if kind == "claimed":
+            self.running[run.id] = agent
+        else:
+            self.running.pop(run.id, None)
+        if self.as_json:
+            self._write(
+                json.dumps(
+                    {
+                        "event": kind,
+                        "run_id": run.id,
+                        "agent_profile_id": run.agent_profile_id,
+                        "task_id": run.task_id,
+                        "workflow_step_id": run.workflow_step_id,
+                        "reason": run.reason,
+                        "ok": outcome.ok if outcome is not None else None,
+                        "error": outcome.error if outcome is not None else None,
+                    }
+                )
+                + "\n"
+            )
+            return
+        line = (
+            f"{kind:<8} run {run.id}  agent={agent}  reason={run.reason}  task={run.task_id or '-'}"
+        )
+        if outcome is not None and outcome.error:
+            line += f"  error={outcome.error}"
+        if not self.live:
+            self._write(line + "\n")
+            return
+        if kind == "claimed":
+            self._status()
+        else:
+            self._write("\r\x1b[K" + line + "\n")
+            self._status()
+
+    def _status(self) -> None:
+        names = ", ".join(self.running.values()) or "idle"
+        c = self.counts
+        self._write(
+            f"\r\x1b[Kworking: {names}  (claimed {c['claimed']}, finished {c['finished']}, "
+            f"failed {c['failed']})"
+        )
+
+    def close(self) -> None:
+        if self.live:
+            self._write("\r\x1b[K")
+
+    def _write(self, text: str) -> None:
+        self.stream.write(text)
+        self.stream.flush()
+
+
+def _notice(text: str) -> None:
+    """A line on stderr from a signal handler: a raw write, never through a buffered stream
+    the interrupted code may be in the middle of writing to."""
+    with contextlib.suppress(OSError, ValueError, AttributeError):  # no real stderr (tests)
+        os.write(sys.stderr.fileno(), f"laneway: {text}\n".encode())
+
+
+@attrs.define
+class Shutdown:
+    """Ctrl-C (SIGINT) or SIGTERM while the worker runs.
+
+    The first signal stops claiming and gives running agents `grace` seconds to end their
+    turn; then they are killed (their runs end as failed, so nothing stays claimed). A second
+    signal kills them at once; a third leaves at once (runs still claimed are re-queued by
+    the next worker start: their epoch is gone).
+    """
+
+    host: Host
+    stop: threading.Event
+    grace: float
+    signals: int = 0
+    timer: threading.Timer | None = None
+
+    def handle(self, _signum: int, _frame: FrameType | None) -> None:
+        self.signals += 1
+        if self.signals == 1:
+            self.stop.set()
+            _notice(
+                f"stopping: no new runs; running agents get {self.grace:g}s to end their turn "
+                "(interrupt again to kill them now)"
+            )
+            self.timer = threading.Timer(self.grace, self.kill)
+            self.timer.daemon = True
+            self.timer.start()
+        elif self.signals == 2:
+            self.kill()
+        else:
+            _notice("interrupted")
+            self.host.runtime.kill_all()
+            os._exit(130)
+
+    def kill(self) -> None:
+        _notice("killing the agents still running")
+        self.host.runtime.kill_all()
+
+    @contextmanager
+    def installed(self) -> Iterator[None]:
+        if threading.current_thread() is not threading.main_thread():
+            yield
+            return
+        previous = {sig: signal.signal(sig, self.handle) for sig in (signal.SIGINT, signal.SIGTERM)}
+        try:
+            yield
+        finally:
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)
+            if self.timer is not None:
+                self.timer.cancel()
+
+
+@click.command("worker")
+@click.option("--once", is_flag=True, help="Take what is queued (and what it queues), then exit.")
+@click.option("--max-runs", type=click.IntRange(min=1), metavar="N", help="Claim at most N runs.")
+@click.option(
+    "--concurrency",
+    type=click.IntRange(min=1),
+    default=1,
+    show_default=True,
+    metavar="K",
+    help="Agents running at once.",
+)
+@click.option(
+    "--grace",
+    type=click.FloatRange(min=0),
+    default=None,
+    metavar="SECONDS",
+    help=f"After Ctrl-C, how long running agents may take to end their turn "
+    f"[default: {worker.KILL_GRACE_S:g}].",
+)
+@pass_settings
+def worker_command(
+    settings: Settings,
+    once: bool,
+    max_runs: int | None,
+    concurrency: int,
+    grace: float | None,
+) -> None:
+    """Claim and execute queued runs.
+
+    Without --once it keeps polling until interrupted. Ctrl-C stops claiming, lets running
+    agents end their turn, and kills them after the grace period.
+    """
+    stop = threading.Event()
+    with writer(settings) as host:
+        shutdown = Shutdown(host, stop, worker.KILL_GRACE_S if grace is None else grace)
+        progress = WorkerProgress(host, as_json=settings.json)
+        try:
+            with shutdown.installed():
+                summary = worker.work(
+                    host,
+                    once=once,
+                    max_runs=max_runs,
+                    concurrency=concurrency,
+                    stop=stop,
+                    progress=progress,
+                )
+        finally:
+            progress.close()
+    c = summary.as_dict()
+    emit(
+        settings.json,
+        c,
+        [f"claimed {c['claimed']}, finished {c['finished']}, failed {c['failed']}"],
+    )
+
+
+# -- demo -------------------------------------------------------------------------------------
+
+
+def _db_given(ctx: click.Context) -> bool:
+    source = ctx.find_root().get_parameter_source("db")
+    return source in (ParameterSource.COMMANDLINE, ParameterSource.ENVIRONMENT)
+
+
+@click.command("demo")
+@click.pass_context
+def demo(ctx: click.Context) -> None:
+    """The Office loop end to end with scripted agents, in a few seconds.
+
+    A worker fails once and the CEO picks it up, a reviewer rejects the first round, both
+    approve the second, the approver approves: the task reaches Done. On a fresh temporary
+    SQLite database unless --db (or LANEWAY_DB) names one, which it initialises if needed
+    (the demo then adds its workflow, profiles and task there, and makes its workflow the
+    workspace's office workflow).
+    """
+    settings = ctx.find_object(Settings)
+    assert settings is not None
+    workdir = Path(tempfile.mkdtemp(prefix="laneway-demo-"))
+    if not _db_given(ctx):
+        settings = attrs.evolve(settings, db=f"sqlite:///{workdir / 'demo.db'}")
+
+    def show(event: dict[str, Any]) -> None:
+        if settings.json:
+            click.echo(json.dumps(plain(event), ensure_ascii=False), err=True)
+        else:
+            click.echo(demo_module.event_line(event))
+
+    with writer(settings, init=True) as host:
+        database = host.store.display_url
+        board = demo_module.build_board(host, workdir / "agents")
+        if not settings.json:
+            click.echo(f"laneway demo: {board.workflow.name} with scripted agents on {database}")
+            click.echo("")
+        result = demo_module.require_done(demo_module.walk(host, board, on_event=show))
+    lines = ["", *demo_module.summary_lines(result), ""]
+    lines.append(f"look around: laneway --db {database} runs list --task {result.task_id}")
+    emit(settings.json, result.as_json(), lines)
+
+
+COMMANDS: tuple[click.Command, ...] = (agent, worker_command, demo)
