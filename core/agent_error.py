@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any
 from loguru import logger
 
 from core.engine import MOVE_KINDS
-from core.errors import LanewayError, NotFound
+from core.errors import NotFound
 from core.model import Session, Task
 from core.runtime.failures import AgentFailure
 
@@ -79,7 +79,13 @@ def dispatch(host: Host, failure: AgentFailure) -> bool:
         return False
     if task.is_ephemeral or task.archived_at is not None or not task.workflow_step_id:
         return False
-    blocking = _working_sibling(host, task, failure.session_id)
+    try:
+        blocking = _working_sibling(host, task, failure.session_id)
+    except Exception as exc:  # noqa: BLE001 - fails closed, with the reader's own warning
+        logger.bind(task_id=task.id, cause=str(exc)).warning(
+            "could not list the task's sessions; not dispatching on_agent_error"
+        )
+        return False
     if blocking is not None:
         _record(failure, blocking_session_id=blocking).debug(
             "another session of the task is working: no dispatch"
@@ -105,6 +111,11 @@ def dispatch(host: Host, failure: AgentFailure) -> bool:
         return False
     if result.idempotent:
         return False
+    if result.failed:
+        _record(failure, operation_id=operation_id, cause=result.cause).error(
+            "on_agent_error dispatch failed"
+        )
+        return False
     if result.action_count:
         _record(failure, step_id=task.workflow_step_id, operation_id=operation_id).info(
             "on_agent_error dispatched"
@@ -128,8 +139,8 @@ def _walk(host: Host, registry: Any, task: Task, failure: AgentFailure) -> None:
     try:
         assert task.workflow_step_id is not None
         _wf, step = host.workflows.step_by_id(task.workflow_step_id)
-    except (LanewayError, AssertionError):
-        return  # advisory only: the dispatch still goes to the engine
+    except Exception:  # noqa: BLE001 - advisory only: the dispatch still goes to the engine
+        return
     for decl in step.actions("on_agent_error"):
         if decl.kind in MOVE_KINDS:
             continue

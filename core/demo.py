@@ -247,12 +247,13 @@ class Timeline:
         self._read_decisions()
         with self._lock:
             records, self._records = self._records, []
-        for when, order, text, extra in records:
-            event = self._from_record(text, extra)
-            if event is not None:
-                self._pending.append(_Pending(when, order, event))
+        converted = [
+            (when, order, self._from_record(text, extra)) for when, order, text, extra in records
+        ]
         with self._lock:
-            batch, self._pending = self._pending, []
+            batch = [_Pending(w, o, e) for w, o, e in converted if e is not None]
+            batch.extend(self._pending)
+            self._pending = []
         batch.sort(key=lambda p: (p.when, p.order))
         for item in _failures_where_they_happened(batch):
             self._emit(item)
@@ -373,6 +374,8 @@ class Timeline:
             run = self._runs.get(str(extra.get("run_id")))
             agent = b.agent_name(run.agent_profile_id) if run else None
             said = str(extra.get("agent_log", ""))
+            if agent and said.casefold().startswith(f"{agent.casefold()}: "):
+                said = said[len(agent) + 2 :]  # the scripted agents sign their lines
             return {"event": "agent_said", "agent": agent, "said": said, "text": f"{agent}: {said}"}
         if text == "office on_agent_error dispatched" or (
             extra.get("event") == "agent_error.dispatch"

@@ -10,7 +10,6 @@ no transition happens and the operation id is not marked applied.
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
@@ -39,6 +38,9 @@ class TriggerResult:
     idempotent: bool = False
     abandoned: bool = False
     action_count: int = 0
+    failed: bool = False
+    """An action failed: the evaluation aborted, nothing moved, the operation stays unmarked."""
+    cause: str | None = None
 
     def as_dict(self, task: Task) -> dict[str, Any]:
         return {
@@ -65,8 +67,9 @@ class Engine:
     def __init__(self, host: Host, registry: Registry) -> None:
         self.host = host
         self.registry = registry
-        self._applied: set[str] = set()
-        self._applied_lock = threading.Lock()
+        # Operation ids already applied, kept by the host so a republished bundle's engine
+        # remembers them for the life of the process.
+        self._applied, self._applied_lock = host.applied_operations
 
     # -- public entry points ------------------------------------------------------------------
 
@@ -108,8 +111,9 @@ class Engine:
                 if target is None and self._eligible(decl, task, step, trigger, log, warned):
                     target = self._resolve_target(workflow, step, decl)
                 continue
-            if not self._run(decl, task, step, trigger, log, operation_id, payload):
-                return TriggerResult(action_count=len(actions))
+            cause = self._run(decl, task, step, trigger, log, operation_id, payload, session_id)
+            if cause is not None:
+                return TriggerResult(action_count=len(actions), failed=True, cause=cause)
         result = TriggerResult(action_count=len(actions))
         if target is not None and target.id != step.id:
             change = transition.move(
@@ -177,7 +181,7 @@ class Engine:
         for decl in step.actions("on_exit"):
             if decl.kind in MOVE_KINDS:
                 continue
-            if not self._run(decl, task, step, "on_exit", log, None, None):
+            if self._run(decl, task, step, "on_exit", log, None, None, None) is not None:
                 return
 
     def run_action(self, task_id: str, kind: str, config: Mapping[str, Any]) -> None:
@@ -196,7 +200,9 @@ class Engine:
             value = registered.kind.validate(decl.config)
         except ConfigError as exc:
             raise LanewayError(f"{kind}: {exc}") from None
-        ctx = self._context(task, step, "manual", decl, _bound(task, step, "manual"), None, None)
+        ctx = self._context(
+            task, step, "manual", decl, _bound(task, step, "manual"), None, None, None
+        )
         try:
             outcome = registered.kind.execute(ctx, value)
         except ActionFailed as exc:
@@ -259,13 +265,21 @@ class Engine:
         log: Any,
         operation_id: str | None,
         payload: Mapping[str, Any] | None,
+        session_id: str | None,
+        uow: Any = None,
     ) -> ActionContext:
+        # The trigger's own session (the one that failed, the one whose turn ended), else the
+        # task's live one.
+        session = (
+            self.host.sessions.get(session_id) if session_id else self.host.sessions.live(task.id)
+        )
         return ActionContext(
             task=task,
             step=step,
             trigger=trigger,
             position=decl.position,
-            session=self.host.sessions.live(task.id),
+            session=session,
+            uow=uow,
             services=self.host,
             logger=log.bind(action_type=decl.kind, position=decl.position),
             operation_id=operation_id,
@@ -282,33 +296,42 @@ class Engine:
         log: Any,
         operation_id: str | None,
         payload: Mapping[str, Any] | None,
-    ) -> bool:
-        """Run one non-move action; False means it failed and the evaluation aborts."""
+        session_id: str | None,
+    ) -> str | None:
+        """Run one non-move action; a returned cause means it failed: the evaluation aborts."""
         registered = self.registry.kind(decl.kind)
         action_log = log.bind(action_type=decl.kind, position=decl.position)
         if registered is None:
             action_log.warning("action kind has no provider; skipped")
-            return True
+            return None
         if not registered.kind.trigger_ok(trigger):
             action_log.warning("action kind cannot run on this trigger; skipped")
-            return True
-        execute = registered.kind.execute
-        if not registered.executable or execute is None:
-            action_log.bind(feature=registered.kind.feature).warning(
+            return None
+        kind = registered.kind
+        if not registered.executable or kind.execute is None:
+            action_log.bind(feature=kind.feature).warning(
                 "action kind has no executor (feature off); skipped"
             )
-            return True
+            return None
+        args = (task, step, trigger, decl, log, operation_id, payload, session_id)
         try:
-            value = registered.kind.validate(decl.config)
-            outcome = execute(
-                self._context(task, step, trigger, decl, log, operation_id, payload), value
-            )
+            value = kind.validate(decl.config)
+            if kind.transactional:
+                # effect and nothing else in one unit of work; a failure undoes it
+                with self.host.store.transaction() as uow:
+                    outcome = kind.execute(self._context(*args, uow=uow), value)
+                    if outcome is not None and outcome.state == "failed":
+                        raise ActionFailed(outcome.cause or "failed")
+            else:
+                outcome = kind.execute(self._context(*args), value)
         except (ActionFailed, ConfigError) as exc:
             outcome = Outcome.failed(getattr(exc, "cause", str(exc)))
+        except Exception as exc:  # noqa: BLE001 - a plugin's bug aborts this trigger only
+            outcome = Outcome.failed(f"{type(exc).__name__}: {exc}")
         if outcome is not None and outcome.state == "failed":
             action_log.bind(cause=outcome.cause).error("action failed; trigger aborted")
-            return False
-        return True
+            return outcome.cause or "failed"
+        return None
 
 
 def _bound(task: Task, step: Step, trigger: str) -> Any:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import secrets
 import socket
+import threading
 from collections.abc import Callable, Iterable
 from types import TracebackType
 from typing import Any
@@ -68,6 +69,7 @@ class Host:
         self._lock = lock
         self._holder: BundleHolder | None = None
         self.recovery_report: Any = None
+        self.applied_operations: tuple[set[str], threading.Lock] = (set(), threading.Lock())
         self.workspace = WorkspaceService(self)
         self.profiles = ProfileService(self)
         self.workflows = WorkflowService(self)

@@ -165,7 +165,13 @@ def agent() -> None:
 @agent.command("fail")
 @click.argument("task_ref", metavar="T")
 @click.option("--session", "session_id", required=True, metavar="S")
-@click.option("--execution", "execution_id", default="", metavar="E", help="The failed run.")
+@click.option(
+    "--execution",
+    "execution_id",
+    default="",
+    metavar="E",
+    help="The id of the execution that failed (part of the operation id).",
+)
 @click.option("--message", default="", metavar="M", help="What went wrong.")
 @pass_settings
 def agent_fail(
@@ -279,11 +285,12 @@ class WorkerProgress:
         self.stream.flush()
 
 
-def _notice(text: str) -> None:
+def _notice(text: str, *, as_json: bool) -> None:
     """A line on stderr from a signal handler: a raw write, never through a buffered stream
     the interrupted code may be in the middle of writing to."""
+    line = json.dumps({"event": "shutdown", "message": text}) if as_json else f"laneway: {text}"
     with contextlib.suppress(OSError, ValueError, AttributeError):  # no real stderr (tests)
-        os.write(sys.stderr.fileno(), f"laneway: {text}\n".encode())
+        os.write(sys.stderr.fileno(), f"{line}\n".encode())
 
 
 @attrs.define
@@ -299,6 +306,7 @@ class Shutdown:
     host: Host
     stop: threading.Event
     grace: float
+    as_json: bool = False
     signals: int = 0
     timer: threading.Timer | None = None
 
@@ -308,7 +316,8 @@ class Shutdown:
             self.stop.set()
             _notice(
                 f"stopping: no new runs; running agents get {self.grace:g}s to end their turn "
-                "(interrupt again to kill them now)"
+                "(interrupt again to kill them now)",
+                as_json=self.as_json,
             )
             self.timer = threading.Timer(self.grace, self.kill)
             self.timer.daemon = True
@@ -316,12 +325,12 @@ class Shutdown:
         elif self.signals == 2:
             self.kill()
         else:
-            _notice("interrupted")
+            _notice("interrupted", as_json=self.as_json)
             self.host.runtime.kill_all()
             os._exit(130)
 
     def kill(self) -> None:
-        _notice("killing the agents still running")
+        _notice("killing the agents still running", as_json=self.as_json)
         self.host.runtime.kill_all()
 
     @contextmanager
@@ -368,12 +377,15 @@ def worker_command(
 ) -> None:
     """Claim and execute queued runs.
 
-    Without --once it keeps polling until interrupted. Ctrl-C stops claiming, lets running
-    agents end their turn, and kills them after the grace period.
+    Without --once it keeps polling until interrupted. Ctrl-C (or SIGTERM) stops claiming,
+    lets running agents end their turn, and kills them after the grace period; a second
+    Ctrl-C kills them at once. Runs a killed agent was working end as failed.
     """
     stop = threading.Event()
     with writer(settings) as host:
-        shutdown = Shutdown(host, stop, worker.KILL_GRACE_S if grace is None else grace)
+        shutdown = Shutdown(
+            host, stop, worker.KILL_GRACE_S if grace is None else grace, as_json=settings.json
+        )
         progress = WorkerProgress(host, as_json=settings.json)
         try:
             with shutdown.installed():

@@ -360,15 +360,19 @@ class AgentRuntime:
     def _dispatch(self, failure: AgentFailure) -> None:
         from core import agent_error
 
-        try:
-            agent_error.dispatch(self.host, failure)
-            self.host.bundle.registry.hooks.agent_failed(self.host, failure)
-        except Exception as exc:  # noqa: BLE001 - a failing callback must not take the host down
-            logger.bind(
-                task_id=failure.task_id,
-                session_id=failure.session_id,
-                cause=f"{type(exc).__name__}: {exc}",
-            ).opt(exception=exc).error("on_agent_error dispatch raised; recovered")
+        # Each in its own guard: a failing dispatch never keeps plugins from observing.
+        for step in (
+            lambda: agent_error.dispatch(self.host, failure),
+            lambda: self.host.bundle.registry.hooks.agent_failed(self.host, failure),
+        ):
+            try:
+                step()
+            except Exception as exc:  # noqa: BLE001 - a failing callback must not take the host down
+                logger.bind(
+                    task_id=failure.task_id,
+                    session_id=failure.session_id,
+                    cause=f"{type(exc).__name__}: {exc}",
+                ).opt(exception=exc).error("on_agent_error dispatch raised; recovered")
 
 
 def live_states() -> frozenset[str]:
