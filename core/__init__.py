@@ -3,11 +3,27 @@
 The public API for hosts is `Host` (open a database, get services) and `Features`.
 """
 
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
 from core import logs
 from core.errors import LanewayError
-from core.host import Host
 from core.kinds import Features
+
+if TYPE_CHECKING:
+    from core.host import Host
 
 logs.disable()
 
 __all__ = ["Features", "Host", "LanewayError"]
+
+
+def __getattr__(name: str) -> Any:
+    # Host pulls in the store, plugins and engine; importing it lazily keeps `import core.x`
+    # cheap for small entry points (the scripted agents run as their own processes).
+    if name == "Host":
+        from core.host import Host
+
+        return Host
+    raise AttributeError(f"module 'core' has no attribute {name!r}")

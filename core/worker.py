@@ -126,21 +126,25 @@ def execute(host: Host, run: Run) -> TurnOutcome:
     log = logger.bind(
         run_id=run.id, task_id=run.task_id, agent_profile_id=run.agent_profile_id, reason=run.reason
     )
-    if run.task_id is None:
-        outcome = TurnOutcome("", ok=False, error="the run names no task")
-    else:
-        task = host.tasks.get(run.task_id)
-        session = profile_session(host, task, run.agent_profile_id)
-        message = None
-        if run.reason == "user_message":
-            message = host.sessions.pop_queued_message(session.id)
-            host.turns.start_internal(session.id)
-        prompt = message if message is not None else prompt_for(host, run)
-        log.bind(session_id=session.id).info("run started")
-        outcome = host.runtime.run_turn(
-            session.id, prompt, run_id=run.id, reason=run.reason, step_id=run.workflow_step_id
-        )
-    finish(host, run, outcome)
+    outcome = TurnOutcome("", ok=False, error="the run names no task")
+    try:
+        if run.task_id is not None:
+            task = host.tasks.get(run.task_id)
+            session = profile_session(host, task, run.agent_profile_id)
+            message = None
+            if run.reason == "user_message":
+                message = host.sessions.pop_queued_message(session.id)
+                host.turns.start_internal(session.id)
+            prompt = message if message is not None else prompt_for(host, run)
+            log.bind(session_id=session.id).info("run started")
+            outcome = host.runtime.run_turn(
+                session.id, prompt, run_id=run.id, reason=run.reason, step_id=run.workflow_step_id
+            )
+    except Exception as exc:  # noqa: BLE001 - the run is finished as failed, never left claimed
+        outcome = TurnOutcome("", ok=False, error=f"{type(exc).__name__}: {exc}")
+        log.bind(cause=outcome.error).opt(exception=exc).error("run could not be executed")
+    finally:
+        finish(host, run, outcome)
     log.bind(ok=outcome.ok, error=outcome.error).info("run finished")
     return outcome
 

@@ -134,6 +134,8 @@ class AgentRuntime:
         task = host.tasks.get(session.task_id)
         profile = host.profiles.get(session.agent_profile_id) if session.agent_profile_id else None
         turn = _Turn(task.id, step_id or task.workflow_step_id, run_id, session.agent_profile_id)
+        if session.metadata.get("cancel_retry_requested"):
+            host.sessions.record_effect(session_id, cancel_retry_requested=None)
         self._turns[session_id] = turn
         try:
             if profile is None:
@@ -248,7 +250,9 @@ class AgentRuntime:
                 return False
 
     def kill_all(self) -> None:
+        """Shutdown: end every agent process, and every retry loop (it launches nothing more)."""
         for turn in list(self._turns.values()):
+            turn.cancel.set()
             if turn.proc is not None:
                 turn.proc.kill()
 

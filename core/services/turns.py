@@ -34,4 +34,8 @@ class TurnService(Service):
         result: TriggerResult = self.host.bundle.engine.handle_trigger(
             task_row.id, "on_turn_complete", session_id=live.id
         )
+        if live.external and self.host.sessions.pop_queued_message(live.id) is not None:
+            # a message sent while the turn ran starts the next turn now that it ended
+            self.host.sessions.set_state(live.id, "RUNNING")
+            self.start_internal(live.id)
         return result.as_dict(self.host.tasks.get(task_row.id))

@@ -1,0 +1,174 @@
+"""Helpers for the worker, session-message and demo tests.
+
+A `Plain` board (Todo -> Doing -> Done; Todo's on_turn_start moves the card on, so a turn
+that starts is visible; no on_enter work, so a finished turn queues nothing behind the test's
+back), agents that are tiny Python one-liners, direct row access to the runs table, and the
+installed `laneway` console script run as a real process.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import textwrap
+from collections.abc import Iterator, Mapping
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+import sqlalchemy as sa
+
+from core import ids
+from core.host import Host
+from core.runs import RunRequest
+from core.store import tables as t
+from tests.conftest import open_host
+
+R = t.runs
+
+PLAIN = textwrap.dedent(
+    """\
+    id: plain
+    name: Plain
+    steps:
+      - id: todo
+        name: Todo
+        position: 0
+        is_start_step: true
+        allow_manual_move: true
+        events:
+          on_turn_start:
+            - type: move_to_next
+      - id: doing
+        name: Doing
+        position: 1
+        allow_manual_move: true
+      - id: done
+        name: Done
+        position: 2
+        allow_manual_move: true
+    """
+)
+
+
+@pytest.fixture(autouse=True)
+def _only_builtin_plugins(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("LANEWAY_PLUGINS_ALLOW", "kanban,office")
+    monkeypatch.delenv("LANEWAY_PLUGINS_BLOCK", raising=False)
+    monkeypatch.delenv("LANEWAY_DB", raising=False)
+    monkeypatch.delenv("LANEWAY_FAULT", raising=False)
+
+
+def plain_workflow(host: Host, tmp_path: Path) -> str:
+    path = tmp_path / "plain.yml"
+    path.write_text(PLAIN)
+    (workflow,) = host.workflows.import_file(path)
+    return workflow.id
+
+
+def python_agent(code: str) -> list[str]:
+    """An agent that runs `code` (which may read the prompt from stdin)."""
+    return [sys.executable, "-c", code]
+
+
+def sleeper(seconds: float) -> list[str]:
+    return python_agent(f"import sys, time; sys.stdin.read(); time.sleep({seconds})")
+
+
+def recorder(path: Path, seconds: float = 0.0) -> list[str]:
+    """An agent that appends `start <t>` and `end <t>` (monotonic-free wall clock) to `path`."""
+    code = (
+        "import sys, time, os\n"
+        "sys.stdin.read()\n"
+        f"p = {str(path)!r}\n"
+        "run = os.environ['LANEWAY_RUN_ID']\n"
+        "open(p, 'a').write(f'start {run} {time.time()}\\n')\n"
+        f"time.sleep({seconds})\n"
+        "open(p, 'a').write(f'end {run} {time.time()}\\n')\n"
+    )
+    return python_agent(code)
+
+
+def enqueue(host: Host, agent: str, task: str | None, *, reason: str = "test") -> str:
+    """A run that never coalesces with another (each test run stands for itself)."""
+    return host.runs.enqueue(
+        RunRequest(
+            agent_profile_id=agent,
+            task_id=task,
+            workflow_step_id=host.tasks.get(task).workflow_step_id if task else None,
+            reason=reason,
+            coalesce_exempt=True,
+        )
+    ).run_id
+
+
+def set_run(host: Host, run_id: str, **values: Any) -> None:
+    with host.store.transaction() as uow:
+        uow.conn.execute(sa.update(R).where(R.c.id == run_id).values(**values))
+
+
+def run_rows(url: str) -> list[dict[str, Any]]:
+    """The runs table, read on a connection of its own (no host, no lock)."""
+    with inspect_host(url) as host, host.store.read() as conn:
+        return [dict(r) for r in conn.execute(sa.select(R).order_by(R.c.requested_at)).mappings()]
+
+
+def inspect_host(url: str) -> Host:
+    return open_host(url, read_only=True)
+
+
+def stamp(offset_s: float) -> str:
+    """A timestamp `offset_s` seconds from now, in the store's text form."""
+    return ids.format_ts(ids.parse(ids.now()) + timedelta(seconds=offset_s))
+
+
+# -- the console script -----------------------------------------------------------------------
+
+
+def laneway_script() -> str:
+    beside = Path(sys.executable).with_name("laneway")
+    if beside.exists():
+        return str(beside)
+    found = shutil.which("laneway")
+    if found is None:
+        pytest.skip("the laneway console script is not installed (pip install -e .)")
+    return found
+
+
+def script_env(extra: Mapping[str, str] | None = None) -> dict[str, str]:
+    environ = {
+        k: v
+        for k, v in os.environ.items()
+        if k not in ("LANEWAY_DB", "LANEWAY_PLUGINS_BLOCK", "LANEWAY_FAULT")
+    }
+    environ["LANEWAY_PLUGINS_ALLOW"] = "kanban,office"
+    environ.update(extra or {})
+    return environ
+
+
+def laneway(
+    *args: str, cwd: Path, env: Mapping[str, str] | None = None, timeout: float = 120
+) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [laneway_script(), *args],
+        cwd=cwd,
+        env=script_env(env),
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )
+
+
+@pytest.fixture
+def started() -> Iterator[list[subprocess.Popen[str]]]:
+    """Processes a test starts; any still running at the end are killed (by their own id)."""
+    procs: list[subprocess.Popen[str]] = []
+    yield procs
+    for proc in procs:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(timeout=10)

@@ -1,0 +1,128 @@
+"""`laneway session send`: a message starts a turn when the session waits for input, and is
+queued - delivered in order, when the running turn ends - while a turn runs. An external
+agent gets the message at once; an agent laneway runs gets it from the worker."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from core import worker
+from tests.agents.conftest import plain_workflow, python_agent
+from tests.cli.conftest import Laneway
+from tests.conftest import open_host
+
+ECHO = python_agent("import sys; print('got:' + sys.stdin.read())")
+
+
+@pytest.fixture
+def lw(db_url: str) -> Laneway:
+    lane = Laneway(db_url)
+    lane.json("init")
+    return lane
+
+
+def _board(lw: Laneway, tmp_path: Path) -> tuple[str, dict[str, str]]:
+    with open_host(lw.url) as host:
+        wf = plain_workflow(host, tmp_path)
+        host.profiles.add("echo", command=ECHO)
+        task = host.tasks.create(workflow=wf, title="talk to me")
+        steps = {s.name: s.id for s in host.workflows.by_id(wf).steps}
+    return task.id, steps
+
+
+def _meta(session: dict[str, Any], key: str) -> list[str]:
+    return list(session["metadata"].get(key) or [])
+
+
+def test_external_session_waiting_for_input_starts_a_turn_at_once(
+    lw: Laneway, tmp_path: Path
+) -> None:
+    task, steps = _board(lw, tmp_path)
+    session = lw.json("session", "start", task, "--profile", "echo")
+    assert session["state"] == "WAITING_FOR_INPUT"
+
+    sent = lw.json("session", "send", session["id"], "one")
+    assert sent["id"] == session["id"]
+    assert sent["state"] == "RUNNING"
+    assert _meta(sent, "messages_delivered") == ["one"]
+    assert _meta(sent, "queued_messages") == []
+    # on_turn_start fired: Todo's move_to_next took the card to Doing
+    assert lw.json("task", "show", task)["workflow_step_id"] == steps["Doing"]
+    assert lw.json("runs", "list", "--task", task) == []  # nothing for a worker to do
+
+
+def test_external_session_running_queues_messages_and_delivers_them_in_order(
+    lw: Laneway, tmp_path: Path
+) -> None:
+    task, steps = _board(lw, tmp_path)
+    session = lw.json("session", "start", task, "--profile", "echo")["id"]
+    lw.json("session", "send", session, "one")  # starts a turn: RUNNING
+
+    for text in ("two", "three"):
+        queued = lw.json("session", "send", session, text)
+        assert queued["state"] == "RUNNING"
+    assert _meta(queued, "queued_messages") == ["two", "three"]
+    assert _meta(queued, "messages_delivered") == ["one"]
+    assert lw.json("task", "show", task)["workflow_step_id"] == steps["Doing"]
+
+    lw.json("turn", "complete", task, "--session", session)  # the agent ends its turn
+    # The next message starts a turn; the oldest queued one is delivered first.
+    sent = lw.json("session", "send", session, "four")
+    assert sent["state"] == "RUNNING"
+    assert _meta(sent, "messages_delivered") == ["one", "two"]
+    assert _meta(sent, "queued_messages") == ["three", "four"]
+
+
+def test_session_laneway_runs_gets_a_user_message_run_the_worker_delivers(
+    lw: Laneway, tmp_path: Path
+) -> None:
+    task, steps = _board(lw, tmp_path)
+    with open_host(lw.url) as host:
+        session = host.sessions.start(task, profile="echo", external=False).id
+
+    first = lw.json("session", "send", session, "a")
+    assert first["state"] == "WAITING_FOR_INPUT"  # the worker starts the turn, not `send`
+    assert _meta(first, "queued_messages") == ["a"]
+    second = lw.json("session", "send", session, "b")
+    assert _meta(second, "queued_messages") == ["a", "b"]
+    runs = lw.json("runs", "list", "--task", task)
+    assert [(r["reason"], r["status"]) for r in runs] == [("user_message", "queued")]
+    assert runs[0]["workflow_step_id"] == steps["Todo"]
+
+    with open_host(lw.url) as host:
+        summary = worker.work(host, once=True)
+        assert summary.as_dict() == {"claimed": 1, "finished": 1, "failed": 0}
+        done = host.sessions.get(session)
+        # one turn per message, in the order they were sent
+        assert list(done.metadata["transcript"]) == ["got:a", "got:b"]
+        assert list(done.metadata["messages_delivered"]) == ["a", "b"]
+        assert list(done.metadata["queued_messages"]) == []
+        assert done.state == "WAITING_FOR_INPUT"
+        # on_turn_start fired when the worker started the turn
+        assert host.tasks.get(task).workflow_step_id == steps["Doing"]
+
+
+def test_session_laneway_runs_while_running_only_queues(lw: Laneway, tmp_path: Path) -> None:
+    task, _steps = _board(lw, tmp_path)
+    with open_host(lw.url) as host:
+        session = host.sessions.start(task, profile="echo", external=False).id
+        host.sessions.set_state(session, "RUNNING")  # a turn in flight in some worker
+
+    sent = lw.json("session", "send", session, "later")
+    assert sent["state"] == "RUNNING"
+    assert _meta(sent, "queued_messages") == ["later"]
+    assert _meta(sent, "messages_delivered") == []
+    assert lw.json("runs", "list", "--task", task) == []  # the running turn will deliver it
+
+
+def test_a_finished_session_takes_no_message(lw: Laneway, tmp_path: Path) -> None:
+    task, _steps = _board(lw, tmp_path)
+    old = lw.json("session", "start", task, "--profile", "echo")["id"]
+    lw.json("session", "start", task, "--profile", "echo")  # completes the first one
+    line = lw.fails("session", "send", old, "hello?")
+    assert "COMPLETED" in line
+    assert "no more messages" in line
+    assert "no session 'nope'" in lw.fails("session", "send", "nope", "hi")
