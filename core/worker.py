@@ -21,6 +21,7 @@ from loguru import logger
 
 from core import faults, ids
 from core.model import Run
+from core.prompts import build_prompt
 from core.runtime.runtime import TurnOutcome, profile_session
 from core.store import rows
 from core.store import tables as t
@@ -109,8 +110,6 @@ def finish(host: Host, run: Run, outcome: TurnOutcome) -> None:
 
 def prompt_for(host: Host, run: Run) -> str:
     """The run's prompt: the workflow and step prompts with the task's description."""
-    from kanban_plugin.kinds import build_prompt  # the one prompt builder
-
     task = host.tasks.get(run.task_id) if run.task_id else None
     if task is None or run.workflow_step_id is None:
         return str((run.payload or {}).get("message", ""))

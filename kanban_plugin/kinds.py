@@ -8,6 +8,7 @@ from typing import Any
 import attrs
 
 from core.kinds import ALL_PATHS, ActionContext, ActionKind, ConfigError
+from core.prompts import build_prompt
 
 RULE_OPERATIONS = ("set", "keep", "restore_original")
 
@@ -109,13 +110,6 @@ def validate_workflow_data(config: Mapping[str, Any]) -> tuple[str, Any]:
 def set_workflow_data(ctx: ActionContext, item: tuple[str, Any]) -> None:
     key, value = item
     ctx.services.sessions.record_effect(_session_id(ctx), workflow_data={key: value})
-
-
-def build_prompt(workflow_prompt: str, step_prompt: str, description: str) -> str:
-    """Workflow prompt, then step prompt, with {{task_prompt}} replaced by the description."""
-    parts = [p for p in (workflow_prompt.strip(), step_prompt.strip()) if p]
-    prompt = "\n\n".join(parts) if parts else "{{task_prompt}}"
-    return prompt.replace("{{task_prompt}}", description)
 
 
 def auto_start_agent(ctx: ActionContext, _config: Any) -> None:
