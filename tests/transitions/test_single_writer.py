@@ -52,9 +52,13 @@ def writes_step_fields(source: str) -> list[int]:
                     _has_field_key(a) for a in node.args
                 ):
                     hits.append(node.lineno)
-            elif attr == "execute" and node.args and _statement_on_tasks(node.args[0]):
-                if any(_has_field_key(a) for a in node.args[1:]):
-                    hits.append(node.lineno)
+            elif (
+                attr == "execute"
+                and node.args
+                and _statement_on_tasks(node.args[0])
+                and any(_has_field_key(a) for a in node.args[1:])
+            ):
+                hits.append(node.lineno)
         if (
             isinstance(node, ast.Constant)
             and isinstance(node.value, str)
