@@ -29,7 +29,7 @@ from core.store import dialect, migrate
 from core.store import tables as t
 from core.store.database import Store
 from core.store.dialect import OwnershipLock, take_ownership
-from plugins.manager import PluginSelection, load_plugins
+from plugins.manager import KEEP, Keep, PluginSelection, load_plugins
 
 DEFAULT_URL = "sqlite:///laneway.db"
 
@@ -198,9 +198,10 @@ class Host:
         return self._republish()
 
     def set_plugins(
-        self, *, allow: Iterable[str] | None = None, block: Iterable[str] | None = None
+        self, *, allow: Iterable[str] | Keep | None = KEEP, block: Iterable[str] | Keep = KEEP
     ) -> Bundle:
-        """Change which plugins load and publish a new bundle."""
+        """Change which plugins load and publish a new bundle. A list not given is kept;
+        `allow=None` lifts the allow-list."""
         self.selection = self.selection.with_lists(allow=allow, block=block)
         return self._republish()
 

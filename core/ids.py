@@ -36,3 +36,8 @@ def format_ts(moment: datetime) -> str:
 
 def parse(ts: str) -> datetime:
     return datetime.strptime(ts, "%Y-%m-%dT%H:%M:%S.%fZ").replace(tzinfo=UTC)
+
+
+def shift(ts: str, seconds: float) -> str:
+    """`ts` moved by `seconds` (negative: earlier), in the same text form."""
+    return format_ts(parse(ts) + timedelta(seconds=seconds))

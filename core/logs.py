@@ -17,9 +17,12 @@ def disable() -> None:
 
 
 def enable(*, level: str = "WARNING", json: bool = False, stream: TextIO | None = None) -> int:
-    """Route laneway's records to `stream` (stderr); returns the loguru handler id."""
-    for name in PACKAGES:
-        logger.enable(name)
+    """Route records to `stream` (stderr); returns the loguru handler id.
+
+    For the application (the `laneway` command): it enables every package's records, so a
+    plugin that disabled its own at import, as loguru's library recipe says, is heard too.
+    """
+    logger.enable("")
     sink: Any = stream or sys.stderr
     if json:
         return logger.add(sink, level=level, serialize=True)

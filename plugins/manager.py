@@ -30,6 +30,13 @@ ESSENTIAL = "core"
 """core's own plugin (the structural kinds) cannot be blocked."""
 
 
+class Keep:
+    """The "leave it as it is" value of `PluginSelection.with_lists`."""
+
+
+KEEP = Keep()
+
+
 class PluginError(RuntimeError):
     """A plugin could not be loaded (strict mode) or the plugin set is inconsistent."""
 
@@ -76,13 +83,18 @@ class PluginSelection:
         return cls(**values)
 
     def with_lists(
-        self, allow: Iterable[str] | None = None, block: Iterable[str] | None = None
+        self,
+        allow: Iterable[str] | Keep | None = KEEP,
+        block: Iterable[str] | Keep = KEEP,
     ) -> PluginSelection:
-        return attrs.evolve(
-            self,
-            allow=frozenset(allow) if allow is not None else None,
-            block=frozenset(block or ()),
-        )
+        """This selection with new lists; a list not given is kept, `allow=None` lifts the
+        allow-list."""
+        values: dict[str, Any] = {}
+        if not isinstance(allow, Keep):
+            values["allow"] = frozenset(allow) if allow is not None else None
+        if not isinstance(block, Keep):
+            values["block"] = frozenset(block)
+        return attrs.evolve(self, **values)
 
 
 def _names(value: str) -> frozenset[str]:

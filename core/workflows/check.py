@@ -157,4 +157,9 @@ def _validate(validate: Any, config: Any) -> tuple[str | None, str] | None:
 
 
 def _path(prefix: str, field: str | None) -> str:
-    return f"{prefix}.{field}" if field else prefix
+    """`prefix` ends in `.config`; validators name fields either bare or as `config.<key>`."""
+    if not field:
+        return prefix
+    if field == "config" or field.startswith("config."):
+        return f"{prefix.removesuffix('.config')}.{field}"
+    return f"{prefix}.{field}"

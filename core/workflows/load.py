@@ -39,7 +39,6 @@ MAX_FILE_BYTES: Final = 1024 * 1024
 PORTABLE_VERSION: Final = 1
 PORTABLE_TYPE: Final = "kandev_workflow"
 PORTABLE_STEP_REF: Final = "step_position"
-SET_SESSION_MODE: Final = "set_session_mode"
 
 _ENVELOPE_KEYS: Final = ("version", "type", "workflows")
 _ACTION_KEYS: Final = ("type", "config")
@@ -450,10 +449,6 @@ def _action(at: _At, path: str, raw: Any, fmt: _Format) -> dict[str, Any]:
     if not isinstance(config, dict):
         at.fail(f"{path}.config", f"expected a mapping, got {_kind(config)}")
     _plain(at, f"{path}.config", config)
-    if kind == SET_SESSION_MODE:
-        mode = config.get("mode")
-        if not isinstance(mode, str) or not mode.strip():
-            at.fail(f"{path}.config.mode", "set_session_mode needs a non-empty mode")
     if kind == MOVE_TO_STEP:
         _move_target(at, f"{path}.config", config, fmt)
     return {"type": kind, "config": config}

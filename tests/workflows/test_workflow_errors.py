@@ -224,18 +224,6 @@ CASES = [
         id="t-action-unknown-key",
     ),
     pytest.param(
-        template(on_enter(t_step(1), {"type": "set_session_mode"})),
-        "wf.yml: workflow 'Flow', step 'Beta', events.on_enter[0].config.mode: set_session_mode "
-        "needs a non-empty mode",
-        id="t-session-mode-missing",
-    ),
-    pytest.param(
-        template(on_enter(t_step(1), {"type": "set_session_mode", "config": {"mode": " "}})),
-        "wf.yml: workflow 'Flow', step 'Beta', events.on_enter[0].config.mode: set_session_mode "
-        "needs a non-empty mode",
-        id="t-session-mode-blank",
-    ),
-    pytest.param(
         template(lambda d: t_move(d).update(step_id="zeta")),
         "wf.yml: workflow 'Flow', step 'Alpha', events.on_turn_complete[0].config.step_id: "
         "no step has id 'zeta'",
@@ -352,12 +340,6 @@ CASES = [
         "wf.yml: workflow 'Flow', step 'Alpha', events.on_turn_complete[0].config.step_id: "
         "the portable format names the target step with step_position, not step_id",
         id="p-move-by-id",
-    ),
-    pytest.param(
-        portable(on_enter(p_step(0), {"type": "set_session_mode", "config": {"mode": ""}})),
-        "wf.yml: workflow 'Flow', step 'Alpha', events.on_enter[0].config.mode: set_session_mode "
-        "needs a non-empty mode",
-        id="p-session-mode",
     ),
     pytest.param(
         portable(lambda d: p_step(1)(d).update(agent_profile="claude")),

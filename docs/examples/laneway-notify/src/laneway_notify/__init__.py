@@ -1,0 +1,37 @@
+"""laneway-notify: an example laneway plugin contributing one durable action kind, `notify`.
+
+laneway finds this module through the ``laneway.plugins`` entry point ``notify`` (see
+pyproject.toml) and registers it with pluggy; the functions marked ``@hookimpl`` below are its
+hook implementations. See docs/plugin-authoring.md in the laneway repository for the walk
+through.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from core.kinds import ActionKind
+from loguru import logger
+from plugins import hookimpl
+
+from laneway_notify.kind import DECLARATION, ENV_FILE, KIND, NotifyConfig, notify, validate
+
+__version__ = "0.1.0"
+__all__ = [
+    "ENV_FILE",
+    "KIND",
+    "NotifyConfig",
+    "laneway_register_action_kinds",
+    "notify",
+    "validate",
+]
+
+# A library stays silent until the application enables it (loguru's recipe for libraries):
+# `logger.enable("laneway_notify")`. The contract kit enables it while it checks the records.
+logger.disable("laneway_notify")
+
+
+@hookimpl
+def laneway_register_action_kinds(register: Callable[[ActionKind], None]) -> None:
+    """Declare `notify`. Called each time a host builds a bundle."""
+    register(DECLARATION)

@@ -1,0 +1,122 @@
+"""Temporary hosts with an explicit plugin list.
+
+A test names every plugin its host loads. Installed third-party plugins never leak in: the
+selection is an allow-list of exactly the named plugins. A plugin is named either by its
+entry-point name (``"kanban"``: loaded from the installed distribution) or given directly as a
+``(name, plugin)`` pair, where ``plugin`` is a module, an object with ``@hookimpl`` methods,
+or a module path. When every plugin is given directly, installed entry points are not
+consulted at all, so a plugin under test never collides with an installed copy of itself.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+
+from core.host import Host
+from core.kinds import Features
+from core.store.dialect import OwnershipError
+from plugins.manager import PluginSelection
+
+PluginSpec = str | tuple[str, object]
+"""An installed plugin's entry-point name, or ``(name, plugin)`` given directly."""
+
+OWNERSHIP_WAIT_S = 15.0
+"""How long `open_host` waits for a crashed process's ownership lock to go (PostgreSQL notices
+a dropped client's connection, and releases its advisory lock, a little after it died)."""
+
+
+def selection_for(plugins: Iterable[PluginSpec], *, strict: bool = True) -> PluginSelection:
+    """The selection loading exactly `plugins` (core's own kinds always load).
+
+    :param strict: a named plugin that fails to import fails the open (the default: a test
+        that names a plugin means to load it).
+    """
+    names: list[str] = []
+    extra: list[tuple[str, object]] = []
+    by_entry_point = False
+    for spec in plugins:
+        if isinstance(spec, str):
+            names.append(spec)
+            by_entry_point = True
+        else:
+            name, plugin = spec
+            names.append(name)
+            extra.append((name, plugin))
+    return PluginSelection(
+        allow=frozenset(names), extra=tuple(extra), entry_points=by_entry_point, strict=strict
+    )
+
+
+def open_host(
+    url: str,
+    plugins: Iterable[PluginSpec] = (),
+    *,
+    features: Features | None = None,
+    recover: bool = True,
+) -> Host:
+    """Open a writer host on `url` loading exactly `plugins`.
+
+    Retries for a while when another process still owns the database (see OWNERSHIP_WAIT_S).
+    """
+    selection = selection_for(plugins)
+    deadline = time.monotonic() + OWNERSHIP_WAIT_S
+    while True:
+        try:
+            return Host.open(
+                url, features=features or Features(), plugins=selection, recover=recover
+            )
+        except OwnershipError:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.1)
+
+
+class HostFactory:
+    """Opens hosts on one database for one test and closes whatever is left open at the end.
+
+    ``open(plugins)`` opens a host; ``restart(host)`` closes it and opens a new one on the same
+    database with the same plugins and features: a new epoch, and the recovery scan runs
+    before it returns, exactly as after a process restart.
+    """
+
+    def __init__(self, url: str, directory: Path) -> None:
+        self.url = url
+        self.directory = directory
+        """A scratch directory of the test's own (workflow files are written here)."""
+        self._open: list[Host] = []
+        self._specs: dict[int, tuple[tuple[PluginSpec, ...], Features]] = {}
+
+    def open(
+        self,
+        plugins: Iterable[PluginSpec] = (),
+        *,
+        features: Features | None = None,
+        recover: bool = True,
+    ) -> Host:
+        specs = tuple(plugins)
+        chosen = features or Features()
+        host = open_host(self.url, specs, features=chosen, recover=recover)
+        self._open.append(host)
+        self._specs[id(host)] = (specs, chosen)
+        return host
+
+    def close(self, host: Host) -> None:
+        if host in self._open:
+            self._open.remove(host)
+            host.close()
+
+    def restart(self, host: Host, *, recover: bool = True) -> Host:
+        """Close `host` and open its successor (new epoch, recovery scan unless told not to)."""
+        specs, _features = self._specs.pop(id(host), ((), host.features))
+        self.close(host)
+        return self.open(specs, features=host.features, recover=recover)
+
+    def close_all(self) -> None:
+        while self._open:
+            self._open.pop().close()
+
+
+def plugin_names(plugins: Sequence[PluginSpec]) -> list[str]:
+    return [p if isinstance(p, str) else p[0] for p in plugins]
