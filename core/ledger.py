@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 
+import attrs
 import sqlalchemy as sa
 
 from core import ids
@@ -111,19 +112,7 @@ def allocate(
         terminal=False,
         created_at=ids.now(),
     )
-    uow.run(
-        _INSERT_ENTRY,
-        {
-            "id": entry.id,
-            "task_id": entry.task_id,
-            "step_id": entry.step_id,
-            "entry_seq": entry.entry_seq,
-            "entry_path": entry.entry_path,
-            "declaration_digest": entry.declaration_digest,
-            "terminal": False,
-            "created_at": entry.created_at,
-        },
-    )
+    uow.run(_INSERT_ENTRY, attrs.asdict(entry))
     return entry
 
 

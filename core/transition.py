@@ -291,28 +291,17 @@ def move(
             arrival = None
             queued = True
             stamp = ids.now()
-            uow.conn.execute(
-                sa.update(TASKS)
-                .where(TASKS.c.id == task.id)
-                .values(
-                    workflow_id=workflow.id,
-                    workflow_step_id=step.id,
-                    wip_admitted=False,
-                    queued_for_step_id=step.id,
-                    queued_at=stamp,
-                    updated_at=stamp,
-                )
-            )
+            placed: dict[str, Any] = {
+                "workflow_id": workflow.id,
+                "workflow_step_id": step.id,
+                "wip_admitted": False,
+                "queued_for_step_id": step.id,
+                "queued_at": stamp,
+                "updated_at": stamp,
+            }
+            uow.conn.execute(sa.update(TASKS).where(TASKS.c.id == task.id).values(**placed))
             _write_history(uow, task.id, session_id, source, step.id, label, actor)
-            committed = attrs.evolve(
-                task,
-                workflow_id=workflow.id,
-                workflow_step_id=step.id,
-                wip_admitted=False,
-                queued_for_step_id=step.id,
-                queued_at=stamp,
-                updated_at=stamp,
-            )
+            committed = attrs.evolve(task, **placed)
     faults.reach("transition.after_commit")
     _log_change(committed, source, step, path, queued)
     _after_commit(host, task, source, arrival)
