@@ -159,6 +159,7 @@ def run(walk: Walk) -> WalkEnd:
     ):
         session = walk.host.sessions.get(walk.session_id)
     ran_once: set[str] = set()
+    closed = False  # whether a settled marker already closed the entry in its transaction
     for decl in order_actions(walk.actions, registry, walk.path):
         registered = registry.kind(decl.kind)
         action_log = walk.log.bind(action_type=decl.kind, position=decl.position)
@@ -180,10 +181,12 @@ def run(walk: Walk) -> WalkEnd:
                 return "halted"
             continue
         open_positions.discard((decl.position, decl.kind))
+        last = not open_positions
         try:
-            outcome = _durable_action(walk, registered, decl, action_log, not open_positions)
+            outcome = _durable_action(walk, registered, decl, action_log, last)
         except ledger.ClaimLost:
             return "abandoned"
+        closed = last and outcome is not None
         if (
             outcome is not None
             and outcome.state == "failed"
@@ -191,7 +194,7 @@ def run(walk: Walk) -> WalkEnd:
             and registered.kind.halts_entry_on_failure
         ):
             return "halted"
-    if walk.entry is not None and open_positions:
+    if walk.entry is not None and not closed:
         with store.transaction() as uow:
             ledger.finish_if_complete(uow, registry, walk.entry.id, walk.actions)
     return "completed"
@@ -284,26 +287,30 @@ def _durable_action(
 ) -> Outcome | None:
     """One durable position: claim, run, settle (closing the entry when `last`).
 
-    Raises ClaimLost to abandon the entry.
+    Returns None when the marker was already terminal (someone else settled it); raises
+    ClaimLost to abandon the entry.
     """
     entry = walk.entry
     assert entry is not None
     if registered is None:
-        if _skip_position(walk, decl, "unrecognised", last):
-            log.warning("no plugin declares this action kind; skipped")
+        if not _skip_position(walk, decl, "unrecognised", last):
+            return None
+        log.warning("no plugin declares this action kind; skipped")
         return Outcome.skipped("unrecognised")
     kind = registered.kind
     if not registered.executable or kind.execute is None:
-        if _skip_position(walk, decl, "no_executor", last):
-            log.bind(feature=kind.feature).warning(
-                "action kind has no executor in this configuration; skipped"
-            )
+        if not _skip_position(walk, decl, "no_executor", last):
+            return None
+        log.bind(feature=kind.feature).warning(
+            "action kind has no executor in this configuration; skipped"
+        )
         return Outcome.skipped("no_executor")
     try:
         value = kind.validate(decl.config)
     except ConfigError as exc:
-        if _skip_position(walk, decl, "malformed", last):
-            log.bind(cause=str(exc), field=exc.field).error("malformed action config; skipped")
+        if not _skip_position(walk, decl, "malformed", last):
+            return None
+        log.bind(cause=str(exc), field=exc.field).error("malformed action config; skipped")
         return Outcome.skipped("malformed")
 
     store = walk.host.store
