@@ -12,7 +12,7 @@ import os
 import secrets
 import socket
 import threading
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from types import TracebackType
 from typing import Any
 
@@ -32,8 +32,6 @@ from core.store.dialect import OwnershipLock, take_ownership
 from plugins.manager import KEEP, Keep, PluginSelection, load_plugins
 
 DEFAULT_URL = "sqlite:///laneway.db"
-
-RecoveryHook = Callable[["Host"], Any]
 
 
 class Host:

@@ -276,15 +276,3 @@ class Marker:
     reason: str | None = None
     cause: str | None = None
     updated_at: str = ""
-
-
-@attrs.frozen
-class HistoryRow:
-    id: str
-    session_id: str
-    task_id: str
-    from_step_id: str | None
-    to_step_id: str | None
-    trigger: str
-    actor_id: str = ""
-    created_at: str = ""

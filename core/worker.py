@@ -13,7 +13,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import attrs
 import sqlalchemy as sa
@@ -208,11 +208,3 @@ def _result(future: Future[TurnOutcome], run: Run) -> TurnOutcome:
             "run crashed"
         )
         return TurnOutcome("", ok=False, error=f"{type(exc).__name__}: {exc}")
-
-
-def kill_running(host: Host) -> None:
-    """Used on shutdown after the grace period: end every agent process still running."""
-    host.runtime.kill_all()
-
-
-Progress = Callable[[str, Run, Any], None]

@@ -20,7 +20,6 @@ import click
 import pluggy
 from loguru import logger
 
-from core.kinds import ActionKind, GuardKind
 from core.model import Task, Workspace
 from core.runtime.failures import AgentFailure
 from plugins import hookspecs
@@ -191,12 +190,6 @@ class Hooks:
     """Typed calls over ``pm.hook``: the one place where pluggy's untyped results are cast."""
 
     manager: pluggy.PluginManager
-
-    def register_action_kinds(self, register: Callable[[ActionKind], None]) -> None:
-        self.manager.hook.laneway_register_action_kinds(register=register)
-
-    def register_guards(self, register: Callable[[GuardKind], None]) -> None:
-        self.manager.hook.laneway_register_guards(register=register)
 
     def task_ownership(self, task: Task, workspace: Workspace) -> str | None:
         return cast(

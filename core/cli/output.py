@@ -32,7 +32,6 @@ STEP_KEYS = (
     "prompt",
     "stage_type",
 )
-MARKER_KEYS = ("position", "kind", "state", "epoch", "reason", "cause")
 
 
 def plain(value: Any) -> Any:

@@ -2,18 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Final
-
 import attrs
-
-ROUTES: Final = {
-    "R1": "the agent process ended with a terminal status",
-    "R2": "the agent command could not be started",
-    "R3": "the agent's credentials are missing",
-    "R4": "transient failures exhausted the retries",
-    "R5": "a retry could not be started",
-    "R6": "the user cancelled the retry loop",
-}
 
 
 @attrs.frozen

@@ -379,10 +379,6 @@ class AgentRuntime:
                 ).opt(exception=exc).error("on_agent_error dispatch raised; recovered")
 
 
-def live_states() -> frozenset[str]:
-    return ACTIVE_SESSION_STATES
-
-
 def profile_session(host: Host, task: Task, agent_profile_id: str) -> Session:
     """The task's session for an agent: a non-failed one is reused, else one is started."""
     for session in reversed(host.sessions.list(task=task.id)):

@@ -14,7 +14,6 @@ from core.model import (
     AgentProfile,
     Decision,
     Events,
-    HistoryRow,
     Marker,
     Participant,
     Run,
@@ -204,10 +203,6 @@ def entry(row: RowLike) -> StepEntry:
 
 def marker(row: RowLike) -> Marker:
     return Marker(**{c.name: row[c.name] for c in t.step_entry_markers.columns})
-
-
-def history(row: RowLike) -> HistoryRow:
-    return HistoryRow(**{c.name: row[c.name] for c in t.session_step_history.columns})
 
 
 def load_workflow(conn: Connection, workflow_id: str) -> Workflow | None:

@@ -11,7 +11,7 @@ consulted at all, so a plugin under test never collides with an installed copy o
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable
 from pathlib import Path
 
 from core.host import Host
@@ -116,7 +116,3 @@ class HostFactory:
     def close_all(self) -> None:
         while self._open:
             self._open.pop().close()
-
-
-def plugin_names(plugins: Sequence[PluginSpec]) -> list[str]:
-    return [p if isinstance(p, str) else p[0] for p in plugins]
