@@ -27,7 +27,7 @@ from loguru import logger
 
 from core.engine import MOVE_KINDS
 from core.errors import NotFound
-from core.model import Session, Task
+from core.model import Task
 from core.runtime.failures import AgentFailure
 
 if TYPE_CHECKING:
@@ -43,11 +43,12 @@ def _record(failure: AgentFailure, **fields: Any) -> Any:
     )
 
 
-def payload_of(failure: AgentFailure, session: Session) -> dict[str, str]:
-    """OnAgentErrorPayload: the failed session, the failed agent, the message."""
+def payload_of(failure: AgentFailure, session_agent_id: str | None) -> dict[str, str]:
+    """OnAgentErrorPayload: the failed session, the failed agent (the failure's, else the
+    failed session's), the message."""
     return {
         "failed_session_id": failure.session_id or "",
-        "failed_agent_id": failure.agent_profile_id or session.agent_profile_id or "",
+        "failed_agent_id": failure.agent_profile_id or session_agent_id or "",
         "error_message": failure.error_message or "agent failed",
     }
 
@@ -100,7 +101,7 @@ def dispatch(host: Host, failure: AgentFailure) -> bool:
             "on_agent_error",
             session_id=failure.session_id,
             operation_id=operation_id,
-            payload=payload_of(failure, session),
+            payload=payload_of(failure, session.agent_profile_id),
             label="on_agent_error",
             task=task,
         )

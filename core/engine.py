@@ -113,6 +113,7 @@ class Engine:
                 continue
             cause = self._run(decl, task, step, trigger, log, operation_id, payload, session_id)
             if cause is not None:
+                _aborted(log, decl, cause)
                 return TriggerResult(action_count=len(actions), failed=True, cause=cause)
         result = TriggerResult(action_count=len(actions))
         if target is not None and target.id != step.id:
@@ -181,7 +182,9 @@ class Engine:
         for decl in step.actions("on_exit"):
             if decl.kind in MOVE_KINDS:
                 continue
-            if self._run(decl, task, step, "on_exit", log, None, None, None) is not None:
+            cause = self._run(decl, task, step, "on_exit", log, None, None, None)
+            if cause is not None:
+                _aborted(log, decl, cause)
                 return
 
     def run_action(self, task_id: str, kind: str, config: Mapping[str, Any]) -> None:
@@ -192,23 +195,15 @@ class Engine:
         workflow = self.host.workflows.by_id(task.workflow_id)
         step = workflow.step(task.workflow_step_id)
         assert step is not None
-        decl = ActionDecl(0, kind, config)
         registered = self.registry.kind(kind)
-        if registered is None or registered.kind.execute is None:
+        if registered is None or not registered.executable:
             raise LanewayError(f"no plugin provides the {kind!r} action")
-        try:
-            value = registered.kind.validate(decl.config)
-        except ConfigError as exc:
-            raise LanewayError(f"{kind}: {exc}") from None
-        ctx = self._context(
-            task, step, "manual", decl, _bound(task, step, "manual"), None, None, None
+        decl = ActionDecl(0, kind, config)
+        cause = self._run(
+            decl, task, step, "manual", _bound(task, step, "manual"), None, None, None
         )
-        try:
-            outcome = registered.kind.execute(ctx, value)
-        except ActionFailed as exc:
-            raise LanewayError(f"{kind}: {exc.cause}") from None
-        if outcome is not None and outcome.state == "failed":
-            raise LanewayError(f"{kind}: {outcome.cause}")
+        if cause is not None:
+            raise LanewayError(f"{kind}: {cause}")
 
     # -- pieces ---------------------------------------------------------------------------------
 
@@ -298,7 +293,7 @@ class Engine:
         payload: Mapping[str, Any] | None,
         session_id: str | None,
     ) -> str | None:
-        """Run one non-move action; a returned cause means it failed: the evaluation aborts."""
+        """Run one non-move action; a returned cause means it failed (the caller reports it)."""
         registered = self.registry.kind(decl.kind)
         action_log = log.bind(action_type=decl.kind, position=decl.position)
         if registered is None:
@@ -329,9 +324,14 @@ class Engine:
         except Exception as exc:  # noqa: BLE001 - a plugin's bug aborts this trigger only
             outcome = Outcome.failed(f"{type(exc).__name__}: {exc}")
         if outcome is not None and outcome.state == "failed":
-            action_log.bind(cause=outcome.cause).error("action failed; trigger aborted")
             return outcome.cause or "failed"
         return None
+
+
+def _aborted(log: Any, decl: ActionDecl, cause: str) -> None:
+    log.bind(action_type=decl.kind, position=decl.position, cause=cause).error(
+        "action failed; trigger aborted"
+    )
 
 
 def _bound(task: Task, step: Step, trigger: str) -> Any:

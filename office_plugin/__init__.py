@@ -7,6 +7,7 @@ from typing import Any
 
 from loguru import logger
 
+from core.agent_error import payload_of
 from core.kinds import ActionKind, GuardKind
 from core.model import Task, Workspace
 from core.runtime.failures import AgentFailure
@@ -50,19 +51,15 @@ def laneway_agent_failed(host: Any, failure: AgentFailure) -> None:
     task = host.tasks.get(failure.task_id)
     if laneway_task_ownership(task, host.workspace.by_id(task.workspace_id)) != NAME:
         return
-    run = next((r for r in host.runs.list(task=task.id) if r.id == failure.run_id), None)
-    if run is None or run.status != "claimed":
+    run = host.runs.get(failure.run_id)
+    if run is None or run.status != "claimed" or run.task_id != task.id:
         return
     result = host.bundle.engine.handle_trigger(
         task.id,
         "on_agent_error",
         session_id=failure.session_id,
         operation_id=f"agent_error:{run.id}",
-        payload={
-            "failed_session_id": failure.session_id or "",
-            "failed_agent_id": failure.agent_profile_id or run.agent_profile_id,
-            "error_message": failure.error_message or "agent failed",
-        },
+        payload=payload_of(failure, run.agent_profile_id),
         label="on_agent_error",
         task=task,
     )

@@ -24,6 +24,11 @@ class RunService(Service):
         with self.host.store.transaction() as uow:
             return runs.enqueue(uow, request)
 
+    def get(self, run_id: str) -> Run | None:
+        with self.host.store.read() as conn:
+            row = conn.execute(sa.select(R).where(R.c.id == run_id)).mappings().first()
+        return rows.run(row) if row is not None else None
+
     def list(self, *, task: str | None = None, status: str | None = None) -> builtins.list[Run]:
         query = sa.select(R).order_by(R.c.requested_at, R.c.id)
         if task is not None:
