@@ -23,7 +23,7 @@ from loguru import logger
 
 from core import faults, ledger
 from core.kinds import ActionContext, ActionFailed, ConfigError, Outcome
-from core.model import ActionDecl, Step, StepEntry, Task
+from core.model import ActionDecl, Session, Step, StepEntry, Task
 from core.registry import RegisteredKind, Registry
 
 if TYPE_CHECKING:
@@ -70,8 +70,8 @@ class Walk:
     path: str
     recovering: bool
     log: Any
-    session_id: str | None
-    """The live session the transition saw in its transaction (None: no session)."""
+    session: Session | None
+    """The session the arrival's session kinds act on (None: no session, or recovering)."""
 
 
 def dispatch(host: Host, arrival: Arrival) -> WalkEnd:
@@ -79,10 +79,8 @@ def dispatch(host: Host, arrival: Arrival) -> WalkEnd:
     committing caller returns."""
     from core.runtime.arrival import prepare_session
 
-    session_id = prepare_session(host, arrival)
-    walk = _walk_for(
-        host, arrival.task, arrival.step, arrival.entry, arrival.entry_path, session_id
-    )
+    session = prepare_session(host, arrival)
+    walk = _walk_for(host, arrival.task, arrival.step, arrival.entry, arrival.entry_path, session)
     walk.log.bind(event="arrival", from_step_id=arrival.from_step_id).info("arrival")
     return run(walk)
 
@@ -98,7 +96,7 @@ def _walk_for(
     step: Step,
     entry: StepEntry | None,
     path: str,
-    session_id: str | None,
+    session: Session | None,
     *,
     recovering: bool = False,
 ) -> Walk:
@@ -121,7 +119,7 @@ def _walk_for(
         path,
         recovering,
         log,
-        session_id,
+        session,
     )
 
 
@@ -148,16 +146,7 @@ def run(walk: Walk) -> WalkEnd:
         for d in ledger.durable_positions(registry, walk.actions)
         if (m := markers.get((d.position, d.kind))) is None or m.state not in ledger.TERMINAL
     }
-    session: Any = None
-    if (
-        walk.session_id is not None
-        and not walk.recovering
-        and any(
-            (r := registry.kind(a.kind)) is not None and r.kind.owner == "session"
-            for a in walk.actions
-        )
-    ):
-        session = walk.host.sessions.get(walk.session_id)
+    session = walk.session
     ran_once: set[str] = set()
     closed = False  # whether a settled marker already closed the entry in its transaction
     for decl in order_actions(walk.actions, registry, walk.path):

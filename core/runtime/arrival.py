@@ -13,8 +13,10 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+import attrs
 from loguru import logger
 
+from core.model import Session
 from core.runtime.runtime import profile_session
 
 if TYPE_CHECKING:
@@ -22,8 +24,8 @@ if TYPE_CHECKING:
     from core.transition import Arrival
 
 
-def prepare_session(host: Host, arrival: Arrival) -> str | None:
-    """The session the arrival's session kinds act on (None: the task has none)."""
+def prepare_session(host: Host, arrival: Arrival) -> Session | None:
+    """The session the arrival's session kinds act on (None: the task has none), read once."""
     session_id = arrival.session_id
     wanted = arrival.step.agent_profile_id or arrival.workflow.agent_profile_id
     if session_id is None and wanted is None:
@@ -36,10 +38,11 @@ def prepare_session(host: Host, arrival: Arrival) -> str | None:
         and not host.runtime.turn_in_flight(session.id)
     ):
         host.sessions.set_state(session.id, "WAITING_FOR_INPUT")
+        session = attrs.evolve(session, state="WAITING_FOR_INPUT")
     if wanted is None or (session is not None and session.external):
-        return session_id
+        return session
     if session is not None and session.agent_profile_id == wanted:
-        return session_id
+        return session
     switched = profile_session(host, arrival.task, wanted)
     if session is not None and session.id != switched.id:
         host.sessions.set_state(session.id, "COMPLETED")
@@ -52,4 +55,4 @@ def prepare_session(host: Host, arrival: Arrival) -> str | None:
     declared = {a.kind for a in arrival.step.actions("on_enter")}
     if "auto_start_agent" not in declared:
         host.runs.assign(arrival.task, arrival.step.id, wanted)
-    return switched.id
+    return switched
