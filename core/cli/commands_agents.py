@@ -23,10 +23,9 @@ from typing import IO, Any
 import attrs
 import click
 from click.core import ParameterSource
-from loguru import logger
 
-from core import agent_error, worker
 from core import demo as demo_module
+from core import worker
 from core.cli.app import Settings, pass_settings, writer
 from core.cli.output import emit, plain
 from core.errors import LanewayError
@@ -140,21 +139,10 @@ SESSION_COMMANDS: tuple[click.Command, ...] = (session_send, session_cancel_retr
 
 
 def report_failure(host: Host, failure: AgentFailure) -> bool:
-    """An external agent's terminal failure: the bookkeeping under the session guard, then
-    the on_agent_error dispatch and the plugins' observer, as the runtime does for its own
-    agents. True when the dispatch ran the step's on_agent_error trigger."""
-    host.runtime.handle_failure(failure)  # its returned dispatch is replaced by the lines below
-    dispatched = False
-    try:
-        dispatched = agent_error.dispatch(host, failure)
-        host.bundle.registry.hooks.agent_failed(host, failure)
-    except Exception as exc:  # noqa: BLE001 - as the runtime: a failing callback is logged
-        logger.bind(
-            task_id=failure.task_id,
-            session_id=failure.session_id,
-            cause=f"{type(exc).__name__}: {exc}",
-        ).opt(exception=exc).error("on_agent_error dispatch raised; recovered")
-    return dispatched
+    """An external agent's terminal failure, handled as the runtime handles its own agents':
+    bookkeeping under the session guard, then (guard released) the dispatch. True when the
+    step's on_agent_error trigger ran."""
+    return host.runtime.handle_failure(failure)()
 
 
 @click.group()

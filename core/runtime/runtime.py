@@ -315,11 +315,12 @@ class AgentRuntime:
             failure.session_id or "", ok=False, error=failure.error_message, route=failure.route
         )
 
-    def handle_failure(self, failure: AgentFailure) -> Callable[[], None]:
+    def handle_failure(self, failure: AgentFailure) -> Callable[[], bool]:
         """The failure bookkeeping. Returns the dispatch for the caller to run once it has
-        released the guard (a sessionless failure has no guard and dispatches nothing)."""
+        released the guard; it answers whether on_agent_error was dispatched (a sessionless
+        failure has no guard and dispatches nothing)."""
         if not failure.session_id:
-            return lambda: None
+            return lambda: False
         with self.guard(failure.session_id):
             self._bookkeeping(failure)
         return lambda: self._dispatch(failure)
@@ -361,12 +362,18 @@ class AgentRuntime:
         if turn is not None and turn.proc is not None:
             threading.Thread(target=turn.proc.kill, daemon=True).start()
 
-    def _dispatch(self, failure: AgentFailure) -> None:
+    def _dispatch(self, failure: AgentFailure) -> bool:
         from core import agent_error
+
+        dispatched = False
+
+        def core_dispatch() -> None:
+            nonlocal dispatched
+            dispatched = agent_error.dispatch(self.host, failure)
 
         # Each in its own guard: a failing dispatch never keeps plugins from observing.
         for step in (
-            lambda: agent_error.dispatch(self.host, failure),
+            core_dispatch,
             lambda: self.host.bundle.registry.hooks.agent_failed(self.host, failure),
         ):
             try:
@@ -377,6 +384,7 @@ class AgentRuntime:
                     session_id=failure.session_id,
                     cause=f"{type(exc).__name__}: {exc}",
                 ).opt(exception=exc).error("on_agent_error dispatch raised; recovered")
+        return dispatched
 
 
 def profile_session(host: Host, task: Task, agent_profile_id: str) -> Session:
