@@ -67,10 +67,11 @@ class ProfileService(Service):
 
     def get(self, ref: str) -> AgentProfile:
         """A profile by id, or by name (case-insensitive)."""
-        for profile in self.list():
+        profiles = self.list()
+        for profile in profiles:
             if profile.id == ref:
                 return profile
-        for profile in self.list():
+        for profile in profiles:
             if profile.name.casefold() == ref.casefold():
                 return profile
         raise NotFound(f"no agent profile {ref!r}")
