@@ -8,6 +8,15 @@ from core.model import AgentProfile
 from core.services.base import Service
 from core.store import rows
 from core.store import tables as t
+from core.workflows.bounded import check_text
+
+
+def _check_text(value: str, what: str, max_length: int | None) -> None:
+    problem = check_text(value)
+    if problem is not None:
+        raise LanewayError(f"{what}: {problem}")
+    if max_length is not None and len(value) > max_length:
+        raise LanewayError(f"{what}: longer than {max_length} characters ({len(value)})")
 
 
 class ProfileService(Service):
@@ -22,10 +31,31 @@ class ProfileService(Service):
         env: dict[str, str] | None = None,
         requires_env: list[str] | tuple[str, ...] = (),
         max_concurrent_sessions: int = 1,
+        env_from: dict[str, str] | None = None,
+        pass_env: list[str] | tuple[str, ...] = (),
     ) -> AgentProfile:
+        """A new profile. Its agents see only the base environment (`core.runtime.agent_env`),
+        `env`, the worker variables `pass_env` and `requires_env` name, and `env_from`
+        (agent variable -> worker variable, read at run time)."""
         self._require_writer()
         if not name.strip():
             raise LanewayError("profile name: must not be empty")
+        _check_text(name, "profile name", t.column_length(t.agent_profiles.c.name))
+        _check_text(role, f"profile {name!r}, role", t.column_length(t.agent_profiles.c.role))
+        for option, names in (
+            ("env", env or {}),
+            ("env_from", env_from or {}),
+            ("env_from", (env_from or {}).values()),
+            ("pass_env", pass_env),
+            ("requires_env", requires_env),
+        ):
+            for var in names:
+                if not var or "=" in var or "\x00" in var:
+                    raise LanewayError(
+                        f"profile {name!r}, {option}: {var!r} is not a variable name"
+                    )
+        for key, value in (env or {}).items():
+            _check_text(value, f"profile {name!r}, env {key}", None)
         if not command:
             raise LanewayError(f"profile {name!r}, command: must not be empty")
         if max_concurrent_sessions < 1:
@@ -50,6 +80,8 @@ class ProfileService(Service):
                     role=role,
                     env=rows.dumps(dict(env or {})),
                     requires_env=rows.dumps(list(requires_env)),
+                    env_from=rows.dumps(dict(env_from or {})),
+                    pass_env=rows.dumps(list(pass_env)),
                     max_concurrent_sessions=max_concurrent_sessions,
                     created_at=ids.now(),
                 )
