@@ -52,6 +52,8 @@ def workflow_import(settings: Settings, file: str) -> None:
     """Import an internal template file or a portable export (all or nothing)."""
     # FILE is a plain string, not click.Path(exists=True): a missing file is a user mistake
     # (exit 1, named by the import's own message), not a usage error (exit 2).
+    # A profile name that resolves to nothing is logged as a warning (stderr), not refused:
+    # the profile may be added after the import.
     with writer(settings) as host:
         imported = host.workflows.import_file(file)
     lines = [line for wf in imported for line in workflow_lines(wf, with_steps=False)]
@@ -95,10 +97,19 @@ def workflow_export(settings: Settings, ref: str) -> None:
 @click.argument("ref", metavar="W")
 @pass_settings
 def workflow_check(settings: Settings, ref: str) -> None:
-    """Report declarations the loaded plugins cannot run. Exits 0 even with problems."""
+    """Report declarations the loaded plugins cannot run and profile names that resolve to
+    nothing, and list every agent the workflow can start or seat. Exits 0 even with problems.
+
+    A workflow file can start the board's agents: review one like code before importing it.
+    """
     with reader(settings) as host:
-        problems = host.workflows.check(ref)
-    emit(settings.json, {"problems": problems}, problems or ["no problems"])
+        workflow = host.workflows.get(ref)
+        problems = host.workflows.check(workflow.id)
+        agents = host.workflows.agents_of(workflow)
+    lines = list(problems) or ["no problems"]
+    lines.append(f"agents this workflow can start or seat: {len(agents) or 'none'}")
+    lines += [f"  {a.line(workflow.name)}" for a in agents]
+    emit(settings.json, {"problems": problems, "agents": [a.as_dict() for a in agents]}, lines)
 
 
 @click.group()

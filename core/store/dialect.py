@@ -19,6 +19,8 @@ import sqlalchemy as sa
 from sqlalchemy import event
 from sqlalchemy.engine import URL, Connection, Engine, make_url
 
+from core.store import private
+
 # Arbitrary constant: "laneway" as a 63-bit integer, so our lock never collides by accident.
 PG_ADVISORY_KEY = 0x6C616E65776179
 BUSY_TIMEOUT_MS = 10_000
@@ -61,6 +63,7 @@ def create_engine(url: URL) -> Engine:
         path = sqlite_path(url)
         if path is not None:
             path.parent.mkdir(parents=True, exist_ok=True)
+            private.make_private(path)
         engine = sa.create_engine(
             url,
             # sqlite3's own transaction handling starts transactions lazily at the first DML;
@@ -122,7 +125,7 @@ def take_ownership(url: URL, engine: Engine) -> OwnershipLock:
 
 
 def _lock_file(lock_path: Path) -> OwnershipLock:
-    handle = open(lock_path, "a+")  # noqa: SIM115 - held open for the host's lifetime
+    handle = open(private.open_private(lock_path), "a+")  # noqa: SIM115 - held for the host's life
     try:
         fcntl.flock(handle.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
