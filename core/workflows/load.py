@@ -155,8 +155,12 @@ def load_text(text: str, source: str = "<string>") -> list[WorkflowDecl]:
     try:
         size = len(text.encode("utf-8"))
     except UnicodeEncodeError as exc:
+        line = text.count("\n", 0, exc.start) + 1
+        column = exc.start - text.rfind("\n", 0, exc.start)
         raise WorkflowFileError(
-            f"not UTF-8 text (lone surrogate at character {exc.start})", file=source
+            f"text contains a lone surrogate (U+{ord(text[exc.start]):04X})",
+            file=source,
+            field=f"line {line}, column {column}",
         ) from None
     if size > MAX_FILE_BYTES:
         raise WorkflowFileError("file is larger than 1 MiB", file=source)
