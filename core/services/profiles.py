@@ -8,15 +8,7 @@ from core.model import AgentProfile
 from core.services.base import Service
 from core.store import rows
 from core.store import tables as t
-from core.workflows.bounded import check_text
-
-
-def _check_text(value: str, what: str, max_length: int | None) -> None:
-    problem = check_text(value)
-    if problem is not None:
-        raise LanewayError(f"{what}: {problem}")
-    if max_length is not None and len(value) > max_length:
-        raise LanewayError(f"{what}: longer than {max_length} characters ({len(value)})")
+from core.text import require_text
 
 
 class ProfileService(Service):
@@ -40,8 +32,8 @@ class ProfileService(Service):
         self._require_writer()
         if not name.strip():
             raise LanewayError("profile name: must not be empty")
-        _check_text(name, "profile name", t.column_length(t.agent_profiles.c.name))
-        _check_text(role, f"profile {name!r}, role", t.column_length(t.agent_profiles.c.role))
+        require_text(name, "profile name", t.column_length(t.agent_profiles.c.name))
+        require_text(role, f"profile {name!r}, role", t.column_length(t.agent_profiles.c.role))
         for option, names in (
             ("env", env or {}),
             ("env_from", env_from or {}),
@@ -55,7 +47,7 @@ class ProfileService(Service):
                         f"profile {name!r}, {option}: {var!r} is not a variable name"
                     )
         for key, value in (env or {}).items():
-            _check_text(value, f"profile {name!r}, env {key}", None)
+            require_text(value, f"profile {name!r}, env {key}")
         if not command:
             raise LanewayError(f"profile {name!r}, command: must not be empty")
         if max_concurrent_sessions < 1:

@@ -15,12 +15,13 @@ PyPI wheel is; the pure-Python parser is the fallback.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterator
 from typing import Any, Final, NoReturn
 
 import attrs
 import yaml
+
+from core.text import check_text
 
 MAX_DEPTH: Final = 64
 """Nested sequences/mappings; shipped templates use 6."""
@@ -35,7 +36,6 @@ prefix fits."""
 INT_MIN: Final = -(2**63)
 INT_MAX: Final = 2**63 - 1
 
-_BAD_CHAR = re.compile("[\x00\ud800-\udfff]")
 PARSER: Final[type[Any]] = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
 
@@ -68,16 +68,6 @@ class _Budget:
 
 def _refuse(problem: str, mark: Any) -> NoReturn:
     raise LimitError(problem, mark)
-
-
-def check_text(value: str) -> str | None:
-    """Why a string cannot be stored as text on every database, or None."""
-    bad = _BAD_CHAR.search(value)
-    if bad is None:
-        return None
-    if bad.group() == "\x00":
-        return "contains a NUL character"
-    return f"contains a lone surrogate (U+{ord(bad.group()):04X})"
 
 
 def scan(text: str) -> None:

@@ -25,6 +25,7 @@ import yaml
 from core.model import STAGE_TYPES, TRIGGERS
 from core.store import tables
 from core.store.rows import decode_events
+from core.text import check_text
 from core.workflows import bounded
 from core.workflows.decl import (
     MOVE_TO_STEP,
@@ -572,7 +573,7 @@ def _str(
 
 def _text(at: _At, key: str, value: str, max_length: int | None = None) -> str:
     """`value`, if every database can store it (in a column of `max_length`)."""
-    problem = bounded.check_text(value)
+    problem = check_text(value)
     if problem is not None:
         at.fail(key, problem)
     if max_length is not None and len(value) > max_length:

@@ -286,3 +286,15 @@ def test_ac11_1_a_value_the_database_refuses_is_one_line_without_sql(host: Host)
     assert message.startswith("the database refused a value: ")
     assert "\n" not in message
     assert "INSERT" not in message.upper()
+
+
+def test_ac11_1_task_titles_get_the_same_limits_on_both_databases(host: Host) -> None:
+    """PostgreSQL refused a 501-character title with a DataError that SQLite never raised."""
+    workflow = host.workflows.create_from_template("simple")
+
+    assert host.tasks.create(workflow=workflow.id, title="t" * 500).title == "t" * 500
+    with pytest.raises(LanewayError) as caught:
+        host.tasks.create(workflow=workflow.id, title="t" * 501)
+    assert str(caught.value) == "task title: longer than 500 characters (501)"
+    with pytest.raises(LanewayError, match="task description: contains a NUL character"):
+        host.tasks.create(workflow=workflow.id, title="t", description="a\x00b")
