@@ -102,7 +102,8 @@ class AgentProcess:
 
     def kill(self) -> None:
         """Stop the agent and everything in its process group."""
-        kill_group(self.popen.pid)
+        if self.popen.returncode is None:  # once reaped, its pid may be someone else's
+            kill_group(self.popen.pid)
         if self.popen.poll() is None:
             self.popen.kill()
 
@@ -117,7 +118,10 @@ _PR_SET_PDEATHSIG: Final = 1
 
 
 def _parent_death_signal() -> Callable[[], None] | None:
-    """A pre-exec hook asking the kernel to SIGKILL the child when its parent dies (Linux)."""
+    """A pre-exec hook asking the kernel to SIGKILL the child when its parent dies (Linux).
+
+    The kernel means the *thread* that started the child; a turn's thread waits for its agent,
+    so that thread ends only with the turn or with the worker."""
     if not sys.platform.startswith("linux"):
         return None
     try:

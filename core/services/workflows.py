@@ -15,6 +15,7 @@ from core.model import Step, Workflow
 from core.services.base import Service
 from core.store import rows
 from core.store import tables as t
+from core.text import require_text
 from core.workflows import (
     AgentUseAt,
     WorkflowDecl,
@@ -105,8 +106,7 @@ class WorkflowService(Service):
             known = ", ".join(d.template_id or d.name for d in shipped_templates())
             raise NotFound(f"no template {template_id!r} (known: {known})")
         if name:
-            import attrs
-
+            require_text(name, "workflow name", t.column_length(t.workflows.c.name))
             decl = attrs.evolve(decl, name=name)
         return self._store_decls([decl])[0]
 

@@ -298,3 +298,10 @@ def test_ac11_1_task_titles_get_the_same_limits_on_both_databases(host: Host) ->
     assert str(caught.value) == "task title: longer than 500 characters (501)"
     with pytest.raises(LanewayError, match="task description: contains a NUL character"):
         host.tasks.create(workflow=workflow.id, title="t", description="a\x00b")
+
+
+def test_ac11_1_a_template_copy_name_gets_the_column_limit_on_both_databases(host: Host) -> None:
+    with pytest.raises(LanewayError) as caught:
+        host.workflows.create_from_template("simple", name="n" * 201)
+    assert str(caught.value) == "workflow name: longer than 200 characters (201)"
+    assert host.workflows.create_from_template("simple", name="n" * 200).name == "n" * 200
