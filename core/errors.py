@@ -17,3 +17,7 @@ class Conflict(LanewayError):
 
 class NotInitialised(LanewayError):
     pass
+
+
+class ValueRefused(LanewayError):
+    """The database refused a value (too long, out of range, not storable text)."""

@@ -6,7 +6,7 @@ entry, ...). `core` reads these flags; it never switches on a kind's name.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any, Final, Literal
 
 import attrs
@@ -109,6 +109,25 @@ class ActionContext:
         return None
 
 
+@attrs.frozen
+class AgentUse:
+    """An agent an action can start or seat, for `laneway workflow check` to show.
+
+    :param verb: ``"starts"`` (queues a run or a turn) or ``"seats"`` (makes it a participant).
+    :param target: how the action names the agent, as written (``primary``,
+        ``participant_role:reviewer``, ``workspace.ceo_agent``, ...).
+    :param profile: a profile the workflow names by id or name; the check says when it
+        resolves to nothing. None when the agent is found at run time (seats, roles, primary).
+    :param role: the participant role (``participant_role:<role>``, fan-out, seat) or the
+        profile role (``workspace.ceo_agent``: ``ceo``) the agent is found by.
+    """
+
+    verb: Literal["starts", "seats"]
+    target: str
+    profile: str | None = None
+    role: str | None = None
+
+
 Validate = Callable[[Mapping[str, Any]], Any]
 Execute = Callable[[ActionContext, Any], "Outcome | None"]
 
@@ -139,6 +158,8 @@ class ActionKind:
         per-participant ones), so the dispatcher adds no action-level ERROR.
     :param feature: host feature the kind belongs to; off means recognised but no executor.
     :param trigger_ok: whether the kind may be declared on a trigger (on_enter excludes moves).
+    :param agents: ``(validated config) -> AgentUse...``: the agents an action of this kind
+        can start or seat. Kinds that start no agent leave it None.
     """
 
     name: str
@@ -154,6 +175,7 @@ class ActionKind:
     feature: str | None = None
     trigger_ok: Callable[[str], bool] = attrs.field(default=lambda trigger: True)
     description: str = ""
+    agents: Callable[[Any], Iterable[AgentUse]] | None = None
 
 
 @attrs.frozen

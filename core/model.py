@@ -110,6 +110,10 @@ class AgentProfile:
     env: Mapping[str, str] = attrs.field(factory=dict, converter=_frozen_mapping)
     requires_env: tuple[str, ...] = ()
     max_concurrent_sessions: int = 1
+    env_from: Mapping[str, str] = attrs.field(factory=dict, converter=_frozen_mapping)
+    """Agent variable -> worker variable, read when a turn starts (the value is not stored)."""
+    pass_env: tuple[str, ...] = ()
+    """Worker variables passed to the agent as they are."""
 
 
 @attrs.frozen
@@ -237,6 +241,8 @@ class Decision:
     decider_type: str = "agent"
     decider_id: str = ""
     role: str = ""
+    run_id: str | None = None
+    """The run whose agent gave the verdict; one verdict per run and seat."""
 
 
 @attrs.frozen

@@ -7,7 +7,7 @@ from typing import Any
 
 import attrs
 
-from core.kinds import ALL_PATHS, ActionContext, ActionKind, ConfigError
+from core.kinds import ALL_PATHS, ActionContext, ActionKind, AgentUse, ConfigError
 from core.prompts import build_prompt
 
 RULE_OPERATIONS = ("set", "keep", "restore_original")
@@ -170,5 +170,6 @@ KINDS = (
         validate=_no_config,
         placement="last",
         description="send the step prompt to the agent",
+        agents=lambda _config: (AgentUse("starts", "primary"),),
     ),
 )

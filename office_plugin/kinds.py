@@ -11,7 +11,7 @@ from typing import Any
 
 import attrs
 
-from core.kinds import ActionKind, ConfigError
+from core.kinds import ActionKind, AgentUse, ConfigError
 from core.model import PARTICIPANT_ROLES
 
 TARGET_PREFIXES = ("participant_role:", "agent_profile_id:")
@@ -116,6 +116,38 @@ def validate_seat(config: Mapping[str, Any]) -> SeatConfig:
     return SeatConfig(str(role), agent, required)
 
 
+def queue_run_agents(config: QueueRunConfig) -> tuple[AgentUse, ...]:
+    target = config.target
+    if target.startswith("agent_profile_id:"):
+        return (AgentUse("starts", target, profile=target.removeprefix("agent_profile_id:")),)
+    if target.startswith("participant_role:"):
+        return (AgentUse("starts", target, role=target.removeprefix("participant_role:")),)
+    if target == "workspace.ceo_agent":
+        return (AgentUse("starts", target, role="ceo"),)
+    return (AgentUse("starts", target),)
+
+
+def fan_out_agents(config: FanOutConfig) -> tuple[AgentUse, ...]:
+    return (AgentUse("starts", f"participant_role:{config.role}", role=config.role),)
+
+
+def code_review_agents(agent_profile_id: str | None) -> tuple[AgentUse, ...]:
+    if agent_profile_id is None:
+        return (AgentUse("starts", "primary"),)
+    return (AgentUse("starts", f"agent_profile_id:{agent_profile_id}", profile=agent_profile_id),)
+
+
+def seat_agents(config: SeatConfig) -> tuple[AgentUse, ...]:
+    return (
+        AgentUse(
+            "seats",
+            f"participant_role:{config.role}",
+            profile=config.agent_profile_id,
+            role=config.role,
+        ),
+    )
+
+
 def declarations() -> tuple[ActionKind, ...]:
     from office_plugin import executors as x
 
@@ -134,6 +166,7 @@ def declarations() -> tuple[ActionKind, ...]:
             "durable",
             execute=x.queue_run_for_each_participant,
             validate=validate_fan_out,
+            agents=fan_out_agents,
             logs_own_failures=True,
             feature="office",
         ),
@@ -142,6 +175,7 @@ def declarations() -> tuple[ActionKind, ...]:
             "durable",
             execute=x.queue_run,
             validate=validate_queue_run,
+            agents=queue_run_agents,
             feature="office",
         ),
         ActionKind(
@@ -149,6 +183,7 @@ def declarations() -> tuple[ActionKind, ...]:
             "durable",
             execute=x.run_code_review,
             validate=validate_code_review,
+            agents=code_review_agents,
             feature="office",
         ),
         ActionKind(
@@ -156,6 +191,7 @@ def declarations() -> tuple[ActionKind, ...]:
             "durable",
             execute=x.ensure_participant_seat,
             validate=validate_seat,
+            agents=seat_agents,
             feature="office",
         ),
     )

@@ -52,6 +52,8 @@ def workflow_import(settings: Settings, file: str) -> None:
     """Import an internal template file or a portable export (all or nothing)."""
     # FILE is a plain string, not click.Path(exists=True): a missing file is a user mistake
     # (exit 1, named by the import's own message), not a usage error (exit 2).
+    # A profile name that resolves to nothing is logged as a warning (stderr), not refused:
+    # the profile may be added after the import.
     with writer(settings) as host:
         imported = host.workflows.import_file(file)
     lines = [line for wf in imported for line in workflow_lines(wf, with_steps=False)]
@@ -95,10 +97,19 @@ def workflow_export(settings: Settings, ref: str) -> None:
 @click.argument("ref", metavar="W")
 @pass_settings
 def workflow_check(settings: Settings, ref: str) -> None:
-    """Report declarations the loaded plugins cannot run. Exits 0 even with problems."""
+    """Report declarations the loaded plugins cannot run and profile names that resolve to
+    nothing, and list every agent the workflow can start or seat. Exits 0 even with problems.
+
+    A workflow file can start the board's agents: review one like code before importing it.
+    """
     with reader(settings) as host:
-        problems = host.workflows.check(ref)
-    emit(settings.json, {"problems": problems}, problems or ["no problems"])
+        workflow = host.workflows.get(ref)
+        problems = host.workflows.check(workflow.id)
+        agents = host.workflows.agents_of(workflow)
+    lines = list(problems) or ["no problems"]
+    lines.append(f"agents this workflow can start or seat: {len(agents) or 'none'}")
+    lines += [f"  {a.line(workflow.name)}" for a in agents]
+    emit(settings.json, {"problems": problems, "agents": [a.as_dict() for a in agents]}, lines)
 
 
 @click.group()
@@ -106,13 +117,15 @@ def profile() -> None:
     """Agent profiles."""
 
 
-def _parse_env(items: tuple[str, ...]) -> dict[str, str]:
+def _parse_env(
+    items: tuple[str, ...], option: str = "--env", value: str = "VALUE"
+) -> dict[str, str]:
     env: dict[str, str] = {}
     for item in items:
-        key, sep, value = item.partition("=")
-        if not sep or not key.strip():
-            raise LanewayError(f"--env {item!r}: expected KEY=VALUE")
-        env[key] = value
+        key, sep, found = item.partition("=")
+        if not sep or not key.strip() or (option != "--env" and not found.strip()):
+            raise LanewayError(f"{option} {item!r}: expected KEY={value}")
+        env[key] = found
     return env
 
 
@@ -120,8 +133,28 @@ def _parse_env(items: tuple[str, ...]) -> dict[str, str]:
 @click.argument("name")
 @click.option("--command", "command", required=True, metavar="CMD", help="Split like a shell.")
 @click.option("--role", default="worker", show_default=True, metavar="R")
-@click.option("--env", "env", multiple=True, metavar="K=V", help="Repeatable.")
-@click.option("--requires-env", "requires_env", multiple=True, metavar="VAR", help="Repeatable.")
+@click.option("--env", "env", multiple=True, metavar="K=V", help="Stored. Repeatable.")
+@click.option(
+    "--env-from",
+    "env_from",
+    multiple=True,
+    metavar="K=VAR",
+    help="K gets the worker's VAR at run time (not stored). Repeatable.",
+)
+@click.option(
+    "--pass-env",
+    "pass_env",
+    multiple=True,
+    metavar="VAR",
+    help="Pass the worker's VAR to the agent. Repeatable.",
+)
+@click.option(
+    "--requires-env",
+    "requires_env",
+    multiple=True,
+    metavar="VAR",
+    help="Fail the run (R3) without it; passed through. Repeatable.",
+)
 @pass_settings
 def profile_add(
     settings: Settings,
@@ -129,18 +162,32 @@ def profile_add(
     command: str,
     role: str,
     env: tuple[str, ...],
+    env_from: tuple[str, ...],
+    pass_env: tuple[str, ...],
     requires_env: tuple[str, ...],
 ) -> None:
-    """Add an agent profile."""
+    """Add an agent profile.
+
+    An agent sees only PATH, HOME, LANG, LC_ALL, LC_CTYPE and TMPDIR from the worker, the
+    variables this profile passes or takes (--pass-env, --requires-env, --env-from), its
+    --env values and the turn's LANEWAY_* variables.
+    """
     # Parse before opening the host: a typo must not cost a lock and a recovery scan.
     try:
         argv = shlex.split(command)
     except ValueError as exc:
         raise LanewayError(f"--command {command!r}: {exc}") from None
     env_map = _parse_env(env)
+    from_map = _parse_env(env_from, "--env-from", "VAR")
     with writer(settings) as host:
         added = host.profiles.add(
-            name, command=argv, role=role, env=env_map, requires_env=list(requires_env)
+            name,
+            command=argv,
+            role=role,
+            env=env_map,
+            requires_env=list(requires_env),
+            env_from=from_map,
+            pass_env=list(pass_env),
         )
     emit(settings.json, added, [profile_line(added)])
 

@@ -4,13 +4,24 @@ The agent gets the prompt on stdin and identifying variables in its environment,
 back with JSON lines on stdout: ``{"decision": ..., "comment": ...}``, ``{"step_complete":
 true}``, ``{"log": ...}``. Any other stdout line is transcript. Exit 0 ends the turn; exit 75
 (EX_TEMPFAIL) is a transient failure worth retrying; anything else is a terminal failure.
+
+An agent never outlives its worker. It runs in a process group of its own, which is killed
+whenever the turn is stopped (and swept once the turn ends, for stray descendants); on Linux it
+also gets a parent-death signal (`PR_SET_PDEATHSIG`), so SIGKILL reaches it when the worker
+dies without a chance to clean up (kill -9, the OOM killer). Descendants the agent starts are
+reached by the group kill on every stop, not by the parent-death signal, which the kernel sends
+to direct children only.
 """
 
 from __future__ import annotations
 
+import contextlib
+import ctypes
 import json
 import os
+import signal
 import subprocess
+import sys
 import threading
 from collections.abc import Callable, Mapping
 from typing import Any, Final
@@ -67,6 +78,11 @@ class AgentProcess:
         drain.start()
         for line in stdout:
             self._handle(line.rstrip("\n"))
+        # The agent has exited but is not reaped yet, so its pid (the group id) cannot have been
+        # reused: sweep what it left behind in its group, then reap it.
+        with contextlib.suppress(ChildProcessError, OSError):
+            os.waitid(os.P_PID, self.popen.pid, os.WEXITED | os.WNOWAIT)
+        kill_group(self.popen.pid)
         code = self.popen.wait()
         drain.join()
         return TurnResult(
@@ -85,8 +101,42 @@ class AgentProcess:
         self.transcript.append(line)
 
     def kill(self) -> None:
+        """Stop the agent and everything in its process group."""
+        if self.popen.returncode is None:  # once reaped, its pid may be someone else's
+            kill_group(self.popen.pid)
         if self.popen.poll() is None:
             self.popen.kill()
+
+
+def kill_group(pgid: int) -> None:
+    """SIGKILL the process group `pgid` (an agent's pid); a group already gone is fine."""
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pgid, signal.SIGKILL)
+
+
+_PR_SET_PDEATHSIG: Final = 1
+
+
+def _parent_death_signal() -> Callable[[], None] | None:
+    """A pre-exec hook asking the kernel to SIGKILL the child when its parent dies (Linux).
+
+    The kernel means the *thread* that started the child; a turn's thread waits for its agent,
+    so that thread ends only with the turn or with the worker."""
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        prctl = ctypes.CDLL(None, use_errno=True).prctl
+    except (OSError, AttributeError):
+        return None
+    parent = os.getpid()
+
+    def hook() -> None:
+        prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+        # The parent may have died between fork and prctl: then no signal will ever come.
+        if os.getppid() != parent:
+            os._exit(1)
+
+    return hook
 
 
 def start(
@@ -107,7 +157,11 @@ def start(
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,
-            env={**os.environ, **env},
+            process_group=0,
+            preexec_fn=_parent_death_signal(),  # noqa: PLW1509 - async-signal-safe: one syscall
+            # Exactly `env`: the caller built it from a documented base (agent_env), so the
+            # worker's secrets stay in the worker.
+            env=dict(env),
         )
     except OSError as exc:
         raise LaunchError(f"cannot start {command[0]!r}: {exc.strerror or exc}") from None

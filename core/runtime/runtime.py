@@ -30,6 +30,7 @@ from core import ids
 from core.errors import LanewayError
 from core.model import ACTIVE_SESSION_STATES, Session, Task
 from core.runtime import process
+from core.runtime.agent_env import agent_env
 from core.runtime.failures import AgentFailure
 
 if TYPE_CHECKING:
@@ -142,9 +143,18 @@ class AgentRuntime:
                 return self.fail_and_dispatch(
                     AgentFailure(task.id, session_id, "R2", "the session has no agent profile")
                 )
-            missing = [
-                v for v in profile.requires_env if v not in os.environ and v not in profile.env
-            ]
+            agent = agent_env(
+                profile,
+                os.environ,
+                {
+                    "LANEWAY_TASK_ID": task.id,
+                    "LANEWAY_STEP_ID": turn.step_id or "",
+                    "LANEWAY_SESSION_ID": session_id,
+                    "LANEWAY_RUN_ID": run_id or "",
+                    "LANEWAY_REASON": reason,
+                },
+            )
+            missing = agent.missing
             if missing:
                 return self.fail_and_dispatch(
                     AgentFailure(
@@ -156,14 +166,7 @@ class AgentRuntime:
                         run_id=run_id,
                     )
                 )
-            env = {
-                **profile.env,
-                "LANEWAY_TASK_ID": task.id,
-                "LANEWAY_STEP_ID": turn.step_id or "",
-                "LANEWAY_SESSION_ID": session_id,
-                "LANEWAY_RUN_ID": run_id or "",
-                "LANEWAY_REASON": reason,
-            }
+            env = agent.env
             attempt = 0
             while True:
                 execution_id = ids.new_id()
@@ -283,6 +286,7 @@ class AgentRuntime:
                     turn.agent_profile_id,
                     str(verdict),
                     comment=str(message.get("comment", "")),
+                    run_id=turn.run_id,
                 )
             except LanewayError as exc:
                 log.bind(cause=str(exc)).warning("agent decision not recorded")

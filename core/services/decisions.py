@@ -22,10 +22,22 @@ class DecisionService(Service):
     """Participant verdicts, and the guarded transitions they may release."""
 
     def record(
-        self, task: str, step: str, participant: str, verdict: str, *, comment: str = ""
+        self,
+        task: str,
+        step: str,
+        participant: str,
+        verdict: str,
+        *,
+        comment: str = "",
+        run_id: str | None = None,
     ) -> dict[str, Any]:
         """Record a seat's verdict (superseding its earlier one), then re-evaluate the step's
-        guarded on_turn_complete transitions with a compare-and-set on the task's step."""
+        guarded on_turn_complete transitions with a compare-and-set on the task's step.
+
+        With `run_id` (an agent's verdict, given during a run), the seat records at most one
+        verdict for that run: a re-run of the run (its worker died after the verdict) replaces
+        nothing and adds nothing, decided by the unique (run_id, participant_id) index. The
+        result's `recorded` says whether this call added the decision."""
         self._require_writer()
         if verdict not in VERDICTS:
             raise LanewayError(f"verdict {verdict!r}: must be one of {', '.join(VERDICTS)}")
@@ -51,11 +63,36 @@ class DecisionService(Service):
             decider_type="agent",
             decider_id=seat.agent_profile_id,
             role=seat.role,
+            run_id=run_id,
         )
         with self.host.store.transaction() as uow:
+            try:
+                with self.host.store.isolated():
+                    uow.conn.execute(
+                        sa.insert(D).values(
+                            **{f: getattr(decision, f) for f in (c.name for c in D.columns)}
+                        )
+                    )
+            except sa.exc.IntegrityError:
+                if run_id is None:
+                    raise
+                kept = (
+                    uow.conn.execute(
+                        sa.select(D).where(D.c.run_id == run_id, D.c.participant_id == seat.id)
+                    )
+                    .mappings()
+                    .one()
+                )
+                return {
+                    "decision": rows.decision(kept),
+                    "transitioned": False,
+                    "to_step_id": None,
+                    "recorded": False,
+                }
             uow.conn.execute(
                 sa.update(D)
                 .where(
+                    D.c.id != decision.id,
                     D.c.task_id == task_row.id,
                     D.c.step_id == step_row.id,
                     D.c.superseded_at.is_(None),
@@ -66,16 +103,12 @@ class DecisionService(Service):
                 )
                 .values(superseded_at=stamp)
             )
-            uow.conn.execute(
-                sa.insert(D).values(
-                    **{f: getattr(decision, f) for f in (c.name for c in D.columns)}
-                )
-            )
         result = self.host.bundle.engine.after_decision(task_row.id, step_row.id)
         return {
             "decision": decision,
             "transitioned": result.transitioned,
             "to_step_id": result.to_step_id,
+            "recorded": True,
         }
 
     def clear(self, uow: UnitOfWork, task_id: str, step_id: str) -> int:
@@ -91,8 +124,10 @@ class DecisionService(Service):
         verdict: str,
         *,
         comment: str = "",
+        run_id: str | None = None,
     ) -> dict[str, Any]:
-        """An agent's verdict, recorded for its deciding seat at the step it worked on."""
+        """An agent's verdict, recorded for its deciding seat at the step it worked on (once
+        per run: see `record`)."""
         if not step_id or not agent_profile_id:
             raise LanewayError("a decision needs the step and the agent that made it")
         seat = next(
@@ -105,7 +140,7 @@ class DecisionService(Service):
         )
         if seat is None:
             raise LanewayError(f"agent {agent_profile_id} has no deciding seat at step {step_id}")
-        return self.record(task_id, step_id, seat.id, verdict, comment=comment)
+        return self.record(task_id, step_id, seat.id, verdict, comment=comment, run_id=run_id)
 
     def list(self, task_id: str, step_id: str) -> list[Decision]:
         """Every decision at the step, superseded ones included, oldest first."""

@@ -8,6 +8,7 @@ from core.model import AgentProfile
 from core.services.base import Service
 from core.store import rows
 from core.store import tables as t
+from core.text import require_text
 
 
 class ProfileService(Service):
@@ -22,10 +23,31 @@ class ProfileService(Service):
         env: dict[str, str] | None = None,
         requires_env: list[str] | tuple[str, ...] = (),
         max_concurrent_sessions: int = 1,
+        env_from: dict[str, str] | None = None,
+        pass_env: list[str] | tuple[str, ...] = (),
     ) -> AgentProfile:
+        """A new profile. Its agents see only the base environment (`core.runtime.agent_env`),
+        `env`, the worker variables `pass_env` and `requires_env` name, and `env_from`
+        (agent variable -> worker variable, read at run time)."""
         self._require_writer()
         if not name.strip():
             raise LanewayError("profile name: must not be empty")
+        require_text(name, "profile name", t.column_length(t.agent_profiles.c.name))
+        require_text(role, f"profile {name!r}, role", t.column_length(t.agent_profiles.c.role))
+        for option, names in (
+            ("env", env or {}),
+            ("env_from", env_from or {}),
+            ("env_from", (env_from or {}).values()),
+            ("pass_env", pass_env),
+            ("requires_env", requires_env),
+        ):
+            for var in names:
+                if not var or "=" in var or "\x00" in var:
+                    raise LanewayError(
+                        f"profile {name!r}, {option}: {var!r} is not a variable name"
+                    )
+        for key, value in (env or {}).items():
+            require_text(value, f"profile {name!r}, env {key}")
         if not command:
             raise LanewayError(f"profile {name!r}, command: must not be empty")
         if max_concurrent_sessions < 1:
@@ -50,6 +72,8 @@ class ProfileService(Service):
                     role=role,
                     env=rows.dumps(dict(env or {})),
                     requires_env=rows.dumps(list(requires_env)),
+                    env_from=rows.dumps(dict(env_from or {})),
+                    pass_env=rows.dumps(list(pass_env)),
                     max_concurrent_sessions=max_concurrent_sessions,
                     created_at=ids.now(),
                 )

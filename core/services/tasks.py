@@ -8,6 +8,7 @@ from core.model import Step, Task, Workflow
 from core.services.base import Service
 from core.store import rows
 from core.store import tables as t
+from core.text import require_text
 
 TASKS = t.tasks
 
@@ -29,6 +30,8 @@ class TaskService(Service):
         self._require_writer()
         if not title.strip():
             raise LanewayError("task title: must not be empty")
+        require_text(title, "task title", t.column_length(TASKS.c.title))
+        require_text(description, "task description")
         wf = self.host.workflows.get(workflow)
         target = self.host.workflows.step(wf, step) if step else wf.start_step
         if target is None:

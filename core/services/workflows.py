@@ -5,7 +5,9 @@ import threading
 from pathlib import Path
 from typing import Any
 
+import attrs
 import sqlalchemy as sa
+from loguru import logger
 
 from core import ids
 from core.errors import Conflict, LanewayError, NotFound
@@ -13,9 +15,12 @@ from core.model import Step, Workflow
 from core.services.base import Service
 from core.store import rows
 from core.store import tables as t
+from core.text import require_text
 from core.workflows import (
+    AgentUseAt,
     WorkflowDecl,
     WorkflowFileError,
+    agent_uses,
     check_workflow,
     export_document,
     instantiate,
@@ -24,6 +29,56 @@ from core.workflows import (
     shipped_templates,
     validate_with_registry,
 )
+
+
+@attrs.frozen
+class AgentReach:
+    """An agent a workflow's action can start or seat, and who that is today."""
+
+    at: AgentUseAt
+    profiles: tuple[str, ...]
+    """The profile names it resolves to now (empty: none, or only known at run time)."""
+    unknown_profile: bool
+    """The action names a profile (by id or name) that does not exist."""
+
+    def problem(self, workflow: str) -> str:
+        return str(
+            WorkflowFileError(
+                f"{self.at.kind} names agent profile '{self.at.use.profile}', which does not exist",
+                workflow=workflow,
+                step=self.at.step,
+                field=self.at.field,
+            )
+        )
+
+    def line(self, workflow: str) -> str:
+        use = self.at.use
+        who = ", ".join(f"'{p}'" for p in self.profiles)
+        if self.unknown_profile:
+            who = "no such profile"
+        elif not who:
+            who = "resolved at run time"
+        return str(
+            WorkflowFileError(
+                f"{self.at.kind} {use.verb} {use.target} ({who})",
+                workflow=workflow,
+                step=self.at.step,
+                field=self.at.field,
+            )
+        )
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "step": self.at.step,
+            "field": self.at.field,
+            "kind": self.at.kind,
+            "verb": self.at.use.verb,
+            "target": self.at.use.target,
+            "profile": self.at.use.profile,
+            "role": self.at.use.role,
+            "resolves_to": list(self.profiles),
+            "unknown_profile": self.unknown_profile,
+        }
 
 
 class WorkflowService(Service):
@@ -51,8 +106,7 @@ class WorkflowService(Service):
             known = ", ".join(d.template_id or d.name for d in shipped_templates())
             raise NotFound(f"no template {template_id!r} (known: {known})")
         if name:
-            import attrs
-
+            require_text(name, "workflow name", t.column_length(t.workflows.c.name))
             decl = attrs.evolve(decl, name=name)
         return self._store_decls([decl])[0]
 
@@ -85,6 +139,16 @@ class WorkflowService(Service):
                     "(give it another name; nothing was imported)"
                 )
             seen.add(key)
+        for decl in decls:
+            for agent in self.agents_of(decl):
+                if agent.unknown_profile:
+                    logger.bind(
+                        file=decl.source,
+                        workflow=decl.name,
+                        step=agent.at.step,
+                        field=agent.at.field,
+                        profile=agent.at.use.profile,
+                    ).warning("the workflow names an agent profile that does not exist")
         workflows = [instantiate(d, workspace_id=workspace.id) for d in decls]
         with self.host.store.transaction() as uow:
             for wf in workflows:
@@ -174,4 +238,35 @@ class WorkflowService(Service):
         return export_document([self.get(ref)])
 
     def check(self, ref: str) -> builtins.list[str]:
-        return check_workflow(self.get(ref), self.host.bundle.registry)
+        """Problems: declarations the loaded plugins cannot run, and profile names that
+        resolve to no agent profile."""
+        workflow = self.get(ref)
+        problems = check_workflow(workflow, self.host.bundle.registry)
+        for agent in self.agents_of(workflow):
+            if agent.unknown_profile:
+                problems.append(agent.problem(workflow.name))
+        return problems
+
+    def agents_of(self, declared: Workflow | WorkflowDecl) -> builtins.list[AgentReach]:
+        """Every agent `declared` can start or seat, each resolved against today's profiles
+        (and, for a stored workflow, its steps' template seats)."""
+        profiles = self.host.profiles.list()
+        by_ref = {p.id: p for p in profiles} | {p.name.casefold(): p for p in profiles}
+        step_ids = {s.name: s.id for s in declared.steps} if isinstance(declared, Workflow) else {}
+        found = []
+        for at in agent_uses(declared.steps, self.host.bundle.registry):
+            use = at.use
+            names: builtins.list[str] = []
+            unknown = False
+            if use.profile is not None:
+                profile = by_ref.get(use.profile) or by_ref.get(use.profile.casefold())
+                unknown = profile is None
+                names = [] if profile is None else [profile.name]
+            elif use.target == "workspace.ceo_agent":
+                names = [p.name for p in profiles if p.role == use.role][:1]
+            elif use.role is not None and at.step in step_ids:
+                seats = self.host.participants.seats_at("", step_ids[at.step])
+                ids_ = [s.agent_profile_id for s in seats if s.role == use.role]
+                names = [by_ref[i].name if i in by_ref else i for i in dict.fromkeys(ids_)]
+            found.append(AgentReach(at, tuple(names), unknown))
+        return found

@@ -21,8 +21,40 @@ import attrs
 import sqlalchemy as sa
 from sqlalchemy.engine import URL, Connection, Engine
 
+from core.errors import ValueRefused
 from core.store import dialect, prepared
 from core.store.liveness import Liveness
+
+_VALUE_ERRORS = (OverflowError, UnicodeEncodeError)
+"""What SQLite's driver raises, unwrapped, for an integer or a string it cannot bind."""
+
+
+def refused_value(exc: BaseException) -> ValueRefused | None:
+    """A one-line, SQL-free error for a value the database refused, or None for anything else.
+
+    Input is validated before it reaches the store; this is the net under that validation, so
+    that what slips through still reads as one line naming the problem, never the statement.
+    """
+    cause: BaseException | None = exc
+    if isinstance(exc, sa.exc.StatementError):
+        cause = exc.orig
+        if not isinstance(exc, sa.exc.DataError) and not isinstance(cause, _VALUE_ERRORS):
+            return None
+    elif not isinstance(exc, _VALUE_ERRORS):
+        return None
+    lines = str(cause).strip().splitlines() or [type(cause).__name__]
+    return ValueRefused(f"the database refused a value: {lines[0]}")
+
+
+@contextmanager
+def _values_refused() -> Iterator[None]:
+    try:
+        yield
+    except (sa.exc.StatementError, *_VALUE_ERRORS) as exc:
+        refused = refused_value(exc)
+        if refused is None:
+            raise
+        raise refused from None
 
 
 @attrs.define(eq=False)
@@ -70,7 +102,7 @@ class Store:
             uow = UnitOfWork(conn, self)
             self._local.uow = uow
             try:
-                with conn.begin():
+                with _values_refused(), conn.begin():
                     yield uow
             finally:
                 self._local.uow = None
@@ -111,7 +143,7 @@ class Store:
             with self.transaction() as uow:
                 yield uow.conn
             return
-        with self.engine.connect() as conn, conn.begin():
+        with _values_refused(), self.engine.connect() as conn, conn.begin():
             yield conn
 
     def close(self) -> None:

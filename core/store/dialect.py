@@ -17,6 +17,8 @@ import sqlalchemy as sa
 from sqlalchemy import event
 from sqlalchemy.engine import URL, Connection, Engine, make_url
 
+from core.store import private
+
 BUSY_TIMEOUT_MS = 10_000
 WRITER_OPTION = "laneway_writer"
 
@@ -53,6 +55,7 @@ def create_engine(url: URL) -> Engine:
         path = sqlite_path(url)
         if path is not None:
             path.parent.mkdir(parents=True, exist_ok=True)
+            private.make_private(path)
         engine = sa.create_engine(
             url,
             # sqlite3's own transaction handling starts transactions lazily at the first DML;

@@ -66,6 +66,8 @@ def profile(row: RowLike) -> AgentProfile:
         env=json.loads(row["env"]),
         requires_env=tuple(json.loads(row["requires_env"])),
         max_concurrent_sessions=row["max_concurrent_sessions"],
+        env_from=json.loads(row["env_from"]),
+        pass_env=tuple(json.loads(row["pass_env"])),
     )
 
 

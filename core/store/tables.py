@@ -11,6 +11,8 @@ This module is the *current* shape. The database is built by the alembic migrati
 
 from __future__ import annotations
 
+from typing import Any
+
 import sqlalchemy as sa
 
 metadata = sa.MetaData()
@@ -47,6 +49,8 @@ agent_profiles = sa.Table(
     # limit above holds across worker processes (see core.runs).
     sa.Column("claimed_runs", sa.Integer, nullable=False, server_default="0"),
     sa.Column("created_at", sa.String(40), nullable=False),
+    sa.Column("env_from", sa.Text, nullable=False, server_default="{}"),
+    sa.Column("pass_env", sa.Text, nullable=False, server_default="[]"),
     sa.UniqueConstraint("workspace_id", "name", name="uq_agent_profiles_name"),
 )
 
@@ -201,7 +205,11 @@ workflow_step_decisions = sa.Table(
     sa.Column("decider_type", sa.String(20), nullable=False, server_default="agent"),
     sa.Column("decider_id", sa.String(64), nullable=False, server_default=""),
     sa.Column("role", sa.String(40), nullable=False, server_default=""),
+    sa.Column("run_id", sa.String(64), nullable=True),
     sa.Index("ix_decisions_task_step", "task_id", "step_id"),
+    # A re-run of one run (its worker died after the verdict) adds nothing: NULLs are
+    # distinct on both databases, so decisions recorded outside a run are not limited.
+    sa.Index("uq_decisions_run_participant", "run_id", "participant_id", unique=True),
 )
 
 runs = sa.Table(
@@ -289,3 +297,10 @@ host_epochs = sa.Table(
     sa.Column("opened_at", sa.String(40), nullable=False),
     sa.Column("closed_at", sa.String(40), nullable=True),
 )
+
+
+def column_length(column: sa.Column[Any]) -> int:
+    """A string column's declared length: the longest value every database accepts in it."""
+    length = getattr(column.type, "length", None)
+    assert isinstance(length, int), column
+    return length

@@ -7,7 +7,7 @@
   `validate_with_registry` refuses, at import, configs a loaded plugin rejects.
 """
 
-from core.workflows.check import check_workflow, validate_with_registry
+from core.workflows.check import AgentUseAt, agent_uses, check_workflow, validate_with_registry
 from core.workflows.decl import StepDecl, WorkflowDecl, WorkflowFileError, instantiate
 from core.workflows.export import export_document, to_yaml
 from core.workflows.load import (
@@ -21,9 +21,11 @@ from core.workflows.load import (
 
 __all__ = [
     "MAX_FILE_BYTES",
+    "AgentUseAt",
     "StepDecl",
     "WorkflowDecl",
     "WorkflowFileError",
+    "agent_uses",
     "check_workflow",
     "decode_document",
     "export_document",

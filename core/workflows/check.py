@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any, Final
 
 import attrs
 
-from core.kinds import ConfigError
+from core.kinds import AgentUse, ConfigError
 from core.model import TRIGGERS, ActionDecl, Events, Step, Workflow
 from core.workflows.decl import StepDecl, WorkflowDecl, WorkflowFileError
 
@@ -48,6 +48,41 @@ def check_workflow(workflow: Workflow, registry: Registry) -> list[str]:
         str(WorkflowFileError(p.problem, workflow=workflow.name, step=p.step, field=p.field))
         for p in _problems(workflow.steps, registry)
     ]
+
+
+@attrs.frozen
+class AgentUseAt:
+    """An agent an action of a workflow can start or seat, and where the action is."""
+
+    step: str
+    field: str
+    kind: str
+    use: AgentUse
+
+
+def agent_uses(steps: Iterable[Step | StepDecl], registry: Registry) -> list[AgentUseAt]:
+    """Every agent the workflow's actions can start or seat, as their kinds declare it.
+
+    A workflow file can start the board's agents (a `queue_run` names the CEO agent or any
+    profile, with a prompt of its own): this is what an operator reviews before trusting one.
+    Actions whose kind is unknown, or whose config does not validate, are left out (the check
+    reports those as problems).
+    """
+    found: list[AgentUseAt] = []
+    for step in sorted(steps, key=lambda s: s.position):
+        for trigger in _triggers(step.events):
+            for action in step.events[trigger]:
+                registered = registry.kind(action.kind)
+                if registered is None or registered.kind.agents is None:
+                    continue
+                try:
+                    config = registered.kind.validate(action.config)
+                    uses = list(registered.kind.agents(config))
+                except (ConfigError, ValueError, TypeError, KeyError):
+                    continue
+                at = f"events.{trigger}[{action.position}]"
+                found += [AgentUseAt(step.name, at, action.kind, use) for use in uses]
+    return found
 
 
 def validate_with_registry(declared: WorkflowDecl | Workflow, registry: Registry) -> None:

@@ -51,20 +51,28 @@ class WorkflowFileError(LanewayError, ValueError):
         super().__init__(_one_line(problem, file, workflow, step, field))
 
 
+MAX_PART: Final = 240
+"""A hostile file's names and keys can be a megabyte long; a message quotes their start."""
+
+
+def _clip(part: str) -> str:
+    return part if len(part) <= MAX_PART else f"{part[:MAX_PART]}..."
+
+
 def _one_line(
     problem: str, file: str | None, workflow: str | None, step: str | None, field: str | None
 ) -> str:
     where = []
     if workflow is not None:
-        where.append(f"workflow '{workflow}'")
+        where.append(f"workflow '{_clip(workflow)}'")
     if step is not None:
-        where.append(f"step '{step}'")
+        where.append(f"step '{_clip(step)}'")
     if field:
-        where.append(field)
+        where.append(_clip(field))
     text = ", ".join(where)
-    text = f"{text}: {problem}" if text else problem
+    text = f"{text}: {_clip(problem)}" if text else _clip(problem)
     if file is not None:
-        text = f"{file}: {text}"
+        text = f"{_clip(file)}: {text}"
     # Names and YAML problems may carry line breaks; the CLI contract is one line.
     return _LINE_BREAKS.sub(" ", text)
 

@@ -23,7 +23,10 @@ import attrs
 import yaml
 
 from core.model import STAGE_TYPES, TRIGGERS
+from core.store import tables
 from core.store.rows import decode_events
+from core.text import check_text
+from core.workflows import bounded
 from core.workflows.decl import (
     MOVE_TO_STEP,
     STEP_REF,
@@ -35,6 +38,19 @@ from core.workflows.decl import (
 
 MAX_FILE_BYTES: Final = 1024 * 1024
 """The reference's import limit; larger files are refused before they are parsed."""
+
+
+# Lengths come from the schema so that SQLite (which does not enforce them) accepts exactly the
+# files PostgreSQL accepts.
+MAX_NAME: Final = tables.column_length(tables.workflows.c.name)
+MAX_STEP_NAME: Final = tables.column_length(tables.workflow_steps.c.name)
+MAX_TEMPLATE_ID: Final = tables.column_length(tables.workflows.c.template_id)
+MAX_COLOR: Final = tables.column_length(tables.workflow_steps.c.color)
+MAX_KIND: Final = tables.column_length(tables.step_entry_markers.c.kind)
+"""An action's kind is a key of its entry markers."""
+COLUMN_INT_MIN: Final = -(2**31)
+COLUMN_INT_MAX: Final = 2**31 - 1
+"""Integer step fields are 32-bit columns on PostgreSQL."""
 
 PORTABLE_VERSION: Final = 1
 PORTABLE_TYPE: Final = "kandev_workflow"
@@ -137,7 +153,17 @@ def load_file(path: str | os.PathLike[str]) -> list[WorkflowDecl]:
 
 def load_text(text: str, source: str = "<string>") -> list[WorkflowDecl]:
     """The workflows declared in `text` (either format); `source` names it in errors."""
-    if len(text.encode("utf-8")) > MAX_FILE_BYTES:
+    try:
+        size = len(text.encode("utf-8"))
+    except UnicodeEncodeError as exc:
+        line = text.count("\n", 0, exc.start) + 1
+        column = exc.start - text.rfind("\n", 0, exc.start)
+        raise WorkflowFileError(
+            f"text contains a lone surrogate (U+{ord(text[exc.start]):04X})",
+            file=source,
+            field=f"line {line}, column {column}",
+        ) from None
+    if size > MAX_FILE_BYTES:
         raise WorkflowFileError("file is larger than 1 MiB", file=source)
     return decode_document(_parse_yaml(text, source), source)
 
@@ -190,12 +216,13 @@ def shipped_template(template_id: str) -> WorkflowDecl | None:
 # --- YAML -----------------------------------------------------------------------------------
 
 
-class _Loader(yaml.SafeLoader):
+class _Loader(bounded.PARSER):  # type: ignore[misc]
     """SafeLoader that refuses duplicate keys and keeps timestamps as strings.
 
     A duplicate key (two `on_enter:` in one step) would otherwise silently drop the first
     list. A date-looking value (`payload: {since: 2024-01-01}`) would become a `date`, which
-    the store cannot encode as JSON; the author meant the text.
+    the store cannot encode as JSON; the author meant the text. Integers are range-checked
+    (`bounded.construct_int`).
     """
 
 
@@ -217,21 +244,26 @@ def _construct_mapping(loader: _Loader, node: yaml.MappingNode) -> dict[Any, Any
                 None, None, f"duplicate key {key!r}", key_node.start_mark
             )
         seen.add(key)
-    return loader.construct_mapping(node, deep=True)
+    mapping: dict[Any, Any] = loader.construct_mapping(node, deep=True)
+    return mapping
 
 
 _Loader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _construct_mapping)
+_Loader.add_constructor("tag:yaml.org,2002:int", bounded.construct_int)
 
 
 def _parse_yaml(text: str, source: str) -> Any:
     try:
+        # Limits first, on the event stream: nothing is built for a file that crosses one.
+        bounded.scan(text)
         # _Loader derives from SafeLoader: no arbitrary object construction.
         return yaml.load(text, Loader=_Loader)
     except yaml.MarkedYAMLError as exc:
         mark = exc.problem_mark or exc.context_mark
         problem = exc.problem or exc.context or "malformed"
         where = f"line {mark.line + 1}, column {mark.column + 1}" if mark is not None else None
-        raise WorkflowFileError(f"invalid YAML: {problem}", file=source, field=where) from exc
+        what = problem if isinstance(exc, bounded.LimitError) else f"invalid YAML: {problem}"
+        raise WorkflowFileError(what, file=source, field=where) from exc
     except yaml.YAMLError as exc:
         raise WorkflowFileError(f"invalid YAML: {exc}", file=source) from exc
 
@@ -262,11 +294,11 @@ def _portable(data: Mapping[Any, Any], at: _At) -> list[WorkflowDecl]:
 def _workflow(raw: Any, at: _At, fmt: _Format) -> WorkflowDecl:
     if not isinstance(raw, dict):
         at.fail(None, f"expected a mapping, got {_kind(raw)}")
-    name = _required_str(at, raw, "name")
+    name = _required_str(at, raw, "name", MAX_NAME)
     at = _At(at.file, workflow=name)
     _reject_unknown(at, raw, fmt.workflow_keys)
     if fmt.template:
-        template_id: str | None = _required_str(at, raw, "id")
+        template_id: str | None = _required_str(at, raw, "id", MAX_TEMPLATE_ID)
         prompt = ""
         hidden = _bool(at, raw, "hidden", False)
     else:
@@ -307,11 +339,11 @@ def _step(raw: Any, index: int, wf_at: _At, fmt: _Format) -> _ParsedStep:
     at = attrs.evolve(wf_at, prefix=f"steps[{index}]")
     if not isinstance(raw, dict):
         at.fail(None, f"expected a mapping, got {_kind(raw)}")
-    name = _required_str(at, raw, "name")
+    name = _required_str(at, raw, "name", MAX_STEP_NAME)
     at = attrs.evolve(wf_at, step=name)
     _reject_unknown(at, raw, fmt.step_keys)
-    position = _int(at, raw, "position", None)
-    key = _required_str(at, raw, "id") if fmt.template else str(position)
+    position = _int(at, raw, "position", None, minimum=0)
+    key = _required_str(at, raw, "id", MAX_NAME) if fmt.template else str(position)
     stage_type = _str(at, raw, "stage_type", "") or "custom"
     if stage_type not in STAGE_TYPES:
         at.fail("stage_type", f"'{stage_type}' is not one of {', '.join(STAGE_TYPES)}")
@@ -326,7 +358,7 @@ def _step(raw: Any, index: int, wf_at: _At, fmt: _Format) -> _ParsedStep:
         # The reference trims template prompts (a `|` block ends in a newline).
         "prompt": prompt.strip() if fmt.template else prompt,
         "stage_type": stage_type,
-        "color": _str(at, raw, "color", ""),
+        "color": _str(at, raw, "color", "", MAX_COLOR),
         "show_in_command_panel": _bool(at, raw, "show_in_command_panel", False),
         "auto_archive_after_hours": _int(at, raw, "auto_archive_after_hours", 0, minimum=0),
         "auto_advance_requires_signal": _bool(at, raw, "auto_advance_requires_signal", False),
@@ -352,8 +384,20 @@ def _link(parsed: list[_ParsedStep], fmt: _Format) -> tuple[StepDecl, ...]:
     """Cross-step rules, then every reference turned into a step key."""
     by_position: dict[int, _ParsedStep] = {}
     by_key: dict[str, _ParsedStep] = {}
+    by_name: dict[str, _ParsedStep] = {}
     start: _ParsedStep | None = None
     for step in parsed:
+        # Steps are found by name, case-insensitively (`task move T Review`): two steps with
+        # one name would make one of them unreachable.
+        name = step.fields["name"].casefold()
+        other = by_name.get(name)
+        if other is not None:
+            step.at.fail(
+                "name",
+                f"duplicate step name; the step at position {other.position} is called "
+                f"'{other.fields['name']}'",
+            )
+        by_name[name] = step
         other = by_position.get(step.position)
         if other is not None:
             step.at.fail(
@@ -443,6 +487,7 @@ def _action(at: _At, path: str, raw: Any, fmt: _Format) -> dict[str, Any]:
         at.fail(f"{path}.type", f"expected a string, got {_kind(kind)}")
     if not kind.strip():
         at.fail(f"{path}.type", "must not be empty")
+    _text(at, f"{path}.type", kind, MAX_KIND)
     config = raw.get("config")
     if config is None:
         config = {}
@@ -470,17 +515,27 @@ def _move_target(at: _At, path: str, config: Mapping[str, Any], fmt: _Format) ->
         at.fail(f"{path}.{fmt.ref_key}", f"expected a step position (integer), got {_kind(ref)}")
 
 
-def _plain(at: _At, path: str, value: Any) -> None:
-    """Configs are stored as JSON, so they may hold only what JSON can say."""
+def _plain(at: _At, path: str, value: Any, depth: int = 0) -> None:
+    """Configs are stored as JSON, so they may hold only what JSON can say, and only text
+    every database stores. A document parsed elsewhere (a JSON body) was not scanned by
+    `bounded`, so depth and integer range are checked here too."""
+    if depth > bounded.MAX_DEPTH:
+        at.fail(path, f"nested deeper than {bounded.MAX_DEPTH} levels (limit)")
     if isinstance(value, dict):
         for key, item in value.items():
             if not isinstance(key, str):
                 at.fail(path, f"keys must be strings, got {_kind(key)} {key!r}")
-            _plain(at, f"{path}.{key}", item)
+            _text(at, path, key)
+            _plain(at, f"{path}.{key}", item, depth + 1)
     elif isinstance(value, list):
         for i, item in enumerate(value):
-            _plain(at, f"{path}[{i}]", item)
-    elif value is not None and not isinstance(value, str | int | float | bool):
+            _plain(at, f"{path}[{i}]", item, depth + 1)
+    elif isinstance(value, str):
+        _text(at, path, value)
+    elif isinstance(value, int) and not isinstance(value, bool):
+        if not bounded.INT_MIN <= value <= bounded.INT_MAX:
+            at.fail(path, f"integer out of range ({bounded.INT_MIN}..{bounded.INT_MAX})")
+    elif value is not None and not isinstance(value, float | bool):
         at.fail(path, f"expected a JSON value, got {type(value).__name__}")
 
 
@@ -494,7 +549,7 @@ def _reject_unknown(at: _At, raw: Mapping[Any, Any], known: Iterable[str]) -> No
             at.fail(str(key), "unknown key")
 
 
-def _required_str(at: _At, raw: Mapping[Any, Any], key: str) -> str:
+def _required_str(at: _At, raw: Mapping[Any, Any], key: str, max_length: int) -> str:
     value = raw.get(key)
     if value is None:
         at.fail(key, "required")
@@ -502,15 +557,27 @@ def _required_str(at: _At, raw: Mapping[Any, Any], key: str) -> str:
         at.fail(key, f"expected a string, got {_kind(value)}")
     if not value.strip():
         at.fail(key, "must not be empty")
-    return value
+    return _text(at, key, value, max_length)
 
 
-def _str(at: _At, raw: Mapping[Any, Any], key: str, default: str) -> str:
+def _str(
+    at: _At, raw: Mapping[Any, Any], key: str, default: str, max_length: int | None = None
+) -> str:
     value = raw.get(key)
     if value is None:
         return default
     if not isinstance(value, str):
         at.fail(key, f"expected a string, got {_kind(value)}")
+    return _text(at, key, value, max_length)
+
+
+def _text(at: _At, key: str, value: str, max_length: int | None = None) -> str:
+    """`value`, if every database can store it (in a column of `max_length`)."""
+    problem = check_text(value)
+    if problem is not None:
+        at.fail(key, problem)
+    if max_length is not None and len(value) > max_length:
+        at.fail(key, f"longer than {max_length} characters ({len(value)})")
     return value
 
 
@@ -536,6 +603,8 @@ def _int(
         at.fail(key, f"expected an integer, got {_kind(value)}")
     if minimum is not None and value < minimum:
         at.fail(key, f"must be >= {minimum}, got {value}")
+    if not COLUMN_INT_MIN <= value <= COLUMN_INT_MAX:
+        at.fail(key, f"out of range ({COLUMN_INT_MIN}..{COLUMN_INT_MAX}), got {value}")
     return value
 
 

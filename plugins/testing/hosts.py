@@ -20,6 +20,7 @@ from plugins.manager import PluginSelection
 PluginSpec = str | tuple[str, object]
 """An installed plugin's entry-point name, or ``(name, plugin)`` given directly."""
 
+
 def selection_for(plugins: Iterable[PluginSpec], *, strict: bool = True) -> PluginSelection:
     """The selection loading exactly `plugins` (core's own kinds always load).
 

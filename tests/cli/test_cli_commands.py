@@ -205,13 +205,17 @@ def test_workflow_import_internal_template(laneway: Laneway, tmp_path: Path) -> 
 
 def test_workflow_check_reports_problems_and_still_exits_0(sqlite_laneway: Laneway) -> None:
     office(sqlite_laneway)
-    assert sqlite_laneway.json("workflow", "check", "office default") == {"problems": []}
+    checked = sqlite_laneway.json("workflow", "check", "office default")
+    assert checked["problems"] == []
+    assert len(checked["agents"]) == 8  # what the workflow can start (AC-11.5)
     off = sqlite_laneway.json("--no-office", "workflow", "check", "office default")
     assert off["problems"]
     assert any("clear_decisions" in p and "no executor" in p for p in off["problems"])
     text = sqlite_laneway.run("--no-office", "workflow", "check", "office default")
     assert text.exit_code == 0
-    assert text.stdout.splitlines() == off["problems"]
+    lines = text.stdout.splitlines()
+    assert lines[: len(off["problems"])] == off["problems"]
+    assert lines[len(off["problems"])] == "agents this workflow can start or seat: 8"
 
 
 # -- profiles -----------------------------------------------------------------------------

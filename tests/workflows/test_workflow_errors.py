@@ -98,7 +98,7 @@ CASES = [
     # --- the file itself
     pytest.param(
         "id: flow\nname: [Flow\nsteps: []\n",
-        "wf.yml: line 3, column 6: invalid YAML: expected ',' or ']', but got ':'",
+        "wf.yml: line 3, column 6: invalid YAML: did not find expected ',' or ']'",
         id="yaml-syntax",
     ),
     pytest.param(

@@ -1,0 +1,30 @@
+"""Text every database stores alike: no NUL (PostgreSQL refuses it), no lone surrogate
+(nothing encodes it as UTF-8), and no longer than its column (SQLite would not say)."""
+
+from __future__ import annotations
+
+import re
+
+from core.errors import LanewayError
+
+_BAD_CHAR = re.compile("[\x00\ud800-\udfff]")
+
+
+def check_text(value: str) -> str | None:
+    """Why a string cannot be stored as text on every database, or None."""
+    bad = _BAD_CHAR.search(value)
+    if bad is None:
+        return None
+    if bad.group() == "\x00":
+        return "contains a NUL character"
+    return f"contains a lone surrogate (U+{ord(bad.group()):04X})"
+
+
+def require_text(value: str, what: str, max_length: int | None = None) -> str:
+    """`value`, or a LanewayError naming `what` and the problem."""
+    problem = check_text(value)
+    if problem is not None:
+        raise LanewayError(f"{what}: {problem}")
+    if max_length is not None and len(value) > max_length:
+        raise LanewayError(f"{what}: longer than {max_length} characters ({len(value)})")
+    return value
