@@ -196,7 +196,8 @@ def _until_busy(url: str, timeout: float = 240.0) -> None:
             with engine.connect() as conn:
                 entries = conn.execute(sa.select(sa.func.count()).select_from(t.step_entries))
                 runs = conn.execute(sa.select(sa.func.count()).select_from(t.runs))
-                if entries.scalar_one() and runs.scalar_one():
+                counts = entries.scalar_one(), runs.scalar_one()
+                if all(counts):
                     return
             time.sleep(0.2)
     finally:
