@@ -14,6 +14,8 @@ import time
 from collections.abc import Iterable
 from pathlib import Path
 
+import attrs
+
 from core.host import Host
 from core.kinds import Features
 from core.store.dialect import OwnershipError
@@ -56,21 +58,26 @@ def open_host(
     features: Features | None = None,
     recover: bool = True,
 ) -> Host:
-    """Open a writer host on `url` loading exactly `plugins`.
+    """Open a writer host on `url` loading exactly `plugins`, following the board's features.
 
+    :param features: the board's switches for this (test's own) database: written to the
+        board when they differ from it, after the host opened (its recovery scan ran with the
+        board's switches as they were; a restart's runs with these).
     Retries for a while when another process still owns the database (see OWNERSHIP_WAIT_S).
     """
     selection = selection_for(plugins)
     deadline = time.monotonic() + OWNERSHIP_WAIT_S
     while True:
         try:
-            return Host.open(
-                url, features=features or Features(), plugins=selection, recover=recover
-            )
+            host = Host.open(url, plugins=selection, recover=recover)
         except OwnershipError:
             if time.monotonic() > deadline:
                 raise
             time.sleep(0.1)
+            continue
+        if features is not None and host.features != features:
+            host.set_features(**attrs.asdict(features))
+        return host
 
 
 class HostFactory:
