@@ -85,6 +85,12 @@ def read(conn: Connection) -> BoardState:
     return BoardState(int(row[0]), features_from_json(row[1]))
 
 
+def version(conn: Connection) -> int:
+    """The catalogue version alone: the check every transaction and read makes."""
+    found = prepared.execute(conn, _VERSION, {}).scalar()
+    return int(found) if found is not None else 0
+
+
 def bump(uow: UnitOfWork) -> None:
     """Move the catalogue version, inside the changing transaction."""
     uow.run(_BUMP, {"stamp": ids.now()})

@@ -252,9 +252,9 @@ class Host:
     def _follow_board(self, conn: Connection) -> None:
         """At the start of each transaction and read: one primary-key read of the board's
         version; when it moved, forget cached workflows and follow the board's features."""
-        state = board.read(conn)
-        if state.version == self._board_version:
+        if board.version(conn) == self._board_version:
             return
+        state = board.read(conn)
         with self._follow_lock:
             if state.version == self._board_version:
                 return
