@@ -452,7 +452,8 @@ class ActionKindContract:
     """Other plugins the kind needs on the host: ``(name, plugin)`` pairs, or entry-point
     names of installed plugins."""
     features: Features = Features()
-    """The host's features for every check."""
+    """The board's features for every check (written to the check's own database, which
+    every host of the check then follows)."""
     plugin_ref: str | None = None
     """How a child process imports the plugin ("module" or "module:attribute"); found
     automatically for a module, or an object bound to a module or class attribute."""

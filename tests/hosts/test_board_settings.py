@@ -207,10 +207,12 @@ def test_host_set_features_is_the_boards_and_later_hosts_follow_it(db_url: str) 
         host.set_features(office=False)
         assert host.features == Features(office=False)
     with Host.open(db_url, plugins=BUILTIN) as host:
+        assert host.recovery_report is not None
         assert host.features == Features(office=False)
         assert host.features_override is None
         assert host.registry.kind("clear_decisions").executable is False  # type: ignore[union-attr]
     with Host.open(db_url, plugins=BUILTIN, features=Features(office=True)) as host:
+        assert host.recovery_report is None  # an override runs no recovery scan
         assert host.features == Features(office=True)
         assert host.features_override == Features(office=True)
         assert host.board_features() == Features(office=False)
