@@ -126,8 +126,9 @@ def build_board(host: Host, state_dir: Path) -> Board:
     kind = host.registry.kind("queue_run_for_each_participant")
     if not host.features.office or kind is None or not kind.executable:
         raise DemoFailed(
-            "the demo needs the office plugin with its feature on (drop --no-office and "
-            "allow the office plugin)"
+            "the demo needs the office plugin with its feature on (drop --no-office, turn "
+            "the board's office on with `laneway features set office=on`, and allow the "
+            "office plugin)"
         )
     state_dir.mkdir(parents=True, exist_ok=True)
     workflows = {w.name.casefold() for w in host.workflows.list()}

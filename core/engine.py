@@ -6,6 +6,13 @@ only while no target is chosen and it is not `requires_approval`; its guards are
 before it is eligible; the first eligible move whose guards pass wins. Every other action runs
 in order, and for every trigger but on_enter the first failing action aborts the evaluation:
 no transition happens and the operation id is not marked applied.
+
+An operation id (on_agent_error's) is durable (`core.operations`): claimed before anything
+runs, so one delivery of a failure evaluates it whichever process or restart delivers it
+again; released when an action fails or the evaluation raises (a redelivery re-runs the list,
+AC-C6); marked applied once the actions succeeded and *before* the move, so a move the
+transition refuses is not retried (AC-C7): it is reported in the result (`declined`), not
+raised, and logged once by whoever refused it.
 """
 
 from __future__ import annotations
@@ -41,6 +48,8 @@ class TriggerResult:
     failed: bool = False
     """An action failed: the evaluation aborted, nothing moved, the operation stays unmarked."""
     cause: str | None = None
+    declined: str | None = None
+    """The operation was applied but the transition refused the move (why): not retried."""
 
     def as_dict(self, task: Task) -> dict[str, Any]:
         return {
@@ -67,9 +76,6 @@ class Engine:
     def __init__(self, host: Host, registry: Registry) -> None:
         self.host = host
         self.registry = registry
-        # Operation ids already applied, kept by the host so a republished bundle's engine
-        # remembers them for the life of the process.
-        self._applied, self._applied_lock = host.applied_operations
 
     # -- public entry points ------------------------------------------------------------------
 
@@ -86,22 +92,74 @@ class Engine:
     ) -> TriggerResult:
         """Evaluate `trigger` for the task's current step (never on_enter: see core.entry).
 
-        :param operation_id: a repeated id is short-circuited (`idempotent`); the id is
-            marked applied only after every action succeeded. In-process, by design.
+        :param operation_id: claimed durably before anything runs; a delivery that does not
+            win the claim (applied already, or being evaluated by a live peer) is
+            short-circuited (`idempotent`). Released when an action fails, marked applied
+            once every action succeeded, before the move.
         :param task: the task as the caller already read it (read once, used throughout).
         """
         if trigger == "on_enter":
             raise ValueError("on_enter is dispatched by core.entry, not by handle_trigger")
-        if operation_id is not None and operation_id in self._applied:
+        operations = self.host.operations
+        if operation_id is not None and not operations.claim(operation_id):
             return TriggerResult(idempotent=True)
+        try:
+            evaluated = self._evaluate(task_id, trigger, operation_id, payload, session_id, task)
+        except BaseException:
+            if operation_id is not None:
+                operations.release(operation_id)
+            raise
+        if evaluated.result is not None:  # nothing to evaluate, or an action failed
+            if operation_id is not None:
+                operations.release(operation_id)
+            return evaluated.result
+        if operation_id is not None:
+            operations.mark_applied(operation_id)  # AC-C7: before the move, whatever it does
+        count = evaluated.action_count
+        target, step, task = evaluated.target, evaluated.step, evaluated.task
+        if target is None or step is None or task is None or target.id == step.id:
+            return TriggerResult(action_count=count)
+        try:
+            change = transition.move(
+                self.host,
+                task.id,
+                target.id,
+                path="E1",
+                label=label or TRIGGER_LABELS.get(trigger, trigger),
+            )
+        except LanewayError as exc:
+            if operation_id is None:
+                raise
+            if not isinstance(exc, transition.EntryAllocationFailed):  # that one is logged
+                _bound(task, step, trigger).bind(
+                    to_step_id=target.id, operation_id=operation_id, cause=str(exc)
+                ).warning("transition declined; the operation is applied and not retried")
+            return TriggerResult(from_step_id=step.id, action_count=count, declined=str(exc))
+        return TriggerResult(
+            transitioned=change.changed,
+            from_step_id=step.id,
+            to_step_id=target.id,
+            action_count=count,
+        )
+
+    def _evaluate(
+        self,
+        task_id: str,
+        trigger: str,
+        operation_id: str | None,
+        payload: Mapping[str, Any] | None,
+        session_id: str | None,
+        task: Task | None,
+    ) -> _Evaluated:
+        """Guards and non-move actions; `result` is set when the evaluation ends there."""
         if task is None:
             task = self.host.tasks.get(task_id)
         if task.workflow_id is None or task.workflow_step_id is None:
-            return TriggerResult()
+            return _Evaluated(TriggerResult())
         workflow = self.host.workflows.by_id(task.workflow_id)
         step = workflow.step(task.workflow_step_id)
         if step is None:
-            return TriggerResult()
+            return _Evaluated(TriggerResult())
         actions = step.actions(trigger)
         log = _bound(task, step, trigger)
         target: Step | None = None
@@ -114,26 +172,9 @@ class Engine:
             cause = self._run(decl, task, step, trigger, log, operation_id, payload, session_id)
             if cause is not None:
                 _aborted(log, decl, cause)
-                return TriggerResult(action_count=len(actions), failed=True, cause=cause)
-        result = TriggerResult(action_count=len(actions))
-        if target is not None and target.id != step.id:
-            change = transition.move(
-                self.host,
-                task.id,
-                target.id,
-                path="E1",
-                label=label or TRIGGER_LABELS.get(trigger, trigger),
-            )
-            result = TriggerResult(
-                transitioned=change.changed,
-                from_step_id=step.id,
-                to_step_id=target.id,
-                action_count=len(actions),
-            )
-        if operation_id is not None:
-            with self._applied_lock:
-                self._applied.add(operation_id)
-        return result
+                failed = TriggerResult(action_count=len(actions), failed=True, cause=cause)
+                return _Evaluated(failed)
+        return _Evaluated(None, task, step, target, len(actions))
 
     def after_decision(self, task_id: str, step_id: str) -> TriggerResult:
         """Re-evaluate the guarded on_turn_complete moves of the step a decision was made at.
@@ -326,6 +367,15 @@ class Engine:
         if outcome is not None and outcome.state == "failed":
             return outcome.cause or "failed"
         return None
+
+
+@attrs.frozen
+class _Evaluated:
+    result: TriggerResult | None
+    task: Task | None = None
+    step: Step | None = None
+    target: Step | None = None
+    action_count: int = 0
 
 
 def _aborted(log: Any, decl: ActionDecl, cause: str) -> None:

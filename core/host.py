@@ -1,10 +1,18 @@
 """The host: the one object an embedding application holds.
 
 Opening a host, in order: open the store, bring or check the schema (under a short schema lock),
-mint a fresh epoch and take its liveness lock, ensure the default workspace, load plugins and
-publish the first bundle, run the recovery scan, then tell plugins the host started. Any number
-of hosts, in this process or others, may work one database at once; each is alive exactly while
-it holds its epoch's lock (`core.store.liveness`). Nothing is global.
+mint a fresh epoch and take its liveness lock, read the board's features, ensure the default
+workspace, load plugins and publish the first bundle, run the recovery scan, then tell plugins
+the host started. Any number of hosts, in this process or others, may work one database at once;
+each is alive exactly while it holds its epoch's lock (`core.store.liveness`). Nothing is global.
+
+The board's features (`board_settings`) are every process's, unless a process was opened with
+a per-process override (`features=...`, the command line's `--no-office`): such a process acts
+with its override for its own work and does not run the recovery scan, so that a feature it
+turned off for itself never closes another's entries as `skipped(no_executor)`. At the start
+of every transaction and read the host compares the board's catalogue version with the one it
+last saw; when it moved it forgets its cached workflows and, following the board's features,
+publishes a new bundle.
 """
 
 from __future__ import annotations
@@ -16,10 +24,13 @@ from typing import Any
 
 import attrs
 from loguru import logger
+from sqlalchemy.engine import Connection
 
+from core import board
 from core.bundle import Bundle, BundleHolder
-from core.errors import NotInitialised
+from core.errors import LanewayError, NotInitialised
 from core.kinds import Features
+from core.operations import Operations
 from core.registry import Registry, build_registry
 from core.store import dialect, migrate
 from core.store.database import Store
@@ -39,6 +50,8 @@ class Host:
         features: Features,
         selection: PluginSelection,
         keeper: EpochKeeper | None,
+        features_override: Features | None = None,
+        board_version: int | None = None,
     ) -> None:
         from core.services import (
             DecisionService,
@@ -56,12 +69,17 @@ class Host:
 
         self.store = store
         self.features = features
+        """The features this host acts with: the board's, or its per-process override."""
+        self.features_override = features_override
         self.selection = selection
         self._keeper = keeper
         self._closed_epoch: str | None = None
         self._holder: BundleHolder | None = None
+        self._board_version = board_version
+        self._follow_lock = threading.Lock()
         self.recovery_report: Any = None
-        self.applied_operations: tuple[set[str], threading.Lock] = (set(), threading.Lock())
+        self.operations = Operations(store, lambda: self.epoch, self.epoch_is_dead)
+        """Durable on_agent_error operation ids; `operations.retention_s` is the window."""
         self.workspace = WorkspaceService(self)
         self.profiles = ProfileService(self)
         self.workflows = WorkflowService(self)
@@ -92,10 +110,15 @@ class Host:
     ) -> Host:
         """Open a host on `url`.
 
+        :param features: a per-process override of the board's features. None (the
+            default) follows the board's (`board_settings`, `laneway features`); given, this
+            host acts with it for its own work, ignores the board's, and does not run the
+            recovery scan.
         :param upgrade: create or upgrade the schema; when False a database that is not at
             the current revision is refused with `NotInitialised`.
         :param read_only: mint no epoch and take no lock (inspection only; writes refused).
-        :param recover: run the recovery scan before returning (writers only).
+        :param recover: run the recovery scan before returning (writers following the
+            board's features only).
         """
         missing = _missing_sqlite_file(url)
         if missing is not None and (read_only or not upgrade):
@@ -114,16 +137,26 @@ class Host:
             if not read_only:
                 keeper = EpochKeeper(store.url, store.engine, store.write_connection)
                 store.liveness.follow(lambda: keeper.epoch if keeper is not None else None)
+            with store.read() as conn:
+                state = board.read(conn)
             host = cls(
                 store,
-                features=features or Features(),
+                features=features if features is not None else state.features,
                 selection=plugins or PluginSelection.from_env(),
                 keeper=keeper,
+                features_override=features,
+                board_version=state.version,
             )
+            store.on_begin = host._follow_board
             host.workspace.ensure_default()
             host._holder = BundleHolder(host._build_bundle())
             if recover and not read_only:
-                host.recovery_report = host.entries.recover()
+                if features is None:
+                    host.recovery_report = host.entries.recover()
+                else:
+                    logger.bind(epoch=host.epoch, features=attrs.asdict(features)).info(
+                        "recovery scan not run: this process overrides the board's features"
+                    )
             host.bundle.registry.hooks.host_started(host)
         except BaseException:
             if keeper is not None:
@@ -189,12 +222,56 @@ class Host:
         return Bundle(engine=Engine(self, registry), registry=registry, store=self.store)
 
     def set_features(self, **changes: bool) -> Bundle:
-        """Switch host features (e.g. ``office=False``) and publish a new bundle.
+        """Switch the board's features (e.g. ``office=False``): stored in the database, so
+        every process following the board acts with them from its next transaction; this host
+        follows the board from now on (a per-process override given at open is dropped), and
+        publishes a new bundle at once.
 
         Dispatches already running finish on the bundle they read; later ones see this one.
         """
-        self.features = attrs.evolve(self.features, **changes)
-        return self._republish()
+        if not self.writable:
+            raise LanewayError("this host was opened read-only")
+        with self.store.transaction() as uow:
+            state = board.write_features(uow, **changes)
+        with self._follow_lock:
+            self.features_override = None
+            self.features = state.features
+            self._board_version = state.version
+            self.workflows.forget()
+            return self._republish()
+
+    def board_features(self) -> Features:
+        """The board's features as stored (whatever this host's override)."""
+        with self.store.read() as conn:
+            return board.read(conn).features
+
+    def follow_board(self) -> None:
+        """Check the board's catalogue version now (every transaction and read does)."""
+        with self.store.read():
+            pass
+
+    def _follow_board(self, conn: Connection) -> None:
+        """At the start of each transaction and read: one primary-key read of the board's
+        version; when it moved, forget cached workflows and follow the board's features."""
+        if board.version(conn) == self._board_version:
+            return
+        state = board.read(conn)
+        with self._follow_lock:
+            if state.version == self._board_version:
+                return
+            self.workflows.forget()
+            if self.features_override is None and state.features != self.features:
+                self.features = state.features
+                if self._holder is not None:
+                    self._republish()
+                logger.bind(features=attrs.asdict(state.features)).info(
+                    "following the board's features"
+                )
+            self._board_version = state.version
+
+    def epoch_is_dead(self, epoch: str) -> bool:
+        """Whether no live process holds `epoch`'s liveness lock (`core.store.liveness`)."""
+        return self.store.liveness.is_dead(epoch)
 
     def set_plugins(
         self, *, allow: Iterable[str] | Keep | None = KEEP, block: Iterable[str] | Keep = KEEP

@@ -14,6 +14,10 @@ each non-terminal entry, in (task_id, step_id, entry_seq) order:
   that process's: the entry is left to it, silently.
 - (f) nothing here prevents the host from starting: a record that fails is logged at ERROR
   and left for the next start; a failing query is logged and the host opens anyway.
+
+The report counts every skip by reason: an entry closed whole (step_left, superseded,
+unresolvable, declaration_changed) counts once, and each position a re-dispatch marked
+skipped (no_executor, unrecognised, malformed) counts once too, beside `redispatched`.
 """
 
 from __future__ import annotations
@@ -27,7 +31,7 @@ from loguru import logger
 
 from core import entry, ledger
 from core.errors import LanewayError
-from core.model import Step, StepEntry, Task
+from core.model import Marker, Step, StepEntry, Task
 from core.store import rows
 from core.store import tables as t
 from core.store.database import UnitOfWork
@@ -87,7 +91,7 @@ def scan(host: Host) -> RecoveryReport:
     redispatched = errors = 0
     for record, newest in found:
         try:
-            outcome = _recover_one(host, record, newest)
+            outcome = _recover_one(host, record, newest, skipped)
         except ledger.ClaimLost:
             continue  # a live process is working this entry
         except Exception as exc:  # noqa: BLE001 - rule (f): one bad record never stops the rest
@@ -109,7 +113,7 @@ def scan(host: Host) -> RecoveryReport:
     return report
 
 
-def _recover_one(host: Host, record: StepEntry, newest: int) -> str | None:
+def _recover_one(host: Host, record: StepEntry, newest: int, skipped: Counter[str]) -> str | None:
     registry = host.bundle.registry
     log = logger.bind(task_id=record.task_id, step_id=record.step_id, entry_seq=record.entry_seq)
     resolved = _resolve(host, record)
@@ -149,7 +153,22 @@ def _recover_one(host: Host, record: StepEntry, newest: int) -> str | None:
             log.bind(action_type=decl.kind).info("entry halted by a failed action; closed")
             return None
     end = entry.redispatch(host, task, step, record)
-    return "declaration_changed" if end == "declaration_changed" else "redispatched"
+    if end == "declaration_changed":
+        return end
+    _count_position_skips(host, record.id, markers, skipped)
+    return "redispatched"
+
+
+def _count_position_skips(
+    host: Host, entry_id: str, before: dict[tuple[int, str], Marker], skipped: Counter[str]
+) -> None:
+    """Positions this re-dispatch marked skipped (they were open before it), by reason."""
+    with host.store.read() as conn:
+        after = ledger.load_markers(conn, entry_id)
+    for key, marker in after.items():
+        was = before.get(key)
+        if marker.state == "skipped" and (was is None or was.state not in ledger.TERMINAL):
+            skipped[marker.reason or "unknown"] += 1
 
 
 def _resolve(host: Host, record: StepEntry) -> tuple[Task, Step] | None:

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import sqlalchemy as sa
 
-from core import Features, Host
+from core import Host
 from plugins.manager import PluginSelection
 
 PG_URL = os.environ.get("LANEWAY_TEST_PG_URL")
@@ -65,10 +65,19 @@ def sqlite_url(tmp_path: Path) -> str:
     return f"sqlite:///{tmp_path / 'board.db'}"
 
 
+def board_office(host: Host, office: bool) -> Host:
+    """Make the board's Office switch `office` (a test's board is the test's own); the host
+    follows the board, as every process without a per-process override does."""
+    if host.features.office != office:
+        host.set_features(office=office)
+    return host
+
+
 def open_host(url: str, *, office: bool = True, **kwargs: object) -> Host:
-    """A host with exactly the built-in plugins (nothing installed elsewhere leaks in)."""
+    """A host with exactly the built-in plugins (nothing installed elsewhere leaks in),
+    following the board's features, with the board's Office switch set to `office`."""
     selection = PluginSelection(allow=frozenset({"kanban", "office"}))
-    return Host.open(url, features=Features(office=office), plugins=selection, **kwargs)  # type: ignore[arg-type]
+    return board_office(Host.open(url, plugins=selection, **kwargs), office)  # type: ignore[arg-type]
 
 
 @pytest.fixture

@@ -48,13 +48,15 @@ class Settings:
 
     db: str = DEFAULT_URL
     json: bool = False
-    office: bool = True
+    no_office: bool = False
     log_json: bool = False
     verbose: bool = False
 
     @property
-    def features(self) -> Features:
-        return Features(office=self.office)
+    def features(self) -> Features | None:
+        """This process's override of the board's features (`--no-office`), or None: the
+        board's, as `laneway features` shows them."""
+        return Features(office=False) if self.no_office else None
 
 
 class CommandFailed(click.ClickException):
@@ -234,7 +236,11 @@ def build_cli(
         help="Database URL (env LANEWAY_DB).",
     )
     @click.option("--json", "as_json", is_flag=True, help="Print one JSON value on stdout.")
-    @click.option("--no-office", is_flag=True, help="Turn the office feature off.")
+    @click.option(
+        "--no-office",
+        is_flag=True,
+        help="Office off for this process only (no recovery scan); see `features set`.",
+    )
     @click.option("--log-json", is_flag=True, help="Log records as JSON lines on stderr.")
     @click.option("-v", "--verbose", is_flag=True, help="More logging; tracebacks on errors.")
     @click.pass_context
@@ -248,7 +254,7 @@ def build_cli(
     ) -> None:
         """laneway: a workflow orchestrator for task boards worked by AI agents."""
         settings = Settings(
-            db=db, json=as_json, office=not no_office, log_json=log_json, verbose=verbose
+            db=db, json=as_json, no_office=no_office, log_json=log_json, verbose=verbose
         )
         ctx.obj = settings
         ctx.call_on_close(_start_logging(settings))

@@ -1,11 +1,16 @@
-"""Commands about the database and the host itself: init, workspace, plugins, recover."""
+"""Commands about the database and the host itself: init, workspace, plugins, recover,
+features."""
 
 from __future__ import annotations
 
+import re
+
+import attrs
 import click
 
 from core.cli.app import Settings, pass_settings, reader, writer
 from core.cli.output import emit
+from core.errors import LanewayError
 from core.model import Workspace
 from core.store import migrate
 
@@ -84,6 +89,11 @@ def recover(settings: Settings) -> None:
     the queue, and report what was done."""
     from core import worker
 
+    if settings.features is not None:
+        raise LanewayError(
+            "recover: a process with a per-process feature override (--no-office) does not "
+            "run the recovery scan; drop --no-office (the board's switch is `features set`)"
+        )
     with writer(settings) as host:
         report = host.recovery_report.as_dict()
         runs = worker.requeue_orphans(host)
@@ -105,4 +115,41 @@ def recover(settings: Settings) -> None:
     )
 
 
-COMMANDS: tuple[click.Command, ...] = (init, workspace, plugins, recover)
+def _features_lines(found: dict[str, bool]) -> list[str]:
+    return [f"{name}: {'on' if on else 'off'}" for name, on in found.items()]
+
+
+@click.group(invoke_without_command=True)
+@click.pass_context
+def features(ctx: click.Context) -> None:
+    """The board's feature switches, stored in the database and followed by every process."""
+    if ctx.invoked_subcommand is not None:
+        return
+    settings = ctx.find_object(Settings)
+    assert settings is not None
+    with reader(settings) as host:
+        found = attrs.asdict(host.board_features())
+    emit(settings.json, found, _features_lines(found))
+
+
+_SWITCH = re.compile(r"^(?P<name>[a-z_]+)=(?P<value>on|off|true|false)$")
+
+
+@features.command("set")
+@click.argument("switches", nargs=-1, required=True, metavar="NAME=on|off...")
+@pass_settings
+def features_set(settings: Settings, switches: tuple[str, ...]) -> None:
+    """Switch board features, e.g. `office=off`; every process follows."""
+    changes: dict[str, bool] = {}
+    for switch in switches:
+        match = _SWITCH.match(switch.strip().lower())
+        if match is None:
+            raise LanewayError(f"features set: {switch!r}: expected NAME=on or NAME=off")
+        changes[match["name"]] = match["value"] in ("on", "true")
+    with writer(settings) as host:
+        host.set_features(**changes)
+        found = attrs.asdict(host.board_features())
+    emit(settings.json, found, _features_lines(found))
+
+
+COMMANDS: tuple[click.Command, ...] = (init, workspace, plugins, recover, features)

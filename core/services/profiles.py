@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import sqlalchemy as sa
 
-from core import ids
+from core import board, ids
 from core.errors import Conflict, LanewayError, NotFound
 from core.model import AgentProfile
 from core.services.base import Service
@@ -78,6 +78,7 @@ class ProfileService(Service):
                     created_at=ids.now(),
                 )
             )
+            board.bump(uow)
         return self.get(profile_id)
 
     def list(self) -> list[AgentProfile]:

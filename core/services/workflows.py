@@ -9,7 +9,7 @@ import attrs
 import sqlalchemy as sa
 from loguru import logger
 
-from core import ids
+from core import board, ids
 from core.errors import Conflict, LanewayError, NotFound
 from core.model import Step, Workflow
 from core.services.base import Service
@@ -84,9 +84,11 @@ class AgentReach:
 class WorkflowService(Service):
     """Workflows: templates, import, export, lookup.
 
-    A workflow's declaration never changes after it is stored (there is no edit API), so the
-    accessor caches it: the transition path reads a declaration once per arrival without a
-    database round trip.
+    The accessor caches declarations, so the transition path reads one without a database
+    round trip. The cache follows the board: every transaction that changes a workflow or a
+    step moves the board's catalogue version (`core.board.bump`), and the host calls
+    `forget()` when it sees the version move (at the start of its next transaction or read),
+    in this process or any other.
     """
 
     def __init__(self, host: Any) -> None:
@@ -94,6 +96,13 @@ class WorkflowService(Service):
         self._cache: dict[str, Workflow] = {}
         self._step_owner: dict[str, str] = {}
         self._cache_lock = threading.Lock()
+
+    def forget(self) -> None:
+        """Drop every cached declaration. New dicts, not cleared ones: a load that began
+        before this call fills the dicts it started with, which nobody reads any more."""
+        with self._cache_lock:
+            self._cache = {}
+            self._step_owner = {}
 
     # -- templates and import --------------------------------------------------------------
 
@@ -169,6 +178,7 @@ class WorkflowService(Service):
                     uow.conn.execute(
                         sa.insert(t.workflow_steps), [rows.step_values(s) for s in wf.steps]
                     )
+            board.bump(uow)
         return [self.get(wf.id) for wf in workflows]
 
     # -- lookup -----------------------------------------------------------------------------
@@ -186,17 +196,24 @@ class WorkflowService(Service):
         if cached is not None:
             return cached
         with self.host.store.read() as conn:
+            # Taken after the read began: the version check at its start may forget().
+            cache, owners = self._cache, self._step_owner
             wf = rows.load_workflow(conn, workflow_id)
         if wf is None:
             raise NotFound(f"no workflow {workflow_id!r}")
         with self._cache_lock:
-            self._cache[workflow_id] = wf
+            cache[workflow_id] = wf
             for step in wf.steps:
-                self._step_owner[step.id] = wf.id
+                owners[step.id] = wf.id
         return wf
 
     def get(self, ref: str) -> Workflow:
-        """A workflow by id, or by name (case-insensitive)."""
+        """A workflow by id, or by name (case-insensitive), as the board has it now.
+
+        `by_id` and `step_by_id` (the arrival path's) serve the cache as of this thread's last
+        transaction or read; this one checks the board's version first."""
+        if not self.host.store.in_transaction:
+            self.host.follow_board()
         try:
             return self.by_id(ref)
         except NotFound:

@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import sqlalchemy as sa
 
-from core import ids
+from core import board, ids
 from core.errors import NotFound
 from core.model import Workspace
 from core.services.base import Service
@@ -64,4 +64,5 @@ class WorkspaceService(Service):
                 uow.conn.execute(
                     sa.update(t.workspaces).where(t.workspaces.c.id == current.id).values(**values)
                 )
+                board.bump(uow)
         return self.get()

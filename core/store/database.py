@@ -13,7 +13,7 @@ The writer mutex is held for one transaction, never across action execution.
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from typing import Any
 
@@ -80,6 +80,9 @@ class Store:
         self._needs_savepoints = dialect.statement_error_aborts_transaction(self.url)
         self.liveness = Liveness(self.url, self.engine)
         """Which epochs are dead on this database (see `core.store.liveness`)."""
+        self.on_begin: Callable[[Connection], None] | None = None
+        """Called with the connection at the start of every outermost transaction and read
+        (the host checks the board's catalogue version there)."""
 
     @property
     def display_url(self) -> str:
@@ -103,6 +106,8 @@ class Store:
             self._local.uow = uow
             try:
                 with _values_refused(), conn.begin():
+                    if self.on_begin is not None:
+                        self.on_begin(conn)
                     yield uow
             finally:
                 self._local.uow = None
@@ -144,6 +149,8 @@ class Store:
                 yield uow.conn
             return
         with _values_refused(), self.engine.connect() as conn, conn.begin():
+            if self.on_begin is not None:
+                self.on_begin(conn)
             yield conn
 
     def close(self) -> None:

@@ -298,6 +298,29 @@ host_epochs = sa.Table(
     sa.Column("closed_at", sa.String(40), nullable=True),
 )
 
+board_settings = sa.Table(
+    "board_settings",
+    metadata,
+    # One row (id 1), written by the migration. `catalogue_version` moves in every transaction
+    # that changes what processes cache (workflows, profiles, seats, the features below), so a
+    # process compares one integer per transaction instead of re-reading the catalogue.
+    sa.Column("id", sa.Integer, primary_key=True, autoincrement=False),
+    sa.Column("catalogue_version", sa.Integer, nullable=False, server_default="0"),
+    sa.Column("features", sa.Text, nullable=False, server_default="{}"),
+    sa.Column("updated_at", sa.String(40), nullable=True),
+)
+
+applied_operations = sa.Table(
+    "applied_operations",
+    metadata,
+    # on_agent_error operation ids (AC-C5, made durable): the primary key is the decision.
+    sa.Column("operation_id", sa.String(400), primary_key=True),
+    sa.Column("state", sa.String(20), nullable=False),
+    sa.Column("epoch", sa.String(64), nullable=True),
+    sa.Column("created_at", sa.String(40), nullable=False),
+    sa.Index("ix_applied_operations_created", "created_at"),
+)
+
 
 def column_length(column: sa.Column[Any]) -> int:
     """A string column's declared length: the longest value every database accepts in it."""

@@ -20,7 +20,8 @@ Fixtures
     pairs. Empty by default (core's own kinds only). Override it per module or class.
 ``laneway_host_factory``
     a :class:`plugins.testing.hosts.HostFactory`: ``open(plugins, features=...)`` opens a
-    host that loads exactly the plugins named (installed plugins never leak in),
+    host that loads exactly the plugins named (installed plugins never leak in) and follows
+    the board's features (``features`` given are written to the test's board),
     ``restart(host)`` closes and reopens it (new epoch, recovery scan). Hosts still open at
     the end of the test are closed.
 ``laneway_host``

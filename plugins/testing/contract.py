@@ -133,7 +133,7 @@ from core import Host
 from core.kinds import Features
 from plugins.manager import PluginSelection
 
-url, task_id, step, plugins_json, features_json = sys.argv[1:6]
+url, task_id, step, plugins_json = sys.argv[1:5]
 
 def resolve(ref):
     module, _, attr = ref.partition(":")
@@ -146,7 +146,7 @@ extra = tuple((name, resolve(ref)) for name, ref in json.loads(plugins_json))
 selection = PluginSelection(
     allow=frozenset(name for name, _ in extra), extra=extra, entry_points=False, strict=True
 )
-with Host.open(url, features=Features(**json.loads(features_json)), plugins=selection) as host:
+with Host.open(url, plugins=selection) as host:  # the board's features, set by the parent
     host.tasks.move(task_id, step)
 """
 
@@ -452,7 +452,8 @@ class ActionKindContract:
     """Other plugins the kind needs on the host: ``(name, plugin)`` pairs, or entry-point
     names of installed plugins."""
     features: Features = Features()
-    """The host's features for every check."""
+    """The board's features for every check (written to the check's own database, which
+    every host of the check then follows)."""
     plugin_ref: str | None = None
     """How a child process imports the plugin ("module" or "module:attribute"); found
     automatically for a module, or an object bound to a module or class attribute."""
@@ -973,7 +974,6 @@ class ActionKindContract:
                 staged.task_id,
                 "Target",
                 json.dumps(refs),
-                json.dumps(attrs.asdict(self.features)),
             ],
         )
         if not run.crashed:

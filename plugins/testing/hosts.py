@@ -13,6 +13,8 @@ from __future__ import annotations
 from collections.abc import Iterable
 from pathlib import Path
 
+import attrs
+
 from core.host import Host
 from core.kinds import Features
 from plugins.manager import PluginSelection
@@ -50,9 +52,17 @@ def open_host(
     features: Features | None = None,
     recover: bool = True,
 ) -> Host:
-    """Open a writer host on `url` loading exactly `plugins`."""
+    """Open a writer host on `url` loading exactly `plugins`, following the board's features.
+
+    :param features: the board's switches for this (test's own) database: written to the
+        board when they differ from it, after the host opened (its recovery scan ran with the
+        board's switches as they were; a restart's runs with these).
+    """
     selection = selection_for(plugins)
-    return Host.open(url, features=features or Features(), plugins=selection, recover=recover)
+    host = Host.open(url, plugins=selection, recover=recover)
+    if features is not None and host.features != features:
+        host.set_features(**attrs.asdict(features))
+    return host
 
 
 class HostFactory:

@@ -33,7 +33,7 @@ import attrs
 import sqlalchemy as sa
 import yaml
 
-from core import Features, Host
+from core import Host
 from core.kinds import ActionContext, ActionFailed, ActionKind, GuardKind, GuardResult
 from core.model import AgentProfile, Run, Session, Task, Workflow
 from core.runtime.failures import AgentFailure
@@ -41,6 +41,7 @@ from core.runtime.runtime import TurnOutcome
 from core.store import tables as t
 from plugins import hookimpl
 from plugins.manager import PluginSelection
+from tests.conftest import board_office
 
 EVENT = "agent_error.dispatch"
 """`extra["event"]` of every record the dispatch itself emits (AC-F9)."""
@@ -141,7 +142,7 @@ PLUGINS = frozenset({"kanban", "office", "aeprobe"})
 
 def open_world_host(url: str, probe: Probe, *, office: bool = True) -> Host:
     selection = PluginSelection(allow=PLUGINS, extra=(("aeprobe", probe),))
-    return Host.open(url, features=Features(office=office), plugins=selection)
+    return board_office(Host.open(url, plugins=selection), office)
 
 
 # -- declarations ----------------------------------------------------------------------------------

@@ -2,8 +2,10 @@
 a second execution, an action error or a restart do.
 
 Mapping: `Engine.HandleTrigger` + `TransitionStore.IsOperationApplied` are laneway's
-`Engine.handle_trigger(operation_id=...)` and its in-process applied set (`TriggerResult.
-idempotent`); the Go `sync.Map` ledger's process lifetime is one `Host`'s lifetime.
+`Engine.handle_trigger(operation_id=...)` and its durable `applied_operations` table
+(`core.operations`, `TriggerResult.idempotent`). Issue 9 makes the ids durable, so AC-C5's
+"one backend process lifetime" becomes "the board's retention window", across processes and
+restarts (tests/agent_error/test_durable_operations.py runs the processes).
 """
 
 from __future__ import annotations
@@ -15,7 +17,9 @@ from typing import Any
 import pytest
 import sqlalchemy as sa
 
-from core import ledger
+from core import ids, ledger
+from core.errors import NotFound
+from core.store import tables as t
 from tests.agent_error.helpers import Probe as ProbePlugin
 from tests.agent_error.helpers import (
     World,
@@ -185,15 +189,15 @@ def test_ac_c4_two_executions_of_one_session_both_dispatch(
     assert [r["level"] for r in dispatch_records(laneway_logs)] == ["INFO", "INFO"]
 
 
-# -- AC-C5 -----------------------------------------------------------------------------------------
+# -- AC-C5 (durable since issue 9) ------------------------------------------------------------
 
 
-def test_ac_c5_exactly_once_is_scoped_to_one_process_lifetime(
+def test_ac_c5_the_same_failure_after_a_restart_dispatches_once(
     db_url: str, tmp_path: Path, laneway_logs: list[dict[str, Any]]
 ) -> None:
-    """AC-C5: the applied-operations ledger is in-process: after a restart (a new Host on the
-    same database) a redelivery of the same failure dispatches again. A stated limit, not a
-    gap - this test pins it so a change to durable markers is deliberate."""
+    """AC-C5, made durable (issue 9 item 5): operation ids live in the database, so the same
+    failure delivered again after a restart (a new Host on the same database, a new epoch) is
+    idempotent: no action runs and no dispatch record is emitted."""
     files = tmp_path / "files"
     files.mkdir()
     first = ProbePlugin()
@@ -207,8 +211,84 @@ def test_ac_c5_exactly_once_is_scoped_to_one_process_lifetime(
     second = ProbePlugin()
     with open_world_host(db_url, second) as host:
         host.runtime.fail_and_dispatch(failure)
-    assert len(second.on_agent_error()) == 1
-    assert [r["level"] for r in dispatch_records(laneway_logs)] == ["INFO", "INFO"]
+        assert host.operations.is_applied(failure.operation_id)
+    assert second.on_agent_error() == []
+    assert [r["level"] for r in dispatch_records(laneway_logs)] == ["INFO"]
+
+
+def test_ac_c5_a_delivery_cut_short_by_a_crash_is_evaluated_again_after_restart(
+    db_url: str, tmp_path: Path
+) -> None:
+    """AC-C5 / AC-C6: an operation claimed by a process that died before its actions finished
+    (its row `running`, its epoch dead) is not a completed handling: the next delivery, in a
+    new process, re-claims it and runs the list."""
+    files = tmp_path / "files"
+    files.mkdir()
+    first = ProbePlugin()
+    with open_world_host(db_url, first) as host:
+        world = World(host, first, files, db_url)
+        _wf, task, session = _pair(world, [probe("recover")])
+        failure = world.failure(task, session, agent_execution_id="exec-1")
+        # The state a crash between the claim and the end of the actions leaves behind.
+        assert host.operations.claim(failure.operation_id)
+    second = ProbePlugin()
+    with open_world_host(db_url, second) as host:
+        host.runtime.fail_and_dispatch(failure)
+        assert host.operations.is_applied(failure.operation_id)
+    assert second.labels() == ["recover"]
+
+
+def test_ac_c5_an_operation_a_live_peer_is_evaluating_is_not_evaluated_twice(
+    world: World, laneway_logs: list[dict[str, Any]]
+) -> None:
+    """AC-C5: while a live epoch (here this process's own, as a peer thread would) holds the
+    operation `running`, another delivery of the same failure runs nothing and emits no
+    dispatch record."""
+    _wf, task, session = _pair(world, [probe("recover")])
+    failure = world.failure(task, session, agent_execution_id="exec-1")
+    assert world.host.operations.claim(failure.operation_id)
+
+    world.host.runtime.fail_and_dispatch(failure)
+
+    assert world.probe.on_agent_error() == []
+    assert dispatch_records(laneway_logs) == []
+
+
+def test_ac_c5_operation_ids_past_the_retention_window_are_pruned(world: World) -> None:
+    """AC-C5: the table does not grow without bound: ids claimed longer ago than the
+    retention window (seven days by default) are deleted; younger ones stay."""
+    assert world.host.operations.retention_s == 7 * 24 * 3600
+    _wf, task, session = _pair(world, [probe("recover")])
+    old = world.failure(task, session, agent_execution_id="old")
+    young = world.failure(task, session, agent_execution_id="young")
+    world.host.runtime.fail_and_dispatch(old)
+    world.host.runtime.fail_and_dispatch(young)
+    eight_days_ago = ids.shift(ids.now(), -8 * 24 * 3600)
+    world.write(
+        sa.update(t.applied_operations)
+        .where(t.applied_operations.c.operation_id == old.operation_id)
+        .values(created_at=eight_days_ago)
+    )
+
+    assert world.host.operations.prune() == 1
+
+    assert not world.host.operations.is_applied(old.operation_id)
+    assert world.host.operations.is_applied(young.operation_id)
+
+
+def test_ac_c5_an_execution_id_longer_than_the_key_is_still_one_operation(world: World) -> None:
+    """AC-C1 / AC-C5: an outside agent may report any execution id; one longer than the
+    stored key is kept by its digest, so it is still absorbed on redelivery, and a different
+    long id is still a different operation (AC-C4)."""
+    _wf, task, session = _pair(world, [probe("recover")])
+    long_a = world.failure(task, session, agent_execution_id="a" * 2000)
+    long_b = world.failure(task, session, agent_execution_id="a" * 1999 + "b")
+
+    world.host.runtime.fail_and_dispatch(long_a)
+    world.host.runtime.fail_and_dispatch(long_a)
+    world.host.runtime.fail_and_dispatch(long_b)
+
+    assert world.probe.labels() == ["recover", "recover"]
 
 
 # -- AC-C6, AC-C7, AC-C8 ---------------------------------------------------------------------------
@@ -231,28 +311,67 @@ def test_ac_c6_an_action_error_leaves_the_operation_unmarked(
     assert world.step_name(task.id) == "Work"
 
 
-def test_ac_c7_a_move_the_transition_refuses_is_recorded_once_and_not_raised(
+def test_ac_c7_a_refused_transition_is_not_applied_on_the_second_delivery(
     world: World, laneway_logs: list[dict[str, Any]], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """AC-C7, mapped: in laneway the engine applies its move through the transition function
-    *before* it marks the operation (there is no separate `applyEngineTransition` after the
-    marker), so the Go state "resolved and marked, then declined" does not exist: a move the
-    transition function refuses (here: the destination's entry record cannot be written, so
-    the step change is rolled back) is an engine failure - the AC-E5 path, operation left
-    unmarked as AC-C6 has it. What survives of AC-C7 and is asserted: the refusal is not
-    propagated, the task does not move, and the dispatch adds at most one record of its own."""
+    """AC-C7 (issue 10 item 2): the engine resolved a move and the transition refused it
+    (here: the destination's entry record cannot be written, so the step change is rolled
+    back). The operation was recorded before the move, so the second delivery of the same
+    failure (same session, same execution id) is idempotent: the move is not applied then,
+    even though it would succeed. The refusal is logged once, by the transition; the dispatch
+    adds no ERROR of its own (its one record is AC-A6's INFO) and does not raise."""
+    real_allocate = ledger.allocate
+    refusals = []
 
-    def refuse(*_args: Any, **_kwargs: Any) -> Any:
-        raise sa.exc.OperationalError("INSERT INTO step_entries ...", {}, Exception("disk full"))
+    def refuse_once(*args: Any, **kwargs: Any) -> Any:
+        if not refusals:
+            refusals.append(1)
+            raise sa.exc.OperationalError(
+                "INSERT INTO step_entries ...", {}, Exception("disk full")
+            )
+        return real_allocate(*args, **kwargs)
 
-    monkeypatch.setattr(ledger, "allocate", refuse)
+    monkeypatch.setattr(ledger, "allocate", refuse_once)
     _wf, task, session = _pair(world, [act("move_to_next")])
 
     world.fail(task, session, agent_execution_id="exec-1")
+    assert world.step_name(task.id) == "Work"
+    assert [r["level"] for r in dispatch_records(laneway_logs)] == ["INFO"]
+    refused = [r for r in laneway_logs if "could not be allocated" in r["message"]]
+    assert len(refused) == 1
+
+    laneway_logs.clear()
+    world.fail(task, session, agent_execution_id="exec-1")
 
     assert world.step_name(task.id) == "Work"
-    assert world.probe.seen == []
-    assert len(dispatch_records(laneway_logs)) <= 1
+    assert dispatch_records(laneway_logs) == []
+    assert world.host.operations.is_applied(f"agent_error:session:{session.id}:exec-1")
+
+
+def test_ac_c7_a_missing_target_step_is_declined_with_one_warning(
+    world: World, laneway_logs: list[dict[str, Any]], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """AC-C7: a move whose target step the transition cannot find is declined: one WARNING
+    naming the target, the operation applied, nothing raised, and no retry on redelivery."""
+    wf, task, session = _pair(world, [act("move_to_next")])
+    recover_id = world.step_id(wf, "Recover")
+    real_step_by_id = world.host.workflows.step_by_id
+
+    def vanished(step_id: str) -> Any:
+        if step_id == recover_id:
+            raise NotFound(f"no step {step_id!r}")
+        return real_step_by_id(step_id)
+
+    monkeypatch.setattr(world.host.workflows, "step_by_id", vanished)
+    world.fail(task, session, agent_execution_id="exec-1")
+    monkeypatch.undo()
+    world.fail(task, session, agent_execution_id="exec-1")
+
+    assert world.step_name(task.id) == "Work"
+    declined = [r for r in laneway_logs if r["message"].startswith("transition declined")]
+    assert len(declined) == 1
+    assert declined[0]["level"] == "WARNING"
+    assert declined[0]["extra"]["to_step_id"] == recover_id
 
 
 def test_ac_c8_two_empty_execution_ids_collapse_to_one_dispatch(

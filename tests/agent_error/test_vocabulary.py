@@ -436,6 +436,10 @@ def test_ac_e12_the_walk_reads_the_step_the_engine_executes(
     provides; walk and engine both still see the declaration the accessor holds, so the walk
     raises no false alarm about an action the engine does not execute."""
     wf, task, session = _pair(world, [probe("cached")])
+    # The accessor holds the declaration as of the board's catalogue version now (setting up
+    # moved the version: a profile was added); the rewrite below does not move it.
+    world.host.follow_board()
+    world.host.workflows.by_id(wf.id)
     steps = t.workflow_steps
     world.write(
         sa.update(steps)

@@ -55,7 +55,7 @@ REPO = Path(__file__).resolve().parents[2]
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
-from core import Features, Host, ids, ledger, recovery  # noqa: E402
+from core import Host, ids, ledger, recovery  # noqa: E402
 from core.store import dialect  # noqa: E402
 from core.store import tables as t  # noqa: E402
 from plugins.manager import PluginSelection  # noqa: E402
@@ -83,7 +83,7 @@ workflows:
 def open_host(url: str, **kwargs: Any) -> Host:
     """A host with exactly the built-in plugins."""
     selection = PluginSelection(allow=frozenset({"kanban", "office"}))
-    return Host.open(url, features=Features(office=True), plugins=selection, **kwargs)
+    return Host.open(url, plugins=selection, **kwargs)
 
 
 def timed(seconds: float, step: Callable[[int], None]) -> tuple[int, float]:

@@ -29,12 +29,13 @@ import attrs
 import sqlalchemy as sa
 import yaml
 
-from core import Features, Host
+from core import Host
 from core.kinds import ActionContext, ActionFailed, ActionKind
 from core.model import AgentProfile, Marker, Run, StepEntry, Task, Workflow
 from core.store import tables as t
 from plugins import hookimpl
 from plugins.manager import PluginSelection
+from tests.conftest import board_office
 
 PATHS = ("E1", "E2", "E3", "E4", "E5-update", "E5-start")
 """Every entry path, with E5's two sites (generic update, task start) separately."""
@@ -125,7 +126,7 @@ ALL_PLUGINS = frozenset({"kanban", "office", "t"})
 
 def open_host(url: str, plugin: KindsPlugin, *, office: bool = True) -> Host:
     selection = PluginSelection(allow=ALL_PLUGINS, extra=(("t", plugin),))
-    return Host.open(url, features=Features(office=office), plugins=selection)
+    return board_office(Host.open(url, plugins=selection), office)
 
 
 # -- declarations ----------------------------------------------------------------------------------

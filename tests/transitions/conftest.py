@@ -11,11 +11,12 @@ from typing import Any
 import attrs
 import pytest
 
-from core import Features, Host
+from core import Host
 from core.kinds import ActionContext, ActionKind
 from core.model import Task, Workflow
 from plugins import hookimpl
 from plugins.manager import PluginSelection
+from tests.conftest import board_office
 
 
 @attrs.define
@@ -97,7 +98,7 @@ def open_with_probe(url: str, probe: Probe, *, office: bool = True) -> Host:
     selection = PluginSelection(
         allow=frozenset({"kanban", "office", "probe"}), extra=(("probe", probe),)
     )
-    return Host.open(url, features=Features(office=office), plugins=selection)
+    return board_office(Host.open(url, plugins=selection), office)
 
 
 @pytest.fixture
