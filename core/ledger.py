@@ -98,7 +98,7 @@ _OCCUPANCY = (
             _NEWER.c.entry_seq > sa.bindparam("entry_seq", type_=sa.Integer),
         ),
     )
-    .with_for_update()
+    .with_for_update(key_share=True)
 )
 _NEWEST_SEQ = sa.select(sa.func.max(E.c.entry_seq)).where(
     E.c.task_id == sa.bindparam("task_id", type_=sa.String),

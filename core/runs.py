@@ -179,7 +179,9 @@ def _claim_values() -> dict[str, Any]:
 # locking the agent's row and bumping its count in the same statement makes a concurrent claim
 # of the same agent re-check the limit against the bumped count (PostgreSQL re-evaluates a
 # locked row's conditions on its newest version).
-_PG_CANDIDATE = _next_eligible().with_for_update(of=(R, P), skip_locked=True).cte("candidate")
+_PG_CANDIDATE = (
+    _next_eligible().with_for_update(of=(R, P), skip_locked=True, key_share=True).cte("candidate")
+)
 _PG_BUMP = (
     sa.update(P)
     .where(P.c.id == _PG_CANDIDATE.c.agent_profile_id)

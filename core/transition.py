@@ -92,13 +92,13 @@ _TASK_AND_SESSION = sa.select(
 ).where(TASKS.c.id == sa.bindparam("task_id"))
 # The task row is held until the transition commits (PostgreSQL; SQLite's writers are
 # serialised): two processes moving one task are ordered, each seeing the other's result.
-_TASK_AND_SESSION = _TASK_AND_SESSION.with_for_update(of=TASKS)
+_TASK_AND_SESSION = _TASK_AND_SESSION.with_for_update(of=TASKS, key_share=True)
 # Admissions into a WIP-limited step are ordered by its row, so two processes cannot both
 # take its last slot.
 _LOCK_STEP = (
     sa.select(t.workflow_steps.c.id)
     .where(t.workflow_steps.c.id == sa.bindparam("step_id"))
-    .with_for_update()
+    .with_for_update(key_share=True)
 )
 _ADMIT = (
     sa.update(TASKS)

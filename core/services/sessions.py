@@ -163,7 +163,9 @@ class SessionService(Service):
         """The session, its row held until the transaction ends (FOR UPDATE; SQLite's writers
         are serialised anyway)."""
         row = (
-            uow.conn.execute(sa.select(S).where(S.c.id == session_id).with_for_update())
+            uow.conn.execute(
+                sa.select(S).where(S.c.id == session_id).with_for_update(key_share=True)
+            )
             .mappings()
             .first()
         )
@@ -174,7 +176,7 @@ class SessionService(Service):
     def pop_queued_message(self, session_id: str) -> str | None:
         with self.host.store.transaction() as uow:
             raw = uow.conn.execute(
-                sa.select(S.c.metadata).where(S.c.id == session_id).with_for_update()
+                sa.select(S.c.metadata).where(S.c.id == session_id).with_for_update(key_share=True)
             ).scalar()
             meta: dict[str, Any] = json.loads(raw or "{}")
             queued = list(meta.get("queued_messages") or [])
@@ -208,7 +210,7 @@ class SessionService(Service):
         # FOR UPDATE: two processes merging into one session's metadata must not lose either
         # change (PostgreSQL; SQLite's writers are serialised).
         raw = uow.conn.execute(
-            sa.select(S.c.metadata).where(S.c.id == session_id).with_for_update()
+            sa.select(S.c.metadata).where(S.c.id == session_id).with_for_update(key_share=True)
         ).scalar()
         if raw is None:
             raise NotFound(f"no session {session_id!r}")

@@ -818,13 +818,23 @@ def test_ac_b9_recover_json_reports_the_scan(db_url: str) -> None:
         report: dict[str, Any] = json.loads(done.stdout)
         return report
 
+    # `runs_requeued` / `runs_dead` extend CLI.md's shape: runs of dead workers re-queued.
     assert recover() == {
         "scanned": 5,
         "redispatched": 1,
         "skipped": {"superseded": 1, "step_left": 1, "unresolvable": 1},
         "errors": 0,
+        "runs_requeued": 0,
+        "runs_dead": 0,
     }
-    assert recover() == {"scanned": 0, "redispatched": 0, "skipped": {}, "errors": 0}
+    assert recover() == {
+        "scanned": 0,
+        "redispatched": 0,
+        "skipped": {},
+        "errors": 0,
+        "runs_requeued": 0,
+        "runs_dead": 0,
+    }
 
 
 def test_ac_b9_pending_query_uses_the_pending_index(db_url: str) -> None:
