@@ -104,6 +104,7 @@ def dispatch(host: Host, failure: AgentFailure) -> bool:
             payload=payload_of(failure, session.agent_profile_id),
             label="on_agent_error",
             task=task,
+            caller_reports=True,
         )
     except Exception as exc:  # noqa: BLE001 - recovery must never mask the failure itself
         _record(failure, operation_id=operation_id, cause=f"{type(exc).__name__}: {exc}").error(
@@ -113,9 +114,14 @@ def dispatch(host: Host, failure: AgentFailure) -> bool:
     if result.idempotent:
         return False
     if result.failed:
-        _record(failure, operation_id=operation_id, cause=result.cause).error(
-            "on_agent_error dispatch failed"
-        )
+        _record(
+            failure,
+            step_id=task.workflow_step_id,
+            operation_id=operation_id,
+            cause=result.cause,
+            action_type=result.failed_action,
+            position=result.failed_position,
+        ).error("on_agent_error dispatch failed")
         return False
     if result.action_count:
         _record(failure, step_id=task.workflow_step_id, operation_id=operation_id).info(

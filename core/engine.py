@@ -41,6 +41,8 @@ class TriggerResult:
     failed: bool = False
     """An action failed: the evaluation aborted, nothing moved, the operation stays unmarked."""
     cause: str | None = None
+    failed_action: str | None = None
+    failed_position: int | None = None
 
     def as_dict(self, task: Task) -> dict[str, Any]:
         return {
@@ -83,12 +85,16 @@ class Engine:
         payload: Mapping[str, Any] | None = None,
         label: str | None = None,
         task: Task | None = None,
+        caller_reports: bool = False,
     ) -> TriggerResult:
         """Evaluate `trigger` for the task's current step (never on_enter: see core.entry).
 
         :param operation_id: a repeated id is short-circuited (`idempotent`); the id is
             marked applied only after every action succeeded. In-process, by design.
         :param task: the task as the caller already read it (read once, used throughout).
+        :param caller_reports: the caller has warned about actions with no executor and
+            records the outcome itself (on_agent_error's dispatch): the engine adds no record
+            of its own for those, so each gets exactly one.
         """
         if trigger == "on_enter":
             raise ValueError("on_enter is dispatched by core.entry, not by handle_trigger")
@@ -111,10 +117,27 @@ class Engine:
                 if target is None and self._eligible(decl, task, step, trigger, log, warned):
                     target = self._resolve_target(workflow, step, decl)
                 continue
-            cause = self._run(decl, task, step, trigger, log, operation_id, payload, session_id)
+            cause = self._run(
+                decl,
+                task,
+                step,
+                trigger,
+                log,
+                operation_id,
+                payload,
+                session_id,
+                warn_unexecutable=not caller_reports,
+            )
             if cause is not None:
-                _aborted(log, decl, cause)
-                return TriggerResult(action_count=len(actions), failed=True, cause=cause)
+                if not caller_reports:
+                    _aborted(log, decl, cause)
+                return TriggerResult(
+                    action_count=len(actions),
+                    failed=True,
+                    cause=cause,
+                    failed_action=decl.kind,
+                    failed_position=decl.position,
+                )
         result = TriggerResult(action_count=len(actions))
         if target is not None and target.id != step.id:
             change = transition.move(
@@ -292,21 +315,28 @@ class Engine:
         operation_id: str | None,
         payload: Mapping[str, Any] | None,
         session_id: str | None,
+        *,
+        warn_unexecutable: bool = True,
     ) -> str | None:
-        """Run one non-move action; a returned cause means it failed (the caller reports it)."""
+        """Run one non-move action; a returned cause means it failed (the caller reports it).
+
+        :param warn_unexecutable: False when the caller already warned about a kind that
+            reaches no executor (it is still skipped)."""
         registered = self.registry.kind(decl.kind)
         action_log = log.bind(action_type=decl.kind, position=decl.position)
         if registered is None:
-            action_log.warning("action kind has no provider; skipped")
+            if warn_unexecutable:
+                action_log.warning("action kind has no provider; skipped")
             return None
         if not registered.kind.trigger_ok(trigger):
             action_log.warning("action kind cannot run on this trigger; skipped")
             return None
         kind = registered.kind
         if not registered.executable or kind.execute is None:
-            action_log.bind(feature=kind.feature).warning(
-                "action kind has no executor (feature off); skipped"
-            )
+            if warn_unexecutable:
+                action_log.bind(feature=kind.feature).warning(
+                    "action kind has no executor (feature off); skipped"
+                )
             return None
         args = (task, step, trigger, decl, log, operation_id, payload, session_id)
         try:
