@@ -65,6 +65,8 @@ class Change:
     arrival: Arrival | None = None
     abandoned: bool = False
     """The caller's expected step no longer held (compare-and-set lost); nothing changed."""
+    halted: bool = False
+    """The runaway-loop limit refused this trigger's move; nothing changed."""
 
 
 # -- reads inside a unit of work --------------------------------------------------------------
@@ -212,6 +214,7 @@ def _admit(
         },
     )
     _write_history(uow, task.id, session_id, from_step_id, step.id, label, actor)
+    _count_arrival(uow, task.id, step.id)
     from core import ledger
 
     try:
@@ -268,9 +271,15 @@ def move(
         source = task.workflow_step_id
         if expected_step_id is not None and source != expected_step_id:
             return Change(task, source, changed=False, abandoned=True)
+        if path == PERSON_PATH:
+            # even to the step it stands at: that is how a person resumes a halted task there
+            task = _reset_loop_count(uow, task)
         if source == step.id:
             # Same step: not an arrival, whether admitted or queued here.
             return Change(task, source, changed=False, queued=not task.wip_admitted)
+        if path == TRIGGER_PATH and _loop_halted(uow, task, workflow, step):
+            # returning commits the flag _loop_halted may have set
+            return Change(task, source, changed=False, halted=True)
         if _has_room(uow.conn, step, task.id, task.is_ephemeral):
             admitted = _admit(
                 host,
@@ -330,6 +339,81 @@ def _log_change(task: Task, source: str | None, step: Step, path: str, queued: b
         entry_path=path,
         queued=queued,
     ).debug("step change committed")
+
+
+# -- the runaway-loop limit ----------------------------------------------------------------------
+
+PERSON_PATH = "E2"
+"""A person's move: it clears the loop flag and starts the counts afresh."""
+TRIGGER_PATH = "E1"
+"""Moves a trigger makes: the ones the limit stops."""
+ARRIVALS = t.task_step_arrivals
+_UPSERTS: dict[str, Any] = {}
+
+
+def _count_arrival(uow: UnitOfWork, task_id: str, step_id: str) -> None:
+    """One more admission of the task at the step: one upsert, so no read precedes the write."""
+    name = uow.conn.dialect.name
+    statement = _UPSERTS.get(name)
+    if statement is None:
+        from sqlalchemy.dialects import postgresql, sqlite
+
+        insert = postgresql.insert if name == "postgresql" else sqlite.insert
+        base = insert(ARRIVALS).values(
+            task_id=sa.bindparam("a_task_id"), step_id=sa.bindparam("a_step_id"), arrivals=1
+        )
+        statement = _UPSERTS[name] = base.on_conflict_do_update(
+            index_elements=[ARRIVALS.c.task_id, ARRIVALS.c.step_id],
+            set_={"arrivals": ARRIVALS.c.arrivals + 1},
+        )
+    uow.conn.execute(statement, {"a_task_id": task_id, "a_step_id": step_id})
+
+
+def _reset_loop_count(uow: UnitOfWork, task: Task) -> Task:
+    uow.conn.execute(sa.delete(ARRIVALS).where(ARRIVALS.c.task_id == task.id))
+    if task.loop_halted_step_id is None:
+        return task
+    uow.conn.execute(sa.update(TASKS).where(TASKS.c.id == task.id).values(loop_halted_step_id=None))
+    logger.bind(task_id=task.id, step_id=task.loop_halted_step_id).info(
+        "a person moved the task: the runaway-loop flag is cleared"
+    )
+    return attrs.evolve(task, loop_halted_step_id=None)
+
+
+def _loop_halted(uow: UnitOfWork, task: Task, workflow: Workflow, step: Step) -> bool:
+    """Whether the runaway-loop limit stops this trigger's move. The flag is set by one
+    conditional statement: its row count says whether this move is the one that hit the
+    limit (and warns), so two racing triggers warn once."""
+    log = logger.bind(
+        task_id=task.id,
+        step_id=step.id,
+        step_name=step.name,
+        workflow_id=workflow.id,
+        limit=workflow.max_step_arrivals,
+    )
+    if task.loop_halted_step_id is not None:
+        log.debug("task stopped by the runaway-loop limit: trigger move not taken")
+        return True
+    limit = workflow.max_step_arrivals
+    if limit <= 0:
+        return False
+    reached = sa.exists().where(
+        ARRIVALS.c.task_id == task.id,
+        ARRIVALS.c.step_id == step.id,
+        ARRIVALS.c.arrivals >= limit,
+    )
+    flagged = uow.conn.execute(
+        sa.update(TASKS)
+        .where(TASKS.c.id == task.id, TASKS.c.loop_halted_step_id.is_(None), reached)
+        .values(loop_halted_step_id=step.id, updated_at=ids.now())
+    ).rowcount
+    if not flagged:
+        return False
+    log.warning(
+        "runaway loop: the task reached this step the limit's number of times; "
+        "triggers no longer move it until a person does"
+    )
+    return True
 
 
 # -- WIP: placement at creation and promotion on vacate ------------------------------------------

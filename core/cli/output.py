@@ -57,6 +57,7 @@ def workflow_json(workflow: Workflow) -> dict[str, Any]:
         "name": workflow.name,
         "description": workflow.description,
         "hidden": workflow.hidden,
+        "max_step_arrivals": workflow.max_step_arrivals,
         "steps": [step_json(s) for s in sorted(workflow.steps, key=lambda s: s.position)],
     }
 
@@ -123,6 +124,8 @@ def _or_dash(value: object) -> str:
 
 def task_line(task: Task) -> str:
     flags = " archived" if task.archived_at else ""
+    if task.loop_halted_step_id:
+        flags += f" HALTED(runaway loop at {task.loop_halted_step_id}; move it to resume)"
     return (
         f"{task.id}  {task.title!r}  step={_or_dash(task.workflow_step_id)} "
         f"state={task.state}{flags}"

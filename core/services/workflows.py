@@ -98,6 +98,7 @@ class WorkflowService(Service):
                         agent_profile_id=wf.agent_profile_id,
                         hidden=wf.hidden,
                         template_id=wf.template_id,
+                        max_step_arrivals=wf.max_step_arrivals,
                         created_at=ids.now(),
                     )
                 )
@@ -167,6 +168,22 @@ class WorkflowService(Service):
         step = wf.step(step_id)
         assert step is not None
         return wf, step
+
+    def set_max_step_arrivals(self, ref: str, limit: int) -> Workflow:
+        """Set the workflow's runaway-loop limit (0: no limit)."""
+        self._require_writer()
+        if type(limit) is not int or limit < 0:
+            raise LanewayError(f"max_step_arrivals must be an integer >= 0, got {limit!r}")
+        wf = self.get(ref)
+        with self.host.store.transaction() as uow:
+            uow.conn.execute(
+                sa.update(t.workflows)
+                .where(t.workflows.c.id == wf.id)
+                .values(max_step_arrivals=limit)
+            )
+        with self._cache_lock:
+            self._cache.pop(wf.id, None)
+        return self.by_id(wf.id)
 
     # -- export and check -------------------------------------------------------------------
 
