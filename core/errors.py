@@ -17,3 +17,8 @@ class Conflict(LanewayError):
 
 class NotInitialised(LanewayError):
     pass
+
+
+class DatabaseUnusable(LanewayError):
+    """The database named cannot be used as it stands (a missing or read-only directory, a
+    file that is not a database); the message says which and where."""

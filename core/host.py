@@ -22,7 +22,7 @@ from loguru import logger
 
 from core import ids
 from core.bundle import Bundle, BundleHolder
-from core.errors import NotInitialised
+from core.errors import DatabaseUnusable, NotInitialised
 from core.kinds import Features
 from core.registry import Registry, build_registry
 from core.store import dialect, migrate
@@ -107,6 +107,7 @@ class Host:
         if missing is not None and (read_only or not upgrade):
             # Refuse before connecting: connecting would leave an empty file behind.
             raise NotInitialised(f"database {missing} does not exist; run `laneway init`")
+        _check_sqlite_file(url, writing=not read_only)
         store = Store(url)
         lock: OwnershipLock | None = None
         try:
@@ -210,6 +211,16 @@ class Host:
     @property
     def writable(self) -> bool:
         return self.epoch is not None
+
+
+def _check_sqlite_file(url: str, *, writing: bool) -> None:
+    parsed = dialect.normalise_url(url)
+    if not dialect.is_sqlite(parsed):
+        return
+    path = dialect.sqlite_path(parsed)
+    problem = dialect.sqlite_file_problem(path, writing=writing) if path is not None else None
+    if problem is not None:
+        raise DatabaseUnusable(f"database {url}: {problem}")
 
 
 def _missing_sqlite_file(url: str) -> str | None:

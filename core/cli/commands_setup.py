@@ -8,6 +8,7 @@ from core.cli.app import Settings, pass_settings, reader, writer
 from core.cli.output import emit
 from core.model import Workspace
 from core.store import migrate
+from plugins.manager import PluginSelection
 
 
 @click.command()
@@ -63,9 +64,12 @@ def plugins() -> None:
 @plugins.command("list")
 @pass_settings
 def plugins_list(settings: Settings) -> None:
-    """List plugins: name, version, kinds, guards, enabled, error."""
-    with reader(settings) as host:
-        found = host.plugins.list()
+    """List plugins: name, version, kinds, guards, enabled, error.
+
+    It needs no database: it lists what is installed, as a host would load it."""
+    from core.services.plugins import installed
+
+    found = installed(PluginSelection.from_env(), settings.features)
     lines = []
     for p in found:
         state = "enabled" if p["enabled"] else "disabled"

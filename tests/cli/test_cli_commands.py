@@ -21,7 +21,7 @@ from core.store.migrate import head_revision
 from tests.cli.conftest import Laneway
 from tests.conftest import open_host
 
-WORKFLOW_KEYS = {"id", "name", "description", "hidden", "steps"}
+WORKFLOW_KEYS = {"id", "name", "description", "hidden", "max_step_arrivals", "steps"}
 STEP_KEYS = {
     "id",
     "workflow_id",
