@@ -43,6 +43,10 @@ class TriggerResult:
     cause: str | None = None
     failed_action: str | None = None
     failed_position: int | None = None
+    refusals: tuple[tuple[str, str], ...] = ()
+    """(guard, reason) for each guarded move a guard kept from being taken."""
+    halted: bool = False
+    """The runaway-loop limit kept the chosen move from being taken."""
 
     def as_dict(self, task: Task) -> dict[str, Any]:
         return {
@@ -50,6 +54,8 @@ class TriggerResult:
             "transitioned": self.transitioned,
             "from_step_id": self.from_step_id,
             "to_step_id": self.to_step_id,
+            "refusals": [{"guard": g, "reason": r} for g, r in self.refusals],
+            "halted": self.halted,
         }
 
 
@@ -112,9 +118,12 @@ class Engine:
         log = _bound(task, step, trigger)
         target: Step | None = None
         warned: set[str] = set()
+        refusals: list[tuple[str, str]] = []
         for decl in actions:
             if decl.kind in MOVE_KINDS:
-                if target is None and self._eligible(decl, task, step, trigger, log, warned):
+                if target is None and self._eligible(
+                    decl, task, step, trigger, log, warned, refusals
+                ):
                     target = self._resolve_target(workflow, step, decl)
                 continue
             cause = self._run(
@@ -138,7 +147,7 @@ class Engine:
                     failed_action=decl.kind,
                     failed_position=decl.position,
                 )
-        result = TriggerResult(action_count=len(actions))
+        result = TriggerResult(action_count=len(actions), refusals=tuple(refusals))
         if target is not None and target.id != step.id:
             change = transition.move(
                 self.host,
@@ -152,6 +161,8 @@ class Engine:
                 from_step_id=step.id,
                 to_step_id=target.id,
                 action_count=len(actions),
+                refusals=tuple(refusals),
+                halted=change.halted,
             )
         if operation_id is not None:
             with self._applied_lock:
@@ -168,10 +179,11 @@ class Engine:
         workflow, step = self.host.workflows.step_by_id(step_id)
         log = _bound(task, step, "on_turn_complete")
         warned: set[str] = set()
+        refusals: list[tuple[str, str]] = []
         for decl in step.actions("on_turn_complete"):
             if decl.kind not in MOVE_KINDS or not guards_of(decl):
                 continue
-            if not self._eligible(decl, task, step, "on_turn_complete", log, warned):
+            if not self._eligible(decl, task, step, "on_turn_complete", log, warned, refusals):
                 continue
             target = self._resolve_target(workflow, step, decl)
             change = transition.move(
@@ -187,8 +199,9 @@ class Engine:
                 from_step_id=step.id,
                 to_step_id=target.id if change.changed else None,
                 abandoned=change.abandoned,
+                halted=change.halted,
             )
-        return TriggerResult()
+        return TriggerResult(refusals=tuple(refusals))
 
     def run_exit(self, task: Task, step_id: str) -> None:
         """The on_exit actions of the step a task left; moves there are ignored."""
@@ -231,9 +244,17 @@ class Engine:
     # -- pieces ---------------------------------------------------------------------------------
 
     def _eligible(
-        self, decl: ActionDecl, task: Task, step: Step, trigger: str, log: Any, warned: set[str]
+        self,
+        decl: ActionDecl,
+        task: Task,
+        step: Step,
+        trigger: str,
+        log: Any,
+        warned: set[str],
+        refusals: list[tuple[str, str]] | None = None,
     ) -> bool:
-        """Whether a move may be taken; `warned` keeps one warning per guard per evaluation."""
+        """Whether a move may be taken; `warned` keeps one warning per guard per evaluation,
+        `refusals` collects (guard, reason) for each guard that keeps a move back."""
         if decl.config.get("requires_approval"):
             return False
         for name, config in guards_of(decl).items():
@@ -242,11 +263,12 @@ class Engine:
                 if name in warned:
                     return False
                 warned.add(name)
+                why = "guard has no provider" if registered is None else "guard's feature is off"
                 log.bind(guard=name, position=decl.position).warning(
-                    "guarded transition not taken: guard has no provider"
-                    if registered is None
-                    else "guarded transition not taken: guard's feature is off"
+                    f"guarded transition not taken: {why}"
                 )
+                if refusals is not None:
+                    refusals.append((name, why))
                 return False
             ctx = GuardContext(task, step, trigger, self.host, log)
             result = registered.guard.evaluate(ctx, registered.guard.validate(config))
@@ -254,8 +276,19 @@ class Engine:
                 log.bind(guard=name, reason=result.reason, position=decl.position).debug(
                     "guard not satisfied"
                 )
+                if refusals is not None:
+                    refusals.append((name, self._reason_text(decl, step, result)))
                 return False
         return True
+
+    def _reason_text(self, decl: ActionDecl, step: Step, result: Any) -> str:
+        try:
+            target = self._resolve_target(
+                self.host.workflows.by_id(step.workflow_id), step, decl
+            ).name
+        except LanewayError:
+            target = ""
+        return _reason_text(decl, target, result)
 
     def _resolve_target(self, workflow: Workflow, step: Step, decl: ActionDecl) -> Step:
         ordered = sorted(workflow.steps, key=lambda s: s.position)
@@ -356,6 +389,15 @@ class Engine:
         if outcome is not None and outcome.state == "failed":
             return outcome.cause or "failed"
         return None
+
+
+def _reason_text(decl: ActionDecl, target: str, result: Any) -> str:
+    """A refusal as a person reads it: the move, the guard's reason and its detail."""
+    move = f"{decl.kind} {target}" if target else decl.kind
+    text = f"{move}: {result.reason or 'not satisfied'}"
+    if result.detail:
+        text += " (" + ", ".join(f"{k}={v}" for k, v in result.detail.items()) + ")"
+    return text
 
 
 def _aborted(log: Any, decl: ActionDecl, cause: str) -> None:

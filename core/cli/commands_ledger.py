@@ -7,6 +7,7 @@ import click
 from core.cli.app import Settings, pass_settings, reader
 from core.cli.output import emit, entry_json, entry_lines
 from core.model import Run
+from core.runs import RUN_STATUSES
 
 
 def _run_line(run: Run) -> str:
@@ -23,12 +24,16 @@ def runs() -> None:
 
 @runs.command("list")
 @click.option("--task", "task_ref", metavar="T")
-@click.option("--status", metavar="S")
+@click.option(
+    "--status",
+    type=click.Choice(RUN_STATUSES, case_sensitive=False),
+    help="Only runs in this state.",
+)
 @pass_settings
 def runs_list(settings: Settings, task_ref: str | None, status: str | None) -> None:
     """List runs, oldest first."""
     with reader(settings) as host:
-        found = host.runs.list(task=task_ref, status=status)
+        found = host.runs.list(task=task_ref, status=status.lower() if status else None)
     emit(settings.json, found, [_run_line(r) for r in found])
 
 

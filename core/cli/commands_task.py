@@ -8,12 +8,12 @@ from typing import Any
 import click
 
 from core.cli.app import Settings, pass_settings, reader, writer
-from core.cli.output import emit, task_line, trigger_json
+from core.cli.output import emit, step_names, task_line, trigger_json, why_not
 from core.model import Participant, Session, Task
 
 
-def _emit_task(settings: Settings, task: Task) -> None:
-    emit(settings.json, task, [task_line(task)])
+def _emit_task(settings: Settings, task: Task, names: Mapping[str, str] | None = None) -> None:
+    emit(settings.json, task, [task_line(task, names)])
 
 
 @click.group()
@@ -51,7 +51,8 @@ def task_show(settings: Settings, ref: str) -> None:
     """Show a task."""
     with reader(settings) as host:
         found = host.tasks.get(ref)
-    _emit_task(settings, found)
+        names = step_names(host, found)
+    _emit_task(settings, found, names)
 
 
 @task.command("list")
@@ -61,7 +62,8 @@ def task_list(settings: Settings, workflow: str | None) -> None:
     """List tasks, optionally of one workflow."""
     with reader(settings) as host:
         found = host.tasks.list(workflow=workflow)
-    emit(settings.json, found, [task_line(t) for t in found])
+        names = step_names(host, *found)
+    emit(settings.json, found, [task_line(t, names) for t in found])
 
 
 @task.command("move")
@@ -69,10 +71,24 @@ def task_list(settings: Settings, workflow: str | None) -> None:
 @click.argument("step", metavar="STEP")
 @pass_settings
 def task_move(settings: Settings, ref: str, step: str) -> None:
-    """Manual move (E2)."""
+    """Manual move (E2). It clears a runaway-loop stop: triggers move the task again."""
     with writer(settings) as host:
-        moved = host.tasks.move(ref, step)
-    _emit_task(settings, moved)
+        before = host.tasks.get(ref)
+        moved = host.tasks.move(before.id, step)
+        names = step_names(host, before, moved)
+    emit(settings.json, moved, [_move_line(before, moved, names)])
+
+
+def _move_line(before: Task, after: Task, names: Mapping[str, str]) -> str:
+    def name(step_id: str | None) -> str:
+        return names.get(step_id, step_id) if step_id else "-"
+
+    src, dst = name(before.workflow_step_id), name(after.workflow_step_id)
+    if not after.wip_admitted:
+        return f"task {after.id}: queued for {dst} (the step is full; it enters when room frees)"
+    if before.workflow_step_id == after.workflow_step_id:
+        return f"task {after.id}: already at {dst}"
+    return f"task {after.id}: moved from {src} to {dst}"
 
 
 @task.command("update")
@@ -241,13 +257,23 @@ def session_list(settings: Settings, task_ref: str) -> None:
     emit(settings.json, found, [_session_line(s) for s in found])
 
 
-def _emit_trigger(settings: Settings, result: Mapping[str, Any]) -> None:
+def _emit_trigger(settings: Settings, result: Mapping[str, Any], names: Mapping[str, str]) -> None:
     shaped = trigger_json(result)
     task_id = shaped["task"]["id"]
+
+    def name(step_id: str | None) -> str:
+        return names.get(step_id, step_id) if step_id else "-"
+
     if shaped["transitioned"]:
-        line = f"task {task_id}: moved from {shaped['from_step_id']} to {shaped['to_step_id']}"
+        line = (
+            f"task {task_id}: moved from {name(shaped['from_step_id'])} "
+            f"to {name(shaped['to_step_id'])}"
+        )
+        if not shaped["task"]["wip_admitted"]:
+            line += " (queued: the step is full)"
     else:
-        line = f"task {task_id}: no transition (step {shaped['task']['workflow_step_id']})"
+        at = name(shaped["task"]["workflow_step_id"])
+        line = f"task {task_id}: no transition at {at}{why_not(shaped)}"
     emit(settings.json, shaped, [line])
 
 
@@ -264,7 +290,8 @@ def turn_start(settings: Settings, ref: str, session_id: str | None) -> None:
     """Fire on_turn_start."""
     with writer(settings) as host:
         result = host.turns.start(ref, session_id)
-    _emit_trigger(settings, result)
+        names = step_names(host, result["task"])
+    _emit_trigger(settings, result, names)
 
 
 @turn.command("complete")
@@ -275,7 +302,8 @@ def turn_complete(settings: Settings, ref: str, session_id: str | None) -> None:
     """Fire on_turn_complete."""
     with writer(settings) as host:
         result = host.turns.complete(ref, session_id)
-    _emit_trigger(settings, result)
+        names = step_names(host, result["task"])
+    _emit_trigger(settings, result, names)
 
 
 # -- decisions -----------------------------------------------------------------------------
@@ -311,15 +339,21 @@ def decision_record(
     # (exit 1, named by the service), not a usage error.
     with writer(settings) as host:
         result = host.decisions.record(task_ref, step, participant_id, verdict, comment=comment)
+        names = step_names(host, host.tasks.get(task_ref))
     made = result["decision"]
     shaped = {
         "decision": made,
         "transitioned": bool(result["transitioned"]),
         "to_step_id": result["to_step_id"],
+        "refusals": result["refusals"],
+        "halted": result["halted"],
     }
     line = f"{made.id}  {made.decision}  participant={made.participant_id}"
     if shaped["transitioned"]:
-        line += f"  -> moved to {shaped['to_step_id']}"
+        to = shaped["to_step_id"]
+        line += f"  -> moved to {names.get(to, to)}"
+    else:
+        line += f"  -> no transition{why_not(shaped)}"
     emit(settings.json, shaped, [line])
 
 

@@ -76,6 +76,8 @@ class DecisionService(Service):
             "decision": decision,
             "transitioned": result.transitioned,
             "to_step_id": result.to_step_id,
+            "refusals": [{"guard": g, "reason": r} for g, r in result.refusals],
+            "halted": result.halted,
         }
 
     def clear(self, uow: UnitOfWork, task_id: str, step_id: str) -> int:

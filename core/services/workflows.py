@@ -45,7 +45,14 @@ class WorkflowService(Service):
     def templates(self) -> list[WorkflowDecl]:
         return shipped_templates()
 
-    def create_from_template(self, template_id: str, *, name: str | None = None) -> Workflow:
+    def create_from_template(
+        self, template_id: str, *, name: str | None = None, exist_ok: bool = False
+    ) -> Workflow:
+        """A new workflow from a shipped template (named `name`, default the template's).
+
+        :param exist_ok: when a workflow of that name made from this template exists, return
+            it instead of refusing (so a script that sets up its board can run twice).
+        """
         decl = shipped_template(template_id)
         if decl is None:
             known = ", ".join(d.template_id or d.name for d in shipped_templates())
@@ -54,6 +61,11 @@ class WorkflowService(Service):
             import attrs
 
             decl = attrs.evolve(decl, name=name)
+        if exist_ok:
+            for existing in self.list():
+                same_name = existing.name.casefold() == decl.name.casefold()
+                if same_name and existing.template_id == decl.template_id:
+                    return existing
         return self._store_decls([decl])[0]
 
     def import_file(self, path: str | Path) -> builtins.list[Workflow]:
