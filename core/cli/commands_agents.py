@@ -192,7 +192,8 @@ def agent_fail(
         line = f"on_agent_error not dispatched (operation {failure.operation_id}): {reason}"
     emit(
         settings.json,
-        {"dispatched": dispatched, "operation_id": failure.operation_id, "reason": reason},
+        {"dispatched": dispatched, "operation_id": failure.operation_id}
+        | ({"reason": reason} if reason is not None else {}),
         [line],
     )
 

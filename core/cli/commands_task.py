@@ -8,7 +8,7 @@ from typing import Any
 import click
 
 from core.cli.app import Settings, pass_settings, reader, writer
-from core.cli.output import emit, step_names, task_line, trigger_json, why_not
+from core.cli.output import emit, names_of, step_names, task_line, trigger_json, why_not
 from core.model import Participant, Session, Task
 
 
@@ -41,7 +41,8 @@ def task_create(
         created = host.tasks.create(
             workflow=workflow, title=title, description=description, step=step, project=project
         )
-    _emit_task(settings, created)
+        names = step_names(host, created)
+    _emit_task(settings, created, names)
 
 
 @task.command("show")
@@ -99,7 +100,8 @@ def task_update(settings: Settings, ref: str, step: str) -> None:
     """Generic update (E5)."""
     with writer(settings) as host:
         updated = host.tasks.update(ref, step=step)
-    _emit_task(settings, updated)
+        names = step_names(host, updated)
+    _emit_task(settings, updated, names)
 
 
 @task.command("start")
@@ -110,7 +112,8 @@ def task_start(settings: Settings, ref: str, step: str | None) -> None:
     """Task start (E5)."""
     with writer(settings) as host:
         started = host.tasks.start(ref, step=step)
-    _emit_task(settings, started)
+        names = step_names(host, started)
+    _emit_task(settings, started, names)
 
 
 @task.command("switch-workflow")
@@ -122,7 +125,8 @@ def task_switch_workflow(settings: Settings, ref: str, workflow: str, step: str 
     """Move the task into another workflow (E4)."""
     with writer(settings) as host:
         switched = host.tasks.switch_workflow(ref, workflow=workflow, step=step)
-    _emit_task(settings, switched)
+        names = step_names(host, switched)
+    _emit_task(settings, switched, names)
 
 
 @task.command("archive")
@@ -132,7 +136,8 @@ def task_archive(settings: Settings, ref: str) -> None:
     """Archive a task."""
     with writer(settings) as host:
         archived = host.tasks.archive(ref)
-    _emit_task(settings, archived)
+        names = step_names(host, archived)
+    _emit_task(settings, archived, names)
 
 
 @task.command("delete")
@@ -148,11 +153,13 @@ def task_delete(settings: Settings, ref: str) -> None:
 # -- participants --------------------------------------------------------------------------
 
 
-def _seat_line(seat: Participant) -> str:
+def _seat_line(seat: Participant, names: Mapping[str, str]) -> str:
     owner = f"task={seat.task_id}" if seat.task_id else "template"
     required = "decides" if seat.decision_required else "no-decision"
+    profile = names.get(seat.agent_profile_id, seat.agent_profile_id)
+    step = names.get(seat.step_id, seat.step_id)
     return (
-        f"{seat.id}  {seat.role}  profile={seat.agent_profile_id}  step={seat.step_id}  "
+        f"{seat.id}  {seat.role}  profile={profile}  step={step}  "
         f"{owner}  {required}  position={seat.position}"
     )
 
@@ -203,7 +210,8 @@ def participant_add(
             decision_required=decision_required,
             position=position,
         )
-    emit(settings.json, seat, [_seat_line(seat)])
+        names = names_of(host, [seat.step_id], [seat.agent_profile_id])
+    emit(settings.json, seat, [_seat_line(seat, names)])
 
 
 @participant.command("list")
@@ -218,7 +226,8 @@ def participant_list(
     _one_owner(task_ref, workflow)
     with reader(settings) as host:
         seats = host.participants.list(step=step, task=task_ref, workflow=workflow)
-    emit(settings.json, seats, [_seat_line(s) for s in seats])
+        names = names_of(host, [s.step_id for s in seats], [s.agent_profile_id for s in seats])
+    emit(settings.json, seats, [_seat_line(s, names) for s in seats])
 
 
 # -- sessions and turns --------------------------------------------------------------------

@@ -123,6 +123,24 @@ StepNames = Mapping[str, str]
 """step id -> step name, for lines that name steps."""
 
 
+def names_of(
+    host: Any, step_ids: Iterable[str | None], profile_ids: Iterable[str | None]
+) -> dict[str, str]:
+    """Names for step and agent-profile ids (read while the host is open); an id that does
+    not resolve is left out, and the line prints the id."""
+    names: dict[str, str] = {}
+    for step_id in {s for s in step_ids if s}:
+        try:
+            _wf, step = host.workflows.step_by_id(step_id)
+        except LanewayError:
+            continue
+        names[step_id] = step.name
+    wanted = {p for p in profile_ids if p}
+    if wanted:
+        names.update({p.id: p.name for p in host.profiles.list() if p.id in wanted})
+    return names
+
+
 def step_names(host: Any, *tasks: Task) -> dict[str, str]:
     """The names of the workflows' steps the tasks are in (read while the host is open)."""
     names: dict[str, str] = {}
