@@ -12,7 +12,8 @@ from typing import Any
 import pytest
 import sqlalchemy as sa
 
-from core import ledger
+from core import ledger, worker
+from core.runs import RunRequest
 from core.runtime import process
 from tests.agent_error.helpers import World, act, dispatch_records, probe
 
@@ -122,3 +123,34 @@ def test_ac_a1_ac_a3_an_entry_record_that_cannot_be_written_still_dispatches(
     assert kills
     (error,) = _reconcile_errors(laneway_logs, session.id)
     assert "entry record" in error["extra"]["cause"]
+
+
+def test_ac_a1_through_the_worker_the_run_fails_cleanly_and_dispatches(
+    world: World, laneway_logs: list[dict[str, Any]]
+) -> None:
+    """AC-A1 through the worker: a claimed run whose agent signals on the last step and
+    crashes ends `failed` with the agent's own error (not "run could not be executed"), and
+    on_agent_error is dispatched."""
+    wf = world.flow(
+        {
+            "name": "Last",
+            "position": 0,
+            "is_start_step": True,
+            "events": {
+                "on_turn_complete": [act("move_to_next")],
+                "on_agent_error": [probe("last")],
+            },
+        }
+    )
+    task = world.task(wf)
+    agent = world.script("signaller", SIGNAL_THEN_CRASH)
+    world.host.runs.enqueue(RunRequest(agent.id, task.id, world.step_id(wf, "Last"), "x"))
+
+    summary = worker.work(world.host, once=True)
+
+    assert (summary.claimed, summary.failed) == (1, 1)
+    (run,) = world.runs(task)
+    assert run.status == "failed"
+    assert "crashed after signalling" in (run.error_message or "")
+    assert world.probe.labels() == ["last"]
+    assert not [r for r in laneway_logs if r["message"] == "run could not be executed"]
