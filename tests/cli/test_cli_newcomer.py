@@ -294,3 +294,20 @@ def test_demo_db_leaves_no_temporary_folders(tmp_path: Path) -> None:
     assert done.returncode == 0, done.stderr
     assert list(scratch.iterdir()) == []
     assert (tmp_path / "board.db").exists()
+
+
+def test_task_start_with_no_runner_seat_says_nothing_is_queued(
+    sqlite_laneway: Laneway,
+) -> None:
+    """`task start` on an Office board nobody sits at: a WARNING says no agent works the
+    step, instead of silently queueing nothing."""
+    lw = sqlite_laneway
+    wf = lw.json("workflow", "create", "--template", "office-default")
+    task = lw.json("task", "create", "--workflow", wf["id"], "--title", "t")
+
+    started = lw.run("task", "start", task["id"])
+
+    assert started.exit_code == 0
+    assert "no agent works it" in started.stderr
+    assert "step=Work" in started.stdout
+    assert lw.json("runs", "list", "--task", task["id"]) == []
