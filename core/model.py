@@ -201,6 +201,8 @@ class Task:
     loop_halted_step_id: str | None = None
     """Set when the runaway-loop limit stopped triggers moving the task (the step it would
     have arrived at once too often); a person's move clears it."""
+    loop_generation: int = 0
+    """Bumped by each move a person makes: the runaway-loop counts start afresh."""
 
 
 @attrs.frozen

@@ -127,6 +127,8 @@ tasks = sa.Table(
     sa.Column("updated_at", sa.String(40), nullable=False),
     # set when the runaway-loop limit stopped the task at this step; a person's move clears it
     sa.Column("loop_halted_step_id", sa.String(64), nullable=True),
+    # bumped by a person's move: arrival counts of an older generation no longer count
+    sa.Column("loop_generation", sa.Integer, nullable=False, server_default="0"),
     sa.Index("ix_tasks_step", "workflow_step_id", "wip_admitted"),
     sa.Index("ix_tasks_queued_for", "queued_for_step_id"),
 )
@@ -288,8 +290,9 @@ task_step_arrivals = sa.Table(
         primary_key=True,
     ),
     sa.Column("step_id", sa.String(64), primary_key=True),
-    # admissions at the step since the task's last move by a person
+    # trigger-driven admissions at the step within the task's loop_generation `generation`
     sa.Column("arrivals", sa.Integer, nullable=False, server_default="0"),
+    sa.Column("generation", sa.Integer, nullable=False, server_default="0"),
 )
 
 host_epochs = sa.Table(

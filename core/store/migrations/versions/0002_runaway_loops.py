@@ -23,11 +23,15 @@ def upgrade() -> None:
         )
     with op.batch_alter_table("tasks") as batch:
         batch.add_column(sa.Column("loop_halted_step_id", sa.String(length=64), nullable=True))
+        batch.add_column(
+            sa.Column("loop_generation", sa.Integer(), server_default="0", nullable=False)
+        )
     op.create_table(
         "task_step_arrivals",
         sa.Column("task_id", sa.String(length=64), nullable=False),
         sa.Column("step_id", sa.String(length=64), nullable=False),
         sa.Column("arrivals", sa.Integer(), server_default="0", nullable=False),
+        sa.Column("generation", sa.Integer(), server_default="0", nullable=False),
         sa.ForeignKeyConstraint(["task_id"], ["tasks.id"], ondelete="CASCADE"),
         sa.PrimaryKeyConstraint("task_id", "step_id"),
     )
@@ -36,6 +40,7 @@ def upgrade() -> None:
 def downgrade() -> None:
     op.drop_table("task_step_arrivals")
     with op.batch_alter_table("tasks") as batch:
+        batch.drop_column("loop_generation")
         batch.drop_column("loop_halted_step_id")
     with op.batch_alter_table("workflows") as batch:
         batch.drop_column("max_step_arrivals")
