@@ -104,6 +104,7 @@ def dispatch(host: Host, failure: AgentFailure) -> bool:
             payload=payload_of(failure, session.agent_profile_id),
             label="on_agent_error",
             task=task,
+            caller_reports=True,
         )
     except Exception as exc:  # noqa: BLE001 - recovery must never mask the failure itself
         _record(failure, operation_id=operation_id, cause=f"{type(exc).__name__}: {exc}").error(
@@ -113,9 +114,14 @@ def dispatch(host: Host, failure: AgentFailure) -> bool:
     if result.idempotent:
         return False
     if result.failed:
-        _record(failure, operation_id=operation_id, cause=result.cause).error(
-            "on_agent_error dispatch failed"
-        )
+        _record(
+            failure,
+            step_id=task.workflow_step_id,
+            operation_id=operation_id,
+            cause=result.cause,
+            action_type=result.failed_action,
+            position=result.failed_position,
+        ).error("on_agent_error dispatch failed")
         return False
     if result.action_count:
         _record(failure, step_id=task.workflow_step_id, operation_id=operation_id).info(
@@ -155,3 +161,27 @@ def _walk(host: Host, registry: Any, task: Task, failure: AgentFailure) -> None:
                 task_id=task.id,
                 session_id=failure.session_id,
             ).warning("on_agent_error action has no executor")
+
+
+def why_not_dispatched(host: Host, task: Task, failed_session_id: str) -> str:
+    """Why a failure of `failed_session_id` on `task` dispatched nothing, for a person (the
+    `agent fail` command): the guards above that are silent, said in words."""
+    owner = host.tasks.owner(task)
+    if owner is not None:
+        return (
+            f"the task is {owner}'s: laneway's own dispatch leaves it alone, and {owner} "
+            "dispatches on_agent_error only when an agent fails while running one of its "
+            "claimed runs (`laneway worker`), which a failure reported from outside is not"
+        )
+    if task.archived_at is not None:
+        return "the task is archived"
+    if task.is_ephemeral:
+        return "the task is ephemeral"
+    if not task.workflow_step_id:
+        return "the task stands at no step"
+    blocking = _working_sibling(host, task, failed_session_id)
+    if blocking is not None:
+        return f"another session of the task ({blocking}) is working"
+    return (
+        "this failure was handled before (a repeated report), or the dispatch failed (see the log)"
+    )

@@ -50,6 +50,12 @@ class TriggerResult:
     cause: str | None = None
     declined: str | None = None
     """The operation was applied but the transition refused the move (why): not retried."""
+    failed_action: str | None = None
+    failed_position: int | None = None
+    refusals: tuple[tuple[str, str], ...] = ()
+    """(guard, reason) for each guarded move a guard kept from being taken."""
+    halted: bool = False
+    """The runaway-loop limit kept the chosen move from being taken."""
 
     def as_dict(self, task: Task) -> dict[str, Any]:
         return {
@@ -57,6 +63,8 @@ class TriggerResult:
             "transitioned": self.transitioned,
             "from_step_id": self.from_step_id,
             "to_step_id": self.to_step_id,
+            "refusals": [{"guard": g, "reason": r} for g, r in self.refusals],
+            "halted": self.halted,
         }
 
 
@@ -89,6 +97,7 @@ class Engine:
         payload: Mapping[str, Any] | None = None,
         label: str | None = None,
         task: Task | None = None,
+        caller_reports: bool = False,
     ) -> TriggerResult:
         """Evaluate `trigger` for the task's current step (never on_enter: see core.entry).
 
@@ -97,6 +106,9 @@ class Engine:
             short-circuited (`idempotent`). Released when an action fails, marked applied
             once every action succeeded, before the move.
         :param task: the task as the caller already read it (read once, used throughout).
+        :param caller_reports: the caller has warned about actions with no executor and
+            records the outcome itself (on_agent_error's dispatch): the engine adds no record
+            of its own for those, so each gets exactly one.
         """
         if trigger == "on_enter":
             raise ValueError("on_enter is dispatched by core.entry, not by handle_trigger")
@@ -104,7 +116,9 @@ class Engine:
         if operation_id is not None and not operations.claim(operation_id):
             return TriggerResult(idempotent=True)
         try:
-            evaluated = self._evaluate(task_id, trigger, operation_id, payload, session_id, task)
+            evaluated = self._evaluate(
+                task_id, trigger, operation_id, payload, session_id, task, caller_reports
+            )
         except BaseException:
             if operation_id is not None:
                 operations.release(operation_id)
@@ -115,10 +129,10 @@ class Engine:
             return evaluated.result
         if operation_id is not None:
             operations.mark_applied(operation_id)  # AC-C7: before the move, whatever it does
-        count = evaluated.action_count
+        count, refusals = evaluated.action_count, evaluated.refusals
         target, step, task = evaluated.target, evaluated.step, evaluated.task
         if target is None or step is None or task is None or target.id == step.id:
-            return TriggerResult(action_count=count)
+            return TriggerResult(action_count=count, refusals=refusals)
         try:
             change = transition.move(
                 self.host,
@@ -134,12 +148,16 @@ class Engine:
                 _bound(task, step, trigger).bind(
                     to_step_id=target.id, operation_id=operation_id, cause=str(exc)
                 ).warning("transition declined; the operation is applied and not retried")
-            return TriggerResult(from_step_id=step.id, action_count=count, declined=str(exc))
+            return TriggerResult(
+                from_step_id=step.id, action_count=count, declined=str(exc), refusals=refusals
+            )
         return TriggerResult(
             transitioned=change.changed,
             from_step_id=step.id,
             to_step_id=target.id,
             action_count=count,
+            refusals=refusals,
+            halted=change.halted,
         )
 
     def _evaluate(
@@ -150,6 +168,7 @@ class Engine:
         payload: Mapping[str, Any] | None,
         session_id: str | None,
         task: Task | None,
+        caller_reports: bool = False,
     ) -> _Evaluated:
         """Guards and non-move actions; `result` is set when the evaluation ends there."""
         if task is None:
@@ -164,17 +183,37 @@ class Engine:
         log = _bound(task, step, trigger)
         target: Step | None = None
         warned: set[str] = set()
+        refusals: list[tuple[str, str]] = []
         for decl in actions:
             if decl.kind in MOVE_KINDS:
-                if target is None and self._eligible(decl, task, step, trigger, log, warned):
+                if target is None and self._eligible(
+                    decl, task, step, trigger, log, warned, refusals
+                ):
                     target = self._resolve_target(workflow, step, decl)
                 continue
-            cause = self._run(decl, task, step, trigger, log, operation_id, payload, session_id)
+            cause = self._run(
+                decl,
+                task,
+                step,
+                trigger,
+                log,
+                operation_id,
+                payload,
+                session_id,
+                warn_unexecutable=not caller_reports,
+            )
             if cause is not None:
-                _aborted(log, decl, cause)
-                failed = TriggerResult(action_count=len(actions), failed=True, cause=cause)
+                if not caller_reports:
+                    _aborted(log, decl, cause)
+                failed = TriggerResult(
+                    action_count=len(actions),
+                    failed=True,
+                    cause=cause,
+                    failed_action=decl.kind,
+                    failed_position=decl.position,
+                )
                 return _Evaluated(failed)
-        return _Evaluated(None, task, step, target, len(actions))
+        return _Evaluated(None, task, step, target, len(actions), tuple(refusals))
 
     def after_decision(self, task_id: str, step_id: str) -> TriggerResult:
         """Re-evaluate the guarded on_turn_complete moves of the step a decision was made at.
@@ -186,10 +225,11 @@ class Engine:
         workflow, step = self.host.workflows.step_by_id(step_id)
         log = _bound(task, step, "on_turn_complete")
         warned: set[str] = set()
+        refusals: list[tuple[str, str]] = []
         for decl in step.actions("on_turn_complete"):
             if decl.kind not in MOVE_KINDS or not guards_of(decl):
                 continue
-            if not self._eligible(decl, task, step, "on_turn_complete", log, warned):
+            if not self._eligible(decl, task, step, "on_turn_complete", log, warned, refusals):
                 continue
             target = self._resolve_target(workflow, step, decl)
             change = transition.move(
@@ -205,8 +245,9 @@ class Engine:
                 from_step_id=step.id,
                 to_step_id=target.id if change.changed else None,
                 abandoned=change.abandoned,
+                halted=change.halted,
             )
-        return TriggerResult()
+        return TriggerResult(refusals=tuple(refusals))
 
     def run_exit(self, task: Task, step_id: str) -> None:
         """The on_exit actions of the step a task left; moves there are ignored."""
@@ -249,9 +290,17 @@ class Engine:
     # -- pieces ---------------------------------------------------------------------------------
 
     def _eligible(
-        self, decl: ActionDecl, task: Task, step: Step, trigger: str, log: Any, warned: set[str]
+        self,
+        decl: ActionDecl,
+        task: Task,
+        step: Step,
+        trigger: str,
+        log: Any,
+        warned: set[str],
+        refusals: list[tuple[str, str]] | None = None,
     ) -> bool:
-        """Whether a move may be taken; `warned` keeps one warning per guard per evaluation."""
+        """Whether a move may be taken; `warned` keeps one warning per guard per evaluation,
+        `refusals` collects (guard, reason) for each guard that keeps a move back."""
         if decl.config.get("requires_approval"):
             return False
         for name, config in guards_of(decl).items():
@@ -260,11 +309,12 @@ class Engine:
                 if name in warned:
                     return False
                 warned.add(name)
+                why = "guard has no provider" if registered is None else "guard's feature is off"
                 log.bind(guard=name, position=decl.position).warning(
-                    "guarded transition not taken: guard has no provider"
-                    if registered is None
-                    else "guarded transition not taken: guard's feature is off"
+                    f"guarded transition not taken: {why}"
                 )
+                if refusals is not None:
+                    refusals.append((name, why))
                 return False
             ctx = GuardContext(task, step, trigger, self.host, log)
             result = registered.guard.evaluate(ctx, registered.guard.validate(config))
@@ -272,8 +322,19 @@ class Engine:
                 log.bind(guard=name, reason=result.reason, position=decl.position).debug(
                     "guard not satisfied"
                 )
+                if refusals is not None:
+                    refusals.append((name, self._reason_text(decl, step, result)))
                 return False
         return True
+
+    def _reason_text(self, decl: ActionDecl, step: Step, result: Any) -> str:
+        try:
+            target = self._resolve_target(
+                self.host.workflows.by_id(step.workflow_id), step, decl
+            ).name
+        except LanewayError:
+            target = ""
+        return _reason_text(decl, target, result)
 
     def _resolve_target(self, workflow: Workflow, step: Step, decl: ActionDecl) -> Step:
         ordered = sorted(workflow.steps, key=lambda s: s.position)
@@ -333,21 +394,28 @@ class Engine:
         operation_id: str | None,
         payload: Mapping[str, Any] | None,
         session_id: str | None,
+        *,
+        warn_unexecutable: bool = True,
     ) -> str | None:
-        """Run one non-move action; a returned cause means it failed (the caller reports it)."""
+        """Run one non-move action; a returned cause means it failed (the caller reports it).
+
+        :param warn_unexecutable: False when the caller already warned about a kind that
+            reaches no executor (it is still skipped)."""
         registered = self.registry.kind(decl.kind)
         action_log = log.bind(action_type=decl.kind, position=decl.position)
         if registered is None:
-            action_log.warning("action kind has no provider; skipped")
+            if warn_unexecutable:
+                action_log.warning("action kind has no provider; skipped")
             return None
         if not registered.kind.trigger_ok(trigger):
             action_log.warning("action kind cannot run on this trigger; skipped")
             return None
         kind = registered.kind
         if not registered.executable or kind.execute is None:
-            action_log.bind(feature=kind.feature).warning(
-                "action kind has no executor (feature off); skipped"
-            )
+            if warn_unexecutable:
+                action_log.bind(feature=kind.feature).warning(
+                    "action kind has no executor (feature off); skipped"
+                )
             return None
         args = (task, step, trigger, decl, log, operation_id, payload, session_id)
         try:
@@ -376,6 +444,16 @@ class _Evaluated:
     step: Step | None = None
     target: Step | None = None
     action_count: int = 0
+    refusals: tuple[tuple[str, str], ...] = ()
+
+
+def _reason_text(decl: ActionDecl, target: str, result: Any) -> str:
+    """A refusal as a person reads it: the move, the guard's reason and its detail."""
+    move = f"{decl.kind} {target}" if target else decl.kind
+    text = f"{move}: {result.reason or 'not satisfied'}"
+    if result.detail:
+        text += " (" + ", ".join(f"{k}={v}" for k, v in result.detail.items()) + ")"
+    return text
 
 
 def _aborted(log: Any, decl: ActionDecl, cause: str) -> None:

@@ -21,3 +21,8 @@ class NotInitialised(LanewayError):
 
 class ValueRefused(LanewayError):
     """The database refused a value (too long, out of range, not storable text)."""
+
+
+class DatabaseUnusable(LanewayError):
+    """The database named cannot be used as it stands (a missing or read-only directory, a
+    file that is not a database); the message says which and where."""

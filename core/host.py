@@ -28,7 +28,7 @@ from sqlalchemy.engine import Connection
 
 from core import board
 from core.bundle import Bundle, BundleHolder
-from core.errors import LanewayError, NotInitialised
+from core.errors import DatabaseUnusable, LanewayError, NotInitialised
 from core.kinds import Features
 from core.operations import Operations
 from core.registry import Registry, build_registry
@@ -124,6 +124,7 @@ class Host:
         if missing is not None and (read_only or not upgrade):
             # Refuse before connecting: connecting would leave an empty file behind.
             raise NotInitialised(f"database {missing} does not exist; run `laneway init`")
+        _check_sqlite_file(url, writing=not read_only)
         store = Store(url)
         keeper: EpochKeeper | None = None
         try:
@@ -288,6 +289,16 @@ class Host:
     @property
     def writable(self) -> bool:
         return self._keeper is not None
+
+
+def _check_sqlite_file(url: str, *, writing: bool) -> None:
+    parsed = dialect.normalise_url(url)
+    if not dialect.is_sqlite(parsed):
+        return
+    path = dialect.sqlite_path(parsed)
+    problem = dialect.sqlite_file_problem(path, writing=writing) if path is not None else None
+    if problem is not None:
+        raise DatabaseUnusable(f"database {url}: {problem}")
 
 
 def _missing_sqlite_file(url: str) -> str | None:

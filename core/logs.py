@@ -3,6 +3,7 @@ application (the `laneway` command, or a host's own code) calls `enable`."""
 
 from __future__ import annotations
 
+import contextlib
 import sys
 from typing import Any, TextIO
 
@@ -16,12 +17,26 @@ def disable() -> None:
         logger.disable(name)
 
 
-def enable(*, level: str = "WARNING", json: bool = False, stream: TextIO | None = None) -> int:
-    """Route records to `stream` (stderr); returns the loguru handler id.
+def enable(
+    *, level: str | int = "WARNING", json: bool = False, stream: TextIO | None = None
+) -> int:
+    """Route records at `level` and above to `stream` (stderr); returns the loguru handler id.
 
     For the application (the `laneway` command): it enables every package's records, so a
     plugin that disabled its own at import, as loguru's library recipe says, is heard too.
+    `level` is a level name in any case (`"info"`) or a number. loguru's own default handler,
+    which prints everything down to DEBUG on stderr, is removed if it is still installed:
+    otherwise it would print what `level` leaves out.
     """
+    if isinstance(level, str):
+        name = level.strip().upper()
+        try:
+            logger.level(name)
+        except ValueError:
+            raise ValueError(f"logging level {level!r}: no such level") from None
+        level = name
+    with contextlib.suppress(ValueError):
+        logger.remove(0)  # loguru's default stderr handler (already gone: nothing to do)
     logger.enable("")
     sink: Any = stream or sys.stderr
     if json:

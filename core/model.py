@@ -78,6 +78,10 @@ def _frozen_mapping(value: Mapping[str, Any] | None) -> Mapping[str, Any]:
     return dict(value or {})
 
 
+DEFAULT_MAX_STEP_ARRIVALS = 25
+"""A workflow's runaway-loop limit unless it says otherwise."""
+
+
 @attrs.frozen
 class ActionDecl:
     """One declared action: its 0-based position in the trigger's list, its kind and config."""
@@ -151,6 +155,9 @@ class Workflow:
     hidden: bool = False
     template_id: str | None = None
     steps: tuple[Step, ...] = ()
+    max_step_arrivals: int = DEFAULT_MAX_STEP_ARRIVALS
+    """The runaway-loop limit: a trigger may not bring a task to one step more often than
+    this since a person last moved it (0: no limit)."""
 
     def step(self, ref: str) -> Step | None:
         """The step named by id, or by name case-insensitively."""
@@ -199,6 +206,11 @@ class Task:
     archived_at: str | None = None
     created_at: str = ""
     updated_at: str = ""
+    loop_halted_step_id: str | None = None
+    """Set when the runaway-loop limit stopped triggers moving the task (the step it would
+    have arrived at once too often); a person's move clears it."""
+    loop_generation: int = 0
+    """Bumped by each move a person makes: the runaway-loop counts start afresh."""
 
 
 @attrs.frozen

@@ -4,7 +4,8 @@ One indexed query, once per host open, before anything is served; no lease, no t
 each non-terminal entry, in (task_id, step_id, entry_seq) order:
 
 - (e) task, step or declaration cannot be loaded: skipped(unresolvable), warned;
-- (a1) the task no longer stands at the entry's step: skipped(step_left);
+- (a1) the task no longer occupies the entry's step (it stands elsewhere, or is back there
+  only queued because the step is full): skipped(step_left);
 - (a2) a newer entry exists for the same (task, step): skipped(superseded);
 - (b) a halting action (clear_decisions) failed: the entry is closed, not resumed;
 - (d) the declaration changed: skipped(declaration_changed) (decided by the walk itself);
@@ -126,7 +127,8 @@ def _recover_one(host: Host, record: StepEntry, newest: int, skipped: Counter[st
         return "unresolvable"
     task, step = resolved
     actions = step.actions("on_enter")
-    if task.workflow_step_id != step.id:
+    if task.workflow_step_id != step.id or not task.wip_admitted:
+        # queued at the step is standing in line for it, not occupying it
         reason = "step_left"
     elif record.entry_seq != newest:
         reason = "superseded"

@@ -65,6 +65,8 @@ class Change:
     arrival: Arrival | None = None
     abandoned: bool = False
     """The caller's expected step no longer held (compare-and-set lost); nothing changed."""
+    halted: bool = False
+    """The runaway-loop limit refused this trigger's move; nothing changed."""
 
 
 # -- reads inside a unit of work --------------------------------------------------------------
@@ -111,6 +113,8 @@ _ADMIT = (
         queued_at=None,
         state=sa.bindparam("b_state"),
         updated_at=sa.bindparam("b_stamp"),
+        loop_halted_step_id=sa.bindparam("b_halted"),
+        loop_generation=sa.bindparam("b_generation"),
     )
 )
 _HISTORY = insert_of(
@@ -212,6 +216,10 @@ def _admit(
     """Write an admission and everything that commits with it; return the arrival."""
     stamp = ids.now()
     state = _state_on_arrival(task, workflow, step)
+    # the runaway-loop fields ride on the admission itself: a person's move clears the flag
+    # and starts a new count generation; any other path writes them back as they were read
+    # (the store's one writer connection serialises write transactions)
+    task = _loop_fields_after(task, path)
     uow.run(
         _ADMIT,
         {
@@ -220,9 +228,13 @@ def _admit(
             "b_step_id": step.id,
             "b_state": state,
             "b_stamp": stamp,
+            "b_halted": task.loop_halted_step_id,
+            "b_generation": task.loop_generation,
         },
     )
     _write_history(uow, task.id, session_id, from_step_id, step.id, label, actor)
+    if path == TRIGGER_PATH:
+        _count_arrival(uow, task, step.id)
     from core import ledger
 
     try:
@@ -280,8 +292,14 @@ def move(
         if expected_step_id is not None and source != expected_step_id:
             return Change(task, source, changed=False, abandoned=True)
         if source == step.id:
-            # Same step: not an arrival, whether admitted or queued here.
+            # Same step: not an arrival, whether admitted or queued here. A person's move
+            # there still resumes a task the runaway-loop limit stopped.
+            if path == PERSON_PATH:
+                task = _reset_loop_count(uow, task)
             return Change(task, source, changed=False, queued=not task.wip_admitted)
+        if path == TRIGGER_PATH and _loop_halted(uow, task, workflow, step):
+            # returning commits the flag _loop_halted may have set
+            return Change(task, source, changed=False, halted=True)
         if _has_room(uow.conn, step, task.id, task.is_ephemeral):
             admitted = _admit(
                 host,
@@ -310,6 +328,9 @@ def move(
                 "queued_at": stamp,
                 "updated_at": stamp,
             }
+            if path == PERSON_PATH:
+                task = _loop_fields_after(task, path)
+                placed.update(loop_halted_step_id=None, loop_generation=task.loop_generation)
             uow.conn.execute(sa.update(TASKS).where(TASKS.c.id == task.id).values(**placed))
             _write_history(uow, task.id, session_id, source, step.id, label, actor)
             committed = attrs.evolve(task, **placed)
@@ -341,6 +362,105 @@ def _log_change(task: Task, source: str | None, step: Step, path: str, queued: b
         entry_path=path,
         queued=queued,
     ).debug("step change committed")
+
+
+# -- the runaway-loop limit ----------------------------------------------------------------------
+
+PERSON_PATH = "E2"
+"""A person's move: it clears the loop flag and starts the counts afresh."""
+TRIGGER_PATH = "E1"
+"""Moves a trigger makes: the ones counted, and the ones the limit stops."""
+ARRIVALS = t.task_step_arrivals
+_UPSERTS: dict[str, Any] = {}
+
+
+def _loop_fields_after(task: Task, path: str) -> Task:
+    """The task's runaway-loop fields once this move is made: a person's move clears the flag
+    and starts a new generation of counts."""
+    if path != PERSON_PATH:
+        return task
+    if task.loop_halted_step_id is not None:
+        logger.bind(task_id=task.id, step_id=task.loop_halted_step_id).info(
+            "a person moved the task: the runaway-loop flag is cleared"
+        )
+    return attrs.evolve(task, loop_halted_step_id=None, loop_generation=task.loop_generation + 1)
+
+
+def _count_arrival(uow: UnitOfWork, task: Task, step_id: str) -> None:
+    """One more trigger-driven admission at the step, in the task's current generation: one
+    upsert (a count of an older generation restarts at 1), so no read precedes the write."""
+    name = uow.conn.dialect.name
+    statement = _UPSERTS.get(name)
+    if statement is None:
+        from sqlalchemy.dialects import postgresql, sqlite
+
+        insert = postgresql.insert if name == "postgresql" else sqlite.insert
+        base = insert(ARRIVALS).values(
+            task_id=sa.bindparam("a_task_id"),
+            step_id=sa.bindparam("a_step_id"),
+            arrivals=1,
+            generation=sa.bindparam("a_generation"),
+        )
+        same = ARRIVALS.c.generation == base.excluded.generation
+        statement = _UPSERTS[name] = base.on_conflict_do_update(
+            index_elements=[ARRIVALS.c.task_id, ARRIVALS.c.step_id],
+            set_={
+                "arrivals": sa.case((same, ARRIVALS.c.arrivals + 1), else_=1),
+                "generation": base.excluded.generation,
+            },
+        )
+    uow.conn.execute(
+        statement,
+        {"a_task_id": task.id, "a_step_id": step_id, "a_generation": task.loop_generation},
+    )
+
+
+def _reset_loop_count(uow: UnitOfWork, task: Task) -> Task:
+    """A person's move to the step the task stands at: no admission to carry the reset."""
+    task = _loop_fields_after(task, PERSON_PATH)
+    uow.conn.execute(
+        sa.update(TASKS)
+        .where(TASKS.c.id == task.id)
+        .values(loop_halted_step_id=None, loop_generation=task.loop_generation)
+    )
+    return task
+
+
+def _loop_halted(uow: UnitOfWork, task: Task, workflow: Workflow, step: Step) -> bool:
+    """Whether the runaway-loop limit stops this trigger's move. The flag is set by one
+    conditional statement: its row count says whether this move is the one that hit the
+    limit (and warns), so two racing triggers warn once."""
+    log = logger.bind(
+        task_id=task.id,
+        step_id=step.id,
+        step_name=step.name,
+        workflow_id=workflow.id,
+        limit=workflow.max_step_arrivals,
+    )
+    if task.loop_halted_step_id is not None:
+        log.debug("task stopped by the runaway-loop limit: trigger move not taken")
+        return True
+    limit = workflow.max_step_arrivals
+    if limit <= 0:
+        return False
+    reached = sa.exists().where(
+        ARRIVALS.c.task_id == task.id,
+        ARRIVALS.c.step_id == step.id,
+        ARRIVALS.c.generation == task.loop_generation,
+        ARRIVALS.c.arrivals >= limit,
+    )
+    flagged = uow.conn.execute(
+        sa.update(TASKS)
+        .where(TASKS.c.id == task.id, TASKS.c.loop_halted_step_id.is_(None), reached)
+        .values(loop_halted_step_id=step.id, updated_at=ids.now())
+    ).rowcount
+    if not flagged:
+        return False
+    log.warning(
+        "runaway loop: the task reached this step the limit's number of times; "
+        "triggers no longer move it until a person does"
+    )
+    return True
 
 
 # -- WIP: placement at creation and promotion on vacate ------------------------------------------

@@ -48,13 +48,20 @@ def laneway_agent_failed(host: Any, failure: AgentFailure) -> None:
     (the host's dispatch skips Office tasks), so one failure dispatches at most once."""
     if failure.user_initiated or failure.run_id is None:
         return
+    bundle = host.bundle  # read once: the feature switch and the engine from one publication
+    if not bundle.registry.features.enabled(NAME):
+        # Office off means off: its tasks are not dispatched nor moved by anyone
+        logger.bind(
+            task_id=failure.task_id, session_id=failure.session_id, run_id=failure.run_id
+        ).debug("office is off: its on_agent_error path does not run")
+        return
     task = host.tasks.get(failure.task_id)
     if laneway_task_ownership(task, host.workspace.by_id(task.workspace_id)) != NAME:
         return
     run = host.runs.get(failure.run_id)
     if run is None or run.status != "claimed" or run.task_id != task.id:
         return
-    result = host.bundle.engine.handle_trigger(
+    result = bundle.engine.handle_trigger(
         task.id,
         "on_agent_error",
         session_id=failure.session_id,

@@ -150,6 +150,12 @@ def load_plugins(
     for name, obj in selection.extra:
         candidates.append((name, functools.partial(_resolve, obj), None, None))
 
+    if selection.allow is not None and selection.entry_points:
+        known = {name for name, *_rest in candidates}
+        for stray in sorted(selection.allow - known - {ESSENTIAL}):
+            logger.bind(plugin=stray, known=sorted(known)).warning(
+                "LANEWAY_PLUGINS_ALLOW names a plugin that is not installed"
+            )
     for name, loader, version, dist in candidates:
         if name == ESSENTIAL:
             raise PluginError(f"plugin name {ESSENTIAL!r} is reserved (distribution {dist})")

@@ -9,6 +9,7 @@ stderr and exit 1, a usage error stays click's exit 2, and anything unexpected b
 from __future__ import annotations
 
 import importlib.util
+import json
 import re
 import sys
 import traceback
@@ -60,12 +61,18 @@ class Settings:
 
 
 class CommandFailed(click.ClickException):
-    """A command ended on an error the user should read: `laneway: <message>`, exit 1."""
+    """A command ended on an error the user should read: `laneway: <message>`, exit 1; with
+    `--json`, one JSON object `{"error": "<message>"}` instead (CLI.md)."""
 
     exit_code = 1
+    as_json = False
 
     def show(self, file: IO[Any] | None = None) -> None:
-        click.echo(f"laneway: {one_line(self.message)}", err=True, file=file)
+        if self.as_json:
+            text = json.dumps({"error": one_line(self.message)}, ensure_ascii=False)
+        else:
+            text = f"laneway: {one_line(self.message)}"
+        click.echo(text, err=True, file=file)
 
 
 class LanewayGroup(click.Group):
@@ -90,6 +97,14 @@ class LanewayGroup(click.Group):
         self.sealed = frozenset(self.commands)
 
     def invoke(self, ctx: click.Context) -> Any:
+        try:
+            return self._invoke(ctx)
+        except CommandFailed as exc:
+            settings = ctx.obj if isinstance(ctx.obj, Settings) else None
+            exc.as_json = settings is not None and settings.json
+            raise
+
+    def _invoke(self, ctx: click.Context) -> Any:
         try:
             return super().invoke(ctx)
         except (click.ClickException, click.exceptions.Exit, click.Abort):
@@ -127,6 +142,16 @@ def _check_url(url: str, *, must_exist: bool) -> None:
       `<db>.lock`), so a mistyped `--db` would leave empty databases behind. Only `init`
       may create one.
     """
+    if url.startswith("sqlite://") and url != "sqlite://" and not url.startswith("sqlite:///"):
+        raise LanewayError(
+            f"database URL {url}: a SQLite URL has three slashes before a relative path "
+            "(sqlite:///board.db) and four before an absolute one (sqlite:////srv/board.db)"
+        )
+    if url in ("sqlite://", "sqlite:///:memory:"):
+        raise LanewayError(
+            f"database URL {url}: an in-memory database lasts one command; name a file, "
+            "e.g. sqlite:///board.db"
+        )
     parsed = normalise_url(url)
     shown = parsed.render_as_string(hide_password=True)
     backend = parsed.get_backend_name()

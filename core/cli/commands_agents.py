@@ -26,6 +26,7 @@ from click.core import ParameterSource
 
 from core import demo as demo_module
 from core import worker
+from core.agent_error import why_not_dispatched
 from core.cli.app import Settings, pass_settings, writer
 from core.cli.output import emit, plain
 from core.errors import LanewayError
@@ -132,11 +133,17 @@ def agent_fail(
             agent_profile_id=session.agent_profile_id or "",
         )
         dispatched = report_failure(host, failure)
-    verb = "dispatched" if dispatched else "not dispatched"
+        reason = (
+            None if dispatched else why_not_dispatched(host, host.tasks.get(task.id), session.id)
+        )
+    line = f"on_agent_error dispatched (operation {failure.operation_id})"
+    if reason is not None:
+        line = f"on_agent_error not dispatched (operation {failure.operation_id}): {reason}"
     emit(
         settings.json,
-        {"dispatched": dispatched, "operation_id": failure.operation_id},
-        [f"on_agent_error {verb} (operation {failure.operation_id})"],
+        {"dispatched": dispatched, "operation_id": failure.operation_id}
+        | ({"reason": reason} if reason is not None else {}),
+        [line],
     )
 
 
@@ -365,9 +372,16 @@ def demo(ctx: click.Context) -> None:
     """
     settings = ctx.find_object(Settings)
     assert settings is not None
-    workdir = Path(tempfile.mkdtemp(prefix="laneway-demo-"))
-    if not _db_given(ctx):
-        settings = attrs.evolve(settings, db=f"sqlite:///{workdir / 'demo.db'}")
+    if _db_given(ctx):
+        # the database is the user's; the agents' scratch files are the demo's own
+        with tempfile.TemporaryDirectory(prefix="laneway-demo-") as scratch:
+            _demo(settings, Path(scratch))
+        return
+    workdir = Path(tempfile.mkdtemp(prefix="laneway-demo-"))  # kept: it holds demo.db
+    _demo(attrs.evolve(settings, db=f"sqlite:///{workdir / 'demo.db'}"), workdir)
+
+
+def _demo(settings: Settings, workdir: Path) -> None:
 
     def show(event: dict[str, Any]) -> None:
         if settings.json:

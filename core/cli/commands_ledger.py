@@ -2,17 +2,22 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 import click
 
 from core.cli.app import Settings, pass_settings, reader
-from core.cli.output import emit, entry_json, entry_lines
+from core.cli.output import emit, entry_json, entry_lines, names_of
 from core.model import Run
+from core.runs import RUN_STATUSES
 
 
-def _run_line(run: Run) -> str:
+def _run_line(run: Run, names: Mapping[str, str]) -> str:
+    profile = names.get(run.agent_profile_id, run.agent_profile_id)
+    step = names.get(run.workflow_step_id or "", run.workflow_step_id or "-")
     return (
-        f"{run.id}  {run.status}  reason={run.reason}  profile={run.agent_profile_id}  "
-        f"task={run.task_id or '-'}  step={run.workflow_step_id or '-'}"
+        f"{run.id}  {run.status}  reason={run.reason}  profile={profile}  "
+        f"task={run.task_id or '-'}  step={step}"
     )
 
 
@@ -23,13 +28,20 @@ def runs() -> None:
 
 @runs.command("list")
 @click.option("--task", "task_ref", metavar="T")
-@click.option("--status", metavar="S")
+@click.option(
+    "--status",
+    type=click.Choice(RUN_STATUSES, case_sensitive=False),
+    help="Only runs in this state.",
+)
 @pass_settings
 def runs_list(settings: Settings, task_ref: str | None, status: str | None) -> None:
     """List runs, oldest first."""
     with reader(settings) as host:
-        found = host.runs.list(task=task_ref, status=status)
-    emit(settings.json, found, [_run_line(r) for r in found])
+        found = host.runs.list(task=task_ref, status=status.lower() if status else None)
+        names = names_of(
+            host, [r.workflow_step_id for r in found], [r.agent_profile_id for r in found]
+        )
+    emit(settings.json, found, [_run_line(r, names) for r in found])
 
 
 @click.group()

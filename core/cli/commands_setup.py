@@ -13,6 +13,7 @@ from core.cli.output import emit
 from core.errors import LanewayError
 from core.model import Workspace
 from core.store import migrate
+from plugins.manager import PluginSelection
 
 
 @click.command()
@@ -68,9 +69,12 @@ def plugins() -> None:
 @plugins.command("list")
 @pass_settings
 def plugins_list(settings: Settings) -> None:
-    """List plugins: name, version, kinds, guards, enabled, error."""
-    with reader(settings) as host:
-        found = host.plugins.list()
+    """List plugins: name, version, kinds, guards, enabled, error.
+
+    It needs no database: it lists what is installed, as a host would load it."""
+    from core.services.plugins import installed
+
+    found = installed(PluginSelection.from_env(), settings.features)
     lines = []
     for p in found:
         state = "enabled" if p["enabled"] else "disabled"

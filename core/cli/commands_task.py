@@ -8,12 +8,12 @@ from typing import Any
 import click
 
 from core.cli.app import Settings, pass_settings, reader, writer
-from core.cli.output import emit, task_line, trigger_json
+from core.cli.output import emit, names_of, step_names, task_line, trigger_json, why_not
 from core.model import Participant, Session, Task
 
 
-def _emit_task(settings: Settings, task: Task) -> None:
-    emit(settings.json, task, [task_line(task)])
+def _emit_task(settings: Settings, task: Task, names: Mapping[str, str] | None = None) -> None:
+    emit(settings.json, task, [task_line(task, names)])
 
 
 @click.group()
@@ -41,7 +41,8 @@ def task_create(
         created = host.tasks.create(
             workflow=workflow, title=title, description=description, step=step, project=project
         )
-    _emit_task(settings, created)
+        names = step_names(host, created)
+    _emit_task(settings, created, names)
 
 
 @task.command("show")
@@ -51,7 +52,8 @@ def task_show(settings: Settings, ref: str) -> None:
     """Show a task."""
     with reader(settings) as host:
         found = host.tasks.get(ref)
-    _emit_task(settings, found)
+        names = step_names(host, found)
+    _emit_task(settings, found, names)
 
 
 @task.command("list")
@@ -61,7 +63,8 @@ def task_list(settings: Settings, workflow: str | None) -> None:
     """List tasks, optionally of one workflow."""
     with reader(settings) as host:
         found = host.tasks.list(workflow=workflow)
-    emit(settings.json, found, [task_line(t) for t in found])
+        names = step_names(host, *found)
+    emit(settings.json, found, [task_line(t, names) for t in found])
 
 
 @task.command("move")
@@ -69,10 +72,24 @@ def task_list(settings: Settings, workflow: str | None) -> None:
 @click.argument("step", metavar="STEP")
 @pass_settings
 def task_move(settings: Settings, ref: str, step: str) -> None:
-    """Manual move (E2)."""
+    """Manual move (E2). It clears a runaway-loop stop: triggers move the task again."""
     with writer(settings) as host:
-        moved = host.tasks.move(ref, step)
-    _emit_task(settings, moved)
+        before = host.tasks.get(ref)
+        moved = host.tasks.move(before.id, step)
+        names = step_names(host, before, moved)
+    emit(settings.json, moved, [_move_line(before, moved, names)])
+
+
+def _move_line(before: Task, after: Task, names: Mapping[str, str]) -> str:
+    def name(step_id: str | None) -> str:
+        return names.get(step_id, step_id) if step_id else "-"
+
+    src, dst = name(before.workflow_step_id), name(after.workflow_step_id)
+    if not after.wip_admitted:
+        return f"task {after.id}: queued for {dst} (the step is full; it enters when room frees)"
+    if before.workflow_step_id == after.workflow_step_id:
+        return f"task {after.id}: already at {dst}"
+    return f"task {after.id}: moved from {src} to {dst}"
 
 
 @task.command("update")
@@ -83,7 +100,8 @@ def task_update(settings: Settings, ref: str, step: str) -> None:
     """Generic update (E5)."""
     with writer(settings) as host:
         updated = host.tasks.update(ref, step=step)
-    _emit_task(settings, updated)
+        names = step_names(host, updated)
+    _emit_task(settings, updated, names)
 
 
 @task.command("start")
@@ -94,7 +112,8 @@ def task_start(settings: Settings, ref: str, step: str | None) -> None:
     """Task start (E5)."""
     with writer(settings) as host:
         started = host.tasks.start(ref, step=step)
-    _emit_task(settings, started)
+        names = step_names(host, started)
+    _emit_task(settings, started, names)
 
 
 @task.command("switch-workflow")
@@ -106,7 +125,8 @@ def task_switch_workflow(settings: Settings, ref: str, workflow: str, step: str 
     """Move the task into another workflow (E4)."""
     with writer(settings) as host:
         switched = host.tasks.switch_workflow(ref, workflow=workflow, step=step)
-    _emit_task(settings, switched)
+        names = step_names(host, switched)
+    _emit_task(settings, switched, names)
 
 
 @task.command("archive")
@@ -116,7 +136,8 @@ def task_archive(settings: Settings, ref: str) -> None:
     """Archive a task."""
     with writer(settings) as host:
         archived = host.tasks.archive(ref)
-    _emit_task(settings, archived)
+        names = step_names(host, archived)
+    _emit_task(settings, archived, names)
 
 
 @task.command("delete")
@@ -132,11 +153,13 @@ def task_delete(settings: Settings, ref: str) -> None:
 # -- participants --------------------------------------------------------------------------
 
 
-def _seat_line(seat: Participant) -> str:
+def _seat_line(seat: Participant, names: Mapping[str, str]) -> str:
     owner = f"task={seat.task_id}" if seat.task_id else "template"
     required = "decides" if seat.decision_required else "no-decision"
+    profile = names.get(seat.agent_profile_id, seat.agent_profile_id)
+    step = names.get(seat.step_id, seat.step_id)
     return (
-        f"{seat.id}  {seat.role}  profile={seat.agent_profile_id}  step={seat.step_id}  "
+        f"{seat.id}  {seat.role}  profile={profile}  step={step}  "
         f"{owner}  {required}  position={seat.position}"
     )
 
@@ -187,7 +210,8 @@ def participant_add(
             decision_required=decision_required,
             position=position,
         )
-    emit(settings.json, seat, [_seat_line(seat)])
+        names = names_of(host, [seat.step_id], [seat.agent_profile_id])
+    emit(settings.json, seat, [_seat_line(seat, names)])
 
 
 @participant.command("list")
@@ -202,7 +226,8 @@ def participant_list(
     _one_owner(task_ref, workflow)
     with reader(settings) as host:
         seats = host.participants.list(step=step, task=task_ref, workflow=workflow)
-    emit(settings.json, seats, [_seat_line(s) for s in seats])
+        names = names_of(host, [s.step_id for s in seats], [s.agent_profile_id for s in seats])
+    emit(settings.json, seats, [_seat_line(s, names) for s in seats])
 
 
 # -- sessions and turns --------------------------------------------------------------------
@@ -241,13 +266,23 @@ def session_list(settings: Settings, task_ref: str) -> None:
     emit(settings.json, found, [_session_line(s) for s in found])
 
 
-def _emit_trigger(settings: Settings, result: Mapping[str, Any]) -> None:
+def _emit_trigger(settings: Settings, result: Mapping[str, Any], names: Mapping[str, str]) -> None:
     shaped = trigger_json(result)
     task_id = shaped["task"]["id"]
+
+    def name(step_id: str | None) -> str:
+        return names.get(step_id, step_id) if step_id else "-"
+
     if shaped["transitioned"]:
-        line = f"task {task_id}: moved from {shaped['from_step_id']} to {shaped['to_step_id']}"
+        line = (
+            f"task {task_id}: moved from {name(shaped['from_step_id'])} "
+            f"to {name(shaped['to_step_id'])}"
+        )
+        if not shaped["task"]["wip_admitted"]:
+            line += " (queued: the step is full)"
     else:
-        line = f"task {task_id}: no transition (step {shaped['task']['workflow_step_id']})"
+        at = name(shaped["task"]["workflow_step_id"])
+        line = f"task {task_id}: no transition at {at}{why_not(shaped)}"
     emit(settings.json, shaped, [line])
 
 
@@ -264,7 +299,8 @@ def turn_start(settings: Settings, ref: str, session_id: str | None) -> None:
     """Fire on_turn_start."""
     with writer(settings) as host:
         result = host.turns.start(ref, session_id)
-    _emit_trigger(settings, result)
+        names = step_names(host, result["task"])
+    _emit_trigger(settings, result, names)
 
 
 @turn.command("complete")
@@ -275,7 +311,8 @@ def turn_complete(settings: Settings, ref: str, session_id: str | None) -> None:
     """Fire on_turn_complete."""
     with writer(settings) as host:
         result = host.turns.complete(ref, session_id)
-    _emit_trigger(settings, result)
+        names = step_names(host, result["task"])
+    _emit_trigger(settings, result, names)
 
 
 # -- decisions -----------------------------------------------------------------------------
@@ -311,15 +348,21 @@ def decision_record(
     # (exit 1, named by the service), not a usage error.
     with writer(settings) as host:
         result = host.decisions.record(task_ref, step, participant_id, verdict, comment=comment)
+        names = step_names(host, host.tasks.get(task_ref))
     made = result["decision"]
     shaped = {
         "decision": made,
         "transitioned": bool(result["transitioned"]),
         "to_step_id": result["to_step_id"],
+        "refusals": result["refusals"],
+        "halted": result["halted"],
     }
     line = f"{made.id}  {made.decision}  participant={made.participant_id}"
     if shaped["transitioned"]:
-        line += f"  -> moved to {shaped['to_step_id']}"
+        to = shaped["to_step_id"]
+        line += f"  -> moved to {names.get(to, to)}"
+    else:
+        line += f"  -> no transition{why_not(shaped)}"
     emit(settings.json, shaped, [line])
 
 

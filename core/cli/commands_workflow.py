@@ -80,6 +80,23 @@ def workflow_show(settings: Settings, ref: str) -> None:
     emit(settings.json, workflow_json(wf), workflow_lines(wf, with_steps=True))
 
 
+@workflow.command("set")
+@click.argument("ref", metavar="W")
+@click.option(
+    "--max-step-arrivals",
+    type=click.IntRange(min=0),
+    required=True,
+    metavar="N",
+    help="The runaway-loop limit: how often a trigger may bring a task to one step (0: none).",
+)
+@pass_settings
+def workflow_set(settings: Settings, ref: str, max_step_arrivals: int) -> None:
+    """Change a workflow's settings."""
+    with writer(settings) as host:
+        wf = host.workflows.set_max_step_arrivals(ref, max_step_arrivals)
+    emit(settings.json, workflow_json(wf), workflow_lines(wf, with_steps=False))
+
+
 @workflow.command("export")
 @click.argument("ref", metavar="W")
 @pass_settings

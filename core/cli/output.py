@@ -16,6 +16,7 @@ from typing import Any
 import attrs
 import click
 
+from core.errors import LanewayError
 from core.model import AgentProfile, Marker, Step, StepEntry, Task, Workflow
 from core.store.rows import encode_events
 
@@ -57,6 +58,7 @@ def workflow_json(workflow: Workflow) -> dict[str, Any]:
         "name": workflow.name,
         "description": workflow.description,
         "hidden": workflow.hidden,
+        "max_step_arrivals": workflow.max_step_arrivals,
         "steps": [step_json(s) for s in sorted(workflow.steps, key=lambda s: s.position)],
     }
 
@@ -96,13 +98,60 @@ def entry_json(entry: StepEntry, markers: Iterable[Marker]) -> dict[str, Any]:
 
 
 def trigger_json(result: Mapping[str, Any]) -> dict[str, Any]:
-    """A turn's result: `{"task", "transitioned", "from_step_id", "to_step_id"}`."""
+    """A turn's result: `{"task", "transitioned", "from_step_id", "to_step_id"}`, plus
+    `refusals` (`[{"guard", "reason"}]`: the guards that kept a move back) and `halted` (the
+    runaway-loop limit kept it back)."""
     return {
         "task": plain(result["task"]),
         "transitioned": bool(result["transitioned"]),
         "from_step_id": result["from_step_id"],
         "to_step_id": result["to_step_id"],
+        "refusals": list(result.get("refusals", ())),
+        "halted": bool(result.get("halted", False)),
     }
+
+
+def why_not(result: Mapping[str, Any]) -> str:
+    """Why no move happened, for a text line: the refusing guards and their reasons."""
+    parts = [f"guard {r['guard']}: {r['reason']}" for r in result.get("refusals", ())]
+    if result.get("halted"):
+        parts.append("stopped by the runaway-loop limit (a person's move resumes it)")
+    return f" ({'; '.join(parts)})" if parts else ""
+
+
+StepNames = Mapping[str, str]
+"""step id -> step name, for lines that name steps."""
+
+
+def names_of(
+    host: Any, step_ids: Iterable[str | None], profile_ids: Iterable[str | None]
+) -> dict[str, str]:
+    """Names for step and agent-profile ids (read while the host is open); an id that does
+    not resolve is left out, and the line prints the id."""
+    names: dict[str, str] = {}
+    for step_id in {s for s in step_ids if s}:
+        try:
+            _wf, step = host.workflows.step_by_id(step_id)
+        except LanewayError:
+            continue
+        names[step_id] = step.name
+    wanted = {p for p in profile_ids if p}
+    if wanted:
+        names.update({p.id: p.name for p in host.profiles.list() if p.id in wanted})
+    return names
+
+
+def step_names(host: Any, *tasks: Task) -> dict[str, str]:
+    """The names of the workflows' steps the tasks are in (read while the host is open)."""
+    names: dict[str, str] = {}
+    for task in tasks:
+        if task.workflow_id and task.workflow_step_id and task.workflow_step_id not in names:
+            try:
+                workflow = host.workflows.by_id(task.workflow_id)
+            except LanewayError:  # a name is a nicety; the id still prints
+                continue
+            names.update({s.id: s.name for s in workflow.steps})
+    return names
 
 
 # -- printing ------------------------------------------------------------------------------
@@ -121,11 +170,22 @@ def _or_dash(value: object) -> str:
     return "-" if value is None or value == "" else str(value)
 
 
-def task_line(task: Task) -> str:
+def task_line(task: Task, names: StepNames | None = None) -> str:
+    names = names or {}
+
+    def name(step_id: str | None) -> str:
+        return names.get(step_id, step_id) if step_id else "-"
+
     flags = " archived" if task.archived_at else ""
+    if not task.wip_admitted and task.queued_for_step_id:
+        flags += " (queued: the step is full)"
+    if task.loop_halted_step_id:
+        flags += (
+            f" HALTED: runaway loop at {name(task.loop_halted_step_id)}; "
+            "triggers no longer move it until a person does"
+        )
     return (
-        f"{task.id}  {task.title!r}  step={_or_dash(task.workflow_step_id)} "
-        f"state={task.state}{flags}"
+        f"{task.id}  {task.title!r}  step={name(task.workflow_step_id)} state={task.state}{flags}"
     )
 
 

@@ -358,9 +358,7 @@ class AgentRuntime:
         signal = session.metadata.get("pending_step_signal")
         if task is not None and signal and signal == task.workflow_step_id:
             host.sessions.record_effect(failure.session_id, pending_step_signal=None)
-            host.bundle.engine.handle_trigger(
-                task.id, "on_turn_complete", session_id=failure.session_id
-            )
+            _reconcile_signal(host, task.id, failure)
         # 4. cleanup, launched and not awaited
         turn = self._turns.get(failure.session_id)
         if turn is not None and turn.proc is not None:
@@ -389,6 +387,24 @@ class AgentRuntime:
                     cause=f"{type(exc).__name__}: {exc}",
                 ).opt(exception=exc).error("on_agent_error dispatch raised; recovered")
         return dispatched
+
+
+def _reconcile_signal(host: Host, task_id: str, failure: AgentFailure) -> None:
+    """Apply the completion signal the agent gave before failing. A failure applying it (a
+    move_to_next from the last step, an entry record that could not be written) is logged and
+    swallowed: the cleanup and the on_agent_error dispatch still run (AC-A1, AC-A3)."""
+    try:
+        # an action failing returns a failed result the engine has already logged
+        host.bundle.engine.handle_trigger(
+            task_id, "on_turn_complete", session_id=failure.session_id
+        )
+    except Exception as exc:  # noqa: BLE001 - the failure's own handling must go on
+        logger.bind(
+            task_id=task_id,
+            session_id=failure.session_id,
+            route=failure.route,
+            cause=f"{type(exc).__name__}: {exc}",
+        ).error("the agent's completion signal could not be applied; handling the failure anyway")
 
 
 def profile_session(host: Host, task: Task, agent_profile_id: str) -> Session:

@@ -1,18 +1,104 @@
-"""What every service shares: the host it serves and a guard against writing read-only."""
+"""What every service shares: the host it serves, a guard against writing read-only, and a
+check of argument types at the public API's edge.
+
+The services are what an embedding application calls, with whatever it has at hand:
+`tasks.create(title=123)` must be a `LanewayError` naming the argument, not an
+`AttributeError` from deep inside. Every public method of a service is wrapped, once, when the
+class is defined: each parameter annotated with plain types (`str`, `int`, `bool`, `None` and
+unions of them) is checked on each call; others are left to the method.
+"""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+import functools
+import inspect
+import types
+import typing
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 from core.errors import LanewayError
 
 if TYPE_CHECKING:
     from core.host import Host
 
+_PLAIN: dict[Any, tuple[type, ...]] = {
+    str: (str,),
+    int: (int,),
+    bool: (bool,),
+    type(None): (type(None),),
+}
+
+
+def _allowed(hint: Any) -> tuple[type, ...] | None:
+    """The types a plain annotation admits, or None when it is not plain."""
+    if hint in _PLAIN:
+        return _PLAIN[hint]
+    if typing.get_origin(hint) in (typing.Union, types.UnionType):
+        found: list[type] = []
+        for arg in typing.get_args(hint):
+            part = _allowed(arg)
+            if part is None:
+                return None
+            found.extend(part)
+        return tuple(found)
+    return None
+
+
+def _type_name(value: Any) -> str:
+    return type(value).__name__
+
+
+def _checked(fn: Callable[..., Any], owner: str) -> Callable[..., Any]:
+    try:
+        hints = typing.get_type_hints(fn)
+    except Exception:  # noqa: BLE001 - an annotation we cannot resolve is simply not checked
+        return fn
+    params = list(inspect.signature(fn).parameters.values())[1:]  # without self
+    checks: dict[str, tuple[type, ...]] = {}
+    for param in params:
+        allowed = _allowed(hints.get(param.name))
+        if allowed is not None:
+            checks[param.name] = allowed
+    if not checks:
+        return fn
+    positional = [p.name for p in params if p.kind is p.POSITIONAL_OR_KEYWORD]
+
+    def check(name: str, value: Any) -> None:
+        allowed = checks.get(name)
+        if allowed is None or type(value) in allowed:
+            return
+        if isinstance(value, allowed) and not (bool not in allowed and isinstance(value, bool)):
+            return
+        wanted = " or ".join("None" if t is type(None) else t.__name__ for t in allowed)
+        raise LanewayError(
+            f"{owner}.{fn.__name__}: argument {name!r} must be {wanted}, got {_type_name(value)}"
+        )
+
+    @functools.wraps(fn)
+    def wrapper(self: Any, *args: Any, **kwargs: Any) -> Any:
+        for name, value in zip(positional, args, strict=False):
+            check(name, value)
+        for name, value in kwargs.items():
+            check(name, value)
+        return fn(self, *args, **kwargs)
+
+    return wrapper
+
 
 class Service:
     def __init__(self, host: Host) -> None:
         self.host = host
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        base = cls.__name__.removesuffix("Service")
+        # named as the host's attribute is: host.tasks, host.entries, host.workspace
+        owner = {"Workspace": "workspace", "Entry": "entries"}.get(base, base.lower() + "s")
+        for name, value in list(vars(cls).items()):
+            if name.startswith("_") or not inspect.isfunction(value):
+                continue
+            setattr(cls, name, _checked(value, owner))
 
     def _require_writer(self) -> None:
         if not self.host.writable:

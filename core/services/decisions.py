@@ -109,6 +109,8 @@ class DecisionService(Service):
             "transitioned": result.transitioned,
             "to_step_id": result.to_step_id,
             "recorded": True,
+            "refusals": [{"guard": g, "reason": r} for g, r in result.refusals],
+            "halted": result.halted,
         }
 
     def clear(self, uow: UnitOfWork, task_id: str, step_id: str) -> int:

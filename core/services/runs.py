@@ -34,6 +34,10 @@ class RunService(Service):
         if task is not None:
             query = query.where(R.c.task_id == self.host.tasks.get(task).id)
         if status is not None:
+            if status not in runs.RUN_STATUSES:
+                raise LanewayError(
+                    f"run status {status!r}: expected one of {', '.join(runs.RUN_STATUSES)}"
+                )
             query = query.where(R.c.status == status)
         with self.host.store.read() as conn:
             return [rows.run(r) for r in conn.execute(query).mappings()]

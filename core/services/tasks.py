@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import sqlalchemy as sa
+from loguru import logger
 
 from core import ids, transition
 from core.errors import LanewayError, NotFound
@@ -129,6 +130,11 @@ class TaskService(Service):
             agent = self.host.runs.primary_agent(started, started.workflow_step_id)
             if agent is not None:
                 self.host.runs.assign(started, started.workflow_step_id, agent)
+            else:
+                logger.bind(task_id=started.id, step_id=started.workflow_step_id).warning(
+                    "task started but no agent works it: the step has no runner seat and "
+                    "neither it nor its workflow names an agent profile; no run queued"
+                )
         return started
 
     def switch_workflow(self, ref: str, *, workflow: str, step: str | None = None) -> Task:

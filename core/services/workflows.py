@@ -109,7 +109,14 @@ class WorkflowService(Service):
     def templates(self) -> list[WorkflowDecl]:
         return shipped_templates()
 
-    def create_from_template(self, template_id: str, *, name: str | None = None) -> Workflow:
+    def create_from_template(
+        self, template_id: str, *, name: str | None = None, exist_ok: bool = False
+    ) -> Workflow:
+        """A new workflow from a shipped template (named `name`, default the template's).
+
+        :param exist_ok: when a workflow of that name made from this template exists, return
+            it instead of refusing (so a script that sets up its board can run twice).
+        """
         decl = shipped_template(template_id)
         if decl is None:
             known = ", ".join(d.template_id or d.name for d in shipped_templates())
@@ -117,6 +124,11 @@ class WorkflowService(Service):
         if name:
             require_text(name, "workflow name", t.column_length(t.workflows.c.name))
             decl = attrs.evolve(decl, name=name)
+        if exist_ok:
+            for existing in self.list():
+                same_name = existing.name.casefold() == decl.name.casefold()
+                if same_name and existing.template_id == decl.template_id:
+                    return existing
         return self._store_decls([decl])[0]
 
     def import_file(self, path: str | Path) -> builtins.list[Workflow]:
@@ -171,6 +183,7 @@ class WorkflowService(Service):
                         agent_profile_id=wf.agent_profile_id,
                         hidden=wf.hidden,
                         template_id=wf.template_id,
+                        max_step_arrivals=wf.max_step_arrivals,
                         created_at=ids.now(),
                     )
                 )
@@ -248,6 +261,22 @@ class WorkflowService(Service):
         step = wf.step(step_id)
         assert step is not None
         return wf, step
+
+    def set_max_step_arrivals(self, ref: str, limit: int) -> Workflow:
+        """Set the workflow's runaway-loop limit (0: no limit)."""
+        self._require_writer()
+        if type(limit) is not int or limit < 0:
+            raise LanewayError(f"max_step_arrivals must be an integer >= 0, got {limit!r}")
+        wf = self.get(ref)
+        with self.host.store.transaction() as uow:
+            uow.conn.execute(
+                sa.update(t.workflows)
+                .where(t.workflows.c.id == wf.id)
+                .values(max_step_arrivals=limit)
+            )
+        with self._cache_lock:
+            self._cache.pop(wf.id, None)
+        return self.by_id(wf.id)
 
     # -- export and check -------------------------------------------------------------------
 

@@ -10,6 +10,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Any
 
@@ -50,11 +51,41 @@ def sqlite_path(url: URL) -> Path | None:
     return Path(database)
 
 
+SQLITE_HEADER = b"SQLite format 3\x00"
+
+
+def sqlite_file_problem(path: Path, *, writing: bool) -> str | None:
+    """Why the SQLite database at `path` cannot be used, in one line, or None.
+
+    Checked before connecting, so the user reads what is wrong instead of a driver error:
+    a missing directory (laneway never creates one: a typo would scatter databases), a
+    directory or file it may not write, a file that is not a SQLite database.
+    """
+    folder = path.parent
+    if not folder.is_dir():
+        return f"directory {folder} does not exist; create it first"
+    if path.exists():
+        if not path.is_file():
+            return f"{path} is not a database file"
+        try:
+            with open(path, "rb") as handle:
+                header = handle.read(len(SQLITE_HEADER))
+        except OSError as exc:
+            return f"{path} cannot be read: {exc.strerror or exc}"
+        if header and header != SQLITE_HEADER:  # an empty file is a new database
+            return f"{path} is not a SQLite database (corrupt, or another kind of file)"
+        if writing and not os.access(path, os.W_OK):
+            return f"{path} is read-only; laneway needs to write it"
+    if writing and not os.access(folder, os.W_OK | os.X_OK):
+        # SQLite writes its journal and laneway its lock file beside the database
+        return f"directory {folder} is read-only; laneway needs to write there"
+    return None
+
+
 def create_engine(url: URL) -> Engine:
     if is_sqlite(url):
         path = sqlite_path(url)
         if path is not None:
-            path.parent.mkdir(parents=True, exist_ok=True)
             private.make_private(path)
         engine = sa.create_engine(
             url,

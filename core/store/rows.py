@@ -124,6 +124,7 @@ def workflow(row: RowLike, steps: tuple[Step, ...]) -> Workflow:
         hidden=bool(row["hidden"]),
         template_id=row["template_id"],
         steps=steps,
+        max_step_arrivals=int(row["max_step_arrivals"]),
     )
 
 

@@ -71,6 +71,8 @@ workflows = sa.Table(
     sa.Column("hidden", sa.Boolean, nullable=False, server_default=sa.false()),
     sa.Column("template_id", sa.String(100), nullable=True),
     sa.Column("created_at", sa.String(40), nullable=False),
+    # the runaway-loop limit: arrivals at one step a trigger may cause (0: no limit)
+    sa.Column("max_step_arrivals", sa.Integer, nullable=False, server_default="25"),
 )
 
 workflow_steps = sa.Table(
@@ -130,6 +132,10 @@ tasks = sa.Table(
     sa.Column("archived_at", sa.String(40), nullable=True),
     sa.Column("created_at", sa.String(40), nullable=False),
     sa.Column("updated_at", sa.String(40), nullable=False),
+    # set when the runaway-loop limit stopped the task at this step; a person's move clears it
+    sa.Column("loop_halted_step_id", sa.String(64), nullable=True),
+    # bumped by a person's move: arrival counts of an older generation no longer count
+    sa.Column("loop_generation", sa.Integer, nullable=False, server_default="0"),
     sa.Index("ix_tasks_step", "workflow_step_id", "wip_admitted"),
     sa.Index("ix_tasks_queued_for", "queued_for_step_id"),
 )
@@ -286,6 +292,21 @@ step_entry_markers = sa.Table(
     sa.Column("reason", sa.String(40), nullable=True),
     sa.Column("cause", sa.Text, nullable=True),
     sa.Column("updated_at", sa.String(40), nullable=False),
+)
+
+task_step_arrivals = sa.Table(
+    "task_step_arrivals",
+    metadata,
+    sa.Column(
+        "task_id",
+        sa.String(64),
+        sa.ForeignKey("tasks.id", ondelete=CASCADE),
+        primary_key=True,
+    ),
+    sa.Column("step_id", sa.String(64), primary_key=True),
+    # trigger-driven admissions at the step within the task's loop_generation `generation`
+    sa.Column("arrivals", sa.Integer, nullable=False, server_default="0"),
+    sa.Column("generation", sa.Integer, nullable=False, server_default="0"),
 )
 
 host_epochs = sa.Table(

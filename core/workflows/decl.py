@@ -17,7 +17,7 @@ import attrs
 
 from core import ids
 from core.errors import LanewayError
-from core.model import ActionDecl, Events, Step, Workflow
+from core.model import DEFAULT_MAX_STEP_ARRIVALS, ActionDecl, Events, Step, Workflow
 
 MOVE_TO_STEP: Final = "move_to_step"
 STEP_REF: Final = "step_id"
@@ -109,6 +109,7 @@ class WorkflowDecl:
     hidden: bool = False
     template_id: str | None = None
     steps: tuple[StepDecl, ...] = ()
+    max_step_arrivals: int = DEFAULT_MAX_STEP_ARRIVALS
     source: str = "<string>"
     """The file it came from, for error messages."""
 
@@ -176,6 +177,7 @@ def instantiate(
         hidden=decl.hidden,
         template_id=decl.template_id,
         steps=steps,
+        max_step_arrivals=decl.max_step_arrivals,
     )
 
 

@@ -13,7 +13,7 @@ from typing import Any
 
 import yaml
 
-from core.model import TRIGGERS, Step, Workflow
+from core.model import DEFAULT_MAX_STEP_ARRIVALS, TRIGGERS, Step, Workflow
 from core.workflows.decl import MOVE_TO_STEP, STEP_REF, WorkflowFileError, rename_key
 from core.workflows.load import PORTABLE_STEP_REF, PORTABLE_TYPE, PORTABLE_VERSION
 
@@ -47,6 +47,8 @@ def _workflow(wf: Workflow) -> dict[str, Any]:
         out["description"] = wf.description
     if wf.prompt:
         out["prompt"] = wf.prompt
+    if wf.max_step_arrivals != DEFAULT_MAX_STEP_ARRIVALS:
+        out["max_step_arrivals"] = wf.max_step_arrivals
     out["steps"] = [_step(s, position_of) for s in steps]
     return out
 

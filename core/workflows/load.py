@@ -22,7 +22,7 @@ from typing import Any, Final, NoReturn
 import attrs
 import yaml
 
-from core.model import STAGE_TYPES, TRIGGERS
+from core.model import DEFAULT_MAX_STEP_ARRIVALS, STAGE_TYPES, TRIGGERS
 from core.store import tables
 from core.store.rows import decode_events
 from core.text import check_text
@@ -88,14 +88,14 @@ class _Format:
 
 _TEMPLATE: Final = _Format(
     template=True,
-    workflow_keys=("id", "name", "description", "hidden", "steps"),
+    workflow_keys=("id", "name", "description", "hidden", "max_step_arrivals", "steps"),
     step_keys=("id", *_COMMON_STEP_KEYS),
     ref_key=STEP_REF,
     foreign_ref_key=PORTABLE_STEP_REF,
 )
 _PORTABLE: Final = _Format(
     template=False,
-    workflow_keys=("name", "description", "prompt", "agent_profile", "steps"),
+    workflow_keys=("name", "description", "prompt", "agent_profile", "max_step_arrivals", "steps"),
     # stage_type is ours: the reference's export drops it, which is lossy (section 11.9).
     step_keys=(*_COMMON_STEP_KEYS, "agent_profile", "wip_limit", "pull_from_step_position"),
     ref_key=PORTABLE_STEP_REF,
@@ -318,6 +318,7 @@ def _workflow(raw: Any, at: _At, fmt: _Format) -> WorkflowDecl:
         hidden=hidden,
         template_id=template_id,
         steps=_link(parsed, fmt),
+        max_step_arrivals=_int(at, raw, "max_step_arrivals", DEFAULT_MAX_STEP_ARRIVALS, minimum=0),
         source=at.file,
     )
 

@@ -141,3 +141,33 @@ def test_ac_b5_every_enumerated_zero_case_dispatches_nothing(world: World) -> No
     world.fail(task, session)  # AC-F5
 
     assert world.probe.on_agent_error() == []
+
+
+@pytest.mark.parametrize("ownership", OWNERSHIP)
+def test_office_off_means_off_its_on_agent_error_path_does_not_run(
+    world: World, laneway_logs: list[dict[str, Any]], ownership: str
+) -> None:
+    """Office off means off: with the office feature disabled (`plugins list` shows office
+    `enabled: false`), an Office task whose claimed run's agent fails is neither dispatched
+    nor moved - not by Office's own on_agent_error path, not by the host's."""
+    wf = world.board([probe("office-recover"), {"type": "move_to_next"}])
+    if ownership == "project":
+        task = world.task(wf, project="proj-1")
+    else:
+        world.host.workspace.set(office_workflow=wf.id)
+        task = world.task(wf)
+    agent = world.crashing(status=3)
+    world.host.runs.enqueue(
+        RunRequest(agent.id, task.id, world.step_id(wf, "Work"), "task_assigned")
+    )
+    world.host.set_features(office=False)
+    (office,) = [p for p in world.host.plugins.list() if p["name"] == "office"]
+    assert office["enabled"] is False
+
+    summary = worker.work(world.host, once=True)
+
+    assert (summary.claimed, summary.failed) == (1, 1)
+    assert world.probe.on_agent_error() == []
+    assert world.step_name(task.id) == "Work"
+    assert _office_records(laneway_logs, task) == []
+    assert dispatch_records(laneway_logs) == []

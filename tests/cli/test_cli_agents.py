@@ -137,7 +137,9 @@ def test_agent_fail_on_an_office_task_is_not_dispatched_by_the_host(
     task = lw.json("task", "create", "--workflow", wf["id"], "--title", "office work")["id"]
     session = lw.json("session", "start", task)["id"]
     out = lw.json("agent", "fail", task, "--session", session, "--execution", "e")
+    reason = out.pop("reason")
     assert out == {"dispatched": False, "operation_id": f"agent_error:session:{session}:e"}
+    assert "the task is office's" in reason  # it says why (issue 10)
     (failed,) = lw.json("session", "list", "--task", task)
     assert failed["state"] == "FAILED"  # Office sessions fail
 

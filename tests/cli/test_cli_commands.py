@@ -21,7 +21,7 @@ from core.store.migrate import head_revision
 from tests.cli.conftest import Laneway
 from tests.conftest import open_host
 
-WORKFLOW_KEYS = {"id", "name", "description", "hidden", "steps"}
+WORKFLOW_KEYS = {"id", "name", "description", "hidden", "max_step_arrivals", "steps"}
 STEP_KEYS = {
     "id",
     "workflow_id",
@@ -390,7 +390,14 @@ def test_sessions_and_turns(laneway: Laneway) -> None:
     assert laneway.json("session", "list", "--task", task["id"]) == [session]
 
     started = laneway.json("turn", "start", task["id"], "--session", session["id"])
-    assert set(started) == {"task", "transitioned", "from_step_id", "to_step_id"}
+    assert set(started) == {
+        "task",
+        "transitioned",
+        "from_step_id",
+        "to_step_id",
+        "refusals",
+        "halted",
+    }  # CLI.md's four keys, extended with why nothing moved
     assert_row(started["task"], Task, t.tasks)
     assert started["transitioned"] is False
     # Work's on_turn_complete moves to Review without a guard.
@@ -432,7 +439,8 @@ def test_decision_record_shape(laneway: Laneway) -> None:
         "--comment",
         "not yet",
     )
-    assert set(recorded) == {"decision", "transitioned", "to_step_id"}
+    # CLI.md's three keys, extended with why nothing moved
+    assert set(recorded) == {"decision", "transitioned", "to_step_id", "refusals", "halted"}
     assert_row(recorded["decision"], Decision, t.workflow_step_decisions)
     assert recorded["decision"]["decision"] == "rejected"
     assert recorded["decision"]["comment"] == "not yet"

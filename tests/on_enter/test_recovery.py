@@ -856,3 +856,36 @@ def test_ac_b9_pending_query_uses_the_pending_index(db_url: str) -> None:
                 conn.exec_driver_sql("SET enable_seqscan = off")
                 plan = [str(row[0]) for row in conn.exec_driver_sql(f"EXPLAIN {sql}")]
     assert any("ix_step_entries_pending" in line for line in plan), plan
+
+
+def test_ac_b9_a_entry_whose_task_came_back_queued_is_skipped_step_left(office: Office) -> None:
+    """AC-B9(a): an entry left non-terminal at Review whose task then left and came back
+    *queued* (Review full) does not occupy Review: recovery closes the entry skipped(step_left)
+    and queues no reviewer run for it."""
+    with raw(office.url) as conn:
+        entry_id = add_entry(
+            conn, office.task, office.review, 1, digest_of(on_enter(conn, office.review))
+        )
+        add_marker(conn, entry_id, 0, CLEAR, "in_progress", epoch=DEAD_EPOCH)
+        conn.execute(
+            sa.update(t.tasks)
+            .where(t.tasks.c.id == office.task)
+            .values(
+                workflow_step_id=office.review,
+                wip_admitted=False,
+                queued_for_step_id=office.review,
+                queued_at="2026-01-01T00:00:00Z",
+            )
+        )
+
+    report, _epoch = _restart(office.url)
+
+    assert report == {"scanned": 1, "redispatched": 0, "skipped": {"step_left": 1}, "errors": 0}
+    with raw(office.url) as conn:
+        (entry,) = entries(conn, office.task)
+        assert run_rows(conn, office.task) == []
+    assert entry["terminal"] is True
+    assert entry["markers"] == [
+        (0, CLEAR, "skipped", "step_left"),
+        (1, FAN_OUT, "skipped", "step_left"),
+    ]
