@@ -16,7 +16,7 @@ import sqlalchemy as sa
 from core import ids
 from core.model import ActionDecl, Marker, Step, StepEntry
 from core.registry import Registry
-from core.store import rows
+from core.store import events, rows
 from core.store import tables as t
 from core.store.database import UnitOfWork
 from core.store.prepared import insert_of
@@ -144,6 +144,7 @@ def claim(uow: UnitOfWork, entry_id: str, position: int, kind: str, epoch: str) 
     key = {"entry_id": entry_id, "position": position, "kind": kind}
     stamp = ids.now()
     if uow.run(_CLAIM_ABSENT, {**key, "epoch": epoch, "stamp": stamp}).rowcount == 1:
+        events.marker(uow, entry_id, position, kind, "in_progress", None)
         return True
     current = uow.run(_MARKER_STATE, key).first()
     if current is None:
@@ -157,6 +158,7 @@ def claim(uow: UnitOfWork, entry_id: str, position: int, kind: str, epoch: str) 
     taken = uow.run(_RECLAIM, {**key, "old_epoch": holder, "epoch": epoch, "stamp": stamp})
     if taken.rowcount != 1:
         raise ClaimLost
+    events.marker(uow, entry_id, position, kind, "in_progress", None)
     return True
 
 
@@ -175,8 +177,10 @@ def settle(
     stamp = ids.now()
     values = {"state": state, "reason": reason, "cause": cause, "stamp": stamp}
     if uow.run(_SETTLE, {**key, **values}).rowcount == 1:
+        events.marker(uow, entry_id, position, kind, state, reason)
         return
     if uow.run(_MARKER_STATE, key).first() is None:
+        events.marker(uow, entry_id, position, kind, state, reason)
         uow.run(
             _INSERT_MARKER,
             {

@@ -21,7 +21,7 @@ import attrs
 import sqlalchemy as sa
 
 from core import ids
-from core.store import rows
+from core.store import events, rows
 from core.store import tables as t
 from core.store.database import UnitOfWork
 from core.store.prepared import insert_of
@@ -141,5 +141,13 @@ def enqueue(uow: UnitOfWork, request: RunRequest) -> Enqueued:
             "coalesced_count": 1,
             "requested_at": stamp,
         },
+    )
+    events.record(
+        uow,
+        "run.queued",
+        request.task_id,
+        run_id=run_id,
+        agent_profile_id=request.agent_profile_id,
+        reason=request.reason,
     )
     return Enqueued(run_id, "inserted")

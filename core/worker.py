@@ -23,7 +23,7 @@ from core import faults, ids
 from core.model import Run
 from core.prompts import build_prompt
 from core.runtime.runtime import TurnOutcome, profile_session
-from core.store import rows
+from core.store import events, rows
 from core.store import tables as t
 
 if TYPE_CHECKING:
@@ -90,22 +90,40 @@ def claim_next(host: Host, busy_agents: set[str] | None = None) -> Run | None:
             ).rowcount
             if taken == 1:
                 row = uow.conn.execute(sa.select(R).where(R.c.id == run_id)).mappings().one()
-                return rows.run(row)
+                claimed = rows.run(row)
+                events.record(
+                    uow,
+                    "run.started",
+                    claimed.task_id,
+                    run_id=claimed.id,
+                    agent_profile_id=claimed.agent_profile_id,
+                )
+                return claimed
     return None
 
 
 def finish(host: Host, run: Run, outcome: TurnOutcome) -> None:
+    status = "finished" if outcome.ok else "failed"
     with host.store.transaction() as uow:
-        uow.conn.execute(
+        done = uow.conn.execute(
             sa.update(R)
             .where(R.c.id == run.id, R.c.status == "claimed")
             .values(
-                status="finished" if outcome.ok else "failed",
+                status=status,
                 finished_at=ids.now(),
                 session_id=outcome.session_id or None,
                 error_message=outcome.error,
             )
-        )
+            .execution_options(preserve_rowcount=True)
+        ).rowcount
+        if done == 1:
+            events.record(
+                uow,
+                f"run.{status}",
+                run.task_id,
+                run_id=run.id,
+                agent_profile_id=run.agent_profile_id,
+            )
 
 
 def prompt_for(host: Host, run: Run) -> str:

@@ -8,12 +8,15 @@ import sqlalchemy as sa
 from core import ids
 from core.errors import LanewayError, NotFound
 from core.model import ACTIVE_SESSION_STATES, Session
+from core.runs import RunRequest
 from core.services.base import Service
-from core.store import rows
+from core.store import events, rows
 from core.store import tables as t
 from core.transition import live_session_id
 
 S = t.task_sessions
+WORKING = frozenset({"STARTING", "RUNNING"})
+WAITING = frozenset({"CREATED", "WAITING_FOR_INPUT"})
 
 
 class SessionService(Service):
@@ -34,6 +37,10 @@ class SessionService(Service):
         live = sa.and_(S.c.task_id == task_row.id, S.c.state.in_(tuple(ACTIVE_SESSION_STATES)))
         with self.host.store.transaction() as uow:
             if external:
+                for ended in uow.conn.execute(sa.select(S.c.id).where(live)).scalars():
+                    events.record(
+                        uow, "session.state", task_row.id, session_id=ended, state="COMPLETED"
+                    )
                 uow.conn.execute(
                     sa.update(S)
                     .where(live)
@@ -54,6 +61,9 @@ class SessionService(Service):
                     started_at=stamp,
                     updated_at=stamp,
                 )
+            )
+            events.record(
+                uow, "session.state", task_row.id, session_id=session_id, state="WAITING_FOR_INPUT"
             )
         return self.get(session_id)
 
@@ -97,7 +107,11 @@ class SessionService(Service):
         if state in ("COMPLETED", "FAILED", "CANCELLED"):
             values["completed_at"] = stamp
         with self.host.store.transaction() as uow:
-            uow.conn.execute(sa.update(S).where(S.c.id == session_id).values(**values))
+            task_id = uow.conn.execute(
+                sa.update(S).where(S.c.id == session_id).values(**values).returning(S.c.task_id)
+            ).scalar()
+            if task_id is not None:
+                events.record(uow, "session.state", task_id, session_id=session_id, state=state)
 
     def queue_message(self, session_id: str, text: str) -> Session:
         """A message for the agent, delivered in order when it next takes a turn."""
@@ -148,3 +162,62 @@ class SessionService(Service):
                 .values(metadata=rows.dumps(meta), updated_at=ids.now())
             )
         return self.get(session_id)
+
+    # -- what a user asks of a session -------------------------------------------------------
+
+    def send(self, session_id: str, text: str) -> Session:
+        """A message for the session's agent (`session send`, `POST /api/sessions/S/send`).
+
+        - The session waits for input: the message starts a new turn. An external session's
+          agent gets it at once (delivered, the session RUNNING, on_turn_start fired); for a
+          session laneway runs, a `user_message` run is queued and the worker delivers it when
+          it starts the turn.
+        - The session is running a turn: the message is queued, delivered in order when the
+          turn ends.
+
+        Messages already queued go first: the new one joins the end of the queue, and what is
+        delivered now is the oldest.
+        """
+        self._require_writer()
+        session = self.get(session_id)
+        if not text.strip():
+            raise LanewayError("session send: the message is empty")
+        if session.state in WORKING:
+            return self.queue_message(session.id, text)
+        if session.state not in WAITING:
+            raise LanewayError(
+                f"session {session.id} is {session.state}: it takes no more messages; "
+                "start a new session"
+            )
+        self.queue_message(session.id, text)
+        if session.external:
+            self.pop_queued_message(session.id)
+            self.set_state(session.id, "RUNNING")
+            self.host.turns.start_internal(session.id)
+            return self.get(session.id)
+        if session.agent_profile_id is None:
+            raise LanewayError(f"session {session.id} has no agent profile to run")
+        task = self.host.tasks.get(session.task_id)
+        self.host.runs.enqueue(
+            RunRequest(
+                agent_profile_id=session.agent_profile_id,
+                task_id=task.id,
+                workflow_step_id=task.workflow_step_id,
+                reason="user_message",
+            )
+        )
+        return self.get(session.id)
+
+    def cancel_retry(self, session_id: str) -> Session:
+        """Cancel the session's transient retry loop (route R6).
+
+        The loop runs in the worker's process, so the request is recorded on the session for
+        that process to see; within one process it is also handed to the runtime directly.
+        """
+        self._require_writer()
+        session = self.get(session_id)
+        if session.state not in WORKING:
+            raise LanewayError(f"session {session.id} is {session.state}: no retry loop to cancel")
+        self.record_effect(session.id, cancel_retry_requested=True)
+        self.host.runtime.cancel_retry(session.id)
+        return self.get(session.id)

@@ -21,7 +21,7 @@ import attrs
 import sqlalchemy as sa
 from sqlalchemy.engine import URL, Connection, Engine
 
-from core.store import dialect, prepared
+from core.store import dialect, events, prepared
 
 
 @attrs.define(eq=False)
@@ -30,6 +30,8 @@ class UnitOfWork:
 
     conn: Connection
     store: Store
+    events: list[Any] = attrs.field(factory=list)
+    """Board events recorded in this transaction, inserted at its COMMIT (core.store.events)."""
 
     def run(self, statement: sa.ClauseElement, values: Mapping[str, Any]) -> prepared.Result:
         """Execute a module-level statement through its prepared driver SQL."""
@@ -69,6 +71,7 @@ class Store:
             try:
                 with conn.begin():
                     yield uow
+                    events.flush(uow)
             finally:
                 self._local.uow = None
 
@@ -81,8 +84,13 @@ class Store:
             with self.transaction():
                 yield
         elif self._needs_savepoints:
-            with current.conn.begin_nested():
-                yield
+            mark = events.mark(current)
+            try:
+                with current.conn.begin_nested():
+                    yield
+            except BaseException:
+                events.rollback_to(current, mark)  # their changes went with the savepoint
+                raise
         else:
             yield
 
