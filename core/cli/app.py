@@ -216,6 +216,7 @@ def build_cli(
     from core.cli import (
         commands_agents,
         commands_ledger,
+        commands_serve,
         commands_setup,
         commands_task,
         commands_workflow,
@@ -264,6 +265,7 @@ def build_cli(
         commands_task,
         commands_ledger,
         commands_agents,
+        commands_serve,
     ):
         for command in module.COMMANDS:
             cli.add_command(command)

@@ -31,12 +31,8 @@ from core.cli.output import emit, plain
 from core.errors import LanewayError
 from core.host import Host
 from core.model import Run, Session
-from core.runs import RunRequest
 from core.runtime.failures import AgentFailure
 from core.runtime.runtime import TurnOutcome
-
-WORKING = frozenset({"STARTING", "RUNNING"})
-WAITING = frozenset({"CREATED", "WAITING_FOR_INPUT"})
 
 
 def _session_line(session: Session) -> str:
@@ -51,49 +47,6 @@ def _session_line(session: Session) -> str:
 # -- session send / cancel-retry -------------------------------------------------------------
 
 
-def send_message(host: Host, session_id: str, text: str) -> Session:
-    """A message for the session's agent.
-
-    - The session waits for input: the message starts a new turn. An external session's
-      agent gets it at once (delivered, the session RUNNING, on_turn_start fired); for a
-      session laneway runs, a `user_message` run is queued and the worker delivers it when
-      it starts the turn.
-    - The session is running a turn: the message is queued, delivered in order when the turn
-      ends.
-
-    Messages already queued go first: the new one joins the end of the queue, and what is
-    delivered now is the oldest.
-    """
-    session = host.sessions.get(session_id)
-    if not text.strip():
-        raise LanewayError("session send: the message is empty")
-    if session.state in WORKING:
-        return host.sessions.queue_message(session.id, text)
-    if session.state not in WAITING:
-        raise LanewayError(
-            f"session {session.id} is {session.state}: it takes no more messages; "
-            "start a new session"
-        )
-    host.sessions.queue_message(session.id, text)
-    if session.external:
-        host.sessions.pop_queued_message(session.id)
-        host.sessions.set_state(session.id, "RUNNING")
-        host.turns.start_internal(session.id)
-        return host.sessions.get(session.id)
-    if session.agent_profile_id is None:
-        raise LanewayError(f"session {session.id} has no agent profile to run")
-    task = host.tasks.get(session.task_id)
-    host.runs.enqueue(
-        RunRequest(
-            agent_profile_id=session.agent_profile_id,
-            task_id=task.id,
-            workflow_step_id=task.workflow_step_id,
-            reason="user_message",
-        )
-    )
-    return host.sessions.get(session.id)
-
-
 @click.command("send")
 @click.argument("session_id", metavar="S")
 @click.argument("text", metavar="TEXT")
@@ -105,7 +58,7 @@ def session_send(settings: Settings, session_id: str, text: str) -> None:
     the running turn ends.
     """
     with writer(settings) as host:
-        sent = send_message(host, session_id, text)
+        sent = host.sessions.send(session_id, text)
     emit(settings.json, sent, [_session_line(sent)])
 
 
@@ -119,12 +72,7 @@ def session_cancel_retry(settings: Settings, session_id: str) -> None:
     that process to see; within one process it is also handed to the runtime directly.
     """
     with writer(settings) as host:
-        session = host.sessions.get(session_id)
-        if session.state not in WORKING:
-            raise LanewayError(f"session {session.id} is {session.state}: no retry loop to cancel")
-        host.sessions.record_effect(session.id, cancel_retry_requested=True)
-        host.runtime.cancel_retry(session.id)
-        cancelled = host.sessions.get(session.id)
+        cancelled = host.sessions.cancel_retry(session_id)
     emit(
         settings.json,
         cancelled,

@@ -8,7 +8,7 @@ from typing import Any
 import click
 
 from core.cli.app import Settings, pass_settings, reader, writer
-from core.cli.output import emit, task_line, trigger_json
+from core.cli.output import decision_result_json, emit, task_line, trigger_json
 from core.model import Participant, Session, Task
 
 
@@ -312,11 +312,7 @@ def decision_record(
     with writer(settings) as host:
         result = host.decisions.record(task_ref, step, participant_id, verdict, comment=comment)
     made = result["decision"]
-    shaped = {
-        "decision": made,
-        "transitioned": bool(result["transitioned"]),
-        "to_step_id": result["to_step_id"],
-    }
+    shaped = decision_result_json(result)
     line = f"{made.id}  {made.decision}  participant={made.participant_id}"
     if shaped["transitioned"]:
         line += f"  -> moved to {shaped['to_step_id']}"
