@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import os
 import threading
 from collections.abc import AsyncIterator
 from typing import TYPE_CHECKING, Final
@@ -118,6 +119,9 @@ class Hub:
 
     async def _pump(self) -> None:
         poll = SQLITE_POLL_S if self.host.store.is_sqlite else PG_FALLBACK_POLL_S
+        with contextlib.suppress(ValueError):
+            # An override for tests and tuning: proves, with a long poll, that NOTIFY wakes us.
+            poll = float(os.environ.get("LANEWAY_SERVE_POLL_S", poll))
         while not self.stopping.is_set():
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._wake.wait(), timeout=poll)

@@ -453,7 +453,7 @@ def test_graceful_stop_within_ten_seconds_exit_zero(
 
     threading.Thread(target=listen, daemon=True).start()
     with served.client() as c:
-        ok(c.post(f"/api/tasks/{office.task_id}/move", json={"step": "Work"}))
+        ok(c.post(f"/api/tasks/{office.task_id}/move", json={"step": "Review"}))
     time.sleep(0.3)
     started = time.monotonic()
     code = served.stop(sig, timeout=20)
