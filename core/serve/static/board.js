@@ -294,11 +294,11 @@ function section(title, count, ...body) {
 function renderDetail(task, entries, runs, sessions, decisions) {
   $("detail-title").textContent = task.title;
   $("detail-step").textContent = task.wip_admitted ? stepName(task.workflow_step_id) : `${stepName(task.workflow_step_id)} · queued`;
-  $("detail-meta").replaceChildren(
+  $("detail-meta").replaceChildren(...[
     h("span", { class: "pill state" }, pretty(task.state)),
-    h("span", { class: "muted mono" }, shortId(task.id)),
+    h("span", { class: "muted mono", title: task.id }, shortId(task.id)),
     task.archived_at ? h("span", { class: "pill" }, "archived") : null,
-  );
+  ].filter(Boolean));
   const body = [];
   if (task.description) body.push(h("p", { class: "description" }, task.description));
   body.push(renderActions(task, decisions, sessions));
@@ -377,7 +377,7 @@ async function verdict(task, decisions, seat, value) {
 function renderEntry(entry) {
   const markers = entry.markers.length
     ? h("table", { class: "markers" },
-      h("thead", {}, h("tr", {}, h("th", {}, "#"), h("th", {}, "action"), h("th", {}, "state"), h("th", {}, "reason / cause"))),
+      h("thead", {}, h("tr", {}, h("th", {}, "#"), h("th", {}, "action"), h("th", {}, "state"), h("th", {}, "why"))),
       h("tbody", {}, entry.markers.map((m) => h("tr", { class: `marker marker-${m.state}` },
         h("td", { class: "mono" }, String(m.position)),
         h("td", {}, m.kind),
