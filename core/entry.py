@@ -34,7 +34,7 @@ if TYPE_CHECKING:
 HOISTED_PATHS = frozenset({"E1", "E2", "E3", "E5"})
 _HEAD = {"first": 0, "second": 1}
 
-WalkEnd = Literal["completed", "abandoned", "halted", "declaration_changed", "no_entry"]
+WalkEnd = Literal["completed", "abandoned", "halted", "declaration_changed", "vacated", "no_entry"]
 
 
 def order_actions(
@@ -130,8 +130,18 @@ def run(walk: Walk) -> WalkEnd:
     if walk.entry is not None:
         digest = ledger.declaration_digest(walk.actions)
         if digest != walk.entry.declaration_digest:
-            with store.transaction() as uow:
-                ledger.skip_entry(uow, registry, walk.entry.id, walk.actions, "declaration_changed")
+            try:
+                with store.transaction() as uow:
+                    ledger.skip_entry(
+                        uow,
+                        registry,
+                        walk.entry.id,
+                        walk.actions,
+                        "declaration_changed",
+                        epoch=walk.host.live_epoch(),
+                    )
+            except ledger.ClaimLost:
+                return "abandoned"
             walk.log.bind(
                 recorded_digest=walk.entry.declaration_digest, current_digest=digest
             ).warning("step declaration changed since the entry began; entry abandoned")
@@ -175,6 +185,11 @@ def run(walk: Walk) -> WalkEnd:
             outcome = _durable_action(walk, registered, decl, action_log, last)
         except ledger.ClaimLost:
             return "abandoned"
+        except _Vacated as left:
+            walk.log.bind(reason=left.reason).info(
+                "the task no longer occupies this entry's step; entry closed without running"
+            )
+            return "vacated"
         closed = last and outcome is not None
         if (
             outcome is not None
@@ -190,7 +205,7 @@ def run(walk: Walk) -> WalkEnd:
 
 
 def _context(
-    walk: Walk, decl: ActionDecl, session: Any, log: Any, uow: Any = None
+    walk: Walk, decl: ActionDecl, session: Any, log: Any, uow: Any = None, epoch: str | None = None
 ) -> ActionContext:
     entry = walk.entry
     return ActionContext(
@@ -204,7 +219,7 @@ def _context(
         entry_id=entry.id if entry else None,
         entry_seq=entry.entry_seq if entry else None,
         entry_path=walk.path,
-        epoch=walk.host.epoch,
+        epoch=epoch or walk.host.epoch,
         uow=uow,
     )
 
@@ -257,18 +272,38 @@ def _skip_position(walk: Walk, decl: ActionDecl, reason: str, last: bool) -> boo
     """Claim and mark skipped(reason) in one transaction; False if already terminal."""
     assert walk.entry is not None
     with walk.host.store.transaction() as uow:
-        if not ledger.claim(uow, walk.entry.id, decl.position, decl.kind, _epoch(walk)):
+        epoch = walk.host.live_epoch()
+        if not ledger.skip_position(
+            uow, walk.entry.id, decl.position, decl.kind, reason, epoch=epoch
+        ):
             return False
-        ledger.settle(uow, walk.entry.id, decl.position, decl.kind, "skipped", reason=reason)
         if last:
             ledger.set_terminal(uow, walk.entry.id)
     return True
 
 
-def _epoch(walk: Walk) -> str:
-    epoch = walk.host.epoch
-    assert epoch is not None, "only a writer host dispatches"
-    return epoch
+class _Vacated(Exception):
+    """The task no longer occupies the entry's step: the entry was closed without its effect."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
+
+
+def _close_if_vacated(
+    uow: Any, walk: Walk, decl: ActionDecl, epoch: str, entry: StepEntry
+) -> str | None:
+    """Newer entries win, live as in recovery: with our marker just claimed, and in the
+    transaction that would commit the effect, settle the whole entry skipped when the task
+    has left the step or a newer entry superseded this one. Returns the reason, for the
+    caller to raise `_Vacated` once this transaction has committed."""
+    reason = ledger.vacated(uow, entry)
+    if reason is not None:
+        ledger.settle(
+            uow, entry.id, decl.position, decl.kind, "skipped", epoch=epoch, reason=reason
+        )
+        ledger.skip_entry(uow, walk.bundle.registry, entry.id, walk.actions, reason, epoch=epoch)
+    return reason
 
 
 def _durable_action(
@@ -303,7 +338,8 @@ def _durable_action(
         return Outcome.skipped("malformed")
 
     store = walk.host.store
-    epoch = _epoch(walk)
+    faults.reach("dispatch.before_claim")
+    epoch = walk.host.live_epoch()
     if kind.transactional:
         # Claim, effect and done-marker commit together: an in_progress marker found later
         # proves the effect never committed, so re-running it is safe.
@@ -312,26 +348,36 @@ def _durable_action(
                 if not ledger.claim(uow, entry.id, decl.position, decl.kind, epoch):
                     return None
                 faults.reach("dispatch.after_claim")
-                ctx = _context(walk, decl, None, log, uow)
-                outcome = _execute(kind.execute, ctx, value) or Outcome.done()
-                if outcome.state == "failed":
-                    raise _Rollback(outcome)
-                _settle(uow, entry.id, decl, outcome, last)
+                left = _close_if_vacated(uow, walk, decl, epoch, entry)
+                if left is None:
+                    ctx = _context(walk, decl, None, log, uow, epoch)
+                    outcome = _execute(kind.execute, ctx, value) or Outcome.done()
+                    if outcome.state == "failed":
+                        raise _Rollback(outcome)
+                    _settle(uow, entry.id, decl, outcome, last, epoch)
+            if left is not None:
+                raise _Vacated(left)
         except _Rollback as undone:
             # The partial effect is gone with the transaction; record the failure afresh.
             outcome = undone.outcome
             with store.transaction() as uow:
                 if ledger.claim(uow, entry.id, decl.position, decl.kind, epoch):
-                    _settle(uow, entry.id, decl, outcome, last)
+                    _settle(uow, entry.id, decl, outcome, last, epoch)
     else:
+        # An effect outside this transaction cannot be guarded by it: the occupancy is decided
+        # with the claim, the last moment the database can decide it for such a kind.
         with store.transaction() as uow:
             if not ledger.claim(uow, entry.id, decl.position, decl.kind, epoch):
                 return None
+            left = _close_if_vacated(uow, walk, decl, epoch, entry)
+        if left is not None:
+            raise _Vacated(left)
         faults.reach("dispatch.after_claim")
-        outcome = _execute(kind.execute, _context(walk, decl, None, log), value) or Outcome.done()
+        ctx = _context(walk, decl, None, log, epoch=epoch)
+        outcome = _execute(kind.execute, ctx, value) or Outcome.done()
         faults.reach("dispatch.after_effect")
         with store.transaction() as uow:
-            _settle(uow, entry.id, decl, outcome, last)
+            _settle(uow, entry.id, decl, outcome, last, epoch)
     if outcome.state == "failed":
         if kind.halts_entry_on_failure:
             log.bind(cause=outcome.cause).error(
@@ -350,13 +396,16 @@ class _Rollback(Exception):
         self.outcome = outcome
 
 
-def _settle(uow: Any, entry_id: str, decl: ActionDecl, outcome: Outcome, last: bool) -> None:
+def _settle(
+    uow: Any, entry_id: str, decl: ActionDecl, outcome: Outcome, last: bool, epoch: str
+) -> None:
     ledger.settle(
         uow,
         entry_id,
         decl.position,
         decl.kind,
         outcome.state,
+        epoch=epoch,
         reason=outcome.reason,
         cause=outcome.cause,
     )

@@ -2,6 +2,10 @@
 
 `LANEWAY_FAULT=<point>[@N]` makes the process exit at once with status 99 the N-th time
 (default the first) it reaches `<point>`. Unset, `reach` is one dictionary lookup.
+
+In-process tests can also make a point wait instead of exit (`pause_at`): the thread that
+reaches it blocks until the test releases it, which lets a test interleave two dispatches
+deterministically.
 """
 
 from __future__ import annotations
@@ -13,6 +17,7 @@ import threading
 POINTS = frozenset(
     {
         "transition.after_commit",
+        "dispatch.before_claim",
         "dispatch.after_claim",
         "dispatch.after_effect",
         "clear_decisions.before_commit",
@@ -23,6 +28,33 @@ EXIT_STATUS = 99
 
 _counts: dict[str, int] = {}
 _lock = threading.Lock()
+_pauses: dict[str, Pause] = {}
+
+
+class Pause:
+    """A point armed to wait: the first thread to reach it blocks until `release()`."""
+
+    def __init__(self, point: str) -> None:
+        self.point = point
+        self.reached = threading.Event()
+        self._go = threading.Event()
+
+    def release(self) -> None:
+        self._go.set()
+
+    def wait_here(self) -> None:
+        _pauses.pop(self.point, None)  # only the first arrival waits
+        self.reached.set()
+        self._go.wait()
+
+
+def pause_at(point: str) -> Pause:
+    """Arm `point` to make the next thread reaching it wait for `release()`."""
+    if point not in POINTS:
+        raise ValueError(f"unknown fault point {point!r}")
+    pause = Pause(point)
+    _pauses[point] = pause
+    return pause
 
 
 def _armed() -> tuple[str, int] | None:
@@ -34,6 +66,10 @@ def _armed() -> tuple[str, int] | None:
 
 
 def reach(point: str) -> None:
+    if _pauses:
+        pause = _pauses.get(point)
+        if pause is not None:
+            pause.wait_here()
     armed = _armed()
     if armed is None or armed[0] != point:
         return

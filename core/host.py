@@ -1,34 +1,29 @@
 """The host: the one object an embedding application holds.
 
-Opening a host, in order: open the store, take the ownership lock (one writer process per
-database), bring or check the schema, mint a fresh epoch, ensure the default workspace, load
-plugins and publish the first bundle, run the recovery scan, then tell plugins the host
-started. Nothing is global: two hosts on two databases live side by side in one process.
+Opening a host, in order: open the store, bring or check the schema (under a short schema lock),
+mint a fresh epoch and take its liveness lock, ensure the default workspace, load plugins and
+publish the first bundle, run the recovery scan, then tell plugins the host started. Any number
+of hosts, in this process or others, may work one database at once; each is alive exactly while
+it holds its epoch's lock (`core.store.liveness`). Nothing is global.
 """
 
 from __future__ import annotations
 
-import os
-import secrets
-import socket
 import threading
 from collections.abc import Iterable
 from types import TracebackType
 from typing import Any
 
 import attrs
-import sqlalchemy as sa
 from loguru import logger
 
-from core import ids
 from core.bundle import Bundle, BundleHolder
 from core.errors import NotInitialised
 from core.kinds import Features
 from core.registry import Registry, build_registry
 from core.store import dialect, migrate
-from core.store import tables as t
 from core.store.database import Store
-from core.store.dialect import OwnershipLock, take_ownership
+from core.store.liveness import EpochKeeper, schema_lock
 from plugins.manager import KEEP, Keep, PluginSelection, load_plugins
 
 DEFAULT_URL = "sqlite:///laneway.db"
@@ -43,8 +38,7 @@ class Host:
         *,
         features: Features,
         selection: PluginSelection,
-        lock: OwnershipLock | None,
-        epoch: str | None,
+        keeper: EpochKeeper | None,
     ) -> None:
         from core.services import (
             DecisionService,
@@ -63,8 +57,8 @@ class Host:
         self.store = store
         self.features = features
         self.selection = selection
-        self.epoch = epoch
-        self._lock = lock
+        self._keeper = keeper
+        self._closed_epoch: str | None = None
         self._holder: BundleHolder | None = None
         self.recovery_report: Any = None
         self.applied_operations: tuple[set[str], threading.Lock] = (set(), threading.Lock())
@@ -100,7 +94,7 @@ class Host:
 
         :param upgrade: create or upgrade the schema; when False a database that is not at
             the current revision is refused with `NotInitialised`.
-        :param read_only: take no lock and mint no epoch (inspection only; writes refused).
+        :param read_only: mint no epoch and take no lock (inspection only; writes refused).
         :param recover: run the recovery scan before returning (writers only).
         """
         missing = _missing_sqlite_file(url)
@@ -108,23 +102,23 @@ class Host:
             # Refuse before connecting: connecting would leave an empty file behind.
             raise NotInitialised(f"database {missing} does not exist; run `laneway init`")
         store = Store(url)
-        lock: OwnershipLock | None = None
+        keeper: EpochKeeper | None = None
         try:
-            if not read_only:
-                lock = take_ownership(store.url, store.engine)
             if upgrade and not read_only:
-                migrate.upgrade(store)
+                with schema_lock(store.url, store.engine):
+                    migrate.upgrade(store)
             elif not migrate.is_current(store):
                 raise NotInitialised(
                     f"database {store.display_url} is not initialised; run `laneway init`"
                 )
-            epoch = None if read_only else _mint_epoch(store)
+            if not read_only:
+                keeper = EpochKeeper(store.url, store.engine, store.write_connection)
+                store.liveness.follow(lambda: keeper.epoch if keeper is not None else None)
             host = cls(
                 store,
                 features=features or Features(),
                 selection=plugins or PluginSelection.from_env(),
-                lock=lock,
-                epoch=epoch,
+                keeper=keeper,
             )
             host.workspace.ensure_default()
             host._holder = BundleHolder(host._build_bundle())
@@ -132,24 +126,31 @@ class Host:
                 host.recovery_report = host.entries.recover()
             host.bundle.registry.hooks.host_started(host)
         except BaseException:
-            if lock is not None:
-                lock.release()
+            if keeper is not None:
+                keeper.close()
             store.close()
             raise
-        logger.bind(epoch=epoch, database=store.display_url).debug("host opened")
+        logger.bind(epoch=host.epoch, database=store.display_url).debug("host opened")
         return host
 
+    @property
+    def epoch(self) -> str | None:
+        """This host's epoch as last checked (its last one, once closed); None for a read-only
+        host."""
+        return self._keeper.epoch if self._keeper is not None else self._closed_epoch
+
+    def live_epoch(self) -> str:
+        """The epoch to claim under: checks the liveness lock still holds, and fences this
+        host onto a new epoch when it does not (see `core.store.liveness`)."""
+        if self._keeper is None:
+            raise NotInitialised("a read-only host claims nothing")
+        return self._keeper.current()
+
     def close(self) -> None:
-        if self.epoch is not None:
-            with self.store.transaction() as uow:
-                uow.conn.execute(
-                    sa.update(t.host_epochs)
-                    .where(t.host_epochs.c.epoch == self.epoch)
-                    .values(closed_at=ids.now())
-                )
-        if self._lock is not None:
-            self._lock.release()
-            self._lock = None
+        if self._keeper is not None:
+            self._closed_epoch = self._keeper.epoch
+            self._keeper.close()
+            self._keeper = None
         self.store.close()
 
     def __enter__(self) -> Host:  # noqa: PYI034 - Host is not meant to be subclassed
@@ -209,7 +210,7 @@ class Host:
 
     @property
     def writable(self) -> bool:
-        return self.epoch is not None
+        return self._keeper is not None
 
 
 def _missing_sqlite_file(url: str) -> str | None:
@@ -218,15 +219,3 @@ def _missing_sqlite_file(url: str) -> str | None:
         return None
     path = dialect.sqlite_path(parsed)
     return str(path) if path is not None and not path.exists() else None
-
-
-def _mint_epoch(store: Store) -> str:
-    # Random, never a pid or a clock reading: two lives of one process must never share one.
-    epoch = secrets.token_hex(16)
-    with store.transaction() as uow:
-        uow.conn.execute(
-            sa.insert(t.host_epochs).values(
-                epoch=epoch, pid=os.getpid(), hostname=socket.gethostname(), opened_at=ids.now()
-            )
-        )
-    return epoch

@@ -64,9 +64,11 @@ _RECLAIM = (
     .where(_MARKER_KEY, M.c.state == "in_progress", M.c.epoch == sa.bindparam("old_epoch"))
     .values(epoch=sa.bindparam("epoch"), updated_at=sa.bindparam("stamp"))
 )
+# in_progress(our epoch) -> terminal: a marker re-claimed from us (we were declared dead) is
+# no longer ours to settle
 _SETTLE = (
     sa.update(M)
-    .where(_MARKER_KEY, M.c.state == "in_progress")
+    .where(_MARKER_KEY, M.c.state == "in_progress", M.c.epoch == sa.bindparam("epoch"))
     .values(
         state=sa.bindparam("state"),
         reason=sa.bindparam("reason"),
@@ -74,8 +76,28 @@ _SETTLE = (
         updated_at=sa.bindparam("stamp"),
     )
 )
-_INSERT_MARKER = insert_of(
-    M, ("entry_id", "position", "kind", "state", "epoch", "reason", "cause", "updated_at")
+_NEWER = E.alias("newer")
+# The entry is still the task's current occupancy of its step: the task stands there admitted
+# (a queued placement is no occupancy) and no newer entry exists for the pair. FOR UPDATE (a
+# no-op on SQLite, whose writers are serialised) holds the task row until the caller's
+# transaction commits, so no move can slip between this decision and the effect it guards.
+_OCCUPANCY = (
+    sa.select(t.tasks.c.id)
+    .where(
+        t.tasks.c.id == sa.bindparam("task_id", type_=sa.String),
+        t.tasks.c.workflow_step_id == sa.bindparam("step_id", type_=sa.String),
+        t.tasks.c.wip_admitted.is_(True),
+        ~sa.exists().where(
+            _NEWER.c.task_id == sa.bindparam("task_id", type_=sa.String),
+            _NEWER.c.step_id == sa.bindparam("step_id", type_=sa.String),
+            _NEWER.c.entry_seq > sa.bindparam("entry_seq", type_=sa.Integer),
+        ),
+    )
+    .with_for_update()
+)
+_NEWEST_SEQ = sa.select(sa.func.max(E.c.entry_seq)).where(
+    E.c.task_id == sa.bindparam("task_id", type_=sa.String),
+    E.c.step_id == sa.bindparam("step_id", type_=sa.String),
 )
 _SET_TERMINAL = sa.update(E).where(E.c.id == sa.bindparam("b_entry_id")).values(terminal=True)
 
@@ -122,7 +144,8 @@ TERMINAL = frozenset({"done", "skipped", "failed"})
 
 
 class ClaimLost(Exception):
-    """A live peer (same epoch) holds the marker: the caller abandons the whole entry."""
+    """A live epoch (a peer thread of this process, or another process) holds the marker, or
+    re-claimed it from us: the caller abandons the whole entry, silently."""
 
 
 def load_markers(conn: sa.Connection, entry_id: str) -> dict[tuple[int, str], Marker]:
@@ -136,10 +159,12 @@ def load_entry(conn: sa.Connection, entry_id: str) -> StepEntry | None:
 
 
 def claim(uow: UnitOfWork, entry_id: str, position: int, kind: str, epoch: str) -> bool:
-    """Compare-and-set the marker from absent (or stale in_progress) to in_progress(epoch).
+    """Compare-and-set the marker from absent, or in_progress under a dead epoch, to
+    in_progress(epoch).
 
     Returns False when the marker is already terminal (the position is done with); raises
-    ClaimLost when a live peer of this process holds it. Runs inside the caller's transaction.
+    ClaimLost when a live epoch holds it, ours included (a peer thread). Runs inside the
+    caller's transaction; each change is one conditional statement whose row count decides.
     """
     key = {"entry_id": entry_id, "position": position, "kind": kind}
     stamp = ids.now()
@@ -152,9 +177,9 @@ def claim(uow: UnitOfWork, entry_id: str, position: int, kind: str, epoch: str) 
     state, holder = tuple(current)
     if state in TERMINAL:
         return False
-    if holder == epoch:
+    if holder == epoch or not uow.store.liveness.is_dead(holder, uow.conn):
         raise ClaimLost
-    # A different epoch's in_progress: its process is gone (one owner per database).
+    # A dead epoch never comes back: naming it in the compare-and-set is safe.
     taken = uow.run(_RECLAIM, {**key, "old_epoch": holder, "epoch": epoch, "stamp": stamp})
     if taken.rowcount != 1:
         raise ClaimLost
@@ -169,29 +194,29 @@ def settle(
     kind: str,
     state: str,
     *,
+    epoch: str,
     reason: str | None = None,
     cause: str | None = None,
 ) -> None:
-    """Write a terminal marker (from absent or in_progress; a terminal one is left alone)."""
+    """Write a terminal marker over our own claim. Raises ClaimLost when the marker is no
+    longer ours (another process re-claimed it after declaring this epoch dead)."""
     key = {"entry_id": entry_id, "position": position, "kind": kind}
-    stamp = ids.now()
-    values = {"state": state, "reason": reason, "cause": cause, "stamp": stamp}
-    if uow.run(_SETTLE, {**key, **values}).rowcount == 1:
-        events.marker(uow, entry_id, position, kind, state, reason)
-        return
-    if uow.run(_MARKER_STATE, key).first() is None:
-        events.marker(uow, entry_id, position, kind, state, reason)
-        uow.run(
-            _INSERT_MARKER,
-            {
-                **key,
-                "state": state,
-                "epoch": None,
-                "reason": reason,
-                "cause": cause,
-                "updated_at": stamp,
-            },
-        )
+    values = {"state": state, "reason": reason, "cause": cause, "stamp": ids.now()}
+    if uow.run(_SETTLE, {**key, **values, "epoch": epoch}).rowcount != 1:
+        raise ClaimLost
+    events.marker(uow, entry_id, position, kind, state, reason)
+
+
+def vacated(uow: UnitOfWork, entry: StepEntry) -> str | None:
+    """None while `entry` is its task's current occupancy of its step (and, on PostgreSQL,
+    the task row is then held until the caller commits); else why not: `superseded` when a
+    newer entry exists for the pair, `step_left` otherwise. Call it in the transaction that
+    commits the effect it guards."""
+    values = {"task_id": entry.task_id, "step_id": entry.step_id, "entry_seq": entry.entry_seq}
+    if uow.run(_OCCUPANCY, values).first() is not None:
+        return None
+    newest = uow.run(_NEWEST_SEQ, values).scalar()
+    return "superseded" if newest is not None and int(newest) > entry.entry_seq else "step_left"
 
 
 def set_terminal(uow: UnitOfWork, entry_id: str) -> None:
@@ -218,12 +243,25 @@ def skip_entry(
     entry_id: str,
     actions: tuple[ActionDecl, ...],
     reason: str,
+    *,
+    epoch: str,
 ) -> None:
-    """An entry-level skip: every durable position without a terminal marker is marked
-    skipped(reason), then the entry is set terminal."""
+    """An entry-level skip: every durable position without a terminal marker is claimed and
+    marked skipped(reason), then the entry is set terminal. Raises ClaimLost (changing
+    nothing, with the caller's transaction rolled back) when a live epoch holds a position."""
     markers = load_markers(uow.conn, entry_id)
     for decl in durable_positions(registry, actions):
         marker = markers.get((decl.position, decl.kind))
         if marker is None or marker.state not in TERMINAL:
-            settle(uow, entry_id, decl.position, decl.kind, "skipped", reason=reason)
+            skip_position(uow, entry_id, decl.position, decl.kind, reason, epoch=epoch)
     set_terminal(uow, entry_id)
+
+
+def skip_position(
+    uow: UnitOfWork, entry_id: str, position: int, kind: str, reason: str, *, epoch: str
+) -> bool:
+    """Claim and mark skipped(reason); False when the position was already terminal."""
+    if not claim(uow, entry_id, position, kind, epoch):
+        return False
+    settle(uow, entry_id, position, kind, "skipped", epoch=epoch, reason=reason)
+    return True

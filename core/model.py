@@ -252,6 +252,9 @@ class Run:
     finished_at: str | None = None
     session_id: str | None = None
     error_message: str | None = None
+    attempts: int = 0
+    max_attempts: int = 3
+    claimed_epoch: str | None = None
 
 
 @attrs.frozen

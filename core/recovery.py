@@ -10,6 +10,8 @@ each non-terminal entry, in (task_id, step_id, entry_seq) order:
 - (d) the declaration changed: skipped(declaration_changed) (decided by the walk itself);
 - otherwise it is re-dispatched from its first non-terminal position, re-claiming markers
   left in_progress by a dead epoch. Session kinds are never re-run.
+- a position held in_progress by a live epoch (another process at work on it right now) is
+  that process's: the entry is left to it, silently.
 - (f) nothing here prevents the host from starting: a record that fails is logged at ERROR
   and left for the next start; a failing query is logged and the host opens anyway.
 """
@@ -86,6 +88,8 @@ def scan(host: Host) -> RecoveryReport:
     for record, newest in found:
         try:
             outcome = _recover_one(host, record, newest)
+        except ledger.ClaimLost:
+            continue  # a live process is working this entry
         except Exception as exc:  # noqa: BLE001 - rule (f): one bad record never stops the rest
             errors += 1
             logger.bind(
@@ -111,8 +115,9 @@ def _recover_one(host: Host, record: StepEntry, newest: int) -> str | None:
     resolved = _resolve(host, record)
     if resolved is None:
         with host.store.transaction() as uow:
-            ledger.skip_entry(uow, registry, record.id, (), "unresolvable")
-            _close_open_markers(uow, record.id, "unresolvable")
+            epoch = host.live_epoch()
+            ledger.skip_entry(uow, registry, record.id, (), "unresolvable", epoch=epoch)
+            _close_open_markers(uow, record.id, "unresolvable", epoch)
         log.warning("entry cannot be resolved (task, step or declaration gone); closed")
         return "unresolvable"
     task, step = resolved
@@ -125,7 +130,7 @@ def _recover_one(host: Host, record: StepEntry, newest: int) -> str | None:
         reason = ""
     if reason:
         with host.store.transaction() as uow:
-            ledger.skip_entry(uow, registry, record.id, actions, reason)
+            ledger.skip_entry(uow, registry, record.id, actions, reason, epoch=host.live_epoch())
         log.bind(reason=reason).info("entry closed without running")
         return reason
     with host.store.read() as conn:
@@ -157,8 +162,8 @@ def _resolve(host: Host, record: StepEntry) -> tuple[Task, Step] | None:
     return task, step
 
 
-def _close_open_markers(uow: UnitOfWork, entry_id: str, reason: str) -> None:
+def _close_open_markers(uow: UnitOfWork, entry_id: str, reason: str, epoch: str) -> None:
     """With no declaration to read, mark whatever markers the entry has that are open."""
     for (position, kind), marker in ledger.load_markers(uow.conn, entry_id).items():
         if marker.state not in ledger.TERMINAL:
-            ledger.settle(uow, entry_id, position, kind, "skipped", reason=reason)
+            ledger.skip_position(uow, entry_id, position, kind, reason, epoch=epoch)

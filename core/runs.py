@@ -21,6 +21,7 @@ import attrs
 import sqlalchemy as sa
 
 from core import ids
+from core.model import Run
 from core.store import events, rows
 from core.store import tables as t
 from core.store.database import UnitOfWork
@@ -151,3 +152,194 @@ def enqueue(uow: UnitOfWork, request: RunRequest) -> Enqueued:
         reason=request.reason,
     )
     return Enqueued(run_id, "inserted")
+
+
+# -- claiming, for any number of workers ------------------------------------------------------
+
+P = t.agent_profiles
+DEFAULT_MAX_ATTEMPTS: Final = 3
+CLAIMED: Final = "claimed"
+
+
+def _next_eligible() -> sa.Select[tuple[str, str]]:
+    """The oldest queued run whose agent is below its limit of claimed runs. The index on
+    (status, requested_at) is read in order and the scan stops at the first eligible run, so
+    its cost does not grow with the queue behind it."""
+    return (
+        sa.select(R.c.id, R.c.agent_profile_id)
+        .join(P, P.c.id == R.c.agent_profile_id)
+        .where(R.c.status == "queued", P.c.claimed_runs < P.c.max_concurrent_sessions)
+        .order_by(R.c.requested_at, R.c.id)
+        .limit(1)
+    )
+
+
+def _claim_values() -> dict[str, Any]:
+    return {
+        "status": CLAIMED,
+        "claimed_at": sa.bindparam("stamp"),
+        "claimed_epoch": sa.bindparam("epoch"),
+        "attempts": R.c.attempts + 1,
+    }
+
+
+# PostgreSQL: one statement. SKIP LOCKED passes over runs and agents another claimer holds;
+# locking the agent's row and bumping its count in the same statement makes a concurrent claim
+# of the same agent re-check the limit against the bumped count (PostgreSQL re-evaluates a
+# locked row's conditions on its newest version).
+_PG_CANDIDATE = _next_eligible().with_for_update(of=(R, P), skip_locked=True).cte("candidate")
+_PG_BUMP = (
+    sa.update(P)
+    .where(P.c.id == _PG_CANDIDATE.c.agent_profile_id)
+    .values(claimed_runs=P.c.claimed_runs + 1)
+    .cte("bump")
+)
+_PG_CLAIM = (
+    sa.update(R)
+    .where(R.c.id == _PG_CANDIDATE.c.id)
+    .values(**_claim_values())
+    .returning(*R.c)
+    .add_cte(_PG_BUMP)
+)
+# SQLite: writers are serialised (BEGIN IMMEDIATE), so the same rule is a conditional UPDATE
+# ... RETURNING followed by the count in the same transaction.
+_SQLITE_CLAIM = (
+    sa.update(R)
+    .where(R.c.id == _next_eligible().with_only_columns(R.c.id).scalar_subquery())
+    .where(R.c.status == "queued")
+    .values(**_claim_values())
+    .returning(*R.c)
+)
+_BUMP = (
+    sa.update(P)
+    .where(P.c.id == sa.bindparam("agent"))
+    .values(claimed_runs=P.c.claimed_runs + sa.bindparam("delta", type_=sa.Integer))
+)
+# claimed(epoch) -> finished / failed: only the claim's own epoch ends it
+_RELEASE = (
+    sa.update(R)
+    .where(R.c.id == sa.bindparam("run_id"), R.c.status == CLAIMED)
+    .where(R.c.claimed_epoch == sa.bindparam("epoch"))
+    .values(
+        status=sa.bindparam("status"),
+        finished_at=sa.bindparam("stamp"),
+        session_id=sa.bindparam("session_id"),
+        error_message=sa.bindparam("error"),
+    )
+)
+
+
+def claim_next(uow: UnitOfWork, epoch: str) -> Run | None:
+    """Claim the oldest queued run whose agent has room, for `epoch`; None when none can be
+    taken now. One conditional statement decides (plus the agent's count on SQLite)."""
+    values = {"stamp": ids.now(), "epoch": epoch}
+    if uow.store.is_sqlite:
+        row = uow.conn.execute(_SQLITE_CLAIM, values).mappings().first()
+        if row is None:
+            return None
+        uow.conn.execute(_BUMP, {"agent": row["agent_profile_id"], "delta": 1})
+        return _started(uow, rows.run(row))
+    row = uow.conn.execute(_PG_CLAIM, values).mappings().first()
+    return _started(uow, rows.run(row)) if row is not None else None
+
+
+def _started(uow: UnitOfWork, run: Run) -> Run:
+    events.record(
+        uow, "run.started", run.task_id, run_id=run.id, agent_profile_id=run.agent_profile_id
+    )
+    return run
+
+
+def release(
+    uow: UnitOfWork,
+    run: Run,
+    epoch: str,
+    *,
+    ok: bool,
+    session_id: str | None = None,
+    error: str | None = None,
+) -> bool:
+    """End a claimed run as finished or failed. False when the claim is no longer this
+    epoch's (it was declared dead and its run re-queued): nothing is written then."""
+    done = uow.conn.execute(
+        _RELEASE,
+        {
+            "run_id": run.id,
+            "epoch": epoch,
+            "status": "finished" if ok else "failed",
+            "stamp": ids.now(),
+            "session_id": session_id,
+            "error": error,
+        },
+    ).rowcount
+    if done != 1:
+        return False
+    uow.conn.execute(_BUMP, {"agent": run.agent_profile_id, "delta": -1})
+    events.record(
+        uow,
+        "run.finished" if ok else "run.failed",
+        run.task_id,
+        run_id=run.id,
+        agent_profile_id=run.agent_profile_id,
+    )
+    return True
+
+
+@attrs.frozen
+class Requeued:
+    requeued: tuple[Run, ...] = ()
+    dead: tuple[Run, ...] = ()
+
+
+_CLAIMED_EPOCHS = sa.select(R.c.claimed_epoch).where(R.c.status == CLAIMED).distinct()
+
+
+def requeue_dead(uow: UnitOfWork) -> Requeued:
+    """Runs claimed by dead epochs go back to the queue; a run that has now died with its
+    worker `max_attempts` times is marked `dead` instead, never to be retried. Exact: an
+    epoch is dead only when its liveness lock is free (`core.store.liveness`)."""
+    epochs = {e for e in uow.conn.execute(_CLAIMED_EPOCHS).scalars()}
+    dead = [e for e in epochs if uow.store.liveness.is_dead(e, uow.conn)]
+    if not dead:
+        return Requeued()
+    stamp = ids.now()
+    # A dead epoch never comes back, so naming it is a safe compare-and-set.
+    of_dead = sa.and_(
+        R.c.status == CLAIMED,
+        sa.or_(
+            R.c.claimed_epoch.in_([e for e in dead if e is not None]), R.c.claimed_epoch.is_(None)
+        ),
+    )
+    poisoned = [
+        rows.run(r)
+        for r in uow.conn.execute(
+            sa.update(R)
+            .where(of_dead, R.c.attempts >= R.c.max_attempts)
+            .values(
+                status="dead",
+                finished_at=stamp,
+                error_message=("its worker died during each of its attempts; not retried again"),
+            )
+            .returning(*R.c)
+        ).mappings()
+    ]
+    back = [
+        rows.run(r)
+        for r in uow.conn.execute(
+            sa.update(R)
+            .where(of_dead)
+            .values(status="queued", claimed_at=None, claimed_epoch=None)
+            .returning(*R.c)
+        ).mappings()
+    ]
+    for run in (*poisoned, *back):
+        uow.conn.execute(_BUMP, {"agent": run.agent_profile_id, "delta": -1})
+        events.record(
+            uow,
+            "run.queued" if run.status == "queued" else "run.failed",
+            run.task_id,
+            run_id=run.id,
+            agent_profile_id=run.agent_profile_id,
+            status=run.status,
+        )
+    return Requeued(tuple(back), tuple(poisoned))

@@ -1,11 +1,11 @@
 """The runs worker: claim queued runs, run their agents, finish the runs.
 
-Claiming is a conditional UPDATE (`... WHERE id = ? AND status = 'queued'`): whoever changes
-the row owns the run, so two claimers never take one run. A claim records the host's epoch;
-a run left `claimed` by an epoch that is not ours belongs to a process that is gone (one owner
-per database), so starting a worker puts it back in the queue - decided by identity, not by
-a guessed timeout. The oldest queued run goes first, and an agent gets no more claimed runs
-than its profile's `max_concurrent_sessions`.
+Any number of workers, in any number of processes on any number of machines, share the queue.
+A claim is one statement (`core.runs.claim_next`): the oldest queued run whose agent is below
+its profile's `max_concurrent_sessions` becomes claimed by this worker's epoch. A run left
+claimed by a dead epoch (its worker was killed) goes back to the queue the next time any
+worker looks, decided by the liveness lock, never by a timeout; one that has died with its
+worker `max_attempts` times is marked `dead` instead.
 """
 
 from __future__ import annotations
@@ -16,14 +16,12 @@ from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from typing import TYPE_CHECKING
 
 import attrs
-import sqlalchemy as sa
 from loguru import logger
 
-from core import faults, ids
+from core import faults, runs
 from core.model import Run
 from core.prompts import build_prompt
 from core.runtime.runtime import TurnOutcome, profile_session
-from core.store import events, rows
 from core.store import tables as t
 
 if TYPE_CHECKING:
@@ -43,87 +41,53 @@ class WorkerSummary:
         return {"claimed": self.claimed, "finished": self.finished, "failed": self.failed}
 
 
-def requeue_orphans(host: Host) -> int:
-    """Runs claimed under another epoch go back to the queue; returns how many."""
+def requeue_orphans(host: Host) -> runs.Requeued:
+    """Runs claimed by dead epochs go back to the queue (or end `dead`); says what it did."""
     with host.store.transaction() as uow:
-        result = uow.conn.execute(
-            sa.update(R)
-            .where(
-                R.c.status == "claimed",
-                sa.or_(R.c.claimed_epoch.is_(None), R.c.claimed_epoch != host.epoch),
-            )
-            .values(status="queued", claimed_at=None, claimed_epoch=None)
-            .execution_options(preserve_rowcount=True)
-        )
-    count = int(result.rowcount)
-    if count:
-        logger.bind(requeued=count).warning("re-queued runs left claimed by a previous process")
-    return count
+        found = runs.requeue_dead(uow)
+    for run in found.requeued:
+        logger.bind(
+            run_id=run.id,
+            agent_profile_id=run.agent_profile_id,
+            task_id=run.task_id,
+            attempts=run.attempts,
+            max_attempts=run.max_attempts,
+        ).warning("run re-queued: the worker that claimed it is gone")
+    for run in found.dead:
+        logger.bind(
+            run_id=run.id,
+            agent_profile_id=run.agent_profile_id,
+            task_id=run.task_id,
+            attempts=run.attempts,
+            max_attempts=run.max_attempts,
+        ).error("run is dead: its worker died during every attempt; it is not retried again")
+    return found
 
 
-def claim_next(host: Host, busy_agents: set[str] | None = None) -> Run | None:
+def claim_next(host: Host) -> Run | None:
     """Claim the oldest queued run whose agent has room; None when there is nothing to take."""
+    epoch = host.live_epoch()
     with host.store.transaction() as uow:
-        claimed_per_agent: dict[str, int] = dict(
-            uow.conn.execute(
-                sa.select(R.c.agent_profile_id, sa.func.count())
-                .where(R.c.status == "claimed")
-                .group_by(R.c.agent_profile_id)
-            ).all()
-        )
-        limits = {p.id: p.max_concurrent_sessions for p in host.profiles.list()}
-        queued = uow.conn.execute(
-            sa.select(R.c.id, R.c.agent_profile_id)
-            .where(R.c.status == "queued")
-            .order_by(R.c.requested_at, R.c.id)
-        ).all()
-        for run_id, agent in queued:
-            if claimed_per_agent.get(agent, 0) >= limits.get(agent, 1):
-                continue
-            if busy_agents is not None and agent in busy_agents and limits.get(agent, 1) <= 1:
-                continue
-            taken = uow.conn.execute(
-                sa.update(R)
-                .where(R.c.id == run_id, R.c.status == "queued")
-                .values(status="claimed", claimed_at=ids.now(), claimed_epoch=host.epoch)
-                .execution_options(preserve_rowcount=True)
-            ).rowcount
-            if taken == 1:
-                row = uow.conn.execute(sa.select(R).where(R.c.id == run_id)).mappings().one()
-                claimed = rows.run(row)
-                events.record(
-                    uow,
-                    "run.started",
-                    claimed.task_id,
-                    run_id=claimed.id,
-                    agent_profile_id=claimed.agent_profile_id,
-                )
-                return claimed
-    return None
+        return runs.claim_next(uow, epoch)
 
 
 def finish(host: Host, run: Run, outcome: TurnOutcome) -> None:
-    status = "finished" if outcome.ok else "failed"
+    """End the run under the epoch that claimed it. When that epoch was declared dead
+    meanwhile (this process fenced itself), the run was re-queued and is not ours to end."""
+    epoch = run.claimed_epoch or host.live_epoch()
     with host.store.transaction() as uow:
-        done = uow.conn.execute(
-            sa.update(R)
-            .where(R.c.id == run.id, R.c.status == "claimed")
-            .values(
-                status=status,
-                finished_at=ids.now(),
-                session_id=outcome.session_id or None,
-                error_message=outcome.error,
-            )
-            .execution_options(preserve_rowcount=True)
-        ).rowcount
-        if done == 1:
-            events.record(
-                uow,
-                f"run.{status}",
-                run.task_id,
-                run_id=run.id,
-                agent_profile_id=run.agent_profile_id,
-            )
+        ended = runs.release(
+            uow,
+            run,
+            epoch,
+            ok=outcome.ok,
+            session_id=outcome.session_id or None,
+            error=outcome.error,
+        )
+    if not ended:
+        logger.bind(run_id=run.id, epoch=epoch).warning(
+            "run not finished: its claim was given up after this process was declared dead"
+        )
 
 
 def prompt_for(host: Host, run: Run) -> str:
@@ -182,18 +146,18 @@ def work(
     or `max_runs` were claimed. Stopping claims nothing more and lets running turns end.
     """
     stop = stop or threading.Event()
-    requeue_orphans(host)
     claimed = finished = failed = 0
     running: dict[Future[TurnOutcome], Run] = {}
     with ThreadPoolExecutor(max_workers=max(1, concurrency), thread_name_prefix="run") as pool:
         while True:
+            if not stop.is_set() and len(running) < concurrency:
+                requeue_orphans(host)  # "the next time any worker looks"
             while (
                 not stop.is_set()
                 and len(running) < concurrency
                 and (max_runs is None or claimed < max_runs)
             ):
-                busy = {r.agent_profile_id for r in running.values()}
-                run = claim_next(host, busy)
+                run = claim_next(host)
                 if run is None:
                     break
                 claimed += 1

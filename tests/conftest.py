@@ -88,3 +88,29 @@ def shared_dir() -> Path:
     if not SHARED.is_dir():
         pytest.skip(f"reference material not present at {SHARED}")
     return SHARED
+
+
+def wait_for_dead_processes(url: str, timeout: float = 15.0) -> None:
+    """After killing a laneway child on PostgreSQL, wait until the server has noticed: its
+    backend (and so its epoch's advisory lock) goes when the server reads the dropped socket,
+    which can lag the child's exit a little. Hosts of this test process are left alone."""
+    if not url.startswith("postgresql"):
+        return
+    import time
+
+    engine = _pg_engine(url)
+    mine = f"laneway pid {os.getpid()}"
+    deadline = time.monotonic() + timeout
+    try:
+        while True:
+            with engine.connect() as conn:
+                others = conn.exec_driver_sql(
+                    "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
+                    "AND application_name LIKE 'laneway pid %%' AND application_name <> %s",
+                    (mine,),
+                ).scalar_one()
+            if others == 0 or time.monotonic() > deadline:
+                return
+            time.sleep(0.05)
+    finally:
+        engine.dispose()

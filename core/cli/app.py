@@ -27,12 +27,11 @@ from core.errors import LanewayError, NotInitialised
 from core.host import DEFAULT_URL, Host
 from core.kinds import Features
 from core.registry import RegistryError
-from core.store.dialect import OwnershipError, is_sqlite, normalise_url, sqlite_path
+from core.store.dialect import is_sqlite, normalise_url, sqlite_path
 from plugins.manager import Hooks, PluginError, PluginSelection, load_plugins
 
 USER_ERRORS: tuple[type[Exception], ...] = (
     LanewayError,
-    OwnershipError,
     PluginError,
     RegistryError,
 )

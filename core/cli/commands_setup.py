@@ -80,9 +80,15 @@ def plugins_list(settings: Settings) -> None:
 @click.command()
 @pass_settings
 def recover(settings: Settings) -> None:
-    """Open the host (which runs the recovery scan) and report what the scan did."""
+    """Open the host (which runs the recovery scan), put runs claimed by dead workers back in
+    the queue, and report what was done."""
+    from core import worker
+
     with writer(settings) as host:
         report = host.recovery_report.as_dict()
+        runs = worker.requeue_orphans(host)
+    report["runs_requeued"] = len(runs.requeued)
+    report["runs_dead"] = len(runs.dead)
     skipped = report["skipped"]
     assert isinstance(skipped, dict)
     skipped_text = ", ".join(f"{k}={v}" for k, v in skipped.items()) or "none"
@@ -92,7 +98,8 @@ def recover(settings: Settings) -> None:
         [
             (
                 f"scanned {report['scanned']}, redispatched {report['redispatched']}, "
-                f"errors {report['errors']}, skipped: {skipped_text}"
+                f"errors {report['errors']}, skipped: {skipped_text}; runs re-queued "
+                f"{report['runs_requeued']}, dead {report['runs_dead']}"
             )
         ],
     )

@@ -1,9 +1,9 @@
 """The store: one engine, one writer connection, and the unit of work.
 
 Every write goes through `Store.transaction()`, which hands out a `UnitOfWork` bound to the
-single writer connection. One writer connection is deliberate: SQLite has one writer anyway,
-a held connection costs a fraction of a pooled checkout per transaction, and the ownership
-lock already makes this process the only writer. Nested `transaction()` calls on the same
+single writer connection. One writer connection per process is deliberate: SQLite has one
+writer anyway (other processes queue on BEGIN IMMEDIATE), and a held connection costs a
+fraction of a pooled checkout per transaction. Nested `transaction()` calls on the same
 thread join the outer transaction, so a caller can span task, ledger and decision writes in one
 commit. Reads that need no transaction use `Store.read()` on a pooled connection.
 
@@ -22,6 +22,7 @@ import sqlalchemy as sa
 from sqlalchemy.engine import URL, Connection, Engine
 
 from core.store import dialect, events, prepared
+from core.store.liveness import Liveness
 
 
 @attrs.define(eq=False)
@@ -47,6 +48,8 @@ class Store:
         self._lock = threading.RLock()
         self._local = threading.local()
         self._needs_savepoints = dialect.statement_error_aborts_transaction(self.url)
+        self.liveness = Liveness(self.url, self.engine)
+        """Which epochs are dead on this database (see `core.store.liveness`)."""
 
     @property
     def display_url(self) -> str:
@@ -74,6 +77,12 @@ class Store:
                     events.flush(uow)
             finally:
                 self._local.uow = None
+
+    @contextmanager
+    def write_connection(self) -> Iterator[Connection]:
+        """`transaction()`, handing out just its connection."""
+        with self.transaction() as uow:
+            yield uow.conn
 
     @contextmanager
     def isolated(self) -> Iterator[None]:

@@ -2,31 +2,23 @@
 
 - SQLite: pragmas on every connection (foreign keys, WAL, busy timeout), explicit BEGIN so a
   transaction really starts at `begin()` (IMMEDIATE on the writer, so the write lock is taken
-  up front instead of failing half-way), and an OS file lock beside the database file.
-- PostgreSQL: a session-level advisory lock held on a dedicated connection.
+  up front instead of failing half-way).
+- PostgreSQL: the psycopg 3 driver.
+
+(Epoch liveness locks, which also differ, live in `core.store.liveness`.)
 """
 
 from __future__ import annotations
 
-import contextlib
-import fcntl
-import os
 from pathlib import Path
 from typing import Any
 
-import attrs
 import sqlalchemy as sa
 from sqlalchemy import event
 from sqlalchemy.engine import URL, Connection, Engine, make_url
 
-# Arbitrary constant: "laneway" as a 63-bit integer, so our lock never collides by accident.
-PG_ADVISORY_KEY = 0x6C616E65776179
 BUSY_TIMEOUT_MS = 10_000
 WRITER_OPTION = "laneway_writer"
-
-
-class OwnershipError(RuntimeError):
-    """Another laneway process owns the database."""
 
 
 def normalise_url(url: str) -> URL:
@@ -88,71 +80,3 @@ def _install_sqlite_events(engine: Engine, *, wal: bool) -> None:
     def _on_begin(conn: Connection) -> None:
         writer = conn.get_execution_options().get(WRITER_OPTION, False)
         conn.exec_driver_sql("BEGIN IMMEDIATE" if writer else "BEGIN")
-
-
-@attrs.define
-class OwnershipLock:
-    """Held for the life of a host; released by `release()` or by the process ending."""
-
-    _file: Any = None
-    _connection: Connection | None = None
-
-    def release(self) -> None:
-        if self._file is not None:
-            with contextlib.suppress(OSError):
-                fcntl.flock(self._file.fileno(), fcntl.LOCK_UN)
-            self._file.close()
-            self._file = None
-        if self._connection is not None:
-            with contextlib.suppress(sa.exc.SQLAlchemyError):
-                self._connection.exec_driver_sql(f"SELECT pg_advisory_unlock({PG_ADVISORY_KEY})")
-                self._connection.commit()
-            self._connection.close()
-            self._connection = None
-
-
-def take_ownership(url: URL, engine: Engine) -> OwnershipLock:
-    """Take the one-writer lock, or raise OwnershipError naming the holder's pid."""
-    if is_sqlite(url):
-        path = sqlite_path(url)
-        if path is None:
-            return OwnershipLock()
-        return _lock_file(Path(f"{path}.lock"))
-    return _advisory_lock(engine)
-
-
-def _lock_file(lock_path: Path) -> OwnershipLock:
-    handle = open(lock_path, "a+")  # noqa: SIM115 - held open for the host's lifetime
-    try:
-        fcntl.flock(handle.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        handle.seek(0)
-        holder = handle.read().strip() or "unknown"
-        handle.close()
-        raise OwnershipError(
-            f"database is owned by another laneway process (pid {holder})"
-        ) from None
-    handle.seek(0)
-    handle.truncate()
-    handle.write(str(os.getpid()))
-    handle.flush()
-    return OwnershipLock(file=handle)
-
-
-def _advisory_lock(engine: Engine) -> OwnershipLock:
-    conn = engine.connect()
-    # The holder's pid is published as the lock connection's application_name, so a loser can
-    # name the process that owns the database without any table existing yet.
-    conn.exec_driver_sql(f"SET application_name = 'laneway pid {os.getpid()}'")
-    got = conn.exec_driver_sql(f"SELECT pg_try_advisory_lock({PG_ADVISORY_KEY})").scalar()
-    conn.commit()
-    if got:
-        return OwnershipLock(connection=conn)
-    holder = conn.exec_driver_sql(
-        "SELECT a.application_name FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid "
-        "WHERE l.locktype = 'advisory' AND l.granted "
-        f"AND ((l.classid::bigint << 32) | l.objid::bigint) = {PG_ADVISORY_KEY} LIMIT 1"
-    ).scalar()
-    conn.close()
-    pid = str(holder).removeprefix("laneway pid ") if holder else "unknown"
-    raise OwnershipError(f"database is owned by another laneway process (pid {pid})")

@@ -185,6 +185,9 @@ def run(row: RowLike) -> Run:
         finished_at=row["finished_at"],
         session_id=row["session_id"],
         error_message=row["error_message"],
+        attempts=row["attempts"],
+        max_attempts=row["max_attempts"],
+        claimed_epoch=row["claimed_epoch"],
     )
 
 

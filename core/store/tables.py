@@ -43,6 +43,9 @@ agent_profiles = sa.Table(
     sa.Column("env", sa.Text, nullable=False, server_default="{}"),
     sa.Column("requires_env", sa.Text, nullable=False, server_default="[]"),
     sa.Column("max_concurrent_sessions", sa.Integer, nullable=False, server_default="1"),
+    # How many of this agent's runs are claimed now: the row a claim locks and bumps, so the
+    # limit above holds across worker processes (see core.runs).
+    sa.Column("claimed_runs", sa.Integer, nullable=False, server_default="0"),
     sa.Column("created_at", sa.String(40), nullable=False),
     sa.UniqueConstraint("workspace_id", "name", name="uq_agent_profiles_name"),
 )
@@ -220,6 +223,8 @@ runs = sa.Table(
     sa.Column("finished_at", sa.String(40), nullable=True),
     sa.Column("session_id", sa.String(64), nullable=True),
     sa.Column("error_message", sa.Text, nullable=True),
+    sa.Column("attempts", sa.Integer, nullable=False, server_default="0"),
+    sa.Column("max_attempts", sa.Integer, nullable=False, server_default="3"),
     sa.Index("ix_runs_status_requested", "status", "requested_at"),
     sa.Index("ix_runs_idempotency_key", "idempotency_key"),
     sa.Index("ix_runs_task", "task_id"),

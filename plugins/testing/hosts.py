@@ -10,19 +10,16 @@ consulted at all, so a plugin under test never collides with an installed copy o
 
 from __future__ import annotations
 
-import time
 from collections.abc import Iterable
 from pathlib import Path
 
 from core.host import Host
 from core.kinds import Features
-from core.store.dialect import OwnershipError
 from plugins.manager import PluginSelection
 
 PluginSpec = str | tuple[str, object]
 """An installed plugin's entry-point name, or ``(name, plugin)`` given directly."""
 
-OWNERSHIP_WAIT_S = 15.0
 """How long `open_host` waits for a crashed process's ownership lock to go (PostgreSQL notices
 a dropped client's connection, and releases its advisory lock, a little after it died)."""
 
@@ -56,21 +53,9 @@ def open_host(
     features: Features | None = None,
     recover: bool = True,
 ) -> Host:
-    """Open a writer host on `url` loading exactly `plugins`.
-
-    Retries for a while when another process still owns the database (see OWNERSHIP_WAIT_S).
-    """
+    """Open a writer host on `url` loading exactly `plugins`."""
     selection = selection_for(plugins)
-    deadline = time.monotonic() + OWNERSHIP_WAIT_S
-    while True:
-        try:
-            return Host.open(
-                url, features=features or Features(), plugins=selection, recover=recover
-            )
-        except OwnershipError:
-            if time.monotonic() > deadline:
-                raise
-            time.sleep(0.1)
+    return Host.open(url, features=features or Features(), plugins=selection, recover=recover)
 
 
 class HostFactory:

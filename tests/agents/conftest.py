@@ -106,8 +106,22 @@ def enqueue(host: Host, agent: str, task: str | None, *, reason: str = "test") -
 
 
 def set_run(host: Host, run_id: str, **values: Any) -> None:
+    """Put a run into a shape by hand (a crashed worker's claim, an old request, ...), keeping
+    its agent's count of claimed runs true, as every real claim and release does."""
     with host.store.transaction() as uow:
+        before = uow.conn.execute(
+            sa.select(R.c.status, R.c.agent_profile_id).where(R.c.id == run_id)
+        ).one()
         uow.conn.execute(sa.update(R).where(R.c.id == run_id).values(**values))
+        after = values.get("status", before.status)
+        delta = (after == "claimed") - (before.status == "claimed")
+        if delta:
+            profiles = t.agent_profiles
+            uow.conn.execute(
+                sa.update(profiles)
+                .where(profiles.c.id == before.agent_profile_id)
+                .values(claimed_runs=profiles.c.claimed_runs + delta)
+            )
 
 
 def run_rows(url: str) -> list[dict[str, Any]]:

@@ -11,6 +11,7 @@ import sqlalchemy as sa
 
 from core import worker
 from core.host import Host
+from core.runs import Requeued
 from core.runtime.runtime import TurnOutcome
 from tests.agents.conftest import (
     R,
@@ -159,9 +160,9 @@ def test_runs_left_claimed_by_a_gone_process_are_requeued_and_finished(
         rows = {r["id"]: r for r in run_rows(db_url)}
         assert {rows[by_a]["status"], rows[dead]["status"]} == {"finished"}
         assert len(rows) == 2
-    requeued = [r for r in laneway_logs if "requeued" in r["extra"]]
-    assert [r["extra"]["requeued"] for r in requeued] == [2]
-    assert requeued[0]["level"] == "WARNING"
+    requeued = [r for r in laneway_logs if r["level"] == "WARNING" and "attempts" in r["extra"]]
+    assert sorted(r["extra"]["run_id"] for r in requeued) == sorted([by_a, dead])
+    assert all(r["extra"]["attempts"] < r["extra"]["max_attempts"] for r in requeued)
 
 
 def test_a_claim_of_this_process_is_never_requeued(host: Host, tmp_path: Path) -> None:
@@ -169,7 +170,7 @@ def test_a_claim_of_this_process_is_never_requeued(host: Host, tmp_path: Path) -
     agent = host.profiles.add("agent", command=OK).id
     run_id = enqueue(host, agent, task)
     assert worker.claim_next(host) is not None
-    assert worker.requeue_orphans(host) == 0
+    assert worker.requeue_orphans(host) == Requeued()
     with host.store.read() as conn:
         status = conn.execute(sa.select(R.c.status).where(R.c.id == run_id)).scalar()
     assert status == "claimed"

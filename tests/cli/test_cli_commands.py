@@ -552,8 +552,16 @@ def test_entries_list_shape_and_filters(laneway: Laneway) -> None:
 
 def test_recover_reports_the_scan(laneway: Laneway) -> None:
     report = laneway.json("recover")
-    assert set(report) == {"scanned", "redispatched", "skipped", "errors"}
-    assert all(isinstance(report[k], int) for k in ("scanned", "redispatched", "errors"))
+    assert set(report) == {
+        "scanned",
+        "redispatched",
+        "skipped",
+        "errors",
+        "runs_requeued",
+        "runs_dead",
+    }
+    counts = ("scanned", "redispatched", "errors", "runs_requeued", "runs_dead")
+    assert all(isinstance(report[k], int) for k in counts)
     assert isinstance(report["skipped"], dict)
     assert report["scanned"] == 0
 

@@ -16,7 +16,6 @@ import os
 import shutil
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -25,8 +24,7 @@ from typing import Any
 import pytest
 
 from core import Host
-from core.store.dialect import OwnershipError
-from tests.conftest import open_host
+from tests.conftest import open_host, wait_for_dead_processes
 from tests.on_enter.conftest import (
     CLEAR,
     FAN_OUT,
@@ -107,16 +105,10 @@ def _run(argv: list[str], fault: str | None, cwd: Path) -> subprocess.CompletedP
 @contextmanager
 def _restart(url: str) -> Iterator[Host]:
     """Open a host after the crash. A killed PostgreSQL client's advisory lock is released
-    when the server notices the dropped connection, which can lag the child's exit a little."""
-    deadline = time.monotonic() + 15
-    while True:
-        try:
-            host = open_host(url)
-            break
-        except OwnershipError:
-            if time.monotonic() > deadline:
-                raise
-            time.sleep(0.1)
+    when the server notices the dropped connection, which can lag the child's exit a little;
+    until then its epoch is (rightly) still live and its markers are not re-claimed."""
+    wait_for_dead_processes(url)
+    host = open_host(url)
     with host:
         yield host
 

@@ -110,13 +110,18 @@ def test_ac_f1_concurrent_dispatch_of_one_entry_loser_abandons_silently(
     assert problems(laneway_logs) == []
 
 
-def test_ac_f1_two_distinct_entries_of_one_step_both_execute_in_full(
+def test_ac_f1_two_distinct_entries_of_one_step_the_newer_runs_in_full_the_older_yields(
     world: World, laneway_logs: list[dict[str, Any]]
 ) -> None:
     """AC-F1, the other half: the claim is scoped to the entry, not to (task, step). While
     entry 1 is still executing position 0, the task leaves and re-enters the step; entry 2
-    runs in full at once, and entry 1 completes afterwards: both entries terminal, every
-    position of each done, one run per reviewer per entry with distinct keys."""
+    is never suppressed: it runs in full at once, one run per reviewer with its own keys.
+
+    Issue "Many processes, one board", item 7 (newer entries win, live as in recovery)
+    governs what entry 1 does afterwards: its next durable effect would commit after the task
+    re-entered, so its position settles skipped(superseded) and the entry closes, exactly as
+    the recovery scan (AC-B9 (a2)) closes it; the first spec reading ("both execute in full")
+    queued a stale round's runs beside the live round's."""
     wf = world.flow([act("t_block"), act("queue_run_for_each_participant", role="reviewer")])
     world.seat(wf, "reviewer", "r1")
     world.seat(wf, "reviewer", "r2", position=1)
@@ -136,10 +141,16 @@ def test_ac_f1_two_distinct_entries_of_one_step_both_execute_in_full(
     a.finish()
     target = [(e, m) for e, m in world.entries(task.id) if e.step_id == world.step_id(wf)]
     assert [(e.entry_seq, e.terminal) for e, _ in target] == [(1, True), (2, True)]
-    assert all(m.state == "done" for _e, markers in target for m in markers)
+    (_first, older), (_second, newer) = target
+    assert all(m.state == "done" for m in newer)
+    assert [(m.kind, m.state) for m in older] == [
+        ("t_block", "done"),
+        ("queue_run_for_each_participant", "skipped"),
+    ]
+    assert older[1].reason == "superseded"
     runs = world.runs(task.id)
-    assert len(runs) == 4
-    assert len({r.idempotency_key for r in runs}) == 4
+    assert len(runs) == 2
+    assert len({r.idempotency_key for r in runs}) == 2
     assert problems(laneway_logs) == []
 
 

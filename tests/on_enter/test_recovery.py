@@ -301,9 +301,9 @@ def test_ac_b9_c_records_processed_in_task_step_seq_order(
     seen: list[str] = []
     real_skip, real_redispatch = ledger.skip_entry, core.entry.redispatch
 
-    def skip_entry(conn: Any, registry: Any, entry_id: str, *args: Any) -> None:
+    def skip_entry(conn: Any, registry: Any, entry_id: str, *args: Any, **kwargs: Any) -> None:
         seen.append(entry_id)
-        real_skip(conn, registry, entry_id, *args)
+        real_skip(conn, registry, entry_id, *args, **kwargs)
 
     def redispatch(host: Any, task: Any, step: Any, entry: Any) -> Any:
         seen.append(entry.id)

@@ -1,0 +1,323 @@
+"""Epoch liveness: which processes working a board are alive, decided by locks, never by time.
+
+Every writer process mints a random epoch and holds a lock on it for its whole life:
+
+- SQLite: an exclusive OS lock (flock) on `<database>.epochs/<epoch>.lock`, where `<database>`
+  is the file's resolved path, so a symlinked or relative spelling of the same database finds
+  the same lock files;
+- PostgreSQL: a session-level advisory lock keyed from the epoch, on a connection of its own.
+
+An epoch is dead exactly when nobody holds its lock: a process that dies, however it dies,
+releases it, and no heartbeat, lease or timeout is involved. A dead epoch never comes back, so
+"dead" is cached and a compare-and-set naming that epoch is safe to issue after the test.
+
+A holder checks that its own lock still holds (`EpochKeeper.current()`) before it claims
+anything: the lock file deleted or replaced under it, or its PostgreSQL lock connection
+terminated, means others may already have declared it dead; it then fences itself by minting
+a new epoch and carries on under that one, finishing nothing further under the old.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import hashlib
+import os
+import secrets
+import socket
+import threading
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import sqlalchemy as sa
+from loguru import logger
+from sqlalchemy.engine import URL, Connection, Engine
+
+from core import ids
+from core.store import dialect
+from core.store import tables as t
+
+# "laneway" as an integer: the schema lock, held only while a process migrates.
+SCHEMA_LOCK_KEY = 0x6C616E65776179
+_PG_HELD = sa.text(
+    "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND granted AND objsubid = 1 "
+    "AND database = (SELECT oid FROM pg_database WHERE datname = current_database()) "
+    "AND classid::bigint = :hi AND objid::bigint = :lo"
+)
+
+
+def new_epoch() -> str:
+    # Random, never a pid or a clock reading: two lives of one process must never share one.
+    return secrets.token_hex(16)
+
+
+def pg_key(epoch: str) -> int:
+    """The advisory lock key of an epoch: 60 bits of a digest of it, a positive bigint."""
+    return int(hashlib.sha256(epoch.encode()).hexdigest()[:15], 16)
+
+
+def epochs_dir(url: URL) -> Path | None:
+    """Where a SQLite database's liveness files live; None for in-memory and PostgreSQL."""
+    if not dialect.is_sqlite(url):
+        return None
+    path = dialect.sqlite_path(url)
+    if path is None:
+        return None
+    resolved = path.resolve()
+    return resolved.with_name(resolved.name + ".epochs")
+
+
+class LockLost(RuntimeError):
+    """This process's own liveness lock no longer holds."""
+
+
+# -- holding a lock ------------------------------------------------------------------------------
+
+
+class EpochLock:
+    """The lock one epoch holds for as long as its process lives (or until `release`)."""
+
+    def __init__(
+        self,
+        epoch: str,
+        *,
+        fd: int | None = None,
+        path: Path | None = None,
+        connection: Connection | None = None,
+    ) -> None:
+        self.epoch = epoch
+        self._fd = fd
+        self._path = path
+        self._connection = connection
+
+    @classmethod
+    def take(cls, url: URL, engine: Engine, epoch: str) -> EpochLock:
+        directory = epochs_dir(url)
+        if dialect.is_sqlite(url):
+            if directory is None:
+                return cls(epoch)  # in-memory: one connection, one process
+            directory.mkdir(mode=0o700, exist_ok=True)
+            path = directory / f"{epoch}.lock"
+            fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600)
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BaseException:
+                os.close(fd)
+                raise
+            os.write(fd, f"{os.getpid()} {socket.gethostname()}\n".encode())
+            return cls(epoch, fd=fd, path=path)
+        conn = engine.connect()
+        try:
+            conn.exec_driver_sql(f"SET application_name = 'laneway pid {os.getpid()}'")
+            got = conn.execute(
+                sa.text("SELECT pg_try_advisory_lock(:key)"), {"key": pg_key(epoch)}
+            ).scalar()
+            conn.commit()
+        except BaseException:
+            conn.close()
+            raise
+        if not got:  # a 60-bit collision with a live epoch: the caller mints another
+            conn.close()
+            raise LockLost(f"epoch {epoch} is already locked")
+        return cls(epoch, connection=conn)
+
+    def holds(self) -> bool:
+        """True while the lock is still ours: the file at its path is the one we locked, or
+        the PostgreSQL lock connection still answers."""
+        if self._fd is not None and self._path is not None:
+            try:
+                on_disk = os.stat(self._path)
+            except OSError:
+                return False
+            mine = os.fstat(self._fd)
+            return (on_disk.st_ino, on_disk.st_dev) == (mine.st_ino, mine.st_dev)
+        if self._connection is not None:
+            try:
+                self._connection.exec_driver_sql("SELECT 1").scalar()
+                self._connection.commit()
+            except sa.exc.SQLAlchemyError:
+                return False
+            return not self._connection.closed
+        return True
+
+    def release(self) -> None:
+        if self._fd is not None:
+            # Unlink while still holding the lock, so nobody finds a free file mid-way.
+            if self._path is not None and self.holds():
+                with contextlib.suppress(OSError):
+                    os.unlink(self._path)
+            with contextlib.suppress(OSError):
+                os.close(self._fd)
+            self._fd = None
+        if self._connection is not None:
+            with contextlib.suppress(sa.exc.SQLAlchemyError):
+                self._connection.execute(
+                    sa.text("SELECT pg_advisory_unlock(:key)"), {"key": pg_key(self.epoch)}
+                )
+                self._connection.commit()
+            with contextlib.suppress(sa.exc.SQLAlchemyError):
+                self._connection.close()
+            self._connection = None
+
+
+# -- testing someone else's lock -----------------------------------------------------------------
+
+
+class Liveness:
+    """Answers "is this epoch dead?" for one database. Dead answers are cached (final)."""
+
+    def __init__(self, url: URL, engine: Engine) -> None:
+        self._url = url
+        self._engine = engine
+        self._dir = epochs_dir(url)
+        self._sqlite = dialect.is_sqlite(url)
+        self._dead: set[str] = set()
+        self._own: Callable[[], str | None] = lambda: None
+
+    def follow(self, own: Callable[[], str | None]) -> None:
+        """Tell the checker this process's own epoch (never dead to itself)."""
+        self._own = own
+
+    def is_dead(self, epoch: str | None, conn: Connection | None = None) -> bool:
+        if epoch is None or epoch in self._dead:
+            return True
+        if epoch == self._own():
+            return False
+        dead = self._sqlite_dead(epoch) if self._sqlite else self._pg_dead(epoch, conn)
+        if dead:
+            self._dead.add(epoch)
+        return dead
+
+    def dead_among(self, epochs: set[str], conn: Connection | None = None) -> set[str]:
+        return {e for e in epochs if self.is_dead(e, conn)}
+
+    def _sqlite_dead(self, epoch: str) -> bool:
+        if self._dir is None:
+            # In-memory: one process; an epoch that is not ours is a previous host's.
+            return True
+        path = self._dir / f"{epoch}.lock"
+        try:
+            fd = os.open(path, os.O_RDWR)
+        except FileNotFoundError:
+            return True
+        except OSError:
+            return False  # cannot tell: never mistake the living for the dead
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            return False
+        else:
+            # Free: its holder is gone. Clear the left-over while we hold it.
+            with contextlib.suppress(OSError):
+                os.unlink(path)
+            return True
+        finally:
+            os.close(fd)
+
+    def _pg_dead(self, epoch: str, conn: Connection | None) -> bool:
+        key = pg_key(epoch)
+        values = {"hi": key >> 32, "lo": key & 0xFFFFFFFF}
+        if conn is not None:
+            return int(conn.execute(_PG_HELD, values).scalar_one()) == 0
+        with self._engine.connect() as own:
+            return int(own.execute(_PG_HELD, values).scalar_one()) == 0
+
+
+# -- this process's epoch ------------------------------------------------------------------------
+
+
+class EpochKeeper:
+    """This process's epoch and its lock; re-mints (fences) when the lock is lost."""
+
+    def __init__(self, url: URL, engine: Engine, begin: Callable[[], Any]) -> None:
+        self._url = url
+        self._engine = engine
+        self._begin = begin
+        self._mutex = threading.Lock()
+        self._lock: EpochLock | None = None
+        self._lock = self._mint()
+
+    @property
+    def epoch(self) -> str:
+        assert self._lock is not None
+        return self._lock.epoch
+
+    def current(self) -> str:
+        """The epoch to claim under, after checking its lock still holds (fencing if not)."""
+        with self._mutex:
+            assert self._lock is not None
+            if self._lock.holds():
+                return self._lock.epoch
+            old = self._lock
+            old.release()
+            self._lock = self._mint()
+            logger.bind(old_epoch=old.epoch, epoch=self._lock.epoch).warning(
+                "liveness lock lost; this process fenced itself and continues under a new epoch"
+            )
+            return self._lock.epoch
+
+    def _mint(self) -> EpochLock:
+        for _ in range(5):
+            epoch = new_epoch()
+            try:
+                lock = EpochLock.take(self._url, self._engine, epoch)
+            except (LockLost, FileExistsError):
+                continue
+            # The row is written only once the lock is held: an epoch anyone can read is live
+            # until its lock is free.
+            with self._begin() as conn:
+                conn.execute(
+                    sa.insert(t.host_epochs).values(
+                        epoch=epoch,
+                        pid=os.getpid(),
+                        hostname=socket.gethostname()[:200],
+                        opened_at=ids.now(),
+                    )
+                )
+            return lock
+        raise LockLost("could not take a liveness lock for a new epoch")
+
+    def close(self) -> None:
+        with self._mutex:
+            if self._lock is None:
+                return
+            epoch = self._lock.epoch
+            with contextlib.suppress(sa.exc.SQLAlchemyError), self._begin() as conn:
+                conn.execute(
+                    sa.update(t.host_epochs)
+                    .where(t.host_epochs.c.epoch == epoch)
+                    .values(closed_at=ids.now())
+                )
+            self._lock.release()
+            self._lock = None
+
+
+# -- the schema lock -----------------------------------------------------------------------------
+
+
+@contextlib.contextmanager
+def schema_lock(url: URL, engine: Engine) -> Iterator[None]:
+    """Held only while a process creates or upgrades the schema, so two first openers do not
+    migrate at once. Blocks (briefly) instead of refusing."""
+    if dialect.is_sqlite(url):
+        path = dialect.sqlite_path(url)
+        if path is None:
+            yield
+            return
+        resolved = path.resolve()
+        fd = os.open(resolved.with_name(resolved.name + ".lock"), os.O_RDWR | os.O_CREAT, 0o600)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            yield
+        finally:
+            os.close(fd)
+        return
+    with engine.connect() as conn:
+        conn.execute(sa.text("SELECT pg_advisory_lock(:key)"), {"key": SCHEMA_LOCK_KEY})
+        conn.commit()
+        try:
+            yield
+        finally:
+            conn.execute(sa.text("SELECT pg_advisory_unlock(:key)"), {"key": SCHEMA_LOCK_KEY})
+            conn.commit()

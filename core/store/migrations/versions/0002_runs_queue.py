@@ -1,0 +1,41 @@
+"""The runs queue for many workers: attempts and a per-run attempt limit, and each agent's count
+of claimed runs (the row a claim locks and bumps, so per-agent limits hold across processes).
+
+Revision ID: 0002
+Revises: 0001
+Create Date: 2026-11-30
+"""
+
+from __future__ import annotations
+
+import sqlalchemy as sa
+from alembic import op
+
+revision = "0002"
+down_revision = "0001"
+branch_labels = None
+depends_on = None
+
+
+def upgrade() -> None:
+    with op.batch_alter_table("runs") as batch:
+        batch.add_column(sa.Column("attempts", sa.Integer(), nullable=False, server_default="0"))
+        batch.add_column(
+            sa.Column("max_attempts", sa.Integer(), nullable=False, server_default="3")
+        )
+    with op.batch_alter_table("agent_profiles") as batch:
+        batch.add_column(
+            sa.Column("claimed_runs", sa.Integer(), nullable=False, server_default="0")
+        )
+    op.execute(
+        "UPDATE agent_profiles SET claimed_runs = (SELECT count(*) FROM runs "
+        "WHERE runs.agent_profile_id = agent_profiles.id AND runs.status = 'claimed')"
+    )
+
+
+def downgrade() -> None:
+    with op.batch_alter_table("agent_profiles") as batch:
+        batch.drop_column("claimed_runs")
+    with op.batch_alter_table("runs") as batch:
+        batch.drop_column("attempts")
+        batch.drop_column("max_attempts")
