@@ -231,14 +231,8 @@ def test_every_endpoint_answers_the_cli_shapes(served: Served, office: OfficeBoa
 
 
 def _external_session(served: Served, db: str, task_id: str) -> str:
-    # No HTTP endpoint opens a session (HTTP.md has none), so the CLI does it; today only one
-    # writer may hold the database, so the server steps aside for that one command.
-    served.stop()
-    session = laneway(db, "session", "start", task_id)["id"]
-    port = int(served.url.rsplit(":", 1)[1])
-    restarted = start_serve(db, served.stderr_path.parent, port=port)
-    served.url, served.proc = restarted.url, restarted.proc
-    return str(session)
+    # No HTTP endpoint opens a session (HTTP.md has none): a CLI process does, beside serve.
+    return str(laneway(db, "session", "start", task_id)["id"])
 
 
 # -- errors ----------------------------------------------------------------------------------------

@@ -217,10 +217,9 @@ def test_serve_killed_with_minus_nine_and_restarted_loses_no_event(
 
 
 def test_cli_and_worker_processes_changes_arrive_live(office: OfficeBoard, tmp_path: Path) -> None:
-    """Issue 13 events: a CLI process and a worker process make changes while a client
-    listens; every change arrives once, in order. (`serve --read-only` holds no writer lock,
-    so this runs beside today's single-writer processes.)"""
-    served = start_serve(office.db, tmp_path, "--read-only")
+    """Issue 13 events: a CLI process and a worker process make changes while a client of a
+    (writing) `serve` listens; every change arrives once, in order."""
+    served = start_serve(office.db, tmp_path)
     reader = EventReader(served)
     try:
         laneway(office.db, "task", "start", office.task_id)
@@ -252,17 +251,23 @@ def test_writer_serve_streams_a_concurrent_cli_processes_changes(
     office: OfficeBoard, tmp_path: Path
 ) -> None:
     """Issue 13 'Many processes, one board': a writing `serve` and a CLI command write the
-    same database at once, and the CLI's change reaches the stream. Waits on the lead's
-    multi-process liveness locks (today the CLI is refused by the ownership lock)."""
+    same database at once: the CLI's change reaches the stream, and so does one made through
+    the API after it, in order."""
     served = start_serve(office.db, tmp_path)
     reader = EventReader(served)
     try:
         laneway(office.db, "task", "move", office.task_id, "Review")
-        got = reader.wait_for(lambda es: office.steps["Review"] in _moves(es, office.task_id))
+        with served.client() as c:
+            assert (
+                c.post(f"/api/tasks/{office.task_id}/move", json={"step": "Done"}).status_code
+                == 200
+            )
+        got = reader.wait_for(lambda es: office.steps["Done"] in _moves(es, office.task_id))
         _assert_once_in_order(got)
+        assert _moves(got, office.task_id) == [office.steps["Review"], office.steps["Done"]]
     finally:
         reader.close()
-        served.stop()
+        assert served.stop() == 0
 
 
 @pytest.mark.postgres
