@@ -12,6 +12,8 @@ import hashlib
 
 import attrs
 import sqlalchemy as sa
+from sqlalchemy.dialects.postgresql import insert as pg_insert
+from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 
 from core import ids
 from core.model import ActionDecl, Marker, Step, StepEntry
@@ -45,18 +47,21 @@ _MARKER_KEY = sa.and_(
     M.c.position == sa.bindparam("position", type_=sa.Integer),
     M.c.kind == sa.bindparam("kind", type_=sa.String),
 )
-# absent -> in_progress(epoch), as one conditional statement: rowcount 1 means claimed
-_CLAIM_ABSENT = sa.insert(M).from_select(
-    ["entry_id", "position", "kind", "state", "epoch", "updated_at"],
-    sa.select(
-        sa.bindparam("entry_id", type_=sa.String),
-        sa.bindparam("position", type_=sa.Integer),
-        sa.bindparam("kind", type_=sa.String),
-        sa.literal_column("'in_progress'"),
-        sa.bindparam("epoch", type_=sa.String),
-        sa.bindparam("stamp", type_=sa.String),
-    ).where(~sa.exists().where(_MARKER_KEY)),
-)
+# absent -> in_progress(epoch), as one conditional statement: rowcount 1 means claimed. ON
+# CONFLICT DO NOTHING, not NOT EXISTS: two transactions inserting at once on PostgreSQL must
+# have one lose quietly, not one fail on the primary key.
+_CLAIM_VALUES = {
+    "entry_id": sa.bindparam("entry_id", type_=sa.String),
+    "position": sa.bindparam("position", type_=sa.Integer),
+    "kind": sa.bindparam("kind", type_=sa.String),
+    "state": "in_progress",
+    "epoch": sa.bindparam("epoch", type_=sa.String),
+    "updated_at": sa.bindparam("stamp", type_=sa.String),
+}
+_CLAIM_ABSENT = {
+    "sqlite": sqlite_insert(M).values(_CLAIM_VALUES).on_conflict_do_nothing(),
+    "postgresql": pg_insert(M).values(_CLAIM_VALUES).on_conflict_do_nothing(),
+}
 _MARKER_STATE = sa.select(M.c.state, M.c.epoch).where(_MARKER_KEY)
 # in_progress(dead epoch) -> in_progress(our epoch)
 _RECLAIM = (
@@ -168,7 +173,8 @@ def claim(uow: UnitOfWork, entry_id: str, position: int, kind: str, epoch: str) 
     """
     key = {"entry_id": entry_id, "position": position, "kind": kind}
     stamp = ids.now()
-    if uow.run(_CLAIM_ABSENT, {**key, "epoch": epoch, "stamp": stamp}).rowcount == 1:
+    absent = _CLAIM_ABSENT[uow.conn.dialect.name]
+    if uow.run(absent, {**key, "epoch": epoch, "stamp": stamp}).rowcount == 1:
         events.marker(uow, entry_id, position, kind, "in_progress", None)
         return True
     current = uow.run(_MARKER_STATE, key).first()

@@ -57,6 +57,10 @@ SESSION_STATES: Final = (
     "CANCELLED",
 )
 ACTIVE_SESSION_STATES: Final = frozenset({"CREATED", "STARTING", "RUNNING", "WAITING_FOR_INPUT"})
+WORKING_STATES: Final = frozenset({"STARTING", "RUNNING"})
+"""A turn is under way: a message waits for it to end."""
+WAITING_STATES: Final = frozenset({"CREATED", "WAITING_FOR_INPUT"})
+"""The agent waits for input: a message starts a turn."""
 
 MARKER_STATES: Final = ("in_progress", "done", "skipped", "failed")
 SKIP_REASONS: Final = (

@@ -90,6 +90,16 @@ _TASK_AND_SESSION = sa.select(
     .scalar_subquery()
     .label("live_session_id"),
 ).where(TASKS.c.id == sa.bindparam("task_id"))
+# The task row is held until the transition commits (PostgreSQL; SQLite's writers are
+# serialised): two processes moving one task are ordered, each seeing the other's result.
+_TASK_AND_SESSION = _TASK_AND_SESSION.with_for_update(of=TASKS)
+# Admissions into a WIP-limited step are ordered by its row, so two processes cannot both
+# take its last slot.
+_LOCK_STEP = (
+    sa.select(t.workflow_steps.c.id)
+    .where(t.workflow_steps.c.id == sa.bindparam("step_id"))
+    .with_for_update()
+)
 _ADMIT = (
     sa.update(TASKS)
     .where(TASKS.c.id == sa.bindparam("b_task_id"))
@@ -149,6 +159,7 @@ def _admitted_count(conn: sa.Connection, step_id: str, exclude_task: str | None)
 def _has_room(conn: sa.Connection, step: Step, task_id: str | None, ephemeral: bool) -> bool:
     if ephemeral or step.wip_limit <= 0:
         return True
+    conn.execute(_LOCK_STEP, {"step_id": step.id})
     return _admitted_count(conn, step.id, task_id) < step.wip_limit
 
 

@@ -115,6 +115,11 @@ def execute(host: Host, run: Run) -> TurnOutcome:
             message = None
             if run.reason == "user_message":
                 message = host.sessions.pop_queued_message(session.id)
+                if message is None:
+                    # The turn that was running when the message came delivered it already.
+                    log.bind(session_id=session.id).info("run had no message left to deliver")
+                    outcome = TurnOutcome(session.id, ok=True)
+                    return outcome
                 host.turns.start_internal(session.id)
             prompt = message if message is not None else prompt_for(host, run)
             log.bind(session_id=session.id).info("run started")

@@ -72,7 +72,8 @@ def session_cancel_retry(settings: Settings, session_id: str) -> None:
     that process to see; within one process it is also handed to the runtime directly.
     """
     with writer(settings) as host:
-        cancelled = host.sessions.cancel_retry(session_id)
+        cancelled = host.sessions.request_cancel_retry(session_id)
+        host.runtime.cancel_retry(cancelled.id)
     emit(
         settings.json,
         cancelled,

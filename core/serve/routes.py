@@ -201,7 +201,11 @@ def session_send(call: Call) -> Reply:
 
 
 def session_cancel_retry(call: Call) -> Reply:
-    return Reply(call.host.sessions.cancel_retry(call.path["s"]))
+    # As `session cancel-retry`: recorded on the session for whichever process runs the loop,
+    # and handed to this process's runtime in case the loop runs here.
+    cancelled = call.host.sessions.request_cancel_retry(call.path["s"])
+    call.host.runtime.cancel_retry(cancelled.id)
+    return Reply(cancelled)
 
 
 # -- the board page's one-request view -------------------------------------------------------------

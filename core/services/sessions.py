@@ -5,18 +5,15 @@ from typing import Any
 
 import sqlalchemy as sa
 
-from core import ids
+from core import ids, runs
 from core.errors import LanewayError, NotFound
-from core.model import ACTIVE_SESSION_STATES, Session
-from core.runs import RunRequest
+from core.model import ACTIVE_SESSION_STATES, WAITING_STATES, WORKING_STATES, Session
 from core.services.base import Service
 from core.store import events, rows
 from core.store import tables as t
 from core.transition import live_session_id
 
 S = t.task_sessions
-WORKING = frozenset({"STARTING", "RUNNING"})
-WAITING = frozenset({"CREATED", "WAITING_FOR_INPUT"})
 
 
 class SessionService(Service):
@@ -117,9 +114,79 @@ class SessionService(Service):
         """A message for the agent, delivered in order when it next takes a turn."""
         return self.record_effect(session_id, queued_messages=[text])
 
+    def send(self, session_id: str, text: str) -> Session:
+        """A message for the session's agent, from a person or a script.
+
+        - The session is running a turn (in this process or any other): the message is
+          queued, and the process running the turn delivers it, in order, when the turn ends.
+        - The session waits for input: the message starts a new turn. An external session's
+          agent gets it at once (delivered, the session RUNNING, on_turn_start fired); for a
+          session laneway runs, a `user_message` run is queued for a worker to take.
+
+        Messages already queued go first. The state is read and the message queued in one
+        transaction, with the session row locked, so a turn ending in another process either
+        sees the message or ends before it and leaves the new turn to the queued run.
+        """
+        self._require_writer()
+        if not text.strip():
+            raise LanewayError("session send: the message is empty")
+        with self.host.store.transaction() as uow:
+            session = self._locked(uow, session_id)
+            if session.state not in WORKING_STATES and session.state not in WAITING_STATES:
+                raise LanewayError(
+                    f"session {session.id} is {session.state}: it takes no more messages; "
+                    "start a new session"
+                )
+            if not session.external and session.state in WAITING_STATES:
+                if session.agent_profile_id is None:
+                    raise LanewayError(f"session {session.id} has no agent profile to run")
+                task = self.host.tasks.get(session.task_id)
+                runs.enqueue(
+                    uow,
+                    runs.RunRequest(
+                        agent_profile_id=session.agent_profile_id,
+                        task_id=task.id,
+                        workflow_step_id=task.workflow_step_id,
+                        reason="user_message",
+                    ),
+                )
+            self._merge(uow, session_id, {"queued_messages": [text]})
+        if session.external and session.state in WAITING_STATES:
+            self.pop_queued_message(session.id)
+            self.set_state(session.id, "RUNNING")
+            self.host.turns.start_internal(session.id)
+        return self.get(session.id)
+
+    def request_cancel_retry(self, session_id: str) -> Session:
+        """The user cancels a transient retry loop (route R6). The loop may run in any
+        process: it watches the session for this request."""
+        self._require_writer()
+        with self.host.store.transaction() as uow:
+            session = self._locked(uow, session_id)
+            if session.state not in WORKING_STATES:
+                raise LanewayError(
+                    f"session {session.id} is {session.state}: no retry loop to cancel"
+                )
+            self._merge(uow, session_id, {"cancel_retry_requested": True})
+        return self.get(session_id)
+
+    def _locked(self, uow: Any, session_id: str) -> Session:
+        """The session, its row held until the transaction ends (FOR UPDATE; SQLite's writers
+        are serialised anyway)."""
+        row = (
+            uow.conn.execute(sa.select(S).where(S.c.id == session_id).with_for_update())
+            .mappings()
+            .first()
+        )
+        if row is None:
+            raise NotFound(f"no session {session_id!r}")
+        return rows.session(row)
+
     def pop_queued_message(self, session_id: str) -> str | None:
         with self.host.store.transaction() as uow:
-            raw = uow.conn.execute(sa.select(S.c.metadata).where(S.c.id == session_id)).scalar()
+            raw = uow.conn.execute(
+                sa.select(S.c.metadata).where(S.c.id == session_id).with_for_update()
+            ).scalar()
             meta: dict[str, Any] = json.loads(raw or "{}")
             queued = list(meta.get("queued_messages") or [])
             if not queued:
@@ -145,79 +212,27 @@ class SessionService(Service):
         prompts delivered), so the effect is visible and countable.
         """
         with self.host.store.transaction() as uow:
-            raw = uow.conn.execute(sa.select(S.c.metadata).where(S.c.id == session_id)).scalar()
-            if raw is None:
-                raise NotFound(f"no session {session_id!r}")
-            meta: dict[str, Any] = json.loads(raw)
-            for key, value in changes.items():
-                if isinstance(value, list):
-                    meta[key] = [*meta.get(key, []), *value]
-                elif isinstance(value, dict):
-                    meta[key] = {**meta.get(key, {}), **value}
-                else:
-                    meta[key] = value
-            uow.conn.execute(
-                sa.update(S)
-                .where(S.c.id == session_id)
-                .values(metadata=rows.dumps(meta), updated_at=ids.now())
-            )
+            self._merge(uow, session_id, changes)
         return self.get(session_id)
 
-    # -- what a user asks of a session -------------------------------------------------------
-
-    def send(self, session_id: str, text: str) -> Session:
-        """A message for the session's agent (`session send`, `POST /api/sessions/S/send`).
-
-        - The session waits for input: the message starts a new turn. An external session's
-          agent gets it at once (delivered, the session RUNNING, on_turn_start fired); for a
-          session laneway runs, a `user_message` run is queued and the worker delivers it when
-          it starts the turn.
-        - The session is running a turn: the message is queued, delivered in order when the
-          turn ends.
-
-        Messages already queued go first: the new one joins the end of the queue, and what is
-        delivered now is the oldest.
-        """
-        self._require_writer()
-        session = self.get(session_id)
-        if not text.strip():
-            raise LanewayError("session send: the message is empty")
-        if session.state in WORKING:
-            return self.queue_message(session.id, text)
-        if session.state not in WAITING:
-            raise LanewayError(
-                f"session {session.id} is {session.state}: it takes no more messages; "
-                "start a new session"
-            )
-        self.queue_message(session.id, text)
-        if session.external:
-            self.pop_queued_message(session.id)
-            self.set_state(session.id, "RUNNING")
-            self.host.turns.start_internal(session.id)
-            return self.get(session.id)
-        if session.agent_profile_id is None:
-            raise LanewayError(f"session {session.id} has no agent profile to run")
-        task = self.host.tasks.get(session.task_id)
-        self.host.runs.enqueue(
-            RunRequest(
-                agent_profile_id=session.agent_profile_id,
-                task_id=task.id,
-                workflow_step_id=task.workflow_step_id,
-                reason="user_message",
-            )
+    def _merge(self, uow: Any, session_id: str, changes: dict[str, Any]) -> None:
+        # FOR UPDATE: two processes merging into one session's metadata must not lose either
+        # change (PostgreSQL; SQLite's writers are serialised).
+        raw = uow.conn.execute(
+            sa.select(S.c.metadata).where(S.c.id == session_id).with_for_update()
+        ).scalar()
+        if raw is None:
+            raise NotFound(f"no session {session_id!r}")
+        meta: dict[str, Any] = json.loads(raw)
+        for key, value in changes.items():
+            if isinstance(value, list):
+                meta[key] = [*meta.get(key, []), *value]
+            elif isinstance(value, dict):
+                meta[key] = {**meta.get(key, {}), **value}
+            else:
+                meta[key] = value
+        uow.conn.execute(
+            sa.update(S)
+            .where(S.c.id == session_id)
+            .values(metadata=rows.dumps(meta), updated_at=ids.now())
         )
-        return self.get(session.id)
-
-    def cancel_retry(self, session_id: str) -> Session:
-        """Cancel the session's transient retry loop (route R6).
-
-        The loop runs in the worker's process, so the request is recorded on the session for
-        that process to see; within one process it is also handed to the runtime directly.
-        """
-        self._require_writer()
-        session = self.get(session_id)
-        if session.state not in WORKING:
-            raise LanewayError(f"session {session.id} is {session.state}: no retry loop to cancel")
-        self.record_effect(session.id, cancel_retry_requested=True)
-        self.host.runtime.cancel_retry(session.id)
-        return self.get(session.id)

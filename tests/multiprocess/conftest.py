@@ -1,0 +1,83 @@
+"""Real processes sharing one board: `laneway` commands, workers and hosts side by side."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator, Mapping
+from pathlib import Path
+from typing import Any, TypeVar
+
+import pytest
+
+LANEWAY = str(Path(sys.executable).with_name("laneway"))
+T = TypeVar("T")
+
+
+def child_env(extra: Mapping[str, str] | None = None) -> dict[str, str]:
+    env = {**os.environ, "LANEWAY_PLUGINS_ALLOW": "kanban,office"}
+    for name in ("LANEWAY_PLUGINS_BLOCK", "LANEWAY_FAULT", "LANEWAY_DB"):
+        env.pop(name, None)
+    env.update(extra or {})
+    return env
+
+
+class Board:
+    """`laneway --db URL ...` as a separate process each time."""
+
+    def __init__(self, url: str, cwd: Path) -> None:
+        self.url = url
+        self.cwd = cwd
+
+    def run(
+        self, *args: str, env: Mapping[str, str] | None = None
+    ) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [LANEWAY, "--db", self.url, *args],
+            cwd=self.cwd,
+            env=child_env(env),
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
+        )
+
+    def json(self, *args: str, env: Mapping[str, str] | None = None) -> Any:
+        done = self.run("--json", *args, env=env)
+        assert done.returncode == 0, f"laneway {' '.join(args)}: {done.stderr}"
+        return json.loads(done.stdout)
+
+    def spawn(
+        self, *args: str, env: Mapping[str, str] | None = None, log: Path | None = None
+    ) -> subprocess.Popen[str]:
+        out = open(log, "a") if log is not None else subprocess.DEVNULL  # noqa: SIM115
+        return subprocess.Popen(
+            [LANEWAY, "--db", self.url, *args],
+            cwd=self.cwd,
+            env=child_env(env),
+            stdout=out,
+            stderr=subprocess.STDOUT if log is not None else subprocess.DEVNULL,
+            text=True,
+        )
+
+
+def eventually(probe: Callable[[], T | None], *, timeout: float = 60.0, what: str = "") -> T:
+    """Poll `probe` until it returns something truthy; fail after `timeout` seconds."""
+    deadline = time.monotonic() + timeout
+    while True:
+        found = probe()
+        if found:
+            return found
+        if time.monotonic() > deadline:
+            pytest.fail(f"timed out waiting for {what or probe}")
+        time.sleep(0.1)
+
+
+@pytest.fixture
+def board(db_url: str, tmp_path: Path) -> Iterator[Board]:
+    b = Board(db_url, tmp_path)
+    b.json("init")
+    return b
