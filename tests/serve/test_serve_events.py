@@ -297,3 +297,46 @@ def test_postgresql_notify_wakes_the_stream(pg_database: str | None, tmp_path: P
     finally:
         reader.close()
         assert served.stop() == 0
+
+
+@pytest.mark.postgres
+def test_concurrent_writer_processes_on_postgresql_stream_every_event_in_id_order(
+    pg_database: str | None, tmp_path: Path
+) -> None:
+    """HTTP.md: ids only grow and a client gets every event once, in order, whichever process
+    made it - on PostgreSQL, where concurrent transactions commit in any order, with three CLI
+    processes and the API moving tasks at once (the outbox's advisory lock orders the ids)."""
+    if pg_database is None:
+        pytest.skip("no PostgreSQL server: set LANEWAY_TEST_PG_URL (.ci/run does)")
+    from tests.conftest import _reset_postgres
+
+    _reset_postgres(pg_database)
+    laneway(pg_database, "init")
+    office = build_office(pg_database, tmp_path, extra_tasks=4)
+    tasks = [t["id"] for t in laneway(pg_database, "task", "list")]
+    served = start_serve(pg_database, tmp_path)
+    reader = EventReader(served)
+    try:
+        writers = []
+        for task_id in tasks[1:4]:
+            script = " && ".join(
+                f"{LANEWAY} --db {pg_database} task move {task_id} {step} >/dev/null"
+                for step in ("Review", "Backlog", "Review", "Done")
+            )
+            writers.append(subprocess.Popen(["sh", "-c", script], env=cli_env()))
+        with served.client() as c:
+            for step in ("Review", "Backlog", "Review", "Done"):
+                answer = c.post(f"/api/tasks/{tasks[0]}/move", json={"step": step})
+                assert answer.status_code == 200, answer.text
+        for proc in writers:
+            assert proc.wait(timeout=180) == 0
+        with open_host(pg_database, read_only=True) as host:
+            stored = events.read_all(host.store)
+        got = reader.wait_for(lambda es: bool(es) and es[-1].id >= stored[-1].id, timeout=30)
+        _assert_once_in_order(got)
+        assert [e.id for e in got] == [e.id for e in stored if e.id >= got[0].id]
+        for task_id in tasks[:4]:
+            assert _moves(got, task_id)[-1] == office.steps["Done"]
+    finally:
+        reader.close()
+        assert served.stop() == 0
