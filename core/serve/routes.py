@@ -220,12 +220,15 @@ def board(call: Call) -> Reply:
     wf = host.workflows.get(ref)
     tasks = [t for t in host.tasks.list(workflow=wf.id) if t.archived_at is None]
     claimed = {r.task_id for r in host.runs.list(status="claimed")}
+    dead = {r.task_id for r in host.runs.list(status="dead")}
     profiles = {p.id: {"name": p.name, "role": p.role} for p in host.profiles.list()}
-    cards = [_card(call, task, claimed) for task in tasks]
+    cards = [_card(call, task, claimed, dead) for task in tasks]
     return Reply({"workflow": workflow_json(wf), "tasks": cards, "profiles": profiles})
 
 
-def _card(call: Call, task: Task, claimed: set[str | None]) -> dict[str, Any]:
+def _card(
+    call: Call, task: Task, claimed: set[str | None], dead: set[str | None]
+) -> dict[str, Any]:
     host = call.host
     sessions = host.sessions.list(task=task.id)
     entries = host.entries.list(task=task.id)
@@ -252,6 +255,7 @@ def _card(call: Call, task: Task, claimed: set[str | None]) -> dict[str, Any]:
             "open_entry": any(not e.terminal for e, _m in entries),
             "failed_marker": latest is not None and any(m.state == "failed" for m in latest[1]),
             "dead_session": bool(sessions) and sessions[-1].state == "FAILED",
+            "dead_run": task.id in dead,
         },
     }
 

@@ -159,3 +159,47 @@ def test_page_of_a_writing_serve_shows_a_concurrent_cli_change(
         _shows_a_cli_change_live(browser, served, office)
     finally:
         assert served.stop() == 0
+
+
+WIP_BOARD = """
+version: 1
+type: kandev_workflow
+workflows:
+  - name: Narrow
+    steps:
+      - {name: Inbox, position: 0, is_start_step: true}
+      - {name: Doing, position: 1, wip_limit: 1}
+      - {name: Done, position: 2}
+"""
+
+
+def test_page_shows_a_full_steps_wip_and_its_queued_tasks_apart(
+    browser: Any, office: OfficeBoard, tmp_path: Path
+) -> None:
+    """HTTP.md The board page: a lane shows its WIP count and limit, and its queued tasks
+    apart; the workflow picker switches boards."""
+    served = start_serve(office.db, tmp_path)
+    try:
+        with served.client() as c:
+            assert c.post("/api/workflows/import", content=WIP_BOARD).status_code == 201
+            made = [
+                c.post("/api/tasks", json={"workflow": "Narrow", "title": title}).json()
+                for title in ("First in", "Second in line")
+            ]
+            for task in made:
+                assert (
+                    c.post(f"/api/tasks/{task['id']}/move", json={"step": "Doing"}).status_code
+                    == 200
+                )
+        page = _open(browser, served)
+        page.select_option("#workflow", label="Narrow")
+        doing = _lane(page, "Doing")
+        doing.locator(".queued .card[data-title='Second in line']").wait_for(timeout=5_000)
+        assert doing.locator(".wip").inner_text() == "1 / 1"
+        assert "full" in (doing.locator(".wip").get_attribute("class") or "")
+        assert doing.locator(".queued-head").inner_text().lower().startswith("queued")
+        assert doing.locator(".lane-cards .card[data-title='First in']").count() == 1
+        assert doing.locator(".queued .badge.queued").count() == 1
+        assert page.errors == []
+    finally:
+        assert served.stop() == 0

@@ -202,6 +202,7 @@ function renderCard(task) {
   }
   if (b.open_entry) badges.push(h("span", { class: "badge entry", title: "an entry sequence has not finished" }, "entry open"));
   if (b.failed_marker) badges.push(h("span", { class: "badge failed", title: "an entry action failed" }, "action failed"));
+  if (b.dead_run) badges.push(h("span", { class: "badge dead", title: "a run's worker died on every attempt; it is not retried" }, "run dead"));
   if (b.dead_session) badges.push(h("span", { class: "badge dead", title: "the agent's last session failed" }, "agent failed"));
   if (!task.wip_admitted) badges.push(h("span", { class: "badge queued", title: "waiting for room in this step" }, "queued"));
   const card = h("article", {
