@@ -64,7 +64,8 @@ def test_page_lanes_cards_drag_to_review_detail_markers_and_verdict(
 ) -> None:
     """Issue 13 page test (HTTP.md The board page): lanes by step name with WIP counts,
     cards with badges, a drag to Review is a manual move whose entry and markers show in the
-    detail panel, Approve records the verdict; one screenshot is kept."""
+    detail panel, Approve records the verdict, a message goes to a running agent's session;
+    one screenshot is kept."""
     populate(office)
     served = start_serve(office.db, tmp_path)
     try:
@@ -117,6 +118,15 @@ def test_page_lanes_cards_drag_to_review_detail_markers_and_verdict(
         assert screenshot.stat().st_size > 10_000
         if os.environ.get("LANEWAY_SCREENSHOT_DIR"):
             shutil.copy(screenshot, Path(os.environ["LANEWAY_SCREENSHOT_DIR"]) / "board.png")
+
+        # a message to the running agent's session, from the panel
+        _card(page, "Fix the flaky login test").click()
+        page.locator("form.message textarea").fill("Please also check the retry logic")
+        page.locator("form.message button[type='submit']").click()
+        page.locator(".toast.ok", has_text="Message sent").wait_for(timeout=5_000)
+        running_id = _card(page, "Fix the flaky login test").get_attribute("data-task-id")
+        (session,) = laneway(office.db, "session", "list", "--task", running_id)
+        assert session["metadata"]["queued_messages"] == ["Please also check the retry logic"]
         assert page.errors == []
     finally:
         assert served.stop() == 0
