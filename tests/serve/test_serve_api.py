@@ -458,3 +458,33 @@ def test_graceful_stop_within_ten_seconds_exit_zero(
     assert "Traceback" not in served.stderr
     with pytest.raises(httpx.ConnectError), httpx.Client(base_url=served.url) as after:
         after.get("/healthz")
+
+
+def test_cors_is_off_unless_an_origin_is_allowed(
+    served: Served, office: OfficeBoard, tmp_path: Path
+) -> None:
+    """Issue 13 Security: CORS off unless configured (`--allow-origin`)."""
+    origin = {"Origin": "http://elsewhere.test"}
+    with served.client() as c:
+        answer = c.get("/api/tasks", headers=origin)
+        assert answer.status_code == 200
+        assert "access-control-allow-origin" not in answer.headers
+    allowed = start_serve(office.db, tmp_path, "--allow-origin", "http://elsewhere.test")
+    try:
+        with allowed.client() as c:
+            preflight = c.options(
+                "/api/tasks",
+                headers={
+                    **origin,
+                    "Access-Control-Request-Method": "POST",
+                    "Access-Control-Request-Headers": "authorization,content-type",
+                },
+            )
+            assert preflight.status_code == 200
+            assert preflight.headers["access-control-allow-origin"] == "http://elsewhere.test"
+            answer = c.get("/api/tasks", headers=origin)
+            assert answer.headers["access-control-allow-origin"] == "http://elsewhere.test"
+            other = c.get("/api/tasks", headers={"Origin": "http://evil.test"})
+            assert "access-control-allow-origin" not in other.headers
+    finally:
+        assert allowed.stop() == 0
