@@ -13,8 +13,6 @@ const state = {
   workflowId: null,
   board: null, // { workflow, tasks, profiles }
   openTaskId: null,
-  refreshTimer: null,
-  detailTimer: null,
 };
 
 // -- small DOM helpers -----------------------------------------------------------------------
@@ -104,19 +102,37 @@ async function loadBoard() {
   renderBoard();
 }
 
-function scheduleRefresh(delay = 80) {
-  clearTimeout(state.refreshTimer);
-  state.refreshTimer = setTimeout(() => {
-    loadBoard().catch(showError);
-  }, delay);
+// Events can come faster than a board can be read: at most one read of each kind is in
+// flight, and changes that arrive meanwhile are folded into one more read after it.
+function throttled(load) {
+  let timer = null;
+  let running = false;
+  let dirty = false;
+  async function run() {
+    timer = null;
+    if (!dirty) return;
+    dirty = false;
+    running = true;
+    try {
+      await load();
+    } catch (error) {
+      showError(error);
+    } finally {
+      running = false;
+      if (dirty && !timer) timer = setTimeout(run, 150);
+    }
+  }
+  return (delay = 80) => {
+    dirty = true;
+    if (!timer && !running) timer = setTimeout(run, delay);
+  };
 }
 
+const scheduleRefresh = throttled(() => loadBoard());
+const detailRefresh = throttled(() => (state.openTaskId ? loadDetail(state.openTaskId) : null));
+
 function scheduleDetail(delay = 80) {
-  if (!state.openTaskId) return;
-  clearTimeout(state.detailTimer);
-  state.detailTimer = setTimeout(() => {
-    loadDetail(state.openTaskId).catch(showError);
-  }, delay);
+  if (state.openTaskId) detailRefresh(delay);
 }
 
 function showError(error) {
