@@ -121,7 +121,7 @@ def _check_url(url: str, *, must_exist: bool) -> None:
 
     - only SQLite and PostgreSQL are supported, and PostgreSQL needs its driver;
     - with `must_exist`, a SQLite file that does not exist is not initialised: opening a
-      store connects, SQLite creates the file on connect (and the ownership lock creates
+      store connects, SQLite creates the file on connect (and the schema lock creates
       `<db>.lock`), so a mistyped `--db` would leave empty databases behind. Only `init`
       may create one.
     """
@@ -152,7 +152,7 @@ def _opened(host: Host, command: str) -> None:
 
 @contextmanager
 def writer(settings: Settings, *, init: bool = False) -> Iterator[Host]:
-    """A host holding the ownership lock: epoch minted, recovery scan run."""
+    """A writer host: epoch minted and its liveness lock held, recovery scan run."""
     _check_url(settings.db, must_exist=not init)
     ctx = click.get_current_context()
     with Host.open(

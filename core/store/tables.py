@@ -225,7 +225,8 @@ runs = sa.Table(
     sa.Column("error_message", sa.Text, nullable=True),
     sa.Column("attempts", sa.Integer, nullable=False, server_default="0"),
     sa.Column("max_attempts", sa.Integer, nullable=False, server_default="3"),
-    sa.Index("ix_runs_status_requested", "status", "requested_at"),
+    # The claim's order (core.runs): read in index order, it stops at the first eligible run.
+    sa.Index("ix_runs_queue", "status", "requested_at", "id"),
     sa.Index("ix_runs_idempotency_key", "idempotency_key"),
     sa.Index("ix_runs_task", "task_id"),
 )

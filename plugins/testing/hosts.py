@@ -20,9 +20,6 @@ from plugins.manager import PluginSelection
 PluginSpec = str | tuple[str, object]
 """An installed plugin's entry-point name, or ``(name, plugin)`` given directly."""
 
-"""How long `open_host` waits for a crashed process's ownership lock to go (PostgreSQL notices
-a dropped client's connection, and releases its advisory lock, a little after it died)."""
-
 
 def selection_for(plugins: Iterable[PluginSpec], *, strict: bool = True) -> PluginSelection:
     """The selection loading exactly `plugins` (core's own kinds always load).

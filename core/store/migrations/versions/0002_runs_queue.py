@@ -27,6 +27,10 @@ def upgrade() -> None:
         batch.add_column(
             sa.Column("claimed_runs", sa.Integer(), nullable=False, server_default="0")
         )
+    # The claim reads queued runs in (requested_at, id) order and stops at the first eligible
+    # one: with id in the index, ties on requested_at need no sort of the whole queue.
+    op.drop_index("ix_runs_status_requested", table_name="runs")
+    op.create_index("ix_runs_queue", "runs", ["status", "requested_at", "id"])
     op.execute(
         "UPDATE agent_profiles SET claimed_runs = (SELECT count(*) FROM runs "
         "WHERE runs.agent_profile_id = agent_profiles.id AND runs.status = 'claimed')"
@@ -34,6 +38,8 @@ def upgrade() -> None:
 
 
 def downgrade() -> None:
+    op.drop_index("ix_runs_queue", table_name="runs")
+    op.create_index("ix_runs_status_requested", "runs", ["status", "requested_at"])
     with op.batch_alter_table("agent_profiles") as batch:
         batch.drop_column("claimed_runs")
     with op.batch_alter_table("runs") as batch:
