@@ -18,7 +18,7 @@ from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from core import ids
 from core.model import ActionDecl, Marker, Step, StepEntry
 from core.registry import Registry
-from core.store import rows
+from core.store import events, rows
 from core.store import tables as t
 from core.store.database import UnitOfWork
 from core.store.prepared import insert_of
@@ -175,6 +175,7 @@ def claim(uow: UnitOfWork, entry_id: str, position: int, kind: str, epoch: str) 
     stamp = ids.now()
     absent = _CLAIM_ABSENT[uow.conn.dialect.name]
     if uow.run(absent, {**key, "epoch": epoch, "stamp": stamp}).rowcount == 1:
+        events.marker(uow, entry_id, position, kind, "in_progress", None)
         return True
     current = uow.run(_MARKER_STATE, key).first()
     if current is None:
@@ -188,6 +189,7 @@ def claim(uow: UnitOfWork, entry_id: str, position: int, kind: str, epoch: str) 
     taken = uow.run(_RECLAIM, {**key, "old_epoch": holder, "epoch": epoch, "stamp": stamp})
     if taken.rowcount != 1:
         raise ClaimLost
+    events.marker(uow, entry_id, position, kind, "in_progress", None)
     return True
 
 
@@ -208,6 +210,7 @@ def settle(
     values = {"state": state, "reason": reason, "cause": cause, "stamp": ids.now()}
     if uow.run(_SETTLE, {**key, **values, "epoch": epoch}).rowcount != 1:
         raise ClaimLost
+    events.marker(uow, entry_id, position, kind, state, reason)
 
 
 def vacated(uow: UnitOfWork, entry: StepEntry) -> str | None:

@@ -22,7 +22,7 @@ import sqlalchemy as sa
 
 from core import ids
 from core.model import Run
-from core.store import rows
+from core.store import events, rows
 from core.store import tables as t
 from core.store.database import UnitOfWork
 from core.store.prepared import insert_of
@@ -145,6 +145,14 @@ def enqueue(uow: UnitOfWork, request: RunRequest) -> Enqueued:
             "requested_at": stamp,
         },
     )
+    events.record(
+        uow,
+        "run.queued",
+        request.task_id,
+        run_id=run_id,
+        agent_profile_id=request.agent_profile_id,
+        reason=request.reason,
+    )
     return Enqueued(run_id, "inserted")
 
 
@@ -234,9 +242,16 @@ def claim_next(uow: UnitOfWork, epoch: str) -> Run | None:
         if row is None:
             return None
         uow.conn.execute(_BUMP, {"agent": row["agent_profile_id"], "delta": 1})
-        return rows.run(row)
+        return _started(uow, rows.run(row))
     row = uow.conn.execute(_PG_CLAIM, values).mappings().first()
-    return rows.run(row) if row is not None else None
+    return _started(uow, rows.run(row)) if row is not None else None
+
+
+def _started(uow: UnitOfWork, run: Run) -> Run:
+    events.record(
+        uow, "run.started", run.task_id, run_id=run.id, agent_profile_id=run.agent_profile_id
+    )
+    return run
 
 
 def release(
@@ -264,6 +279,13 @@ def release(
     if done != 1:
         return False
     uow.conn.execute(_BUMP, {"agent": run.agent_profile_id, "delta": -1})
+    events.record(
+        uow,
+        "run.finished" if ok else "run.failed",
+        run.task_id,
+        run_id=run.id,
+        agent_profile_id=run.agent_profile_id,
+    )
     return True
 
 
@@ -316,4 +338,12 @@ def requeue_dead(uow: UnitOfWork) -> Requeued:
     ]
     for run in (*poisoned, *back):
         uow.conn.execute(_BUMP, {"agent": run.agent_profile_id, "delta": -1})
+        events.record(
+            uow,
+            "run.queued" if run.status == "queued" else "run.failed",
+            run.task_id,
+            run_id=run.id,
+            agent_profile_id=run.agent_profile_id,
+            status=run.status,
+        )
     return Requeued(tuple(back), tuple(poisoned))

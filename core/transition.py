@@ -24,7 +24,7 @@ from loguru import logger
 from core import faults, ids
 from core.errors import Conflict, LanewayError
 from core.model import ACTIVE_SESSION_STATES, Step, StepEntry, Task, Workflow
-from core.store import rows
+from core.store import events, rows
 from core.store import tables as t
 from core.store.database import UnitOfWork
 from core.store.prepared import fixed_in, insert_of
@@ -247,6 +247,17 @@ def _admit(
             f"task {task.id}: the move to step {step.name!r} did not happen "
             "(its entry record could not be written); try again"
         ) from None
+    events.record(
+        uow,
+        "task.moved",
+        task.id,
+        workflow_id=workflow.id,
+        from_step_id=from_step_id,
+        to_step_id=step.id,
+        entry_path=path,
+        queued=False,
+        entry_id=entry.id if entry else None,
+    )
     committed = attrs.evolve(
         task,
         workflow_id=workflow.id,
@@ -333,6 +344,17 @@ def move(
                 placed.update(loop_halted_step_id=None, loop_generation=task.loop_generation)
             uow.conn.execute(sa.update(TASKS).where(TASKS.c.id == task.id).values(**placed))
             _write_history(uow, task.id, session_id, source, step.id, label, actor)
+            events.record(
+                uow,
+                "task.moved",
+                task.id,
+                workflow_id=workflow.id,
+                from_step_id=source,
+                to_step_id=step.id,
+                entry_path=None,
+                queued=True,
+                entry_id=None,
+            )
             committed = attrs.evolve(task, **placed)
     faults.reach("transition.after_commit")
     _log_change(committed, source, step, path, queued)
@@ -492,6 +514,14 @@ def place_new_task(uow: UnitOfWork, values: dict[str, Any], workflow: Workflow, 
             queued_at=stamp,
         )
     uow.conn.execute(sa.insert(TASKS).values(**row))
+    events.record(
+        uow,
+        "task.created",
+        row["id"],
+        workflow_id=workflow.id,
+        step_id=row["workflow_step_id"],
+        queued=not row["wip_admitted"],
+    )
 
 
 def _order_key(task: Task) -> tuple[int, int, str, str, str]:
@@ -618,6 +648,7 @@ def restore_step(host: Host, task_id: str, step_id: str) -> Task:
             )
         )
         committed, _session = _task_row(uow, task_id)
+        _moved_without_arrival(uow, task, committed)
     if task.workflow_step_id and task.workflow_step_id != step.id:
         promote(host, task.workflow_step_id)
     return committed
@@ -640,6 +671,22 @@ def detach(host: Host, task_id: str) -> Task:
             )
         )
         committed, _session = _task_row(uow, task_id)
+        _moved_without_arrival(uow, task, committed)
     if task.workflow_step_id:
         promote(host, task.workflow_step_id)
     return committed
+
+
+def _moved_without_arrival(uow: UnitOfWork, before: Task, after: Task) -> None:
+    if before.workflow_step_id != after.workflow_step_id:
+        events.record(
+            uow,
+            "task.moved",
+            after.id,
+            workflow_id=after.workflow_id,
+            from_step_id=before.workflow_step_id,
+            to_step_id=after.workflow_step_id,
+            entry_path=None,
+            queued=False,
+            entry_id=None,
+        )

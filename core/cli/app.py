@@ -242,6 +242,7 @@ def build_cli(
     from core.cli import (
         commands_agents,
         commands_ledger,
+        commands_serve,
         commands_setup,
         commands_task,
         commands_workflow,
@@ -294,6 +295,7 @@ def build_cli(
         commands_task,
         commands_ledger,
         commands_agents,
+        commands_serve,
     ):
         for command in module.COMMANDS:
             cli.add_command(command)

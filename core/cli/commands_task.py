@@ -8,7 +8,15 @@ from typing import Any
 import click
 
 from core.cli.app import Settings, pass_settings, reader, writer
-from core.cli.output import emit, names_of, step_names, task_line, trigger_json, why_not
+from core.cli.output import (
+    decision_result_json,
+    emit,
+    names_of,
+    step_names,
+    task_line,
+    trigger_json,
+    why_not,
+)
 from core.model import Participant, Session, Task
 
 
@@ -350,13 +358,7 @@ def decision_record(
         result = host.decisions.record(task_ref, step, participant_id, verdict, comment=comment)
         names = step_names(host, host.tasks.get(task_ref))
     made = result["decision"]
-    shaped = {
-        "decision": made,
-        "transitioned": bool(result["transitioned"]),
-        "to_step_id": result["to_step_id"],
-        "refusals": result["refusals"],
-        "halted": result["halted"],
-    }
+    shaped = decision_result_json(result)
     line = f"{made.id}  {made.decision}  participant={made.participant_id}"
     if shaped["transitioned"]:
         to = shaped["to_step_id"]

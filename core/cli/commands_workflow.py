@@ -7,7 +7,7 @@ import shlex
 import click
 
 from core.cli.app import Settings, pass_settings, reader, writer
-from core.cli.output import emit, profile_line, workflow_json, workflow_lines
+from core.cli.output import emit, profile_line, template_json, workflow_json, workflow_lines
 from core.errors import LanewayError
 from core.workflows import to_yaml
 
@@ -23,10 +23,7 @@ def workflow_templates(settings: Settings) -> None:
     """List the shipped templates, hidden ones included."""
     with reader(settings) as host:
         decls = host.workflows.templates()
-    found = [
-        {"id": d.template_id, "name": d.name, "steps": len(d.steps), "hidden": d.hidden}
-        for d in decls
-    ]
+    found = [template_json(d) for d in decls]
     lines = [
         f"{t['id']}  {t['name']}  ({t['steps']} steps){' [hidden]' if t['hidden'] else ''}"
         for t in found

@@ -1,9 +1,7 @@
 """Turning values into what the `laneway` command prints: JSON shapes (CLI.md) and text lines.
 
-The JSON converters here are the one place the command's output contract is written down in
-code: a task, run, session, participant, decision or profile is its attrs value as a dict
-(field names already match the table columns); a workflow and a step have the explicit shapes
-CLI.md spells out, so a column added to the model does not silently change the contract.
+The JSON converters live in `core.shapes`, shared with `laneway serve`; they are re-exported
+here for the commands.
 """
 
 from __future__ import annotations
@@ -13,102 +11,36 @@ import shlex
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-import attrs
 import click
 
 from core.errors import LanewayError
-from core.model import AgentProfile, Marker, Step, StepEntry, Task, Workflow
-from core.store.rows import encode_events
-
-STEP_KEYS = (
-    "id",
-    "workflow_id",
-    "name",
-    "position",
-    "is_start_step",
-    "allow_manual_move",
-    "wip_limit",
-    "pull_from_step_id",
-    "agent_profile_id",
-    "prompt",
-    "stage_type",
+from core.model import AgentProfile, Marker, StepEntry, Task, Workflow
+from core.shapes import (
+    STEP_KEYS,
+    decision_result_json,
+    entry_json,
+    plain,
+    step_json,
+    template_json,
+    trigger_json,
+    workflow_json,
 )
 
-
-def plain(value: Any) -> Any:
-    """`value` with attrs instances, mappings and tuples made JSON-ready, recursively."""
-    if attrs.has(type(value)):
-        return {k: plain(v) for k, v in attrs.asdict(value, recurse=False).items()}
-    if isinstance(value, Mapping):
-        return {str(k): plain(v) for k, v in value.items()}
-    if isinstance(value, list | tuple):
-        return [plain(v) for v in value]
-    return value
-
-
-def step_json(step: Step) -> dict[str, Any]:
-    out = {key: getattr(step, key) for key in STEP_KEYS}
-    out["events"] = encode_events(step.events)
-    return out
-
-
-def workflow_json(workflow: Workflow) -> dict[str, Any]:
-    return {
-        "id": workflow.id,
-        "name": workflow.name,
-        "description": workflow.description,
-        "hidden": workflow.hidden,
-        "max_step_arrivals": workflow.max_step_arrivals,
-        "steps": [step_json(s) for s in sorted(workflow.steps, key=lambda s: s.position)],
-    }
-
-
-def _cause(raw: str | None) -> Any:
-    # Kinds record structured accounting (e.g. the fan-out's counts) as JSON text; a reader
-    # wants the object, but a free-text cause must survive as the string it is.
-    if raw is None:
-        return None
-    try:
-        return json.loads(raw)
-    except ValueError:
-        return raw
-
-
-def entry_json(entry: StepEntry, markers: Iterable[Marker]) -> dict[str, Any]:
-    return {
-        "id": entry.id,
-        "task_id": entry.task_id,
-        "step_id": entry.step_id,
-        "entry_seq": entry.entry_seq,
-        "entry_path": entry.entry_path,
-        "declaration_digest": entry.declaration_digest,
-        "terminal": entry.terminal,
-        "markers": [
-            {
-                "position": m.position,
-                "kind": m.kind,
-                "state": m.state,
-                "epoch": m.epoch,
-                "reason": m.reason,
-                "cause": _cause(m.cause),
-            }
-            for m in markers
-        ],
-    }
-
-
-def trigger_json(result: Mapping[str, Any]) -> dict[str, Any]:
-    """A turn's result: `{"task", "transitioned", "from_step_id", "to_step_id"}`, plus
-    `refusals` (`[{"guard", "reason"}]`: the guards that kept a move back) and `halted` (the
-    runaway-loop limit kept it back)."""
-    return {
-        "task": plain(result["task"]),
-        "transitioned": bool(result["transitioned"]),
-        "from_step_id": result["from_step_id"],
-        "to_step_id": result["to_step_id"],
-        "refusals": list(result.get("refusals", ())),
-        "halted": bool(result.get("halted", False)),
-    }
+__all__ = [
+    "STEP_KEYS",
+    "decision_result_json",
+    "emit",
+    "entry_json",
+    "entry_lines",
+    "plain",
+    "profile_line",
+    "step_json",
+    "task_line",
+    "template_json",
+    "trigger_json",
+    "workflow_json",
+    "workflow_lines",
+]
 
 
 def why_not(result: Mapping[str, Any]) -> str:

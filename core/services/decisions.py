@@ -8,7 +8,7 @@ from core import ids
 from core.errors import LanewayError
 from core.model import VERDICTS, Decision
 from core.services.base import Service
-from core.store import rows
+from core.store import events, rows
 from core.store import tables as t
 from core.store.database import UnitOfWork
 
@@ -102,6 +102,15 @@ class DecisionService(Service):
                     ),
                 )
                 .values(superseded_at=stamp)
+            )
+            events.record(
+                uow,
+                "decision.recorded",
+                task_row.id,
+                step_id=step_row.id,
+                participant_id=seat.id,
+                verdict=verdict,
+                decision_id=decision.id,
             )
         result = self.host.bundle.engine.after_decision(task_row.id, step_row.id)
         return {

@@ -9,7 +9,7 @@ from core import ids, runs
 from core.errors import LanewayError, NotFound
 from core.model import ACTIVE_SESSION_STATES, WAITING_STATES, WORKING_STATES, Session
 from core.services.base import Service
-from core.store import rows
+from core.store import events, rows
 from core.store import tables as t
 from core.transition import live_session_id
 
@@ -34,6 +34,10 @@ class SessionService(Service):
         live = sa.and_(S.c.task_id == task_row.id, S.c.state.in_(tuple(ACTIVE_SESSION_STATES)))
         with self.host.store.transaction() as uow:
             if external:
+                for ended in uow.conn.execute(sa.select(S.c.id).where(live)).scalars():
+                    events.record(
+                        uow, "session.state", task_row.id, session_id=ended, state="COMPLETED"
+                    )
                 uow.conn.execute(
                     sa.update(S)
                     .where(live)
@@ -54,6 +58,9 @@ class SessionService(Service):
                     started_at=stamp,
                     updated_at=stamp,
                 )
+            )
+            events.record(
+                uow, "session.state", task_row.id, session_id=session_id, state="WAITING_FOR_INPUT"
             )
         return self.get(session_id)
 
@@ -97,7 +104,11 @@ class SessionService(Service):
         if state in ("COMPLETED", "FAILED", "CANCELLED"):
             values["completed_at"] = stamp
         with self.host.store.transaction() as uow:
-            uow.conn.execute(sa.update(S).where(S.c.id == session_id).values(**values))
+            task_id = uow.conn.execute(
+                sa.update(S).where(S.c.id == session_id).values(**values).returning(S.c.task_id)
+            ).scalar()
+            if task_id is not None:
+                events.record(uow, "session.state", task_id, session_id=session_id, state=state)
 
     def queue_message(self, session_id: str, text: str) -> Session:
         """A message for the agent, delivered in order when it next takes a turn."""

@@ -7,7 +7,7 @@ from core import ids, transition
 from core.errors import LanewayError, NotFound
 from core.model import Step, Task, Workflow
 from core.services.base import Service
-from core.store import rows
+from core.store import events, rows
 from core.store import tables as t
 from core.text import require_text
 
@@ -57,10 +57,18 @@ class TaskService(Service):
             raise NotFound(f"no task {ref!r}")
         return task
 
-    def list(self, *, workflow: str | None = None) -> list[Task]:
+    def list(self, *, workflow: str | None = None, step: str | None = None) -> list[Task]:
+        """Tasks, oldest first; of one workflow, and of one step of it (a step by name needs
+        its workflow; by id it does not)."""
         query = sa.select(TASKS).order_by(TASKS.c.created_at, TASKS.c.id)
-        if workflow is not None:
-            query = query.where(TASKS.c.workflow_id == self.host.workflows.get(workflow).id)
+        wf = self.host.workflows.get(workflow) if workflow is not None else None
+        if wf is not None:
+            query = query.where(TASKS.c.workflow_id == wf.id)
+        if step is not None:
+            found = (
+                self._step(wf, step) if wf is not None else self.host.workflows.step_by_id(step)[1]
+            )
+            query = query.where(TASKS.c.workflow_step_id == found.id)
         with self.host.store.read() as conn:
             return [rows.task(r) for r in conn.execute(query).mappings()]
 
@@ -174,11 +182,14 @@ class TaskService(Service):
         self._require_writer()
         task = self.get(ref)
         with self.host.store.transaction() as uow:
-            uow.conn.execute(
+            archived = uow.conn.execute(
                 sa.update(TASKS)
                 .where(TASKS.c.id == task.id, TASKS.c.archived_at.is_(None))
                 .values(archived_at=ids.now(), updated_at=ids.now())
-            )
+                .execution_options(preserve_rowcount=True)
+            ).rowcount
+            if archived == 1:
+                events.record(uow, "task.archived", task.id, workflow_id=task.workflow_id)
         if task.workflow_step_id and task.archived_at is None:
             transition.promote(self.host, task.workflow_step_id)
         return self.get(task.id)
@@ -193,7 +204,13 @@ class TaskService(Service):
                     t.workflow_step_participants.c.task_id == task.id
                 )
             )
-            uow.conn.execute(sa.delete(TASKS).where(TASKS.c.id == task.id))
+            gone = uow.conn.execute(
+                sa.delete(TASKS)
+                .where(TASKS.c.id == task.id)
+                .execution_options(preserve_rowcount=True)
+            ).rowcount
+            if gone == 1:
+                events.record(uow, "task.deleted", task.id, workflow_id=task.workflow_id)
         if task.workflow_step_id and task.archived_at is None:
             transition.promote(self.host, task.workflow_step_id)
         return task.id

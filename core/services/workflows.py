@@ -25,6 +25,7 @@ from core.workflows import (
     export_document,
     instantiate,
     load_file,
+    load_text,
     shipped_template,
     shipped_templates,
     validate_with_registry,
@@ -137,6 +138,14 @@ class WorkflowService(Service):
             decls = load_file(Path(path))
         except OSError as exc:
             raise LanewayError(f"{path}: cannot read: {exc.strerror or exc}") from None
+        except WorkflowFileError as exc:
+            raise LanewayError(str(exc)) from None
+        return self._store_decls(decls)
+
+    def import_text(self, text: str, *, source: str = "<request body>") -> builtins.list[Workflow]:
+        """Import a template or portable export given as YAML text; all or nothing."""
+        try:
+            decls = load_text(text, source=source)
         except WorkflowFileError as exc:
             raise LanewayError(str(exc)) from None
         return self._store_decls(decls)

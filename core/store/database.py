@@ -22,7 +22,7 @@ import sqlalchemy as sa
 from sqlalchemy.engine import URL, Connection, Engine
 
 from core.errors import ValueRefused
-from core.store import dialect, prepared
+from core.store import dialect, events, prepared
 from core.store.liveness import Liveness
 
 _VALUE_ERRORS = (OverflowError, UnicodeEncodeError)
@@ -63,6 +63,8 @@ class UnitOfWork:
 
     conn: Connection
     store: Store
+    events: list[Any] = attrs.field(factory=list)
+    """Board events recorded in this transaction, inserted at its COMMIT (core.store.events)."""
 
     def run(self, statement: sa.ClauseElement, values: Mapping[str, Any]) -> prepared.Result:
         """Execute a module-level statement through its prepared driver SQL."""
@@ -109,6 +111,7 @@ class Store:
                     if self.on_begin is not None:
                         self.on_begin(conn)
                     yield uow
+                    events.flush(uow)
             finally:
                 self._local.uow = None
 
@@ -127,8 +130,13 @@ class Store:
             with self.transaction():
                 yield
         elif self._needs_savepoints:
-            with current.conn.begin_nested():
-                yield
+            mark = events.mark(current)
+            try:
+                with current.conn.begin_nested():
+                    yield
+            except BaseException:
+                events.rollback_to(current, mark)  # their changes went with the savepoint
+                raise
         else:
             yield
 

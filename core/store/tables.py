@@ -319,6 +319,23 @@ host_epochs = sa.Table(
     sa.Column("closed_at", sa.String(40), nullable=True),
 )
 
+# The board's event log (an outbox): every change that `laneway serve` streams is written here
+# in the same transaction as the change itself, so every process's changes are seen and none is
+# lost on a crash. Ids only grow in commit order (core/store/events.py says how).
+board_events = sa.Table(
+    "board_events",
+    metadata,
+    sa.Column("id", sa.BigInteger().with_variant(sa.Integer(), "sqlite"), primary_key=True),
+    sa.Column("type", sa.String(40), nullable=False),
+    sa.Column("task_id", sa.String(64), nullable=True),
+    sa.Column("at", sa.String(40), nullable=False),
+    sa.Column("data", sa.Text, nullable=False),
+    sa.Index("ix_board_events_task", "task_id", "id"),
+    sa.Index("ix_board_events_at", "at"),
+    # AUTOINCREMENT: SQLite must never hand out an id again after pruning removed the newest.
+    sqlite_autoincrement=True,
+)
+
 board_settings = sa.Table(
     "board_settings",
     metadata,

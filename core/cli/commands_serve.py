@@ -1,0 +1,90 @@
+"""`laneway serve`: the HTTP API, the live event stream and the board page (HTTP.md)."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import re
+import secrets
+
+import click
+from loguru import logger
+
+from core.cli.app import Settings, pass_settings, reader, writer
+from core.errors import LanewayError
+
+_TOKEN_OK = re.compile(r"[A-Za-z0-9._~+/=-]{16,512}")
+
+
+def _token(given: str | None) -> str:
+    token = given if given is not None else os.environ.get("LANEWAY_TOKEN") or None
+    if token is None:
+        return secrets.token_urlsafe(32)  # 256 bits
+    if not _TOKEN_OK.fullmatch(token):
+        # Never echo the token itself: a message is a log line.
+        raise LanewayError(
+            "token: 16 to 512 characters from A-Z a-z 0-9 . _ ~ + / = - (a bearer token)"
+        )
+    return token
+
+
+@click.command("serve")
+@click.option("--host", "bind_host", default="127.0.0.1", show_default=True, metavar="H")
+@click.option("--port", default=8765, show_default=True, type=click.IntRange(0, 65535))
+@click.option("--token", metavar="T", help="Bearer token (env LANEWAY_TOKEN; default: random).")
+@click.option("--read-only", is_flag=True, help="Refuse every write with 403.")
+@click.option(
+    "--allow-origin",
+    "allow_origins",
+    multiple=True,
+    metavar="ORIGIN",
+    help="Turn CORS on for this origin (repeatable). Off by default.",
+)
+@pass_settings
+def serve(
+    settings: Settings,
+    bind_host: str,
+    port: int,
+    token: str | None,
+    read_only: bool,
+    allow_origins: tuple[str, ...],
+) -> None:
+    """Serve the HTTP API, the event stream and the board page until SIGINT/SIGTERM."""
+    from core.serve import server
+
+    secret = _token(token)
+    try:
+        sock = server.bind(bind_host, port)
+    except OSError as exc:
+        raise LanewayError(f"cannot listen on {bind_host}:{port}: {exc.strerror or exc}") from None
+    if not server.is_loopback(bind_host):
+        logger.bind(host=bind_host).warning(
+            "serving beyond loopback: put a TLS reverse proxy in front (docs/serve.md)"
+        )
+    actual_port = sock.getsockname()[1]
+    base = f"http://{server.url_host(bind_host)}:{actual_port}/"
+
+    def announce() -> None:
+        if settings.json:
+            click.echo(json.dumps({"url": base, "token": secret}))
+        else:
+            click.echo(f"laneway serve: {base}#token={secret}")
+
+    opened = reader(settings) if read_only else writer(settings)
+    try:
+        with opened as host:
+            server.run(
+                host,
+                sock,
+                token=secret,
+                read_only=read_only,
+                allow_origins=allow_origins,
+                on_ready=announce,
+            )
+    finally:
+        with contextlib.suppress(OSError):  # uvicorn closed it on shutdown
+            sock.close()
+
+
+COMMANDS: tuple[click.Command, ...] = (serve,)

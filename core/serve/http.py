@@ -1,0 +1,216 @@
+"""Request plumbing shared by the API routes: reading a bounded body, naming bad fields, and
+turning what a service raises into HTTP.md's error answers.
+
+A route is a plain synchronous function of a `Call` (the host, path and query parameters, the
+parsed body); `endpoint` wraps it into a Starlette endpoint that reads the body, runs the
+function on a worker thread (services block on the database) and answers JSON.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Any, Final
+
+import attrs
+import sqlalchemy as sa
+from loguru import logger
+from starlette.concurrency import run_in_threadpool
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+
+from core.errors import Conflict, LanewayError, NotFound
+from core.registry import RegistryError
+from core.shapes import plain
+from plugins.manager import PluginError
+
+if TYPE_CHECKING:
+    from core.host import Host
+
+MAX_BODY: Final = 1024 * 1024
+USER_ERRORS: Final = (LanewayError, PluginError, RegistryError)
+
+
+class HttpError(Exception):
+    """An answer other than success: status and one line."""
+
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+        self.message = message
+
+
+def bad(message: str) -> HttpError:
+    return HttpError(400, message)
+
+
+def error_response(status: int, message: str, headers: Mapping[str, str] | None = None) -> Response:
+    return JSONResponse({"error": message}, status_code=status, headers=dict(headers or {}))
+
+
+def one_line(text: str) -> str:
+    return " ".join(text.split())
+
+
+@attrs.frozen
+class Reply:
+    """A route's answer: a JSON value (made JSON-ready by `plain`), or a ready response."""
+
+    value: Any = None
+    status: int = 200
+    response: Response | None = None
+
+
+@attrs.frozen
+class Call:
+    host: Host
+    path: Mapping[str, str]
+    query: Mapping[str, str]
+    body: Any
+    raw: bytes
+
+    # -- the body's fields, each named when wrong ------------------------------------------------
+
+    def obj(self) -> Mapping[str, Any]:
+        if not isinstance(self.body, dict):
+            raise bad("body: expected a JSON object")
+        return self.body
+
+    def text(self, field: str) -> str:
+        value = self.obj().get(field)
+        if value is None:
+            raise bad(f"field {field!r}: required")
+        if not isinstance(value, str):
+            raise bad(f"field {field!r}: expected a string, got {_kind(value)}")
+        if not value.strip():
+            raise bad(f"field {field!r}: must not be empty")
+        return value
+
+    def opt_text(self, field: str) -> str | None:
+        value = self.obj().get(field)
+        if value is None:
+            return None
+        if not isinstance(value, str):
+            raise bad(f"field {field!r}: expected a string, got {_kind(value)}")
+        return value
+
+    def flag(self, name: str) -> bool:
+        raw = self.query.get(name)
+        if raw is None:
+            return False
+        lowered = raw.strip().lower()
+        if lowered in ("1", "true", "yes", "on"):
+            return True
+        if lowered in ("0", "false", "no", "off", ""):
+            return False
+        raise bad(f"query {name!r}: expected true or false, got {raw!r}")
+
+
+def _kind(value: Any) -> str:
+    if isinstance(value, bool):
+        return "a boolean"
+    if isinstance(value, int | float):
+        return "a number"
+    if isinstance(value, list):
+        return "an array"
+    if isinstance(value, dict):
+        return "an object"
+    return type(value).__name__
+
+
+async def read_body(request: Request) -> bytes:
+    """The request body, refused with 413 past MAX_BODY (declared or streamed)."""
+    declared = request.headers.get("content-length")
+    if declared is not None:
+        try:
+            if int(declared) > MAX_BODY:
+                raise HttpError(413, "request body is larger than 1 MiB")
+        except ValueError:
+            raise bad("Content-Length: not a number") from None
+    chunks: list[bytes] = []
+    size = 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > MAX_BODY:
+            raise HttpError(413, "request body is larger than 1 MiB")
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+def _parse_json(raw: bytes) -> Any:
+    if not raw.strip():
+        return None
+    try:
+        return json.loads(raw)
+    except UnicodeDecodeError:
+        raise bad("body: not UTF-8 text") from None
+    except ValueError as exc:
+        raise bad(f"body: not valid JSON ({one_line(str(exc))})") from None
+
+
+def _status_of(exc: Exception) -> int:
+    if isinstance(exc, NotFound):
+        return 404
+    if isinstance(exc, Conflict):
+        return 409
+    return 400
+
+
+Route = Callable[[Call], Reply]
+
+
+def endpoint(route: Route, *, json_body: bool = True) -> Callable[[Request], Any]:
+    """A Starlette endpoint running `route` on a worker thread with HTTP.md's error rules."""
+
+    async def handle(request: Request) -> Response:
+        started = time.perf_counter()
+        status = 500
+        try:
+            raw = b""
+            body: Any = None
+            if request.method in ("POST", "PUT", "PATCH", "DELETE"):
+                raw = await read_body(request)
+                if json_body:
+                    body = _parse_json(raw)
+            call = Call(
+                host=request.app.state.host,
+                path=dict(request.path_params),
+                query=dict(request.query_params),
+                body=body,
+                raw=raw,
+            )
+            reply = await run_in_threadpool(_run, route, call)
+            response = reply.response or JSONResponse(plain(reply.value), status_code=reply.status)
+        except HttpError as exc:
+            response = error_response(exc.status, exc.message)
+        status = response.status_code
+        logger.bind(
+            method=request.method,
+            path=request.url.path,
+            status=status,
+            ms=round((time.perf_counter() - started) * 1000, 2),
+        ).debug("request")
+        return response
+
+    return handle
+
+
+def _run(route: Route, call: Call) -> Reply:
+    """The route, with every exception turned into an answer (never a traceback to a client)."""
+    try:
+        return route(call)
+    except HttpError:
+        raise
+    except USER_ERRORS as exc:
+        raise HttpError(_status_of(exc), one_line(str(exc)) or type(exc).__name__) from None
+    except sa.exc.IntegrityError as exc:
+        # A concurrent writer got there first (a unique name, a deleted parent).
+        logger.bind(error=one_line(str(exc.orig or exc))).info("write refused by a constraint")
+        raise HttpError(409, "conflict with a concurrent change; try again") from None
+    except sa.exc.OperationalError as exc:
+        logger.bind(error=one_line(str(exc.orig or exc))).warning("database error")
+        raise HttpError(503, "database unavailable; try again") from None
+    except Exception:  # noqa: BLE001 - the last resort: logged with its traceback, never shown
+        logger.opt(exception=True).bind(route=route.__name__).error("internal error")
+        raise HttpError(500, "internal error") from None

@@ -1,0 +1,289 @@
+"""The API of HTTP.md: each route calls the service the matching CLI command calls and answers
+the same JSON shape (`core.shapes`). Routes past HTTP.md's table (`/api/board`,
+`/api/tasks/{t}/decisions`) only read, and exist so the board page needs few requests."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from starlette.responses import Response
+from starlette.routing import Route
+
+from core.model import Decision, Participant, Task
+from core.serve.http import Call, Reply, bad, endpoint
+from core.shapes import (
+    decision_result_json,
+    entry_json,
+    plain,
+    template_json,
+    trigger_json,
+    workflow_json,
+)
+from core.store import migrate
+from core.workflows import to_yaml
+
+# -- the host and workflows ----------------------------------------------------------------------
+
+
+def info(call: Call) -> Reply:
+    host = call.host
+    with host.store.read() as conn:
+        revision = migrate.current_revision(conn)
+    return Reply(
+        {
+            "database": host.store.display_url,
+            "revision": revision,
+            "epoch": host.epoch,
+            "plugins": host.plugins.list(),
+        }
+    )
+
+
+def workflows_list(call: Call) -> Reply:
+    return Reply([workflow_json(wf) for wf in call.host.workflows.list()])
+
+
+def workflow_templates(call: Call) -> Reply:
+    return Reply([template_json(d) for d in call.host.workflows.templates()])
+
+
+def workflow_create(call: Call) -> Reply:
+    wf = call.host.workflows.create_from_template(call.text("template"), name=call.opt_text("name"))
+    return Reply(workflow_json(wf), status=201)
+
+
+def workflow_import(call: Call) -> Reply:
+    try:
+        text = call.raw.decode("utf-8")
+    except UnicodeDecodeError:
+        raise bad("body: not UTF-8 text") from None
+    if not text.strip():
+        raise bad("body: empty; expected a workflow template or a portable document (YAML)")
+    imported = call.host.workflows.import_text(text)
+    return Reply([workflow_json(wf) for wf in imported], status=201)
+
+
+def workflow_show(call: Call) -> Reply:
+    return Reply(workflow_json(call.host.workflows.get(call.path["w"])))
+
+
+def workflow_export(call: Call) -> Reply:
+    document = call.host.workflows.export(call.path["w"])
+    fmt = call.query.get("format", "json")
+    if fmt == "yaml":
+        return Reply(response=Response(to_yaml(document), media_type="application/yaml"))
+    if fmt != "json":
+        raise bad(f"query 'format': expected json or yaml, got {fmt!r}")
+    return Reply(document)
+
+
+# -- tasks -----------------------------------------------------------------------------------------
+
+
+def tasks_list(call: Call) -> Reply:
+    found = call.host.tasks.list(workflow=call.query.get("workflow"), step=call.query.get("step"))
+    return Reply(found)
+
+
+def task_create(call: Call) -> Reply:
+    created = call.host.tasks.create(
+        workflow=call.text("workflow"),
+        title=call.text("title"),
+        description=call.opt_text("description") or "",
+        step=call.opt_text("step"),
+        project=call.opt_text("project"),
+    )
+    return Reply(created, status=201)
+
+
+def task_show(call: Call) -> Reply:
+    return Reply(call.host.tasks.get(call.path["t"]))
+
+
+def task_move(call: Call) -> Reply:
+    return Reply(call.host.tasks.move(call.path["t"], call.text("step")))
+
+
+def task_start(call: Call) -> Reply:
+    step = call.opt_text("step") if call.body is not None else None
+    return Reply(call.host.tasks.start(call.path["t"], step=step))
+
+
+def task_switch_workflow(call: Call) -> Reply:
+    switched = call.host.tasks.switch_workflow(
+        call.path["t"], workflow=call.text("workflow"), step=call.opt_text("step")
+    )
+    return Reply(switched)
+
+
+def task_archive(call: Call) -> Reply:
+    return Reply(call.host.tasks.archive(call.path["t"]))
+
+
+def task_delete(call: Call) -> Reply:
+    return Reply({"deleted": call.host.tasks.delete(call.path["t"])})
+
+
+def task_turn_complete(call: Call) -> Reply:
+    session = call.opt_text("session") if call.body is not None else None
+    return Reply(trigger_json(call.host.turns.complete(call.path["t"], session)))
+
+
+def task_entries(call: Call) -> Reply:
+    found = call.host.entries.list(task=call.path["t"])
+    return Reply([entry_json(e, markers) for e, markers in found])
+
+
+def entries_list(call: Call) -> Reply:
+    found = call.host.entries.list(
+        task=call.query.get("task"), non_terminal=call.flag("non_terminal")
+    )
+    return Reply([entry_json(e, markers) for e, markers in found])
+
+
+def runs_list(call: Call) -> Reply:
+    return Reply(call.host.runs.list(task=call.query.get("task"), status=call.query.get("status")))
+
+
+# -- decisions and sessions ------------------------------------------------------------------------
+
+
+def decision_record(call: Call) -> Reply:
+    result = call.host.decisions.record(
+        call.text("task"),
+        call.text("step"),
+        call.text("participant"),
+        call.text("verdict"),
+        comment=call.opt_text("comment") or "",
+    )
+    return Reply(decision_result_json(result))
+
+
+def task_decisions(call: Call) -> Reply:
+    """The seats at the task's step (or `?step=`), each with its standing verdict, and every
+    decision recorded there, oldest first."""
+    host = call.host
+    task = host.tasks.get(call.path["t"])
+    step_ref = call.query.get("step")
+    if task.workflow_id is None or (task.workflow_step_id is None and step_ref is None):
+        return Reply({"step_id": None, "seats": [], "decisions": []})
+    if step_ref is not None:
+        step = host.workflows.step(host.workflows.by_id(task.workflow_id), step_ref)
+    else:
+        assert task.workflow_step_id is not None
+        step = host.workflows.step_by_id(task.workflow_step_id)[1]
+    seats = host.participants.seats_at(task.id, step.id)
+    decisions = host.decisions.list(task.id, step.id)
+    return Reply({"step_id": step.id, "seats": _seats(seats, decisions), "decisions": decisions})
+
+
+def _standing(decisions: list[Decision]) -> dict[str, Decision]:
+    return {d.participant_id: d for d in decisions if d.superseded_at is None}
+
+
+def _seats(seats: list[Participant], decisions: list[Decision]) -> list[dict[str, Any]]:
+    standing = _standing(decisions)
+    return [
+        {**plain(s), "verdict": standing[s.id].decision if s.id in standing else None}
+        for s in seats
+    ]
+
+
+def sessions_list(call: Call) -> Reply:
+    task = call.query.get("task")
+    if not task:
+        raise bad("query 'task': required")
+    return Reply(call.host.sessions.list(task=task))
+
+
+def session_send(call: Call) -> Reply:
+    return Reply(call.host.sessions.send(call.path["s"], call.text("text")))
+
+
+def session_cancel_retry(call: Call) -> Reply:
+    # As `session cancel-retry`: recorded on the session for whichever process runs the loop,
+    # and handed to this process's runtime in case the loop runs here.
+    cancelled = call.host.sessions.request_cancel_retry(call.path["s"])
+    call.host.runtime.cancel_retry(cancelled.id)
+    return Reply(cancelled)
+
+
+# -- the board page's one-request view -------------------------------------------------------------
+
+
+def board(call: Call) -> Reply:
+    """A workflow with its tasks, each with the badges a card shows (`GET /api/board`)."""
+    host = call.host
+    ref = call.query.get("workflow")
+    if not ref:
+        raise bad("query 'workflow': required")
+    wf = host.workflows.get(ref)
+    tasks = [t for t in host.tasks.list(workflow=wf.id) if t.archived_at is None]
+    claimed = {r.task_id for r in host.runs.list(status="claimed")}
+    dead = {r.task_id for r in host.runs.list(status="dead")}
+    profiles = {p.id: {"name": p.name, "role": p.role} for p in host.profiles.list()}
+    cards = [_card(call, task, claimed, dead) for task in tasks]
+    return Reply({"workflow": workflow_json(wf), "tasks": cards, "profiles": profiles})
+
+
+def _card(
+    call: Call, task: Task, claimed: set[str | None], dead: set[str | None]
+) -> dict[str, Any]:
+    host = call.host
+    sessions = host.sessions.list(task=task.id)
+    entries = host.entries.list(task=task.id)
+    here = [(e, m) for e, m in entries if e.step_id == task.workflow_step_id]
+    latest = max(here, key=lambda pair: pair[0].entry_seq) if here else None
+    approved = required = 0
+    if task.workflow_step_id is not None:
+        standing = _standing(host.decisions.list(task.id, task.workflow_step_id))
+        deciding = [
+            s
+            for s in host.participants.seats_at(task.id, task.workflow_step_id)
+            if s.decision_required
+        ]
+        required = len(deciding)
+        approved = sum(
+            1 for s in deciding if s.id in standing and standing[s.id].decision == "approved"
+        )
+    return {
+        **plain(task),
+        "badges": {
+            "running": task.id in claimed
+            or any(s.state in ("STARTING", "RUNNING") for s in sessions),
+            "decisions": {"approved": approved, "required": required},
+            "open_entry": any(not e.terminal for e, _m in entries),
+            "failed_marker": latest is not None and any(m.state == "failed" for m in latest[1]),
+            "dead_session": bool(sessions) and sessions[-1].state == "FAILED",
+            "dead_run": task.id in dead,
+        },
+    }
+
+
+ROUTES = [
+    Route("/api/info", endpoint(info), methods=["GET"]),
+    Route("/api/workflows", endpoint(workflows_list), methods=["GET"]),
+    Route("/api/workflows", endpoint(workflow_create), methods=["POST"]),
+    Route("/api/workflows/templates", endpoint(workflow_templates), methods=["GET"]),
+    Route("/api/workflows/import", endpoint(workflow_import, json_body=False), methods=["POST"]),
+    Route("/api/workflows/{w}", endpoint(workflow_show), methods=["GET"]),
+    Route("/api/workflows/{w}/export", endpoint(workflow_export), methods=["GET"]),
+    Route("/api/tasks", endpoint(tasks_list), methods=["GET"]),
+    Route("/api/tasks", endpoint(task_create), methods=["POST"]),
+    Route("/api/tasks/{t}", endpoint(task_show), methods=["GET"]),
+    Route("/api/tasks/{t}", endpoint(task_delete), methods=["DELETE"]),
+    Route("/api/tasks/{t}/move", endpoint(task_move), methods=["POST"]),
+    Route("/api/tasks/{t}/start", endpoint(task_start), methods=["POST"]),
+    Route("/api/tasks/{t}/switch-workflow", endpoint(task_switch_workflow), methods=["POST"]),
+    Route("/api/tasks/{t}/archive", endpoint(task_archive), methods=["POST"]),
+    Route("/api/tasks/{t}/turn-complete", endpoint(task_turn_complete), methods=["POST"]),
+    Route("/api/tasks/{t}/entries", endpoint(task_entries), methods=["GET"]),
+    Route("/api/tasks/{t}/decisions", endpoint(task_decisions), methods=["GET"]),
+    Route("/api/entries", endpoint(entries_list), methods=["GET"]),
+    Route("/api/runs", endpoint(runs_list), methods=["GET"]),
+    Route("/api/decisions", endpoint(decision_record), methods=["POST"]),
+    Route("/api/sessions", endpoint(sessions_list), methods=["GET"]),
+    Route("/api/sessions/{s}/send", endpoint(session_send), methods=["POST"]),
+    Route("/api/sessions/{s}/cancel-retry", endpoint(session_cancel_retry), methods=["POST"]),
+    Route("/api/board", endpoint(board), methods=["GET"]),
+]

@@ -1,0 +1,221 @@
+"""The board's event log: an outbox written in the transaction of the change it describes.
+
+A write site calls `record(uow, type, task_id, **fields)` (one line); the event waits on the
+unit of work and is inserted by `flush`, which `Store.transaction` calls just before COMMIT.
+So an event exists exactly when its change committed, whichever process made it, and a crash
+loses neither or both.
+
+Ids only grow in commit order, so a reader that has seen id N never later finds an id below N:
+
+- SQLite has one writer at a time (BEGIN IMMEDIATE holds the database lock from the first
+  statement to COMMIT), so ids are handed out and committed in the same order; AUTOINCREMENT
+  keeps an id from being handed out twice after pruning.
+- PostgreSQL commits concurrent transactions in any order, so `flush` first takes a
+  transaction-level advisory lock, held until COMMIT: the id is drawn and committed before the
+  next event-writing transaction draws its own. Inserting at the very end of the transaction
+  keeps the lock's hold short and means its holder waits on nothing else (no deadlock). The
+  same transaction NOTIFYs the channel readers LISTEN on; PostgreSQL delivers it at COMMIT.
+
+Events are kept for at least `RETENTION`; `prune` deletes older ones in small batches, each its
+own short transaction, so writers never wait long behind it.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from datetime import timedelta
+from typing import TYPE_CHECKING, Any, Final
+
+import attrs
+import sqlalchemy as sa
+from sqlalchemy.engine import Connection
+
+from core import ids
+from core.store import tables as t
+
+if TYPE_CHECKING:
+    from core.store.database import Store, UnitOfWork
+
+EV = t.board_events
+CHANNEL: Final = "laneway_board_events"
+# "laneway events" as a 63-bit integer: distinct from the ownership lock's key.
+PG_ORDER_LOCK: Final = 0x6C6E7765766E74
+RETENTION: Final = timedelta(hours=24)
+PRUNE_BATCH: Final = 500
+_ENTRY_TASK_CACHE_MAX: Final = 4096
+
+TYPES: Final = (
+    "task.created",
+    "task.archived",
+    "task.deleted",
+    "task.moved",
+    "entry.marker",
+    "run.queued",
+    "run.started",
+    "run.finished",
+    "run.failed",
+    "decision.recorded",
+    "session.state",
+)
+
+
+@attrs.frozen
+class Event:
+    """One stored event: its id, type, task (None: board-wide), time and payload."""
+
+    id: int
+    type: str
+    task_id: str | None
+    at: str
+    data: Mapping[str, Any]
+
+    def as_json(self) -> dict[str, Any]:
+        """The stream's `data:` object: at least `id`, `type`, `task_id` and `at`."""
+        return {
+            **self.data,
+            "id": self.id,
+            "type": self.type,
+            "task_id": self.task_id,
+            "at": self.at,
+        }
+
+
+@attrs.define
+class _Pending:
+    type: str
+    task_id: str | None
+    at: str
+    fields: dict[str, Any]
+    entry_id: str | None = None
+    """Set when the task is not known at the write site; `flush` looks it up."""
+
+
+# -- writing ----------------------------------------------------------------------------------
+
+
+def record(uow: UnitOfWork, type_: str, task_id: str | None, **fields: Any) -> None:
+    """Record an event in `uow`'s transaction (inserted at its COMMIT)."""
+    uow.events.append(_Pending(type_, task_id, ids.now(), fields))
+
+
+def marker(
+    uow: UnitOfWork, entry_id: str, position: int, kind: str, state: str, reason: str | None
+) -> None:
+    """An `entry.marker` event; the ledger knows the entry, `flush` finds its task."""
+    fields = {
+        "entry_id": entry_id,
+        "position": position,
+        "kind": kind,
+        "state": state,
+        "reason": reason,
+    }
+    uow.events.append(_Pending("entry.marker", None, ids.now(), fields, entry_id=entry_id))
+
+
+_entry_tasks: dict[str, str] = {}
+
+
+def _resolve_tasks(conn: Connection, pending: list[_Pending]) -> None:
+    wanted = {p.entry_id for p in pending if p.entry_id and p.entry_id not in _entry_tasks}
+    if wanted:
+        found = conn.execute(
+            sa.select(t.step_entries.c.id, t.step_entries.c.task_id).where(
+                t.step_entries.c.id.in_(sorted(wanted))
+            )
+        ).all()
+        if len(_entry_tasks) > _ENTRY_TASK_CACHE_MAX:
+            _entry_tasks.clear()  # an entry's task never changes; the cache only saves reads
+        _entry_tasks.update({str(e): str(task) for e, task in found})
+    for p in pending:
+        if p.entry_id is not None:
+            p.task_id = _entry_tasks.get(p.entry_id)
+
+
+def flush(uow: UnitOfWork) -> None:
+    """Insert the unit's pending events; called by `Store.transaction` before COMMIT."""
+    pending, uow.events = uow.events, []
+    if not pending:
+        return
+    conn = uow.conn
+    _resolve_tasks(conn, pending)
+    if not uow.store.is_sqlite:
+        conn.exec_driver_sql(
+            f"SELECT pg_advisory_xact_lock({PG_ORDER_LOCK}), pg_notify('{CHANNEL}', '')"
+        )
+    conn.execute(
+        sa.insert(EV),
+        [
+            {
+                "type": p.type,
+                "task_id": p.task_id,
+                "at": p.at,
+                "data": json.dumps(p.fields, separators=(",", ":"), default=str),
+            }
+            for p in pending
+        ],
+    )
+
+
+def mark(uow: UnitOfWork) -> int:
+    """How many events are pending now (for `rollback_to` after a failed savepoint)."""
+    return len(uow.events)
+
+
+def rollback_to(uow: UnitOfWork, count: int) -> None:
+    """Forget events recorded after `mark` returned `count`: their changes were rolled back."""
+    del uow.events[count:]
+
+
+# -- reading ----------------------------------------------------------------------------------
+
+
+def _event(row: Any) -> Event:
+    return Event(
+        id=int(row.id), type=row.type, task_id=row.task_id, at=row.at, data=json.loads(row.data)
+    )
+
+
+def after(
+    conn: Connection, last_id: int, *, task_id: str | None = None, limit: int = 500
+) -> list[Event]:
+    """Events with an id above `last_id`, oldest first, at most `limit`."""
+    query = sa.select(EV).where(EV.c.id > last_id).order_by(EV.c.id).limit(limit)
+    if task_id is not None:
+        query = query.where(EV.c.task_id == task_id)
+    return [_event(r) for r in conn.execute(query)]
+
+
+def latest_id(conn: Connection) -> int:
+    return int(conn.execute(sa.select(sa.func.coalesce(sa.func.max(EV.c.id), 0))).scalar_one())
+
+
+def read_all(store: Store, *, task_id: str | None = None) -> list[Event]:
+    """Every retained event (tests and tools; the stream pages with `after`)."""
+    found: list[Event] = []
+    with store.read() as conn:
+        while True:
+            page = after(conn, found[-1].id if found else 0, task_id=task_id, limit=1000)
+            if not page:
+                return found
+            found.extend(page)
+
+
+# -- retention --------------------------------------------------------------------------------
+
+
+def prune(store: Store, *, older_than: timedelta = RETENTION, now: str | None = None) -> int:
+    """Delete events older than `older_than` (never less than RETENTION), a batch per
+    transaction; returns how many went."""
+    keep = max(older_than, RETENTION)
+    cutoff = ids.shift(now or ids.now(), -keep.total_seconds())
+    doomed = sa.select(EV.c.id).where(EV.c.at < cutoff).order_by(EV.c.id).limit(PRUNE_BATCH)
+    total = 0
+    while True:
+        with store.transaction() as uow:
+            ids_ = [int(i) for i in uow.conn.execute(doomed).scalars()]
+            if ids_:
+                uow.conn.execute(sa.delete(EV).where(EV.c.id.in_(ids_)))
+        total += len(ids_)
+        if len(ids_) < PRUNE_BATCH:
+            return total
