@@ -185,12 +185,16 @@ def _claim_values() -> dict[str, Any]:
     }
 
 
-# PostgreSQL: one statement. SKIP LOCKED passes over runs and agents another claimer holds;
-# locking the agent's row and bumping its count in the same statement makes a concurrent claim
-# of the same agent re-check the limit against the bumped count (PostgreSQL re-evaluates a
-# locked row's conditions on its newest version).
+# PostgreSQL: one statement. SKIP LOCKED passes over runs another claimer holds; the agent's
+# row is locked too (waiting, not skipping: a busy agent is not an empty queue), and bumping its
+# count in the same statement makes a concurrent claim of the same agent re-check the limit
+# against the bumped count (PostgreSQL re-evaluates a locked row's conditions on its newest
+# version). Two locking clauses, one per table: SQLAlchemy renders the first.
 _PG_CANDIDATE = (
-    _next_eligible().with_for_update(of=(R, P), skip_locked=True, key_share=True).cte("candidate")
+    _next_eligible()
+    .with_for_update(of=R, skip_locked=True, key_share=True)
+    .suffix_with("FOR NO KEY UPDATE OF agent_profiles")
+    .cte("candidate")
 )
 _PG_BUMP = (
     sa.update(P)

@@ -74,7 +74,11 @@ def test_ac_c5_the_same_failure_from_two_laneway_processes_dispatches_once(
 
     operation = f"agent_error:session:{session}:ex-1"
     assert first == {"dispatched": True, "operation_id": operation}
-    assert second == {"dispatched": False, "operation_id": operation}
+    assert {k: second[k] for k in ("dispatched", "operation_id")} == {
+        "dispatched": False,
+        "operation_id": operation,
+    }
+    assert "handled before" in second["reason"]  # the JSON says why nothing was dispatched
     assert _json(*db, "task", "show", task, cwd=tmp_path)["workflow_step_id"] == steps["Triage"]
     other = _json(
         *db, "agent", "fail", task, "--session", session, "--execution", "ex-2", cwd=tmp_path
