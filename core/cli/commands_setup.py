@@ -11,6 +11,7 @@ import click
 from core.cli.app import Settings, pass_settings, reader, writer
 from core.cli.output import emit
 from core.errors import LanewayError
+from core.kinds import Features
 from core.model import Workspace
 from core.store import migrate
 from plugins.manager import PluginSelection
@@ -74,7 +75,7 @@ def plugins_list(settings: Settings) -> None:
     It needs no database: it lists what is installed, as a host would load it."""
     from core.services.plugins import installed
 
-    found = installed(PluginSelection.from_env(), settings.features)
+    found = installed(PluginSelection.from_env(), settings.features or Features())
     lines = []
     for p in found:
         state = "enabled" if p["enabled"] else "disabled"
