@@ -28,7 +28,7 @@ from core.store.database import UnitOfWork
 from core.store.prepared import insert_of
 
 R = t.runs
-RUN_STATUSES: Final = ("queued", "claimed", "finished", "failed")
+RUN_STATUSES: Final = ("queued", "claimed", "finished", "failed", "dead")
 """A run's life: queued, claimed by a worker, then finished or failed."""
 IDEMPOTENCY_WINDOW_S: Final = 24 * 3600
 COALESCE_WINDOW_S: Final = 5

@@ -72,10 +72,12 @@ def plugins() -> None:
 def plugins_list(settings: Settings) -> None:
     """List plugins: name, version, kinds, guards, enabled, error.
 
-    It needs no database: it lists what is installed, as a host would load it."""
+    It needs no database: it lists what is installed, as a host would load it, with the
+    board's feature switches when the database exists (`--no-office` overrides them)."""
     from core.services.plugins import installed
 
-    found = installed(PluginSelection.from_env(), settings.features or Features())
+    features = settings.features or _board_features(settings.db) or Features()
+    found = installed(PluginSelection.from_env(), features)
     lines = []
     for p in found:
         state = "enabled" if p["enabled"] else "disabled"
@@ -85,6 +87,27 @@ def plugins_list(settings: Settings) -> None:
         version = p["version"] or "-"
         lines.append(f"{p['name']} {version} {state}  kinds: {kinds}  guards: {guards}{error}")
     emit(settings.json, found, lines)
+
+
+def _board_features(url: str) -> Features | None:
+    """The board's switches, read without opening a host; None when there is no usable board
+    (no database yet, or one this command cannot read: plugins list works without one)."""
+    from core import board
+    from core.store.database import Store
+    from core.store.dialect import normalise_url, sqlite_path
+
+    path = sqlite_path(normalise_url(url)) if url.startswith("sqlite") else None
+    if url.startswith("sqlite") and (path is None or not path.exists()):
+        return None
+    try:
+        store = Store(url)
+        try:
+            with store.engine.connect() as conn:
+                return board.read(conn).features
+        finally:
+            store.close()
+    except Exception:  # noqa: BLE001 - the listing never depends on the database
+        return None
 
 
 @click.command()

@@ -167,7 +167,7 @@ def test_every_endpoint_answers_the_cli_shapes(served: Served, office: OfficeBoa
                 },
             )
         )
-        assert set(first) == {"decision", "transitioned", "to_step_id"}
+        assert set(first) == {"decision", "transitioned", "to_step_id", "refusals", "halted"}
         assert first["decision"]["decision"] == "approved"
         assert first["transitioned"] is False
         second = ok(
@@ -198,7 +198,14 @@ def test_every_endpoint_answers_the_cli_shapes(served: Served, office: OfficeBoa
         assert sent["state"] == "RUNNING"
         assert sent["metadata"]["messages_delivered"] == ["hello"]
         turn = ok(c.post(f"/api/tasks/{other['id']}/turn-complete", json={"session": session}))
-        assert set(turn) == {"task", "transitioned", "from_step_id", "to_step_id"}
+        assert set(turn) == {
+            "task",
+            "transitioned",
+            "from_step_id",
+            "to_step_id",
+            "refusals",
+            "halted",
+        }
         error(c.post(f"/api/sessions/{session}/cancel-retry"), 400)  # waiting: no retry loop
 
         # start, switch-workflow, archive, delete
