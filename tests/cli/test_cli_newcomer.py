@@ -25,12 +25,13 @@ from tests.conftest import REPO, open_host
 LANEWAY = Path(sys.executable).with_name("laneway")
 
 
-def _cli(*args: str, cwd: Path, env: dict[str, str] | None = None, user: str | None = None,
+def _cli(*args: str, cwd: Path, env: dict[str, str] | None = None, powerless: bool = False,
          timeout: float = 120) -> subprocess.CompletedProcess[str]:  # fmt: skip
-    """The installed `laneway` script, as a real process (optionally as another user)."""
+    """The installed `laneway` script, as a real process; `powerless` drops every capability
+    (root then obeys file modes, as any user does, and still reaches its own files)."""
     argv = [str(LANEWAY), *args]
-    if user is not None:
-        argv = ["setpriv", f"--reuid={user}", "--regid=nogroup", "--clear-groups", *argv]
+    if powerless:
+        argv = ["setpriv", "--inh-caps=-all", "--bounding-set=-all", *argv]
     full_env = {**os.environ, "LANEWAY_PLUGINS_ALLOW": "kanban,office", **(env or {})}
     full_env.pop("LANEWAY_DB", None)
     return subprocess.run(
@@ -95,11 +96,15 @@ def test_corrupt_database_file_is_one_clear_line(tmp_path: Path) -> None:
 
 
 def test_read_only_directory_is_one_clear_line() -> None:
-    """A directory the user may not write (run as `nobody`: root writes anywhere)."""
+    """A directory the user may not write (mode 0555; run without capabilities, since root
+    with them writes anywhere)."""
     with tempfile.TemporaryDirectory(prefix="laneway-ro-") as folder:
-        os.chmod(folder, 0o755)
         here = Path(folder)
-        line = _one_line(_cli("init", cwd=here, user="nobody"))
+        os.chmod(folder, 0o555)
+        try:
+            line = _one_line(_cli("init", cwd=here, powerless=True))
+        finally:
+            os.chmod(folder, 0o755)
         assert "read-only" in line
         assert "directory" in line
         assert list(here.iterdir()) == []
