@@ -326,7 +326,7 @@ def requeue_dead(uow: UnitOfWork) -> Requeued:
             .values(
                 status="dead",
                 finished_at=stamp,
-                error_message=("its worker died during each of its attempts; not retried again"),
+                error_message="its worker died during each of its attempts; not retried again",
             )
             .returning(*R.c)
         ).mappings()

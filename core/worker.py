@@ -13,7 +13,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import attrs
 from loguru import logger
@@ -46,22 +46,22 @@ def requeue_orphans(host: Host) -> runs.Requeued:
     with host.store.transaction() as uow:
         found = runs.requeue_dead(uow)
     for run in found.requeued:
-        logger.bind(
-            run_id=run.id,
-            agent_profile_id=run.agent_profile_id,
-            task_id=run.task_id,
-            attempts=run.attempts,
-            max_attempts=run.max_attempts,
-        ).warning("run re-queued: the worker that claimed it is gone")
+        _run_log(run).warning("run re-queued: the worker that claimed it is gone")
     for run in found.dead:
-        logger.bind(
-            run_id=run.id,
-            agent_profile_id=run.agent_profile_id,
-            task_id=run.task_id,
-            attempts=run.attempts,
-            max_attempts=run.max_attempts,
-        ).error("run is dead: its worker died during every attempt; it is not retried again")
+        _run_log(run).error(
+            "run is dead: its worker died during every attempt; it is not retried again"
+        )
     return found
+
+
+def _run_log(run: Run) -> Any:
+    return logger.bind(
+        run_id=run.id,
+        agent_profile_id=run.agent_profile_id,
+        task_id=run.task_id,
+        attempts=run.attempts,
+        max_attempts=run.max_attempts,
+    )
 
 
 def claim_next(host: Host) -> Run | None:

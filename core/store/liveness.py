@@ -189,9 +189,6 @@ class Liveness:
             self._dead.add(epoch)
         return dead
 
-    def dead_among(self, epochs: set[str], conn: Connection | None = None) -> set[str]:
-        return {e for e in epochs if self.is_dead(e, conn)}
-
     def _sqlite_dead(self, epoch: str) -> bool:
         if self._dir is None:
             # In-memory: one process; an epoch that is not ours is a previous host's.
