@@ -7,6 +7,7 @@ entry, ...). `core` reads these flags; it never switches on a kind's name.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
+from contextlib import AbstractContextManager
 from typing import TYPE_CHECKING, Any, Final, Literal
 
 import attrs
@@ -15,6 +16,8 @@ if TYPE_CHECKING:
     from loguru import Logger
 
     from core.model import Session, Step, Task
+    from core.plugin_services import PluginServices
+    from core.store.database import UnitOfWork
 
 Owner = Literal["session", "durable", "structural"]
 Placement = Literal["first", "second", "last"]
@@ -63,8 +66,10 @@ class ActionContext:
     """Everything an executor may use for one action of one trigger evaluation.
 
     `entry_id`, `entry_seq` and `entry_path` identify the step entry for on_enter actions and
-    are None for other triggers. `services` is the host's service set (runs, participants,
-    decisions, sessions, tasks). `uow` is the open unit of work for `transactional` kinds.
+    are None for other triggers. `services` is what a plugin may call of the host (runs,
+    participants, decisions, sessions, tasks, ...; see :mod:`core.plugin_services`). `uow` is
+    the open unit of work for `transactional` kinds; other kinds that need one take it from
+    :meth:`transaction`.
     `logger` is already bound with task_id, step_id, workflow_id, step_name and action_type.
     """
 
@@ -73,7 +78,7 @@ class ActionContext:
     trigger: str
     position: int
     session: Session | None
-    services: Any
+    services: PluginServices
     logger: Logger
     entry_id: str | None = None
     entry_seq: int | None = None
@@ -82,6 +87,17 @@ class ActionContext:
     epoch: str | None = None
     uow: Any = None
     payload: Mapping[str, Any] | None = None
+
+    def transaction(self) -> AbstractContextManager[UnitOfWork]:
+        """A unit of work: the one already open on this thread (``uow`` of a transactional
+        kind) is joined, else a new one commits on a normal exit and rolls back on an
+        exception."""
+        return self.services.store.transaction()
+
+    def isolated(self) -> AbstractContextManager[None]:
+        """Inside a unit of work, a block whose failure leaves the rest of the unit usable
+        (a savepoint where the database needs one); outside one, its own transaction."""
+        return self.services.store.isolated()
 
     def idempotency_key(
         self, agent_profile_id: str, config: Mapping[str, Any] | None = None
@@ -187,12 +203,13 @@ class GuardResult:
 
 @attrs.frozen
 class GuardContext:
-    """What a guard sees: the task, the step whose transition it gates, and the services."""
+    """What a guard sees: the task, the step whose transition it gates, and the services
+    (:class:`core.plugin_services.PluginServices`)."""
 
     task: Task
     step: Step
     trigger: str
-    services: Any
+    services: PluginServices
     logger: Logger
 
 

@@ -4,7 +4,7 @@ which cannot be blocked. They change a task's step, so none of them is an on_ent
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 import attrs
 import pluggy
@@ -12,6 +12,9 @@ import pluggy
 from core import transition
 from core.errors import LanewayError
 from core.kinds import ActionContext, ActionFailed, ActionKind, ConfigError, Outcome
+
+if TYPE_CHECKING:
+    from core.host import Host
 
 hookimpl = pluggy.HookimplMarker("laneway")
 
@@ -44,7 +47,8 @@ def _validate_switch(config: Mapping[str, Any]) -> SwitchTarget:
 
 def _switch_workflow(ctx: ActionContext, target: SwitchTarget) -> Outcome:
     """Entry path E4: into another workflow's step (default its start step)."""
-    host = ctx.services
+    # core's own kind runs inside the host: its services are the whole Host, not a plugin's view
+    host = cast("Host", ctx.services)
     try:
         workflow = host.workflows.get(target.workflow)
         step = host.workflows.step(workflow, target.step) if target.step else workflow.start_step

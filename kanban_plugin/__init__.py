@@ -9,9 +9,8 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from core.kinds import ActionKind
 from kanban_plugin.kinds import KINDS
-from plugins import hookimpl
+from plugins.api import ActionKind, hookimpl
 
 __version__ = "0.1.0"
 

@@ -7,8 +7,7 @@ from typing import Any
 
 import attrs
 
-from core.kinds import ALL_PATHS, ActionContext, ActionKind, AgentUse, ConfigError
-from core.prompts import build_prompt
+from plugins.api import ALL_PATHS, ActionContext, ActionKind, AgentUse, ConfigError, build_prompt
 
 RULE_OPERATIONS = ("set", "keep", "restore_original")
 

@@ -3,17 +3,21 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
 
 from loguru import logger
 
-from core.agent_error import payload_of
-from core.kinds import ActionKind, GuardKind
-from core.model import Task, Workspace
-from core.runtime.failures import AgentFailure
 from office_plugin import quorum
 from office_plugin.kinds import declarations
-from plugins import hookimpl
+from plugins.api import (
+    ActionKind,
+    AgentFailure,
+    GuardKind,
+    PluginHost,
+    Task,
+    Workspace,
+    hookimpl,
+    payload_of,
+)
 
 __version__ = "0.1.0"
 NAME = "office"
@@ -42,7 +46,7 @@ def laneway_task_ownership(task: Task, workspace: Workspace) -> str | None:
 
 
 @hookimpl
-def laneway_agent_failed(host: Any, failure: AgentFailure) -> None:
+def laneway_agent_failed(host: PluginHost, failure: AgentFailure) -> None:
     """Office's own on_agent_error path: for an Office task whose failed session was running a
     claimed Office run, under the run's own operation id. Without such a run nothing fires
     (the host's dispatch skips Office tasks), so one failure dispatches at most once."""

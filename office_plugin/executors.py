@@ -10,18 +10,22 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from core import faults
-from core.errors import LanewayError
-from core.kinds import ActionContext, ActionFailed, Outcome
-from core.model import Participant
-from core.runs import RunRequest
 from office_plugin.kinds import FanOutConfig, QueueRunConfig, SeatConfig
+from plugins.api import (
+    ActionContext,
+    ActionFailed,
+    LanewayError,
+    Outcome,
+    Participant,
+    RunRequest,
+    fault_point,
+)
 
 
 def clear_decisions(ctx: ActionContext, _config: None) -> Outcome:
     """One DELETE over (task, step), in the transaction that also writes the done marker."""
     removed = ctx.services.decisions.clear(ctx.uow, ctx.task.id, ctx.step.id)
-    faults.reach("clear_decisions.before_commit")
+    fault_point("clear_decisions.before_commit")
     ctx.logger.bind(removed=removed).debug("decisions cleared")
     return Outcome.done()
 

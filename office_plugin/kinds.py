@@ -11,8 +11,7 @@ from typing import Any
 
 import attrs
 
-from core.kinds import ActionKind, AgentUse, ConfigError
-from core.model import PARTICIPANT_ROLES
+from plugins.api import PARTICIPANT_ROLES, ActionKind, AgentUse, ConfigError
 
 TARGET_PREFIXES = ("participant_role:", "agent_profile_id:")
 TARGETS = ("primary", "workspace.ceo_agent")

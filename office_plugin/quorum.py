@@ -18,8 +18,14 @@ from typing import Any
 
 import attrs
 
-from core.kinds import ConfigError, GuardContext, GuardKind, GuardResult
-from core.model import Decision, Participant
+from plugins.api import (
+    ConfigError,
+    Decision,
+    GuardContext,
+    GuardKind,
+    GuardResult,
+    Participant,
+)
 
 THRESHOLDS = ("all_approve", "all_decide", "majority_approve", "any_reject")
 N_APPROVE = re.compile(r"^n_approve:(\d+)$")

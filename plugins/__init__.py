@@ -1,42 +1,112 @@
 """The plugin contract: hook specifications, the ``hookimpl`` marker and the manager.
 
-Plugin authors import from here::
+Plugin authors import from here or from :mod:`plugins.api` (the same names)::
 
     from plugins import ActionKind, ConfigError, Outcome, hookimpl
 """
 
 from __future__ import annotations
 
-import pluggy
+from typing import TYPE_CHECKING, Any
 
-from core.kinds import (
+from plugins import api
+from plugins.api import (
     ALL_PATHS,
+    PARTICIPANT_ROLES,
     ActionContext,
     ActionFailed,
     ActionKind,
+    AgentFailure,
     AgentUse,
+    BundleView,
     ConfigError,
+    Decision,
+    DecisionsView,
     Features,
     GuardContext,
     GuardKind,
     GuardResult,
+    LanewayError,
     Outcome,
+    Participant,
+    ParticipantsView,
+    PluginHost,
+    PluginServices,
+    ProfilesView,
+    RegistryView,
+    Run,
+    RunsView,
+    Session,
+    SessionsView,
+    Step,
+    Task,
+    TasksView,
+    TransactionScope,
+    TriggerEngine,
+    TriggerOutcome,
+    Workflow,
+    WorkflowsView,
+    Workspace,
+    WorkspaceView,
+    accept_any,
+    build_prompt,
+    fault_point,
+    hookimpl,
 )
 
-hookimpl = pluggy.HookimplMarker("laneway")
-"""Marks a function as an implementation of a ``laneway_*`` hook."""
+if TYPE_CHECKING:
+    from plugins.api import RunRequest, payload_of
+
+
+def __getattr__(name: str) -> Any:
+    # payload_of and RunRequest resolve on first use, as in plugins.api
+    if name in api.LAZY:
+        return getattr(api, name)
+    raise AttributeError(f"module 'plugins' has no attribute {name!r}")
+
 
 __all__ = [
     "ALL_PATHS",
+    "PARTICIPANT_ROLES",
     "ActionContext",
     "ActionFailed",
     "ActionKind",
+    "AgentFailure",
     "AgentUse",
+    "BundleView",
     "ConfigError",
+    "Decision",
+    "DecisionsView",
     "Features",
     "GuardContext",
     "GuardKind",
     "GuardResult",
+    "LanewayError",
     "Outcome",
+    "Participant",
+    "ParticipantsView",
+    "PluginHost",
+    "PluginServices",
+    "ProfilesView",
+    "RegistryView",
+    "Run",
+    "RunRequest",
+    "RunsView",
+    "Session",
+    "SessionsView",
+    "Step",
+    "Task",
+    "TasksView",
+    "TransactionScope",
+    "TriggerEngine",
+    "TriggerOutcome",
+    "Workflow",
+    "WorkflowsView",
+    "Workspace",
+    "WorkspaceView",
+    "accept_any",
+    "build_prompt",
+    "fault_point",
     "hookimpl",
+    "payload_of",
 ]

@@ -13,12 +13,13 @@ two plugins contributing one name stop the host with an error naming both.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import pluggy
 
 from core.kinds import ActionKind, GuardKind
 from core.model import Task, Workspace
+from core.plugin_services import PluginHost
 from core.runtime.failures import AgentFailure
 
 if TYPE_CHECKING:
@@ -66,10 +67,10 @@ def laneway_task_ownership(task: Task, workspace: Workspace) -> str | None:
 
 
 @hookspec
-def laneway_agent_failed(host: Any, failure: AgentFailure) -> None:
+def laneway_agent_failed(host: PluginHost, failure: AgentFailure) -> None:
     """Observe a terminal agent failure (plugins with their own recovery path act here).
 
-    :param host: the :class:`core.Host`.
+    :param host: the host, typed as :class:`plugins.api.PluginHost`.
     :param failure: the :class:`core.runtime.failures.AgentFailure`: task, session, route,
         message, execution id, run id, and whether the user initiated it (route R6).
 
@@ -80,10 +81,11 @@ def laneway_agent_failed(host: Any, failure: AgentFailure) -> None:
 
 
 @hookspec
-def laneway_host_started(host: Any) -> None:
+def laneway_host_started(host: PluginHost) -> None:
     """React to a host that has finished opening.
 
-    :param host: the :class:`core.Host`, with its store open, lock held, recovery done.
+    :param host: the host (:class:`plugins.api.PluginHost`), with its store open, lock held,
+        recovery done.
 
     Called once per :meth:`core.Host.open`, after the first bundle is published and the
     recovery scan ran, before the host is returned to its caller.

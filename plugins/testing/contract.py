@@ -42,7 +42,7 @@ import types
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Final, NoReturn
+from typing import Any, Final, NoReturn, cast
 
 import attrs
 import pytest
@@ -225,7 +225,8 @@ class Recorder:
         ]
 
     def new_call(self, ctx: ActionContext) -> ExecutorCall:
-        host = ctx.services
+        # the kit opened this host itself: it reads the host's public API, not a plugin's view
+        host = cast("Host", ctx.services)
         live = host.sessions.live(ctx.task.id)
         with self._lock:
             call = ExecutorCall(

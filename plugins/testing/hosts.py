@@ -17,6 +17,7 @@ import attrs
 
 from core.host import Host
 from core.kinds import Features
+from core.plugin_services import PluginHost
 from plugins.manager import PluginSelection
 
 PluginSpec = str | tuple[str, object]
@@ -108,3 +109,9 @@ class HostFactory:
     def close_all(self) -> None:
         while self._open:
             self._open.pop().close()
+
+
+def _host_is_a_plugin_host(host: Host) -> PluginHost:
+    """Never called: mypy proves here that the host satisfies the plugin-facing protocols
+    (`core.plugin_services`), so a plugin typed against them gets what it was promised."""
+    return host

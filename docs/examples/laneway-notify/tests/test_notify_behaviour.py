@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from core.kinds import ConfigError
+from plugins.api import ConfigError
 from plugins.testing import Arrivals, HostFactory, captured
 
 import laneway_notify

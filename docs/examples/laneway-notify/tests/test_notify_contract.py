@@ -12,8 +12,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from core.host import Host
-from core.model import Task
+from plugins.api import PluginHost, Task
 from plugins.testing.contract import ActionKindContract
 
 import laneway_notify
@@ -47,5 +46,5 @@ class TestNotifyKind(ActionKindContract):
         # a directory that does not exist: the write fails, and the kind must say so
         return {"message": "ready", "file": str(self.tmp_path / "missing" / "n.jsonl")}
 
-    def effect_probe(self, host: Host, task: Task) -> int:
+    def effect_probe(self, host: PluginHost, task: Task) -> int:
         return sum(1 for n in read_notifications(self.notifications) if n["task_id"] == task.id)

@@ -10,9 +10,8 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from core.kinds import ActionKind
 from loguru import logger
-from plugins import hookimpl
+from plugins.api import ActionKind, hookimpl
 
 from laneway_notify.kind import DECLARATION, ENV_FILE, KIND, NotifyConfig, notify, validate
 

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any, Final
 
 import attrs
-from core.kinds import ActionContext, ActionFailed, ActionKind, ConfigError, Outcome
+from plugins.api import ActionContext, ActionFailed, ActionKind, ConfigError, Outcome
 
 from laneway_notify.port import FileNotifier, Notification, Notifier
 

@@ -1,0 +1,187 @@
+"""What a plugin may reach of the host: narrow, read-only protocols over the host's services.
+
+An executor's `ActionContext.services`, a guard's `GuardContext.services` and the host a
+``laneway_*`` observer hook receives are the host itself at run time, but they are typed as
+these protocols: each lists exactly the calls the shipped plugins make, so a plugin that
+type-checks against them does not depend on the store, the ledger or the engine's internals.
+The host satisfies them structurally (``plugins/testing/hosts.py`` proves it to mypy); a new
+call a plugin needs is added here first.
+
+Members are read-only properties so that the host's concrete services (subtypes of these
+views) satisfy them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from contextlib import AbstractContextManager
+from typing import TYPE_CHECKING, Any, Protocol
+
+if TYPE_CHECKING:
+    from core.kinds import Features
+    from core.model import Decision, Participant, Run, Session, Step, Task, Workflow, Workspace
+    from core.runs import Enqueued, RunRequest
+    from core.store.database import UnitOfWork
+
+
+class TransactionScope(Protocol):
+    """Units of work: the one open on this thread is joined, else a new one commits on exit.
+
+    Prefer :meth:`core.kinds.ActionContext.transaction` / ``isolated`` in an executor.
+    """
+
+    def transaction(self) -> AbstractContextManager[UnitOfWork]: ...
+
+    def isolated(self) -> AbstractContextManager[None]: ...
+
+
+class DecisionsView(Protocol):
+    def clear(self, uow: UnitOfWork, task_id: str, step_id: str) -> int: ...
+
+    def list(self, task_id: str, step_id: str) -> list[Decision]: ...
+
+
+class ParticipantsView(Protocol):
+    def fan_out_seats(self, task_id: str, step_id: str, role: str) -> list[Participant]: ...
+
+    def ensure_task_seat(
+        self, task_id: str, step_id: str, role: str, agent_profile_id: str, required: bool
+    ) -> Participant: ...
+
+    def quorum_rows(self, task: Task, step: Step) -> list[Participant]: ...
+
+
+class RunsView(Protocol):
+    def enqueue(self, request: RunRequest) -> Enqueued: ...
+
+    def get(self, run_id: str) -> Run | None: ...
+
+    def resolve_target(self, target: str, task: Task, step_id: str) -> list[str]: ...
+
+    def primary_agent(self, task: Task, step_id: str) -> str | None: ...
+
+    def assign(self, task: Task, step_id: str, agent_profile_id: str) -> Enqueued: ...
+
+    def start_review(self, task_id: str, step_id: str, agent_profile_id: str | None) -> str: ...
+
+
+class TasksView(Protocol):
+    def get(self, ref: str) -> Task: ...
+
+
+class ProfileView(Protocol):
+    @property
+    def id(self) -> str: ...
+
+
+class ProfilesView(Protocol):
+    def get(self, ref: str) -> ProfileView: ...
+
+
+class SessionsView(Protocol):
+    def record_effect(self, session_id: str, **changes: Any) -> Session: ...
+
+
+class WorkflowsView(Protocol):
+    def by_id(self, workflow_id: str) -> Workflow: ...
+
+
+class WorkspaceView(Protocol):
+    def by_id(self, workspace_id: str) -> Workspace: ...
+
+
+class PluginServices(Protocol):
+    """The services an executor or a guard reaches through ``ctx.services``."""
+
+    @property
+    def decisions(self) -> DecisionsView: ...
+
+    @property
+    def participants(self) -> ParticipantsView: ...
+
+    @property
+    def runs(self) -> RunsView: ...
+
+    @property
+    def tasks(self) -> TasksView: ...
+
+    @property
+    def profiles(self) -> ProfilesView: ...
+
+    @property
+    def sessions(self) -> SessionsView: ...
+
+    @property
+    def workflows(self) -> WorkflowsView: ...
+
+    @property
+    def workspace(self) -> WorkspaceView: ...
+
+    @property
+    def store(self) -> TransactionScope:
+        """Kept for executors written before ``ctx.transaction()``; only units of work."""
+        ...
+
+
+class TriggerOutcome(Protocol):
+    @property
+    def idempotent(self) -> bool: ...
+
+    @property
+    def action_count(self) -> int: ...
+
+
+class TriggerEngine(Protocol):
+    def handle_trigger(
+        self,
+        task_id: str,
+        trigger: str,
+        *,
+        session_id: str | None = None,
+        operation_id: str | None = None,
+        payload: Mapping[str, Any] | None = None,
+        label: str | None = None,
+        task: Task | None = None,
+        caller_reports: bool = False,
+    ) -> TriggerOutcome: ...
+
+
+class RegistryView(Protocol):
+    @property
+    def features(self) -> Features: ...
+
+
+class BundleView(Protocol):
+    """One published bundle: read it once so the feature switch and the engine agree."""
+
+    @property
+    def registry(self) -> RegistryView: ...
+
+    @property
+    def engine(self) -> TriggerEngine: ...
+
+
+class PluginHost(PluginServices, Protocol):
+    """The host an observer hook (``laneway_agent_failed``, ``laneway_host_started``) gets."""
+
+    @property
+    def bundle(self) -> BundleView: ...
+
+
+__all__ = [
+    "BundleView",
+    "DecisionsView",
+    "ParticipantsView",
+    "PluginHost",
+    "PluginServices",
+    "ProfilesView",
+    "RegistryView",
+    "RunsView",
+    "SessionsView",
+    "TasksView",
+    "TransactionScope",
+    "TriggerEngine",
+    "TriggerOutcome",
+    "WorkflowsView",
+    "WorkspaceView",
+]

@@ -1,0 +1,152 @@
+"""The public plugin API: everything a laneway plugin imports, from one module.
+
+A plugin (and its tests, with the contract kit :mod:`plugins.testing`) imports from here or
+from :mod:`plugins`, which re-exports it, and from nothing else of laneway::
+
+    from plugins.api import ActionContext, ActionKind, ConfigError, Outcome, hookimpl
+
+What is here:
+
+- declarations: :class:`ActionKind`, :class:`GuardKind`, :class:`AgentUse`,
+  :class:`Features`, ``ALL_PATHS``, the :data:`hookimpl` marker;
+- what an executor or a guard receives and returns: :class:`ActionContext`,
+  :class:`GuardContext`, :class:`Outcome`, :class:`GuardResult`;
+- errors: :class:`ConfigError` (a declaration's config is wrong), :class:`ActionFailed`
+  (the action did not take effect), :class:`LanewayError` (what a host call raises for a
+  user mistake: a task, profile or target that does not exist);
+- the typed host: :class:`PluginServices` (``ctx.services``), :class:`PluginHost` (what an
+  observer hook receives) and the views they list;
+- values: :class:`Task`, :class:`Step`, :class:`Workflow`, :class:`Workspace`,
+  :class:`Session`, :class:`Participant`, :class:`Decision`, :class:`Run`,
+  ``PARTICIPANT_ROLES``, :class:`RunRequest` (what ``services.runs.enqueue`` takes),
+  :class:`AgentFailure` (what ``laneway_agent_failed`` observes) and :func:`payload_of`
+  (the on_agent_error payload for a failure), :func:`build_prompt`;
+- :func:`fault_point` (``core.faults.reach``): a named point crash tests can stop at.
+
+Names not listed in ``__all__`` are not part of the contract.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import pluggy
+
+from core.errors import LanewayError
+from core.faults import reach as fault_point
+from core.kinds import (
+    ALL_PATHS,
+    ActionContext,
+    ActionFailed,
+    ActionKind,
+    AgentUse,
+    ConfigError,
+    Features,
+    GuardContext,
+    GuardKind,
+    GuardResult,
+    Outcome,
+    accept_any,
+)
+from core.model import (
+    PARTICIPANT_ROLES,
+    Decision,
+    Participant,
+    Run,
+    Session,
+    Step,
+    Task,
+    Workflow,
+    Workspace,
+)
+from core.plugin_services import (
+    BundleView,
+    DecisionsView,
+    ParticipantsView,
+    PluginHost,
+    PluginServices,
+    ProfilesView,
+    RegistryView,
+    RunsView,
+    SessionsView,
+    TasksView,
+    TransactionScope,
+    TriggerEngine,
+    TriggerOutcome,
+    WorkflowsView,
+    WorkspaceView,
+)
+from core.prompts import build_prompt
+from core.runtime.failures import AgentFailure
+
+if TYPE_CHECKING:
+    from core.agent_error import payload_of
+    from core.runs import RunRequest
+
+hookimpl = pluggy.HookimplMarker("laneway")
+"""Marks a function as an implementation of a ``laneway_*`` hook."""
+
+
+LAZY = frozenset({"payload_of", "RunRequest"})
+"""Names of ``__all__`` resolved on first use (see ``__getattr__``)."""
+
+
+def __getattr__(name: str) -> Any:
+    # These two live beside the engine and the run queue: imported on first use, so that
+    # importing the API (which core's registry does) never loads the engine.
+    if name == "payload_of":
+        from core.agent_error import payload_of
+
+        return payload_of
+    if name == "RunRequest":
+        from core.runs import RunRequest
+
+        return RunRequest
+    raise AttributeError(f"module 'plugins.api' has no attribute {name!r}")
+
+
+__all__ = [
+    "ALL_PATHS",
+    "PARTICIPANT_ROLES",
+    "ActionContext",
+    "ActionFailed",
+    "ActionKind",
+    "AgentFailure",
+    "AgentUse",
+    "BundleView",
+    "ConfigError",
+    "Decision",
+    "DecisionsView",
+    "Features",
+    "GuardContext",
+    "GuardKind",
+    "GuardResult",
+    "LanewayError",
+    "Outcome",
+    "Participant",
+    "ParticipantsView",
+    "PluginHost",
+    "PluginServices",
+    "ProfilesView",
+    "RegistryView",
+    "Run",
+    "RunRequest",
+    "RunsView",
+    "Session",
+    "SessionsView",
+    "Step",
+    "Task",
+    "TasksView",
+    "TransactionScope",
+    "TriggerEngine",
+    "TriggerOutcome",
+    "Workflow",
+    "WorkflowsView",
+    "Workspace",
+    "WorkspaceView",
+    "accept_any",
+    "build_prompt",
+    "fault_point",
+    "hookimpl",
+    "payload_of",
+]
