@@ -4,21 +4,37 @@ Built once per bundle. A kind whose feature the host turned off keeps its declar
 is recognised and durable) and loses its executor; the dispatcher then skips it with
 `no_executor`. A kind nobody declares is unknown here; the dispatcher skips it with
 `unrecognised`.
+
+Each plugin's registration runs in its own guard: a plugin that raises (or registers
+something that is not a declaration) is reported by name, its declarations are dropped, it
+is unregistered from the bundle's plugin manager (none of its hooks runs) and listed as not
+enabled with the error; the others load. In strict mode (`PluginSelection.strict`), and
+always for core's own plugin, the failure is a `PluginError` instead.
 """
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Mapping
-from typing import Any
 
 import attrs
 
+from core.errors import LanewayError
 from core.kinds import ActionKind, Features, GuardKind
-from plugins.manager import Hooks, LoadedPlugins, PluginInfo
+from plugins.manager import (
+    ESSENTIAL,
+    Hooks,
+    LoadedPlugins,
+    PluginError,
+    PluginInfo,
+    hook_calls,
+    hook_failure,
+    report_hook_failure,
+)
 
 
-class RegistryError(RuntimeError):
-    """Two plugins declared one name, or a declaration is malformed."""
+class RegistryError(LanewayError):
+    """Two plugins declared one name: the host cannot choose, so it does not start."""
 
 
 @attrs.frozen
@@ -58,48 +74,71 @@ class Registry:
 
 
 def build_registry(loaded: LoadedPlugins, features: Features) -> Registry:
-    hooks = Hooks(loaded.manager)
     kinds: dict[str, RegisteredKind] = {}
     guards: dict[str, RegisteredGuard] = {}
+    failed: dict[str, str] = {}
 
-    for plugin_name, impl in _impls(loaded, "laneway_register_action_kinds"):
+    def register_kind(kind: ActionKind, plugin: str) -> None:
+        if not isinstance(kind, ActionKind):
+            raise TypeError(f"registered {kind!r}, not an ActionKind")
+        if kind.name in kinds:
+            raise RegistryError(
+                f"action kind {kind.name!r} is declared by two plugins: "
+                f"{kinds[kind.name].plugin!r} and {plugin!r}"
+            )
+        executable = kind.execute is not None and features.enabled(kind.feature)
+        kinds[kind.name] = RegisteredKind(kind, plugin, executable)
 
-        def register_kind(kind: ActionKind, _plugin: str = plugin_name) -> None:
-            if not isinstance(kind, ActionKind):
-                raise RegistryError(f"plugin {_plugin!r} registered {kind!r}, not an ActionKind")
-            if kind.name in kinds:
-                raise RegistryError(
-                    f"action kind {kind.name!r} is declared by two plugins: "
-                    f"{kinds[kind.name].plugin!r} and {_plugin!r}"
-                )
-            executable = kind.execute is not None and features.enabled(kind.feature)
-            kinds[kind.name] = RegisteredKind(kind, _plugin, executable)
+    def register_guard(guard: GuardKind, plugin: str) -> None:
+        if not isinstance(guard, GuardKind):
+            raise TypeError(f"registered {guard!r}, not a GuardKind")
+        if guard.name in guards:
+            raise RegistryError(
+                f"guard {guard.name!r} is declared by two plugins: "
+                f"{guards[guard.name].plugin!r} and {plugin!r}"
+            )
+        guards[guard.name] = RegisteredGuard(guard, plugin, features.enabled(guard.feature))
 
-        impl(register=register_kind)
+    hooks = (
+        ("laneway_register_action_kinds", register_kind),
+        ("laneway_register_guards", register_guard),
+    )
+    for hook, register in hooks:
+        # registration order (core, then plugins), so a conflict names the first declarer first
+        for call in reversed(hook_calls(loaded.manager, hook)):
+            if call.plugin in failed:
+                continue
+            try:
+                call(register=functools.partial(register, plugin=call.plugin))
+            except RegistryError:
+                raise  # a conflict between two plugins: neither is the one to skip
+            except Exception as exc:
+                if loaded.strict or call.plugin == ESSENTIAL:
+                    raise PluginError(hook_failure(call.plugin, hook, exc)) from exc
+                failed[call.plugin] = report_hook_failure(call.plugin, hook, exc, skipped=True)
+                _drop(loaded, call.plugin, kinds, guards)
 
-    for plugin_name, impl in _impls(loaded, "laneway_register_guards"):
-
-        def register_guard(guard: GuardKind, _plugin: str = plugin_name) -> None:
-            if guard.name in guards:
-                raise RegistryError(
-                    f"guard {guard.name!r} is declared by two plugins: "
-                    f"{guards[guard.name].plugin!r} and {_plugin!r}"
-                )
-            guards[guard.name] = RegisteredGuard(guard, _plugin, features.enabled(guard.feature))
-
-        impl(register=register_guard)
-
-    infos = tuple(_with_feature_state(info, kinds, guards, features) for info in loaded.infos)
-    return Registry(kinds, guards, infos, features, hooks)
+    infos = tuple(
+        attrs.evolve(info, enabled=False, error=failed[info.name])
+        if info.name in failed
+        else _with_feature_state(info, kinds, guards, features)
+        for info in loaded.infos
+    )
+    return Registry(kinds, guards, infos, features, Hooks(loaded.manager, strict=loaded.strict))
 
 
-def _impls(loaded: LoadedPlugins, hook: str) -> list[tuple[str, Any]]:
-    caller = getattr(loaded.manager.hook, hook)
-    # get_hookimpls() lists implementations in registration order: core, then plugins.
-    return [
-        (loaded.manager.get_name(impl.plugin) or "?", impl.function)
-        for impl in caller.get_hookimpls()
-    ]
+def _drop(
+    loaded: LoadedPlugins,
+    plugin: str,
+    kinds: dict[str, RegisteredKind],
+    guards: dict[str, RegisteredGuard],
+) -> None:
+    """Take back what a failed plugin declared, and its hooks: it is not half loaded."""
+    for name in [n for n, k in kinds.items() if k.plugin == plugin]:
+        del kinds[name]
+    for name in [n for n, g in guards.items() if g.plugin == plugin]:
+        del guards[name]
+    loaded.manager.unregister(name=plugin)
 
 
 def _with_feature_state(

@@ -4,6 +4,13 @@ We own the entry-point loop instead of calling pluggy's ``load_setuptools_entryp
 plugin whose import raises is reported with its distribution and skipped (or raised, in
 strict mode), and two entry points with one name are caught instead of the second being
 silently dropped. Each bundle build gets a fresh ``PluginManager``: nothing is global.
+
+Every hook implementation is called in its own guard (`Hooks`, and `core.registry` for the
+registration hooks): one that raises is reported by plugin name as a structured record and
+skipped, and the other plugins' implementations still run. `PluginSelection.strict` turns a
+failure while starting (loading, registering kinds, guards or commands, ``host_started``) into
+a `PluginError` instead; observers (``laneway_agent_failed``, ``laneway_task_ownership``) are
+isolated in every mode.
 """
 
 from __future__ import annotations
@@ -11,18 +18,22 @@ from __future__ import annotations
 import functools
 import importlib
 import os
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from importlib.metadata import EntryPoint, entry_points
-from typing import Any, cast
+from typing import TYPE_CHECKING, Any, Final
 
 import attrs
 import click
 import pluggy
 from loguru import logger
 
+from core.errors import LanewayError
 from core.model import Task, Workspace
 from core.runtime.failures import AgentFailure
 from plugins import hookspecs
+
+if TYPE_CHECKING:
+    from core.plugin_services import PluginHost
 
 GROUP = "laneway.plugins"
 ESSENTIAL = "core"
@@ -36,8 +47,40 @@ class Keep:
 KEEP = Keep()
 
 
-class PluginError(RuntimeError):
-    """A plugin could not be loaded (strict mode) or the plugin set is inconsistent."""
+class PluginError(LanewayError):
+    """A plugin could not be loaded or failed in a hook (strict mode), or the plugin set is
+    inconsistent (two plugins with one name, an unknown hook)."""
+
+
+DUTIES: Final[Mapping[str, str]] = {
+    "laneway_register_action_kinds": "register its kinds",
+    "laneway_register_guards": "register its guards",
+    "laneway_cli_commands": "add its commands",
+    "laneway_host_started": "start with the host",
+    "laneway_task_ownership": "answer task ownership",
+    "laneway_agent_failed": "observe an agent failure",
+    "laneway_event": "observe an event",
+}
+"""What each hook asks of a plugin, as a failure names it."""
+
+
+def hook_failure(plugin: str, hook: str, exc: BaseException) -> str:
+    """``plugin 'x' failed to register its kinds: ValueError: ...``"""
+    duty = DUTIES.get(hook, f"run {hook}")
+    return f"plugin {plugin!r} failed to {duty}: {type(exc).__name__}: {exc}"
+
+
+def report_hook_failure(plugin: str, hook: str, exc: BaseException, *, skipped: bool) -> str:
+    """Log one failing hook implementation as a structured ERROR record; return the message.
+
+    Fields: ``plugin``, ``hook``, ``error`` (type and text), ``skipped`` (whether the plugin's
+    contributions were dropped, as for the registration hooks, or only this call failed).
+    """
+    message = hook_failure(plugin, hook, exc)
+    logger.bind(
+        plugin=plugin, hook=hook, error=f"{type(exc).__name__}: {exc}", skipped=skipped
+    ).error("plugin hook raised; the other plugins carry on")
+    return message
 
 
 @attrs.frozen
@@ -60,7 +103,9 @@ class PluginSelection:
     :param block: these entry-point names never load.
     :param extra: plugins given directly as (name, module or object), e.g. by tests.
     :param entry_points: whether to look at installed entry points at all.
-    :param strict: raise on the first plugin that fails to load instead of reporting it.
+    :param strict: raise `PluginError` on the first plugin that fails to load, or raises
+        while registering kinds, guards or commands or in ``host_started``, instead of
+        reporting and skipping it. ``LANEWAY_PLUGINS_STRICT=1`` sets it from the environment.
     """
 
     allow: frozenset[str] | None = None
@@ -71,12 +116,15 @@ class PluginSelection:
 
     @classmethod
     def from_env(cls, **overrides: Any) -> PluginSelection:
-        """Read ``LANEWAY_PLUGINS_ALLOW`` / ``LANEWAY_PLUGINS_BLOCK`` (comma-separated)."""
+        """Read ``LANEWAY_PLUGINS_ALLOW`` / ``LANEWAY_PLUGINS_BLOCK`` (comma-separated) and
+        ``LANEWAY_PLUGINS_STRICT`` (``1``, ``true`` or ``yes`` turn strict mode on)."""
         allow_env = os.environ.get("LANEWAY_PLUGINS_ALLOW")
         block_env = os.environ.get("LANEWAY_PLUGINS_BLOCK", "")
+        strict_env = os.environ.get("LANEWAY_PLUGINS_STRICT", "")
         values: dict[str, Any] = {
             "allow": _names(allow_env) if allow_env is not None else None,
             "block": _names(block_env),
+            "strict": strict_env.strip().lower() in {"1", "true", "yes"},
         }
         values.update(overrides)
         return cls(**values)
@@ -106,6 +154,8 @@ class LoadedPlugins:
     infos: tuple[PluginInfo, ...]
     modules: dict[str, str] = attrs.field(factory=dict)
     """plugin name -> module name, for diagnostics."""
+    strict: bool = False
+    """The selection's strict mode, which the registry and `Hooks` apply to hook failures."""
 
 
 def _dist_of(ep: EntryPoint) -> tuple[str | None, str | None]:
@@ -182,7 +232,7 @@ def load_plugins(
         pm.check_pending()
     except pluggy.PluginValidationError as exc:
         raise PluginError(f"plugin hook problem: {exc}") from exc
-    return LoadedPlugins(pm, tuple(infos), modules)
+    return LoadedPlugins(pm, tuple(infos), modules, strict=selection.strict)
 
 
 def _resolve(obj: object) -> object:
@@ -192,21 +242,88 @@ def _resolve(obj: object) -> object:
 
 
 @attrs.frozen
+class HookCall:
+    """One plugin's implementation of one hook, callable with the hook's keyword arguments."""
+
+    plugin: str
+    hook: str
+    function: Callable[..., Any]
+    argnames: tuple[str, ...]
+
+    def __call__(self, **kwargs: Any) -> Any:
+        # as pluggy does: an implementation receives only the arguments it names
+        return self.function(**{name: kwargs[name] for name in self.argnames})
+
+
+def hook_calls(manager: pluggy.PluginManager, hook: str) -> list[HookCall]:
+    """The implementations of `hook` in pluggy's call order (last registered first)."""
+    caller = getattr(manager.hook, hook)
+    return [
+        HookCall(manager.get_name(impl.plugin) or "?", hook, impl.function, tuple(impl.argnames))
+        for impl in reversed(caller.get_hookimpls())
+    ]
+
+
+@attrs.frozen
 class Hooks:
-    """Typed calls over ``pm.hook``: the one place where pluggy's untyped results are cast."""
+    """Typed calls over the plugin manager, each implementation in its own guard."""
 
     manager: pluggy.PluginManager
+    strict: bool = False
+
+    def observe(self, hook: str, **kwargs: Any) -> None:
+        """Call every implementation of an observer hook; a raising one is reported and the
+        rest still run. Never raises, in strict mode too: an observer cannot stop the host."""
+        for call in hook_calls(self.manager, hook):
+            try:
+                call(**kwargs)
+            except Exception as exc:  # noqa: BLE001 - isolated per plugin, reported by name
+                report_hook_failure(call.plugin, hook, exc, skipped=False)
+
+    def _start(self, hook: str, **kwargs: Any) -> None:
+        """Call a start-time hook per implementation: reported and skipped, or (strict)
+        raised as `PluginError` naming the plugin."""
+        for call in hook_calls(self.manager, hook):
+            try:
+                call(**kwargs)
+            except Exception as exc:
+                if self.strict:
+                    raise PluginError(hook_failure(call.plugin, hook, exc)) from exc
+                report_hook_failure(call.plugin, hook, exc, skipped=True)
 
     def task_ownership(self, task: Task, workspace: Workspace) -> str | None:
-        return cast(
-            "str | None", self.manager.hook.laneway_task_ownership(task=task, workspace=workspace)
-        )
+        """The first owner named, in pluggy's order; a raising plugin counts as no answer."""
+        hook = "laneway_task_ownership"
+        for call in hook_calls(self.manager, hook):
+            try:
+                owner = call(task=task, workspace=workspace)
+            except Exception as exc:  # noqa: BLE001 - isolated per plugin, reported by name
+                report_hook_failure(call.plugin, hook, exc, skipped=False)
+                continue
+            if owner is not None:
+                return str(owner)
+        return None
 
-    def agent_failed(self, host: object, failure: AgentFailure) -> None:
-        self.manager.hook.laneway_agent_failed(host=host, failure=failure)
+    def agent_failed(self, host: PluginHost, failure: AgentFailure) -> None:
+        self.observe("laneway_agent_failed", host=host, failure=failure)
 
-    def host_started(self, host: object) -> None:
-        self.manager.hook.laneway_host_started(host=host)
+    def host_started(self, host: PluginHost) -> None:
+        self._start("laneway_host_started", host=host)
 
-    def cli_commands(self, group: click.Group) -> None:
-        self.manager.hook.laneway_cli_commands(group=group)
+    def cli_commands(self, group: click.Group) -> list[str]:
+        """Each plugin adds its commands; a plugin that raises has the commands it added
+        before raising taken back, so the command line never holds half a plugin. Returns
+        the failures' messages (the command line shows them once its logging is set up)."""
+        hook = "laneway_cli_commands"
+        failures: list[str] = []
+        for call in hook_calls(self.manager, hook):
+            before = set(group.commands)
+            try:
+                call(group=group)
+            except Exception as exc:
+                for name in set(group.commands) - before:
+                    del group.commands[name]
+                if self.strict:
+                    raise PluginError(hook_failure(call.plugin, hook, exc)) from exc
+                failures.append(report_hook_failure(call.plugin, hook, exc, skipped=True))
+        return failures

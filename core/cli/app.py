@@ -27,16 +27,12 @@ from core import logs
 from core.errors import LanewayError, NotInitialised
 from core.host import DEFAULT_URL, Host
 from core.kinds import Features
-from core.registry import RegistryError
 from core.store.dialect import is_sqlite, normalise_url, sqlite_path
-from plugins.manager import Hooks, PluginError, PluginSelection, load_plugins
+from plugins.manager import Hooks, PluginSelection, load_plugins
 
-USER_ERRORS: tuple[type[Exception], ...] = (
-    LanewayError,
-    PluginError,
-    RegistryError,
-)
-"""Exceptions whose message is meant for the user as it stands."""
+USER_ERRORS: tuple[type[Exception], ...] = (LanewayError,)
+"""Exceptions whose message is meant for the user as it stands (plugin and registry errors
+derive from LanewayError too)."""
 
 
 def one_line(message: str) -> str:
@@ -312,7 +308,7 @@ def _add_plugin_commands(cli: LanewayGroup, selection: PluginSelection) -> None:
     # here is remembered and logged once logging is set up (after the global options).
     try:
         loaded = load_plugins(selection)
-        Hooks(loaded.manager).cli_commands(cli)
+        cli.startup_warnings.extend(Hooks(loaded.manager, strict=loaded.strict).cli_commands(cli))
     except Exception as exc:  # noqa: BLE001 - any plugin failure is reported, never fatal
         cli.startup_warnings.append(
             f"plugin commands not loaded: {type(exc).__name__}: {one_line(str(exc))}"

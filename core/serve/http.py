@@ -21,15 +21,13 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
 from core.errors import Conflict, LanewayError, NotFound
-from core.registry import RegistryError
 from core.shapes import plain
-from plugins.manager import PluginError
 
 if TYPE_CHECKING:
     from core.host import Host
 
 MAX_BODY: Final = 1024 * 1024
-USER_ERRORS: Final = (LanewayError, PluginError, RegistryError)
+USER_ERRORS: Final = (LanewayError,)
 
 
 class HttpError(Exception):
