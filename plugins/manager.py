@@ -70,15 +70,27 @@ def hook_failure(plugin: str, hook: str, exc: BaseException) -> str:
     return f"plugin {plugin!r} failed to {duty}: {type(exc).__name__}: {exc}"
 
 
-def report_hook_failure(plugin: str, hook: str, exc: BaseException, *, skipped: bool) -> str:
+def report_hook_failure(
+    plugin: str,
+    hook: str,
+    exc: BaseException,
+    *,
+    skipped: bool,
+    context: Mapping[str, object] | None = None,
+) -> str:
     """Log one failing hook implementation as a structured ERROR record; return the message.
 
     Fields: ``plugin``, ``hook``, ``error`` (type and text), ``skipped`` (whether the plugin's
-    contributions were dropped, as for the registration hooks, or only this call failed).
+    contributions were dropped, as for the registration hooks, or only this call failed),
+    and the `context` fields (an observer's task and session ids).
     """
     message = hook_failure(plugin, hook, exc)
     logger.bind(
-        plugin=plugin, hook=hook, error=f"{type(exc).__name__}: {exc}", skipped=skipped
+        **(context or {}),
+        plugin=plugin,
+        hook=hook,
+        error=f"{type(exc).__name__}: {exc}",
+        skipped=skipped,
     ).error("plugin hook raised; the other plugins carry on")
     return message
 
@@ -271,14 +283,17 @@ class Hooks:
     manager: pluggy.PluginManager
     strict: bool = False
 
-    def observe(self, hook: str, **kwargs: Any) -> None:
-        """Call every implementation of an observer hook; a raising one is reported and the
-        rest still run. Never raises, in strict mode too: an observer cannot stop the host."""
+    def observe(
+        self, hook: str, context: Mapping[str, object] | None = None, **kwargs: Any
+    ) -> None:
+        """Call every implementation of an observer hook; a raising one is reported (with
+        the `context` fields) and the rest still run. Never raises, in strict mode too: an
+        observer cannot stop the host."""
         for call in hook_calls(self.manager, hook):
             try:
                 call(**kwargs)
             except Exception as exc:  # noqa: BLE001 - isolated per plugin, reported by name
-                report_hook_failure(call.plugin, hook, exc, skipped=False)
+                report_hook_failure(call.plugin, hook, exc, skipped=False, context=context)
 
     def _start(self, hook: str, **kwargs: Any) -> None:
         """Call a start-time hook per implementation: reported and skipped, or (strict)
@@ -305,7 +320,8 @@ class Hooks:
         return None
 
     def agent_failed(self, host: PluginHost, failure: AgentFailure) -> None:
-        self.observe("laneway_agent_failed", host=host, failure=failure)
+        context = {"task_id": failure.task_id, "session_id": failure.session_id}
+        self.observe("laneway_agent_failed", context, host=host, failure=failure)
 
     def host_started(self, host: PluginHost) -> None:
         self._start("laneway_host_started", host=host)

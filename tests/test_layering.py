@@ -4,7 +4,14 @@ through its public API, and core learns about kinds only from what plugins regis
 from __future__ import annotations
 
 import ast
+import os
+import shutil
+import subprocess
+import sys
+import tomllib
 from pathlib import Path
+
+import pytest
 
 REPO = Path(__file__).resolve().parents[1]
 PLUGIN_PACKAGES = frozenset({"kanban_plugin", "office_plugin"})
@@ -34,3 +41,103 @@ def test_core_never_imports_a_plugin_package() -> None:
         if (used := imported_packages(path.read_text())) & PLUGIN_PACKAGES
     }
     assert offenders == {}
+
+
+# -- the import-linter contracts (issue 12 item 7) -----------------------------------------------
+#
+# Each contract of pyproject.toml [tool.importlinter] is run by `lint-imports` in .ci/run. These
+# tests prove that the real tree keeps each one and that each one FAILS when a module that
+# breaks it is planted in a copy of the tree: a contract that cannot fail checks nothing.
+# A new contract is proven by one more line in PLANTED.
+
+PLANTED: dict[str, list[tuple[str, str]]] = {
+    # contract id -> [(module planted in the copy, the import it makes)]
+    "core-no-plugin-packages": [
+        ("core/planted.py", "import office_plugin.kinds\n"),
+        ("core/services/planted.py", "from kanban_plugin import kinds\n"),
+        ("core/planted_kit.py", "from plugins.testing import hosts\n"),
+    ],
+    "plugins-on-public-api": [
+        ("office_plugin/planted.py", "from core.agent_error import payload_of\n"),
+        ("kanban_plugin/planted.py", "from core.kinds import ActionKind\n"),
+        ("laneway_notify/planted.py", "from core.model import Task\n"),
+        ("office_plugin/planted_manager.py", "from plugins.manager import PluginSelection\n"),
+    ],
+    "plugins-independent": [
+        ("kanban_plugin/planted.py", "import office_plugin.quorum\n"),
+    ],
+    "kit-on-public-surfaces": [
+        ("plugins/testing/planted.py", "from core.store import tables\n"),
+        ("plugins/testing/planted_entry.py", "from core.entry import redispatch\n"),
+        ("plugins/testing/planted_ledger.py", "import core.ledger\n"),
+    ],
+}
+"""The lead adds the core layers contract here, e.g.
+``"core-layers": [("core/store/planted.py", "import core.host\\n")],``."""
+
+NOTIFY_SRC = REPO / "docs" / "examples" / "laneway-notify" / "src" / "laneway_notify"
+TREES = {
+    "core": REPO / "core",
+    "plugins": REPO / "plugins",
+    "office_plugin": REPO / "office_plugin",
+    "kanban_plugin": REPO / "kanban_plugin",
+    "laneway_notify": NOTIFY_SRC,
+}
+
+
+def lint_imports(root: Path, contract: str) -> subprocess.CompletedProcess[str]:
+    """Run `lint-imports` on the packages under `root` (first on the path), one contract."""
+    env = {**os.environ, "PYTHONPATH": str(root)}
+    return subprocess.run(
+        [str(Path(sys.executable).parent / "lint-imports"), "--no-cache", "--contract", contract],
+        cwd=root,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+
+
+@pytest.fixture(scope="module")
+def tree_copy(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The packages and the contract config, copied: plants never touch the real tree."""
+    root = tmp_path_factory.mktemp("tree")
+    for name, source in TREES.items():
+        shutil.copytree(source, root / name, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+    shutil.copy(REPO / "pyproject.toml", root / "pyproject.toml")
+    return root
+
+
+def test_every_proven_contract_is_configured() -> None:
+    config = tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["importlinter"]
+    configured = {c["id"] for c in config["contracts"]}
+    assert set(PLANTED) <= configured
+    assert configured - set(PLANTED) <= {"core-layers"}  # the lead's, proven when it lands
+
+
+@pytest.mark.parametrize("contract", sorted(PLANTED))
+def test_the_tree_keeps_the_contract(contract: str, tree_copy: Path) -> None:
+    """Issue 12 item 7: the layering rule holds in the code as it stands."""
+    result = lint_imports(tree_copy, contract)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "1 kept, 0 broken" in result.stdout
+
+
+@pytest.mark.parametrize(
+    ("contract", "planted", "line"),
+    [(c, path, line) for c, plants in sorted(PLANTED.items()) for path, line in plants],
+)
+def test_a_planted_violation_breaks_the_contract(
+    contract: str, planted: str, line: str, tree_copy: Path
+) -> None:
+    """Issue 12 item 7: each contract fails on a module that breaks it, naming the module."""
+    module = tree_copy / planted
+    module.write_text(line)
+    try:
+        result = lint_imports(tree_copy, contract)
+    finally:
+        module.unlink()
+    assert result.returncode == 1, result.stdout + result.stderr
+    assert "0 kept, 1 broken" in result.stdout
+    assert planted.removesuffix(".py").replace("/", ".") in result.stdout

@@ -30,7 +30,7 @@ import attrs
 import yaml
 
 from core.host import Host
-from core.model import Step, Task, Workflow
+from plugins.api import Step, Task, Workflow
 
 ENTRY_PATHS: Final = ("E1", "E2", "E3", "E4", "E5")
 TARGET: Final = "Target"

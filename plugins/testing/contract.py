@@ -30,34 +30,33 @@ entry went on) and ``also_load``. The plugin is wrapped, not changed: the wrappe
 every hook and observes each call of the kind's executor (its context, whether a session
 guard was held, what it returned), and records logged inside the call are tagged with the
 field ``laneway_contract_call``.
+
+The suite lives here; its parts each in their own module: the clauses and their report
+(:mod:`plugins.testing.clauses`), the instrumented plugin and the kit's sentinel
+(:mod:`plugins.testing.instrumented`), the crash driver (:mod:`plugins.testing.crash`).
 """
 
 from __future__ import annotations
 
-import importlib
-import json
-import sys
 import threading
-import types
-from collections.abc import Callable, Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import Any, Final, NoReturn, cast
+from typing import Any
 
-import attrs
 import pytest
-import sqlalchemy as sa
-from loguru import logger
 
-from core import entry as dispatcher
-from core import ledger
-from core.errors import LanewayError
+from core import harness
 from core.host import Host
-from core.kinds import ActionContext, ActionKind, ConfigError, Features, Outcome, accept_any
-from core.model import Marker, StepEntry, Task
-from core.runtime.failures import AgentFailure
-from core.store import tables
-from plugins import hookimpl
+from core.model import Marker, StepEntry
+from plugins.api import (
+    ActionKind,
+    AgentFailure,
+    ConfigError,
+    Features,
+    LanewayError,
+    Task,
+    accept_any,
+)
 from plugins.testing.arrivals import (
     ENTRY_PATHS,
     Board,
@@ -66,349 +65,27 @@ from plugins.testing.arrivals import (
     build_board,
     stage,
 )
-from plugins.testing.faults import run_with_fault
+from plugins.testing.clauses import CONTRACTS, ContractBroken, broken, require
+from plugins.testing.crash import CRASH_DRIVER, crash_in_child
 from plugins.testing.hosts import HostFactory, PluginSpec
-from plugins.testing.logs import LogRecord, captured, matching
-
-CONTRACTS: Final[Mapping[str, str]] = {
-    "registration": (
-        "the plugin registers the kind with its name, an owner ('durable' or 'session'), "
-        "an executor and a config validator"
-    ),
-    "config-validation": (
-        "the validator accepts the valid config and refuses each malformed one by raising "
-        "ConfigError (never another exception) with a one-line message naming the field; "
-        "import refuses the malformed config while the plugin is loaded"
-    ),
-    "malformed-at-dispatch": (
-        "a malformed config that reached a step (imported while the plugin was not loaded) "
-        "is skipped(malformed) at dispatch with an ERROR record, and the executor never runs"
-    ),
-    "entry-paths": (
-        "the kind executes once on every entry path E1-E5 it declares (durable kinds: marker "
-        "done; session kinds: with the live session), and a 'done' has its observable effect"
-    ),
-    "replay-idempotent": (
-        "a durable kind replayed within one entry (core.entry.redispatch) does not repeat its "
-        "effect when it uses the idempotency key it is given"
-    ),
-    "restart-idempotent": (
-        "a durable kind re-run by the recovery scan after a restart does not repeat its effect "
-        "when it uses the idempotency key it is given"
-    ),
-    "crash-at-least-once": (
-        "a crash after the effect and before the marker (dispatch.after_effect) is re-run at "
-        "most once more on restart and then marked done: at-least-once, exactly once with "
-        "the key"
-    ),
-    "failure-reported": (
-        "an executor that cannot do its work reports it (raises ActionFailed or returns "
-        "failed(cause)): the action is recorded failed with the cause, and the rest of the "
-        "entry continues unless the kind declares halts_entry_on_failure"
-    ),
-    "session-required": (
-        "a session kind is skipped when the task has no live session: no executor call, no "
-        "effect, no marker"
-    ),
-    "no-guard-reentry": (
-        "the executor never runs under, and never re-enters, a held session guard (checked on "
-        "on_enter and on an on_agent_error dispatch)"
-    ),
-    "structured-logs": (
-        "records the executor writes carry task_id, step_id and action_type as discrete "
-        "fields (log through ctx.logger) and do not interpolate ids into the message"
-    ),
-}
-
-SENTINEL_PLUGIN: Final = "laneway_contract_kit"
-SENTINEL_KIND: Final = "contract_sentinel"
-DEAD_EPOCH: Final = "contract-kit-dead-epoch"
-"""The epoch of a process that is gone (a host mints random hex, never this)."""
-CALL_FIELD: Final = "laneway_contract_call"
-GUARD_WAIT_S: Final = 20.0
-
-_CRASH_DRIVER = """
-import importlib, json, sys
-from core import Host
-from core.kinds import Features
-from plugins.manager import PluginSelection
-
-url, task_id, step, plugins_json = sys.argv[1:5]
-
-def resolve(ref):
-    module, _, attr = ref.partition(":")
-    found = importlib.import_module(module)
-    for part in filter(None, attr.split(".")):
-        found = getattr(found, part)
-    return found
-
-extra = tuple((name, resolve(ref)) for name, ref in json.loads(plugins_json))
-selection = PluginSelection(
-    allow=frozenset(name for name, _ in extra), extra=extra, entry_points=False, strict=True
+from plugins.testing.instrumented import (
+    CALL_FIELD,
+    DEAD_EPOCH,
+    GUARD_WAIT_S,
+    SENTINEL_KIND,
+    SENTINEL_PLUGIN,
+    ExecutorCall,
+    InstrumentedPlugin,
+    Recorder,
+    Sentinel,
+    _entry_point,
+    _module_of,
+    _ref_of,
+    _resolve,
+    _top,
+    watch_guards,
 )
-with Host.open(url, plugins=selection) as host:  # the board's features, set by the parent
-    host.tasks.move(task_id, step)
-"""
-
-
-class ContractBroken(AssertionError):
-    """A check of the action-kind contract failed; the message names the contract."""
-
-    def __init__(self, contract: str, detail: str) -> None:
-        super().__init__(
-            f"contract {contract!r} broken: {detail}\n    the contract: {CONTRACTS[contract]}"
-        )
-        self.contract = contract
-
-
-def require(ok: object, contract: str, detail: str | Callable[[], str]) -> None:
-    """Fail the check with a message naming `contract` unless `ok`."""
-    __tracebackhide__ = True
-    if not ok:
-        raise ContractBroken(contract, detail() if callable(detail) else detail)
-
-
-def broken(contract: str, detail: str) -> NoReturn:
-    __tracebackhide__ = True
-    raise ContractBroken(contract, detail)
-
-
-# -- observing the plugin ----------------------------------------------------------------------
-
-
-@attrs.define
-class ExecutorCall:
-    """One call of the kind's executor, as the wrapper saw it."""
-
-    number: int
-    trigger: str
-    task_id: str
-    step_id: str
-    entry_path: str | None
-    entry_id: str | None
-    entry_seq: int | None
-    session_id: str | None
-    """The session the context carried (session kinds: the live session)."""
-    live_session_id: str | None
-    """The task's live session when the call began (whatever the kind's owner)."""
-    guard_held: bool | None
-    """Whether that session's guard was held when the call began (None: no live session)."""
-    outcome: Outcome | None = None
-    raised: str | None = None
-    finished: bool = False
-
-    @property
-    def failed(self) -> bool:
-        return self.raised is not None or (
-            self.outcome is not None and self.outcome.state == "failed"
-        )
-
-    @property
-    def state(self) -> str:
-        if self.raised is not None:
-            return "failed"
-        return self.outcome.state if self.outcome is not None else "done"
-
-
-@attrs.define
-class Recorder:
-    calls: list[ExecutorCall] = attrs.field(factory=list)
-    guard_reentries: list[str] = attrs.field(factory=list)
-    executor_modules: set[str] = attrs.field(factory=set)
-    _lock: threading.Lock = attrs.field(factory=threading.Lock)
-
-    def of(self, task_id: str, trigger: str | None = "on_enter") -> list[ExecutorCall]:
-        return [
-            c
-            for c in self.calls
-            if c.task_id == task_id and (trigger is None or c.trigger == trigger)
-        ]
-
-    def new_call(self, ctx: ActionContext) -> ExecutorCall:
-        # the kit opened this host itself: it reads the host's public API, not a plugin's view
-        host = cast("Host", ctx.services)
-        live = host.sessions.live(ctx.task.id)
-        with self._lock:
-            call = ExecutorCall(
-                number=len(self.calls) + 1,
-                trigger=ctx.trigger,
-                task_id=ctx.task.id,
-                step_id=ctx.step.id,
-                entry_path=ctx.entry_path,
-                entry_id=ctx.entry_id,
-                entry_seq=ctx.entry_seq,
-                session_id=ctx.session.id if ctx.session is not None else None,
-                live_session_id=live.id if live is not None else None,
-                guard_held=host.runtime.guard_held(live.id) if live is not None else None,
-            )
-            self.calls.append(call)
-        return call
-
-
-def _hookimpl_of(plugin: object, name: str) -> Callable[..., Any] | None:
-    found: Callable[..., Any] | None = getattr(plugin, name, None)
-    if callable(found) and getattr(found, "laneway_impl", None) is not None:
-        return found
-    return None
-
-
-class InstrumentedPlugin:
-    """Stands in for the plugin under test: forwards every hook to it, and wraps the
-    executor of the kind under test so that each call is observed."""
-
-    def __init__(self, plugin: object, kind: str, recorder: Recorder) -> None:
-        self.plugin = plugin
-        self.kind = kind
-        self.recorder = recorder
-
-    def declarations(self) -> list[ActionKind]:
-        """What the plugin declares, asked directly (no host)."""
-        declared: list[ActionKind] = []
-        impl = _hookimpl_of(self.plugin, "laneway_register_action_kinds")
-        if impl is not None:
-            impl(register=declared.append)
-        return declared
-
-    def _observed(self, execute: Callable[[ActionContext, Any], Outcome | None]) -> Any:
-        recorder = self.recorder
-
-        def execute_observed(ctx: ActionContext, config: Any) -> Outcome | None:
-            call = recorder.new_call(ctx)
-            with logger.contextualize(**{CALL_FIELD: call.number}):
-                try:
-                    outcome = execute(ctx, config)
-                except BaseException as exc:
-                    call.raised = f"{type(exc).__name__}: {exc}"
-                    call.finished = True
-                    raise
-            call.outcome = outcome
-            call.finished = True
-            return outcome
-
-        return execute_observed
-
-    @hookimpl
-    def laneway_register_action_kinds(self, register: Callable[[ActionKind], None]) -> None:
-        impl = _hookimpl_of(self.plugin, "laneway_register_action_kinds")
-        if impl is None:
-            return
-
-        def register_observed(kind: ActionKind) -> None:
-            if isinstance(kind, ActionKind) and kind.name == self.kind and kind.execute:
-                self.recorder.executor_modules.add(getattr(kind.execute, "__module__", ""))
-                kind = attrs.evolve(kind, execute=self._observed(kind.execute))
-            register(kind)
-
-        impl(register=register_observed)
-
-    @hookimpl
-    def laneway_register_guards(self, register: Callable[..., None]) -> None:
-        impl = _hookimpl_of(self.plugin, "laneway_register_guards")
-        if impl is not None:
-            impl(register=register)
-
-    @hookimpl
-    def laneway_task_ownership(self, task: Any, workspace: Any) -> str | None:
-        impl = _hookimpl_of(self.plugin, "laneway_task_ownership")
-        return impl(task=task, workspace=workspace) if impl is not None else None
-
-    @hookimpl
-    def laneway_agent_failed(self, host: Any, failure: Any) -> None:
-        impl = _hookimpl_of(self.plugin, "laneway_agent_failed")
-        if impl is not None:
-            impl(host=host, failure=failure)
-
-    @hookimpl
-    def laneway_host_started(self, host: Any) -> None:
-        impl = _hookimpl_of(self.plugin, "laneway_host_started")
-        if impl is not None:
-            impl(host=host)
-
-    @hookimpl
-    def laneway_cli_commands(self, group: Any) -> None:
-        impl = _hookimpl_of(self.plugin, "laneway_cli_commands")
-        if impl is not None:
-            impl(group=group)
-
-
-@attrs.define
-class Sentinel:
-    """The kit's own plugin: a durable kind declared after the kind under test, so a check
-    sees whether the rest of the entry ran."""
-
-    calls: list[str] = attrs.field(factory=list)
-
-    def _execute(self, ctx: ActionContext, _config: Any) -> None:
-        self.calls.append(ctx.task.id)
-
-    @hookimpl
-    def laneway_register_action_kinds(self, register: Callable[[ActionKind], None]) -> None:
-        register(
-            ActionKind(
-                SENTINEL_KIND,
-                "durable",
-                execute=self._execute,
-                description="the contract kit's witness that an entry went on",
-            )
-        )
-
-
-def watch_guards(host: Host, recorder: Recorder) -> None:
-    """Make this host's session guards report a re-entry instead of deadlocking on it."""
-    runtime = host.runtime
-    original = runtime.guard
-    holders: dict[str, int] = {}
-
-    @contextmanager
-    def guard(session_id: str) -> Iterator[None]:
-        me = threading.get_ident()
-        if holders.get(session_id) == me:
-            recorder.guard_reentries.append(session_id)
-            raise AssertionError(f"session guard re-entered by the thread holding it: {session_id}")
-        with original(session_id):
-            holders[session_id] = me
-            try:
-                yield
-            finally:
-                holders.pop(session_id, None)
-
-    runtime.guard = guard  # type: ignore[method-assign]
-
-
-def _resolve(plugin: object) -> object:
-    return importlib.import_module(plugin) if isinstance(plugin, str) else plugin
-
-
-def _module_of(plugin: object) -> str:
-    if isinstance(plugin, types.ModuleType):
-        return plugin.__name__
-    return type(plugin).__module__
-
-
-def _top(module: str) -> str:
-    return module.split(".", 1)[0]
-
-
-def _ref_of(plugin: object, owner: type | None = None) -> str | None:
-    """An import reference ("module" or "module:attr.path") a child process can load."""
-    if isinstance(plugin, str):
-        return plugin
-    if isinstance(plugin, types.ModuleType):
-        return plugin.__name__
-    module = sys.modules.get(type(plugin).__module__)
-    if module is not None:
-        for name, value in vars(module).items():
-            if value is plugin:
-                return f"{module.__name__}:{name}"
-    if owner is not None:
-        for klass in owner.__mro__:
-            for name, value in vars(klass).items():
-                if value is plugin:
-                    return f"{klass.__module__}:{klass.__qualname__}.{name}"
-    return None
-
-
-# -- the suite -----------------------------------------------------------------------------------
+from plugins.testing.logs import LogRecord, captured, matching
 
 
 class ActionKindContract:
@@ -768,19 +445,7 @@ class ActionKindContract:
                 continue
         config = self.invalid_configs[0]
         board = self.board(host)
-        steps = tables.workflow_steps
-        with host.store.transaction() as uow:
-            events = json.loads(
-                uow.conn.execute(
-                    sa.select(steps.c.events).where(steps.c.id == board.target.id)
-                ).scalar_one()
-            )
-            events["on_enter"] = [action(self.kind, config)]
-            uow.conn.execute(
-                sa.update(steps)
-                .where(steps.c.id == board.target.id)
-                .values(events=json.dumps(events))
-            )
+        harness.write_declaration(host, board.target.id, "on_enter", [action(self.kind, config)])
         return config, board
 
     # -- execution --------------------------------------------------------------------------------
@@ -866,20 +531,7 @@ class ActionKindContract:
     def _reopen(self, host: Host, entry_id: str) -> None:
         """Leave the entry as a crash after the effect leaves it: the kind's marker back to
         in_progress under a dead epoch, the entry non-terminal."""
-        markers, entries = tables.step_entry_markers, tables.step_entries
-        with host.store.transaction() as uow:
-            uow.conn.execute(
-                sa.update(markers)
-                .where(
-                    markers.c.entry_id == entry_id,
-                    markers.c.position == 0,
-                    markers.c.kind == self.kind,
-                )
-                .values(state="in_progress", epoch=DEAD_EPOCH, reason=None, cause=None)
-            )
-            uow.conn.execute(
-                sa.update(entries).where(entries.c.id == entry_id).values(terminal=False)
-            )
+        harness.crash_after_effect(host, entry_id, self.kind, position=0)
 
     def _first_arrival(self, host: Host) -> tuple[Board, Task, StepEntry]:
         board = self.board(host)
@@ -899,10 +551,7 @@ class ActionKindContract:
         host = self.open_host()
         board, task, entry = self._first_arrival(host)
         self._reopen(host, entry.id)
-        with host.store.read() as conn:
-            reloaded = ledger.load_entry(conn, entry.id)
-        assert reloaded is not None
-        dispatcher.redispatch(host, host.tasks.get(task.id), board.target, reloaded)
+        harness.replay_entry(host, host.tasks.get(task.id), board.target, entry.id)
         calls = self._recorder.of(task.id)
         assert len(calls) == 2, (
             f"laneway did not re-run the executor on the replay ({len(calls)} calls): "
@@ -967,16 +616,7 @@ class ActionKindContract:
         staged = stage(host, board, "E2")
         self.arrange(host, board, host.tasks.get(staged.task_id))
         self._hosts.close(host)
-        run = run_with_fault(
-            _CRASH_DRIVER,
-            "dispatch.after_effect",
-            args=[
-                self._hosts.url,
-                staged.task_id,
-                "Target",
-                json.dumps(refs),
-            ],
-        )
+        run = crash_in_child(self._hosts.url, staged.task_id, "Target", refs)
         if not run.crashed:
             if run.returncode == 0:
                 broken(
@@ -1223,12 +863,20 @@ class ActionKindContract:
             )
 
 
-def _entry_point(name: str) -> object:
-    from importlib.metadata import entry_points
-
-    from plugins.manager import GROUP
-
-    found = [ep for ep in entry_points(group=GROUP) if ep.name == name]
-    if not found:
-        pytest.skip(f"plugin {name!r} is not installed (no {GROUP!r} entry point)")
-    return found[0].load()
+__all__ = [
+    "CALL_FIELD",
+    "CONTRACTS",
+    "CRASH_DRIVER",
+    "DEAD_EPOCH",
+    "SENTINEL_KIND",
+    "SENTINEL_PLUGIN",
+    "ActionKindContract",
+    "ContractBroken",
+    "ExecutorCall",
+    "InstrumentedPlugin",
+    "Recorder",
+    "Sentinel",
+    "broken",
+    "require",
+    "watch_guards",
+]

@@ -32,16 +32,22 @@ from typing import Any, Final
 
 import attrs
 import pytest
-import sqlalchemy as sa
 
-from core.errors import LanewayError
+from core import harness
 from core.host import Host
-from core.kinds import ConfigError, Features, GuardContext, GuardKind, GuardResult
-from core.model import Task, Workflow
-from core.store import tables
 from plugins import hookimpl
-from plugins.testing.contract import InstrumentedPlugin, Recorder, _resolve
+from plugins.api import (
+    ConfigError,
+    Features,
+    GuardContext,
+    GuardKind,
+    GuardResult,
+    LanewayError,
+    Task,
+    Workflow,
+)
 from plugins.testing.hosts import HostFactory, PluginSpec
+from plugins.testing.instrumented import InstrumentedPlugin, Recorder, _resolve
 from plugins.testing.logs import captured
 
 GUARD_CONTRACTS: Final[Mapping[str, str]] = {
@@ -404,9 +410,4 @@ def _null_logger() -> Any:
 
 def _snapshot(host: Host) -> dict[str, list[tuple[Any, ...]]]:
     """Every row of every table, sorted (the database as the guard found it)."""
-    out: dict[str, list[tuple[Any, ...]]] = {}
-    with host.store.read() as conn:
-        for table in tables.metadata.sorted_tables:
-            rows = conn.execute(sa.select(table)).all()
-            out[table.name] = sorted((tuple(r) for r in rows), key=repr)
-    return out
+    return harness.snapshot(host)

@@ -16,8 +16,7 @@ from pathlib import Path
 import attrs
 
 from core.host import Host
-from core.kinds import Features
-from core.plugin_services import PluginHost
+from plugins.api import Features, PluginHost
 from plugins.manager import PluginSelection
 
 PluginSpec = str | tuple[str, object]

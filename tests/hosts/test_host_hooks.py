@@ -14,7 +14,7 @@ from click.testing import CliRunner
 from core import Features, Host
 from core.cli import build_cli
 from plugins import hookimpl
-from plugins.manager import PluginSelection
+from plugins.manager import PluginError, PluginSelection
 
 
 @attrs.define
@@ -71,9 +71,14 @@ def test_host_started_is_called_once_per_open_after_recovery(db_url: str) -> Non
     assert len(watcher.seen) == 3
 
 
-def test_a_failing_host_started_fails_the_open_and_releases_the_database(db_url: str) -> None:
-    with pytest.raises(RuntimeError, match="refusing to start"):
-        Host.open(db_url, plugins=_selection("failing", FailingStart()))
+def test_a_failing_host_started_fails_a_strict_open_and_releases_the_database(
+    db_url: str,
+) -> None:
+    """Strict mode (issue 12 item 4): the failure is fatal, named; lenient opens skip it
+    (tests/plugins/test_plugin_isolation.py)."""
+    strict = attrs.evolve(_selection("failing", FailingStart()), strict=True)
+    with pytest.raises(PluginError, match="plugin 'failing' failed to start with the host: "):
+        Host.open(db_url, plugins=strict)
     # the lock went with the failed open: the database opens again at once
     with Host.open(db_url, plugins=PluginSelection(allow=frozenset({"kanban"}))) as host:
         assert host.writable

@@ -1,0 +1,1 @@
+"""The store: the database, its tables, units of work and the reads the kernel needs."""
