@@ -347,3 +347,28 @@ def test_ac_i4_plugin_and_registry_errors_are_laneway_errors() -> None:
     """The CLI and the HTTP API print LanewayError's message as one line: no special list."""
     assert issubclass(PluginError, LanewayError)
     assert issubclass(RegistryError, LanewayError)
+
+
+def test_ac_i4_strict_mode_from_the_environment_makes_the_command_line_refuse_in_one_line(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, sqlite_url: str
+) -> None:
+    """``LANEWAY_PLUGINS_STRICT=1``: a command opening the host exits 1 with the plugin named
+    in one line, no traceback; without it the same command works."""
+    from click.testing import CliRunner
+
+    from core.cli.app import build_cli
+
+    _install(tmp_path, monkeypatch, "badkinds3", "badkinds3_mod", RAISING_KINDS)
+    monkeypatch.setenv("LANEWAY_PLUGINS_ALLOW", "kanban,office,badkinds3")
+    cli = build_cli(plugin_commands=False)
+
+    lenient = CliRunner().invoke(cli, ["--db", sqlite_url, "init"], catch_exceptions=False)
+    assert lenient.exit_code == 0, lenient.output
+
+    monkeypatch.setenv("LANEWAY_PLUGINS_STRICT", "1")
+    strict = CliRunner().invoke(cli, ["--db", sqlite_url, "task", "list"])
+    assert strict.exit_code == 1
+    assert "Traceback" not in strict.output
+    assert "plugin 'badkinds3' failed to register its kinds: ValueError: kinds are broken" in (
+        strict.stderr
+    )
