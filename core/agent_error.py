@@ -25,15 +25,13 @@ from typing import TYPE_CHECKING, Any
 
 from loguru import logger
 
-from core.engine import MOVE_KINDS
 from core.errors import NotFound
-from core.model import Task
+from core.model import WORKING_STATES, Task
 from core.runtime.failures import AgentFailure
 
 if TYPE_CHECKING:
     from core.host import Host
 
-WORKING_STATES = frozenset({"STARTING", "RUNNING"})
 EVENT = "agent_error.dispatch"
 
 
@@ -55,8 +53,8 @@ def payload_of(failure: AgentFailure, session_agent_id: str | None) -> dict[str,
 
 def dispatch(host: Host, failure: AgentFailure) -> bool:
     """Dispatch on_agent_error for one terminal failure; True when the engine ran it."""
-    bundle = host.current_bundle()  # read once: engine, registry and store together
-    if bundle is None or bundle.engine is None:
+    bundle = host.current_bundle()  # read once: the engine is built on this bundle's registry
+    if bundle is None:
         return False
     if not failure.session_id:
         return False
@@ -96,7 +94,7 @@ def dispatch(host: Host, failure: AgentFailure) -> bool:
     _walk(host, bundle.registry, task, failure)
     operation_id = failure.operation_id
     try:
-        result = bundle.engine.handle_trigger(
+        result = host.engine_for(bundle).handle_trigger(
             task.id,
             "on_agent_error",
             session_id=failure.session_id,
@@ -149,9 +147,9 @@ def _walk(host: Host, registry: Any, task: Task, failure: AgentFailure) -> None:
     except Exception:  # noqa: BLE001 - advisory only: the dispatch still goes to the engine
         return
     for decl in step.actions("on_agent_error"):
-        if decl.kind in MOVE_KINDS:
-            continue
         registered = registry.kind(decl.kind)
+        if registered is not None and registered.kind.moves:
+            continue
         if registered is None or not registered.executable:
             logger.bind(
                 workflow_id=step.workflow_id,

@@ -1,14 +1,14 @@
-"""The bundle: engine, registry and store, published together by one atomic swap.
+"""The bundle: registry and store, published together by one atomic swap.
 
 Readers call `BundleHolder.current()` once per operation and use that bundle throughout, so a
-dispatch never sees the registry of one build with the engine of another. Publishing replaces
+dispatch never sees the kinds of one build with the feature switches of another; the engine a
+caller uses is built on the registry of the bundle it read (`Host.engine_for`). Publishing replaces
 the reference under a lock; CPython's reference assignment is atomic, so readers take no lock.
 """
 
 from __future__ import annotations
 
 import threading
-from typing import Any
 
 import attrs
 
@@ -18,9 +18,6 @@ from core.store.database import Store
 
 @attrs.frozen
 class Bundle:
-    engine: Any
-    """The trigger engine (`core.engine.Engine`), held by type-erased reference so that
-    modules below the engine can read the bundle without importing it."""
     registry: Registry
     store: Store
     generation: int = 0

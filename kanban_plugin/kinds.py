@@ -171,5 +171,6 @@ KINDS = (
         placement="last",
         description="send the step prompt to the agent",
         agents=lambda _config: (AgentUse("starts", "primary"),),
+        starts_agent=True,
     ),
 )

@@ -151,7 +151,7 @@ def test_ac_c3_the_same_failure_twice_is_absorbed(
     assert dispatch_records(laneway_logs) == []
     assert len(first_walk) == 1
     assert len(walk_warnings(laneway_logs, session.id)) == 1
-    result = world.host.bundle.engine.handle_trigger(
+    result = world.host.engine.handle_trigger(
         task.id, "on_agent_error", session_id=session.id, operation_id=failure.operation_id
     )
     assert result.idempotent is True

@@ -111,7 +111,7 @@ def test_ac_e2_a_step_without_actions_is_a_quiet_marked_no_op(
     laneway_logs.clear()
     world.host.runtime.fail_and_dispatch(failure)
     assert dispatch_records(laneway_logs) == []
-    result = world.host.bundle.engine.handle_trigger(
+    result = world.host.engine.handle_trigger(
         task.id, "on_agent_error", session_id=session.id, operation_id=failure.operation_id
     )
     assert result.idempotent is True
