@@ -20,10 +20,11 @@ from collections.abc import Callable
 import attrs
 
 from core import actions, entry, transition
+from core.entry import Arrival
 from core.errors import LanewayError
 from core.kernel import Kernel
 from core.model import Session, Task
-from core.transition import Arrival, Change, StepChoice
+from core.transition import Change, StepChoice
 
 SessionPreparer = Callable[[Arrival], Session | None]
 """Given a committed arrival, the session its session kinds act on (None: none). It may switch

@@ -24,17 +24,30 @@ from loguru import logger
 from core import faults, ledger
 from core.kernel import HasKernel, Kernel, kernel_of
 from core.kinds import ActionContext, ActionFailed, ConfigError, Outcome
-from core.model import ActionDecl, Session, Step, StepEntry, Task
+from core.model import ActionDecl, Session, Step, StepEntry, Task, Workflow
 from core.registry import RegisteredKind, Registry
 
 if TYPE_CHECKING:
     from core.bundle import Bundle
-    from core.transition import Arrival
 
 HOISTED_PATHS = frozenset({"E1", "E2", "E3", "E5"})
 _HEAD = {"first": 0, "second": 1}
 
 WalkEnd = Literal["completed", "abandoned", "halted", "declaration_changed", "vacated", "no_entry"]
+
+
+@attrs.frozen
+class Arrival:
+    """One committed arrival (the transition commits it, the dispatcher walks it): the task
+    as committed, where it arrived, and by which path."""
+
+    task: Task
+    workflow: Workflow
+    step: Step
+    entry_path: str
+    from_step_id: str | None
+    session_id: str | None
+    entry: StepEntry | None = None
 
 
 def order_actions(

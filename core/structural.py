@@ -19,6 +19,9 @@ from core.model import ActionDecl, Step, Workflow
 
 hookimpl = pluggy.HookimplMarker("laneway")
 
+SWITCH_LABEL = "switch_workflow"
+"""The route an E4 move records in session history (the kind's own name)."""
+
 
 def _not_on_enter(trigger: str) -> bool:
     return trigger != "on_enter"

@@ -22,9 +22,10 @@ import sqlalchemy as sa
 from loguru import logger
 
 from core import faults, ids, ledger
+from core.entry import Arrival  # the value `move` returns, defined beside its consumer
 from core.errors import LanewayError, NotFound
 from core.kernel import HasKernel, Kernel, kernel_of
-from core.model import ACTIVE_SESSION_STATES, Step, StepEntry, Task, Workflow
+from core.model import ACTIVE_SESSION_STATES, Step, Task, Workflow
 from core.registry import Registry
 from core.store import events, rows
 from core.store import tables as t
@@ -38,19 +39,6 @@ TASKS = t.tasks
 
 class EntryAllocationFailed(LanewayError):
     """The entry record could not be written, so the step change was not committed."""
-
-
-@attrs.frozen
-class Arrival:
-    """One committed arrival: the task as committed, where it arrived, and by which path."""
-
-    task: Task
-    workflow: Workflow
-    step: Step
-    entry_path: str
-    from_step_id: str | None
-    session_id: str | None
-    entry: StepEntry | None = None
 
 
 @attrs.frozen

@@ -24,8 +24,8 @@ from core.model import Session
 from core.runtime.runtime import profile_session
 
 if TYPE_CHECKING:
+    from core.entry import Arrival
     from core.host import Host
-    from core.transition import Arrival
 
 
 def prepare_session(host: Host, arrival: Arrival) -> Session | None:

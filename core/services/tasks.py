@@ -9,6 +9,7 @@ from core.model import Step, Task, Workflow
 from core.services.base import Service
 from core.store import events, rows
 from core.store import tables as t
+from core.structural import SWITCH_LABEL
 from core.text import require_text
 
 TASKS = t.tasks
@@ -148,7 +149,7 @@ class TaskService(Service):
         try:
             self.enter_workflow(task.id, workflow=workflow, step=step)
         except LanewayError as exc:
-            raise LanewayError(f"switch_workflow: {exc}") from None
+            raise LanewayError(f"{SWITCH_LABEL}: {exc}") from None
         return self.get(task.id)
 
     def enter_workflow(self, task_id: str, *, workflow: str, step: str | None = None) -> None:
@@ -159,7 +160,7 @@ class TaskService(Service):
         target = self.host.workflows.step(wf, step) if step else wf.start_step
         if target is None:
             raise LanewayError(f"workflow {wf.name!r} has no steps")
-        arrival.move(self.host.arrivals, task_id, target.id, path="E4", label="switch_workflow")
+        arrival.move(self.host.arrivals, task_id, target.id, path="E4", label=SWITCH_LABEL)
 
     def restore_step(self, ref: str, step_id: str) -> Task:
         """Undo history: put the task back at a step without running any entry work."""
