@@ -94,7 +94,7 @@ class SessionService(Service):
         values: dict[str, Any] = {"state": state, "updated_at": stamp}
         if error is not None:
             values["error_message"] = error
-        if state in ("COMPLETED", "FAILED", "CANCELLED"):
+        if state not in ACTIVE_SESSION_STATES:  # it ended
             values["completed_at"] = stamp
         with self.host.store.transaction() as uow:
             task_id = uow.conn.execute(
