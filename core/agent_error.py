@@ -53,8 +53,8 @@ def payload_of(failure: AgentFailure, session_agent_id: str | None) -> dict[str,
 
 def dispatch(host: Host, failure: AgentFailure) -> bool:
     """Dispatch on_agent_error for one terminal failure; True when the engine ran it."""
-    bundle = host.current_bundle()  # read once: the engine is built on this bundle's registry
-    if bundle is None:
+    bundle = host.current_bundle()  # read once: engine, registry and store together
+    if bundle is None or bundle.engine is None:
         return False
     if not failure.session_id:
         return False
@@ -94,7 +94,7 @@ def dispatch(host: Host, failure: AgentFailure) -> bool:
     _walk(host, bundle.registry, task, failure)
     operation_id = failure.operation_id
     try:
-        result = host.engine_for(bundle).handle_trigger(
+        result = bundle.engine.handle_trigger(
             task.id,
             "on_agent_error",
             session_id=failure.session_id,

@@ -16,19 +16,16 @@ snapshot whose digest the ledger recorded); the declaration is never re-read mid
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Any, Literal
 
 import attrs
 from loguru import logger
 
 from core import faults, ledger
-from core.kernel import HasKernel, Kernel, kernel_of
+from core.kernel import HasKernel, Kernel, Published, kernel_of
 from core.kinds import ActionContext, ActionFailed, ConfigError, Outcome
 from core.model import ActionDecl, Session, Step, StepEntry, Task, Workflow
 from core.registry import RegisteredKind, Registry
-
-if TYPE_CHECKING:
-    from core.bundle import Bundle
 
 HOISTED_PATHS = frozenset({"E1", "E2", "E3", "E5"})
 _HEAD = {"first": 0, "second": 1}
@@ -75,7 +72,7 @@ class Walk:
     """One walk over an entry's declaration: everything it reads once."""
 
     kernel: Kernel
-    bundle: Bundle
+    bundle: Published
     task: Task
     step: Step
     actions: tuple[ActionDecl, ...]

@@ -234,20 +234,16 @@ class Host:
 
     @property
     def engine(self) -> Engine:
-        """The trigger engine on the bundle in force now."""
-        return self.engine_for(self.bundle)
-
-    def engine_for(self, bundle: Bundle) -> Engine:
-        """The trigger engine on `bundle`'s registry (a caller that read the bundle once keeps
-        engine and registry of one publication)."""
-        return Engine(self.arrivals, bundle.registry, self.operations)
+        """The trigger engine of the bundle in force now (`bundle.engine`)."""
+        return self.bundle.engine
 
     def _build_bundle(self) -> Bundle:
         from core import structural
 
         loaded = load_plugins(self.selection, builtins=[("core", structural)])
         registry = build_registry(loaded, self.features)
-        return Bundle(registry=registry, store=self.store)
+        engine = Engine(self.arrivals, registry, self.operations)
+        return Bundle(engine=engine, registry=registry, store=self.store)
 
     def set_features(self, **changes: bool) -> Bundle:
         """Switch the board's features (e.g. ``office=False``): stored in the database, so

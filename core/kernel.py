@@ -15,9 +15,23 @@ from typing import Protocol
 
 import attrs
 
-from core.bundle import Bundle
+from core.registry import Registry
 from core.store.database import Store
 from core.store.repository import Repository
+
+
+class Published(Protocol):
+    """What the kernel sees of the bundle in force (`core.bundle.Bundle`): its registry and
+    store. The engine the bundle also carries sits above the kernel and is not seen here."""
+
+    @property
+    def registry(self) -> Registry: ...
+
+    @property
+    def store(self) -> Store: ...
+
+    @property
+    def generation(self) -> int: ...
 
 
 @attrs.frozen
@@ -27,7 +41,7 @@ class Kernel:
     """The epoch as last checked (None for a read-only host)."""
     live_epoch: Callable[[], str]
     """The epoch to claim under: checks the liveness lock, fencing onto a new epoch if lost."""
-    bundle: Callable[[], Bundle]
+    bundle: Callable[[], Published]
     """The bundle in force now: read it once per operation and keep using that one."""
     read: Repository
     services: object = None

@@ -61,7 +61,7 @@ def laneway_agent_failed(host: Any, failure: AgentFailure) -> None:
     run = host.runs.get(failure.run_id)
     if run is None or run.status != "claimed" or run.task_id != task.id:
         return
-    result = host.engine_for(bundle).handle_trigger(
+    result = bundle.engine.handle_trigger(
         task.id,
         "on_agent_error",
         session_id=failure.session_id,

@@ -1,7 +1,6 @@
-"""The bundle (registry, store; the engine is built on its registry) is published by one
-atomic swap: a reader that reads `host.bundle` once never sees the engine of one build with
-the registry of another, nor a registry whose feature switches disagree with its own plugin
-list and kinds."""
+"""The bundle (engine, registry, store) is published by one atomic swap: a reader that reads
+`host.bundle` once never sees the engine of one build with the registry of another, nor a
+registry whose feature switches disagree with its own plugin list and kinds."""
 
 from __future__ import annotations
 
@@ -24,7 +23,7 @@ def _inconsistencies(bundle: Bundle, host: Host) -> list[str]:
     registry: Registry = bundle.registry
     office_on = registry.features.office
     problems = []
-    if host.engine_for(bundle).registry is not registry:
+    if bundle.engine.registry is not registry:
         problems.append("engine holds another build's registry")
     if bundle.store is not host.store:
         problems.append("bundle holds another store")
@@ -111,14 +110,13 @@ def test_generations_strictly_increase_and_the_old_bundle_is_untouched(sqlite_ho
     assert after_off.registry.features.office is False
     assert "clear_decisions" not in after_block.registry.kinds
     assert before.registry is not after_off.registry is not after_block.registry
-    assert sqlite_host.engine_for(before).registry is before.registry
-    assert sqlite_host.engine_for(after_off).registry is after_off.registry
+    assert before.engine is not after_off.engine
 
 
 def test_holder_numbers_generations_itself() -> None:
     """A bundle handed to `publish` with any generation gets the holder's next number."""
-    holder = BundleHolder(Bundle(registry=None, store=None))  # type: ignore[arg-type]
-    stale = Bundle(registry=None, store=None, generation=7)  # type: ignore[arg-type]
+    holder = BundleHolder(Bundle(engine=None, registry=None, store=None))  # type: ignore[arg-type]
+    stale = Bundle(engine=None, registry=None, store=None, generation=7)  # type: ignore[arg-type]
 
     first = holder.publish(stale)
     second = holder.publish(stale)

@@ -111,7 +111,7 @@ def test_ac_e2_a_step_without_actions_is_a_quiet_marked_no_op(
     laneway_logs.clear()
     world.host.runtime.fail_and_dispatch(failure)
     assert dispatch_records(laneway_logs) == []
-    result = world.host.engine.handle_trigger(
+    result = world.host.bundle.engine.handle_trigger(
         task.id, "on_agent_error", session_id=session.id, operation_id=failure.operation_id
     )
     assert result.idempotent is True
@@ -523,7 +523,7 @@ def test_ac_e14_walk_and_engine_load_both_fail_gives_one_error(
 
     with (
         patched(world.host.workflows, "step_by_id", _not_found),
-        patched(world.host.workflows, "by_id", _not_found),
+        patched(world.host.repository, "workflow", _not_found),  # the engine's load
     ):
         dispatch()
 
