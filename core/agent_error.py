@@ -25,15 +25,13 @@ from typing import TYPE_CHECKING, Any
 
 from loguru import logger
 
-from core.engine import MOVE_KINDS
 from core.errors import NotFound
-from core.model import Task
+from core.model import WORKING_STATES, Task
 from core.runtime.failures import AgentFailure
 
 if TYPE_CHECKING:
     from core.host import Host
 
-WORKING_STATES = frozenset({"STARTING", "RUNNING"})
 EVENT = "agent_error.dispatch"
 
 
@@ -149,9 +147,9 @@ def _walk(host: Host, registry: Any, task: Task, failure: AgentFailure) -> None:
     except Exception:  # noqa: BLE001 - advisory only: the dispatch still goes to the engine
         return
     for decl in step.actions("on_agent_error"):
-        if decl.kind in MOVE_KINDS:
-            continue
         registered = registry.kind(decl.kind)
+        if registered is not None and registered.kind.moves:
+            continue
         if registered is None or not registered.executable:
             logger.bind(
                 workflow_id=step.workflow_id,

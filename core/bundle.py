@@ -1,26 +1,27 @@
 """The bundle: engine, registry and store, published together by one atomic swap.
 
 Readers call `BundleHolder.current()` once per operation and use that bundle throughout, so a
-dispatch never sees the registry of one build with the engine of another. Publishing replaces
-the reference under a lock; CPython's reference assignment is atomic, so readers take no lock.
+dispatch never sees the registry of one build with the engine of another. The layers below the
+engine (the kernel's) see a bundle only as `core.kernel.Published`: its registry and store.
+Publishing replaces the reference under a lock; CPython's reference assignment is atomic, so
+readers take no lock.
 """
 
 from __future__ import annotations
 
 import threading
-from typing import Any
 
 import attrs
 
+from core.engine import Engine
 from core.registry import Registry
 from core.store.database import Store
 
 
 @attrs.frozen
 class Bundle:
-    engine: Any
-    """The trigger engine (`core.engine.Engine`), held by type-erased reference so that
-    modules below the engine can read the bundle without importing it."""
+    engine: Engine
+    """The trigger engine built on this bundle's registry."""
     registry: Registry
     store: Store
     generation: int = 0

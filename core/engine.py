@@ -1,5 +1,6 @@
 """Trigger evaluation: compile a step's actions for a trigger, check guards, pick the first
-eligible transition, run the other actions, and hand the move to `core.transition`.
+eligible transition, run the other actions (`core.actions`), and hand the move to the arrival
+layer (`core.arrival.move`: the transition's commit, then what follows it).
 
 Rules (the reference system's, kept): actions are walked in declared order; a move is eligible
 only while no target is chosen and it is not `requires_approval`; its guards are checked
@@ -18,21 +19,20 @@ raised, and logged once by whoever refused it.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import attrs
-from loguru import logger
 
-from core import transition
+from core import actions, arrival, structural, transition
+from core.actions import aborted as _aborted
+from core.actions import bound as _bound
+from core.arrival import Arrivals
 from core.errors import LanewayError
-from core.kinds import ActionContext, ActionFailed, ConfigError, GuardContext, Outcome
+from core.kinds import GuardContext
 from core.model import ActionDecl, Step, Task, Workflow
+from core.operations import Operations
 from core.registry import Registry
 
-if TYPE_CHECKING:
-    from core.host import Host
-
-MOVE_KINDS = frozenset({"move_to_next", "move_to_previous", "move_to_step"})
 MOVE_CONFIG_KEYS = frozenset({"step_id", "step_position", "requires_approval", "if"})
 TRIGGER_LABELS = {"on_turn_complete": "auto_complete", "on_turn_start": "on_turn_start"}
 
@@ -80,10 +80,21 @@ def guards_of(decl: ActionDecl) -> dict[str, Any]:
     return found
 
 
+def is_move(registry: Registry, decl: ActionDecl) -> bool:
+    """Whether the declared action is a move (its kind says so: `ActionKind.moves`)."""
+    registered = registry.kind(decl.kind)
+    return registered is not None and registered.kind.moves
+
+
 class Engine:
-    def __init__(self, host: Host, registry: Registry) -> None:
-        self.host = host
+    """Trigger evaluation over one registry (a bundle's): cheap to build, so each caller builds
+    one from the bundle it read."""
+
+    def __init__(self, arrivals: Arrivals, registry: Registry, operations: Operations) -> None:
+        self.arrivals = arrivals
+        self.kernel = arrivals.kernel
         self.registry = registry
+        self.operations = operations
 
     # -- public entry points ------------------------------------------------------------------
 
@@ -112,7 +123,7 @@ class Engine:
         """
         if trigger == "on_enter":
             raise ValueError("on_enter is dispatched by core.entry, not by handle_trigger")
-        operations = self.host.operations
+        operations = self.operations
         if operation_id is not None and not operations.claim(operation_id):
             return TriggerResult(idempotent=True)
         try:
@@ -134,8 +145,8 @@ class Engine:
         if target is None or step is None or task is None or target.id == step.id:
             return TriggerResult(action_count=count, refusals=refusals)
         try:
-            change = transition.move(
-                self.host,
+            change = arrival.move(
+                self.arrivals,
                 task.id,
                 target.id,
                 path="E1",
@@ -172,10 +183,10 @@ class Engine:
     ) -> _Evaluated:
         """Guards and non-move actions; `result` is set when the evaluation ends there."""
         if task is None:
-            task = self.host.tasks.get(task_id)
+            task = self.kernel.read.task(task_id)
         if task.workflow_id is None or task.workflow_step_id is None:
             return _Evaluated(TriggerResult())
-        workflow = self.host.workflows.by_id(task.workflow_id)
+        workflow = self.kernel.read.workflow(task.workflow_id)
         step = workflow.step(task.workflow_step_id)
         if step is None:
             return _Evaluated(TriggerResult())
@@ -185,7 +196,7 @@ class Engine:
         warned: set[str] = set()
         refusals: list[tuple[str, str]] = []
         for decl in actions:
-            if decl.kind in MOVE_KINDS:
+            if is_move(self.registry, decl):
                 if target is None and self._eligible(
                     decl, task, step, trigger, log, warned, refusals
                 ):
@@ -221,19 +232,19 @@ class Engine:
         The first satisfied one is applied by compare-and-set on the task's step: a task that
         has already moved on is not moved again. Non-move actions are never re-run.
         """
-        task = self.host.tasks.get(task_id)
-        workflow, step = self.host.workflows.step_by_id(step_id)
+        task = self.kernel.read.task(task_id)
+        workflow, step = self.kernel.read.step(step_id)
         log = _bound(task, step, "on_turn_complete")
         warned: set[str] = set()
         refusals: list[tuple[str, str]] = []
         for decl in step.actions("on_turn_complete"):
-            if decl.kind not in MOVE_KINDS or not guards_of(decl):
+            if not is_move(self.registry, decl) or not guards_of(decl):
                 continue
             if not self._eligible(decl, task, step, "on_turn_complete", log, warned, refusals):
                 continue
             target = self._resolve_target(workflow, step, decl)
-            change = transition.move(
-                self.host,
+            change = arrival.move(
+                self.arrivals,
                 task.id,
                 target.id,
                 path="E1",
@@ -251,30 +262,14 @@ class Engine:
 
     def run_exit(self, task: Task, step_id: str) -> None:
         """The on_exit actions of the step a task left; moves there are ignored."""
-        if task.workflow_id is None:
-            return
-        try:
-            workflow = self.host.workflows.by_id(task.workflow_id)
-        except LanewayError:
-            return
-        step = workflow.step(step_id)
-        if step is None:
-            return
-        log = _bound(task, step, "on_exit")
-        for decl in step.actions("on_exit"):
-            if decl.kind in MOVE_KINDS:
-                continue
-            cause = self._run(decl, task, step, "on_exit", log, None, None, None)
-            if cause is not None:
-                _aborted(log, decl, cause)
-                return
+        actions.run_exit(self.kernel, self.registry, task, step_id)
 
     def run_action(self, task_id: str, kind: str, config: Mapping[str, Any]) -> None:
         """Execute one action outside any declaration (the operator's switch-workflow)."""
-        task = self.host.tasks.get(task_id)
+        task = self.kernel.read.task(task_id)
         if task.workflow_id is None or task.workflow_step_id is None:
             raise LanewayError(f"task {task.id} is not in a workflow")
-        workflow = self.host.workflows.by_id(task.workflow_id)
+        workflow = self.kernel.read.workflow(task.workflow_id)
         step = workflow.step(task.workflow_step_id)
         assert step is not None
         registered = self.registry.kind(kind)
@@ -316,7 +311,7 @@ class Engine:
                 if refusals is not None:
                     refusals.append((name, why))
                 return False
-            ctx = GuardContext(task, step, trigger, self.host, log)
+            ctx = GuardContext(task, step, trigger, self.kernel.services, log)
             result = registered.guard.evaluate(ctx, registered.guard.validate(config))
             if not result.satisfied:
                 log.bind(guard=name, reason=result.reason, position=decl.position).debug(
@@ -330,59 +325,14 @@ class Engine:
     def _reason_text(self, decl: ActionDecl, step: Step, result: Any) -> str:
         try:
             target = self._resolve_target(
-                self.host.workflows.by_id(step.workflow_id), step, decl
+                self.kernel.read.workflow(step.workflow_id), step, decl
             ).name
         except LanewayError:
             target = ""
         return _reason_text(decl, target, result)
 
     def _resolve_target(self, workflow: Workflow, step: Step, decl: ActionDecl) -> Step:
-        ordered = sorted(workflow.steps, key=lambda s: s.position)
-        index = next(i for i, s in enumerate(ordered) if s.id == step.id)
-        if decl.kind == "move_to_next":
-            if index + 1 >= len(ordered):
-                raise LanewayError(f"step {step.name!r} is the last step: no next step")
-            return ordered[index + 1]
-        if decl.kind == "move_to_previous":
-            if index == 0:
-                raise LanewayError(f"step {step.name!r} is the first step: no previous step")
-            return ordered[index - 1]
-        ref = str(decl.config.get("step_id", ""))
-        target = workflow.step(ref)
-        if target is None:
-            raise LanewayError(f"step {step.name!r}: move_to_step names unknown step {ref!r}")
-        return target
-
-    def _context(
-        self,
-        task: Task,
-        step: Step,
-        trigger: str,
-        decl: ActionDecl,
-        log: Any,
-        operation_id: str | None,
-        payload: Mapping[str, Any] | None,
-        session_id: str | None,
-        uow: Any = None,
-    ) -> ActionContext:
-        # The trigger's own session (the one that failed, the one whose turn ended), else the
-        # task's live one.
-        session = (
-            self.host.sessions.get(session_id) if session_id else self.host.sessions.live(task.id)
-        )
-        return ActionContext(
-            task=task,
-            step=step,
-            trigger=trigger,
-            position=decl.position,
-            session=session,
-            uow=uow,
-            services=self.host,
-            logger=log.bind(action_type=decl.kind, position=decl.position),
-            operation_id=operation_id,
-            epoch=self.host.epoch,
-            payload=payload,
-        )
+        return structural.resolve_target(workflow, step, decl)
 
     def _run(
         self,
@@ -397,44 +347,19 @@ class Engine:
         *,
         warn_unexecutable: bool = True,
     ) -> str | None:
-        """Run one non-move action; a returned cause means it failed (the caller reports it).
-
-        :param warn_unexecutable: False when the caller already warned about a kind that
-            reaches no executor (it is still skipped)."""
-        registered = self.registry.kind(decl.kind)
-        action_log = log.bind(action_type=decl.kind, position=decl.position)
-        if registered is None:
-            if warn_unexecutable:
-                action_log.warning("action kind has no provider; skipped")
-            return None
-        if not registered.kind.trigger_ok(trigger):
-            action_log.warning("action kind cannot run on this trigger; skipped")
-            return None
-        kind = registered.kind
-        if not registered.executable or kind.execute is None:
-            if warn_unexecutable:
-                action_log.bind(feature=kind.feature).warning(
-                    "action kind has no executor (feature off); skipped"
-                )
-            return None
-        args = (task, step, trigger, decl, log, operation_id, payload, session_id)
-        try:
-            value = kind.validate(decl.config)
-            if kind.transactional:
-                # effect and nothing else in one unit of work; a failure undoes it
-                with self.host.store.transaction() as uow:
-                    outcome = kind.execute(self._context(*args, uow=uow), value)
-                    if outcome is not None and outcome.state == "failed":
-                        raise ActionFailed(outcome.cause or "failed")
-            else:
-                outcome = kind.execute(self._context(*args), value)
-        except (ActionFailed, ConfigError) as exc:
-            outcome = Outcome.failed(getattr(exc, "cause", str(exc)))
-        except Exception as exc:  # noqa: BLE001 - a plugin's bug aborts this trigger only
-            outcome = Outcome.failed(f"{type(exc).__name__}: {exc}")
-        if outcome is not None and outcome.state == "failed":
-            return outcome.cause or "failed"
-        return None
+        return actions.run(
+            self.kernel,
+            self.registry,
+            decl,
+            task,
+            step,
+            trigger,
+            log,
+            operation_id,
+            payload,
+            session_id,
+            warn_unexecutable=warn_unexecutable,
+        )
 
 
 @attrs.frozen
@@ -454,19 +379,3 @@ def _reason_text(decl: ActionDecl, target: str, result: Any) -> str:
     if result.detail:
         text += " (" + ", ".join(f"{k}={v}" for k, v in result.detail.items()) + ")"
     return text
-
-
-def _aborted(log: Any, decl: ActionDecl, cause: str) -> None:
-    log.bind(action_type=decl.kind, position=decl.position, cause=cause).error(
-        "action failed; trigger aborted"
-    )
-
-
-def _bound(task: Task, step: Step, trigger: str) -> Any:
-    return logger.bind(
-        task_id=task.id,
-        step_id=step.id,
-        workflow_id=step.workflow_id,
-        step_name=step.name,
-        trigger=trigger,
-    )

@@ -16,25 +16,35 @@ snapshot whose digest the ledger recorded); the declaration is never re-read mid
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Any, Literal
 
 import attrs
 from loguru import logger
 
 from core import faults, ledger
+from core.kernel import HasKernel, Kernel, Published, kernel_of
 from core.kinds import ActionContext, ActionFailed, ConfigError, Outcome
-from core.model import ActionDecl, Session, Step, StepEntry, Task
+from core.model import ActionDecl, Session, Step, StepEntry, Task, Workflow
 from core.registry import RegisteredKind, Registry
-
-if TYPE_CHECKING:
-    from core.bundle import Bundle
-    from core.host import Host
-    from core.transition import Arrival
 
 HOISTED_PATHS = frozenset({"E1", "E2", "E3", "E5"})
 _HEAD = {"first": 0, "second": 1}
 
 WalkEnd = Literal["completed", "abandoned", "halted", "declaration_changed", "vacated", "no_entry"]
+
+
+@attrs.frozen
+class Arrival:
+    """One committed arrival (the transition commits it, the dispatcher walks it): the task
+    as committed, where it arrived, and by which path."""
+
+    task: Task
+    workflow: Workflow
+    step: Step
+    entry_path: str
+    from_step_id: str | None
+    session_id: str | None
+    entry: StepEntry | None = None
 
 
 def order_actions(
@@ -61,8 +71,8 @@ def order_actions(
 class Walk:
     """One walk over an entry's declaration: everything it reads once."""
 
-    host: Host
-    bundle: Bundle
+    kernel: Kernel
+    bundle: Published
     task: Task
     step: Step
     actions: tuple[ActionDecl, ...]
@@ -74,24 +84,28 @@ class Walk:
     """The session the arrival's session kinds act on (None: no session, or recovering)."""
 
 
-def dispatch(host: Host, arrival: Arrival) -> WalkEnd:
+def dispatch(
+    kernel: Kernel | HasKernel, arrival: Arrival, session: Session | None = None
+) -> WalkEnd:
     """Execute a fresh arrival's entry sequence: after its step change committed, before the
-    committing caller returns."""
-    from core.runtime.arrival import prepare_session
-
-    session = prepare_session(host, arrival)
-    walk = _walk_for(host, arrival.task, arrival.step, arrival.entry, arrival.entry_path, session)
+    committing caller returns. `session` is the one its session kinds act on, prepared by the
+    arrival layer (`core.arrival`)."""
+    walk = _walk_for(
+        kernel_of(kernel), arrival.task, arrival.step, arrival.entry, arrival.entry_path, session
+    )
     walk.log.bind(event="arrival", from_step_id=arrival.from_step_id).info("arrival")
     return run(walk)
 
 
-def redispatch(host: Host, task: Task, step: Step, entry: StepEntry) -> WalkEnd:
+def redispatch(kernel: Kernel | HasKernel, task: Task, step: Step, entry: StepEntry) -> WalkEnd:
     """Resume an entry left non-terminal (recovery): durable positions only."""
-    return run(_walk_for(host, task, step, entry, entry.entry_path, None, recovering=True))
+    return run(
+        _walk_for(kernel_of(kernel), task, step, entry, entry.entry_path, None, recovering=True)
+    )
 
 
 def _walk_for(
-    host: Host,
+    kernel: Kernel,
     task: Task,
     step: Step,
     entry: StepEntry | None,
@@ -110,8 +124,8 @@ def _walk_for(
         entry_seq=entry.entry_seq if entry else None,
     )
     return Walk(
-        host,
-        host.bundle,
+        kernel,
+        kernel.bundle(),
         task,
         step,
         step.actions("on_enter"),
@@ -125,7 +139,7 @@ def _walk_for(
 
 def run(walk: Walk) -> WalkEnd:
     registry = walk.bundle.registry
-    store = walk.host.store
+    store = walk.kernel.store
     markers: dict[tuple[int, str], Any] = {}
     if walk.entry is not None:
         digest = ledger.declaration_digest(walk.actions)
@@ -138,7 +152,7 @@ def run(walk: Walk) -> WalkEnd:
                         walk.entry.id,
                         walk.actions,
                         "declaration_changed",
-                        epoch=walk.host.live_epoch(),
+                        epoch=walk.kernel.live_epoch(),
                     )
             except ledger.ClaimLost:
                 return "abandoned"
@@ -214,12 +228,12 @@ def _context(
         trigger="on_enter",
         position=decl.position,
         session=session,
-        services=walk.host,
+        services=walk.kernel.services,
         logger=log,
         entry_id=entry.id if entry else None,
         entry_seq=entry.entry_seq if entry else None,
         entry_path=walk.path,
-        epoch=epoch or walk.host.epoch,
+        epoch=epoch or walk.kernel.epoch(),
         uow=uow,
     )
 
@@ -271,8 +285,8 @@ def _execute(execute: Any, ctx: ActionContext, value: Any) -> Outcome | None:
 def _skip_position(walk: Walk, decl: ActionDecl, reason: str, last: bool) -> bool:
     """Claim and mark skipped(reason) in one transaction; False if already terminal."""
     assert walk.entry is not None
-    with walk.host.store.transaction() as uow:
-        epoch = walk.host.live_epoch()
+    with walk.kernel.store.transaction() as uow:
+        epoch = walk.kernel.live_epoch()
         if not ledger.skip_position(
             uow, walk.entry.id, decl.position, decl.kind, reason, epoch=epoch
         ):
@@ -337,9 +351,9 @@ def _durable_action(
         log.bind(cause=str(exc), field=exc.field).error("malformed action config; skipped")
         return Outcome.skipped("malformed")
 
-    store = walk.host.store
+    store = walk.kernel.store
     faults.reach("dispatch.before_claim")
-    epoch = walk.host.live_epoch()
+    epoch = walk.kernel.live_epoch()
     if kind.transactional:
         # Claim, effect and done-marker commit together: an in_progress marker found later
         # proves the effect never committed, so re-running it is safe.

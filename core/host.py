@@ -27,14 +27,18 @@ from loguru import logger
 from sqlalchemy.engine import Connection
 
 from core import board
+from core.arrival import Arrivals
 from core.bundle import Bundle, BundleHolder
+from core.engine import Engine
 from core.errors import DatabaseUnusable, LanewayError, NotInitialised
+from core.kernel import Kernel
 from core.kinds import Features
 from core.operations import Operations
 from core.registry import Registry, build_registry
 from core.store import dialect, migrate
 from core.store.database import Store
 from core.store.liveness import EpochKeeper, schema_lock
+from core.store.repository import Repository
 from plugins.manager import KEEP, Keep, PluginSelection, load_plugins
 
 DEFAULT_URL = "sqlite:///laneway.db"
@@ -80,6 +84,20 @@ class Host:
         self.recovery_report: Any = None
         self.operations = Operations(store, lambda: self.epoch, self.epoch_is_dead)
         """Durable on_agent_error operation ids; `operations.retention_s` is the window."""
+        self.repository = Repository(store)
+        self.kernel = Kernel(
+            store=store,
+            epoch=lambda: self.epoch,
+            live_epoch=self.live_epoch,
+            bundle=lambda: self.bundle,
+            read=self.repository,
+            services=self,
+        )
+        """What the layers below the services get: never the host itself."""
+        from core.runtime.arrival import prepare_session
+
+        self.arrivals = Arrivals(self.kernel, lambda arrival: prepare_session(self, arrival))
+        """The arrival layer, with the runtime's preparation of an arrival's session."""
         self.workspace = WorkspaceService(self)
         self.profiles = ProfileService(self)
         self.workflows = WorkflowService(self)
@@ -214,13 +232,18 @@ class Host:
     def registry(self) -> Registry:
         return self.bundle.registry
 
+    @property
+    def engine(self) -> Engine:
+        """The trigger engine of the bundle in force now (`bundle.engine`)."""
+        return self.bundle.engine
+
     def _build_bundle(self) -> Bundle:
         from core import structural
-        from core.engine import Engine
 
         loaded = load_plugins(self.selection, builtins=[("core", structural)])
         registry = build_registry(loaded, self.features)
-        return Bundle(engine=Engine(self, registry), registry=registry, store=self.store)
+        engine = Engine(self.arrivals, registry, self.operations)
+        return Bundle(engine=engine, registry=registry, store=self.store)
 
     def set_features(self, **changes: bool) -> Bundle:
         """Switch the board's features (e.g. ``office=False``): stored in the database, so

@@ -176,6 +176,10 @@ class ActionKind:
     :param trigger_ok: whether the kind may be declared on a trigger (on_enter excludes moves).
     :param agents: ``(validated config) -> AgentUse...``: the agents an action of this kind
         can start or seat. Kinds that start no agent leave it None.
+    :param starts_agent: declared on an entry, the kind starts the step's agent itself, so an
+        arrival that switches the task to the step's agent does not start it a second time.
+    :param moves: the kind is a move the engine chooses (a structural kind whose target is
+        resolved, never executed as an action).
     """
 
     name: str
@@ -192,6 +196,8 @@ class ActionKind:
     trigger_ok: Callable[[str], bool] = attrs.field(default=lambda trigger: True)
     description: str = ""
     agents: Callable[[Any], Iterable[AgentUse]] | None = None
+    starts_agent: bool = False
+    moves: bool = False
 
 
 @attrs.frozen

@@ -24,7 +24,6 @@ skipped (no_executor, unrecognised, malformed) counts once too, beside `redispat
 from __future__ import annotations
 
 from collections import Counter
-from typing import TYPE_CHECKING
 
 import attrs
 import sqlalchemy as sa
@@ -32,13 +31,11 @@ from loguru import logger
 
 from core import entry, ledger
 from core.errors import LanewayError
+from core.kernel import HasKernel, Kernel, kernel_of
 from core.model import Marker, Step, StepEntry, Task
 from core.store import rows
 from core.store import tables as t
 from core.store.database import UnitOfWork
-
-if TYPE_CHECKING:
-    from core.host import Host
 
 E = t.step_entries
 
@@ -76,7 +73,8 @@ def pending_query() -> sa.Select[tuple[object, ...]]:
     )
 
 
-def scan(host: Host) -> RecoveryReport:
+def scan(source: Kernel | HasKernel) -> RecoveryReport:
+    host = kernel_of(source)  # the kernel; named as the bodies were written
     try:
         with host.store.read() as conn:
             found = [
@@ -114,8 +112,8 @@ def scan(host: Host) -> RecoveryReport:
     return report
 
 
-def _recover_one(host: Host, record: StepEntry, newest: int, skipped: Counter[str]) -> str | None:
-    registry = host.bundle.registry
+def _recover_one(host: Kernel, record: StepEntry, newest: int, skipped: Counter[str]) -> str | None:
+    registry = host.bundle().registry
     log = logger.bind(task_id=record.task_id, step_id=record.step_id, entry_seq=record.entry_seq)
     resolved = _resolve(host, record)
     if resolved is None:
@@ -162,7 +160,7 @@ def _recover_one(host: Host, record: StepEntry, newest: int, skipped: Counter[st
 
 
 def _count_position_skips(
-    host: Host, entry_id: str, before: dict[tuple[int, str], Marker], skipped: Counter[str]
+    host: Kernel, entry_id: str, before: dict[tuple[int, str], Marker], skipped: Counter[str]
 ) -> None:
     """Positions this re-dispatch marked skipped (they were open before it), by reason."""
     with host.store.read() as conn:
@@ -173,10 +171,10 @@ def _count_position_skips(
             skipped[marker.reason or "unknown"] += 1
 
 
-def _resolve(host: Host, record: StepEntry) -> tuple[Task, Step] | None:
+def _resolve(host: Kernel, record: StepEntry) -> tuple[Task, Step] | None:
     try:
-        task = host.tasks.get(record.task_id)
-        _workflow, step = host.workflows.step_by_id(record.step_id)
+        task = host.read.task(record.task_id)
+        _workflow, step = host.read.step(record.step_id)
     except (LanewayError, ValueError, TypeError, KeyError):
         # gone, or a stored declaration that no longer decodes: either way nothing can run
         return None

@@ -1,57 +1,44 @@
 """The transition transaction: the only code that changes a task's step.
 
 Every route (engine transition E1, manual move E2, WIP promotion E3, switch_workflow E4,
-generic update and task start E5) calls `move`. In ONE transaction it writes the step fields
+generic update and task start E5) reaches `move`. In ONE transaction it writes the step fields
 (admitting the task, or storing it queued when the step is full), records session history,
-and lets the ledger allocate the entry record. After the commit, and before returning, it runs
-the source step's on_exit, hands the arrival to the entry dispatcher, then promotes queued
-tasks into the step it vacated (each promotion an E3 arrival of its own).
+and lets the ledger allocate the entry record; then it returns what changed. What follows a
+commit (the source step's on_exit, the arrival's session and entry sequence, promotion into
+the vacated step) is the arrival layer's (`core.arrival`), above this module.
 
 Not arrivals, by definition: re-issuing a move to the step the task stands on, a queued
-placement, creating a task into a step, detaching a task from its workflow, and restoring a
-step from history (`restore_step`).
+placement, creating a task into a step (`core.wip.place_new_task`), detaching a task from its
+workflow, and restoring a step from history (`restore_step`).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import attrs
 import sqlalchemy as sa
 from loguru import logger
 
-from core import faults, ids
-from core.errors import Conflict, LanewayError
-from core.model import ACTIVE_SESSION_STATES, Step, StepEntry, Task, Workflow
+from core import faults, ids, ledger
+from core.entry import Arrival  # the value `move` returns, defined beside its consumer
+from core.errors import LanewayError, NotFound
+from core.kernel import HasKernel, Kernel, kernel_of
+from core.model import ACTIVE_SESSION_STATES, Step, Task, Workflow
+from core.registry import Registry
 from core.store import events, rows
 from core.store import tables as t
 from core.store.database import UnitOfWork
 from core.store.prepared import fixed_in, insert_of
-
-if TYPE_CHECKING:
-    from core.host import Host
+from core.store.repository import live_session_id
+from core.wip import has_room, next_candidate
 
 TASKS = t.tasks
-PRIORITY_RANK = {"critical": 0, "high": 1, "medium": 2, "low": 3}
-BUSY_SESSION_STATES = ("STARTING", "RUNNING")
 
 
 class EntryAllocationFailed(LanewayError):
     """The entry record could not be written, so the step change was not committed."""
-
-
-@attrs.frozen
-class Arrival:
-    """One committed arrival: the task as committed, where it arrived, and by which path."""
-
-    task: Task
-    workflow: Workflow
-    step: Step
-    entry_path: str
-    from_step_id: str | None
-    session_id: str | None
-    entry: StepEntry | None = None
 
 
 @attrs.frozen
@@ -67,6 +54,8 @@ class Change:
     """The caller's expected step no longer held (compare-and-set lost); nothing changed."""
     halted: bool = False
     """The runaway-loop limit refused this trigger's move; nothing changed."""
+    left: Task | None = None
+    """The task as it stood before a committed change (whose on_exit the arrival layer runs)."""
 
 
 # -- reads inside a unit of work --------------------------------------------------------------
@@ -75,14 +64,6 @@ class Change:
 # Statements on the arrival path are built once, here: constructing a Core statement costs more
 # than executing a cached one.
 _S = t.task_sessions
-_LIVE_SESSION = (
-    sa.select(_S.c.id)
-    .where(
-        _S.c.task_id == sa.bindparam("task_id"), fixed_in(_S.c.state, tuple(ACTIVE_SESSION_STATES))
-    )
-    .order_by(_S.c.is_primary.desc(), _S.c.updated_at.desc(), _S.c.id.desc())
-    .limit(1)
-)
 _TASK_AND_SESSION = sa.select(
     TASKS,
     sa.select(_S.c.id)
@@ -95,13 +76,6 @@ _TASK_AND_SESSION = sa.select(
 # The task row is held until the transition commits (PostgreSQL; SQLite's writers are
 # serialised): two processes moving one task are ordered, each seeing the other's result.
 _TASK_AND_SESSION = _TASK_AND_SESSION.with_for_update(of=TASKS, key_share=True)
-# Admissions into a WIP-limited step are ordered by its row, so two processes cannot both
-# take its last slot.
-_LOCK_STEP = (
-    sa.select(t.workflow_steps.c.id)
-    .where(t.workflow_steps.c.id == sa.bindparam("step_id"))
-    .with_for_update(key_share=True)
-)
 _ADMIT = (
     sa.update(TASKS)
     .where(TASKS.c.id == sa.bindparam("b_task_id"))
@@ -136,35 +110,8 @@ def _task_row(uow: UnitOfWork, task_id: str) -> tuple[Task, str | None]:
     """The task as it stands in this transaction, and its live session's id."""
     row = uow.run(_TASK_AND_SESSION, {"task_id": task_id}).mapping()
     if row is None:
-        from core.errors import NotFound
-
         raise NotFound(f"no task {task_id!r}")
     return rows.task(row), row["live_session_id"]
-
-
-def live_session_id(conn: sa.Connection, task_id: str) -> str | None:
-    """The task's newest active session (the one history rows and session kinds act on)."""
-    found = conn.execute(_LIVE_SESSION, {"task_id": task_id}).scalar()
-    return str(found) if found is not None else None
-
-
-def _admitted_count(conn: sa.Connection, step_id: str, exclude_task: str | None) -> int:
-    query = sa.select(sa.func.count()).where(
-        TASKS.c.workflow_step_id == step_id,
-        TASKS.c.wip_admitted.is_(True),
-        TASKS.c.archived_at.is_(None),
-        TASKS.c.is_ephemeral.is_(False),
-    )
-    if exclude_task is not None:
-        query = query.where(TASKS.c.id != exclude_task)
-    return int(conn.execute(query).scalar_one())
-
-
-def _has_room(conn: sa.Connection, step: Step, task_id: str | None, ephemeral: bool) -> bool:
-    if ephemeral or step.wip_limit <= 0:
-        return True
-    conn.execute(_LOCK_STEP, {"step_id": step.id})
-    return _admitted_count(conn, step.id, task_id) < step.wip_limit
 
 
 def _state_on_arrival(task: Task, workflow: Workflow, step: Step) -> str:
@@ -201,7 +148,7 @@ def _write_history(
 
 
 def _admit(
-    host: Host,
+    registry: Registry,
     uow: UnitOfWork,
     task: Task,
     workflow: Workflow,
@@ -235,10 +182,8 @@ def _admit(
     _write_history(uow, task.id, session_id, from_step_id, step.id, label, actor)
     if path == TRIGGER_PATH:
         _count_arrival(uow, task, step.id)
-    from core import ledger
-
     try:
-        entry = ledger.allocate(uow, host.bundle.registry, task.id, step, path)
+        entry = ledger.allocate(uow, registry, task.id, step, path)
     except sa.exc.SQLAlchemyError as exc:
         logger.bind(task_id=task.id, step_id=step.id, entry_path=path, cause=str(exc)).error(
             "step entry record could not be allocated; the step change is rolled back"
@@ -280,7 +225,7 @@ caller naming the step relative to the task reads the task once, under the write
 
 
 def move(
-    host: Host,
+    kernel: Kernel | HasKernel,
     task_id: str,
     to_step: StepChoice,
     *,
@@ -294,11 +239,13 @@ def move(
     :param label: the `session_step_history.trigger` for this route.
     :param expected_step_id: compare-and-set: change nothing unless the task stands there.
     A LanewayError raised by a `to_step` function aborts the move with nothing written.
+    Commits and returns: what follows the commit is `core.arrival.move`'s.
     """
-    with host.store.transaction() as uow:
+    kernel = kernel_of(kernel)
+    with kernel.store.transaction() as uow:
         task, session_id = _task_row(uow, task_id)
         step_id = to_step(task) if callable(to_step) else to_step
-        workflow, step = host.workflows.step_by_id(step_id)
+        workflow, step = kernel.read.step(step_id)
         source = task.workflow_step_id
         if expected_step_id is not None and source != expected_step_id:
             return Change(task, source, changed=False, abandoned=True)
@@ -311,9 +258,9 @@ def move(
         if path == TRIGGER_PATH and _loop_halted(uow, task, workflow, step):
             # returning commits the flag _loop_halted may have set
             return Change(task, source, changed=False, halted=True)
-        if _has_room(uow.conn, step, task.id, task.is_ephemeral):
+        if has_room(uow.conn, step, task.id, task.is_ephemeral):
             admitted = _admit(
-                host,
+                kernel.bundle().registry,
                 uow,
                 task,
                 workflow,
@@ -358,20 +305,7 @@ def move(
             committed = attrs.evolve(task, **placed)
     faults.reach("transition.after_commit")
     _log_change(committed, source, step, path, queued)
-    _after_commit(host, task, source, arrival)
-    return Change(committed, source, changed=True, queued=queued, arrival=arrival)
-
-
-def _after_commit(host: Host, before: Task, source: str | None, arrival: Arrival | None) -> None:
-    """on_exit of the step left, the arrival's entry sequence, then promotion into the gap."""
-    from core import entry
-
-    if source is not None and before.wip_admitted and before.workflow_id is not None:
-        host.bundle.engine.run_exit(before, source)
-    if arrival is not None:
-        entry.dispatch(host, arrival)
-    if source is not None and before.wip_admitted:
-        promote(host, source)
+    return Change(committed, source, changed=True, queued=queued, arrival=arrival, left=task)
 
 
 def _log_change(task: Task, source: str | None, step: Step, path: str, queued: bool) -> None:
@@ -485,155 +419,61 @@ def _loop_halted(uow: UnitOfWork, task: Task, workflow: Workflow, step: Step) ->
     return True
 
 
-# -- WIP: placement at creation and promotion on vacate ------------------------------------------
+# -- WIP promotion: one admission into a vacated step -------------------------------------------
 
 
-def place_new_task(uow: UnitOfWork, values: dict[str, Any], workflow: Workflow, step: Step) -> None:
-    """Insert a new task at `step`. Creation is never an arrival.
+@attrs.frozen
+class Promotion:
+    """One queued task admitted into a step with room (entry path E3), committed."""
 
-    A full step with a feeder places the task in the feeder, tagged for `step`; a full step
-    without one stores it queued in place; a full feeder too refuses the creation.
-    """
-    stamp = ids.now()
-    row = dict(values, workflow_id=workflow.id, created_at=stamp, updated_at=stamp)
-    ephemeral = bool(values.get("is_ephemeral"))
-    if _has_room(uow.conn, step, None, ephemeral):
-        row.update(workflow_step_id=step.id, wip_admitted=True)
-    elif step.pull_from_step_id:
-        feeder = workflow.step(step.pull_from_step_id)
-        if feeder is None or not _has_room(uow.conn, feeder, None, ephemeral):
-            raise Conflict(
-                f"step {step.name!r} is full and its feeder step cannot take the task either"
-            )
-        row.update(workflow_step_id=feeder.id, wip_admitted=True, queued_for_step_id=step.id)
-    else:
-        row.update(
-            workflow_step_id=step.id,
-            wip_admitted=False,
-            queued_for_step_id=step.id,
-            queued_at=stamp,
-        )
-    uow.conn.execute(sa.insert(TASKS).values(**row))
-    events.record(
-        uow,
-        "task.created",
-        row["id"],
-        workflow_id=workflow.id,
-        step_id=row["workflow_step_id"],
-        queued=not row["wip_admitted"],
-    )
+    arrival: Arrival
+    left: Task
+    """The candidate as it stood before (its source step's on_exit runs when it moved out)."""
+    source: str | None
 
 
-def _order_key(task: Task) -> tuple[int, int, str, str, str]:
-    return (
-        task.position,
-        PRIORITY_RANK.get(task.priority, 4),
-        task.queued_at or "",
-        task.created_at,
-        task.id,
-    )
-
-
-def _next_candidate(conn: sa.Connection, workflow: Workflow, step: Step) -> Task | None:
-    """Who is admitted next: tasks queued at the step, then feeder tasks for it."""
-    queued = [
-        rows.task(r)
-        for r in conn.execute(
-            sa.select(TASKS).where(
-                TASKS.c.workflow_step_id == step.id,
-                TASKS.c.wip_admitted.is_(False),
-                TASKS.c.archived_at.is_(None),
-            )
-        ).mappings()
-    ]
-    if queued:
-        return min(queued, key=_order_key)
-    if not step.pull_from_step_id:
-        return None
-    s = t.task_sessions
-    busy = sa.select(s.c.task_id).where(s.c.state.in_(BUSY_SESSION_STATES))
-    feeder = [
-        rows.task(r)
-        for r in conn.execute(
-            sa.select(TASKS).where(
-                TASKS.c.workflow_step_id == step.pull_from_step_id,
-                TASKS.c.wip_admitted.is_(True),
-                TASKS.c.archived_at.is_(None),
-                sa.or_(
-                    TASKS.c.queued_for_step_id.is_(None),
-                    TASKS.c.queued_for_step_id == step.id,
-                ),
-                TASKS.c.id.not_in(busy),
-            )
-        ).mappings()
-    ]
-    return min(feeder, key=_order_key) if feeder else None
-
-
-def promote(host: Host, step_id: str) -> list[Arrival]:
-    """Admit queued tasks into `step_id` while it has room (entry path E3).
-
-    Each admission is its own transaction and its own arrival, dispatched before the next is
-    considered; a feeder task pulled forward vacates the feeder, which is promoted in turn.
-    """
+def admit_next(kernel: Kernel, workflow: Workflow, step: Step) -> Promotion | None:
+    """Admit the next queued task into `step` if it has room, in one transaction; None when
+    the step is full, nobody waits, or the admission could not be written (logged)."""
     try:
-        workflow, step = host.workflows.step_by_id(step_id)
-    except LanewayError:
-        return []
-    if step.wip_limit <= 0:
-        return []  # an unlimited step is never full, so nothing can be queued for it
-    from core.errors import NotFound
-
-    arrivals: list[Arrival] = []
-    while True:
-        try:
-            with host.store.transaction() as uow:
-                if not _has_room(uow.conn, step, None, False):
-                    return arrivals
-                candidate = _next_candidate(uow.conn, workflow, step)
-                if candidate is None:
-                    return arrivals
-                source = candidate.workflow_step_id
-                arrival = _admit(
-                    host,
-                    uow,
-                    candidate,
-                    workflow,
-                    step,
-                    path="E3",
-                    label="queue_promotion",
-                    actor="",
-                    from_step_id=source,
-                    session_id=live_session_id(uow.conn, candidate.id),
-                )
-        except NotFound:
-            return arrivals
-        except EntryAllocationFailed:
-            # Logged by _admit; the candidate stays queued. The move that freed the slot has
-            # committed and is not this failure's to report.
-            return arrivals
-        faults.reach("transition.after_commit")
-        _log_change(arrival.task, source, step, "E3", False)
-        arrivals.append(arrival)
-        moved_out = source is not None and source != step.id
-        if moved_out:
-            assert source is not None
-            host.bundle.engine.run_exit(candidate, source)
-        from core import entry
-
-        entry.dispatch(host, arrival)
-        if moved_out:
-            assert source is not None
-            arrivals.extend(promote(host, source))
+        with kernel.store.transaction() as uow:
+            if not has_room(uow.conn, step, None, False):
+                return None
+            candidate = next_candidate(uow.conn, workflow, step)
+            if candidate is None:
+                return None
+            source = candidate.workflow_step_id
+            arrival = _admit(
+                kernel.bundle().registry,
+                uow,
+                candidate,
+                workflow,
+                step,
+                path="E3",
+                label="queue_promotion",
+                actor="",
+                from_step_id=source,
+                session_id=live_session_id(uow.conn, candidate.id),
+            )
+    except NotFound:
+        return None
+    except EntryAllocationFailed:
+        # Logged by _admit; the candidate stays queued. The move that freed the slot has
+        # committed and is not this failure's to report.
+        return None
+    faults.reach("transition.after_commit")
+    _log_change(arrival.task, source, step, "E3", False)
+    return Promotion(arrival, candidate, source)
 
 
 # -- step writes that are not arrivals -------------------------------------------------------------
 
 
-def restore_step(host: Host, task_id: str, step_id: str) -> Task:
-    """Put the task back at a step from history (message rollback): no entry work runs."""
-    workflow, step = host.workflows.step_by_id(step_id)
-    with host.store.transaction() as uow:
+def restore_step(kernel: Kernel, task_id: str, step_id: str) -> tuple[Task, Task]:
+    """Put the task back at a step from history (message rollback): no entry work runs.
+    Returns the task before and after."""
+    workflow, step = kernel.read.step(step_id)
+    with kernel.store.transaction() as uow:
         task, _session = _task_row(uow, task_id)
         uow.conn.execute(
             sa.update(TASKS)
@@ -649,14 +489,13 @@ def restore_step(host: Host, task_id: str, step_id: str) -> Task:
         )
         committed, _session = _task_row(uow, task_id)
         _moved_without_arrival(uow, task, committed)
-    if task.workflow_step_id and task.workflow_step_id != step.id:
-        promote(host, task.workflow_step_id)
-    return committed
+    return task, committed
 
 
-def detach(host: Host, task_id: str) -> Task:
-    """Take the task out of its workflow: it stands at no step, which is not an arrival."""
-    with host.store.transaction() as uow:
+def detach(kernel: Kernel, task_id: str) -> tuple[Task, Task]:
+    """Take the task out of its workflow: it stands at no step, which is not an arrival.
+    Returns the task before and after."""
+    with kernel.store.transaction() as uow:
         task, _session = _task_row(uow, task_id)
         uow.conn.execute(
             sa.update(TASKS)
@@ -672,9 +511,7 @@ def detach(host: Host, task_id: str) -> Task:
         )
         committed, _session = _task_row(uow, task_id)
         _moved_without_arrival(uow, task, committed)
-    if task.workflow_step_id:
-        promote(host, task.workflow_step_id)
-    return committed
+    return task, committed
 
 
 def _moved_without_arrival(uow: UnitOfWork, before: Task, after: Task) -> None:

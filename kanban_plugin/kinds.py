@@ -170,5 +170,6 @@ KINDS = (
         placement="last",
         description="send the step prompt to the agent",
         agents=lambda _config: (AgentUse("starts", "primary"),),
+        starts_agent=True,
     ),
 )

@@ -2,11 +2,15 @@
 
 - The destination step (or its workflow) names an agent profile other than the live
   session's: the task switches to a session for that profile (a non-failed one is reused,
-  otherwise one is started) and the old one completes; when the step declares no
-  auto_start_agent, the new agent is started on the step's prompt (a `task_assigned` run).
+  otherwise one is started) and the old one completes; when the step declares no kind that
+  starts the agent itself (`ActionKind.starts_agent`), the new agent is started on the step's
+  prompt (a `task_assigned` run).
 - A session laneway runs that is still RUNNING although no turn of it is in flight here (its
   turn ended without the state being written) flips to WAITING_FOR_INPUT.
 External sessions (agents running outside laneway) never switch.
+
+The host hands this to the arrival layer (`core.arrival.Arrivals.prepare_session`), which runs
+it after each committed arrival and before the entry dispatch.
 """
 
 from __future__ import annotations
@@ -20,8 +24,8 @@ from core.model import Session
 from core.runtime.runtime import profile_session
 
 if TYPE_CHECKING:
+    from core.entry import Arrival
     from core.host import Host
-    from core.transition import Arrival
 
 
 def prepare_session(host: Host, arrival: Arrival) -> Session | None:
@@ -52,7 +56,11 @@ def prepare_session(host: Host, arrival: Arrival) -> Session | None:
         session_id=switched.id,
         agent_profile_id=wanted,
     ).info("session switched to the step's agent")
-    declared = {a.kind for a in arrival.step.actions("on_enter")}
-    if "auto_start_agent" not in declared:
+    registry = host.bundle.registry
+    starts_itself = any(
+        (registered := registry.kind(a.kind)) is not None and registered.kind.starts_agent
+        for a in arrival.step.actions("on_enter")
+    )
+    if not starts_itself:
         host.runs.assign(arrival.task, arrival.step.id, wanted)
     return switched

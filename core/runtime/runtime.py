@@ -307,7 +307,7 @@ class AgentRuntime:
             return
         if signalled:
             host.sessions.record_effect(session_id, pending_step_signal=None)
-        host.bundle.engine.handle_trigger(task.id, "on_turn_complete", session_id=session_id)
+        host.engine.handle_trigger(task.id, "on_turn_complete", session_id=session_id)
 
     # -- terminal failure --------------------------------------------------------------------------
 
@@ -395,9 +395,7 @@ def _reconcile_signal(host: Host, task_id: str, failure: AgentFailure) -> None:
     swallowed: the cleanup and the on_agent_error dispatch still run (AC-A1, AC-A3)."""
     try:
         # an action failing returns a failed result the engine has already logged
-        host.bundle.engine.handle_trigger(
-            task_id, "on_turn_complete", session_id=failure.session_id
-        )
+        host.engine.handle_trigger(task_id, "on_turn_complete", session_id=failure.session_id)
     except Exception as exc:  # noqa: BLE001 - the failure's own handling must go on
         logger.bind(
             task_id=task_id,

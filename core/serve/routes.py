@@ -9,7 +9,7 @@ from typing import Any
 from starlette.responses import Response
 from starlette.routing import Route
 
-from core.model import Decision, Participant, Task
+from core.model import WORKING_STATES, Decision, Participant, Task
 from core.serve.http import Call, Reply, bad, endpoint
 from core.shapes import (
     decision_result_json,
@@ -249,8 +249,7 @@ def _card(
     return {
         **plain(task),
         "badges": {
-            "running": task.id in claimed
-            or any(s.state in ("STARTING", "RUNNING") for s in sessions),
+            "running": task.id in claimed or any(s.state in WORKING_STATES for s in sessions),
             "decisions": {"approved": approved, "required": required},
             "open_entry": any(not e.terminal for e, _m in entries),
             "failed_marker": latest is not None and any(m.state == "failed" for m in latest[1]),

@@ -112,7 +112,7 @@ class DecisionService(Service):
                 verdict=verdict,
                 decision_id=decision.id,
             )
-        result = self.host.bundle.engine.after_decision(task_row.id, step_row.id)
+        result = self.host.engine.after_decision(task_row.id, step_row.id)
         return {
             "decision": decision,
             "transitioned": result.transitioned,

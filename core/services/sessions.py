@@ -11,7 +11,6 @@ from core.model import ACTIVE_SESSION_STATES, WAITING_STATES, WORKING_STATES, Se
 from core.services.base import Service
 from core.store import events, rows
 from core.store import tables as t
-from core.transition import live_session_id
 
 S = t.task_sessions
 
@@ -65,11 +64,7 @@ class SessionService(Service):
         return self.get(session_id)
 
     def get(self, session_id: str) -> Session:
-        with self.host.store.read() as conn:
-            row = conn.execute(sa.select(S).where(S.c.id == session_id)).mappings().first()
-        if row is None:
-            raise NotFound(f"no session {session_id!r}")
-        return rows.session(row)
+        return self.host.repository.session(session_id)
 
     def list(self, *, task: str) -> list[Session]:
         task_id = self.host.tasks.get(task).id
@@ -80,9 +75,7 @@ class SessionService(Service):
             return [rows.session(r) for r in result]
 
     def live(self, task_id: str) -> Session | None:
-        with self.host.store.read() as conn:
-            found = live_session_id(conn, task_id)
-        return self.get(found) if found else None
+        return self.host.repository.live_session(task_id)
 
     def resolve(self, task_id: str, session: str | None) -> Session:
         """The named session (which must belong to the task), else the task's live one."""
@@ -101,7 +94,7 @@ class SessionService(Service):
         values: dict[str, Any] = {"state": state, "updated_at": stamp}
         if error is not None:
             values["error_message"] = error
-        if state in ("COMPLETED", "FAILED", "CANCELLED"):
+        if state not in ACTIVE_SESSION_STATES:  # it ended
             values["completed_at"] = stamp
         with self.host.store.transaction() as uow:
             task_id = uow.conn.execute(

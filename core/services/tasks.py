@@ -3,12 +3,13 @@ from __future__ import annotations
 import sqlalchemy as sa
 from loguru import logger
 
-from core import ids, transition
-from core.errors import LanewayError, NotFound
+from core import arrival, ids, wip
+from core.errors import LanewayError
 from core.model import Step, Task, Workflow
 from core.services.base import Service
 from core.store import events, rows
 from core.store import tables as t
+from core.structural import SWITCH_LABEL
 from core.text import require_text
 
 TASKS = t.tasks
@@ -47,15 +48,11 @@ class TaskService(Service):
             "priority": priority,
         }
         with self.host.store.transaction() as uow:
-            transition.place_new_task(uow, values, wf, target)
+            wip.place_new_task(uow, values, wf, target)
         return self.get(task_id)
 
     def get(self, ref: str) -> Task:
-        with self.host.store.read() as conn:
-            task = rows.load_task(conn, ref)
-        if task is None:
-            raise NotFound(f"no task {ref!r}")
-        return task
+        return self.host.repository.task(ref)
 
     def list(self, *, workflow: str | None = None, step: str | None = None) -> list[Task]:
         """Tasks, oldest first; of one workflow, and of one step of it (a step by name needs
@@ -102,7 +99,7 @@ class TaskService(Service):
                 raise LanewayError(f"step {chosen.name!r} does not allow manual moves")
             return chosen.id
 
-        return transition.move(self.host, ref, target, path="E2", label="manual").task
+        return arrival.move(self.host.arrivals, ref, target, path="E2", label="manual").task
 
     def update(self, ref: str, *, step: str | None = None, title: str | None = None) -> Task:
         """Generic update (entry path E5 when the step changes)."""
@@ -117,7 +114,7 @@ class TaskService(Service):
                 )
         if step is not None:
             target = self._step(wf, step)
-            transition.move(self.host, task.id, target.id, path="E5", label="task_update")
+            arrival.move(self.host.arrivals, task.id, target.id, path="E5", label="task_update")
         return self.get(task.id)
 
     def start(self, ref: str, *, step: str | None = None) -> Task:
@@ -132,7 +129,7 @@ class TaskService(Service):
                 .where(TASKS.c.id == task.id, TASKS.c.state.in_(("TODO", "CREATED")))
                 .values(state="IN_PROGRESS", updated_at=ids.now())
             )
-        transition.move(self.host, task.id, target.id, path="E5", label="task_update")
+        arrival.move(self.host.arrivals, task.id, target.id, path="E5", label="task_update")
         started = self.get(task.id)
         if started.workflow_step_id and self.host.sessions.live(started.id) is None:
             agent = self.host.runs.primary_agent(started, started.workflow_step_id)
@@ -146,23 +143,33 @@ class TaskService(Service):
         return started
 
     def switch_workflow(self, ref: str, *, workflow: str, step: str | None = None) -> Task:
-        """Move the task into another workflow (E4), by executing the switch_workflow action."""
+        """Move the task into another workflow (E4), as the switch_workflow action would."""
         self._require_writer()
         task, _wf = self._placed(ref)
-        config: dict[str, str] = {"workflow": workflow}
-        if step is not None:
-            config["step"] = step
-        self.host.bundle.engine.run_action(task.id, "switch_workflow", config)
+        try:
+            self.enter_workflow(task.id, workflow=workflow, step=step)
+        except LanewayError as exc:
+            raise LanewayError(f"{SWITCH_LABEL}: {exc}") from None
         return self.get(task.id)
+
+    def enter_workflow(self, task_id: str, *, workflow: str, step: str | None = None) -> None:
+        """Entry path E4: into another workflow's step (default its start step). The effect
+        of core's switch_workflow kind."""
+        self._require_writer()
+        wf = self.host.workflows.get(workflow)
+        target = self.host.workflows.step(wf, step) if step else wf.start_step
+        if target is None:
+            raise LanewayError(f"workflow {wf.name!r} has no steps")
+        arrival.move(self.host.arrivals, task_id, target.id, path="E4", label=SWITCH_LABEL)
 
     def restore_step(self, ref: str, step_id: str) -> Task:
         """Undo history: put the task back at a step without running any entry work."""
         self._require_writer()
-        return transition.restore_step(self.host, self.get(ref).id, step_id)
+        return arrival.restore_step(self.host.arrivals, self.get(ref).id, step_id)
 
     def detach(self, ref: str) -> Task:
         self._require_writer()
-        return transition.detach(self.host, self.get(ref).id)
+        return arrival.detach(self.host.arrivals, self.get(ref).id)
 
     def owner(self, task: Task) -> str | None:
         """The plugin that owns the task (Office for its tasks), or None: the host's own."""
@@ -191,7 +198,7 @@ class TaskService(Service):
             if archived == 1:
                 events.record(uow, "task.archived", task.id, workflow_id=task.workflow_id)
         if task.workflow_step_id and task.archived_at is None:
-            transition.promote(self.host, task.workflow_step_id)
+            arrival.promote(self.host.arrivals, task.workflow_step_id)
         return self.get(task.id)
 
     def delete(self, ref: str) -> str:
@@ -212,5 +219,5 @@ class TaskService(Service):
             if gone == 1:
                 events.record(uow, "task.deleted", task.id, workflow_id=task.workflow_id)
         if task.workflow_step_id and task.archived_at is None:
-            transition.promote(self.host, task.workflow_step_id)
+            arrival.promote(self.host.arrivals, task.workflow_step_id)
         return task.id

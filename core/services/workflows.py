@@ -1,7 +1,6 @@
 from __future__ import annotations
 
 import builtins
-import threading
 from pathlib import Path
 from typing import Any
 
@@ -92,18 +91,9 @@ class WorkflowService(Service):
     in this process or any other.
     """
 
-    def __init__(self, host: Any) -> None:
-        super().__init__(host)
-        self._cache: dict[str, Workflow] = {}
-        self._step_owner: dict[str, str] = {}
-        self._cache_lock = threading.Lock()
-
     def forget(self) -> None:
-        """Drop every cached declaration. New dicts, not cleared ones: a load that began
-        before this call fills the dicts it started with, which nobody reads any more."""
-        with self._cache_lock:
-            self._cache = {}
-            self._step_owner = {}
+        """Drop every cached declaration (the cache is the kernel's repository's)."""
+        self.host.repository.forget()
 
     # -- templates and import --------------------------------------------------------------
 
@@ -214,20 +204,7 @@ class WorkflowService(Service):
         return [self.by_id(i) for i in ids_]
 
     def by_id(self, workflow_id: str) -> Workflow:
-        cached = self._cache.get(workflow_id)
-        if cached is not None:
-            return cached
-        with self.host.store.read() as conn:
-            # Taken after the read began: the version check at its start may forget().
-            cache, owners = self._cache, self._step_owner
-            wf = rows.load_workflow(conn, workflow_id)
-        if wf is None:
-            raise NotFound(f"no workflow {workflow_id!r}")
-        with self._cache_lock:
-            cache[workflow_id] = wf
-            for step in wf.steps:
-                owners[step.id] = wf.id
-        return wf
+        return self.host.repository.workflow(workflow_id)
 
     def get(self, ref: str) -> Workflow:
         """A workflow by id, or by name (case-insensitive), as the board has it now.
@@ -256,20 +233,7 @@ class WorkflowService(Service):
 
     def step_by_id(self, step_id: str) -> tuple[Workflow, Step]:
         """The step and its workflow; served from the accessor's cache once loaded."""
-        workflow_id = self._step_owner.get(step_id)
-        if workflow_id is None:
-            with self.host.store.read() as conn:
-                workflow_id = conn.execute(
-                    sa.select(t.workflow_steps.c.workflow_id).where(
-                        t.workflow_steps.c.id == step_id
-                    )
-                ).scalar()
-        if workflow_id is None:
-            raise NotFound(f"no step {step_id!r}")
-        wf = self.by_id(workflow_id)
-        step = wf.step(step_id)
-        assert step is not None
-        return wf, step
+        return self.host.repository.step(step_id)
 
     def set_max_step_arrivals(self, ref: str, limit: int) -> Workflow:
         """Set the workflow's runaway-loop limit (0: no limit)."""
@@ -283,8 +247,7 @@ class WorkflowService(Service):
                 .where(t.workflows.c.id == wf.id)
                 .values(max_step_arrivals=limit)
             )
-        with self._cache_lock:
-            self._cache.pop(wf.id, None)
+        self.host.repository.forget(wf.id)
         return self.by_id(wf.id)
 
     # -- export and check -------------------------------------------------------------------

@@ -1,1 +1,2 @@
-"""The store: the database, its tables, units of work and the reads the kernel needs."""
+"""The store: tables, the unit of work, dialect differences, migrations, liveness locks, and
+the kernel's reads (`repository`)."""

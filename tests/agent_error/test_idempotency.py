@@ -355,14 +355,14 @@ def test_ac_c7_a_missing_target_step_is_declined_with_one_warning(
     naming the target, the operation applied, nothing raised, and no retry on redelivery."""
     wf, task, session = _pair(world, [act("move_to_next")])
     recover_id = world.step_id(wf, "Recover")
-    real_step_by_id = world.host.workflows.step_by_id
+    real_step_by_id = world.host.repository.step  # the transition's read (the kernel's)
 
     def vanished(step_id: str) -> Any:
         if step_id == recover_id:
             raise NotFound(f"no step {step_id!r}")
         return real_step_by_id(step_id)
 
-    monkeypatch.setattr(world.host.workflows, "step_by_id", vanished)
+    monkeypatch.setattr(world.host.repository, "step", vanished)
     world.fail(task, session, agent_execution_id="exec-1")
     monkeypatch.undo()
     world.fail(task, session, agent_execution_id="exec-1")

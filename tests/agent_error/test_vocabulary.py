@@ -523,7 +523,7 @@ def test_ac_e14_walk_and_engine_load_both_fail_gives_one_error(
 
     with (
         patched(world.host.workflows, "step_by_id", _not_found),
-        patched(world.host.workflows, "by_id", _not_found),
+        patched(world.host.repository, "workflow", _not_found),  # the engine's load
     ):
         dispatch()
 

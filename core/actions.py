@@ -1,0 +1,141 @@
+"""Running one declared non-move action for a trigger (every trigger but on_enter), and the
+on_exit list of a step a task left.
+
+The engine runs a trigger's actions through `run`; the arrival layer runs `run_exit` after a
+committed step change. Both sit below the engine: nothing here chooses or makes a move.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from loguru import logger
+
+from core.errors import LanewayError
+from core.kernel import Kernel
+from core.kinds import ActionContext, ActionFailed, ConfigError, Outcome
+from core.model import ActionDecl, Step, Task
+from core.registry import Registry
+
+
+def context(
+    kernel: Kernel,
+    task: Task,
+    step: Step,
+    trigger: str,
+    decl: ActionDecl,
+    log: Any,
+    operation_id: str | None,
+    payload: Mapping[str, Any] | None,
+    session_id: str | None,
+    uow: Any = None,
+) -> ActionContext:
+    # The trigger's own session (the one that failed, the one whose turn ended), else the
+    # task's live one.
+    session = kernel.read.session(session_id) if session_id else kernel.read.live_session(task.id)
+    return ActionContext(
+        task=task,
+        step=step,
+        trigger=trigger,
+        position=decl.position,
+        session=session,
+        uow=uow,
+        services=kernel.services,
+        logger=log.bind(action_type=decl.kind, position=decl.position),
+        operation_id=operation_id,
+        epoch=kernel.epoch(),
+        payload=payload,
+    )
+
+
+def run(
+    kernel: Kernel,
+    registry: Registry,
+    decl: ActionDecl,
+    task: Task,
+    step: Step,
+    trigger: str,
+    log: Any,
+    operation_id: str | None,
+    payload: Mapping[str, Any] | None,
+    session_id: str | None,
+    *,
+    warn_unexecutable: bool = True,
+) -> str | None:
+    """Run one non-move action; a returned cause means it failed (the caller reports it).
+
+    :param warn_unexecutable: False when the caller already warned about a kind that
+        reaches no executor (it is still skipped)."""
+    registered = registry.kind(decl.kind)
+    action_log = log.bind(action_type=decl.kind, position=decl.position)
+    if registered is None:
+        if warn_unexecutable:
+            action_log.warning("action kind has no provider; skipped")
+        return None
+    if not registered.kind.trigger_ok(trigger):
+        action_log.warning("action kind cannot run on this trigger; skipped")
+        return None
+    kind = registered.kind
+    if not registered.executable or kind.execute is None:
+        if warn_unexecutable:
+            action_log.bind(feature=kind.feature).warning(
+                "action kind has no executor (feature off); skipped"
+            )
+        return None
+    args = (kernel, task, step, trigger, decl, log, operation_id, payload, session_id)
+    try:
+        value = kind.validate(decl.config)
+        if kind.transactional:
+            # effect and nothing else in one unit of work; a failure undoes it
+            with kernel.store.transaction() as uow:
+                outcome = kind.execute(context(*args, uow=uow), value)
+                if outcome is not None and outcome.state == "failed":
+                    raise ActionFailed(outcome.cause or "failed")
+        else:
+            outcome = kind.execute(context(*args), value)
+    except (ActionFailed, ConfigError) as exc:
+        outcome = Outcome.failed(getattr(exc, "cause", str(exc)))
+    except Exception as exc:  # noqa: BLE001 - a plugin's bug aborts this trigger only
+        outcome = Outcome.failed(f"{type(exc).__name__}: {exc}")
+    if outcome is not None and outcome.state == "failed":
+        return outcome.cause or "failed"
+    return None
+
+
+def run_exit(kernel: Kernel, registry: Registry, task: Task, step_id: str) -> None:
+    """The on_exit actions of the step a task left; moves there are ignored."""
+    if task.workflow_id is None:
+        return
+    try:
+        workflow = kernel.read.workflow(task.workflow_id)
+    except LanewayError:
+        return
+    step = workflow.step(step_id)
+    if step is None:
+        return
+    log = bound(task, step, "on_exit")
+    for decl in step.actions("on_exit"):
+        registered = registry.kind(decl.kind)
+        if registered is not None and registered.kind.moves:
+            continue
+        cause = run(kernel, registry, decl, task, step, "on_exit", log, None, None, None)
+        if cause is not None:
+            aborted(log, decl, cause)
+            return
+
+
+def aborted(log: Any, decl: ActionDecl, cause: str) -> None:
+    log.bind(action_type=decl.kind, position=decl.position, cause=cause).error(
+        "action failed; trigger aborted"
+    )
+
+
+def bound(task: Task, step: Step, trigger: str) -> Any:
+    return logger.bind(
+        task_id=task.id,
+        step_id=step.id,
+        workflow_id=step.workflow_id,
+        step_name=step.name,
+        trigger=trigger,
+    )
