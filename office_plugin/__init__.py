@@ -3,17 +3,20 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from loguru import logger
 
-from core.agent_error import payload_of
+from core.agent_error import dispatched, payload_of
 from core.kinds import ActionKind, GuardKind
 from core.model import Task, Workspace
 from core.runtime.failures import AgentFailure
 from office_plugin import quorum
 from office_plugin.kinds import declarations
 from plugins import hookimpl
+
+if TYPE_CHECKING:
+    import click
 
 __version__ = "0.1.0"
 NAME = "office"
@@ -71,9 +74,26 @@ def laneway_agent_failed(host: Any, failure: AgentFailure) -> None:
         task=task,
     )
     if not result.idempotent:
+        dispatched(
+            host,
+            failure,
+            path=NAME,
+            run_id=run.id,
+            operation_id=f"agent_error:{run.id}",
+            step_id=task.workflow_step_id,
+            action_count=result.action_count,
+        )
         logger.bind(
             task_id=task.id,
             session_id=failure.session_id,
             run_id=run.id,
             action_count=result.action_count,
         ).info("office on_agent_error dispatched")
+
+
+@hookimpl
+def laneway_cli_commands(group: click.Group) -> None:
+    """`laneway demo`: Office's showcase (imported only when the command line starts)."""
+    from office_plugin.cli import demo
+
+    group.add_command(demo)

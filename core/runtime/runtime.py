@@ -32,6 +32,7 @@ from core.model import ACTIVE_SESSION_STATES, Session, Task
 from core.runtime import process
 from core.runtime.agent_env import agent_env
 from core.runtime.failures import AgentFailure
+from core.store import events
 
 if TYPE_CHECKING:
     from core.host import Host
@@ -275,6 +276,14 @@ class AgentRuntime:
         log = logger.bind(task_id=turn.task_id, session_id=session_id, run_id=turn.run_id)
         if "log" in message:
             log.bind(agent_log=str(message["log"])).info("agent says")
+            events.notify(
+                host.store,
+                "agent.output",
+                turn.task_id,
+                run_id=turn.run_id,
+                session_id=session_id,
+                text=str(message["log"]),
+            )
         if message.get("step_complete") and turn.step_id:
             host.sessions.record_effect(session_id, pending_step_signal=turn.step_id)
         verdict = message.get("decision")

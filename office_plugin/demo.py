@@ -1,16 +1,16 @@
 """`laneway demo`: the Office loop end to end, with scripted agents, in a few seconds.
 
-The demo builds an Office Default board on the host it is given: a worker that fails
-terminally on its first run, two reviewers (the first rejects its first review, then
+Office's showcase, so it lives with Office and adds its command through
+`laneway_cli_commands`. It builds an Office Default board on the host it is given: a worker
+that fails terminally on its first run, two reviewers (the first rejects its first review, then
 approves; the second always approves), an approver and a CEO, all of them the scripted agents
-of `core.runtime.scripted`. It creates one task, starts it, and runs the worker until the
-task stands at Done, recording a timeline as it goes:
+of `core.runtime.scripted`. It creates one task, starts it, and runs the worker until the task
+stands at Done, recording a timeline as it goes.
 
-- arrivals, moves and entry actions, from laneway's own log records (matched on their
-  discrete fields, never parsed out of text), gathered by a loguru list sink;
-- runs queued, and decisions, read from the database after each run (no log record names a
-  decision, and the runs table is the truth about what was queued);
-- runs started and finished, agent output and on_agent_error dispatches, again from records.
+The timeline is read from the board's events (the `laneway_event` hook: task moved, entry
+markers, runs queued/started/finished/failed, decisions, on_agent_error dispatches, agent
+output), never from log records: a message reworded anywhere cannot change it. Names (agents,
+steps) and a decision's comment are read through the host's services.
 
 The timeline is a list of plain dicts (`at` seconds since the start, `event`, the names of
 the step and agent involved, and `text`, one readable sentence), so the command line can print
@@ -28,12 +28,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
 
 import attrs
-from loguru import logger
 
-from core import ids, logs, worker
+from core import ids, worker
 from core.errors import LanewayError
 from core.model import Run, Workflow
 from core.runtime import scripted
+from core.store.events import Event as BoardEvent
+from plugins import hookimpl
 
 if TYPE_CHECKING:
     from core.host import Host
@@ -61,6 +62,11 @@ class Board:
     profiles: Mapping[str, str]
     """Agent profile id -> name."""
     state_dir: Path
+    seats: Mapping[tuple[str, str], int] = attrs.field(factory=dict)
+    """(step id, role) -> how many seats the demo put there."""
+
+    def seats_at(self, step_id: str, role: str) -> int:
+        return self.seats.get((step_id, role), 0)
 
     def step_name(self, step_id: str | None) -> str | None:
         if step_id is None:
@@ -165,21 +171,16 @@ def build_board(host: Host, state_dir: Path) -> Board:
     for step, role, base in seats:
         host.participants.add(step=step, role=role, profile=made[base], workflow=workflow.id)
     task = host.tasks.create(workflow=workflow.id, title=TITLE, description=DESCRIPTION)
-    return Board(host.workflows.by_id(workflow.id), task.id, names, state_dir)
+    built = host.workflows.by_id(workflow.id)
+    by_name = {s.name: s.id for s in built.steps}
+    counts: dict[tuple[str, str], int] = {}
+    for step, role, _base in seats:
+        counts[(by_name[step], role)] = counts.get((by_name[step], role), 0) + 1
+    return Board(built, task.id, names, state_dir, counts)
 
 
 # -- the timeline ----------------------------------------------------------------------------
 
-_RECORDS: Final = frozenset(
-    {
-        "arrival",
-        "step change committed",
-        "run started",
-        "run finished",
-        "agent says",
-        "office on_agent_error dispatched",
-    }
-)
 _LABELS: Final = {
     "task_started": "start",
     "run_queued": "queued",
@@ -193,6 +194,8 @@ _LABELS: Final = {
     "arrival": "arrival",
     "decision": "decision",
 }
+_SETTLED: Final = frozenset({"done", "failed"})
+"""Entry markers that end an action the timeline shows (skipped ones ran nothing)."""
 
 
 @attrs.frozen
@@ -202,12 +205,21 @@ class _Pending:
     event: Event
 
 
-class Timeline:
-    """Collects the walk's events; `flush` orders what arrived and hands it on.
+@attrs.define
+class _Entry:
+    """An arrival's entry, as its events describe it."""
 
-    The loguru sink runs on whichever thread logs (the worker runs agents on a pool), so it
-    only stores records; `flush`, called on the worker's own thread after each run, reads the
-    database, turns records into events and emits them in the order they happened.
+    step_id: str
+    queued_since_marker: int = 0
+
+
+class Timeline:
+    """Collects the walk's board events; `flush` turns what arrived into timeline events.
+
+    Registered as a plugin for the walk's length: `laneway_event` runs on whichever thread
+    committed (the worker runs agents on a pool), so it only stores the event; `flush`, called
+    on the worker's own thread after each run, reads names through the host's services and
+    emits the events in commit order.
     """
 
     def __init__(self, host: Host, board: Board, on_event: OnEvent | None) -> None:
@@ -216,26 +228,24 @@ class Timeline:
         self.on_event = on_event
         self.started = datetime.now(UTC)
         self.events: list[Event] = []
-        self._records: list[tuple[datetime, int, str, dict[str, Any]]] = []
+        self._received: list[BoardEvent] = []
         self._pending: list[_Pending] = []
         self._lock = threading.Lock()
         self._order = 0
         self._runs: dict[str, Run] = {}
-        self._decisions: set[str] = set()
+        self._entries: dict[str, _Entry] = {}
         self._entry_seq: dict[str, int] = {}
+        self._decided: dict[str, int] = {}
+        """Step id -> decisions standing there (what clear_decisions removes)."""
+        self._queued_reasons: list[str] = []
+        """Reasons of the runs queued since the last on_agent_error dispatch."""
 
-    # loguru sink: any thread
-    def sink(self, message: Any) -> None:
-        record = message.record
-        extra = dict(record["extra"])
-        if extra.get("task_id") != self.board.task_id:
-            return
-        text = record["message"]
-        if text not in _RECORDS and "action_type" not in extra and "event" not in extra:
+    @hookimpl
+    def laneway_event(self, event: BoardEvent) -> None:
+        if event.task_id != self.board.task_id:
             return
         with self._lock:
-            self._order += 1
-            self._records.append((record["time"], self._order, text, extra))
+            self._received.append(event)
 
     def add(self, when: datetime, event: Event) -> None:
         with self._lock:
@@ -243,19 +253,14 @@ class Timeline:
             self._pending.append(_Pending(when, self._order, event))
 
     def flush(self) -> None:
-        """Read what happened since the last flush and emit it in order."""
-        self._read_runs()
-        self._read_decisions()
+        """Turn what arrived since the last flush into timeline events and emit them."""
         with self._lock:
-            records, self._records = self._records, []
-        converted = [
-            (when, order, self._from_record(text, extra)) for when, order, text, extra in records
-        ]
+            received, self._received = self._received, []
+        for board_event in received:
+            for event in self._convert(board_event):
+                self.add(ids.parse(board_event.at), event)
         with self._lock:
-            batch = [_Pending(w, o, e) for w, o, e in converted if e is not None]
-            batch.extend(self._pending)
-            self._pending = []
-        batch.sort(key=lambda p: (p.when, p.order))
+            batch, self._pending = self._pending, []
         for item in _failures_where_they_happened(batch):
             self._emit(item)
 
@@ -266,190 +271,233 @@ class Timeline:
         if event["event"] == "decision":
             event["entry_seq"] = self._entry_seq.get(event["step"])
         seconds = max(0.0, (item.when - self.started).total_seconds())
+        # events read in commit order: one recorded early in a transaction that committed
+        # late shows when it became visible, never before what precedes it
+        if self.events:
+            seconds = max(seconds, float(self.events[-1]["at"]))
         shaped = {"at": round(seconds, 3), **event}
         self.events.append(shaped)
         if self.on_event is not None:
             self.on_event(shaped)
 
-    # -- from the database
+    # -- board events -> timeline events
 
-    def _read_runs(self) -> None:
-        for run in self.host.runs.list(task=self.board.task_id):
-            known = run.id in self._runs
-            self._runs[run.id] = run
-            if known:
-                continue
-            step = self.board.step_name(run.workflow_step_id)
-            agent = self.board.agent_name(run.agent_profile_id)
-            self.add(
-                ids.parse(run.requested_at),
-                {
-                    "event": "run_queued",
-                    "run_id": run.id,
-                    "agent": agent,
-                    "reason": run.reason,
-                    "step": step,
-                    "text": f"{agent}: {run.reason} at {step}",
-                },
-            )
+    def _run(self, run_id: str) -> Run | None:
+        run = self._runs.get(run_id)
+        if run is None:
+            run = self.host.runs.get(run_id)
+            if run is not None:
+                self._runs[run_id] = run
+        return run
 
-    def _read_decisions(self) -> None:
-        for step_id, step_name in ((s.id, s.name) for s in self.board.workflow.steps):
-            for made in self.host.decisions.list(self.board.task_id, step_id):
-                if made.id in self._decisions:
-                    continue
-                self._decisions.add(made.id)
-                agent = self.board.agent_name(made.decider_id)
-                comment = f' "{made.comment}"' if made.comment else ""
-                self.add(
-                    ids.parse(made.decided_at),
-                    {
-                        "event": "decision",
-                        "step": step_name,
-                        "agent": agent,
-                        "role": made.role,
-                        "verdict": made.decision,
-                        "text": f"{agent} ({made.role}) at {step_name}: {made.decision}{comment}",
-                    },
-                )
-
-    # -- from log records
-
-    def _run_fields(self, extra: Mapping[str, Any]) -> dict[str, Any]:
-        run = self._runs.get(str(extra.get("run_id")))
+    def _run_fields(self, data: Mapping[str, Any]) -> dict[str, Any]:
+        run = self._run(str(data.get("run_id")))
         return {
-            "run_id": extra.get("run_id"),
-            "agent": self.board.agent_name(extra.get("agent_profile_id"))
+            "run_id": data.get("run_id"),
+            "agent": self.board.agent_name(data.get("agent_profile_id"))
             or (self.board.agent_name(run.agent_profile_id) if run else None),
-            "reason": extra.get("reason") or (run.reason if run else None),
+            "reason": data.get("reason") or (run.reason if run else None),
             "step": self.board.step_name(run.workflow_step_id) if run else None,
         }
 
-    def _from_record(self, text: str, extra: Mapping[str, Any]) -> Event | None:
+    def _convert(self, event: BoardEvent) -> list[Event]:
+        data = event.data
+        kind = event.type
+        if kind == "task.moved":
+            return self._moved(data)
+        if kind == "entry.marker":
+            return self._marker(data)
+        if kind == "run.queued":
+            for entry in self._entries.values():
+                entry.queued_since_marker += 1
+            self._queued_reasons.append(str(data.get("reason")))
+            fields = self._run_fields(data)
+            agent, reason, step = fields["agent"], fields["reason"], fields["step"]
+            return [{"event": "run_queued", **fields, "text": f"{agent}: {reason} at {step}"}]
+        if kind == "run.started":
+            fields = self._run_fields(data)
+            text = f"{fields['agent']} starts ({fields['reason']} at {fields['step']})"
+            return [{"event": "run_started", **fields, "text": text}]
+        if kind == "run.finished":
+            fields = self._run_fields(data)
+            text = f"{fields['agent']} ends its turn ({fields['reason']})"
+            return [{"event": "run_finished", **fields, "text": text}]
+        if kind == "run.failed":
+            fields = self._run_fields(data)
+            run = self.host.runs.get(str(data.get("run_id")))
+            error = run.error_message if run is not None else None
+            text = f"{fields['agent']} failed ({fields['reason']}): {error}"
+            return [{"event": "run_failed", **fields, "error": error, "text": text}]
+        if kind == "agent.output":
+            return [self._said(data)]
+        if kind == "decision.recorded":
+            return self._decision(data)
+        if kind == "agent_error.dispatched":
+            return self._agent_error(data)
+        return []
+
+    def _moved(self, data: Mapping[str, Any]) -> list[Event]:
         b = self.board
-        if extra.get("event") == "arrival":
-            seq = extra.get("entry_seq")
-            step = extra.get("step_name")
-            return {
-                "event": "arrival",
-                "step": step,
-                "from_step": b.step_name(extra.get("from_step_id")),
-                "entry_path": extra.get("entry_path"),
-                "entry_seq": seq,
-                "text": f"{step}" + (f", entry #{seq}" if seq is not None else ""),
-            }
-        if text == "step change committed":
-            source = b.step_name(extra.get("from_step_id"))
-            target = extra.get("step_name")
-            path = extra.get("entry_path")
-            return {
+        source = b.step_name(data.get("from_step_id"))
+        target = b.step_name(data.get("to_step_id"))
+        path = data.get("entry_path")
+        out: list[Event] = [
+            {
                 "event": "move",
                 "from_step": source,
                 "to_step": target,
                 "entry_path": path,
                 "text": f"{source or '-'} -> {target} ({path})",
             }
-        if text == "run started":
-            fields = self._run_fields(extra)
-            return {
-                "event": "run_started",
-                **fields,
-                "text": f"{fields['agent']} starts ({fields['reason']} at {fields['step']})",
+        ]
+        if data.get("queued"):
+            return out  # waiting for a WIP slot: no arrival yet
+        entry_id, seq = data.get("entry_id"), data.get("entry_seq")
+        if entry_id is not None:
+            self._entries[str(entry_id)] = _Entry(str(data.get("to_step_id")))
+        out.append(
+            {
+                "event": "arrival",
+                "step": target,
+                "from_step": source,
+                "entry_path": path,
+                "entry_seq": seq,
+                "text": f"{target}" + (f", entry #{seq}" if seq is not None else ""),
             }
-        if text == "run finished":
-            fields = self._run_fields(extra)
-            if extra.get("ok"):
-                return {
-                    "event": "run_finished",
-                    **fields,
-                    "text": f"{fields['agent']} ends its turn ({fields['reason']})",
-                }
-            error = extra.get("error")
-            return {
-                "event": "run_failed",
-                **fields,
-                "error": error,
-                "text": f"{fields['agent']} failed ({fields['reason']}): {error}",
-            }
-        if text == "agent says":
-            run = self._runs.get(str(extra.get("run_id")))
-            agent = b.agent_name(run.agent_profile_id) if run else None
-            said = str(extra.get("agent_log", ""))
-            if agent and said.casefold().startswith(f"{agent.casefold()}: "):
-                said = said[len(agent) + 2 :]  # the scripted agents sign their lines
-            return {"event": "agent_said", "agent": agent, "said": said, "text": f"{agent}: {said}"}
-        if text == "office on_agent_error dispatched" or (
-            extra.get("event") == "agent_error.dispatch"
-            and text.startswith("on_agent_error dispatched")
-        ):
-            return self._agent_error(text, extra)
-        if "action_type" in extra:
-            return self._action(extra)
-        return None
-
-    def _agent_error(self, text: str, extra: Mapping[str, Any]) -> Event:
-        office = text == "office on_agent_error dispatched"
-        task = self.host.tasks.get(self.board.task_id)
-        step = self.board.step_name(extra.get("step_id")) or self.board.step_name(
-            task.workflow_step_id
         )
-        count = extra.get("action_count")
+        return out
+
+    def _marker(self, data: Mapping[str, Any]) -> list[Event]:
+        entry = self._entries.get(str(data.get("entry_id")))
+        if entry is None:
+            return []
+        if data.get("state") == "in_progress":
+            entry.queued_since_marker = 0
+            return []
+        if data.get("state") not in _SETTLED:
+            return []
+        kind = str(data.get("kind"))
+        step = self.board.workflow.step(entry.step_id)
+        decl = (
+            next((d for d in step.actions("on_enter") if d.position == data.get("position")), None)
+            if step is not None
+            else None
+        )
+        config = decl.config if decl is not None else {}
+        detail: dict[str, Any] = {}
+        if data.get("state") == "failed":
+            detail["cause"] = data.get("reason")
+        elif kind == "clear_decisions":
+            detail["removed"] = self._decided.pop(entry.step_id, 0)
+        elif kind == "queue_run_for_each_participant":
+            role = str(config.get("role", ""))
+            detail.update(
+                role=role,
+                matching=self.board.seats_at(entry.step_id, role),
+                enqueued=entry.queued_since_marker,
+            )
+        elif kind == "queue_run":
+            detail.update(target=config.get("target"), enqueued=entry.queued_since_marker)
+        return [_action("on_enter", kind, self.board.step_name(entry.step_id), detail)]
+
+    def _said(self, data: Mapping[str, Any]) -> Event:
+        run = self._run(str(data.get("run_id")))
+        agent = self.board.agent_name(run.agent_profile_id) if run else None
+        said = str(data.get("text", ""))
+        if agent and said.casefold().startswith(f"{agent.casefold()}: "):
+            said = said[len(agent) + 2 :]  # the scripted agents sign their lines
+        return {"event": "agent_said", "agent": agent, "said": said, "text": f"{agent}: {said}"}
+
+    def _decision(self, data: Mapping[str, Any]) -> list[Event]:
+        step_id = str(data.get("step_id"))
+        self._decided[step_id] = self._decided.get(step_id, 0) + 1
+        made = next(
+            (
+                d
+                for d in self.host.decisions.list(self.board.task_id, step_id)
+                if d.id == data.get("decision_id")
+            ),
+            None,
+        )
+        if made is None:
+            return []
+        step_name = self.board.step_name(step_id)
+        agent = self.board.agent_name(made.decider_id)
+        comment = f' "{made.comment}"' if made.comment else ""
+        return [
+            {
+                "event": "decision",
+                "step": step_name,
+                "agent": agent,
+                "role": made.role,
+                "verdict": made.decision,
+                "text": f"{agent} ({made.role}) at {step_name}: {made.decision}{comment}",
+            }
+        ]
+
+    def _agent_error(self, data: Mapping[str, Any]) -> list[Event]:
+        """The on_agent_error actions that ran (from the step's declaration and the runs
+        queued since the failure), then the dispatch itself."""
+        step_id = data.get("step_id")
+        step = self.board.workflow.step(str(step_id)) if step_id else None
+        step_name = self.board.step_name(step_id)
+        out: list[Event] = []
+        for decl in step.actions("on_agent_error") if step is not None else ():
+            if decl.kind.startswith("move_to"):
+                continue  # a move shows as its own move and arrival
+            detail: dict[str, Any] = {}
+            if decl.kind == "queue_run":
+                # the executor's reason: the declared one, else the trigger's name
+                reason = decl.config.get("reason") or "on_agent_error"
+                enqueued = self._queued_reasons.count(reason)
+                detail.update(target=decl.config.get("target"), enqueued=enqueued)
+            out.append(_action("on_agent_error", decl.kind, step_name, detail))
+        self._queued_reasons = []
+        office = data.get("path") == "office"
+        count = data.get("action_count")
         path = "Office's own path" if office else "the host's dispatch"
         actions = f"{count} action(s)" if count is not None else "dispatched"
-        return {
-            "event": "agent_error",
-            "path": "office" if office else "host",
-            "run_id": extra.get("run_id"),
-            "operation_id": extra.get("operation_id"),
-            "step": step,
-            "action_count": count,
-            "text": f"on_agent_error at {step} ({path}): {actions}",
-        }
+        out.append(
+            {
+                "event": "agent_error",
+                "path": "office" if office else "host",
+                "run_id": data.get("run_id"),
+                "operation_id": data.get("operation_id"),
+                "step": step_name,
+                "action_count": count,
+                "text": f"on_agent_error at {step_name} ({path}): {actions}",
+            }
+        )
+        return out
 
-    def _action(self, extra: Mapping[str, Any]) -> Event:
-        trigger = str(extra.get("trigger") or "on_enter")
-        kind = str(extra["action_type"])
-        step = extra.get("step_name")
-        detail = {
-            k: extra[k]
-            for k in (
-                "role",
-                "matching",
-                "enqueued",
-                "suppressed",
-                "removed",
-                "target",
-                "cause",
-                "review_id",
-            )
-            if k in extra
-        }
-        if "removed" in detail:
-            said = f"{detail['removed']} decision(s) removed"
-        elif "matching" in detail:
-            said = (
-                f"{detail['enqueued']} run(s) queued for {detail['matching']} "
-                f"{detail.get('role', '')} seat(s)"
-            )
-        elif "target" in detail:
-            said = f"{detail.get('enqueued', 0)} run(s) queued for {detail['target']}"
-        elif "cause" in detail:
-            said = f"failed: {detail['cause']}"
-        else:
-            said = "done"
-        return {
-            "event": "action",
-            "trigger": trigger,
-            "action": kind,
-            "step": step,
-            **detail,
-            "text": f"{trigger} {kind} at {step}: {said}",
-        }
+
+def _action(trigger: str, kind: str, step: str | None, detail: Mapping[str, Any]) -> Event:
+    if "removed" in detail:
+        said = f"{detail['removed']} decision(s) removed"
+    elif "matching" in detail:
+        said = (
+            f"{detail['enqueued']} run(s) queued for {detail['matching']} "
+            f"{detail.get('role', '')} seat(s)"
+        )
+    elif "target" in detail:
+        said = f"{detail.get('enqueued', 0)} run(s) queued for {detail['target']}"
+    elif "cause" in detail:
+        said = f"failed: {detail['cause']}"
+    else:
+        said = "done"
+    return {
+        "event": "action",
+        "trigger": trigger,
+        "action": kind,
+        "step": step,
+        **detail,
+        "text": f"{trigger} {kind} at {step}: {said}",
+    }
 
 
 def _failures_where_they_happened(batch: list[_Pending]) -> list[_Pending]:
-    """A failed run is logged once its recovery has run (the worker finishes the run last);
-    read in time order the recovery would come before the failure. Show the failure right
+    """A failed run is finished once its recovery has run (the worker finishes the run last);
+    read in commit order the recovery would come before the failure. Show the failure right
     after the run's own turn: its start and what the agent said."""
     out = list(batch)
     for item in [p for p in out if p.event["event"] == "run_failed"]:
@@ -472,33 +520,17 @@ def _failures_where_they_happened(batch: list[_Pending]) -> list[_Pending]:
 # -- the walk --------------------------------------------------------------------------------
 
 
-def _logging_enabled() -> bool:
-    """Whether laneway's packages log now (a host application may have enabled them)."""
-    seen: list[bool] = []
-    probe = logger.add(
-        lambda _m: seen.append(True),
-        level="TRACE",
-        filter=lambda r: r["extra"].get("demo_probe") is True,
-    )
-    try:
-        logger.bind(demo_probe=True).trace("probe")
-    finally:
-        logger.remove(probe)
-    return bool(seen)
-
-
 def walk(host: Host, board: Board, *, on_event: OnEvent | None = None) -> DemoResult:
     """Start the board's task and run the worker until it reaches Done (or cannot)."""
     timeline = Timeline(host, board, on_event)
-    was_enabled = _logging_enabled()
-    for name in logs.PACKAGES:
-        logger.enable(name)
-    handler = logger.add(timeline.sink, level="DEBUG")
+    manager = host.bundle.registry.hooks.manager
+    manager.register(timeline, name=f"office-demo-{board.task_id}")
     clock = time.monotonic()
     claimed = finished = failed = 0
     try:
         starting = datetime.now(UTC)
         task = host.tasks.start(board.task_id)
+        # added before flush turns the start's own events into timeline events: it leads
         timeline.add(
             starting,
             {
@@ -510,8 +542,9 @@ def walk(host: Host, board: Board, *, on_event: OnEvent | None = None) -> DemoRe
         )
         timeline.flush()
 
-        def progress(_kind: str, _run: Run, _outcome: Any) -> None:
-            timeline.flush()
+        def progress(kind: str, _run: Run, _outcome: Any) -> None:
+            if kind != "claimed":  # a run's start, recovery and failure: one batch
+                timeline.flush()
 
         while claimed < MAX_RUNS:
             summary = worker.work(host, once=True, max_runs=MAX_RUNS - claimed, progress=progress)
@@ -523,9 +556,7 @@ def walk(host: Host, board: Board, *, on_event: OnEvent | None = None) -> DemoRe
                 break
         timeline.flush()
     finally:
-        logger.remove(handler)
-        if not was_enabled:
-            logs.disable()
+        manager.unregister(timeline)
     task = host.tasks.get(board.task_id)
     return DemoResult(
         task_id=task.id,
