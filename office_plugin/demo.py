@@ -390,11 +390,15 @@ class Timeline:
         elif kind == "clear_decisions":
             detail["removed"] = self._decided.pop(entry.step_id, 0)
         elif kind == "queue_run_for_each_participant":
+            # done: every matching seat got its run, inserted now (a run.queued event) or
+            # already there from an earlier attempt of this entry (idempotency-suppressed)
             role = str(config.get("role", ""))
+            matching = self.board.seats_at(entry.step_id, role)
             detail.update(
                 role=role,
-                matching=self.board.seats_at(entry.step_id, role),
-                enqueued=entry.queued_since_marker,
+                matching=matching,
+                enqueued=matching,
+                suppressed=max(0, matching - entry.queued_since_marker),
             )
         elif kind == "queue_run":
             detail.update(target=config.get("target"), enqueued=entry.queued_since_marker)
@@ -471,7 +475,11 @@ class Timeline:
         return out
 
 
-def _action(trigger: str, kind: str, step: str | None, detail: Mapping[str, Any]) -> Event:
+_DETAIL_ORDER: Final = ("role", "matching", "enqueued", "suppressed", "removed", "target", "cause")
+
+
+def _action(trigger: str, kind: str, step: str | None, given: Mapping[str, Any]) -> Event:
+    detail = {k: given[k] for k in _DETAIL_ORDER if k in given}
     if "removed" in detail:
         said = f"{detail['removed']} decision(s) removed"
     elif "matching" in detail:
