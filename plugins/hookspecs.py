@@ -20,10 +20,11 @@ import pluggy
 from core.kinds import ActionKind, GuardKind
 from core.model import Task, Workspace
 from core.runtime.failures import AgentFailure
-from core.store.events import Event
 
 if TYPE_CHECKING:
     import click
+
+    from core.store.events import Event  # typing only: the store (SQLAlchemy) loads later
 
 hookspec = pluggy.HookspecMarker("laneway")
 

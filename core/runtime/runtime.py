@@ -32,7 +32,6 @@ from core.model import ACTIVE_SESSION_STATES, Session, Task
 from core.runtime import process
 from core.runtime.agent_env import agent_env
 from core.runtime.failures import AgentFailure
-from core.store import events
 
 if TYPE_CHECKING:
     from core.host import Host
@@ -276,6 +275,8 @@ class AgentRuntime:
         log = logger.bind(task_id=turn.task_id, session_id=session_id, run_id=turn.run_id)
         if "log" in message:
             log.bind(agent_log=str(message["log"])).info("agent says")
+            from core.store import events  # the store is loaded by then; the runtime starts light
+
             events.notify(
                 host.store,
                 "agent.output",
