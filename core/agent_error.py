@@ -41,6 +41,40 @@ def _record(failure: AgentFailure, **fields: Any) -> Any:
     )
 
 
+def dispatched(
+    host: Host,
+    failure: AgentFailure,
+    *,
+    path: str,
+    run_id: str | None,
+    operation_id: str | None,
+    step_id: str | None,
+    action_count: int,
+) -> None:
+    """Record an `agent_error.dispatched` event: the on_agent_error actions ran (`path`: the
+    host's dispatch, or the plugin's own). Its own small transaction: the dispatch committed
+    in several; failures are rare. Never raises: the failure itself must not be masked."""
+    from core.store import events
+
+    try:
+        with host.store.transaction() as uow:
+            events.record(
+                uow,
+                "agent_error.dispatched",
+                failure.task_id,
+                path=path,
+                run_id=run_id,
+                session_id=failure.session_id,
+                operation_id=operation_id,
+                step_id=step_id,
+                action_count=action_count,
+            )
+    except Exception as exc:  # noqa: BLE001 - an event is not worth the failure's handling
+        _record(failure, cause=f"{type(exc).__name__}: {exc}").warning(
+            "agent_error.dispatched event not recorded"
+        )
+
+
 def payload_of(failure: AgentFailure, session_agent_id: str | None) -> dict[str, str]:
     """OnAgentErrorPayload: the failed session, the failed agent (the failure's, else the
     failed session's), the message."""
@@ -121,6 +155,15 @@ def dispatch(host: Host, failure: AgentFailure) -> bool:
             position=result.failed_position,
         ).error("on_agent_error dispatch failed")
         return False
+    dispatched(
+        host,
+        failure,
+        path="host",
+        run_id=failure.run_id,
+        operation_id=operation_id,
+        step_id=task.workflow_step_id,
+        action_count=result.action_count,
+    )
     if result.action_count:
         _record(failure, step_id=task.workflow_step_id, operation_id=operation_id).info(
             "on_agent_error dispatched"

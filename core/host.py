@@ -26,7 +26,7 @@ import attrs
 from loguru import logger
 from sqlalchemy.engine import Connection
 
-from core import board
+from core import board, observe
 from core.arrival import Arrivals
 from core.bundle import Bundle, BundleHolder
 from core.engine import Engine
@@ -169,6 +169,7 @@ class Host:
             store.on_begin = host._follow_board
             host.workspace.ensure_default()
             host._holder = BundleHolder(host._build_bundle())
+            store.observer = observe.Dispatch(host.current_bundle)
             if recover and not read_only:
                 if features is None:
                     host.recovery_report = host.entries.recover()

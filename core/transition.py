@@ -202,6 +202,7 @@ def _admit(
         entry_path=path,
         queued=False,
         entry_id=entry.id if entry else None,
+        entry_seq=entry.entry_seq if entry else None,
     )
     committed = attrs.evolve(
         task,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 from loguru import logger
 
@@ -16,8 +17,12 @@ from plugins.api import (
     Task,
     Workspace,
     hookimpl,
+    dispatched,
     payload_of,
 )
+
+if TYPE_CHECKING:
+    import click
 
 __version__ = "0.1.0"
 NAME = "office"
@@ -75,9 +80,26 @@ def laneway_agent_failed(host: PluginHost, failure: AgentFailure) -> None:
         task=task,
     )
     if not result.idempotent:
+        dispatched(
+            host,
+            failure,
+            path=NAME,
+            run_id=run.id,
+            operation_id=f"agent_error:{run.id}",
+            step_id=task.workflow_step_id,
+            action_count=result.action_count,
+        )
         logger.bind(
             task_id=task.id,
             session_id=failure.session_id,
             run_id=run.id,
             action_count=result.action_count,
         ).info("office on_agent_error dispatched")
+
+
+@hookimpl
+def laneway_cli_commands(group: click.Group) -> None:
+    """`laneway demo`: Office's showcase (imported only when the command line starts)."""
+    from office_plugin.cli import demo
+
+    group.add_command(demo)

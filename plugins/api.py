@@ -80,14 +80,14 @@ from core.prompts import build_prompt
 from core.runtime.failures import AgentFailure
 
 if TYPE_CHECKING:
-    from core.agent_error import payload_of
+    from core.agent_error import dispatched, payload_of
     from core.runs import RunRequest
 
 hookimpl = pluggy.HookimplMarker("laneway")
 """Marks a function as an implementation of a ``laneway_*`` hook."""
 
 
-LAZY = frozenset({"payload_of", "RunRequest"})
+LAZY = frozenset({"payload_of", "RunRequest", "dispatched"})
 """Names of ``__all__`` resolved on first use (see ``__getattr__``)."""
 
 
@@ -98,6 +98,10 @@ def __getattr__(name: str) -> Any:
         from core.agent_error import payload_of
 
         return payload_of
+    if name == "dispatched":
+        from core.agent_error import dispatched
+
+        return dispatched
     if name == "RunRequest":
         from core.runs import RunRequest
 
@@ -148,5 +152,6 @@ __all__ = [
     "build_prompt",
     "fault_point",
     "hookimpl",
+    "dispatched",
     "payload_of",
 ]

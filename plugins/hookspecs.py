@@ -25,6 +25,8 @@ from core.runtime.failures import AgentFailure
 if TYPE_CHECKING:
     import click
 
+    from core.store.events import Event  # typing only: the store (SQLAlchemy) loads later
+
 hookspec = pluggy.HookspecMarker("laneway")
 
 
@@ -99,4 +101,38 @@ def laneway_cli_commands(group: click.Group) -> None:
     :param group: the top-level click group; call ``group.add_command(...)``.
 
     Called once when the ``laneway`` command starts, before arguments are parsed.
+    """
+
+
+@hookspec
+def laneway_event(event: Event) -> None:
+    """Observe something that happened on the board, after it committed.
+
+    :param event: a :class:`core.store.events.Event` (frozen): ``id`` (grows in commit order;
+        0 for an event that is not stored), ``type``, ``task_id`` (None: board-wide), ``at``
+        (ISO time it was recorded) and ``data``, the type's fields (ids, never names):
+
+        - ``task.created`` ``{workflow_id, step_id, queued}``; ``task.archived``,
+          ``task.deleted`` ``{workflow_id}``;
+        - ``task.moved`` ``{workflow_id, from_step_id, to_step_id, entry_path, queued,
+          entry_id, entry_seq}`` (``queued``: waiting for a WIP slot, no arrival yet);
+        - ``entry.marker`` ``{entry_id, position, kind, state, reason}``: an entry action
+          began (``in_progress``) or settled (``done``, ``failed``, ``skipped``, ...);
+        - ``run.queued``, ``run.started``, ``run.finished``, ``run.failed``
+          ``{run_id, agent_profile_id}`` (``run.queued`` adds ``reason``);
+        - ``decision.recorded`` ``{step_id, participant_id, verdict, decision_id}``;
+        - ``session.state`` ``{session_id, state}``;
+        - ``agent_error.dispatched`` ``{path, run_id, session_id, operation_id, step_id,
+          action_count}``: an agent's terminal failure ran its step's on_agent_error actions
+          (``path``: ``"host"``, or the plugin that dispatched it, e.g. ``"office"``);
+        - ``agent.output`` ``{run_id, session_id, text}``: a line an agent said (delivered as
+          it happens, never stored: ``id`` 0).
+
+    Called once per event, after the transaction that recorded it committed, in commit order
+    (events committed by this process only; a rolled-back change delivers nothing), on the
+    committing thread with the store's writer lock free: an observer may read and write.
+    Each implementation is called in its own guard: one that raises is logged with its
+    plugin's name and never stops the others nor the change, which has committed already.
+    When no plugin implements this hook, the host does no work for it at all. The same
+    events, stored, are the HTTP stream's (``GET /api/events``).
     """

@@ -275,6 +275,16 @@ class AgentRuntime:
         log = logger.bind(task_id=turn.task_id, session_id=session_id, run_id=turn.run_id)
         if "log" in message:
             log.bind(agent_log=str(message["log"])).info("agent says")
+            from core.store import events  # the store is loaded by then; the runtime starts light
+
+            events.notify(
+                host.store,
+                "agent.output",
+                turn.task_id,
+                run_id=turn.run_id,
+                session_id=session_id,
+                text=str(message["log"]),
+            )
         if message.get("step_complete") and turn.step_id:
             host.sessions.record_effect(session_id, pending_step_signal=turn.step_id)
         verdict = message.get("decision")

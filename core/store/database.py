@@ -82,6 +82,8 @@ class Store:
         self._needs_savepoints = dialect.statement_error_aborts_transaction(self.url)
         self.liveness = Liveness(self.url, self.engine)
         """Which epochs are dead on this database (see `core.store.liveness`)."""
+        self.observer: events.Observer | None = None
+        """Gets each transaction's events after its COMMIT (the host installs it)."""
         self.on_begin: Callable[[Connection], None] | None = None
         """Called with the connection at the start of every outermost transaction and read
         (the host checks the board's catalogue version there)."""
@@ -102,6 +104,7 @@ class Store:
         if current is not None:
             yield current
             return
+        committed: list[events.Event] = []
         with self._lock:
             conn = self._writer_conn()
             uow = UnitOfWork(conn, self)
@@ -111,9 +114,15 @@ class Store:
                     if self.on_begin is not None:
                         self.on_begin(conn)
                     yield uow
-                    events.flush(uow)
+                    committed = events.flush(uow)
+                if committed and self.observer is not None:
+                    # still under the writer lock: the queue's order is the commit order
+                    self.observer.committed(committed)
             finally:
                 self._local.uow = None
+        if committed and self.observer is not None:
+            # observers run with the writer free (they may write, or take their time)
+            self.observer.drain()
 
     @contextmanager
     def write_connection(self) -> Iterator[Connection]:

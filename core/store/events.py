@@ -18,14 +18,19 @@ Ids only grow in commit order, so a reader that has seen id N never later finds 
 
 Events are kept for at least `RETENTION`; `prune` deletes older ones in small batches, each its
 own short transaction, so writers never wait long behind it.
+
+Observers in this process (plugins' `laneway_event` hook, see `core.observe`) get each
+transaction's events after its COMMIT, in commit order; a rollback delivers nothing. The store
+asks its `Observer` whether anyone listens before doing any of that work: with no listener,
+`flush` is the plain insert it always was.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from datetime import timedelta
-from typing import TYPE_CHECKING, Any, Final
+from typing import TYPE_CHECKING, Any, Final, Protocol
 
 import attrs
 import sqlalchemy as sa
@@ -57,7 +62,11 @@ TYPES: Final = (
     "run.failed",
     "decision.recorded",
     "session.state",
+    "agent_error.dispatched",
 )
+OBSERVED_ONLY: Final = ("agent.output",)
+"""Types handed to observers but never stored: nothing is written when they happen (an agent's
+output line). Such an event has id 0 and does not reach the HTTP stream."""
 
 
 @attrs.frozen
@@ -79,6 +88,23 @@ class Event:
             "task_id": self.task_id,
             "at": self.at,
         }
+
+
+class Observer(Protocol):
+    """Who gets committed events (installed on `Store.observer` by the host)."""
+
+    def wanted(self) -> bool:
+        """Whether anyone listens now; False spares every other call."""
+        ...
+
+    def committed(self, events: Sequence[Event]) -> None:
+        """One transaction's events, just committed (called under the writer lock, so in
+        commit order: queue them, do not act)."""
+        ...
+
+    def drain(self) -> None:
+        """Hand queued events to the listeners (called after the writer lock is released)."""
+        ...
 
 
 @attrs.define
@@ -132,29 +158,50 @@ def _resolve_tasks(conn: Connection, pending: list[_Pending]) -> None:
             p.task_id = _entry_tasks.get(p.entry_id)
 
 
-def flush(uow: UnitOfWork) -> None:
-    """Insert the unit's pending events; called by `Store.transaction` before COMMIT."""
+def flush(uow: UnitOfWork) -> list[Event]:
+    """Insert the unit's pending events; called by `Store.transaction` before COMMIT.
+
+    Returns the inserted events, with their ids, when an observer listens (for delivery after
+    COMMIT); otherwise an empty list, and the insert returns nothing."""
     pending, uow.events = uow.events, []
     if not pending:
-        return
+        return []
     conn = uow.conn
     _resolve_tasks(conn, pending)
     if not uow.store.is_sqlite:
         conn.exec_driver_sql(
             f"SELECT pg_advisory_xact_lock({PG_ORDER_LOCK}), pg_notify('{CHANNEL}', '')"
         )
-    conn.execute(
-        sa.insert(EV),
-        [
-            {
-                "type": p.type,
-                "task_id": p.task_id,
-                "at": p.at,
-                "data": json.dumps(p.fields, separators=(",", ":"), default=str),
-            }
-            for p in pending
-        ],
-    )
+    rows = [
+        {
+            "type": p.type,
+            "task_id": p.task_id,
+            "at": p.at,
+            "data": json.dumps(p.fields, separators=(",", ":"), default=str),
+        }
+        for p in pending
+    ]
+    observer = uow.store.observer
+    if observer is None or not observer.wanted():
+        conn.execute(sa.insert(EV), rows)
+        return []
+    inserted = conn.execute(
+        sa.insert(EV).returning(EV.c.id, sort_by_parameter_order=True), rows
+    ).scalars()
+    return [
+        Event(id=int(i), type=p.type, task_id=p.task_id, at=p.at, data=p.fields)
+        for i, p in zip(inserted, pending, strict=True)
+    ]
+
+
+def notify(store: Store, type_: str, task_id: str | None, **fields: Any) -> None:
+    """Hand an `OBSERVED_ONLY` event to this process's observers now; nothing is stored, and
+    nothing at all happens when no one listens."""
+    observer = store.observer
+    if observer is None or not observer.wanted():
+        return
+    observer.committed([Event(id=0, type=type_, task_id=task_id, at=ids.now(), data=fields)])
+    observer.drain()
 
 
 def mark(uow: UnitOfWork) -> int:

@@ -129,3 +129,42 @@ def test_demo_without_the_office_feature_fails_in_one_line(tmp_path: Path) -> No
     (line,) = proc.stderr.splitlines()
     assert line.startswith("laneway: ")
     assert "office" in line
+
+
+def test_demo_timeline_comes_from_events_not_log_text(tmp_path: Path) -> None:
+    """Issue 12 item 5: every log message reworded (and laneway's logging switched on, so the
+    records exist) leaves the timeline exactly as it is: it is built from board events
+    (`laneway_event`), and no log record is read."""
+    import loguru
+
+    from office_plugin import demo
+    from tests.conftest import open_host
+
+    def reworded(record: Any) -> None:
+        record["message"] = "reworded"
+
+    loguru.logger.configure(patcher=reworded)
+    loguru.logger.enable("core")
+    loguru.logger.enable("office_plugin")
+    try:
+        with open_host(f"sqlite:///{tmp_path / 'demo.db'}") as host:
+            result = demo.run(host, tmp_path / "agents")
+            manager = host.bundle.registry.hooks.manager
+            assert not manager.hook.laneway_event.get_hookimpls()  # the walk's observer left
+    finally:
+        loguru.logger.configure(patcher=lambda _record: None)
+        loguru.logger.disable("core")
+        loguru.logger.disable("office_plugin")
+    timeline = list(result.timeline)
+    assert_office_loop(timeline)
+    labels = [e["event"] for e in timeline]
+    assert labels.count("arrival") == 5  # Review #1, Work, Review #2, Approval, Done
+    assert labels.count("agent_said") == 2  # the CEO's and the worker's lines
+    (dispatch,) = _events(timeline, "action", trigger="on_agent_error")
+    assert (dispatch["action"], dispatch["target"], dispatch["enqueued"]) == (
+        "queue_run",
+        "workspace.ceo_agent",
+        1,
+    )
+    clears = _events(timeline, "action", action="clear_decisions", step="Review")
+    assert [e["removed"] for e in clears] == [0, 2]

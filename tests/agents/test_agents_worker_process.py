@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 import sqlalchemy as sa
 
-from core.demo import agent_command
 from core.store import tables as t
+from office_plugin.demo import agent_command
 from tests.agents.conftest import (
     enqueue,
     inspect_host,

@@ -13,6 +13,8 @@ from typing import Any
 
 import pytest
 
+from core.cli import build_cli
+from plugins.manager import PluginSelection
 from tests.cli.conftest import Laneway
 from tests.conftest import open_host
 
@@ -226,6 +228,8 @@ def test_demo_json_shape(
     fresh_laneway: Laneway, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    # `laneway demo` is the Office plugin's command (laneway_cli_commands)
+    fresh_laneway.cli = build_cli(selection=PluginSelection(allow=frozenset({"kanban", "office"})))
     result = fresh_laneway.run("--json", "demo", db=False)
     assert result.exit_code == 0, result.stderr
     out = json.loads(result.stdout)

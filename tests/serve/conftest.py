@@ -20,7 +20,7 @@ import attrs
 import httpx
 import pytest
 
-from core import demo
+from office_plugin import demo
 from tests.conftest import open_host
 
 LANEWAY = str(Path(sys.executable).with_name("laneway"))

@@ -12,8 +12,8 @@ from pathlib import Path
 from typing import Any
 
 from core import Host
-from core.demo import agent_command
 from core.model import DEFAULT_MAX_STEP_ARRIVALS
+from office_plugin.demo import agent_command
 
 PING_PONG = """
 version: 1

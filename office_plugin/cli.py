@@ -1,0 +1,63 @@
+"""`laneway demo`, added to the command line by the Office plugin (`laneway_cli_commands`)."""
+
+from __future__ import annotations
+
+import json
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import attrs
+import click
+from click.core import ParameterSource
+
+from core.cli.app import Settings, writer
+from core.cli.output import emit, plain
+from office_plugin import demo as demo_module
+
+
+def _db_given(ctx: click.Context) -> bool:
+    source = ctx.find_root().get_parameter_source("db")
+    return source in (ParameterSource.COMMANDLINE, ParameterSource.ENVIRONMENT)
+
+
+@click.command("demo")
+@click.pass_context
+def demo(ctx: click.Context) -> None:
+    """The Office loop end to end with scripted agents, in a few seconds.
+
+    A worker fails once and the CEO picks it up, a reviewer rejects the first round, both
+    approve the second, the approver approves: the task reaches Done. On a fresh temporary
+    SQLite database unless --db (or LANEWAY_DB) names one, which it initialises if needed
+    (the demo then adds its workflow, profiles and task there, and makes its workflow the
+    workspace's office workflow).
+    """
+    settings = ctx.find_object(Settings)
+    assert settings is not None
+    if _db_given(ctx):
+        # the database is the user's; the agents' scratch files are the demo's own
+        with tempfile.TemporaryDirectory(prefix="laneway-demo-") as scratch:
+            _demo(settings, Path(scratch))
+        return
+    workdir = Path(tempfile.mkdtemp(prefix="laneway-demo-"))  # kept: it holds demo.db
+    _demo(attrs.evolve(settings, db=f"sqlite:///{workdir / 'demo.db'}"), workdir)
+
+
+def _demo(settings: Settings, workdir: Path) -> None:
+
+    def show(event: dict[str, Any]) -> None:
+        if settings.json:
+            click.echo(json.dumps(plain(event), ensure_ascii=False), err=True)
+        else:
+            click.echo(demo_module.event_line(event))
+
+    with writer(settings, init=True) as host:
+        database = host.store.display_url
+        board = demo_module.build_board(host, workdir / "agents")
+        if not settings.json:
+            click.echo(f"laneway demo: {board.workflow.name} with scripted agents on {database}")
+            click.echo("")
+        result = demo_module.require_done(demo_module.walk(host, board, on_event=show))
+    lines = ["", *demo_module.summary_lines(result), ""]
+    lines.append(f"look around: laneway --db {database} runs list --task {result.task_id}")
+    emit(settings.json, result.as_json(), lines)
