@@ -449,6 +449,10 @@ def build_cli(
 
     cli = group
     assert isinstance(cli, LanewayGroup)
+    if selection is not None:
+        # A caller that names its plugins (an embedding application, a test) gets their
+        # commands at once, in `cli.commands`; the console script asks only when it must.
+        cli.load_plugin_commands()
     return cli
 
 
