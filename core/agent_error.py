@@ -184,6 +184,10 @@ def _working_sibling(host: Host, task: Task, failed_session_id: str) -> str | No
 
 def _walk(host: Host, registry: Any, task: Task, failure: AgentFailure) -> None:
     """Warn for each declared action that reaches no executor (moves execute structurally)."""
+    # Imported here: office_plugin imports this module, and the engine behind it is more than
+    # listing the plugins' commands (`laneway --help`) needs.
+    from core.engine import MOVE_KINDS
+
     try:
         assert task.workflow_step_id is not None
         _wf, step = host.workflows.step_by_id(task.workflow_step_id)

@@ -8,6 +8,7 @@ stderr and exit 1, a usage error stays click's exit 2, and anything unexpected b
 
 from __future__ import annotations
 
+import importlib
 import importlib.util
 import json
 import re
@@ -16,23 +17,67 @@ import traceback
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
-from typing import IO, Any, NoReturn
+from typing import IO, TYPE_CHECKING, Any, NoReturn
 
 import attrs
 import click
-import sqlalchemy as sa
-from loguru import logger
 
-from core import logs
-from core.errors import LanewayError, NotInitialised
-from core.host import DEFAULT_URL, Host
-from core.kinds import Features
-from core.store.dialect import is_sqlite, normalise_url, sqlite_path
-from plugins.manager import Hooks, PluginSelection, load_plugins
+if TYPE_CHECKING:
+    from core.host import Host
+    from core.kinds import Features
+    from plugins.manager import PluginSelection
 
-USER_ERRORS: tuple[type[Exception], ...] = (LanewayError,)
-"""Exceptions whose message is meant for the user as it stands (plugin and registry errors
-derive from LanewayError too)."""
+DEFAULT_URL = "sqlite:///laneway.db"
+"""`core.host.DEFAULT_URL`, repeated so that building the group does not import the host."""
+
+BUILTIN_COMMANDS: dict[str, tuple[str, str]] = {
+    "init": ("commands_setup", "init"),
+    "workspace": ("commands_setup", "workspace"),
+    "plugins": ("commands_setup", "plugins"),
+    "recover": ("commands_setup", "recover"),
+    "features": ("commands_setup", "features"),
+    "workflow": ("commands_workflow", "workflow"),
+    "profile": ("commands_workflow", "profile"),
+    "task": ("commands_task", "task"),
+    "participant": ("commands_task", "participant"),
+    "session": ("commands_task", "session"),
+    "turn": ("commands_task", "turn"),
+    "decision": ("commands_task", "decision"),
+    "runs": ("commands_ledger", "runs"),
+    "entries": ("commands_ledger", "entries"),
+    "agent": ("commands_agents", "agent"),
+    "worker": ("commands_agents", "worker_command"),
+    "serve": ("commands_serve", "serve"),
+}
+"""Each built-in command: its module under `core.cli` and the attribute holding it. A command
+imports its module (and what that needs) only when it runs; `--help` reads `BUILTIN_HELP`."""
+
+BUILTIN_HELP: dict[str, str] = {
+    "init": "Create or upgrade the schema (idempotent).",
+    "workspace": "The default workspace.",
+    "plugins": "Plugins and what they declare.",
+    "recover": (
+        "Open the host (which runs the recovery scan), put runs claimed by dead workers "
+        "back in the queue, and report what was done."
+    ),
+    "features": (
+        "The board's feature switches, stored in the database and followed by every process."
+    ),
+    "workflow": "Workflows: templates, import, export, checks.",
+    "profile": "Agent profiles.",
+    "task": "Tasks and the routes that move them.",
+    "participant": "Seats at a step: template seats and per-task seats.",
+    "session": "Agent sessions.",
+    "turn": "Turn boundaries: they fire on_turn_start and on_turn_complete.",
+    "decision": "Participant verdicts.",
+    "runs": "The runs queue.",
+    "entries": "The entry ledger.",
+    "agent": "Agents that run outside laneway.",
+    "worker": "Claim and execute queued runs.",
+    "serve": "Serve the HTTP API, the event stream and the board page until SIGINT/SIGTERM.",
+}
+"""Each built-in command's short help, as `laneway --help` lists it without importing the
+command modules (`tests/cli/test_cli_lazy.py` keeps it equal to the commands' own)."""
 
 
 def one_line(message: str) -> str:
@@ -53,6 +98,8 @@ class Settings:
     def features(self) -> Features | None:
         """This process's override of the board's features (`--no-office`), or None: the
         board's, as `laneway features` shows them."""
+        from core.kinds import Features
+
         return Features(office=False) if self.no_office else None
 
 
@@ -73,12 +120,26 @@ class CommandFailed(click.ClickException):
 
 class LanewayGroup(click.Group):
     """The top-level group. It turns errors into one line and keeps plugins from replacing
-    the built-in commands (a plugin may add commands, never shadow `task` or `init`)."""
+    the built-in commands (a plugin may add commands, never shadow `task` or `init`).
 
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
+    Built-in commands are imported when they are looked up (`BUILTIN_COMMANDS`); plugins are
+    asked for their commands (`laneway_cli_commands`) when a name is not a built-in one, when
+    the commands are listed (`--help`), and, to report a broken plugin on every command, when
+    the group runs (`report_plugin_commands`).
+    """
+
+    def __init__(
+        self,
+        *args: Any,
+        selection: PluginSelection | None = None,
+        plugin_commands: bool = True,
+        **kwargs: Any,
+    ) -> None:
         super().__init__(*args, **kwargs)
-        self.sealed: frozenset[str] = frozenset()
+        self.sealed: frozenset[str] = frozenset(BUILTIN_COMMANDS)
         self.startup_warnings: list[str] = []
+        self._selection = selection
+        self._plugins_pending = plugin_commands
 
     def add_command(self, cmd: click.Command, name: str | None = None) -> None:
         name = name or cmd.name
@@ -89,8 +150,74 @@ class LanewayGroup(click.Group):
             return
         super().add_command(cmd, name)
 
-    def seal(self) -> None:
-        self.sealed = frozenset(self.commands)
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        if cmd_name in BUILTIN_COMMANDS:
+            return self.builtin(cmd_name)
+        self.load_plugin_commands()
+        return self.commands.get(cmd_name)
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        self.load_plugin_commands()
+        return sorted(set(BUILTIN_COMMANDS) | set(self.commands))
+
+    def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        """click's listing, but a built-in command not yet imported shows `BUILTIN_HELP`."""
+        names = self.list_commands(ctx)
+        rows: list[tuple[str, str]] = []
+        limit = formatter.width - 6 - max(len(name) for name in names)
+        for name in names:
+            loaded = self.commands.get(name)
+            if loaded is None and name in BUILTIN_HELP:
+                # A bare command with the same help shortens it exactly as the real one would.
+                stand_in = click.Command(name, help=BUILTIN_HELP[name])
+                rows.append((name, stand_in.get_short_help_str(limit)))
+                continue
+            cmd = loaded or self.get_command(ctx, name)
+            if cmd is not None and not cmd.hidden:
+                rows.append((name, cmd.get_short_help_str(limit)))
+        if rows:
+            with formatter.section("Commands"):
+                formatter.write_dl(rows)
+
+    def builtin(self, name: str) -> click.Command:
+        """The built-in command `name`, importing its module the first time."""
+        found = self.commands.get(name)
+        if found is not None:
+            return found
+        module_name, attribute = BUILTIN_COMMANDS[name]
+        module = importlib.import_module(f"core.cli.{module_name}")
+        command: click.Command = getattr(module, attribute)
+        if name == "session":
+            from core.cli.commands_agents import SESSION_COMMANDS
+
+            assert isinstance(command, click.Group)
+            for sub in SESSION_COMMANDS:
+                command.add_command(sub)
+        click.Group.add_command(self, command, name)
+        return command
+
+    def load_plugin_commands(self) -> None:
+        """Ask the plugins for their commands, once. A broken plugin must not take the whole
+        command line down with it: whatever goes wrong here is remembered and logged once
+        logging is set up (after the global options)."""
+        if not self._plugins_pending:
+            return
+        self._plugins_pending = False
+        from plugins.manager import Hooks, PluginSelection, load_plugins
+
+        try:
+            loaded = load_plugins(self._selection or PluginSelection.from_env())
+            self.startup_warnings.extend(
+                Hooks(loaded.manager, strict=loaded.strict).cli_commands(self)
+            )
+        except Exception as exc:  # noqa: BLE001 - any plugin failure is reported, never fatal
+            self.startup_warnings.append(
+                f"plugin commands not loaded: {type(exc).__name__}: {one_line(str(exc))}"
+            )
+            return
+        for info in loaded.infos:
+            if info.error:
+                self.startup_warnings.append(f"plugin {info.name!r} failed to load: {info.error}")
 
     def invoke(self, ctx: click.Context) -> Any:
         try:
@@ -108,19 +235,36 @@ class LanewayGroup(click.Group):
         except BrokenPipeError:
             # `laneway workflow export W | head`: click's main quiets a closed stdout itself.
             raise
-        except USER_ERRORS as exc:
-            raise CommandFailed(str(exc)) from exc
-        except sa.exc.ArgumentError as exc:
-            # A malformed --db URL or a missing database driver: the user's to fix.
-            raise CommandFailed(f"database URL: {exc}") from exc
-        except sa.exc.OperationalError as exc:
-            # The database is unreachable or refuses us: an environment problem, not a bug.
-            raise CommandFailed(f"database error: {exc.orig or exc}") from exc
         except Exception as exc:
+            message = _user_message(exc)
+            if message is not None:
+                raise CommandFailed(message) from exc
             settings = ctx.obj if isinstance(ctx.obj, Settings) else None
             if settings is not None and settings.verbose:
                 click.echo(traceback.format_exc().rstrip(), err=True)
             raise CommandFailed(f"internal error: {type(exc).__name__}: {exc}") from exc
+
+
+_USER_ERRORS = (("core.errors", "LanewayError"),)
+"""Exceptions whose message is meant for the user as it stands: (module, class). An exception
+of a class can only exist once its module is imported, so none is imported to test for it."""
+
+
+def _user_message(exc: Exception) -> str | None:
+    """The one line a user should read for `exc`, or None: not the user's to fix."""
+    for module, name in _USER_ERRORS:
+        cls = getattr(sys.modules.get(module), name, None)
+        if isinstance(cls, type) and isinstance(exc, cls):
+            return str(exc)
+    sa_exc = sys.modules.get("sqlalchemy.exc")
+    if sa_exc is not None:
+        if isinstance(exc, sa_exc.ArgumentError):
+            # A malformed --db URL or a missing database driver: the user's to fix.
+            return f"database URL: {exc}"
+        if isinstance(exc, sa_exc.OperationalError):
+            # The database is unreachable or refuses us: an environment problem, not a bug.
+            return f"database error: {exc.orig or exc}"
+    return None
 
 
 pass_settings = click.make_pass_decorator(Settings)
@@ -138,6 +282,9 @@ def _check_url(url: str, *, must_exist: bool) -> None:
       `<db>.lock`), so a mistyped `--db` would leave empty databases behind. Only `init`
       may create one.
     """
+    from core.errors import LanewayError, NotInitialised
+    from core.store.dialect import is_sqlite, normalise_url, sqlite_path
+
     if url.startswith("sqlite://") and url != "sqlite://" and not url.startswith("sqlite:///"):
         raise LanewayError(
             f"database URL {url}: a SQLite URL has three slashes before a relative path "
@@ -165,6 +312,8 @@ def _check_url(url: str, *, must_exist: bool) -> None:
 
 
 def _opened(host: Host, command: str) -> None:
+    from loguru import logger
+
     logger.bind(
         command=command,
         database=host.store.display_url,
@@ -176,6 +325,9 @@ def _opened(host: Host, command: str) -> None:
 @contextmanager
 def writer(settings: Settings, *, init: bool = False) -> Iterator[Host]:
     """A writer host: epoch minted and its liveness lock held, recovery scan run."""
+    from core.host import Host
+    from plugins.manager import PluginSelection
+
     _check_url(settings.db, must_exist=not init)
     ctx = click.get_current_context()
     with Host.open(
@@ -191,6 +343,9 @@ def writer(settings: Settings, *, init: bool = False) -> Iterator[Host]:
 @contextmanager
 def reader(settings: Settings) -> Iterator[Host]:
     """A host for inspection: no lock, no epoch, no recovery; the schema must be current."""
+    from core.host import Host
+    from plugins.manager import PluginSelection
+
     _check_url(settings.db, must_exist=True)
     ctx = click.get_current_context()
     with Host.open(
@@ -209,6 +364,10 @@ def reader(settings: Settings) -> Iterator[Host]:
 
 def _start_logging(settings: Settings) -> Callable[[], None]:
     """Route laneway's records to stderr for this invocation; returns the undo."""
+    from loguru import logger
+
+    from core import logs
+
     # --json promises machine-readable progress on stderr too, so it serialises records
     # as well; --log-json additionally lowers the threshold to INFO.
     if settings.log_json:
@@ -230,23 +389,18 @@ def _start_logging(settings: Settings) -> Callable[[], None]:
 def build_cli(
     *, plugin_commands: bool = True, selection: PluginSelection | None = None
 ) -> LanewayGroup:
-    """A fresh `laneway` group: the built-in commands, then those plugins add.
+    """A fresh `laneway` group: the built-in commands, then those plugins add; each is
+    imported when first looked up (`LanewayGroup`).
 
     :param plugin_commands: call the plugins' `laneway_cli_commands` hook.
     :param selection: which plugins to ask (default: `PluginSelection.from_env()`).
     """
-    from core.cli import (
-        commands_agents,
-        commands_ledger,
-        commands_serve,
-        commands_setup,
-        commands_task,
-        commands_workflow,
-    )
 
     @click.group(
         cls=LanewayGroup,
         name="laneway",
+        selection=selection,
+        plugin_commands=plugin_commands,
         context_settings={"help_option_names": ["-h", "--help"]},
     )
     @click.option(
@@ -280,49 +434,30 @@ def build_cli(
         )
         ctx.obj = settings
         ctx.call_on_close(_start_logging(settings))
-        for warning in cli.startup_warnings:
-            logger.warning(warning)
+        # A plugin that fails, or tries to replace a built-in command, is reported whichever
+        # command runs (the host loads the same plugins for its own work).
+        cli.load_plugin_commands()
+        if cli.startup_warnings:
+            from loguru import logger
+
+            for warning in cli.startup_warnings:
+                logger.warning(warning)
 
     cli = group
     assert isinstance(cli, LanewayGroup)
-    for module in (
-        commands_setup,
-        commands_workflow,
-        commands_task,
-        commands_ledger,
-        commands_agents,
-        commands_serve,
-    ):
-        for command in module.COMMANDS:
-            cli.add_command(command)
-    for command in commands_agents.SESSION_COMMANDS:
-        commands_task.session.add_command(command)
-    cli.seal()
-    if plugin_commands:
-        _add_plugin_commands(cli, selection or PluginSelection.from_env())
+    if selection is not None:
+        # A caller that names its plugins (an embedding application, a test) gets their
+        # commands at once, in `cli.commands`; the console script asks only when it must.
+        cli.load_plugin_commands()
     return cli
-
-
-def _add_plugin_commands(cli: LanewayGroup, selection: PluginSelection) -> None:
-    # A broken plugin must not take the whole command line down with it: whatever goes wrong
-    # here is remembered and logged once logging is set up (after the global options).
-    try:
-        loaded = load_plugins(selection)
-        cli.startup_warnings.extend(Hooks(loaded.manager, strict=loaded.strict).cli_commands(cli))
-    except Exception as exc:  # noqa: BLE001 - any plugin failure is reported, never fatal
-        cli.startup_warnings.append(
-            f"plugin commands not loaded: {type(exc).__name__}: {one_line(str(exc))}"
-        )
-        return
-    for info in loaded.infos:
-        if info.error:
-            cli.startup_warnings.append(f"plugin {info.name!r} failed to load: {info.error}")
 
 
 def main(argv: Sequence[str] | None = None) -> NoReturn:
     """The console script: run `laneway` and exit; never a traceback."""
     # laneway owns this process: drop loguru's default DEBUG handler so only the handler the
     # global options ask for prints.
+    from loguru import logger
+
     logger.remove()
     verbose = any(a in ("-v", "--verbose") for a in (argv if argv is not None else sys.argv))
     try:

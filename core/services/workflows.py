@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import builtins
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import attrs
 import sqlalchemy as sa
@@ -15,20 +15,12 @@ from core.services.base import Service
 from core.store import rows
 from core.store import tables as t
 from core.text import require_text
-from core.workflows import (
-    AgentUseAt,
-    WorkflowDecl,
-    WorkflowFileError,
-    agent_uses,
-    check_workflow,
-    export_document,
-    instantiate,
-    load_file,
-    load_text,
-    shipped_template,
-    shipped_templates,
-    validate_with_registry,
-)
+
+if TYPE_CHECKING:
+    from core.workflows import AgentUseAt, WorkflowDecl
+
+# core.workflows (YAML, template loading, checks) is imported by the methods that use it:
+# every host builds this service, few commands import or check a workflow.
 
 
 @attrs.frozen
@@ -42,6 +34,8 @@ class AgentReach:
     """The action names a profile (by id or name) that does not exist."""
 
     def problem(self, workflow: str) -> str:
+        from core.workflows import WorkflowFileError
+
         return str(
             WorkflowFileError(
                 f"{self.at.kind} names agent profile '{self.at.use.profile}', which does not exist",
@@ -52,6 +46,8 @@ class AgentReach:
         )
 
     def line(self, workflow: str) -> str:
+        from core.workflows import WorkflowFileError
+
         use = self.at.use
         who = ", ".join(f"'{p}'" for p in self.profiles)
         if self.unknown_profile:
@@ -98,6 +94,8 @@ class WorkflowService(Service):
     # -- templates and import --------------------------------------------------------------
 
     def templates(self) -> list[WorkflowDecl]:
+        from core.workflows import shipped_templates
+
         return shipped_templates()
 
     def create_from_template(
@@ -108,6 +106,8 @@ class WorkflowService(Service):
         :param exist_ok: when a workflow of that name made from this template exists, return
             it instead of refusing (so a script that sets up its board can run twice).
         """
+        from core.workflows import shipped_template, shipped_templates
+
         decl = shipped_template(template_id)
         if decl is None:
             known = ", ".join(d.template_id or d.name for d in shipped_templates())
@@ -124,6 +124,8 @@ class WorkflowService(Service):
 
     def import_file(self, path: str | Path) -> builtins.list[Workflow]:
         """Import an internal template file or a portable export; all or nothing."""
+        from core.workflows import WorkflowFileError, load_file
+
         try:
             decls = load_file(Path(path))
         except OSError as exc:
@@ -134,6 +136,8 @@ class WorkflowService(Service):
 
     def import_text(self, text: str, *, source: str = "<request body>") -> builtins.list[Workflow]:
         """Import a template or portable export given as YAML text; all or nothing."""
+        from core.workflows import WorkflowFileError, load_text
+
         try:
             decls = load_text(text, source=source)
         except WorkflowFileError as exc:
@@ -141,6 +145,8 @@ class WorkflowService(Service):
         return self._store_decls(decls)
 
     def _store_decls(self, decls: list[WorkflowDecl]) -> builtins.list[Workflow]:
+        from core.workflows import WorkflowFileError, instantiate, validate_with_registry
+
         self._require_writer()
         registry = self.host.bundle.registry
         workspace = self.host.workspace.get()
@@ -253,11 +259,15 @@ class WorkflowService(Service):
     # -- export and check -------------------------------------------------------------------
 
     def export(self, ref: str) -> dict[str, Any]:
+        from core.workflows import export_document
+
         return export_document([self.get(ref)])
 
     def check(self, ref: str) -> builtins.list[str]:
         """Problems: declarations the loaded plugins cannot run, and profile names that
         resolve to no agent profile."""
+        from core.workflows import check_workflow
+
         workflow = self.get(ref)
         problems = check_workflow(workflow, self.host.bundle.registry)
         for agent in self.agents_of(workflow):
@@ -268,6 +278,8 @@ class WorkflowService(Service):
     def agents_of(self, declared: Workflow | WorkflowDecl) -> builtins.list[AgentReach]:
         """Every agent `declared` can start or seat, each resolved against today's profiles
         (and, for a stored workflow, its steps' template seats)."""
+        from core.workflows import agent_uses
+
         profiles = self.host.profiles.list()
         by_ref = {p.id: p for p in profiles} | {p.name.casefold(): p for p in profiles}
         step_ids = {s.name: s.id for s in declared.steps} if isinstance(declared, Workflow) else {}

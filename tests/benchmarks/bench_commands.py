@@ -1,0 +1,170 @@
+"""How long a `laneway` command takes to answer, against `python -c 'import sqlalchemy'`.
+
+Issue 14, target 1: `laneway task list` and `laneway task move` within 1.3x the time Python
+takes to import SQLAlchemy, `laneway --help` within 1.2x, all measured in the same run. Every
+figure is the wall time of a fresh process (the installed `laneway` script next to this
+interpreter), started N times in rotation so that a load spike on the machine hits every
+command alike; the median counts.
+
+    python -m tests.benchmarks.bench_commands            # 15 rounds, about a minute
+    python -m tests.benchmarks.bench_commands --rounds 30
+    LANEWAY_TEST_PG_URL=postgresql://... python -m tests.benchmarks.bench_commands --pg
+
+Exit status 0 when every target holds, 1 otherwise.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+
+LANEWAY = str(Path(sys.executable).with_name("laneway"))
+TARGETS = {"laneway --help": 1.2, "laneway task list": 1.3, "laneway task move": 1.3}
+"""Each timed command's ceiling, as a multiple of the anchor's median."""
+ANCHOR = "python -c 'import sqlalchemy'"
+
+
+def _env(url: str) -> dict[str, str]:
+    env = dict(os.environ)
+    env["LANEWAY_DB"] = url
+    return env
+
+
+def _laneway(url: str, *args: str) -> str:
+    done = subprocess.run(
+        [LANEWAY, *args], env=_env(url), capture_output=True, text=True, check=False
+    )
+    if done.returncode != 0:
+        raise SystemExit(f"laneway {' '.join(args)} failed: {done.stderr.strip()}")
+    return done.stdout
+
+
+def prepare_board(url: str) -> str:
+    """A board with the Kanban template and one task in Backlog; the task's id."""
+    _laneway(url, "init")
+    _laneway(url, "workflow", "create", "--template", "simple")
+    made = json.loads(
+        _laneway(url, "--json", "task", "create", "--workflow", "Kanban", "--title", "bench")
+    )
+    _laneway(url, "task", "move", made["id"], "Backlog")
+    return str(made["id"])
+
+
+def commands(url: str, task_id: str) -> dict[str, tuple[list[str], dict[str, str]]]:
+    """Name -> (argv, environment). `task move` alternates between two steps that start no
+    agent (a manual move, E2): `--to` is filled in per round."""
+    plain = dict(os.environ)
+    return {
+        "python -c pass": ([sys.executable, "-c", "pass"], plain),
+        ANCHOR: ([sys.executable, "-c", "import sqlalchemy"], plain),
+        "laneway --help": ([LANEWAY, "--help"], _env(url)),
+        "laneway task list": ([LANEWAY, "task", "list"], _env(url)),
+        "laneway task move": ([LANEWAY, "task", "move", task_id], _env(url)),
+    }
+
+
+def _time(argv: Sequence[str], env: dict[str, str]) -> float:
+    start = time.perf_counter()
+    done = subprocess.run(
+        argv, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, check=False
+    )
+    elapsed = time.perf_counter() - start
+    if done.returncode != 0:
+        raise SystemExit(f"{' '.join(argv)} failed: {done.stderr.decode().strip()}")
+    return elapsed
+
+
+def measure(url: str, rounds: int) -> dict[str, list[float]]:
+    task_id = prepare_board(url)
+    found = commands(url, task_id)
+    times: dict[str, list[float]] = {name: [] for name in found}
+    steps = ("Review", "Backlog")
+    for name, (argv, env) in found.items():  # warm the file cache, untimed
+        _time([*argv, steps[1]] if name == "laneway task move" else argv, env)
+    for n in range(rounds):
+        for name, (argv, env) in found.items():
+            if name == "laneway task move":
+                argv = [*argv, steps[n % 2]]
+            times[name].append(_time(argv, env))
+    return times
+
+
+def report(label: str, times: dict[str, list[float]]) -> bool:
+    medians = {name: statistics.median(values) for name, values in times.items()}
+    anchor = medians[ANCHOR]
+    ok = True
+    print(f"\n{label}: median of {len(times[ANCHOR])} runs each")
+    print(f"{'command':<32}{'median ms':>10}{'ratio':>8}  target")
+    for name, median in medians.items():
+        ratio = median / anchor
+        target = TARGETS.get(name)
+        verdict = ""
+        if target is not None:
+            passed = ratio <= target
+            ok = ok and passed
+            verdict = f"<= {target}  {'PASS' if passed else 'FAIL'}"
+        print(f"{name:<32}{median * 1000:>10.0f}{ratio:>8.2f}  {verdict}")
+    return ok
+
+
+@contextmanager
+def sqlite_board() -> Iterator[str]:
+    with tempfile.TemporaryDirectory(prefix="laneway-bench-cmd-") as tmp:
+        yield f"sqlite:///{Path(tmp) / 'board.db'}"
+
+
+@contextmanager
+def postgres_board(server_url: str) -> Iterator[str]:
+    """A database of this run's own on the server, dropped afterwards."""
+    import sqlalchemy as sa
+
+    admin = sa.create_engine(
+        server_url.replace("postgresql://", "postgresql+psycopg://", 1),
+        isolation_level="AUTOCOMMIT",
+    )
+    name = f"laneway_bench_cmd_{os.getpid()}"
+    with admin.connect() as conn:
+        conn.exec_driver_sql(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
+        conn.exec_driver_sql(f"CREATE DATABASE {name}")
+    try:
+        yield server_url.rsplit("/", 1)[0] + f"/{name}"
+    finally:
+        with admin.connect() as conn:
+            conn.exec_driver_sql(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
+        admin.dispose()
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--rounds", type=int, default=15, help="runs of each command")
+    parser.add_argument(
+        "--pg", action="store_true", help="also on PostgreSQL (LANEWAY_TEST_PG_URL)"
+    )
+    args = parser.parse_args(argv)
+    if not Path(LANEWAY).exists():
+        raise SystemExit(f"no laneway script at {LANEWAY}: pip install -e . first")
+    load = os.getloadavg()[0]
+    print(f"laneway command startup, {os.cpu_count()} CPUs, load average {load:.1f}")
+    with sqlite_board() as url:
+        ok = report("SQLite (WAL)", measure(url, args.rounds))
+    if args.pg:
+        server = os.environ.get("LANEWAY_TEST_PG_URL")
+        if not server:
+            raise SystemExit("--pg needs LANEWAY_TEST_PG_URL")
+        with postgres_board(server) as url:
+            ok = report("PostgreSQL", measure(url, args.rounds)) and ok
+    print("\nall targets met" if ok else "\nsome target missed")
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,149 @@
+"""Issue 14 target 1 (command startup): a command imports what it runs. Built-in commands load
+when looked up, `--help` lists them from `BUILTIN_HELP`, and the schema check needs no alembic.
+The timing itself is `tests/benchmarks/bench_commands.py`; these tests keep the structure that
+makes it fast, and the help a user reads, from drifting."""
+
+from __future__ import annotations
+
+import importlib
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import click
+import pytest
+from click.testing import CliRunner
+
+from core import host
+from core.cli import app, build_cli
+from plugins import hookimpl
+from plugins.manager import PluginSelection
+
+LANEWAY = Path(sys.executable).with_name("laneway")
+
+# Runs the console script's own function, then reports which modules the process imported.
+PROBE = """
+import atexit, json, sys
+atexit.register(lambda: print(json.dumps(sorted(sys.modules)), file=sys.stderr))
+from core.cli import main
+main(sys.argv[1:])
+"""
+
+
+def _modules_after(*args: str, env: dict[str, str] | None = None) -> tuple[str, set[str]]:
+    done = subprocess.run(
+        [sys.executable, "-c", PROBE, *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+        env=env,
+    )
+    assert done.returncode == 0, done.stderr
+    return done.stdout, set(json.loads(done.stderr.splitlines()[-1]))
+
+
+@pytest.fixture
+def current_board(sqlite_url: str) -> str:
+    for args in (
+        ["init"],
+        ["workflow", "create", "--template", "simple"],
+        ["task", "create", "--workflow", "Kanban", "--title", "probe"],
+    ):
+        done = subprocess.run(
+            [str(LANEWAY), "--db", sqlite_url, *args],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
+        )
+        assert done.returncode == 0, done.stderr
+    return sqlite_url
+
+
+def test_task_list_on_a_current_database_does_not_import_alembic(current_board: str) -> None:
+    """AC issue-14/1: checking the schema revision reads the version table; alembic (and mako,
+    pygments behind it) is for `init` and out-of-date schemas only."""
+    out, modules = _modules_after("--db", current_board, "task", "list")
+    assert "'probe'" in out
+    assert "alembic" not in modules
+    assert "mako" not in modules
+    out, modules = _modules_after("--db", current_board, "--json", "task", "list")
+    (task,) = json.loads(out)
+    moved, modules = _modules_after("--db", current_board, "task", "move", task["id"], "Review")
+    assert "to Review" in moved
+    assert "alembic" not in modules
+
+
+def test_a_command_imports_only_its_own_module(current_board: str) -> None:
+    """AC issue-14/1: `task list` does not import the server, the worker or the demo."""
+    _out, modules = _modules_after("--db", current_board, "task", "list")
+    assert "core.cli.commands_task" in modules
+    for other in ("core.cli.commands_serve", "core.cli.commands_agents", "core.demo"):
+        assert other not in modules
+
+
+def test_help_needs_no_database_code() -> None:
+    """AC issue-14/1: `laneway --help` lists every command without importing SQLAlchemy or a
+    command module."""
+    out, modules = _modules_after("--help")
+    for name in app.BUILTIN_COMMANDS:
+        assert f"\n  {name} " in out
+    assert "sqlalchemy" not in modules
+    assert not any(m.startswith("core.cli.commands_") for m in modules)
+
+
+class _Greeter:
+    @hookimpl
+    def laneway_cli_commands(self, group: click.Group) -> None:
+        @click.command("greet")
+        def greet() -> None:
+            """Say hello from a plugin."""
+
+        group.add_command(greet)
+
+
+def test_help_lists_plugin_commands_beside_the_builtin_ones() -> None:
+    cli = build_cli(selection=PluginSelection(extra=(("greeter", _Greeter()),), entry_points=False))
+    result = CliRunner().invoke(cli, ["--help"], catch_exceptions=False)
+    assert result.exit_code == 0
+    assert "greet  " in result.stdout
+    assert "Say hello from a plugin." in result.stdout
+    assert "task  " in result.stdout
+
+
+def test_builtin_table_names_every_command_of_the_command_modules() -> None:
+    declared: dict[str, click.Command] = {}
+    for module_name in {module for module, _attr in app.BUILTIN_COMMANDS.values()}:
+        module = importlib.import_module(f"core.cli.{module_name}")
+        for command in module.COMMANDS:
+            assert command.name is not None
+            declared[command.name] = command
+    assert set(declared) == set(app.BUILTIN_COMMANDS) == set(app.BUILTIN_HELP)
+    cli = build_cli(plugin_commands=False)
+    for name, command in declared.items():
+        assert cli.get_command(click.Context(cli), name) is command
+
+
+@pytest.mark.parametrize("limit", [20, 45, 74, 200])
+def test_help_table_shortens_like_the_commands_own_help(limit: int) -> None:
+    """What `laneway --help` prints for a built-in command is what its own help says."""
+    cli = build_cli(plugin_commands=False)
+    for name, text in app.BUILTIN_HELP.items():
+        command = cli.get_command(click.Context(cli), name)
+        assert command is not None
+        shown = click.Command(name, help=text).get_short_help_str(limit)
+        assert shown == command.get_short_help_str(limit), name
+
+
+def test_session_group_keeps_its_agent_commands() -> None:
+    cli = build_cli(plugin_commands=False)
+    result = CliRunner().invoke(cli, ["session", "--help"], catch_exceptions=False)
+    assert result.exit_code == 0
+    assert "send" in result.stdout
+    assert "cancel-retry" in result.stdout
+
+
+def test_the_default_database_url_is_the_hosts() -> None:
+    assert app.DEFAULT_URL == host.DEFAULT_URL
