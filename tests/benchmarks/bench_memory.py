@@ -24,6 +24,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any, cast
 
 REPO = Path(__file__).resolve().parents[2]
 if str(REPO) not in sys.path:
@@ -65,12 +66,42 @@ def rss_kib() -> int:
     raise RuntimeError("no VmRSS in /proc/self/status")
 
 
+def guards_only(total: int) -> int:
+    from core.runtime.runtime import AgentRuntime
+
+    runtime = AgentRuntime(cast(Any, None), retry_delays=())
+    baseline = 0
+    for i in range(1, total + 1):
+        with runtime.guard(f"session-{i:012d}"):
+            pass
+        if i == BASELINE_AT:
+            baseline = rss_kib()
+    final = rss_kib()
+    ratio = final / baseline
+    ok = ratio <= TARGET
+    print(
+        f"guards of {total:,} sessions: RSS {baseline / 1024:.1f} MiB after {BASELINE_AT:,}, "
+        f"{final / 1024:.1f} MiB after {total:,}: {ratio:.3f}x (target <= {TARGET}) "
+        f"{'PASS' if ok else 'FAIL'}"
+    )
+    return 0 if ok else 1
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
     parser.add_argument("--failures", type=int, default=50_000)
     parser.add_argument("--baseline-at", type=int, default=BASELINE_AT)
     parser.add_argument("--full", action="store_true", help="1,000,000 failures")
+    parser.add_argument(
+        "--guards-only",
+        type=int,
+        metavar="N",
+        help="only take and release N distinct sessions' failure guards (no database): "
+        "seconds, not hours, for the one structure that used to grow per failure",
+    )
     args = parser.parse_args(argv)
+    if args.guards_only:
+        return guards_only(args.guards_only)
     baseline_at = args.baseline_at
     total = 1_000_000 if args.full else max(args.failures, baseline_at)
     logger.remove()  # a host in production logs to its own sinks; this measures the host only
