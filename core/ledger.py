@@ -63,6 +63,18 @@ _CLAIM_ABSENT = {
     "postgresql": pg_insert(M).values(_CLAIM_VALUES).on_conflict_do_nothing(),
 }
 _MARKER_STATE = sa.select(M.c.state, M.c.epoch).where(_MARKER_KEY)
+# absent -> skipped(reason) in one conditional statement, for an entry-level skip: rowcount 1
+# means the position was free and is now closed; 0 sends the caller through claim and settle
+# (terminal already, or held by an epoch whose liveness decides).
+_SKIP_VALUES = {
+    **_CLAIM_VALUES,
+    "state": "skipped",
+    "reason": sa.bindparam("reason", type_=sa.String),
+}
+_SKIP_ABSENT = {
+    "sqlite": sqlite_insert(M).values(_SKIP_VALUES).on_conflict_do_nothing(),
+    "postgresql": pg_insert(M).values(_SKIP_VALUES).on_conflict_do_nothing(),
+}
 # in_progress(dead epoch) -> in_progress(our epoch)
 _RECLAIM = (
     sa.update(M)
@@ -254,12 +266,12 @@ def skip_entry(
 ) -> None:
     """An entry-level skip: every durable position without a terminal marker is claimed and
     marked skipped(reason), then the entry is set terminal. Raises ClaimLost (changing
-    nothing, with the caller's transaction rolled back) when a live epoch holds a position."""
-    markers = load_markers(uow.conn, entry_id)
+    nothing, with the caller's transaction rolled back) when a live epoch holds a position.
+
+    No read first: each position is closed by a conditional insert, and only a position that
+    already holds a marker takes the claim path (terminal: left as it is; live: ClaimLost)."""
     for decl in durable_positions(registry, actions):
-        marker = markers.get((decl.position, decl.kind))
-        if marker is None or marker.state not in TERMINAL:
-            skip_position(uow, entry_id, decl.position, decl.kind, reason, epoch=epoch)
+        skip_position(uow, entry_id, decl.position, decl.kind, reason, epoch=epoch)
     set_terminal(uow, entry_id)
 
 
@@ -267,6 +279,11 @@ def skip_position(
     uow: UnitOfWork, entry_id: str, position: int, kind: str, reason: str, *, epoch: str
 ) -> bool:
     """Claim and mark skipped(reason); False when the position was already terminal."""
+    key = {"entry_id": entry_id, "position": position, "kind": kind}
+    absent = _SKIP_ABSENT[uow.conn.dialect.name]
+    if uow.run(absent, {**key, "epoch": epoch, "stamp": ids.now(), "reason": reason}).rowcount:
+        events.marker(uow, entry_id, position, kind, "skipped", reason)
+        return True
     if not claim(uow, entry_id, position, kind, epoch):
         return False
     settle(uow, entry_id, position, kind, "skipped", epoch=epoch, reason=reason)

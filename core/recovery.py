@@ -1,7 +1,11 @@
 """The startup recovery scan over non-terminal step entries (on-enter spec AC-B9).
 
-One indexed query, once per host open, before anything is served; no lease, no timeout. For
-each non-terminal entry, in (task_id, step_id, entry_seq) order:
+Once per host open, before anything is served; no lease, no timeout. The pending index is read
+in pages of BATCH entries (keyset pagination on (task_id, step_id, entry_seq), with the tasks
+of a page read beside it), and entries that only need closing (a1, a2) close in one
+transaction per run of them; the others are decided one by one. Entries written after the
+scan began are not its to decide. For each non-terminal entry, in (task_id, step_id,
+entry_seq) order:
 
 - (e) task, step or declaration cannot be loaded: skipped(unresolvable), warned;
 - (a1) the task no longer occupies the entry's step (it stands elsewhere, or is back there
@@ -25,11 +29,12 @@ from __future__ import annotations
 
 from collections import Counter
 
+
 import attrs
 import sqlalchemy as sa
 from loguru import logger
 
-from core import entry, ledger
+from core import entry, ids, ledger
 from core.errors import LanewayError
 from core.kernel import HasKernel, Kernel, kernel_of
 from core.model import Marker, Step, StepEntry, Task
@@ -38,6 +43,8 @@ from core.store import tables as t
 from core.store.database import UnitOfWork
 
 E = t.step_entries
+BATCH = 1000
+"""Pending entries read (and, when they only need closing, closed) per transaction."""
 
 
 @attrs.frozen
@@ -75,41 +82,162 @@ def pending_query() -> sa.Select[tuple[object, ...]]:
 
 def scan(source: Kernel | HasKernel) -> RecoveryReport:
     host = kernel_of(source)  # the kernel; named as the bodies were written
-    try:
-        with host.store.read() as conn:
-            found = [
-                (rows.entry(r), int(r["newest_seq"]))
-                for r in conn.execute(pending_query()).mappings()
-            ]
-    except Exception as exc:  # noqa: BLE001 - rule (f): the host opens whatever happens here
-        logger.bind(cause=f"{type(exc).__name__}: {exc}").error(
-            "recovery scan query failed; incomplete entries wait for the next start"
-        )
-        return RecoveryReport(errors=1)
     skipped: Counter[str] = Counter()
-    redispatched = errors = 0
-    for record, newest in found:
+    tally = _Tally()
+    steps: dict[str, Step | None] = {}
+    started = ids.now()
+    after: tuple[str, str, int] | None = None
+    while True:
         try:
-            outcome = _recover_one(host, record, newest, skipped)
-        except ledger.ClaimLost:
-            continue  # a live process is working this entry
-        except Exception as exc:  # noqa: BLE001 - rule (f): one bad record never stops the rest
-            errors += 1
-            logger.bind(
-                task_id=record.task_id,
-                step_id=record.step_id,
-                entry_seq=record.entry_seq,
-                cause=f"{type(exc).__name__}: {exc}",
-            ).error("recovery could not process an entry; it stays pending for the next start")
-            continue
-        if outcome == "redispatched":
-            redispatched += 1
-        elif outcome is not None:
-            skipped[outcome] += 1
-    report = RecoveryReport(len(found), redispatched, dict(skipped), errors)
-    if found:
+            found, tasks = _next_batch(host, after, started)
+        except Exception as exc:  # noqa: BLE001 - rule (f): the host opens whatever happens here
+            logger.bind(cause=f"{type(exc).__name__}: {exc}").error(
+                "recovery scan query failed; incomplete entries wait for the next start"
+            )
+            tally.errors += 1
+            break
+        if not found:
+            break
+        tally.scanned += len(found)
+        last = found[-1][0]
+        after = (last.task_id, last.step_id, last.entry_seq)
+        _recover_batch(host, found, tasks, steps, skipped, tally)
+    report = RecoveryReport(tally.scanned, tally.redispatched, dict(skipped), tally.errors)
+    if tally.scanned:
         logger.bind(**report.as_dict()).info("recovery scan finished")
     return report
+
+
+@attrs.define
+class _Tally:
+    scanned: int = 0
+    redispatched: int = 0
+    errors: int = 0
+
+
+def _next_batch(
+    host: Kernel, after: tuple[str, str, int] | None, started: str
+) -> tuple[list[tuple[StepEntry, int]], dict[str, tuple[str | None, bool]]]:
+    """The next BATCH pending entries after `after` in (task, step, seq) order, keyset-paged
+    along the pending index, and where their tasks stand, read together. Entries written after
+    the scan began are left out: a re-dispatch that moves a task on is not the scan's to redo."""
+    query = pending_query()
+    cols = query.selected_columns
+    key = sa.tuple_(cols.task_id, cols.step_id, cols.entry_seq)
+    query = query.where(cols.created_at <= started).limit(BATCH)
+    if after is not None:
+        query = query.where(key > sa.tuple_(*(sa.literal(v) for v in after)))
+    with host.store.read() as conn:
+        found = [(rows.entry(r), int(r["newest_seq"])) for r in conn.execute(query).mappings()]
+        wanted = sorted({record.task_id for record, _newest in found})
+        placed = conn.execute(
+            sa.select(t.tasks.c.id, t.tasks.c.workflow_step_id, t.tasks.c.wip_admitted).where(
+                t.tasks.c.id.in_(wanted)
+            )
+        ).all()
+    return found, {str(i): (step, bool(admitted)) for i, step, admitted in placed}
+
+
+def _recover_batch(
+    host: Kernel,
+    found: list[tuple[StepEntry, int]],
+    tasks: dict[str, tuple[str | None, bool]],
+    steps: dict[str, Step | None],
+    skipped: Counter[str],
+    tally: _Tally,
+) -> None:
+    """In order: runs of entries that only need closing (step_left, superseded) close in one
+    transaction each; every other entry (a re-dispatch, a halted or unresolvable one) goes
+    through `_recover_one` on its own, as does a run whose transaction failed."""
+    closing: list[tuple[StepEntry, int, str, Step]] = []
+    for record, newest in found:
+        reason, step = _closing_reason(host, record, newest, tasks, steps)
+        if reason and step is not None:
+            closing.append((record, newest, reason, step))
+            continue
+        _close_run(host, closing, skipped, tally)
+        closing = []
+        _recover_guarded(host, record, newest, skipped, tally)
+    _close_run(host, closing, skipped, tally)
+
+
+def _closing_reason(
+    host: Kernel,
+    record: StepEntry,
+    newest: int,
+    tasks: dict[str, tuple[str | None, bool]],
+    steps: dict[str, Step | None],
+) -> tuple[str, Step | None]:
+    """step_left or superseded (with the step) when the entry is only to be closed, else ""."""
+    placed = tasks.get(record.task_id)
+    if placed is None:
+        return "", None  # gone: unresolvable, decided (and warned) by _recover_one
+    if record.step_id not in steps:
+        try:
+            steps[record.step_id] = host.read.step(record.step_id)[1]
+        except (LanewayError, ValueError, TypeError, KeyError):
+            steps[record.step_id] = None
+    step = steps[record.step_id]
+    where, admitted = placed
+    if step is None:
+        return "", None
+    if where != step.id or not admitted:
+        return "step_left", step
+    if record.entry_seq != newest:
+        return "superseded", step
+    return "", None
+
+
+def _close_run(
+    host: Kernel,
+    closing: list[tuple[StepEntry, int, str, Step]],
+    skipped: Counter[str],
+    tally: _Tally,
+) -> None:
+    if not closing:
+        return
+    registry = host.bundle().registry
+    try:
+        with host.store.transaction() as uow:
+            epoch = host.live_epoch()
+            for record, _newest, reason, step in closing:
+                ledger.skip_entry(
+                    uow, registry, record.id, step.actions("on_enter"), reason, epoch=epoch
+                )
+    except Exception:  # noqa: BLE001 - contention or a bad record: decide each one alone
+        for record, newest, _reason, _step in closing:
+            _recover_guarded(host, record, newest, skipped, tally)
+        return
+    for record, _newest, reason, _step in closing:
+        skipped[reason] += 1
+        logger.bind(
+            task_id=record.task_id,
+            step_id=record.step_id,
+            entry_seq=record.entry_seq,
+            reason=reason,
+        ).info("entry closed without running")
+
+
+def _recover_guarded(
+    host: Kernel, record: StepEntry, newest: int, skipped: Counter[str], tally: _Tally
+) -> None:
+    try:
+        outcome = _recover_one(host, record, newest, skipped)
+    except ledger.ClaimLost:
+        return  # a live process is working this entry
+    except Exception as exc:  # noqa: BLE001 - rule (f): one bad record never stops the rest
+        tally.errors += 1
+        logger.bind(
+            task_id=record.task_id,
+            step_id=record.step_id,
+            entry_seq=record.entry_seq,
+            cause=f"{type(exc).__name__}: {exc}",
+        ).error("recovery could not process an entry; it stays pending for the next start")
+        return
+    if outcome == "redispatched":
+        tally.redispatched += 1
+    elif outcome is not None:
+        skipped[outcome] += 1
 
 
 def _recover_one(host: Kernel, record: StepEntry, newest: int, skipped: Counter[str]) -> str | None:

@@ -74,25 +74,39 @@ class AgentRuntime:
     def __init__(self, host: Host, retry_delays: tuple[float, ...] | None = None) -> None:
         self.host = host
         self.retry_delays = retry_delays if retry_delays is not None else retry_delays_from_env()
-        self._guards: dict[str, threading.Lock] = {}
+        self._guards: dict[str, tuple[threading.Lock, int]] = {}
+        """Per session in use: its lock and how many hold or wait for it."""
         self._guards_lock = threading.Lock()
         self._turns: dict[str, _Turn] = {}
 
     # -- the per-session guard ------------------------------------------------------------------
 
-    def _guard_of(self, session_id: str) -> threading.Lock:
-        with self._guards_lock:
-            return self._guards.setdefault(session_id, threading.Lock())
-
     @contextmanager
     def guard(self, session_id: str) -> Iterator[None]:
-        """Held during a session's failure bookkeeping. Not reentrant, on purpose."""
-        lock = self._guard_of(session_id)
-        with lock:
-            yield
+        """Held during a session's failure bookkeeping. Not reentrant, on purpose.
+
+        A session's lock lives only while someone holds or waits for it: the last one out
+        drops it, so a host that handles a million failures keeps no lock per session."""
+        with self._guards_lock:
+            lock, users = self._guards.get(session_id, (None, 0))
+            if lock is None:
+                lock = threading.Lock()
+            self._guards[session_id] = (lock, users + 1)
+        try:
+            with lock:
+                yield
+        finally:
+            with self._guards_lock:
+                _lock, users = self._guards[session_id]
+                if users <= 1:
+                    del self._guards[session_id]
+                else:
+                    self._guards[session_id] = (lock, users - 1)
 
     def guard_held(self, session_id: str) -> bool:
-        return self._guard_of(session_id).locked()
+        with self._guards_lock:
+            held = self._guards.get(session_id)
+        return held is not None and held[0].locked()
 
     # -- turns ------------------------------------------------------------------------------------
 

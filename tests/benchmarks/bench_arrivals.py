@@ -19,7 +19,8 @@ pragmas; the raw baseline sets the same ones):
     non-terminal, inserted directly with executemany; no markers: the scan never reads a
     terminal entry's markers). Each task's non-terminal entry is an older entry_seq than its
     newest (seq 50 of 101), so the scan resolves
-    all 1,000 as skipped(superseded): one transaction each, no action runs. (d2) repeats it
+    all 1,000 as skipped(superseded), closed a run of entries per transaction, no action runs
+    (see bench_recovery.py for the same shape at 100x the size). (d2) repeats it
     with the newest entry of each task left non-terminal and unmarked, so all 1,000 are real
     re-dispatches (clear_decisions + a three-run fan-out each).
 

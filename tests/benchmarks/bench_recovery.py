@@ -1,0 +1,183 @@
+"""The startup recovery scan at size (issue 14, target 3), on SQLite.
+
+    python -m tests.benchmarks.bench_recovery          # 1,000 and 10,000 pending among 100,000
+    python -m tests.benchmarks.bench_recovery --full   # adds 100,000 pending among 1,000,000
+
+Each case is a board whose tasks stand at the Office Default Review step (clear_decisions and a
+three-seat reviewer fan-out: two durable positions) with `entries` step entries each, inserted
+directly with executemany. `pending` of them per task are left non-terminal and unmarked, none
+of them the task's newest, so the scan resolves every one as skipped(superseded): it writes two
+skipped markers (and their events) and sets the entry terminal. The host is opened with
+`recover=False`; `core.recovery.scan(host)` is then timed alone.
+
+loguru's default stderr handler is removed first (laneway itself logs at WARNING unless told
+otherwise), so the INFO record the scan writes per closed entry is not printed.
+
+The baseline, measured in the same run on a copy of the same file, is the least a scan can do
+with Python's sqlite3 module: read the pending rows through the pending index and set each
+terminal with one executemany in one transaction (no markers, no events). Targets:
+1,000 pending among 100,000 <= 0.3 s; 100,000 among 1,000,000 <= 10 s (--full). The middle case
+(10,000 among 100,000) has no target of its own; its per-entry cost is shown next to the 10 s
+target's budget of 0.1 ms per pending entry.
+"""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+import sqlite3
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import sqlalchemy as sa
+from loguru import logger
+
+REPO = Path(__file__).resolve().parents[2]
+if str(REPO) not in sys.path:
+    sys.path.insert(0, str(REPO))
+
+from core import Host, ids, ledger, recovery  # noqa: E402
+from core.store import tables as t  # noqa: E402
+from plugins.manager import PluginSelection  # noqa: E402
+
+CHUNK = 50_000
+
+
+def open_host(url: str, **kwargs: Any) -> Host:
+    selection = PluginSelection(allow=frozenset({"kanban", "office"}))
+    return Host.open(url, plugins=selection, **kwargs)
+
+
+def build(path: Path, tasks: int, entries: int, pending: int) -> dict[str, Any]:
+    """`tasks` tasks at Review with `entries` entries each, `pending` of them non-terminal
+    (spread evenly, never the newest)."""
+    made = time.perf_counter()
+    with open_host(f"sqlite:///{path}", recover=False) as host:
+        workflow = host.workflows.create_from_template("office-default")
+        for r in range(3):
+            profile = host.profiles.add(f"bench-reviewer-{r}", command=["true"])
+            host.participants.add(
+                step="Review", role="reviewer", profile=profile.id, workflow=workflow.id
+            )
+        review = host.workflows.step(workflow, "Review")
+        digest = ledger.declaration_digest(review.actions("on_enter"))
+        task_ids = [
+            host.tasks.create(workflow=workflow.id, title=f"r{i}", step="Review").id
+            for i in range(tasks)
+        ]
+        stride = entries // pending
+        stamp = ids.now()
+        batch: list[dict[str, Any]] = []
+        with host.store.transaction() as uow:
+            for task in task_ids:
+                for seq in range(1, entries + 1):
+                    batch.append(
+                        {
+                            "id": ids.new_id(),
+                            "task_id": task,
+                            "step_id": review.id,
+                            "entry_seq": seq,
+                            "entry_path": "E2",
+                            "declaration_digest": digest,
+                            "terminal": seq % stride != stride // 2,
+                            "created_at": stamp,
+                        }
+                    )
+                    if len(batch) >= CHUNK:
+                        uow.conn.execute(sa.insert(t.step_entries), batch)
+                        batch = []
+            if batch:
+                uow.conn.execute(sa.insert(t.step_entries), batch)
+    return {"setup_s": time.perf_counter() - made}
+
+
+def raw_floor(path: Path) -> float:
+    """Read the pending rows through the index and set them terminal, in one transaction."""
+    con = sqlite3.connect(path, isolation_level=None)
+    try:
+        began = time.perf_counter()
+        con.execute("BEGIN IMMEDIATE")
+        found = con.execute(
+            "SELECT id FROM step_entries WHERE terminal = 0 ORDER BY task_id, step_id, entry_seq"
+        ).fetchall()
+        con.executemany("UPDATE step_entries SET terminal = 1 WHERE id = ?", found)
+        con.execute("COMMIT")
+        return time.perf_counter() - began
+    finally:
+        con.close()
+
+
+def run_case(base: Path, tasks: int, entries: int, pending: int) -> dict[str, Any]:
+    case = base / f"{tasks}x{entries}x{pending}"
+    case.mkdir()
+    info = build(case / "board.db", tasks, entries, pending)
+    for suffix in ("", "-wal", "-shm"):
+        source = case / f"board.db{suffix}"
+        if source.exists():
+            shutil.copy(source, case / f"raw.db{suffix}")
+    raw_s = raw_floor(case / "raw.db")
+    with open_host(f"sqlite:///{case / 'board.db'}", recover=False) as host:
+        began = time.perf_counter()
+        report = recovery.scan(host)
+        scan_s = time.perf_counter() - began
+        with host.store.read() as conn:
+            left = conn.execute(
+                sa.select(sa.func.count()).where(t.step_entries.c.terminal.is_(False))
+            ).scalar_one()
+    shutil.rmtree(case)
+    return {
+        **info,
+        "rows": tasks * entries,
+        "pending": tasks * pending,
+        "scan_s": scan_s,
+        "raw_s": raw_s,
+        "report": report.as_dict(),
+        "left": int(left),
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
+    parser.add_argument(
+        "--full", action="store_true", help="add 100,000 pending among 1,000,000 (a few minutes)"
+    )
+    args = parser.parse_args(argv)
+    logger.remove()  # a host logs at WARNING by default: the scan's per-entry INFO records
+    # cost nothing there, and printing 100,000 of them here would time the terminal
+    # (tasks, entries per task, pending per task, target seconds or None)
+    cases: list[tuple[int, int, int, float | None]] = [
+        (1_000, 100, 1, 0.3),
+        (1_000, 100, 10, None),
+    ]
+    if args.full:
+        cases.append((10_000, 100, 10, 10.0))
+    failed = False
+    print(f"{'case':<34} {'scan':>9} {'per entry':>10} {'raw floor':>10} {'scan/raw':>9}  verdict")
+    with tempfile.TemporaryDirectory(prefix="laneway-bench-recovery-") as tmp:
+        for tasks, entries, pending, target in cases:
+            r = run_case(Path(tmp), tasks, entries, pending)
+            per_ms = r["scan_s"] * 1000 / r["pending"]
+            superseded = r["report"]["skipped"].get("superseded", 0)
+            correct = r["left"] == 0 and superseded == r["pending"] and r["report"]["errors"] == 0
+            if target is None:
+                verdict = "(info: budget 0.100 ms/entry)"
+            else:
+                ok = r["scan_s"] <= target
+                verdict = f"{'PASS' if ok else 'FAIL'} (<= {target:g} s)"
+                failed = failed or not ok
+            if not correct:
+                verdict += f" WRONG: report {r['report']}, {r['left']} left pending"
+                failed = True
+            label = f"{r['pending']:,} pending among {r['rows']:,}"
+            print(
+                f"{label:<34} {r['scan_s']:>8.3f}s {per_ms:>7.3f} ms {r['raw_s']:>9.3f}s "
+                f"{r['scan_s'] / r['raw_s']:>8.1f}x  {verdict}"
+            )
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
