@@ -274,12 +274,16 @@ def _execute(execute: Any, ctx: ActionContext, value: Any) -> Outcome | None:
     """Run an executor; a raise becomes a failed outcome (a plugin bug never stops the walk)."""
     try:
         result: Outcome | None = execute(ctx, value)
-    except ActionFailed as exc:
-        return Outcome.failed(exc.cause)
     except Exception as exc:  # noqa: BLE001 - a plugin's bug must not stop the entry
-        ctx.logger.opt(exception=exc).debug("executor raised")
-        return Outcome.failed(f"{type(exc).__name__}: {exc}")
+        return _failure(ctx, exc)
     return result
+
+
+def _failure(ctx: ActionContext, exc: Exception) -> Outcome:
+    if isinstance(exc, ActionFailed):
+        return Outcome.failed(exc.cause)
+    ctx.logger.opt(exception=exc).debug("executor raised")
+    return Outcome.failed(f"{type(exc).__name__}: {exc}")
 
 
 def _skip_position(walk: Walk, decl: ActionDecl, reason: str, last: bool) -> bool:
@@ -365,9 +369,13 @@ def _durable_action(
                 left = _close_if_vacated(uow, walk, decl, epoch, entry)
                 if left is None:
                     ctx = _context(walk, decl, None, log, uow, epoch)
-                    outcome = _execute(kind.execute, ctx, value) or Outcome.done()
-                    if outcome.state == "failed":
-                        raise _Rollback(outcome)
+                    try:
+                        outcome = kind.execute(ctx, value) or Outcome.done()
+                    except Exception as exc:  # noqa: BLE001 - recorded as failed, as by _execute
+                        # a raise may leave a partial effect (on PostgreSQL, an aborted
+                        # transaction): undo it. A *returned* failure keeps what the executor
+                        # wrote (a fan-out's seats that succeeded), committed with its marker.
+                        raise _Rollback(_failure(ctx, exc)) from None
                     _settle(uow, entry.id, decl, outcome, last, epoch)
             if left is not None:
                 raise _Vacated(left)

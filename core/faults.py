@@ -21,6 +21,7 @@ POINTS = frozenset(
         "dispatch.after_claim",
         "dispatch.after_effect",
         "clear_decisions.before_commit",
+        "fan_out.before_commit",
         "worker.after_claim",
     }
 )

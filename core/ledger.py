@@ -152,6 +152,7 @@ def allocate(
         created_at=ids.now(),
     )
     uow.run(_INSERT_ENTRY, attrs.asdict(entry))
+    events.know_entry(entry.id, task_id)
     return entry
 
 

@@ -86,20 +86,34 @@ _COALESCE = (
     .where(R.c.id == sa.bindparam("b_id"))
     .values(coalesced_count=R.c.coalesced_count + 1, payload=sa.bindparam("b_payload"))
 )
-_INSERT_RUN = insert_of(
-    R,
-    (
-        "id",
-        "agent_profile_id",
-        "task_id",
-        "workflow_step_id",
-        "reason",
-        "payload",
-        "idempotency_key",
-        "coalesce_exempt",
-        "status",
-        "coalesced_count",
-        "requested_at",
+_RUN_KEYS = (
+    "id",
+    "agent_profile_id",
+    "task_id",
+    "workflow_step_id",
+    "reason",
+    "payload",
+    "idempotency_key",
+    "coalesce_exempt",
+    "status",
+    "coalesced_count",
+    "requested_at",
+)
+_INSERT_RUN = insert_of(R, _RUN_KEYS)
+
+
+# The keyed, coalescing-exempt enqueue (every run an on_enter action requests) as one
+# conditional statement: insert unless a run with the key was requested inside the window.
+# Its row count decides (1: inserted, 0: suppressed), so a fan-out needs no read before each
+# insert and no savepoint to keep a seat's failure from its neighbours. Concurrent requests for
+# one key are one action of one entry, serialised by that action's marker claim.
+_INSERT_UNLESS_KEYED = sa.insert(R).from_select(
+    list(_RUN_KEYS),
+    sa.select(*(sa.bindparam(k, type_=R.c[k].type) for k in _RUN_KEYS)).where(
+        ~sa.exists().where(
+            R.c.idempotency_key == sa.bindparam("idempotency_key", type_=R.c.idempotency_key.type),
+            R.c.requested_at >= sa.bindparam("since", type_=R.c.requested_at.type),
+        )
     ),
 )
 
@@ -108,6 +122,8 @@ def enqueue(uow: UnitOfWork, request: RunRequest) -> Enqueued:
     """Enqueue inside the caller's unit of work."""
     now = datetime.now(UTC)
     stamp = ids.format_ts(now)
+    if request.idempotency_key and request.coalesce_exempt:
+        return _enqueue_keyed(uow, request, now)
     if request.idempotency_key:
         since = ids.format_ts(now - timedelta(seconds=IDEMPOTENCY_WINDOW_S))
         found = uow.run(_RECENT_BY_KEY, {"key": request.idempotency_key, "since": since}).scalar()
@@ -129,22 +145,39 @@ def enqueue(uow: UnitOfWork, request: RunRequest) -> Enqueued:
             uow.run(_COALESCE, {"b_id": target, "b_payload": payload})
             return Enqueued(target, "coalesced")
     run_id = ids.new_id()
-    uow.run(
-        _INSERT_RUN,
-        {
-            "id": run_id,
-            "agent_profile_id": request.agent_profile_id,
-            "task_id": request.task_id,
-            "workflow_step_id": request.workflow_step_id,
-            "reason": request.reason,
-            "payload": payload,
-            "idempotency_key": request.idempotency_key,
-            "coalesce_exempt": request.coalesce_exempt,
-            "status": "queued",
-            "coalesced_count": 1,
-            "requested_at": stamp,
-        },
-    )
+    uow.run(_INSERT_RUN, _row(run_id, request, payload, stamp))
+    return _queued(uow, run_id, request)
+
+
+def _enqueue_keyed(uow: UnitOfWork, request: RunRequest, now: datetime) -> Enqueued:
+    payload = rows.dumps(dict(request.payload)) if request.payload is not None else None
+    since = ids.format_ts(now - timedelta(seconds=IDEMPOTENCY_WINDOW_S))
+    run_id = ids.new_id()
+    values = {**_row(run_id, request, payload, ids.format_ts(now)), "since": since}
+    if uow.run(_INSERT_UNLESS_KEYED, values).rowcount == 1:
+        return _queued(uow, run_id, request)
+    # Suppressed (a replay): the rare path reads which run already holds the key.
+    found = uow.run(_RECENT_BY_KEY, {"key": request.idempotency_key, "since": since}).scalar()
+    return Enqueued(str(found), "suppressed")
+
+
+def _row(run_id: str, request: RunRequest, payload: str | None, stamp: str) -> dict[str, Any]:
+    return {
+        "id": run_id,
+        "agent_profile_id": request.agent_profile_id,
+        "task_id": request.task_id,
+        "workflow_step_id": request.workflow_step_id,
+        "reason": request.reason,
+        "payload": payload,
+        "idempotency_key": request.idempotency_key,
+        "coalesce_exempt": request.coalesce_exempt,
+        "status": "queued",
+        "coalesced_count": 1,
+        "requested_at": stamp,
+    }
+
+
+def _queued(uow: UnitOfWork, run_id: str, request: RunRequest) -> Enqueued:
     events.record(
         uow,
         "run.queued",

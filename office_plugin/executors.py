@@ -35,64 +35,104 @@ def _reason(config_reason: str | None, trigger: str) -> str:
 
 
 def queue_run_for_each_participant(ctx: ActionContext, config: FanOutConfig) -> Outcome:
-    """One run per distinct matching seat; every seat is attempted whatever fails."""
+    """One run per distinct matching seat; every seat is attempted whatever fails.
+
+    A transactional kind: the seats are read, the runs inserted and the done marker written in
+    the one transaction of the claim (`ctx.uow`), so the fan-out happens exactly once - its
+    runs and its marker commit together or not at all. Each seat is one conditional insert
+    (`core.runs`), and its failure is still isolated and recorded: where a failed statement
+    aborts the whole transaction (PostgreSQL), the fan-out runs under one savepoint and, only
+    when a seat fails there, again seat by seat under a savepoint each.
+    """
     reason = _reason(config.reason, ctx.trigger)
     canonical = {"role": config.role, "reason": reason, "payload": config.payload}
     log = ctx.logger.bind(role=config.role)
-    enqueued = suppressed = 0
-    failures: list[str] = []
-    # One unit of work for the read and every enqueue: the set is read once, and the runs
-    # commit together (each seat's failure is still isolated and recorded).
-    with ctx.services.store.transaction():
+    store = ctx.services.store
+    with store.transaction():  # ctx.uow on entry; a transaction of its own on other triggers
         seats = ctx.services.participants.fan_out_seats(ctx.task.id, ctx.step.id, config.role)
-        for seat in seats:
-            cause = _enqueue_for_seat(ctx, seat, reason, config.payload, canonical)
-            if isinstance(cause, str):
-                failures.append(cause)
-                log.bind(
-                    participant_id=seat.id, agent_profile_id=seat.agent_profile_id, cause=cause
-                ).error("fan-out could not queue a run for a participant")
-                continue
-            enqueued += 1
-            suppressed += int(cause)
+        try:
+            with store.isolated():
+                tally = _fan_out(ctx, seats, reason, config.payload, canonical)
+        except _SeatAborted as aborted:
+            # the seats before it are undone with the savepoint and done again; the failed
+            # one is recorded, not retried (as a seat failing under its own savepoint is)
+            tally = _fan_out(ctx, seats, reason, config.payload, canonical, aborted)
+        faults.reach("fan_out.before_commit")
+    enqueued, suppressed, failures = tally
+    for seat, cause in failures:
+        log.bind(participant_id=seat.id, agent_profile_id=seat.agent_profile_id, cause=cause).error(
+            "fan-out could not queue a run for a participant"
+        )
     if not seats:
         log.warning("no participant matches the fan-out role; no runs queued")
     log.bind(matching=len(seats), enqueued=enqueued, suppressed=suppressed).info("fan-out finished")
     if failures:
         return Outcome.failed(
             json.dumps(
-                {"attempted": len(seats), "failed": len(failures), "first_cause": failures[0]}
+                {"attempted": len(seats), "failed": len(failures), "first_cause": failures[0][1]}
             )
         )
     return Outcome.done()
 
 
-def _enqueue_for_seat(
+class _SeatAborted(Exception):
+    """A seat failed where the failure aborts the transaction: undo to the fan-out's savepoint
+    and go seat by seat."""
+
+    def __init__(self, seat: Participant, cause: str) -> None:
+        super().__init__(cause)
+        self.seat = seat
+        self.cause = cause
+
+
+def _fan_out(
     ctx: ActionContext,
-    seat: Participant,
+    seats: list[Participant],
     reason: str,
     payload: Any,
     canonical: dict[str, Any],
-) -> str | bool:
-    """The failure cause, or whether the enqueue was idempotency-suppressed."""
-    if not seat.agent_profile_id:
-        return "participant has no agent profile"
-    try:
-        with ctx.services.store.isolated():
-            result = ctx.services.runs.enqueue(
-                RunRequest(
-                    agent_profile_id=seat.agent_profile_id,
-                    task_id=ctx.task.id,
-                    workflow_step_id=ctx.step.id,
-                    reason=reason,
-                    payload=payload,
-                    idempotency_key=ctx.idempotency_key(seat.agent_profile_id, canonical),
-                    coalesce_exempt=ctx.entry_id is not None,
-                )
-            )
-    except Exception as exc:  # noqa: BLE001 - each seat's failure is recorded, then the next
-        return f"{type(exc).__name__}: {exc}"
-    return bool(result.suppressed)
+    aborted: _SeatAborted | None = None,
+) -> tuple[int, int, list[tuple[Participant, str]]]:
+    """(enqueued, suppressed, [(seat, cause)]). The first pass (`aborted` None) runs every
+    seat without a savepoint, and a seat's exception raises `_SeatAborted` where the database
+    cannot go on after it; the second runs each seat isolated (a savepoint where the database
+    needs one), and records the seat that aborted the first pass without retrying it."""
+    store = ctx.services.store
+    first_pass = aborted is None
+    undo_all = first_pass and not store.is_sqlite
+    enqueued = suppressed = 0
+    failures: list[tuple[Participant, str]] = []
+    for seat in seats:
+        if not seat.agent_profile_id:
+            failures.append((seat, "participant has no agent profile"))
+            continue
+        if aborted is not None and seat is aborted.seat:
+            failures.append((seat, aborted.cause))
+            continue
+        request = RunRequest(
+            agent_profile_id=seat.agent_profile_id,
+            task_id=ctx.task.id,
+            workflow_step_id=ctx.step.id,
+            reason=reason,
+            payload=payload,
+            idempotency_key=ctx.idempotency_key(seat.agent_profile_id, canonical),
+            coalesce_exempt=ctx.entry_id is not None,
+        )
+        try:
+            if first_pass:
+                result = ctx.services.runs.enqueue(request)
+            else:
+                with store.isolated():
+                    result = ctx.services.runs.enqueue(request)
+        except Exception as exc:  # each seat's failure is recorded, then the next
+            cause = f"{type(exc).__name__}: {exc}"
+            if undo_all:
+                raise _SeatAborted(seat, cause) from exc
+            failures.append((seat, cause))
+            continue
+        enqueued += 1
+        suppressed += int(result.suppressed)
+    return enqueued, suppressed, failures
 
 
 def queue_run(ctx: ActionContext, config: QueueRunConfig) -> Outcome:

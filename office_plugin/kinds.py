@@ -167,6 +167,8 @@ def declarations() -> tuple[ActionKind, ...]:
             validate=validate_fan_out,
             agents=fan_out_agents,
             logs_own_failures=True,
+            # runs and done marker commit together: the fan-out happens exactly once
+            transactional=True,
             feature="office",
         ),
         ActionKind(

@@ -142,6 +142,14 @@ def marker(
 _entry_tasks: dict[str, str] = {}
 
 
+def know_entry(entry_id: str, task_id: str) -> None:
+    """Remember an entry's task where the entry is made, so the markers written in the
+    transactions after it need no read to find their task (an entry's task never changes)."""
+    if len(_entry_tasks) > _ENTRY_TASK_CACHE_MAX:
+        _entry_tasks.clear()
+    _entry_tasks[entry_id] = task_id
+
+
 def _resolve_tasks(conn: Connection, pending: list[_Pending]) -> None:
     wanted = {p.entry_id for p in pending if p.entry_id and p.entry_id not in _entry_tasks}
     if wanted:

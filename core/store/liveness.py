@@ -107,7 +107,9 @@ class EpochLock:
                 raise
             os.write(fd, f"{os.getpid()} {socket.gethostname()}\n".encode())
             return cls(epoch, fd=fd, path=path)
-        conn = engine.connect()
+        # Autocommit: the lock is the session's, and the liveness check before every claim
+        # (`holds`) is then one round trip, not BEGIN, SELECT 1 and COMMIT.
+        conn = engine.connect().execution_options(isolation_level="AUTOCOMMIT")
         try:
             conn.exec_driver_sql(f"SET application_name = 'laneway pid {os.getpid()}'")
             got = conn.execute(

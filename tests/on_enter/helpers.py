@@ -37,6 +37,9 @@ from plugins import hookimpl
 from plugins.manager import PluginSelection
 from tests.conftest import board_office
 
+DEAD_EPOCH = "dead0000dead0000dead0000dead0000"
+"""The epoch of a process that is gone (no host ever mints it: epochs are random hex)."""
+
 PATHS = ("E1", "E2", "E3", "E4", "E5-update", "E5-start")
 """Every entry path, with E5's two sites (generic update, task start) separately."""
 
@@ -359,6 +362,21 @@ class World:
             if entry.entry_seq == entry_seq:
                 return {m.position: m for m in markers}
         raise AssertionError(f"no entry {entry_seq} for task {task_id}")
+
+    def reopen(self, task_id: str, position: int, epoch: str = DEAD_EPOCH) -> None:
+        """Leave the task's first entry as an effect committed apart from its marker leaves it
+        (a non-transactional kind killed at dispatch.after_effect, or a fan-out recorded by a
+        build that committed its runs apart): the marker at `position` in_progress under a
+        dead epoch, the entry non-terminal."""
+        ((entry, _markers), *_rest) = self.entries(task_id)
+        m, e = t.step_entry_markers, t.step_entries
+        with self.host.store.transaction() as uow:
+            uow.conn.execute(
+                sa.update(m)
+                .where(m.c.entry_id == entry.id, m.c.position == position)
+                .values(state="in_progress", epoch=epoch, reason=None, cause=None)
+            )
+            uow.conn.execute(sa.update(e).where(e.c.id == entry.id).values(terminal=False))
 
     def meta(self, task_id: str) -> dict[str, Any]:
         """The metadata of the task's newest session (where session kinds record effects)."""

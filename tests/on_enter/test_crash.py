@@ -53,7 +53,7 @@ with Host.open(url, features=Features(office=True), plugins=selection) as host:
 """
 
 SEEDED, NONE = "seeded", "none"
-IN_FLIGHT = [(0, CLEAR, "done", None), (1, FAN_OUT, "in_progress", None)]
+CLEARED = [(0, CLEAR, "done", None)]
 DONE = [(0, CLEAR, "done", None), (1, FAN_OUT, "done", None)]
 
 # point -> the shape the crash leaves: (markers, decisions seeded before the move, runs)
@@ -62,10 +62,11 @@ CRASH_SHAPES: dict[str, tuple[list[Any], str, int]] = {
     "transition.after_commit": ([], SEEDED, 0),
     # clear_decisions claimed inside its own transaction, which dies uncommitted
     "dispatch.after_claim@1": ([], SEEDED, 0),
-    # the clear (delete + done marker) committed; the fan-out's claim committed, no run yet
-    "dispatch.after_claim@2": (IN_FLIGHT, NONE, 0),
-    # the fan-out's runs committed; its marker still in_progress
-    "dispatch.after_effect": (IN_FLIGHT, NONE, 3),
+    # the clear (delete + done marker) committed; the fan-out claimed inside its own
+    # transaction, which dies uncommitted: neither its marker nor a run exists
+    "dispatch.after_claim@2": (CLEARED, NONE, 0),
+    # the fan-out's runs and done marker written, the transaction dies before COMMIT: both gone
+    "fan_out.before_commit": (CLEARED, NONE, 0),
     # the DELETE ran inside the clear transaction, which dies before COMMIT
     "clear_decisions.before_commit": ([], SEEDED, 0),
 }
@@ -123,6 +124,9 @@ def _assert_crash_shape(office: Office, seeded: str, point: str) -> None:
         left = decision_ids(conn, office.task, office.review)
         assert left == ({seeded} if decisions == SEEDED else set())
         assert len(run_rows(conn, office.task)) == runs
+        # issue 14: the fan-out's runs and its marker commit together or not at all
+        fan_out_marked = any(kind == FAN_OUT for _pos, kind, _state, _reason in entry["markers"])
+        assert fan_out_marked == (runs > 0)
 
 
 def _assert_exactly_once(office: Office, seeded: str) -> None:
@@ -162,16 +166,36 @@ def test_ac_b2_ac_b9_crash_at_fault_point_recovers_exactly_once(
     board: tuple[Office, str], point: str, tmp_path: Path
 ) -> None:
     """AC-B2 / AC-B5 / AC-B6 / AC-B9 at each fault point: the child dies with status 99 where
-    the point says; recovery at the next open completes the entry exactly once. For
-    dispatch.after_effect the fan-out is replayed and its idempotency keys suppress all three
-    runs; for the clear's points the uncommitted DELETE is re-run (AC-B2: in_progress or absent
-    proves no delete committed)."""
+    the point says; recovery at the next open completes the entry exactly once. The fan-out's
+    runs and marker are both present or both absent at every point (issue 14: they commit in
+    one transaction), so recovery runs an uncommitted fan-out afresh; for the clear's points
+    the uncommitted DELETE is re-run (AC-B2: in_progress or absent proves no delete
+    committed)."""
     office, seeded = board
     child = _run([sys.executable, "-c", DRIVER, office.url, office.task], point, tmp_path)
     assert child.returncode == EXIT_STATUS, child.stderr
     assert "Traceback" not in child.stderr
 
     _assert_crash_shape(office, seeded, point)
+    _assert_exactly_once(office, seeded)
+
+
+def test_issue14_fan_out_never_reaches_dispatch_after_effect(
+    board: tuple[Office, str], tmp_path: Path
+) -> None:
+    """Issue 14 / CLI.md fault points: the fan-out commits its runs with its done marker, so an
+    Office Review arrival never reaches dispatch.after_effect (which applies only to kinds that
+    commit their effect apart): armed with it, the child is not killed, and the runs and both
+    markers are there, exactly once."""
+    office, seeded = board
+    point = "dispatch.after_effect"
+    child = _run([sys.executable, "-c", DRIVER, office.url, office.task], point, tmp_path)
+    assert child.returncode == 0, child.stderr
+    with raw(office.url) as conn:
+        (entry,) = entries(conn, office.task)
+        assert entry["markers"] == DONE
+        assert entry["terminal"] is True
+        assert len(run_rows(conn, office.task)) == len(office.reviewers)
     _assert_exactly_once(office, seeded)
 
 
@@ -200,17 +224,17 @@ def _laneway_command() -> list[str] | None:
     return [found] if probe.returncode == 0 else None
 
 
-def test_cli_task_move_killed_after_fan_out_effect_recovers_exactly_once(
+def test_cli_task_move_killed_inside_the_fan_out_recovers_exactly_once(
     board: tuple[Office, str], tmp_path: Path
 ) -> None:
     """AC-B2 / AC-B9 through the command line: `laneway --db URL task move T Review` dies at
-    dispatch.after_effect (runs committed, marker in_progress); the next open replays the
-    fan-out, suppressed by its keys, and the entry ends exactly once."""
+    fan_out.before_commit (runs and done marker written, not committed): neither survives, the
+    next open runs the fan-out afresh, and the entry ends exactly once."""
     command = _laneway_command()
     if command is None:
         pytest.skip("the `laneway` command is not installed (or `laneway --help` fails)")
     office, seeded = board
-    point = "dispatch.after_effect"
+    point = "fan_out.before_commit"
     child = _run(
         [*command, "--db", office.url, "task", "move", office.task, "Review"], point, tmp_path
     )
