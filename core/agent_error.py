@@ -31,6 +31,7 @@ from core.runtime.failures import AgentFailure
 
 if TYPE_CHECKING:
     from core.host import Host
+    from core.plugin_services import PluginHost
 
 EVENT = "agent_error.dispatch"
 
@@ -42,7 +43,7 @@ def _record(failure: AgentFailure, **fields: Any) -> Any:
 
 
 def dispatched(
-    host: Host,
+    host: PluginHost,
     failure: AgentFailure,
     *,
     path: str,
@@ -186,7 +187,6 @@ def _walk(host: Host, registry: Any, task: Task, failure: AgentFailure) -> None:
     """Warn for each declared action that reaches no executor (moves execute structurally)."""
     # Imported here: office_plugin imports this module, and the engine behind it is more than
     # listing the plugins' commands (`laneway --help`) needs.
-    from core.engine import MOVE_KINDS
 
     try:
         assert task.workflow_step_id is not None

@@ -11,7 +11,7 @@ never calls it.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Protocol
+from typing import Any, Protocol
 
 import attrs
 
@@ -44,7 +44,7 @@ class Kernel:
     bundle: Callable[[], Published]
     """The bundle in force now: read it once per operation and keep using that one."""
     read: Repository
-    services: object = None
+    services: Any = None
     """Handed to plugin contexts unopened (`ActionContext.services`)."""
 
 

@@ -30,6 +30,11 @@ class TransactionScope(Protocol):
     Prefer :meth:`core.kinds.ActionContext.transaction` / ``isolated`` in an executor.
     """
 
+    @property
+    def is_sqlite(self) -> bool:
+        """True on SQLite, where a failed statement leaves the transaction usable."""
+        ...
+
     def transaction(self) -> AbstractContextManager[UnitOfWork]: ...
 
     def isolated(self) -> AbstractContextManager[None]: ...

@@ -29,7 +29,6 @@ from __future__ import annotations
 
 from collections import Counter
 
-
 import attrs
 import sqlalchemy as sa
 from loguru import logger

@@ -8,7 +8,7 @@ The move kinds say so (`ActionKind.moves`): the engine chooses one and resolves 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from typing import TYPE_CHECKING, Any, cast
+from typing import Any
 
 import attrs
 import pluggy

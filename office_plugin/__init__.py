@@ -16,8 +16,8 @@ from plugins.api import (
     PluginHost,
     Task,
     Workspace,
-    hookimpl,
     dispatched,
+    hookimpl,
     payload_of,
 )
 

@@ -11,9 +11,8 @@ import attrs
 import click
 from click.core import ParameterSource
 
-from core.cli.app import Settings, writer
-from core.cli.output import emit, plain
 from office_plugin import demo as demo_module
+from plugins.embedding import Settings, emit, plain, writer
 
 
 def _db_given(ctx: click.Context) -> bool:

@@ -57,7 +57,7 @@ def queue_run_for_each_participant(ctx: ActionContext, config: FanOutConfig) -> 
             # the seats before it are undone with the savepoint and done again; the failed
             # one is recorded, not retried (as a seat failing under its own savepoint is)
             tally = _fan_out(ctx, seats, reason, config.payload, canonical, aborted)
-        faults.reach("fan_out.before_commit")
+        fault_point("fan_out.before_commit")
     enqueued, suppressed, failures = tally
     for seat, cause in failures:
         log.bind(participant_id=seat.id, agent_profile_id=seat.agent_profile_id, cause=cause).error(

@@ -150,8 +150,8 @@ __all__ = [
     "WorkspaceView",
     "accept_any",
     "build_prompt",
+    "dispatched",
     "fault_point",
     "hookimpl",
-    "dispatched",
     "payload_of",
 ]

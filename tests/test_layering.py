@@ -52,6 +52,10 @@ def test_core_never_imports_a_plugin_package() -> None:
 
 PLANTED: dict[str, list[tuple[str, str]]] = {
     # contract id -> [(module planted in the copy, the import it makes)]
+    "core-layers": [
+        ("core/store/planted.py", "import core.host\n"),
+        ("core/store/planted_up.py", "from core import transition\n"),
+    ],
     "core-no-plugin-packages": [
         ("core/planted.py", "import office_plugin.kinds\n"),
         ("core/services/planted.py", "from kanban_plugin import kinds\n"),

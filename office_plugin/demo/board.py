@@ -9,12 +9,11 @@ from typing import TYPE_CHECKING, Final
 
 import attrs
 
-from core.errors import LanewayError
-from core.model import Workflow
-from core.runtime import scripted
+from plugins.api import LanewayError, Workflow
+from plugins.embedding import scripted
 
 if TYPE_CHECKING:
-    from core.host import Host
+    from plugins.embedding import Host
 
 
 TEMPLATE: Final = "office-default"

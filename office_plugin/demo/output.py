@@ -5,8 +5,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, Final
 
-from core import ids
 from office_plugin.demo.walk import DemoResult
+from plugins.embedding import parse_time
 
 _LABELS: Final = {
     "task_started": "start",
@@ -34,7 +34,7 @@ def summary_lines(result: DemoResult) -> list[str]:
     for n, run in enumerate(result.runs, 1):
         seconds = "-"
         if run.claimed_at and run.finished_at:
-            took = ids.parse(run.finished_at) - ids.parse(run.claimed_at)
+            took = parse_time(run.finished_at) - parse_time(run.claimed_at)
             seconds = f"{took.total_seconds():.2f}"
         rows.append(
             (

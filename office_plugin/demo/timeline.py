@@ -9,14 +9,14 @@ from typing import TYPE_CHECKING, Any, Final
 
 import attrs
 
-from core import ids
-from core.model import Run
-from core.store.events import Event as BoardEvent
 from office_plugin.demo.board import Board
 from plugins import hookimpl
+from plugins.api import Run
+from plugins.embedding import Event as BoardEvent
+from plugins.embedding import parse_time
 
 if TYPE_CHECKING:
-    from core.host import Host
+    from plugins.embedding import Host
 
 Event = dict[str, Any]
 OnEvent = Callable[[Event], None]
@@ -86,7 +86,7 @@ class Timeline:
             received, self._received = self._received, []
         for board_event in received:
             for event in self._convert(board_event):
-                self.add(ids.parse(board_event.at), event)
+                self.add(parse_time(board_event.at), event)
         with self._lock:
             batch, self._pending = self._pending, []
         for item in _failures_where_they_happened(batch):

@@ -9,13 +9,13 @@ from typing import TYPE_CHECKING, Any, Final
 
 import attrs
 
-from core import worker
-from core.model import Run
 from office_plugin.demo.board import Board, DemoFailed, build_board
 from office_plugin.demo.timeline import Event, OnEvent, Timeline
+from plugins.api import Run
+from plugins.embedding import worker
 
 if TYPE_CHECKING:
-    from core.host import Host
+    from plugins.embedding import Host
 
 MAX_RUNS: Final = 40
 """A walk that needs more runs than this is going round in circles: the demo stops."""
