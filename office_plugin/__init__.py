@@ -9,6 +9,7 @@ from loguru import logger
 
 from office_plugin import quorum
 from office_plugin.kinds import declarations
+from plugins import api
 from plugins.api import (
     ActionKind,
     AgentFailure,
@@ -16,9 +17,7 @@ from plugins.api import (
     PluginHost,
     Task,
     Workspace,
-    dispatched,
     hookimpl,
-    payload_of,
 )
 
 if TYPE_CHECKING:
@@ -75,12 +74,12 @@ def laneway_agent_failed(host: PluginHost, failure: AgentFailure) -> None:
         "on_agent_error",
         session_id=failure.session_id,
         operation_id=f"agent_error:{run.id}",
-        payload=payload_of(failure, run.agent_profile_id),
+        payload=api.payload_of(failure, run.agent_profile_id),
         label="on_agent_error",
         task=task,
     )
     if not result.idempotent:
-        dispatched(
+        api.dispatched(
             host,
             failure,
             path=NAME,

@@ -5,14 +5,16 @@ from __future__ import annotations
 import json
 import tempfile
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import attrs
 import click
 from click.core import ParameterSource
 
-from office_plugin import demo as demo_module
-from plugins.embedding import Settings, emit, plain, writer
+from plugins import api
+
+if TYPE_CHECKING:
+    from plugins.api import Settings
 
 
 def _db_given(ctx: click.Context) -> bool:
@@ -31,7 +33,7 @@ def demo(ctx: click.Context) -> None:
     (the demo then adds its workflow, profiles and task there, and makes its workflow the
     workspace's office workflow).
     """
-    settings = ctx.find_object(Settings)
+    settings = ctx.find_object(api.Settings)
     assert settings is not None
     if _db_given(ctx):
         # the database is the user's; the agents' scratch files are the demo's own
@@ -43,6 +45,9 @@ def demo(ctx: click.Context) -> None:
 
 
 def _demo(settings: Settings, workdir: Path) -> None:
+    # the demo and the board's code load when the command runs, not when `--help` lists it
+    from office_plugin import demo as demo_module
+    from plugins.api import emit, plain, writer
 
     def show(event: dict[str, Any]) -> None:
         if settings.json:

@@ -55,11 +55,24 @@ from plugins.api import (
 )
 
 if TYPE_CHECKING:
-    from plugins.api import RunRequest, payload_of
+    from plugins.api import (
+        Event,
+        Host,
+        RunRequest,
+        Settings,
+        dispatched,
+        emit,
+        parse_time,
+        payload_of,
+        plain,
+        scripted,
+        worker,
+        writer,
+    )
 
 
 def __getattr__(name: str) -> Any:
-    # payload_of and RunRequest resolve on first use, as in plugins.api
+    # the lazy names resolve on first use, as in plugins.api
     if name in api.LAZY:
         return getattr(api, name)
     raise AttributeError(f"module 'plugins' has no attribute {name!r}")
@@ -77,10 +90,12 @@ __all__ = [
     "ConfigError",
     "Decision",
     "DecisionsView",
+    "Event",
     "Features",
     "GuardContext",
     "GuardKind",
     "GuardResult",
+    "Host",
     "LanewayError",
     "Outcome",
     "Participant",
@@ -94,6 +109,7 @@ __all__ = [
     "RunsView",
     "Session",
     "SessionsView",
+    "Settings",
     "Step",
     "Task",
     "TasksView",
@@ -106,7 +122,14 @@ __all__ = [
     "WorkspaceView",
     "accept_any",
     "build_prompt",
+    "dispatched",
+    "emit",
     "fault_point",
     "hookimpl",
+    "parse_time",
     "payload_of",
+    "plain",
+    "scripted",
+    "worker",
+    "writer",
 ]

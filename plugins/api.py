@@ -28,6 +28,7 @@ Names not listed in ``__all__`` are not part of the contract.
 
 from __future__ import annotations
 
+import importlib
 from typing import TYPE_CHECKING, Any
 
 import pluggy
@@ -80,33 +81,49 @@ from core.prompts import build_prompt
 from core.runtime.failures import AgentFailure
 
 if TYPE_CHECKING:
+    from core import worker
     from core.agent_error import dispatched, payload_of
+    from core.cli.app import Settings, writer
+    from core.cli.output import emit, plain
+    from core.host import Host
+    from core.ids import parse as parse_time
     from core.runs import RunRequest
+    from core.runtime import scripted
+    from core.store.events import Event
 
 hookimpl = pluggy.HookimplMarker("laneway")
 """Marks a function as an implementation of a ``laneway_*`` hook."""
 
 
-LAZY = frozenset({"payload_of", "RunRequest", "dispatched"})
+_LAZY: dict[str, tuple[str, str | None]] = {
+    # beside the engine and the run queue: importing the API (which core's registry does)
+    # never loads the engine
+    "payload_of": ("core.agent_error", "payload_of"),
+    "dispatched": ("core.agent_error", "dispatched"),
+    "RunRequest": ("core.runs", "RunRequest"),
+    # what a plugin's own command needs to open and drive a board (Office's `laneway demo`):
+    # loaded only by such a command
+    "Host": ("core.host", "Host"),
+    "Settings": ("core.cli.app", "Settings"),
+    "writer": ("core.cli.app", "writer"),
+    "emit": ("core.cli.output", "emit"),
+    "plain": ("core.cli.output", "plain"),
+    "Event": ("core.store.events", "Event"),
+    "parse_time": ("core.ids", "parse"),
+    "worker": ("core.worker", None),
+    "scripted": ("core.runtime.scripted", None),
+}
+
+LAZY = frozenset(_LAZY)
 """Names of ``__all__`` resolved on first use (see ``__getattr__``)."""
 
 
 def __getattr__(name: str) -> Any:
-    # These two live beside the engine and the run queue: imported on first use, so that
-    # importing the API (which core's registry does) never loads the engine.
-    if name == "payload_of":
-        from core.agent_error import payload_of
-
-        return payload_of
-    if name == "dispatched":
-        from core.agent_error import dispatched
-
-        return dispatched
-    if name == "RunRequest":
-        from core.runs import RunRequest
-
-        return RunRequest
-    raise AttributeError(f"module 'plugins.api' has no attribute {name!r}")
+    if name not in _LAZY:
+        raise AttributeError(f"module 'plugins.api' has no attribute {name!r}")
+    module_name, attribute = _LAZY[name]
+    module = importlib.import_module(module_name)
+    return module if attribute is None else getattr(module, attribute)
 
 
 __all__ = [
@@ -121,10 +138,12 @@ __all__ = [
     "ConfigError",
     "Decision",
     "DecisionsView",
+    "Event",
     "Features",
     "GuardContext",
     "GuardKind",
     "GuardResult",
+    "Host",
     "LanewayError",
     "Outcome",
     "Participant",
@@ -138,6 +157,7 @@ __all__ = [
     "RunsView",
     "Session",
     "SessionsView",
+    "Settings",
     "Step",
     "Task",
     "TasksView",
@@ -151,7 +171,13 @@ __all__ = [
     "accept_any",
     "build_prompt",
     "dispatched",
+    "emit",
     "fault_point",
     "hookimpl",
+    "parse_time",
     "payload_of",
+    "plain",
+    "scripted",
+    "worker",
+    "writer",
 ]

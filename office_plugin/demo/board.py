@@ -9,11 +9,10 @@ from typing import TYPE_CHECKING, Final
 
 import attrs
 
-from plugins.api import LanewayError, Workflow
-from plugins.embedding import scripted
+from plugins.api import LanewayError, Workflow, scripted
 
 if TYPE_CHECKING:
-    from plugins.embedding import Host
+    from plugins.api import Host
 
 
 TEMPLATE: Final = "office-default"

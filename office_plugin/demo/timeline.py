@@ -11,12 +11,11 @@ import attrs
 
 from office_plugin.demo.board import Board
 from plugins import hookimpl
-from plugins.api import Run
-from plugins.embedding import Event as BoardEvent
-from plugins.embedding import parse_time
+from plugins.api import Event as BoardEvent
+from plugins.api import Run, parse_time
 
 if TYPE_CHECKING:
-    from plugins.embedding import Host
+    from plugins.api import Host
 
 Event = dict[str, Any]
 OnEvent = Callable[[Event], None]
