@@ -6,6 +6,14 @@ figure is the wall time of a fresh process (the installed `laneway` script next 
 interpreter), started N times in rotation so that a load spike on the machine hits every
 command alike; the median counts.
 
+Every timed process runs as it would on a user's machine: with its modules' bytecode cached.
+pip compiles what it installs, and Python writes `__pycache__` for the rest on first import;
+an environment that sets PYTHONDONTWRITEBYTECODE (some containers and CI images do) would have
+every laneway module compiled from source on every run (about 130 ms a command here) and the
+anchor not. So the benchmark removes that variable from the timed processes' environment and
+runs each command once, untimed, before the rounds: that run writes the bytecode and warms the
+file cache.
+
     python -m tests.benchmarks.bench_commands            # 15 rounds, about a minute
     python -m tests.benchmarks.bench_commands --rounds 30
     LANEWAY_TEST_PG_URL=postgresql://... python -m tests.benchmarks.bench_commands --pg
@@ -33,8 +41,15 @@ TARGETS = {"laneway --help": 1.2, "laneway task list": 1.3, "laneway task move":
 ANCHOR = "python -c 'import sqlalchemy'"
 
 
-def _env(url: str) -> dict[str, str]:
+def _plain_env() -> dict[str, str]:
+    """This process's environment, minus what would keep bytecode from being cached."""
     env = dict(os.environ)
+    env.pop("PYTHONDONTWRITEBYTECODE", None)
+    return env
+
+
+def _env(url: str) -> dict[str, str]:
+    env = _plain_env()
     env["LANEWAY_DB"] = url
     return env
 
@@ -62,7 +77,7 @@ def prepare_board(url: str) -> str:
 def commands(url: str, task_id: str) -> dict[str, tuple[list[str], dict[str, str]]]:
     """Name -> (argv, environment). `task move` alternates between two steps that start no
     agent (a manual move, E2): `--to` is filled in per round."""
-    plain = dict(os.environ)
+    plain = _plain_env()
     return {
         "python -c pass": ([sys.executable, "-c", "pass"], plain),
         ANCHOR: ([sys.executable, "-c", "import sqlalchemy"], plain),
@@ -88,7 +103,7 @@ def measure(url: str, rounds: int) -> dict[str, list[float]]:
     found = commands(url, task_id)
     times: dict[str, list[float]] = {name: [] for name in found}
     steps = ("Review", "Backlog")
-    for name, (argv, env) in found.items():  # warm the file cache, untimed
+    for name, (argv, env) in found.items():  # write bytecode, warm the file cache: untimed
         _time([*argv, steps[1]] if name == "laneway task move" else argv, env)
     for n in range(rounds):
         for name, (argv, env) in found.items():
