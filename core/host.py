@@ -18,28 +18,92 @@ publishes a new bundle.
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from types import TracebackType
-from typing import Any
+from typing import TYPE_CHECKING, Any, Generic, TypeVar, overload
 
 import attrs
 from loguru import logger
-from sqlalchemy.engine import Connection
 
-from core import board, observe
-from core.arrival import Arrivals
-from core.bundle import Bundle, BundleHolder
-from core.engine import Engine
+from core import board
 from core.errors import DatabaseUnusable, LanewayError, NotInitialised
-from core.kernel import Kernel
 from core.kinds import Features
-from core.operations import Operations
-from core.registry import Registry, build_registry
-from core.store import dialect, migrate
+from core.plugin_selection import KEEP, Keep, PluginSelection
+from core.store import dialect
 from core.store.database import Store
-from core.store.liveness import EpochKeeper, schema_lock
-from core.store.repository import Repository
-from plugins.manager import KEEP, Keep, PluginSelection, load_plugins
+
+if TYPE_CHECKING:
+    from sqlalchemy.engine import Connection
+
+    from core.arrival import Arrivals
+    from core.bundle import Bundle, BundleHolder
+    from core.engine import Engine
+    from core.kernel import Kernel
+    from core.operations import Operations
+    from core.registry import Registry
+    from core.runtime.runtime import AgentRuntime
+    from core.services import (
+        DecisionService,
+        EntryService,
+        ParticipantService,
+        PluginService,
+        ProfileService,
+        RunService,
+        SessionService,
+        TaskService,
+        TurnService,
+        WorkflowService,
+        WorkspaceService,
+    )
+    from core.store.liveness import EpochKeeper
+    from core.store.repository import Repository
+
+T = TypeVar("T")
+
+
+class _Built(Generic[T]):
+    """A part of the host built the first time it is used, once (under the host's lock), then
+    held as a plain attribute. A command uses a few of the host's parts: building (and
+    importing) every service, the runtime and the arrival layer up front cost each command
+    tens of milliseconds for parts it never touched."""
+
+    def __init__(self, build: Callable[[Host], T]) -> None:
+        self._build = build
+        self._name = build.__name__
+
+    def __set_name__(self, owner: type, name: str) -> None:
+        self._name = name
+
+    @overload
+    def __get__(self, host: None, owner: type) -> _Built[T]: ...
+
+    @overload
+    def __get__(self, host: Host, owner: type) -> T: ...
+
+    def __get__(self, host: Host | None, owner: type) -> T | _Built[T]:
+        if host is None:
+            return self
+        with host._parts_lock:
+            found: T | None = host.__dict__.get(self._name)
+            if found is None:
+                found = host.__dict__[self._name] = self._build(host)
+        return found
+
+
+def _service(name: str) -> Callable[[Host], Any]:
+    """Builds the service class `name` (`core.services.MODULES`), importing its module."""
+
+    def build(host: Host) -> Any:
+        import importlib
+
+        from core.services import MODULES
+
+        module = importlib.import_module(f"core.services.{MODULES[name]}")
+        return getattr(module, name)(host)
+
+    build.__name__ = name
+    return build
+
 
 DEFAULT_URL = "sqlite:///laneway.db"
 
@@ -52,66 +116,89 @@ class Host:
         store: Store,
         *,
         features: Features,
-        selection: PluginSelection,
+        selection: PluginSelection | None,
         keeper: EpochKeeper | None,
         features_override: Features | None = None,
         board_version: int | None = None,
     ) -> None:
-        from core.services import (
-            DecisionService,
-            EntryService,
-            ParticipantService,
-            PluginService,
-            ProfileService,
-            RunService,
-            SessionService,
-            TaskService,
-            TurnService,
-            WorkflowService,
-            WorkspaceService,
-        )
-
         self.store = store
         self.features = features
         """The features this host acts with: the board's, or its per-process override."""
         self.features_override = features_override
-        self.selection = selection
+        self._selection = selection
         self._keeper = keeper
         self._closed_epoch: str | None = None
         self._holder: BundleHolder | None = None
         self._board_version = board_version
         self._follow_lock = threading.Lock()
+        self._parts_lock = threading.RLock()
         self.recovery_report: Any = None
-        self.operations = Operations(store, lambda: self.epoch, self.epoch_is_dead)
+
+    # Each part is built on first use (`_Built`); what they are is unchanged.
+
+    @_Built
+    def operations(self) -> Operations:
         """Durable on_agent_error operation ids; `operations.retention_s` is the window."""
-        self.repository = Repository(store)
-        self.kernel = Kernel(
-            store=store,
+        from core.operations import Operations
+
+        return Operations(self.store, lambda: self.epoch, self.epoch_is_dead)
+
+    @_Built
+    def repository(self) -> Repository:
+        from core.store.repository import Repository
+
+        return Repository(self.store)
+
+    @_Built
+    def kernel(self) -> Kernel:
+        """What the layers below the services get: never the host itself."""
+        from core.kernel import Kernel
+
+        return Kernel(
+            store=self.store,
             epoch=lambda: self.epoch,
             live_epoch=self.live_epoch,
             bundle=lambda: self.bundle,
             read=self.repository,
             services=self,
         )
-        """What the layers below the services get: never the host itself."""
+
+    @_Built
+    def arrivals(self) -> Arrivals:
+        """The arrival layer, with the runtime's preparation of an arrival's session."""
+        from core.arrival import Arrivals
         from core.runtime.arrival import prepare_session
 
-        self.arrivals = Arrivals(self.kernel, lambda arrival: prepare_session(self, arrival))
-        """The arrival layer, with the runtime's preparation of an arrival's session."""
-        self.workspace = WorkspaceService(self)
-        self.profiles = ProfileService(self)
-        self.workflows = WorkflowService(self)
-        self.tasks = TaskService(self)
-        self.participants = ParticipantService(self)
-        self.decisions = DecisionService(self)
-        self.sessions = SessionService(self)
-        self.turns = TurnService(self)
-        self.runs = RunService(self)
-        self.entries = EntryService(self)
-        self.plugins = PluginService(self)
+        return Arrivals(self.kernel, lambda arrival: prepare_session(self, arrival))
+
+    @_Built
+    def runtime(self) -> AgentRuntime:
         from core.runtime.runtime import AgentRuntime
 
-        self.runtime = AgentRuntime(self)
+        return AgentRuntime(self)
+
+    workspace: _Built[WorkspaceService] = _Built(_service("WorkspaceService"))
+    profiles: _Built[ProfileService] = _Built(_service("ProfileService"))
+    workflows: _Built[WorkflowService] = _Built(_service("WorkflowService"))
+    tasks: _Built[TaskService] = _Built(_service("TaskService"))
+    participants: _Built[ParticipantService] = _Built(_service("ParticipantService"))
+    decisions: _Built[DecisionService] = _Built(_service("DecisionService"))
+    sessions: _Built[SessionService] = _Built(_service("SessionService"))
+    turns: _Built[TurnService] = _Built(_service("TurnService"))
+    runs: _Built[RunService] = _Built(_service("RunService"))
+    entries: _Built[EntryService] = _Built(_service("EntryService"))
+    plugins: _Built[PluginService] = _Built(_service("PluginService"))
+
+    @property
+    def selection(self) -> PluginSelection:
+        """Which plugins this host loads (given at open, or read from the environment)."""
+        if self._selection is None:
+            self._selection = PluginSelection.from_env()
+        return self._selection
+
+    @selection.setter
+    def selection(self, value: PluginSelection) -> None:
+        self._selection = value
 
     # -- opening and closing -------------------------------------------------------------
 
@@ -125,6 +212,7 @@ class Host:
         upgrade: bool = True,
         read_only: bool = False,
         recover: bool = True,
+        start_plugins: bool = True,
     ) -> Host:
         """Open a host on `url`.
 
@@ -137,7 +225,17 @@ class Host:
         :param read_only: mint no epoch and take no lock (inspection only; writes refused).
         :param recover: run the recovery scan before returning (writers following the
             board's features only).
+        :param start_plugins: False, for a read-only host only: load no plugin now and call
+            no `laneway_host_started`; the bundle (plugins, registry, engine) is built the
+            first time something asks for it. For a program that reads the board's data and
+            uses no plugin (the command line's read commands). A writer always starts its
+            plugins: their observers must see every event it causes.
         """
+        if not start_plugins and not read_only:
+            raise LanewayError("start_plugins=False is for a read-only host")
+        from core import observe
+        from core.store import migrate
+
         missing = _missing_sqlite_file(url)
         if missing is not None and (read_only or not upgrade):
             # Refuse before connecting: connecting would leave an empty file behind.
@@ -147,6 +245,8 @@ class Host:
         keeper: EpochKeeper | None = None
         try:
             if upgrade and not read_only:
+                from core.store.liveness import schema_lock
+
                 with schema_lock(store.url, store.engine):
                     migrate.upgrade(store)
             elif not migrate.is_current(store):
@@ -154,6 +254,8 @@ class Host:
                     f"database {store.display_url} is not initialised; run `laneway init`"
                 )
             if not read_only:
+                from core.store.liveness import EpochKeeper
+
                 keeper = EpochKeeper(store.url, store.engine, store.write_connection)
                 store.liveness.follow(lambda: keeper.epoch if keeper is not None else None)
             with store.read() as conn:
@@ -161,14 +263,15 @@ class Host:
             host = cls(
                 store,
                 features=features if features is not None else state.features,
-                selection=plugins or PluginSelection.from_env(),
+                selection=plugins,
                 keeper=keeper,
                 features_override=features,
                 board_version=state.version,
             )
             store.on_begin = host._follow_board
             host.workspace.ensure_default()
-            host._holder = BundleHolder(host._build_bundle())
+            if start_plugins:
+                host._first_bundle()
             store.observer = observe.Dispatch(host.current_bundle)
             if recover and not read_only:
                 if features is None:
@@ -177,7 +280,8 @@ class Host:
                     logger.bind(epoch=host.epoch, features=attrs.asdict(features)).info(
                         "recovery scan not run: this process overrides the board's features"
                     )
-            host.bundle.registry.hooks.host_started(host)
+            if start_plugins:
+                host.bundle.registry.hooks.host_started(host)
         except BaseException:
             if keeper is not None:
                 keeper.close()
@@ -222,8 +326,18 @@ class Host:
     @property
     def bundle(self) -> Bundle:
         """The bundle in force now. Read it once per operation and keep using that one."""
-        assert self._holder is not None
-        return self._holder.current()
+        holder = self._holder
+        if holder is None:  # opened with start_plugins=False, and first asked now
+            holder = self._first_bundle()
+        return holder.current()
+
+    def _first_bundle(self) -> BundleHolder:
+        from core.bundle import BundleHolder
+
+        with self._parts_lock:
+            if self._holder is None:
+                self._holder = BundleHolder(self._build_bundle())
+            return self._holder
 
     def current_bundle(self) -> Bundle | None:
         """The bundle in force, or None before the first one is published."""
@@ -240,6 +354,10 @@ class Host:
 
     def _build_bundle(self) -> Bundle:
         from core import structural
+        from core.bundle import Bundle
+        from core.engine import Engine
+        from core.registry import build_registry
+        from plugins.manager import load_plugins
 
         loaded = load_plugins(self.selection, builtins=[("core", structural)])
         registry = build_registry(loaded, self.features)
@@ -307,7 +425,8 @@ class Host:
         return self._republish()
 
     def _republish(self) -> Bundle:
-        assert self._holder is not None
+        if self._holder is None:
+            return self._first_bundle().current()
         return self._holder.publish(self._build_bundle())
 
     @property

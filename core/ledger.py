@@ -8,12 +8,11 @@ is marked `skipped(unrecognised)` rather than dropped). `entry_seq` is the next 
 
 from __future__ import annotations
 
+import functools
 import hashlib
 
 import attrs
 import sqlalchemy as sa
-from sqlalchemy.dialects.postgresql import insert as pg_insert
-from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 
 from core import ids
 from core.model import ActionDecl, Marker, Step, StepEntry
@@ -58,10 +57,6 @@ _CLAIM_VALUES = {
     "epoch": sa.bindparam("epoch", type_=sa.String),
     "updated_at": sa.bindparam("stamp", type_=sa.String),
 }
-_CLAIM_ABSENT = {
-    "sqlite": sqlite_insert(M).values(_CLAIM_VALUES).on_conflict_do_nothing(),
-    "postgresql": pg_insert(M).values(_CLAIM_VALUES).on_conflict_do_nothing(),
-}
 _MARKER_STATE = sa.select(M.c.state, M.c.epoch).where(_MARKER_KEY)
 # absent -> skipped(reason) in one conditional statement, for an entry-level skip: rowcount 1
 # means the position was free and is now closed; 0 sends the caller through claim and settle
@@ -71,10 +66,23 @@ _SKIP_VALUES = {
     "state": "skipped",
     "reason": sa.bindparam("reason", type_=sa.String),
 }
-_SKIP_ABSENT = {
-    "sqlite": sqlite_insert(M).values(_SKIP_VALUES).on_conflict_do_nothing(),
-    "postgresql": pg_insert(M).values(_SKIP_VALUES).on_conflict_do_nothing(),
-}
+
+
+@functools.cache
+def _insert_absent(dialect: str, *, skip: bool) -> sa.Insert:
+    """The claim (or, with `skip`, the skip) of an absent marker in `dialect`'s ON CONFLICT
+    form. Built on first use: importing the PostgreSQL dialect costs a SQLite command about
+    40 ms, and the other way round."""
+    values = _SKIP_VALUES if skip else _CLAIM_VALUES
+    if dialect == "postgresql":
+        from sqlalchemy.dialects.postgresql import insert as pg_insert
+
+        return pg_insert(M).values(values).on_conflict_do_nothing()
+    from sqlalchemy.dialects.sqlite import insert as sqlite_insert
+
+    return sqlite_insert(M).values(values).on_conflict_do_nothing()
+
+
 # in_progress(dead epoch) -> in_progress(our epoch)
 _RECLAIM = (
     sa.update(M)
@@ -186,7 +194,7 @@ def claim(uow: UnitOfWork, entry_id: str, position: int, kind: str, epoch: str) 
     """
     key = {"entry_id": entry_id, "position": position, "kind": kind}
     stamp = ids.now()
-    absent = _CLAIM_ABSENT[uow.conn.dialect.name]
+    absent = _insert_absent(uow.conn.dialect.name, skip=False)
     if uow.run(absent, {**key, "epoch": epoch, "stamp": stamp}).rowcount == 1:
         events.marker(uow, entry_id, position, kind, "in_progress", None)
         return True
@@ -281,7 +289,7 @@ def skip_position(
 ) -> bool:
     """Claim and mark skipped(reason); False when the position was already terminal."""
     key = {"entry_id": entry_id, "position": position, "kind": kind}
-    absent = _SKIP_ABSENT[uow.conn.dialect.name]
+    absent = _insert_absent(uow.conn.dialect.name, skip=True)
     if uow.run(absent, {**key, "epoch": epoch, "stamp": ids.now(), "reason": reason}).rowcount:
         events.marker(uow, entry_id, position, kind, "skipped", reason)
         return True

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import functools
 import importlib
-import os
 from collections.abc import Callable, Iterable, Mapping
 from importlib.metadata import EntryPoint, entry_points
 from typing import TYPE_CHECKING, Any, Final
@@ -29,22 +28,34 @@ from loguru import logger
 
 from core.errors import LanewayError
 from core.model import Task, Workspace
+from core.plugin_selection import KEEP, Keep, PluginSelection
 from core.runtime.failures import AgentFailure
 from plugins import hookspecs
 
 if TYPE_CHECKING:
     from core.plugin_services import PluginHost
 
+__all__ = [
+    "DUTIES",
+    "ESSENTIAL",
+    "GROUP",
+    "KEEP",
+    "HookCall",
+    "Hooks",
+    "Keep",
+    "LoadedPlugins",
+    "PluginError",
+    "PluginInfo",
+    "PluginSelection",
+    "hook_calls",
+    "hook_failure",
+    "load_plugins",
+    "report_hook_failure",
+]
+
 GROUP = "laneway.plugins"
 ESSENTIAL = "core"
 """core's own plugin (the structural kinds) cannot be blocked."""
-
-
-class Keep:
-    """The "leave it as it is" value of `PluginSelection.with_lists`."""
-
-
-KEEP = Keep()
 
 
 class PluginError(LanewayError):
@@ -108,59 +119,6 @@ class PluginInfo:
 
 
 @attrs.frozen
-class PluginSelection:
-    """Which plugins a host loads.
-
-    :param allow: when not None, only these entry-point names load (empty: none but core).
-    :param block: these entry-point names never load.
-    :param extra: plugins given directly as (name, module or object), e.g. by tests.
-    :param entry_points: whether to look at installed entry points at all.
-    :param strict: raise `PluginError` on the first plugin that fails to load, or raises
-        while registering kinds, guards or commands or in ``host_started``, instead of
-        reporting and skipping it. ``LANEWAY_PLUGINS_STRICT=1`` sets it from the environment.
-    """
-
-    allow: frozenset[str] | None = None
-    block: frozenset[str] = frozenset()
-    extra: tuple[tuple[str, object], ...] = ()
-    entry_points: bool = True
-    strict: bool = False
-
-    @classmethod
-    def from_env(cls, **overrides: Any) -> PluginSelection:
-        """Read ``LANEWAY_PLUGINS_ALLOW`` / ``LANEWAY_PLUGINS_BLOCK`` (comma-separated) and
-        ``LANEWAY_PLUGINS_STRICT`` (``1``, ``true`` or ``yes`` turn strict mode on)."""
-        allow_env = os.environ.get("LANEWAY_PLUGINS_ALLOW")
-        block_env = os.environ.get("LANEWAY_PLUGINS_BLOCK", "")
-        strict_env = os.environ.get("LANEWAY_PLUGINS_STRICT", "")
-        values: dict[str, Any] = {
-            "allow": _names(allow_env) if allow_env is not None else None,
-            "block": _names(block_env),
-            "strict": strict_env.strip().lower() in {"1", "true", "yes"},
-        }
-        values.update(overrides)
-        return cls(**values)
-
-    def with_lists(
-        self,
-        allow: Iterable[str] | Keep | None = KEEP,
-        block: Iterable[str] | Keep = KEEP,
-    ) -> PluginSelection:
-        """This selection with new lists; a list not given is kept, `allow=None` lifts the
-        allow-list."""
-        values: dict[str, Any] = {}
-        if not isinstance(allow, Keep):
-            values["allow"] = frozenset(allow) if allow is not None else None
-        if not isinstance(block, Keep):
-            values["block"] = frozenset(block)
-        return attrs.evolve(self, **values)
-
-
-def _names(value: str) -> frozenset[str]:
-    return frozenset(part.strip() for part in value.split(",") if part.strip())
-
-
-@attrs.frozen
 class LoadedPlugins:
     manager: pluggy.PluginManager
     infos: tuple[PluginInfo, ...]
@@ -174,7 +132,8 @@ def _dist_of(ep: EntryPoint) -> tuple[str | None, str | None]:
     dist = ep.dist
     if dist is None:
         return None, None
-    return dist.metadata["Name"], dist.version
+    metadata = dist.metadata  # parsed on every access: once, not once per field
+    return metadata["Name"], metadata["Version"]
 
 
 def load_plugins(

@@ -25,7 +25,7 @@ import click
 if TYPE_CHECKING:
     from core.host import Host
     from core.kinds import Features
-    from plugins.manager import PluginSelection
+    from core.plugin_selection import PluginSelection
 
 DEFAULT_URL = "sqlite:///laneway.db"
 """`core.host.DEFAULT_URL`, repeated so that building the group does not import the host."""
@@ -124,8 +124,8 @@ class LanewayGroup(click.Group):
 
     Built-in commands are imported when they are looked up (`BUILTIN_COMMANDS`); plugins are
     asked for their commands (`laneway_cli_commands`) when a name is not a built-in one, when
-    the commands are listed (`--help`), and, to report a broken plugin on every command, when
-    the group runs (`report_plugin_commands`).
+    the commands are listed (`--help`), and, to report a broken plugin, before a command that
+    writes opens its host (`writer`).
     """
 
     def __init__(
@@ -203,7 +203,8 @@ class LanewayGroup(click.Group):
         if not self._plugins_pending:
             return
         self._plugins_pending = False
-        from plugins.manager import Hooks, PluginSelection, load_plugins
+        from core.plugin_selection import PluginSelection
+        from plugins.manager import Hooks, load_plugins
 
         try:
             loaded = load_plugins(self._selection or PluginSelection.from_env())
@@ -218,6 +219,16 @@ class LanewayGroup(click.Group):
         for info in loaded.infos:
             if info.error:
                 self.startup_warnings.append(f"plugin {info.name!r} failed to load: {info.error}")
+
+    def report_startup_warnings(self) -> None:
+        """Log what went wrong loading plugin commands so far, once (logging must be set up)."""
+        if not self.startup_warnings:
+            return
+        from loguru import logger
+
+        for warning in self.startup_warnings:
+            logger.warning(warning)
+        self.startup_warnings.clear()
 
     def invoke(self, ctx: click.Context) -> Any:
         try:
@@ -324,12 +335,17 @@ def _opened(host: Host, command: str) -> None:
 
 @contextmanager
 def writer(settings: Settings, *, init: bool = False) -> Iterator[Host]:
-    """A writer host: epoch minted and its liveness lock held, recovery scan run."""
+    """A writer host: epoch minted and its liveness lock held, recovery scan run, plugins
+    started (a broken plugin is reported here, as the host loads the same plugins)."""
     from core.host import Host
-    from plugins.manager import PluginSelection
+    from core.plugin_selection import PluginSelection
 
     _check_url(settings.db, must_exist=not init)
     ctx = click.get_current_context()
+    group = ctx.find_root().command
+    if isinstance(group, LanewayGroup):
+        group.load_plugin_commands()
+        group.report_startup_warnings()
     with Host.open(
         settings.db,
         features=settings.features,
@@ -342,18 +358,23 @@ def writer(settings: Settings, *, init: bool = False) -> Iterator[Host]:
 
 @contextmanager
 def reader(settings: Settings) -> Iterator[Host]:
-    """A host for inspection: no lock, no epoch, no recovery; the schema must be current."""
+    """A host for inspection: no lock, no epoch, no recovery; the schema must be current.
+    Its plugins are loaded only if the command asks for the bundle (`start_plugins=False`):
+    reading tasks, runs or entries needs none. In strict mode (`LANEWAY_PLUGINS_STRICT`)
+    they start as a writer's do, so that a broken plugin fails every command."""
     from core.host import Host
-    from plugins.manager import PluginSelection
+    from core.plugin_selection import PluginSelection
 
     _check_url(settings.db, must_exist=True)
     ctx = click.get_current_context()
+    selection = PluginSelection.from_env()
     with Host.open(
         settings.db,
         features=settings.features,
-        plugins=PluginSelection.from_env(),
+        plugins=selection,
         upgrade=False,
         read_only=True,
+        start_plugins=selection.strict,
     ) as host:
         _opened(host, ctx.command_path)
         yield host
@@ -434,14 +455,11 @@ def build_cli(
         )
         ctx.obj = settings
         ctx.call_on_close(_start_logging(settings))
-        # A plugin that fails, or tries to replace a built-in command, is reported whichever
-        # command runs (the host loads the same plugins for its own work).
-        cli.load_plugin_commands()
-        if cli.startup_warnings:
-            from loguru import logger
-
-            for warning in cli.startup_warnings:
-                logger.warning(warning)
+        # A plugin that fails, or tries to replace a built-in command, is reported by every
+        # command that loads plugins: a plugin's command, `--help`, and every command that
+        # writes (`writer`, whose host loads the same plugins). A command that only reads the
+        # board loads none.
+        cli.report_startup_warnings()
 
     cli = group
     assert isinstance(cli, LanewayGroup)

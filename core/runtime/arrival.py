@@ -21,7 +21,6 @@ import attrs
 from loguru import logger
 
 from core.model import Session
-from core.runtime.runtime import profile_session
 
 if TYPE_CHECKING:
     from core.entry import Arrival
@@ -47,6 +46,10 @@ def prepare_session(host: Host, arrival: Arrival) -> Session | None:
         return session
     if session is not None and session.agent_profile_id == wanted:
         return session
+    # The runtime (process handling, agent environments) only when a session is switched:
+    # a move that starts no agent, like a manual one, never imports it.
+    from core.runtime.runtime import profile_session
+
     switched = profile_session(host, arrival.task, wanted)
     if session is not None and session.id != switched.id:
         host.sessions.set_state(session.id, "COMPLETED")

@@ -1,16 +1,41 @@
-"""The host's services: what `host.tasks`, `host.workflows`, ... offer an embedding program."""
+"""The host's services: what `host.tasks`, `host.workflows`, ... offer an embedding program.
 
-from core.services.decisions import DecisionService
-from core.services.entries import EntryService
-from core.services.participants import ParticipantService
-from core.services.plugins import PluginService
-from core.services.profiles import ProfileService
-from core.services.runs import RunService
-from core.services.sessions import SessionService
-from core.services.tasks import TaskService
-from core.services.turns import TurnService
-from core.services.workflows import WorkflowService
-from core.services.workspace import WorkspaceService
+Each service's module is imported when the service is first named (the host builds a service
+when it is first used): reading tasks need not import the runs queue or the arrival layer.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from core.services.decisions import DecisionService
+    from core.services.entries import EntryService
+    from core.services.participants import ParticipantService
+    from core.services.plugins import PluginService
+    from core.services.profiles import ProfileService
+    from core.services.runs import RunService
+    from core.services.sessions import SessionService
+    from core.services.tasks import TaskService
+    from core.services.turns import TurnService
+    from core.services.workflows import WorkflowService
+    from core.services.workspace import WorkspaceService
+
+MODULES = {
+    "DecisionService": "decisions",
+    "EntryService": "entries",
+    "ParticipantService": "participants",
+    "PluginService": "plugins",
+    "ProfileService": "profiles",
+    "RunService": "runs",
+    "SessionService": "sessions",
+    "TaskService": "tasks",
+    "TurnService": "turns",
+    "WorkflowService": "workflows",
+    "WorkspaceService": "workspace",
+}
+"""Each service class and its module under `core.services`."""
 
 __all__ = [
     "DecisionService",
@@ -25,3 +50,10 @@ __all__ = [
     "WorkflowService",
     "WorkspaceService",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    module = MODULES.get(name)
+    if module is None:
+        raise AttributeError(f"module 'core.services' has no attribute {name!r}")
+    return getattr(importlib.import_module(f"core.services.{module}"), name)

@@ -3,16 +3,17 @@ from __future__ import annotations
 import sqlalchemy as sa
 from loguru import logger
 
-from core import arrival, ids, wip
+from core import ids
 from core.errors import LanewayError
 from core.model import Step, Task, Workflow
 from core.services.base import Service
 from core.store import events, rows
 from core.store import tables as t
-from core.structural import SWITCH_LABEL
 from core.text import require_text
 
 TASKS = t.tasks
+# The routes that move a task import `core.arrival` (and the entry, ledger and transition
+# behind it) when they run: reading tasks needs none of it.
 
 
 class TaskService(Service):
@@ -29,6 +30,8 @@ class TaskService(Service):
         priority: str = "none",
     ) -> Task:
         """Create a task at `step` (default: the workflow's start step). Not an arrival."""
+        from core import wip
+
         self._require_writer()
         if not title.strip():
             raise LanewayError("task title: must not be empty")
@@ -91,6 +94,8 @@ class TaskService(Service):
 
     def move(self, ref: str, step: str) -> Task:
         """Manual move (entry path E2)."""
+        from core import arrival
+
         self._require_writer()
 
         def target(task: Task) -> str:
@@ -103,6 +108,8 @@ class TaskService(Service):
 
     def update(self, ref: str, *, step: str | None = None, title: str | None = None) -> Task:
         """Generic update (entry path E5 when the step changes)."""
+        from core import arrival
+
         self._require_writer()
         task, wf = self._placed(ref)
         if title is not None:
@@ -119,6 +126,8 @@ class TaskService(Service):
 
     def start(self, ref: str, *, step: str | None = None) -> Task:
         """Task start (entry path E5): to `step`, or the start step when none is given."""
+        from core import arrival
+
         self._require_writer()
         task, wf = self._placed(ref)
         target = self._step(wf, step) if step else wf.start_step
@@ -144,6 +153,8 @@ class TaskService(Service):
 
     def switch_workflow(self, ref: str, *, workflow: str, step: str | None = None) -> Task:
         """Move the task into another workflow (E4), as the switch_workflow action would."""
+        from core.structural import SWITCH_LABEL
+
         self._require_writer()
         task, _wf = self._placed(ref)
         try:
@@ -155,6 +166,9 @@ class TaskService(Service):
     def enter_workflow(self, task_id: str, *, workflow: str, step: str | None = None) -> None:
         """Entry path E4: into another workflow's step (default its start step). The effect
         of core's switch_workflow kind."""
+        from core import arrival
+        from core.structural import SWITCH_LABEL
+
         self._require_writer()
         wf = self.host.workflows.get(workflow)
         target = self.host.workflows.step(wf, step) if step else wf.start_step
@@ -164,10 +178,14 @@ class TaskService(Service):
 
     def restore_step(self, ref: str, step_id: str) -> Task:
         """Undo history: put the task back at a step without running any entry work."""
+        from core import arrival
+
         self._require_writer()
         return arrival.restore_step(self.host.arrivals, self.get(ref).id, step_id)
 
     def detach(self, ref: str) -> Task:
+        from core import arrival
+
         self._require_writer()
         return arrival.detach(self.host.arrivals, self.get(ref).id)
 
@@ -186,6 +204,8 @@ class TaskService(Service):
     # -- lifecycle --------------------------------------------------------------------------------
 
     def archive(self, ref: str) -> Task:
+        from core import arrival
+
         self._require_writer()
         task = self.get(ref)
         with self.host.store.transaction() as uow:
@@ -203,6 +223,8 @@ class TaskService(Service):
 
     def delete(self, ref: str) -> str:
         """Delete the task; its ledger, sessions, history and own seats go with it."""
+        from core import arrival
+
         self._require_writer()
         task = self.get(ref)
         with self.host.store.transaction() as uow:
