@@ -16,9 +16,12 @@ file cache.
 
     python -m tests.benchmarks.bench_commands            # 15 rounds, about a minute
     python -m tests.benchmarks.bench_commands --rounds 30
+    python -m tests.benchmarks.bench_commands --baseline /path/to/other/venv/bin/laneway
     LANEWAY_TEST_PG_URL=postgresql://... python -m tests.benchmarks.bench_commands --pg
 
-Exit status 0 when every target holds, 1 otherwise.
+`--baseline` times another install's `laneway` script (another checkout, before a change) on
+the same board in the same rotation, as `before: laneway ...` rows: a before/after comparison
+from one run. Exit status 0 when every target holds, 1 otherwise.
 """
 
 from __future__ import annotations
@@ -74,17 +77,23 @@ def prepare_board(url: str) -> str:
     return str(made["id"])
 
 
-def commands(url: str, task_id: str) -> dict[str, tuple[list[str], dict[str, str]]]:
+def commands(
+    url: str, task_id: str, baseline: str | None = None
+) -> dict[str, tuple[list[str], dict[str, str]]]:
     """Name -> (argv, environment). `task move` alternates between two steps that start no
-    agent (a manual move, E2): `--to` is filled in per round."""
+    agent (a manual move, E2): the step is appended per round."""
     plain = _plain_env()
-    return {
+    found = {
         "python -c pass": ([sys.executable, "-c", "pass"], plain),
         ANCHOR: ([sys.executable, "-c", "import sqlalchemy"], plain),
-        "laneway --help": ([LANEWAY, "--help"], _env(url)),
-        "laneway task list": ([LANEWAY, "task", "list"], _env(url)),
-        "laneway task move": ([LANEWAY, "task", "move", task_id], _env(url)),
     }
+    for label, script in (("before: ", baseline), ("", LANEWAY)):
+        if script is None:
+            continue
+        found[f"{label}laneway --help"] = ([script, "--help"], _env(url))
+        found[f"{label}laneway task list"] = ([script, "task", "list"], _env(url))
+        found[f"{label}laneway task move"] = ([script, "task", "move", task_id], _env(url))
+    return found
 
 
 def _time(argv: Sequence[str], env: dict[str, str]) -> float:
@@ -98,18 +107,26 @@ def _time(argv: Sequence[str], env: dict[str, str]) -> float:
     return elapsed
 
 
-def measure(url: str, rounds: int) -> dict[str, list[float]]:
+def measure(url: str, rounds: int, baseline: str | None = None) -> dict[str, list[float]]:
     task_id = prepare_board(url)
-    found = commands(url, task_id)
+    found = commands(url, task_id, baseline)
     times: dict[str, list[float]] = {name: [] for name in found}
-    steps = ("Review", "Backlog")
+    steps = ("Review", "Backlog")  # the task starts in Backlog
+    moves = 0
+
+    def argv_of(name: str, argv: list[str]) -> list[str]:
+        # Every move really moves: each goes to the step the task is not at.
+        nonlocal moves
+        if not name.endswith("laneway task move"):
+            return argv
+        moves += 1
+        return [*argv, steps[(moves - 1) % 2]]
+
     for name, (argv, env) in found.items():  # write bytecode, warm the file cache: untimed
-        _time([*argv, steps[1]] if name == "laneway task move" else argv, env)
-    for n in range(rounds):
+        _time(argv_of(name, argv), env)
+    for _round in range(rounds):
         for name, (argv, env) in found.items():
-            if name == "laneway task move":
-                argv = [*argv, steps[n % 2]]
-            times[name].append(_time(argv, env))
+            times[name].append(_time(argv_of(name, argv), env))
     return times
 
 
@@ -118,7 +135,7 @@ def report(label: str, times: dict[str, list[float]]) -> bool:
     anchor = medians[ANCHOR]
     ok = True
     print(f"\n{label}: median of {len(times[ANCHOR])} runs each")
-    print(f"{'command':<32}{'median ms':>10}{'ratio':>8}  target")
+    print(f"{'command':<40}{'median ms':>10}{'ratio':>8}  target")
     for name, median in medians.items():
         ratio = median / anchor
         target = TARGETS.get(name)
@@ -127,7 +144,7 @@ def report(label: str, times: dict[str, list[float]]) -> bool:
             passed = ratio <= target
             ok = ok and passed
             verdict = f"<= {target}  {'PASS' if passed else 'FAIL'}"
-        print(f"{name:<32}{median * 1000:>10.0f}{ratio:>8.2f}  {verdict}")
+        print(f"{name:<40}{median * 1000:>10.0f}{ratio:>8.2f}  {verdict}")
     return ok
 
 
@@ -164,19 +181,24 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument(
         "--pg", action="store_true", help="also on PostgreSQL (LANEWAY_TEST_PG_URL)"
     )
+    parser.add_argument(
+        "--baseline",
+        metavar="LANEWAY",
+        help="another install's laneway script, timed alongside as 'before: ...'",
+    )
     args = parser.parse_args(argv)
     if not Path(LANEWAY).exists():
         raise SystemExit(f"no laneway script at {LANEWAY}: pip install -e . first")
     load = os.getloadavg()[0]
     print(f"laneway command startup, {os.cpu_count()} CPUs, load average {load:.1f}")
     with sqlite_board() as url:
-        ok = report("SQLite (WAL)", measure(url, args.rounds))
+        ok = report("SQLite (WAL)", measure(url, args.rounds, args.baseline))
     if args.pg:
         server = os.environ.get("LANEWAY_TEST_PG_URL")
         if not server:
             raise SystemExit("--pg needs LANEWAY_TEST_PG_URL")
         with postgres_board(server) as url:
-            ok = report("PostgreSQL", measure(url, args.rounds)) and ok
+            ok = report("PostgreSQL", measure(url, args.rounds, args.baseline)) and ok
     print("\nall targets met" if ok else "\nsome target missed")
     return 0 if ok else 1
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import importlib
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -82,6 +83,81 @@ def test_a_command_imports_only_its_own_module(current_board: str) -> None:
     assert "core.cli.commands_task" in modules
     for other in ("core.cli.commands_serve", "core.cli.commands_agents", "core.demo"):
         assert other not in modules
+
+
+def test_task_list_loads_no_plugin_and_no_write_path(current_board: str) -> None:
+    """AC issue-14/1: a command that only reads the board starts no plugin (no pluggy, no
+    plugin package, no entry-point scan) and imports neither the arrival layer, the engine, the
+    runtime nor, on SQLite, the PostgreSQL dialect."""
+    out, modules = _modules_after("--db", current_board, "task", "list")
+    assert "'probe'" in out
+    for absent in (
+        "pluggy",
+        "plugins.manager",
+        "kanban_plugin",
+        "office_plugin",
+        "laneway_notify",
+        "core.arrival",
+        "core.engine",
+        "core.registry",
+        "core.runtime.runtime",
+        "core.runs",
+        "sqlalchemy.dialects.postgresql",
+    ):
+        assert absent not in modules, absent
+
+
+def test_task_move_starts_the_plugins_but_not_the_runtime(current_board: str) -> None:
+    """AC issue-14/1: a write command still loads every installed plugin (their observers
+    must see its events); a manual move that starts no agent does not import the agent
+    runtime, and SQLite never imports the PostgreSQL dialect."""
+    out, _modules = _modules_after("--db", current_board, "--json", "task", "list")
+    (task,) = json.loads(out)
+    moved, modules = _modules_after("--db", current_board, "task", "move", task["id"], "Review")
+    assert "to Review" in moved
+    for present in ("pluggy", "kanban_plugin", "office_plugin", "core.arrival", "core.engine"):
+        assert present in modules, present
+    for absent in (
+        "core.runtime.runtime",
+        "core.runtime.process",
+        "sqlalchemy.dialects.postgresql",
+    ):
+        assert absent not in modules, absent
+
+
+def test_a_broken_plugin_is_reported_by_a_write_command(current_board: str) -> None:
+    """A plugin that fails to load is named on stderr by a command that writes (its host
+    loads the plugins); `task list`, which loads none, is not held up by it."""
+    env = {**os.environ, "LANEWAY_PLUGINS_ALLOW": "kanban,office,ghost"}
+    probe = (
+        "import importlib.metadata as m, sys\n"
+        "real = m.entry_points\n"
+        "def fake(**kw):\n"
+        "    found = real(**kw)\n"
+        "    if kw.get('group') != 'laneway.plugins':\n"
+        "        return found\n"
+        "    ghost = m.EntryPoint('ghost', 'no_such_module_for_laneway', 'laneway.plugins')\n"
+        "    return m.EntryPoints([*found, ghost])\n"
+        "m.entry_points = fake\n"
+    )
+
+    def run(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, "-c", probe + PROBE, "--db", current_board, *args],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
+            env=env,
+        )
+
+    listed = run("--json", "task", "list")
+    assert listed.returncode == 0, listed.stderr
+    (task,) = json.loads(listed.stdout)
+    moved = run("task", "move", task["id"], "Review")
+    assert moved.returncode == 0, moved.stderr
+    assert "to Review" in moved.stdout
+    assert "plugin 'ghost' failed to load" in moved.stderr
 
 
 def test_help_needs_no_database_code() -> None:
