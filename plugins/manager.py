@@ -17,6 +17,8 @@ from __future__ import annotations
 
 import functools
 import importlib
+import os
+import sys
 from collections.abc import Callable, Iterable, Mapping
 from importlib.metadata import EntryPoint, entry_points
 from typing import TYPE_CHECKING, Any, Final
@@ -136,6 +138,38 @@ def _dist_of(ep: EntryPoint) -> tuple[str | None, str | None]:
     return metadata["Name"], metadata["Version"]
 
 
+_INSTALLED: dict[object, tuple[tuple[EntryPoint, str | None, str | None], ...]] = {}
+
+
+def _path_state() -> tuple[object, ...]:
+    """What decides which distributions are installed: the path and each entry's mtime (a
+    distribution installed or removed changes its directory's), as `importlib.metadata`
+    itself caches by."""
+    state: list[object] = [entry_points]  # a test may replace the lookup itself
+    for entry in sys.path:
+        try:
+            state.append((entry, os.stat(entry or ".").st_mtime_ns))
+        except OSError:
+            state.append((entry, None))
+    return tuple(state)
+
+
+def _installed() -> tuple[tuple[EntryPoint, str | None, str | None], ...]:
+    """The installed `laneway.plugins` entry points by name, each with its distribution and
+    version. Scanning every distribution's metadata costs a command milliseconds, and a write
+    command loads plugins twice (for the command line, then for its host): scanned once while
+    the path is unchanged."""
+    key = _path_state()
+    found = _INSTALLED.get(key)
+    if found is None:
+        found = tuple(
+            (ep, *_dist_of(ep)) for ep in sorted(entry_points(group=GROUP), key=lambda e: e.name)
+        )
+        _INSTALLED.clear()
+        _INSTALLED[key] = found
+    return found
+
+
 def load_plugins(
     selection: PluginSelection, builtins: Iterable[tuple[str, object]] = ()
 ) -> LoadedPlugins:
@@ -158,8 +192,7 @@ def load_plugins(
     candidates: list[tuple[str, Callable[[], object], str | None, str | None]] = []
     if selection.entry_points:
         seen: dict[str, str | None] = {}
-        for ep in sorted(entry_points(group=GROUP), key=lambda e: e.name):
-            dist, version = _dist_of(ep)
+        for ep, dist, version in _installed():
             if ep.name in seen:
                 if seen[ep.name] == dist:
                     continue  # the same distribution seen twice on sys.path
