@@ -3,8 +3,13 @@
 Opening a host, in order: open the store, bring or check the schema (under a short schema lock),
 mint a fresh epoch and take its liveness lock, read the board's features, ensure the default
 workspace, load plugins and publish the first bundle, run the recovery scan, then tell plugins
-the host started. Any number of hosts, in this process or others, may work one database at once;
-each is alive exactly while it holds its epoch's lock (`core.store.liveness`). Nothing is global.
+the host started (a read-only host opened with `start_plugins=False` loads its plugins when
+first asked for its bundle, and tells them nothing). Any number of hosts, in this process or
+others, may work one database at once; each is alive exactly while it holds its epoch's lock
+(`core.store.liveness`). Nothing is global.
+
+The services, the arrival layer and the agent runtime are built when first used (`_Built`), so
+a command imports only what it runs.
 
 The board's features (`board_settings`) are every process's, unless a process was opened with
 a per-process override (`features=...`, the command line's `--no-office`): such a process acts

@@ -11,7 +11,7 @@ import click
 import pytest
 from click.testing import CliRunner
 
-from core import Features, Host
+from core import Features, Host, LanewayError
 from core.cli import build_cli
 from plugins import hookimpl
 from plugins.manager import PluginError, PluginSelection
@@ -137,3 +137,29 @@ def test_cli_commands_is_not_asked_of_a_plugin_outside_the_selection() -> None:
     )
     assert plugin.calls == 0
     assert "board-size" not in cli.commands
+
+
+def test_a_reader_without_started_plugins_loads_them_when_first_asked(db_url: str) -> None:
+    """AC issue-14/1: `start_plugins=False` (the command line's read commands) reads the board
+    without loading a plugin or calling `laneway_host_started`; the bundle, with the selected
+    plugins, is built the first time it is asked for."""
+    with Host.open(db_url, plugins=PluginSelection(allow=frozenset({"kanban"}))) as host:
+        wf = host.workflows.create_from_template("simple")
+        host.tasks.create(workflow=wf.id, title="read me")
+
+    watcher = StartWatcher()
+    with Host.open(
+        db_url, plugins=_selection("watcher", watcher), read_only=True, start_plugins=False
+    ) as reader:
+        assert reader.current_bundle() is None
+        assert [t.title for t in reader.tasks.list()] == ["read me"]
+        assert reader.current_bundle() is None, "reading tasks loads no plugin"
+        assert "clear_decisions" in reader.bundle.registry.kinds  # office, loaded on demand
+        assert reader.bundle.registry.hooks is not None
+        assert reader.current_bundle() is reader.bundle
+    assert watcher.seen == [], "no start is announced for a host that started no plugins"
+
+
+def test_a_writer_always_starts_its_plugins(db_url: str) -> None:
+    with pytest.raises(LanewayError, match="start_plugins=False is for a read-only host"):
+        Host.open(db_url, start_plugins=False)
