@@ -11,7 +11,14 @@ from typing import Any
 
 import attrs
 
-from plugins.api import PARTICIPANT_ROLES, ActionKind, AgentUse, ConfigError
+from plugins.api import (
+    PARTICIPANT_ROLES,
+    ActionContext,
+    ActionKind,
+    AgentUse,
+    ConfigError,
+    Outcome,
+)
 
 TARGET_PREFIXES = ("participant_role:", "agent_profile_id:")
 TARGETS = ("primary", "workspace.ceo_agent")
@@ -147,14 +154,46 @@ def seat_agents(config: SeatConfig) -> tuple[AgentUse, ...]:
     )
 
 
-def declarations() -> tuple[ActionKind, ...]:
-    from office_plugin import executors as x
+# The executors (and what they import) load when an Office kind first runs, not when the
+# plugin registers its kinds: a write command that runs none (a manual move) never pays for them.
 
+
+def _clear_decisions(ctx: ActionContext, config: None) -> Outcome:
+    from office_plugin import executors
+
+    return executors.clear_decisions(ctx, config)
+
+
+def _queue_run_for_each_participant(ctx: ActionContext, config: FanOutConfig) -> Outcome:
+    from office_plugin import executors
+
+    return executors.queue_run_for_each_participant(ctx, config)
+
+
+def _queue_run(ctx: ActionContext, config: QueueRunConfig) -> Outcome:
+    from office_plugin import executors
+
+    return executors.queue_run(ctx, config)
+
+
+def _run_code_review(ctx: ActionContext, agent_profile_id: str | None) -> Outcome:
+    from office_plugin import executors
+
+    return executors.run_code_review(ctx, agent_profile_id)
+
+
+def _ensure_participant_seat(ctx: ActionContext, config: SeatConfig) -> Outcome:
+    from office_plugin import executors
+
+    return executors.ensure_participant_seat(ctx, config)
+
+
+def declarations() -> tuple[ActionKind, ...]:
     return (
         ActionKind(
             "clear_decisions",
             "durable",
-            execute=x.clear_decisions,
+            execute=_clear_decisions,
             validate=validate_clear,
             halts_entry_on_failure=True,
             transactional=True,
@@ -163,7 +202,7 @@ def declarations() -> tuple[ActionKind, ...]:
         ActionKind(
             "queue_run_for_each_participant",
             "durable",
-            execute=x.queue_run_for_each_participant,
+            execute=_queue_run_for_each_participant,
             validate=validate_fan_out,
             agents=fan_out_agents,
             logs_own_failures=True,
@@ -174,7 +213,7 @@ def declarations() -> tuple[ActionKind, ...]:
         ActionKind(
             "queue_run",
             "durable",
-            execute=x.queue_run,
+            execute=_queue_run,
             validate=validate_queue_run,
             agents=queue_run_agents,
             feature="office",
@@ -182,7 +221,7 @@ def declarations() -> tuple[ActionKind, ...]:
         ActionKind(
             "run_code_review",
             "durable",
-            execute=x.run_code_review,
+            execute=_run_code_review,
             validate=validate_code_review,
             agents=code_review_agents,
             feature="office",
@@ -190,7 +229,7 @@ def declarations() -> tuple[ActionKind, ...]:
         ActionKind(
             "ensure_participant_seat",
             "durable",
-            execute=x.ensure_participant_seat,
+            execute=_ensure_participant_seat,
             validate=validate_seat,
             agents=seat_agents,
             feature="office",

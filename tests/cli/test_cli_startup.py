@@ -125,6 +125,23 @@ def test_task_move_starts_the_plugins_but_not_the_runtime(current_board: str) ->
         assert absent not in modules, absent
 
 
+def test_a_manual_move_registers_the_plugins_kinds_without_their_executors(
+    current_board: str,
+) -> None:
+    """AC issue-14/1: a write command loads every plugin and registers every kind, but a move
+    that runs no Office kind does not import Office's executors, nor laneway-notify's file
+    port (each is imported when its kind first runs: tests/on_enter runs them)."""
+    out, _modules = _modules_after("--db", current_board, "--json", "task", "list")
+    (task,) = json.loads(out)
+    moved, modules = _modules_after("--db", current_board, "task", "move", task["id"], "Review")
+    assert "to Review" in moved
+    assert {"office_plugin", "office_plugin.kinds", "office_plugin.quorum"} <= modules
+    assert "office_plugin.executors" not in modules
+    if "laneway_notify" in modules:  # the example plugin, when installed
+        assert "laneway_notify.kind" in modules
+        assert "laneway_notify.port" not in modules
+
+
 def test_a_broken_plugin_is_reported_by_a_write_command(current_board: str) -> None:
     """A plugin that fails to load is named on stderr by a command that writes (its host
     loads the plugins); `task list`, which loads none, is not held up by it."""

@@ -14,12 +14,13 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
 import attrs
 from plugins.api import ActionContext, ActionFailed, ActionKind, ConfigError, Outcome
 
-from laneway_notify.port import FileNotifier, Notification, Notifier
+if TYPE_CHECKING:
+    from laneway_notify.port import Notifier
 
 KIND: Final = "notify"
 ENV_FILE: Final = "LANEWAY_NOTIFY_FILE"
@@ -67,6 +68,10 @@ def validate(config: Mapping[str, Any]) -> NotifyConfig:
 
 def notifier_for(path: Path) -> Notifier:
     """The adapter behind the port (one, here: a file)."""
+    # Imported when a notification is sent, not when the plugin loads: every write command
+    # loads the plugin, few of them notify.
+    from laneway_notify.port import FileNotifier
+
     return FileNotifier(path)
 
 
@@ -84,6 +89,8 @@ def notify(ctx: ActionContext, config: NotifyConfig) -> Outcome:
     path = Path(target)
     key = ctx.idempotency_key(RECIPIENT, {"message": config.message, "file": config.file})
     log = ctx.logger.bind(notify_file=str(path), idempotency_key=key)
+    from laneway_notify.port import Notification
+
     notification = Notification(
         key=key,
         task_id=ctx.task.id,
