@@ -332,8 +332,10 @@ board_events = sa.Table(
     sa.Column("data", sa.Text, nullable=False),
     sa.Index("ix_board_events_task", "task_id", "id"),
     sa.Index("ix_board_events_at", "at"),
-    # AUTOINCREMENT: SQLite must never hand out an id again after pruning removed the newest.
-    sqlite_autoincrement=True,
+    # SQLite must never hand out an id again after pruning removed the newest: migration 0006
+    # creates this table with AUTOINCREMENT. Not repeated here (`sqlite_autoincrement=True`):
+    # that keyword made every process import SQLite's dialect to validate it, PostgreSQL's
+    # included, and only the migrations create tables.
 )
 
 board_settings = sa.Table(

@@ -177,6 +177,23 @@ def test_a_broken_plugin_is_reported_by_a_write_command(current_board: str) -> N
     assert "plugin 'ghost' failed to load" in moved.stderr
 
 
+def test_the_table_definitions_load_no_dialect() -> None:
+    """AC issue-14/1: declaring the tables imports no database dialect (a SQLite-only keyword
+    once made PostgreSQL boards import SQLite's dialect on every command)."""
+    probe = (
+        "import sys; import core.store.tables; "
+        "print(sorted(m for m in sys.modules if m.startswith('sqlalchemy.dialects.')))"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", probe],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
+    assert done.stdout.strip() == "[]"
+
+
 def test_help_needs_no_database_code() -> None:
     """AC issue-14/1: `laneway --help` lists every command without importing SQLAlchemy or a
     command module."""

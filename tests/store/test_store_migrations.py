@@ -107,3 +107,18 @@ def test_empty_database_is_not_current_and_host_refuses_it_without_upgrade(db_ur
 
     with pytest.raises(NotInitialised, match="not initialised"):
         Host.open(db_url, upgrade=False)
+
+
+def test_sqlite_board_events_never_reuse_an_id(sqlite_url: str) -> None:
+    """The migration declares board_events AUTOINCREMENT on SQLite (an id pruned away is
+    never handed out again). tables.py no longer repeats it, so this is where it is held."""
+    store = Store(sqlite_url)
+    try:
+        migrate.upgrade(store)
+        with store.read() as conn:
+            sql = conn.exec_driver_sql(
+                "SELECT sql FROM sqlite_master WHERE name = 'board_events'"
+            ).scalar_one()
+    finally:
+        store.close()
+    assert "AUTOINCREMENT" in sql.upper()
