@@ -21,7 +21,8 @@ file cache.
 
 `--baseline` times another install's `laneway` script (another checkout, before a change) on
 the same board in the same rotation, as `before: laneway ...` rows: a before/after comparison
-from one run. Exit status 0 when every target holds, 1 otherwise.
+from one run. Repeat it, as `--baseline LABEL=PATH`, to time several installs side by side.
+Exit status 0 when every target holds, 1 otherwise.
 """
 
 from __future__ import annotations
@@ -78,7 +79,7 @@ def prepare_board(url: str) -> str:
 
 
 def commands(
-    url: str, task_id: str, baseline: str | None = None
+    url: str, task_id: str, baselines: Sequence[tuple[str, str]] = ()
 ) -> dict[str, tuple[list[str], dict[str, str]]]:
     """Name -> (argv, environment). `task move` alternates between two steps that start no
     agent (a manual move, E2): the step is appended per round."""
@@ -87,9 +88,7 @@ def commands(
         "python -c pass": ([sys.executable, "-c", "pass"], plain),
         ANCHOR: ([sys.executable, "-c", "import sqlalchemy"], plain),
     }
-    for label, script in (("before: ", baseline), ("", LANEWAY)):
-        if script is None:
-            continue
+    for label, script in (*((f"{name}: ", path) for name, path in baselines), ("", LANEWAY)):
         found[f"{label}laneway --help"] = ([script, "--help"], _env(url))
         found[f"{label}laneway task list"] = ([script, "task", "list"], _env(url))
         found[f"{label}laneway task move"] = ([script, "task", "move", task_id], _env(url))
@@ -107,9 +106,11 @@ def _time(argv: Sequence[str], env: dict[str, str]) -> float:
     return elapsed
 
 
-def measure(url: str, rounds: int, baseline: str | None = None) -> dict[str, list[float]]:
+def measure(
+    url: str, rounds: int, baselines: Sequence[tuple[str, str]] = ()
+) -> dict[str, list[float]]:
     task_id = prepare_board(url)
-    found = commands(url, task_id, baseline)
+    found = commands(url, task_id, baselines)
     times: dict[str, list[float]] = {name: [] for name in found}
     steps = ("Review", "Backlog")  # the task starts in Backlog
     moves = 0
@@ -175,6 +176,12 @@ def postgres_board(server_url: str) -> Iterator[str]:
         admin.dispose()
 
 
+def _labelled(baseline: str) -> tuple[str, str]:
+    """`LABEL=PATH` or a bare `PATH` (labelled "before")."""
+    label, sep, path = baseline.partition("=")
+    return (label, path) if sep else ("before", baseline)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--rounds", type=int, default=15, help="runs of each command")
@@ -183,22 +190,26 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     parser.add_argument(
         "--baseline",
-        metavar="LANEWAY",
-        help="another install's laneway script, timed alongside as 'before: ...'",
+        metavar="[LABEL=]LANEWAY",
+        action="append",
+        default=[],
+        help="another install's laneway script, timed alongside as 'LABEL: ...' (default "
+        "label 'before'); repeat it to time several",
     )
     args = parser.parse_args(argv)
+    baselines = [_labelled(b) for b in args.baseline]
     if not Path(LANEWAY).exists():
         raise SystemExit(f"no laneway script at {LANEWAY}: pip install -e . first")
     load = os.getloadavg()[0]
     print(f"laneway command startup, {os.cpu_count()} CPUs, load average {load:.1f}")
     with sqlite_board() as url:
-        ok = report("SQLite (WAL)", measure(url, args.rounds, args.baseline))
+        ok = report("SQLite (WAL)", measure(url, args.rounds, baselines))
     if args.pg:
         server = os.environ.get("LANEWAY_TEST_PG_URL")
         if not server:
             raise SystemExit("--pg needs LANEWAY_TEST_PG_URL")
         with postgres_board(server) as url:
-            ok = report("PostgreSQL", measure(url, args.rounds, args.baseline)) and ok
+            ok = report("PostgreSQL", measure(url, args.rounds, baselines)) and ok
     print("\nall targets met" if ok else "\nsome target missed")
     return 0 if ok else 1
 
