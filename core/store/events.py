@@ -139,6 +139,28 @@ def marker(
     uow.events.append(_Pending("entry.marker", None, ids.now(), fields, entry_id=entry_id))
 
 
+def marker_known(
+    uow: UnitOfWork,
+    at: str,
+    task_id: str,
+    entry_id: str,
+    position: int,
+    kind: str,
+    state: str,
+    reason: str | None,
+) -> None:
+    """The same `entry.marker` event as `marker`, for a writer that already knows the entry's
+    task and its time (a batch stamps all it writes once): no clock read, no task lookup."""
+    fields = {
+        "entry_id": entry_id,
+        "position": position,
+        "kind": kind,
+        "state": state,
+        "reason": reason,
+    }
+    uow.events.append(_Pending("entry.marker", task_id, at, fields))
+
+
 _entry_tasks: dict[str, str] = {}
 
 
