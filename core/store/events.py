@@ -188,6 +188,25 @@ def _resolve_tasks(conn: Connection, pending: list[_Pending]) -> None:
             p.task_id = _entry_tasks.get(p.entry_id)
 
 
+_PLAIN_INSERT: dict[str, tuple[str, bool]] = {}
+
+
+def _plain_insert(conn: Connection) -> tuple[str, bool]:
+    """The events INSERT as driver SQL for `conn`'s dialect, and whether it takes tuples."""
+    name = conn.dialect.name
+    if name not in _PLAIN_INSERT:
+        statement = sa.insert(EV).values({k: sa.bindparam(k) for k in _ROW_KEYS})
+        compiled = statement.compile(dialect=conn.dialect)
+        order = tuple(compiled.positiontup or ())
+        if compiled.positional and order != _ROW_KEYS:
+            raise RuntimeError(f"unexpected parameter order {order}")
+        _PLAIN_INSERT[name] = (compiled.string, bool(compiled.positional))
+    return _PLAIN_INSERT[name]
+
+
+_ROW_KEYS: Final = ("type", "task_id", "at", "data")
+
+
 def flush(uow: UnitOfWork) -> list[Event]:
     """Insert the unit's pending events; called by `Store.transaction` before COMMIT.
 
@@ -213,7 +232,11 @@ def flush(uow: UnitOfWork) -> list[Event]:
     ]
     observer = uow.store.observer
     if observer is None or not observer.wanted():
-        conn.execute(sa.insert(EV), rows)
+        sql, positional = _plain_insert(conn)
+        if positional:
+            conn.exec_driver_sql(sql, [(r["type"], r["task_id"], r["at"], r["data"]) for r in rows])
+        else:
+            conn.exec_driver_sql(sql, rows)
         return []
     inserted = conn.execute(
         sa.insert(EV).returning(EV.c.id, sort_by_parameter_order=True), rows
