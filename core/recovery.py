@@ -42,8 +42,10 @@ from core.store import tables as t
 from core.store.database import UnitOfWork
 
 E = t.step_entries
-BATCH = 1000
-"""Pending entries read (and, when they only need closing, closed) per transaction."""
+BATCH = 2000
+"""Pending entries read (and, when they only need closing, closed) per transaction. Each
+closing transaction ends in a COMMIT that on SQLite usually checkpoints the WAL (an fsync), so
+larger batches cost less per entry; 2,000 keeps the write lock held around a quarter second."""
 
 
 @attrs.frozen

@@ -59,13 +59,17 @@ _OCCUPIED = (
     )
     .correlate(E)
 )
+# "IS NOT true", not "IS false": the same on a NOT NULL flag, but SQLite cannot use it to read
+# ix_step_entries_pending, which on a large board it would otherwise prefer to the primary key:
+# every batch would scan all the pending entries left (measured: 0.2 ms per entry at 1,000,000).
+_NOT_TERMINAL = E.c.terminal.is_not(True)
 _CLOSE = (
     sa.update(E)
-    .where(E.c.id.in_(_BATCH_IDS), E.c.terminal.is_(False), ~_OCCUPIED)
+    .where(E.c.id.in_(_BATCH_IDS), _NOT_TERMINAL, ~_OCCUPIED)
     .values(terminal=True)
     .returning(E.c.id)
 )
-_STILL_PENDING = sa.select(E.c.id).where(E.c.id.in_(_BATCH_IDS), E.c.terminal.is_(False))
+_STILL_PENDING = sa.select(E.c.id).where(E.c.id.in_(_BATCH_IDS), _NOT_TERMINAL)
 _HOLD_TASKS = (
     sa.select(T.c.id).where(T.c.id.in_(_BATCH_IDS)).order_by(T.c.id).with_for_update(read=True)
 )

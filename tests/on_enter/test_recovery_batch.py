@@ -210,13 +210,16 @@ def test_ac_f1_live_epoch_in_a_batch_rolls_it_back_and_only_that_entry_waits(
 # -- real processes scanning at once ---------------------------------------------------------------
 
 # A host process: imports, says it is ready, waits for "go", opens a host (its recovery scan
-# runs at open), prints its report and every WARNING+ record, and exits.
+# runs at open, in batches of argv[2] entries), prints its report and every WARNING+ record,
+# and exits.
 SCANNER = textwrap.dedent(
     """
     import json, sys
     from loguru import logger
-    from core import Host
+    from core import Host, recovery
     from plugins.manager import PluginSelection
+
+    recovery.BATCH = int(sys.argv[2])
 
     logger.enable("")
     logger.remove()
@@ -233,7 +236,8 @@ SCANNER = textwrap.dedent(
 
 TASKS = 8
 PER_TASK = 400
-"""Pending entries per task: TASKS * PER_TASK spans several batches of recovery.BATCH."""
+"""Pending entries per task: TASKS * PER_TASK spans several of the scanners' batches."""
+SCANNER_BATCH = 500
 
 
 @pytest.mark.slow
@@ -244,7 +248,7 @@ def test_ac_b9_scanners_in_three_processes_write_each_marker_and_event_once(db_u
     terminal with both positions skipped by its reason; each (entry, position) has exactly one
     `entry.marker` event; the three reports together count each entry once; nobody logs a
     WARNING or ERROR."""
-    assert TASKS * PER_TASK > 3 * recovery.BATCH
+    assert TASKS * PER_TASK > 3 * SCANNER_BATCH
     office = build_office(db_url, tasks=TASKS)
     superseded, step_left = office.tasks[: TASKS // 2], office.tasks[TASKS // 2 :]
     with raw(db_url) as conn:
@@ -275,7 +279,7 @@ def test_ac_b9_scanners_in_three_processes_write_each_marker_and_event_once(db_u
 
     procs = [
         subprocess.Popen(
-            [sys.executable, "-c", SCANNER, db_url],
+            [sys.executable, "-c", SCANNER, db_url, str(SCANNER_BATCH)],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
