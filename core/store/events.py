@@ -188,6 +188,8 @@ def _resolve_tasks(conn: Connection, pending: list[_Pending]) -> None:
             p.task_id = _entry_tasks.get(p.entry_id)
 
 
+_encode = json.JSONEncoder(separators=(",", ":"), default=str).encode
+"""`json.dumps(..., separators=(",", ":"), default=str)` without building an encoder per call."""
 _PLAIN_INSERT: dict[str, tuple[str, bool]] = {}
 
 
@@ -226,7 +228,7 @@ def flush(uow: UnitOfWork) -> list[Event]:
             "type": p.type,
             "task_id": p.task_id,
             "at": p.at,
-            "data": json.dumps(p.fields, separators=(",", ":"), default=str),
+            "data": _encode(p.fields),
         }
         for p in pending
     ]
