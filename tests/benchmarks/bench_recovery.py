@@ -14,9 +14,12 @@ skipped markers (and their events) and sets the entry terminal. The host is open
 loguru's default stderr handler is removed first (laneway itself logs at WARNING unless told
 otherwise), so the INFO record the scan writes per closed entry is not printed.
 
-The baseline, measured in the same run on a copy of the same file, is the least a scan can do
-with Python's sqlite3 module: read the pending rows through the pending index and set each
-terminal with one executemany in one transaction (no markers, no events). Targets:
+Two baselines are measured in the same run, each on a copy of the same file. The raw floor is
+the least a scan can do with Python's sqlite3 module: read the pending rows through the pending
+index and set each terminal with one executemany in one transaction (no markers, no events).
+The write floor is what the scan must write, written by sqlite3 with no decisions and no
+conditions: per batch of `core.recovery.BATCH` entries, one transaction holding one UPDATE of
+the batch, an executemany of its skipped markers and one of its `entry.marker` events. Targets:
 1,000 pending among 100,000 <= 0.3 s; 100,000 among 1,000,000 <= 10 s (--full). The middle case
 (10,000 among 100,000) has no target of its own; its per-entry cost is shown next to the 10 s
 target's budget of 0.1 ms per pending entry.
@@ -30,6 +33,7 @@ made with CREATE DATABASE ... TEMPLATE.
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import shutil
 import sqlite3
@@ -72,6 +76,7 @@ def build(url: str, tasks: int, entries: int, pending: int) -> dict[str, Any]:
             )
         review = host.workflows.step(workflow, "Review")
         digest = ledger.declaration_digest(review.actions("on_enter"))
+        durable = ledger.durable_positions(host.bundle.registry, review.actions("on_enter"))
         task_ids = [
             host.tasks.create(workflow=workflow.id, title=f"r{i}", step="Review").id
             for i in range(tasks)
@@ -99,7 +104,10 @@ def build(url: str, tasks: int, entries: int, pending: int) -> dict[str, Any]:
                         batch = []
             if batch:
                 uow.conn.execute(sa.insert(t.step_entries), batch)
-    return {"setup_s": time.perf_counter() - made}
+    return {
+        "setup_s": time.perf_counter() - made,
+        "positions": [(d.position, d.kind) for d in durable],
+    }
 
 
 def raw_floor(path: Path) -> float:
@@ -113,6 +121,51 @@ def raw_floor(path: Path) -> float:
         ).fetchall()
         con.executemany("UPDATE step_entries SET terminal = 1 WHERE id = ?", found)
         con.execute("COMMIT")
+        return time.perf_counter() - began
+    finally:
+        con.close()
+
+
+def write_floor(path: Path, positions: list[tuple[int, str]]) -> float:
+    """What the scan must write, written by raw `sqlite3` with no decisions: per batch of
+    `recovery.BATCH` pending entries, one transaction with one UPDATE setting them terminal,
+    an executemany of their skipped markers and one of their `entry.marker` events."""
+    con = sqlite3.connect(path, isolation_level=None)
+    con.execute("PRAGMA foreign_keys=ON")
+    try:
+        began = time.perf_counter()
+        found = [
+            (str(i), str(task))
+            for i, task in con.execute(
+                "SELECT id, task_id FROM step_entries WHERE terminal = 0 "
+                "ORDER BY task_id, step_id, entry_seq"
+            )
+        ]
+        stamp = ids.now()
+        for start in range(0, len(found), recovery.BATCH):
+            batch = found[start : start + recovery.BATCH]
+            marks = ",".join("?" * len(batch))
+            con.execute("BEGIN IMMEDIATE")
+            con.execute(
+                f"UPDATE step_entries SET terminal = 1 WHERE id IN ({marks}) AND terminal IS NOT 1",
+                [i for i, _task in batch],
+            )
+            con.executemany(
+                "INSERT INTO step_entry_markers (entry_id, position, kind, state, epoch, "
+                "reason, updated_at) VALUES (?, ?, ?, 'skipped', 'floor', 'superseded', ?) "
+                "ON CONFLICT DO NOTHING",
+                [(i, p, k, stamp) for i, _task in sorted(batch) for p, k in positions],
+            )
+            con.executemany(
+                "INSERT INTO board_events (type, task_id, at, data) "
+                "VALUES ('entry.marker', ?, ?, ?)",
+                [
+                    (task, stamp, json.dumps({"entry_id": i, "position": p, "kind": k}))
+                    for i, task in batch
+                    for p, k in positions
+                ],
+            )
+            con.execute("COMMIT")
         return time.perf_counter() - began
     finally:
         con.close()
@@ -150,11 +203,13 @@ def run_case(base: Path, tasks: int, entries: int, pending: int) -> dict[str, An
     case = base / f"{tasks}x{entries}x{pending}"
     case.mkdir()
     info = build(f"sqlite:///{case / 'board.db'}", tasks, entries, pending)
-    for suffix in ("", "-wal", "-shm"):
-        source = case / f"board.db{suffix}"
-        if source.exists():
-            shutil.copy(source, case / f"raw.db{suffix}")
+    for copy in ("raw", "writes"):
+        for suffix in ("", "-wal", "-shm"):
+            source = case / f"board.db{suffix}"
+            if source.exists():
+                shutil.copy(source, case / f"{copy}.db{suffix}")
     raw_s = raw_floor(case / "raw.db")
+    writes_s = write_floor(case / "writes.db", info["positions"])
     scan_s, report, left = timed_scan(f"sqlite:///{case / 'board.db'}")
     shutil.rmtree(case)
     return {
@@ -163,6 +218,7 @@ def run_case(base: Path, tasks: int, entries: int, pending: int) -> dict[str, An
         "pending": tasks * pending,
         "scan_s": scan_s,
         "raw_s": raw_s,
+        "writes_s": writes_s,
         "report": report,
         "left": left,
     }
@@ -184,8 +240,12 @@ def run_pg_case(base_url: str, tasks: int, entries: int, pending: int) -> dict[s
         with admin.connect() as conn:
             conn.exec_driver_sql(f"CREATE DATABASE {copy} TEMPLATE {board}")
         for name in (board, copy):
-            with sa.create_engine(f"{root}/{name}").connect() as conn:
+            engine = sa.create_engine(
+                dialect.normalise_url(f"{root}/{name}"), isolation_level="AUTOCOMMIT"
+            )
+            with engine.connect() as conn:
                 conn.exec_driver_sql("VACUUM ANALYZE")  # both start from fresh statistics
+            engine.dispose()
         raw_s = pg_raw_floor(f"{root}/{copy}")
         scan_s, report, left = timed_scan(f"{root}/{board}")
     finally:
@@ -225,7 +285,10 @@ def main(argv: list[str] | None = None) -> int:
     if args.full:
         cases.append((10_000, 100, 10, 10.0))
     failed = False
-    print(f"{'case':<46} {'scan':>9} {'per entry':>10} {'raw floor':>10} {'scan/raw':>9}  verdict")
+    print(
+        f"{'case':<46} {'scan':>9} {'per entry':>10} {'raw floor':>10} {'scan/raw':>9} "
+        f"{'write floor':>11} {'scan/wr':>7}  verdict"
+    )
     with tempfile.TemporaryDirectory(prefix="laneway-bench-recovery-") as tmp:
         for tasks, entries, pending, target in cases:
             r = run_case(Path(tmp), tasks, entries, pending)
@@ -255,9 +318,12 @@ def report_case(database: str, r: dict[str, Any], target: float | None) -> bool:
         verdict += f" WRONG: report {r['report']}, {r['left']} left pending"
         failed = True
     label = f"{database}: {r['pending']:,} pending among {r['rows']:,}"
+    writes = (
+        f"{r['writes_s']:>9.3f}s {r['scan_s'] / r['writes_s']:>7.2f}x" if "writes_s" in r else ""
+    )
     print(
         f"{label:<46} {r['scan_s']:>8.3f}s {per_ms:>7.3f} ms {r['raw_s']:>9.3f}s "
-        f"{r['scan_s'] / r['raw_s']:>8.1f}x  {verdict}",
+        f"{r['scan_s'] / r['raw_s']:>8.1f}x {writes:>19}  {verdict}",
         flush=True,
     )
     return failed
