@@ -21,7 +21,7 @@ import pytest
 import sqlalchemy as sa
 
 import core.entry
-from core import ledger, recovery
+from core import ledger, recovery, recovery_close
 from core.store import tables as t
 from tests.conftest import open_host
 from tests.on_enter.conftest import (
@@ -299,17 +299,17 @@ def test_ac_b9_c_records_processed_in_task_step_seq_order(
             ids[add_entry(conn, task, step, seq, digests[step])] = (task, step, seq)
 
     seen: list[str] = []
-    real_skip, real_redispatch = ledger.skip_entry, core.entry.redispatch
+    real_close, real_redispatch = recovery_close.close_entries, core.entry.redispatch
 
-    def skip_entry(conn: Any, registry: Any, entry_id: str, *args: Any, **kwargs: Any) -> None:
-        seen.append(entry_id)
-        real_skip(conn, registry, entry_id, *args, **kwargs)
+    def close_entries(uow: Any, registry: Any, batch: Any, **kwargs: Any) -> Any:
+        seen.extend(closing.record.id for closing in batch)
+        return real_close(uow, registry, batch, **kwargs)
 
     def redispatch(host: Any, task: Any, step: Any, entry: Any) -> Any:
         seen.append(entry.id)
         return real_redispatch(host, task, step, entry)
 
-    monkeypatch.setattr(ledger, "skip_entry", skip_entry)
+    monkeypatch.setattr(recovery_close, "close_entries", close_entries)
     monkeypatch.setattr(core.entry, "redispatch", redispatch)
     report, _epoch = _restart(db_url)
 

@@ -1,0 +1,182 @@
+"""Closing pending entries a batch at a time: the recovery scan's set-based form of
+`ledger.skip_entry`, for entries that only need closing (their task left the step, or a newer
+entry superseded them). Statements per batch, not per entry; the caller's one transaction:
+
+1. On PostgreSQL the batch's task rows are held FOR SHARE (in id order) until COMMIT, so a move
+   that would make an entry its task's occupancy again (a restore, which allocates no entry)
+   waits for this transaction or has committed before the next statement reads. SQLite's
+   writers are serialised already.
+2. One conditional UPDATE sets terminal every entry of the batch that is still pending and
+   still vacated (its task does not stand admitted at its step, or a newer entry exists),
+   RETURNING the ids it set: those, and only those, are this batch's to close. An entry another
+   scanner or a live worker finished first, or whose task came back, is not among them.
+3. One INSERT ... ON CONFLICT DO NOTHING (executemany) writes skipped(reason) on every durable
+   position of the closed entries, RETURNING the positions it wrote: each marker is written
+   once, by whoever's insert lands. A position that already held a marker takes
+   `ledger.skip_position`'s claim path, as an entry-level skip always did: terminal, left as
+   it is; held by a dead epoch, re-claimed and settled; held by a live one, ClaimLost, and the
+   caller's transaction rolls back whole.
+4. The `entry.marker` events of the written positions, in (entry, position) order, exactly as
+   `ledger.skip_entry` records them, stamped once for the batch.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import attrs
+import sqlalchemy as sa
+from sqlalchemy.dialects.postgresql import insert as pg_insert
+from sqlalchemy.dialects.sqlite import insert as sqlite_insert
+
+from core import ids, ledger
+from core.model import ActionDecl, Step, StepEntry
+from core.registry import Registry
+from core.store import events
+from core.store import tables as t
+from core.store.database import UnitOfWork
+
+E = t.step_entries
+M = t.step_entry_markers
+T = t.tasks
+
+_BATCH_IDS: sa.BindParameter[list[str]] = sa.bindparam("ids", expanding=True)
+_NEWER = E.alias("newer")
+# The negation of ledger's occupancy test, correlated to the entry being updated.
+_OCCUPIED = (
+    sa.exists()
+    .where(
+        T.c.id == E.c.task_id,
+        T.c.workflow_step_id == E.c.step_id,
+        T.c.wip_admitted.is_(True),
+        ~sa.exists()
+        .where(
+            _NEWER.c.task_id == E.c.task_id,
+            _NEWER.c.step_id == E.c.step_id,
+            _NEWER.c.entry_seq > E.c.entry_seq,
+        )
+        .correlate(E),
+    )
+    .correlate(E)
+)
+# "IS NOT true", not "IS false": the same on a NOT NULL flag, but SQLite cannot use it to read
+# ix_step_entries_pending, which on a large board it would otherwise prefer to the primary key:
+# every batch would scan all the pending entries left (measured: 0.2 ms per entry at 1,000,000).
+_NOT_TERMINAL = E.c.terminal.is_not(True)
+_CLOSE = (
+    sa.update(E)
+    .where(E.c.id.in_(_BATCH_IDS), _NOT_TERMINAL, ~_OCCUPIED)
+    .values(terminal=True)
+    .returning(E.c.id)
+)
+_STILL_PENDING = sa.select(E.c.id).where(E.c.id.in_(_BATCH_IDS), _NOT_TERMINAL)
+_HOLD_TASKS = (
+    sa.select(T.c.id).where(T.c.id.in_(_BATCH_IDS)).order_by(T.c.id).with_for_update(read=True)
+)
+# skipped(reason) at one (position, kind) for every entry of a list, as one conditional
+# statement: ON CONFLICT DO NOTHING, so a position that holds a marker keeps it and two
+# scanners inserting at once have one lose quietly; RETURNING names the rows written.
+_MARKED = (
+    sa.select(
+        E.c.id,
+        sa.bindparam("position", type_=sa.Integer),
+        sa.bindparam("kind", type_=sa.String),
+        sa.literal("skipped", type_=sa.String),
+        sa.bindparam("epoch", type_=sa.String),
+        sa.bindparam("reason", type_=sa.String),
+        sa.bindparam("stamp", type_=sa.String),
+    )
+    .where(E.c.id.in_(_BATCH_IDS))
+    .order_by(E.c.id)
+)
+_COLUMNS = ("entry_id", "position", "kind", "state", "epoch", "reason", "updated_at")
+_WRITTEN = (M.c.entry_id, M.c.position, M.c.kind)
+_SKIP_ABSENT = {
+    "sqlite": sqlite_insert(M)
+    .from_select(_COLUMNS, _MARKED)
+    .on_conflict_do_nothing()
+    .returning(*_WRITTEN),
+    "postgresql": pg_insert(M)
+    .from_select(_COLUMNS, _MARKED)
+    .on_conflict_do_nothing()
+    .returning(*_WRITTEN),
+}
+
+
+@attrs.frozen
+class Closing:
+    """A pending entry the scan found vacated, why, and the step whose declaration it has."""
+
+    record: StepEntry
+    reason: str
+    step: Step
+
+
+@attrs.frozen
+class Outcome:
+    closed: list[Closing]
+    """Set terminal by this batch, every durable position terminal, in the order given."""
+    pending: list[Closing]
+    """Still pending but not vacated any more (the task is back at the step): the caller's to
+    decide one by one, after this transaction."""
+
+
+def close_entries(
+    uow: UnitOfWork, registry: Registry, batch: Sequence[Closing], *, epoch: str
+) -> Outcome:
+    """Close `batch` (in its order) inside `uow`'s transaction; see the module docstring.
+    Raises ledger.ClaimLost when a live epoch holds a position of a closed entry."""
+    if not batch:
+        return Outcome([], [])
+    conn = uow.conn
+    wanted = [c.record.id for c in batch]
+    if not uow.store.is_sqlite:
+        conn.execute(_HOLD_TASKS, {"ids": sorted({c.record.task_id for c in batch})}).all()
+    set_terminal = {str(i) for i in conn.execute(_CLOSE, {"ids": wanted}).scalars()}
+    closed = [c for c in batch if c.record.id in set_terminal]
+    pending: list[Closing] = []
+    if len(closed) < len(batch):
+        rest = [c.record.id for c in batch if c.record.id not in set_terminal]
+        left = {str(i) for i in conn.execute(_STILL_PENDING, {"ids": rest}).scalars()}
+        pending = [c for c in batch if c.record.id in left]
+    if not closed:
+        return Outcome(closed, pending)
+    stamp = ids.now()
+    positions: dict[str, list[ActionDecl]] = {}
+    for c in closed:
+        if c.step.id not in positions:
+            positions[c.step.id] = ledger.durable_positions(registry, c.step.actions("on_enter"))
+    # one statement per (step, reason, durable position): a handful per batch
+    groups: dict[tuple[str, str], list[str]] = {}
+    for c in closed:
+        groups.setdefault((c.step.id, c.reason), []).append(c.record.id)
+    insert = _SKIP_ABSENT[conn.dialect.name]
+    written: set[tuple[str, int, str]] = set()
+    for (step_id, reason), entry_ids in groups.items():
+        for decl in positions[step_id]:
+            values = {
+                "ids": entry_ids,
+                "position": decl.position,
+                "kind": decl.kind,
+                "epoch": epoch,
+                "reason": reason,
+                "stamp": stamp,
+            }
+            written.update((str(e), int(p), str(k)) for e, p, k in conn.execute(insert, values))
+    for c in closed:
+        entry_id = c.record.id
+        for decl in positions[c.step.id]:
+            if (entry_id, decl.position, decl.kind) in written:
+                events.marker_known(
+                    uow,
+                    stamp,
+                    c.record.task_id,
+                    entry_id,
+                    decl.position,
+                    decl.kind,
+                    "skipped",
+                    c.reason,
+                )
+            else:
+                ledger.skip_position(uow, entry_id, decl.position, decl.kind, c.reason, epoch=epoch)
+    return Outcome(closed, pending)
