@@ -4,8 +4,8 @@ Once per host open, before anything is served; no lease, no timeout. The pending
 in pages of BATCH entries (keyset pagination on (task_id, step_id, entry_seq), with the tasks
 of a page read beside it), and entries that only need closing (a1, a2) close in one
 transaction per run of them, by set-based conditional statements (core.recovery_close); the
-others are decided one by one. Entries written after the scan began are not its to decide. For each non-terminal entry, in (task_id, step_id,
-entry_seq) order:
+others are decided one by one. Entries written after the scan began are not its to decide.
+For each non-terminal entry, in (task_id, step_id, entry_seq) order:
 
 - (e) task, step or declaration cannot be loaded: skipped(unresolvable), warned;
 - (a1) the task no longer occupies the entry's step (it stands elsewhere, or is back there
