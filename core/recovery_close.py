@@ -26,8 +26,6 @@ from collections.abc import Sequence
 
 import attrs
 import sqlalchemy as sa
-from sqlalchemy.dialects.postgresql import insert as pg_insert
-from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 
 from core import ids, ledger
 from core.model import ActionDecl, Step, StepEntry
@@ -91,16 +89,23 @@ _MARKED = (
 )
 _COLUMNS = ("entry_id", "position", "kind", "state", "epoch", "reason", "updated_at")
 _WRITTEN = (M.c.entry_id, M.c.position, M.c.kind)
-_SKIP_ABSENT = {
-    "sqlite": sqlite_insert(M)
-    .from_select(_COLUMNS, _MARKED)
-    .on_conflict_do_nothing()
-    .returning(*_WRITTEN),
-    "postgresql": pg_insert(M)
-    .from_select(_COLUMNS, _MARKED)
-    .on_conflict_do_nothing()
-    .returning(*_WRITTEN),
-}
+_SKIP_ABSENT: dict[str, sa.Insert] = {}
+
+
+def _skip_absent(dialect: str) -> sa.Insert:
+    """The batch's skipped markers in `dialect`'s ON CONFLICT form, built on first use (a
+    dialect's module costs a command about 40 ms to import; see `ledger._insert_absent`)."""
+    if dialect not in _SKIP_ABSENT:
+        if dialect == "postgresql":
+            from sqlalchemy.dialects.postgresql import insert as pg_insert
+
+            built: sa.Insert = pg_insert(M).from_select(_COLUMNS, _MARKED).on_conflict_do_nothing()
+        else:
+            from sqlalchemy.dialects.sqlite import insert as sqlite_insert
+
+            built = sqlite_insert(M).from_select(_COLUMNS, _MARKED).on_conflict_do_nothing()
+        _SKIP_ABSENT[dialect] = built.returning(*_WRITTEN)
+    return _SKIP_ABSENT[dialect]
 
 
 @attrs.frozen
@@ -150,7 +155,7 @@ def close_entries(
     groups: dict[tuple[str, str], list[str]] = {}
     for c in closed:
         groups.setdefault((c.step.id, c.reason), []).append(c.record.id)
-    insert = _SKIP_ABSENT[conn.dialect.name]
+    insert = _skip_absent(conn.dialect.name)
     written: set[tuple[str, int, str]] = set()
     for (step_id, reason), entry_ids in groups.items():
         for decl in positions[step_id]:
