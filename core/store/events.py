@@ -37,6 +37,7 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
 from core import ids
+from core.store import prepared
 from core.store import tables as t
 
 if TYPE_CHECKING:
@@ -49,6 +50,8 @@ PG_ORDER_LOCK: Final = 0x6C6E7765766E74
 RETENTION: Final = timedelta(hours=24)
 PRUNE_BATCH: Final = 500
 _ENTRY_TASK_CACHE_MAX: Final = 4096
+_INSERT = prepared.insert_of(EV, ("type", "task_id", "at", "data"))
+_PG_ORDER = f"SELECT pg_advisory_xact_lock({PG_ORDER_LOCK}), pg_notify('{CHANNEL}', '')"
 
 TYPES: Final = (
     "task.created",
@@ -177,9 +180,7 @@ def flush(uow: UnitOfWork) -> list[Event]:
     conn = uow.conn
     _resolve_tasks(conn, pending)
     if not uow.store.is_sqlite:
-        conn.exec_driver_sql(
-            f"SELECT pg_advisory_xact_lock({PG_ORDER_LOCK}), pg_notify('{CHANNEL}', '')"
-        )
+        prepared.run_driver_sql(conn, _PG_ORDER)
     rows = [
         {
             "type": p.type,
@@ -191,7 +192,8 @@ def flush(uow: UnitOfWork) -> list[Event]:
     ]
     observer = uow.store.observer
     if observer is None or not observer.wanted():
-        conn.execute(sa.insert(EV), rows)
+        # the driver's executemany on SQL compiled once: this insert ends every transaction
+        prepared.execute_many(conn, _INSERT, rows)
         return []
     inserted = conn.execute(
         sa.insert(EV).returning(EV.c.id, sort_by_parameter_order=True), rows
