@@ -145,7 +145,7 @@ def run(walk: Walk) -> WalkEnd:
         digest = ledger.declaration_digest(walk.actions)
         if digest != walk.entry.declaration_digest:
             try:
-                with store.transaction() as uow:
+                with store.transaction(follow_board=False) as uow:
                     ledger.skip_entry(
                         uow,
                         registry,
@@ -240,7 +240,7 @@ def run(walk: Walk) -> WalkEnd:
         ):
             return "halted"
     if walk.entry is not None and not closed:
-        with store.transaction() as uow:
+        with store.transaction(follow_board=False) as uow:
             ledger.finish_if_complete(uow, registry, walk.entry.id, walk.actions)
     return "completed"
 
@@ -316,7 +316,7 @@ def _failure(ctx: ActionContext, exc: Exception) -> Outcome:
 def _skip_position(walk: Walk, decl: ActionDecl, reason: str, last: bool) -> bool:
     """Claim and mark skipped(reason) in one transaction; False if already terminal."""
     assert walk.entry is not None
-    with walk.kernel.store.transaction() as uow:
+    with walk.kernel.store.transaction(follow_board=False) as uow:
         epoch = walk.kernel.live_epoch()
         if not ledger.skip_position(
             uow, walk.entry.id, decl.position, decl.kind, reason, epoch=epoch
@@ -388,7 +388,7 @@ def _durable_action(
     # An effect outside this transaction cannot be guarded by it: the occupancy is decided
     # with the claim, the last moment the database can decide it for such a kind.
     # (Transactional kinds take `_transactional_group` instead.)
-    with store.transaction() as uow:
+    with store.transaction(follow_board=False) as uow:
         if not ledger.claim(uow, entry.id, decl.position, decl.kind, epoch):
             return None
         left = _close_if_vacated(uow, walk, decl, epoch, entry)
@@ -398,7 +398,7 @@ def _durable_action(
     ctx = _context(walk, decl, None, log, epoch=epoch)
     outcome = _execute(kind.execute, ctx, value) or Outcome.done()
     faults.reach("dispatch.after_effect")
-    with store.transaction() as uow:
+    with store.transaction(follow_board=False) as uow:
         _settle(uow, entry.id, decl, outcome, last, epoch)
     _log_failure(kind, outcome, log)
     return outcome
@@ -510,7 +510,7 @@ def _group_once(
     left: str | None = None
     faults.reach("dispatch.before_claim")
     epoch = walk.kernel.live_epoch()
-    with store.transaction() as uow:
+    with store.transaction(follow_board=False) as uow:
         occupancy_checked = False
         for index, member in enumerate(group):
             decl = member.decl

@@ -98,8 +98,12 @@ class Store:
         return self._writer
 
     @contextmanager
-    def transaction(self) -> Iterator[UnitOfWork]:
-        """A unit of work: commits on normal exit, rolls back on an exception."""
+    def transaction(self, *, follow_board: bool = True) -> Iterator[UnitOfWork]:
+        """A unit of work: commits on normal exit, rolls back on an exception.
+
+        :param follow_board: False skips `on_begin` (the board-version read) for a caller that
+            acts on a bundle it already read and keeps (an entry's walk): the check would
+            change nothing it does, and the next transaction or read makes it."""
         current: UnitOfWork | None = getattr(self._local, "uow", None)
         if current is not None:
             yield current
@@ -111,7 +115,7 @@ class Store:
             self._local.uow = uow
             try:
                 with _values_refused(), conn.begin():
-                    if self.on_begin is not None:
+                    if self.on_begin is not None and follow_board:
                         self.on_begin(conn)
                     yield uow
                     committed = events.flush(uow)

@@ -52,6 +52,19 @@ PRUNE_BATCH: Final = 500
 _ENTRY_TASK_CACHE_MAX: Final = 4096
 _INSERT = prepared.insert_of(EV, ("type", "task_id", "at", "data"))
 _PG_ORDER = f"SELECT pg_advisory_xact_lock({PG_ORDER_LOCK}), pg_notify('{CHANNEL}', '')"
+# PostgreSQL, no observer: the order lock (and the NOTIFY) taken by the insert itself, one
+# round trip fewer per transaction. The uncorrelated subquery is a one-time filter, evaluated
+# before the statement produces its row, so before the id's nextval: the lock is held when
+# the id is drawn, as `_PG_ORDER` then the insert guaranteed. Taking it again for a second
+# row of the same transaction is a no-op in effect (the transaction already holds it), and
+# PostgreSQL folds identical notifications of one transaction into one.
+_PG_ORDERED_INSERT = sa.text(
+    "INSERT INTO board_events (type, task_id, at, data) "
+    "SELECT CAST(:type AS VARCHAR), CAST(:task_id AS VARCHAR), CAST(:at AS VARCHAR), "
+    "CAST(:data AS TEXT) WHERE (SELECT count(*) FROM "
+    f"(SELECT pg_advisory_xact_lock({PG_ORDER_LOCK}), pg_notify('{CHANNEL}', '')) AS ordered"
+    ") = 1"
+)
 
 TYPES: Final = (
     "task.created",
@@ -179,8 +192,6 @@ def flush(uow: UnitOfWork) -> list[Event]:
         return []
     conn = uow.conn
     _resolve_tasks(conn, pending)
-    if not uow.store.is_sqlite:
-        prepared.run_driver_sql(conn, _PG_ORDER)
     rows = [
         {
             "type": p.type,
@@ -193,8 +204,10 @@ def flush(uow: UnitOfWork) -> list[Event]:
     observer = uow.store.observer
     if observer is None or not observer.wanted():
         # the driver's executemany on SQL compiled once: this insert ends every transaction
-        prepared.execute_many(conn, _INSERT, rows)
+        prepared.execute_many(conn, _INSERT if uow.store.is_sqlite else _PG_ORDERED_INSERT, rows)
         return []
+    if not uow.store.is_sqlite:
+        prepared.run_driver_sql(conn, _PG_ORDER)
     inserted = conn.execute(
         sa.insert(EV).returning(EV.c.id, sort_by_parameter_order=True), rows
     ).scalars()
