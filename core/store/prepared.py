@@ -71,11 +71,8 @@ class Prepared:
     def __call__(self, conn: Connection, values: Mapping[str, Any]) -> Result:
         if self._defaults:
             values = {**self._defaults, **values}
-        params: Any
-        if self._order is not None:
-            params = tuple(values.get(name) for name in self._order)
-        else:
-            params = dict(values)
+        order = self._order
+        params: Any = tuple(map(values.get, order)) if order is not None else dict(values)
         STATS["statements"] += 1
         cursor = conn.connection.dbapi_connection.cursor()  # type: ignore[union-attr]
         driver_error = conn.dialect.loaded_dbapi.Error
@@ -98,7 +95,7 @@ class Prepared:
         if self._order is not None:
             order = self._order
             defaults = self._defaults
-            params = [tuple({**defaults, **r}.get(n) for n in order) for r in rows]
+            params = [tuple(map({**defaults, **r}.get, order)) for r in rows]
         else:
             params = [{**self._defaults, **r} for r in rows]
         STATS["statements"] += 1
