@@ -99,6 +99,9 @@ class Store:
         self.on_begin: Callable[[Connection], None] | None = None
         """Called with the connection at the start of every outermost transaction and read
         (the host checks the board's catalogue version there)."""
+        self.on_version: Callable[[Connection, int], None] | None = None
+        """Given the board's catalogue version read by a statement that needed a read anyway
+        (`follow_version`), does what `on_begin` does with the version it reads."""
 
     @property
     def display_url(self) -> str:
@@ -141,6 +144,12 @@ class Store:
         if committed and self.observer is not None:
             # observers run with the writer free (they may write, or take their time)
             self.observer.drain()
+
+    def follow_version(self, conn: Connection, version: int) -> None:
+        """Follow the board from a catalogue version the caller read in its own statement
+        (instead of `on_begin`'s read, for a transaction opened with ``follow_board=False``)."""
+        if self.on_version is not None:
+            self.on_version(conn, version)
 
     @contextmanager
     def write_connection(self) -> Iterator[Connection]:

@@ -182,6 +182,29 @@ def _resolve_tasks(conn: Connection, pending: list[_Pending]) -> None:
             p.task_id = _entry_tasks.get(p.entry_id)
 
 
+def _without_passing_claims(pending: list[_Pending]) -> list[_Pending]:
+    """Drop the `in_progress` event of a marker settled later in the same transaction (a
+    transactional kind's claim): the claim never commits as a state of its own, and an event
+    exists exactly when its change committed, so readers see the marker go straight to where
+    it settled. Decided at COMMIT, after any savepoint has taken its events back."""
+    settled = {
+        (p.entry_id, p.fields["position"], p.fields["kind"])
+        for p in pending
+        if p.type == "entry.marker" and p.fields["state"] != "in_progress"
+    }
+    if not settled:
+        return pending
+    return [
+        p
+        for p in pending
+        if not (
+            p.type == "entry.marker"
+            and p.fields["state"] == "in_progress"
+            and (p.entry_id, p.fields["position"], p.fields["kind"]) in settled
+        )
+    ]
+
+
 def flush(uow: UnitOfWork) -> list[Event]:
     """Insert the unit's pending events; called by `Store.transaction` before COMMIT.
 
@@ -190,6 +213,7 @@ def flush(uow: UnitOfWork) -> list[Event]:
     pending, uow.events = uow.events, []
     if not pending:
         return []
+    pending = _without_passing_claims(pending)
     conn = uow.conn
     _resolve_tasks(conn, pending)
     rows = [
