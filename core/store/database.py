@@ -23,7 +23,6 @@ from sqlalchemy.engine import URL, Connection, Engine
 
 from core.errors import ValueRefused
 from core.store import dialect, events, prepared
-from core.store.checkpoint import Checkpointer
 from core.store.liveness import Liveness
 
 _VALUE_ERRORS = (OverflowError, UnicodeEncodeError)
@@ -72,22 +71,11 @@ class UnitOfWork:
         return prepared.execute(self.conn, statement, values)
 
 
-def _no_autocheckpoint(dbapi_conn: Any, _record: Any) -> None:
-    dbapi_conn.execute("PRAGMA wal_autocheckpoint=0")
-
-
 class Store:
     def __init__(self, url: str) -> None:
         self.url: URL = dialect.normalise_url(url)
         self.engine: Engine = dialect.create_engine(self.url)
         self.is_sqlite = dialect.is_sqlite(self.url)
-        self._checkpointer: Checkpointer | None = None
-        path = dialect.sqlite_path(self.url) if self.is_sqlite else None
-        if path is not None:
-            # the WAL checkpoint runs on a thread of ours, not inside a COMMIT (see
-            # core.store.checkpoint); connections made from here on leave it to that thread
-            self._checkpointer = Checkpointer(path, dialect.BUSY_TIMEOUT_MS)
-            sa.event.listen(self.engine, "connect", _no_autocheckpoint)
         self._writer: Connection | None = None
         self._lock = threading.RLock()
         self._local = threading.local()
@@ -134,8 +122,6 @@ class Store:
                         self.on_begin(conn)
                     yield uow
                     committed = events.flush(uow)
-                if self._checkpointer is not None:
-                    self._checkpointer.committed()
                 if committed and self.observer is not None:
                     # still under the writer lock: the queue's order is the commit order
                     self.observer.committed(committed)
@@ -198,8 +184,6 @@ class Store:
             yield conn
 
     def close(self) -> None:
-        if self._checkpointer is not None:
-            self._checkpointer.close()
         with self._lock:
             if self._writer is not None:
                 self._writer.close()
