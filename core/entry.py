@@ -23,7 +23,7 @@ from loguru import logger
 
 from core import faults, ledger
 from core.kernel import HasKernel, Kernel, Published, kernel_of
-from core.kinds import ActionContext, ActionFailed, ConfigError, Outcome
+from core.kinds import ActionContext, ActionFailed, ActionKind, ConfigError, Outcome
 from core.model import ActionDecl, Session, Step, StepEntry, Task, Workflow
 from core.registry import RegisteredKind, Registry
 
@@ -145,7 +145,7 @@ def run(walk: Walk) -> WalkEnd:
         digest = ledger.declaration_digest(walk.actions)
         if digest != walk.entry.declaration_digest:
             try:
-                with store.transaction() as uow:
+                with store.transaction(follow_board=False) as uow:
                     ledger.skip_entry(
                         uow,
                         registry,
@@ -173,7 +173,11 @@ def run(walk: Walk) -> WalkEnd:
     session = walk.session
     ran_once: set[str] = set()
     closed = False  # whether a settled marker already closed the entry in its transaction
-    for decl in order_actions(walk.actions, registry, walk.path):
+    ordered = order_actions(walk.actions, registry, walk.path)
+    at = 0
+    while at < len(ordered):
+        decl = ordered[at]
+        at += 1
         registered = registry.kind(decl.kind)
         action_log = walk.log.bind(action_type=decl.kind, position=decl.position)
         owner = registered.kind.owner if registered else "durable"
@@ -192,6 +196,29 @@ def run(walk: Walk) -> WalkEnd:
         if marker is not None and marker.state in ledger.TERMINAL:
             if marker.state == "failed" and registered and registered.kind.halts_entry_on_failure:
                 return "halted"
+            continue
+        member = _member(registered, decl, action_log)
+        if member is not None:
+            # this transactional kind and the ones straight after it share one transaction
+            group = [member]
+            while at < len(ordered):
+                following = _groupable(walk, registry, markers, ordered[at])
+                if following is None:
+                    break
+                group.append(following)
+                at += 1
+            try:
+                end = _transactional_group(walk, group, open_positions)
+            except ledger.ClaimLost:
+                return "abandoned"
+            except _Vacated as left:
+                walk.log.bind(reason=left.reason).info(
+                    "the task no longer occupies this entry's step; entry closed without running"
+                )
+                return "vacated"
+            if end == "halted":
+                return "halted"
+            closed = end == "closed"
             continue
         open_positions.discard((decl.position, decl.kind))
         last = not open_positions
@@ -213,7 +240,7 @@ def run(walk: Walk) -> WalkEnd:
         ):
             return "halted"
     if walk.entry is not None and not closed:
-        with store.transaction() as uow:
+        with store.transaction(follow_board=False) as uow:
             ledger.finish_if_complete(uow, registry, walk.entry.id, walk.actions)
     return "completed"
 
@@ -289,7 +316,7 @@ def _failure(ctx: ActionContext, exc: Exception) -> Outcome:
 def _skip_position(walk: Walk, decl: ActionDecl, reason: str, last: bool) -> bool:
     """Claim and mark skipped(reason) in one transaction; False if already terminal."""
     assert walk.entry is not None
-    with walk.kernel.store.transaction() as uow:
+    with walk.kernel.store.transaction(follow_board=False) as uow:
         epoch = walk.kernel.live_epoch()
         if not ledger.skip_position(
             uow, walk.entry.id, decl.position, decl.kind, reason, epoch=epoch
@@ -358,64 +385,171 @@ def _durable_action(
     store = walk.kernel.store
     faults.reach("dispatch.before_claim")
     epoch = walk.kernel.live_epoch()
-    if kind.transactional:
-        # Claim, effect and done-marker commit together: an in_progress marker found later
-        # proves the effect never committed, so re-running it is safe.
-        try:
-            with store.transaction() as uow:
-                if not ledger.claim(uow, entry.id, decl.position, decl.kind, epoch):
-                    return None
-                faults.reach("dispatch.after_claim")
-                left = _close_if_vacated(uow, walk, decl, epoch, entry)
-                if left is None:
-                    ctx = _context(walk, decl, None, log, uow, epoch)
-                    try:
-                        outcome = kind.execute(ctx, value) or Outcome.done()
-                    except Exception as exc:  # noqa: BLE001 - recorded as failed, as by _execute
-                        # a raise may leave a partial effect (on PostgreSQL, an aborted
-                        # transaction): undo it. A *returned* failure keeps what the executor
-                        # wrote (a fan-out's seats that succeeded), committed with its marker.
-                        raise _Rollback(_failure(ctx, exc)) from None
-                    _settle(uow, entry.id, decl, outcome, last, epoch)
-            if left is not None:
-                raise _Vacated(left)
-        except _Rollback as undone:
-            # The partial effect is gone with the transaction; record the failure afresh.
-            outcome = undone.outcome
-            with store.transaction() as uow:
-                if ledger.claim(uow, entry.id, decl.position, decl.kind, epoch):
-                    _settle(uow, entry.id, decl, outcome, last, epoch)
-    else:
-        # An effect outside this transaction cannot be guarded by it: the occupancy is decided
-        # with the claim, the last moment the database can decide it for such a kind.
-        with store.transaction() as uow:
-            if not ledger.claim(uow, entry.id, decl.position, decl.kind, epoch):
-                return None
-            left = _close_if_vacated(uow, walk, decl, epoch, entry)
-        if left is not None:
-            raise _Vacated(left)
-        faults.reach("dispatch.after_claim")
-        ctx = _context(walk, decl, None, log, epoch=epoch)
-        outcome = _execute(kind.execute, ctx, value) or Outcome.done()
-        faults.reach("dispatch.after_effect")
-        with store.transaction() as uow:
-            _settle(uow, entry.id, decl, outcome, last, epoch)
-    if outcome.state == "failed":
-        if kind.halts_entry_on_failure:
-            log.bind(cause=outcome.cause).error(
-                "entry halted: an action that guards the rest of the entry failed"
-            )
-        elif not kind.logs_own_failures:
-            log.bind(cause=outcome.cause).error("entry action failed; the entry continues")
+    # An effect outside this transaction cannot be guarded by it: the occupancy is decided
+    # with the claim, the last moment the database can decide it for such a kind.
+    # (Transactional kinds take `_transactional_group` instead.)
+    with store.transaction(follow_board=False) as uow:
+        if not ledger.claim(uow, entry.id, decl.position, decl.kind, epoch):
+            return None
+        left = _close_if_vacated(uow, walk, decl, epoch, entry)
+    if left is not None:
+        raise _Vacated(left)
+    faults.reach("dispatch.after_claim")
+    ctx = _context(walk, decl, None, log, epoch=epoch)
+    outcome = _execute(kind.execute, ctx, value) or Outcome.done()
+    faults.reach("dispatch.after_effect")
+    with store.transaction(follow_board=False) as uow:
+        _settle(uow, entry.id, decl, outcome, last, epoch)
+    _log_failure(kind, outcome, log)
     return outcome
 
 
-class _Rollback(Exception):
-    """Undo a transactional action's partial effect; its failure is recorded afterwards."""
+def _log_failure(kind: ActionKind, outcome: Outcome, log: Any) -> None:
+    if outcome.state != "failed":
+        return
+    if kind.halts_entry_on_failure:
+        log.bind(cause=outcome.cause).error(
+            "entry halted: an action that guards the rest of the entry failed"
+        )
+    elif not kind.logs_own_failures:
+        log.bind(cause=outcome.cause).error("entry action failed; the entry continues")
 
-    def __init__(self, outcome: Outcome) -> None:
+
+# -- transactional kinds: claim, effect and done-marker in one transaction ----------------------
+
+
+@attrs.frozen
+class _Member:
+    """A transactional position ready to run: its declaration, kind and validated config."""
+
+    decl: ActionDecl
+    kind: ActionKind
+    execute: Any
+    value: Any
+    log: Any
+
+
+def _member(registered: RegisteredKind | None, decl: ActionDecl, log: Any) -> _Member | None:
+    """The position as a transactional group member; None for any other durable position
+    (no plugin, no executor, a malformed config, an effect outside the database)."""
+    if registered is None or not registered.executable:
+        return None
+    kind = registered.kind
+    if kind.owner != "durable" or not kind.transactional or kind.execute is None:
+        return None
+    try:
+        value = kind.validate(decl.config)
+    except ConfigError:
+        return None  # the one-position path records it skipped(malformed)
+    return _Member(decl, kind, kind.execute, value, log)
+
+
+def _groupable(
+    walk: Walk, registry: Registry, markers: dict[tuple[int, str], Any], decl: ActionDecl
+) -> _Member | None:
+    """The next declaration as a member of the group before it, or None to end the group."""
+    marker = markers.get((decl.position, decl.kind))
+    if marker is not None and marker.state in ledger.TERMINAL:
+        return None
+    log = walk.log.bind(action_type=decl.kind, position=decl.position)
+    return _member(registry.kind(decl.kind), decl, log)
+
+
+class _GroupRollback(Exception):
+    """A member raised: undo the whole group's transaction; its failure is recorded when the
+    group runs again (the members before it run afresh, the ones after it too)."""
+
+    def __init__(self, index: int, outcome: Outcome) -> None:
         super().__init__(outcome.cause)
+        self.index = index
         self.outcome = outcome
+
+
+GroupEnd = Literal["open", "closed", "halted"]
+
+
+def _transactional_group(
+    walk: Walk, group: list[_Member], open_positions: set[tuple[int, str]]
+) -> GroupEnd:
+    """Consecutive transactional positions, each claimed, run and settled, all in ONE
+    transaction: every effect commits with its terminal marker, and the group's markers
+    commit together or not at all (an in_progress or absent marker still proves its effect
+    never committed). The entry closes in the same transaction when the group empties it.
+
+    A member that *raises* may leave a partial effect (on PostgreSQL, an aborted
+    transaction): the transaction is rolled back and the group runs again with that member's
+    failure recorded instead of run. A *returned* failure keeps what the executor wrote (a
+    fan-out's seats that succeeded), committed with its marker. A member whose failure halts
+    the entry ends the group there.
+    """
+    failures: dict[int, Outcome] = {}
+    while True:
+        try:
+            settled, end = _group_once(walk, group, open_positions, failures)
+        except _GroupRollback as undone:
+            failures[undone.index] = undone.outcome
+            continue
+        for member, outcome in settled:
+            open_positions.discard((member.decl.position, member.decl.kind))
+            _log_failure(member.kind, outcome, member.log)
+        return end
+
+
+def _group_once(
+    walk: Walk,
+    group: list[_Member],
+    open_positions: set[tuple[int, str]],
+    failures: dict[int, Outcome],
+) -> tuple[list[tuple[_Member, Outcome]], GroupEnd]:
+    entry = walk.entry
+    assert entry is not None
+    store = walk.kernel.store
+    settled: list[tuple[_Member, Outcome]] = []
+    remaining = set(open_positions)
+    end: GroupEnd = "open"
+    left: str | None = None
+    faults.reach("dispatch.before_claim")
+    epoch = walk.kernel.live_epoch()
+    with store.transaction(follow_board=False) as uow:
+        occupancy_checked = False
+        for index, member in enumerate(group):
+            decl = member.decl
+            if index:
+                faults.reach("dispatch.before_claim")
+            if not ledger.claim(uow, entry.id, decl.position, decl.kind, epoch):
+                remaining.discard((decl.position, decl.kind))
+                continue  # terminal already: someone else settled it
+            recorded = failures.get(index)
+            if recorded is None:
+                faults.reach("dispatch.after_claim")
+            if not occupancy_checked:
+                # Newer entries win: decided once, with the first claim, in the transaction
+                # that commits every effect of the group (the task row is held till COMMIT).
+                occupancy_checked = True
+                left = _close_if_vacated(uow, walk, decl, epoch, entry)
+                if left is not None:
+                    break
+            if recorded is not None:
+                outcome = recorded
+            else:
+                ctx = _context(walk, decl, None, member.log, uow, epoch)
+                try:
+                    outcome = member.execute(ctx, member.value) or Outcome.done()
+                except Exception as exc:  # noqa: BLE001 - recorded as failed, as by _execute
+                    raise _GroupRollback(index, _failure(ctx, exc)) from None
+            _settle(uow, entry.id, decl, outcome, False, epoch)
+            settled.append((member, outcome))
+            remaining.discard((decl.position, decl.kind))
+            if outcome.state == "failed" and member.kind.halts_entry_on_failure:
+                end = "halted"
+                break
+        if left is None and settled and not remaining:
+            ledger.set_terminal(uow, entry.id)
+            if end == "open":
+                end = "closed"
+    if left is not None:
+        raise _Vacated(left)
+    return settled, end
 
 
 def _settle(

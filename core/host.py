@@ -274,6 +274,7 @@ class Host:
                 board_version=state.version,
             )
             store.on_begin = host._follow_board
+            store.on_version = host._follow_version
             host.workspace.ensure_default()
             if start_plugins:
                 host._first_bundle()
@@ -401,7 +402,11 @@ class Host:
     def _follow_board(self, conn: Connection) -> None:
         """At the start of each transaction and read: one primary-key read of the board's
         version; when it moved, forget cached workflows and follow the board's features."""
-        if board.version(conn) == self._board_version:
+        self._follow_version(conn, board.version(conn))
+
+    def _follow_version(self, conn: Connection, version: int) -> None:
+        """`_follow_board` with the version already read (a move reads it with its task)."""
+        if version == self._board_version:
             return
         state = board.read(conn)
         with self._follow_lock:

@@ -31,7 +31,9 @@ def now() -> str:
 
 
 def format_ts(moment: datetime) -> str:
-    return moment.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    """`%Y-%m-%dT%H:%M:%S.%fZ` of a UTC moment (isoformat: about half strftime's cost, and an
+    arrival stamps a dozen rows)."""
+    return moment.replace(tzinfo=None).isoformat(timespec="microseconds") + "Z"
 
 
 def parse(ts: str) -> datetime:

@@ -23,6 +23,7 @@ import sqlalchemy as sa
 from loguru import logger
 
 from core import faults, ids, ledger
+from core.board import ROW_ID as BOARD_ROW
 from core.entry import Arrival  # the value `move` returns, defined beside its consumer
 from core.errors import LanewayError, NotFound
 from core.kernel import HasKernel, Kernel, kernel_of
@@ -65,6 +66,7 @@ class Change:
 # Statements on the arrival path are built once, here: constructing a Core statement costs more
 # than executing a cached one.
 _S = t.task_sessions
+_B = t.board_settings
 _TASK_AND_SESSION = sa.select(
     TASKS,
     sa.select(_S.c.id)
@@ -73,24 +75,34 @@ _TASK_AND_SESSION = sa.select(
     .limit(1)
     .scalar_subquery()
     .label("live_session_id"),
+    # the board's catalogue version, read with the task: `move` follows the board from this
+    # statement instead of a read of its own at BEGIN (Store.transaction's on_begin)
+    sa.select(_B.c.catalogue_version)
+    .where(_B.c.id == BOARD_ROW)
+    .scalar_subquery()
+    .label("board_version"),
 ).where(TASKS.c.id == sa.bindparam("task_id"))
 # The task row is held until the transition commits (PostgreSQL; SQLite's writers are
 # serialised): two processes moving one task are ordered, each seeing the other's result.
 _TASK_AND_SESSION = _TASK_AND_SESSION.with_for_update(of=TASKS, key_share=True)
+_ADMITTED = {
+    "workflow_id": sa.bindparam("b_workflow_id"),
+    "workflow_step_id": sa.bindparam("b_step_id"),
+    "wip_admitted": True,
+    "state": sa.bindparam("b_state"),
+    "updated_at": sa.bindparam("b_stamp"),
+    "loop_halted_step_id": sa.bindparam("b_halted"),
+    "loop_generation": sa.bindparam("b_generation"),
+}
 _ADMIT = (
     sa.update(TASKS)
     .where(TASKS.c.id == sa.bindparam("b_task_id"))
-    .values(
-        workflow_id=sa.bindparam("b_workflow_id"),
-        workflow_step_id=sa.bindparam("b_step_id"),
-        wip_admitted=True,
-        queued_for_step_id=None,
-        queued_at=None,
-        state=sa.bindparam("b_state"),
-        updated_at=sa.bindparam("b_stamp"),
-        loop_halted_step_id=sa.bindparam("b_halted"),
-        loop_generation=sa.bindparam("b_generation"),
-    )
+    .values(**_ADMITTED, queued_for_step_id=None, queued_at=None)
+)
+# A task that was not queued (the task row is read, and held, in this transaction): its queue
+# fields are already empty, and leaving them out of SET spares SQLite rewriting their index.
+_ADMIT_UNQUEUED = (
+    sa.update(TASKS).where(TASKS.c.id == sa.bindparam("b_task_id")).values(**_ADMITTED)
 )
 _HISTORY = insert_of(
     t.session_step_history,
@@ -112,6 +124,8 @@ def _task_row(uow: UnitOfWork, task_id: str) -> tuple[Task, str | None]:
     row = uow.run(_TASK_AND_SESSION, {"task_id": task_id}).mapping()
     if row is None:
         raise NotFound(f"no task {task_id!r}")
+    version = row["board_version"]
+    uow.store.follow_version(uow.conn, int(version) if version is not None else 0)
     return rows.task(row), row["live_session_id"]
 
 
@@ -168,8 +182,9 @@ def _admit(
     # and starts a new count generation; any other path writes them back as they were read
     # (the store's one writer connection serialises write transactions)
     task = _loop_fields_after(task, path)
+    queued = task.queued_for_step_id is not None or task.queued_at is not None
     uow.run(
-        _ADMIT,
+        _ADMIT if queued else _ADMIT_UNQUEUED,
         {
             "b_task_id": task.id,
             "b_workflow_id": workflow.id,
@@ -244,7 +259,8 @@ def move(
     Commits and returns: what follows the commit is `core.arrival.move`'s.
     """
     kernel = kernel_of(kernel)
-    with kernel.store.transaction() as uow:
+    # the board is followed from the task's read (_task_row), not by a read at BEGIN
+    with kernel.store.transaction(follow_board=False) as uow:
         task, session_id = _task_row(uow, task_id)
         step_id = to_step(task) if callable(to_step) else to_step
         workflow, step = kernel.read.step(step_id)

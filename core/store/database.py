@@ -87,6 +87,9 @@ class Store:
         self.on_begin: Callable[[Connection], None] | None = None
         """Called with the connection at the start of every outermost transaction and read
         (the host checks the board's catalogue version there)."""
+        self.on_version: Callable[[Connection, int], None] | None = None
+        """Given the board's catalogue version read by a statement that needed a read anyway
+        (`follow_version`), does what `on_begin` does with the version it reads."""
 
     @property
     def display_url(self) -> str:
@@ -98,8 +101,12 @@ class Store:
         return self._writer
 
     @contextmanager
-    def transaction(self) -> Iterator[UnitOfWork]:
-        """A unit of work: commits on normal exit, rolls back on an exception."""
+    def transaction(self, *, follow_board: bool = True) -> Iterator[UnitOfWork]:
+        """A unit of work: commits on normal exit, rolls back on an exception.
+
+        :param follow_board: False skips `on_begin` (the board-version read) for a caller that
+            acts on a bundle it already read and keeps (an entry's walk): the check would
+            change nothing it does, and the next transaction or read makes it."""
         current: UnitOfWork | None = getattr(self._local, "uow", None)
         if current is not None:
             yield current
@@ -111,7 +118,7 @@ class Store:
             self._local.uow = uow
             try:
                 with _values_refused(), conn.begin():
-                    if self.on_begin is not None:
+                    if self.on_begin is not None and follow_board:
                         self.on_begin(conn)
                     yield uow
                     committed = events.flush(uow)
@@ -123,6 +130,12 @@ class Store:
         if committed and self.observer is not None:
             # observers run with the writer free (they may write, or take their time)
             self.observer.drain()
+
+    def follow_version(self, conn: Connection, version: int) -> None:
+        """Follow the board from a catalogue version the caller read in its own statement
+        (instead of `on_begin`'s read, for a transaction opened with ``follow_board=False``)."""
+        if self.on_version is not None:
+            self.on_version(conn, version)
 
     @contextmanager
     def write_connection(self) -> Iterator[Connection]:

@@ -37,6 +37,7 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
 from core import ids
+from core.store import prepared
 from core.store import tables as t
 
 if TYPE_CHECKING:
@@ -49,6 +50,21 @@ PG_ORDER_LOCK: Final = 0x6C6E7765766E74
 RETENTION: Final = timedelta(hours=24)
 PRUNE_BATCH: Final = 500
 _ENTRY_TASK_CACHE_MAX: Final = 4096
+_INSERT = prepared.insert_of(EV, ("type", "task_id", "at", "data"))
+_PG_ORDER = f"SELECT pg_advisory_xact_lock({PG_ORDER_LOCK}), pg_notify('{CHANNEL}', '')"
+# PostgreSQL, no observer: the order lock (and the NOTIFY) taken by the insert itself, one
+# round trip fewer per transaction. The uncorrelated subquery is a one-time filter, evaluated
+# before the statement produces its row, so before the id's nextval: the lock is held when
+# the id is drawn, as `_PG_ORDER` then the insert guaranteed. Taking it again for a second
+# row of the same transaction is a no-op in effect (the transaction already holds it), and
+# PostgreSQL folds identical notifications of one transaction into one.
+_PG_ORDERED_INSERT = sa.text(
+    "INSERT INTO board_events (type, task_id, at, data) "
+    "SELECT CAST(:type AS VARCHAR), CAST(:task_id AS VARCHAR), CAST(:at AS VARCHAR), "
+    "CAST(:data AS TEXT) WHERE (SELECT count(*) FROM "
+    f"(SELECT pg_advisory_xact_lock({PG_ORDER_LOCK}), pg_notify('{CHANNEL}', '')) AS ordered"
+    ") = 1"
+)
 
 TYPES: Final = (
     "task.created",
@@ -190,23 +206,29 @@ def _resolve_tasks(conn: Connection, pending: list[_Pending]) -> None:
 
 _encode = json.JSONEncoder(separators=(",", ":"), default=str).encode
 """`json.dumps(..., separators=(",", ":"), default=str)` without building an encoder per call."""
-_PLAIN_INSERT: dict[str, tuple[str, bool]] = {}
 
 
-def _plain_insert(conn: Connection) -> tuple[str, bool]:
-    """The events INSERT as driver SQL for `conn`'s dialect, and whether it takes tuples."""
-    name = conn.dialect.name
-    if name not in _PLAIN_INSERT:
-        statement = sa.insert(EV).values({k: sa.bindparam(k) for k in _ROW_KEYS})
-        compiled = statement.compile(dialect=conn.dialect)
-        order = tuple(compiled.positiontup or ())
-        if compiled.positional and order != _ROW_KEYS:
-            raise RuntimeError(f"unexpected parameter order {order}")
-        _PLAIN_INSERT[name] = (compiled.string, bool(compiled.positional))
-    return _PLAIN_INSERT[name]
-
-
-_ROW_KEYS: Final = ("type", "task_id", "at", "data")
+def _without_passing_claims(pending: list[_Pending]) -> list[_Pending]:
+    """Drop the `in_progress` event of a marker settled later in the same transaction (a
+    transactional kind's claim): the claim never commits as a state of its own, and an event
+    exists exactly when its change committed, so readers see the marker go straight to where
+    it settled. Decided at COMMIT, after any savepoint has taken its events back."""
+    settled = {
+        (p.fields["entry_id"], p.fields["position"], p.fields["kind"])
+        for p in pending
+        if p.type == "entry.marker" and p.fields["state"] != "in_progress"
+    }
+    if not settled:
+        return pending
+    return [
+        p
+        for p in pending
+        if not (
+            p.type == "entry.marker"
+            and p.fields["state"] == "in_progress"
+            and (p.fields["entry_id"], p.fields["position"], p.fields["kind"]) in settled
+        )
+    ]
 
 
 def flush(uow: UnitOfWork) -> list[Event]:
@@ -217,12 +239,9 @@ def flush(uow: UnitOfWork) -> list[Event]:
     pending, uow.events = uow.events, []
     if not pending:
         return []
+    pending = _without_passing_claims(pending)
     conn = uow.conn
     _resolve_tasks(conn, pending)
-    if not uow.store.is_sqlite:
-        conn.exec_driver_sql(
-            f"SELECT pg_advisory_xact_lock({PG_ORDER_LOCK}), pg_notify('{CHANNEL}', '')"
-        )
     rows = [
         {
             "type": p.type,
@@ -234,12 +253,11 @@ def flush(uow: UnitOfWork) -> list[Event]:
     ]
     observer = uow.store.observer
     if observer is None or not observer.wanted():
-        sql, positional = _plain_insert(conn)
-        if positional:
-            conn.exec_driver_sql(sql, [(r["type"], r["task_id"], r["at"], r["data"]) for r in rows])
-        else:
-            conn.exec_driver_sql(sql, rows)
+        # the driver's executemany on SQL compiled once: this insert ends every transaction
+        prepared.execute_many(conn, _INSERT if uow.store.is_sqlite else _PG_ORDERED_INSERT, rows)
         return []
+    if not uow.store.is_sqlite:
+        prepared.run_driver_sql(conn, _PG_ORDER)
     inserted = conn.execute(
         sa.insert(EV).returning(EV.c.id, sort_by_parameter_order=True), rows
     ).scalars()

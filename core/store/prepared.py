@@ -12,7 +12,7 @@ Listeners on SQLAlchemy's cursor events do not see these statements; `STATS` cou
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any, cast
 
 import sqlalchemy as sa
@@ -71,11 +71,8 @@ class Prepared:
     def __call__(self, conn: Connection, values: Mapping[str, Any]) -> Result:
         if self._defaults:
             values = {**self._defaults, **values}
-        params: Any
-        if self._order is not None:
-            params = tuple(values.get(name) for name in self._order)
-        else:
-            params = dict(values)
+        order = self._order
+        params: Any = tuple(map(values.get, order)) if order is not None else dict(values)
         STATS["statements"] += 1
         cursor = conn.connection.dbapi_connection.cursor()  # type: ignore[union-attr]
         driver_error = conn.dialect.loaded_dbapi.Error
@@ -92,17 +89,63 @@ class Prepared:
         finally:
             cursor.close()
 
+    def many(self, conn: Connection, rows: Sequence[Mapping[str, Any]]) -> int:
+        """Run the statement once per row of `rows` in one driver call (executemany)."""
+        params: list[Any]
+        if self._order is not None:
+            order = self._order
+            defaults = self._defaults
+            params = [tuple(map({**defaults, **r}.get, order)) for r in rows]
+        else:
+            params = [{**self._defaults, **r} for r in rows]
+        STATS["statements"] += 1
+        cursor = conn.connection.dbapi_connection.cursor()  # type: ignore[union-attr]
+        driver_error = conn.dialect.loaded_dbapi.Error
+        try:
+            try:
+                cursor.executemany(self.sql, params)
+            except driver_error as exc:
+                raise sa.exc.DBAPIError.instance(self.sql, params, exc, driver_error) from exc
+            return int(cursor.rowcount)
+        finally:
+            cursor.close()
+
+
+def run_driver_sql(conn: Connection, sql: str) -> None:
+    """One fixed statement without parameters (BEGIN) on the connection's driver cursor."""
+    STATS["statements"] += 1
+    dbapi = conn.connection.dbapi_connection
+    driver_error = conn.dialect.loaded_dbapi.Error
+    cursor = dbapi.cursor()  # type: ignore[union-attr]
+    try:
+        cursor.execute(sql)
+    except driver_error as exc:
+        raise sa.exc.DBAPIError.instance(sql, (), exc, driver_error) from exc
+    finally:
+        cursor.close()
+
 
 STATS = {"statements": 0}
 _cache: dict[tuple[int, str], tuple[sa.ClauseElement, Prepared]] = {}
 
 
-def execute(conn: Connection, statement: sa.ClauseElement, values: Mapping[str, Any]) -> Result:
-    """Run `statement` as prepared driver SQL. Statements must live for the process
-    (module-level constants): the cache is keyed by identity and dialect."""
+def _prepared(conn: Connection, statement: sa.ClauseElement) -> Prepared:
     key = (id(statement), conn.dialect.name)
     found = _cache.get(key)
     if found is None or found[0] is not statement:
         found = (statement, Prepared(statement, conn.dialect))
         _cache[key] = found
-    return found[1](conn, values)
+    return found[1]
+
+
+def execute(conn: Connection, statement: sa.ClauseElement, values: Mapping[str, Any]) -> Result:
+    """Run `statement` as prepared driver SQL. Statements must live for the process
+    (module-level constants): the cache is keyed by identity and dialect."""
+    return _prepared(conn, statement)(conn, values)
+
+
+def execute_many(
+    conn: Connection, statement: sa.ClauseElement, rows: Sequence[Mapping[str, Any]]
+) -> int:
+    """`execute` for many rows of values in one driver call; returns the driver's rowcount."""
+    return _prepared(conn, statement).many(conn, rows)

@@ -53,21 +53,22 @@ with Host.open(url, features=Features(office=True), plugins=selection) as host:
 """
 
 SEEDED, NONE = "seeded", "none"
-CLEARED = [(0, CLEAR, "done", None)]
 DONE = [(0, CLEAR, "done", None), (1, FAN_OUT, "done", None)]
 
 # point -> the shape the crash leaves: (markers, decisions seeded before the move, runs)
 CRASH_SHAPES: dict[str, tuple[list[Any], str, int]] = {
     # the step change and the entry record committed; nothing dispatched
     "transition.after_commit": ([], SEEDED, 0),
-    # clear_decisions claimed inside its own transaction, which dies uncommitted
+    # clear_decisions claimed inside the transaction it shares with the fan-out (issue 14:
+    # consecutive transactional kinds commit together), which dies uncommitted
     "dispatch.after_claim@1": ([], SEEDED, 0),
-    # the clear (delete + done marker) committed; the fan-out claimed inside its own
-    # transaction, which dies uncommitted: neither its marker nor a run exists
-    "dispatch.after_claim@2": (CLEARED, NONE, 0),
-    # the fan-out's runs and done marker written, the transaction dies before COMMIT: both gone
-    "fan_out.before_commit": (CLEARED, NONE, 0),
-    # the DELETE ran inside the clear transaction, which dies before COMMIT
+    # the clear's DELETE and done marker written, the fan-out claimed, all in that one
+    # transaction, which dies uncommitted: no marker, no run, the decision still there
+    "dispatch.after_claim@2": ([], SEEDED, 0),
+    # the clear's and the fan-out's effects and done markers written, the transaction dies
+    # before COMMIT: all gone, the decision still there
+    "fan_out.before_commit": ([], SEEDED, 0),
+    # the DELETE ran inside the clear's transaction, which dies before COMMIT
     "clear_decisions.before_commit": ([], SEEDED, 0),
 }
 
@@ -228,8 +229,9 @@ def test_cli_task_move_killed_inside_the_fan_out_recovers_exactly_once(
     board: tuple[Office, str], tmp_path: Path
 ) -> None:
     """AC-B2 / AC-B9 through the command line: `laneway --db URL task move T Review` dies at
-    fan_out.before_commit (runs and done marker written, not committed): neither survives, the
-    next open runs the fan-out afresh, and the entry ends exactly once."""
+    fan_out.before_commit (the clear and the fan-out written with their done markers, not
+    committed): none of it survives, the next open runs both afresh, and the entry ends
+    exactly once."""
     command = _laneway_command()
     if command is None:
         pytest.skip("the `laneway` command is not installed (or `laneway --help` fails)")

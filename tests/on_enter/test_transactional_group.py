@@ -1,0 +1,135 @@
+"""Issue 14, target 2: consecutive transactional kinds share one transaction.
+
+An entry's consecutive transactional positions (Office's `clear_decisions` then the fan-out)
+are claimed, run and settled in ONE transaction, with the entry's close: an Office Review
+arrival is two commits (the step change with its entry record, then the group), and the
+group's effects and markers commit together or not at all. A member that raises undoes the
+whole transaction, which runs again with that member recorded `failed(cause)` instead of run.
+A marker claimed and settled in one transaction stores only its settled event.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import sqlalchemy as sa
+
+from core.store import dialect, events
+from tests.on_enter.helpers import World, act, open_world, records
+
+CLEAR = "clear_decisions"
+FAN_OUT = "queue_run_for_each_participant"
+
+
+@pytest.fixture
+def world(db_url: str, tmp_path: Path) -> Iterator[World]:
+    with open_world(db_url, tmp_path) as w:
+        yield w
+
+
+def _review_like(world: World) -> tuple[Any, str]:
+    wf = world.flow([act(CLEAR), act(FAN_OUT, role="reviewer")])
+    for name in ("rev-a", "rev-b", "rev-c"):
+        world.seat(wf, "reviewer", name)
+    return wf, world.step_id(wf)
+
+
+def test_issue14_clear_and_fan_out_commit_together_in_the_arrivals_second_commit(
+    world: World,
+) -> None:
+    """Issue 14 target 2: the arrival is two writer commits - the step change with its entry
+    record, then the clear's DELETE, the three runs, both `done` markers and the entry's
+    close - and every effect is there exactly once."""
+    wf, target = _review_like(world)
+    task = world.place(wf, "E2")
+    seeded = world.add_decision(task.id, target)
+    commits: list[bool] = []
+
+    def count(conn: sa.Connection) -> None:
+        if conn.get_execution_options().get(dialect.WRITER_OPTION):
+            commits.append(True)
+
+    engine = world.host.store.engine
+    sa.event.listen(engine, "commit", count)
+    try:
+        world.arrive(wf, task.id, "E2")
+    finally:
+        sa.event.remove(engine, "commit", count)
+
+    assert len(commits) == 2
+    assert seeded not in world.decision_ids(task.id, target)
+    assert len(world.runs(task.id)) == 3
+    ((entry, markers),) = world.entries(task.id)
+    assert entry.terminal is True
+    assert [(m.position, m.kind, m.state) for m in markers] == [
+        (0, CLEAR, "done"),
+        (1, FAN_OUT, "done"),
+    ]
+
+
+def test_issue14_a_raising_member_undoes_the_group_and_is_recorded_failed(
+    world: World, laneway_logs: list[dict[str, Any]]
+) -> None:
+    """Issue 14 target 2: the fan-out raises after the clear ran in the same transaction.
+    The transaction is undone and run again with the fan-out recorded `failed(cause)` instead
+    of run: the clear's DELETE commits once, with its `done` marker, no run exists, and the
+    entry closes."""
+    wf, target = _review_like(world)
+    task = world.place(wf, "E2")
+    seeded = world.add_decision(task.id, target)
+
+    def broken(*_args: Any) -> Any:
+        raise RuntimeError("participants unavailable")
+
+    world.host.participants.fan_out_seats = broken  # type: ignore[method-assign]
+    laneway_logs.clear()
+    world.arrive(wf, task.id, "E2")
+
+    assert world.decision_ids(task.id, target) == []
+    assert seeded not in world.decision_ids(task.id, target)
+    assert world.runs(task.id) == []
+    ((entry, markers),) = world.entries(task.id)
+    assert entry.terminal is True
+    assert [(m.position, m.kind, m.state) for m in markers] == [
+        (0, CLEAR, "done"),
+        (1, FAN_OUT, "failed"),
+    ]
+    assert "participants unavailable" in (markers[1].cause or "")
+    # the raise is recorded once, against the fan-out (which logs its own seat failures)
+    (raised,) = records(laneway_logs, "DEBUG", task_id=task.id, action_type=FAN_OUT)
+    assert raised["message"] == "executor raised"
+    assert world.host.tasks.get(task.id).workflow_step_id == target
+
+
+def test_issue14_a_marker_settled_in_its_claims_transaction_stores_only_its_settled_event(
+    world: World,
+) -> None:
+    """Issue 14 / HTTP.md `entry.marker`: an event exists exactly when its change committed.
+    A transactional kind's `in_progress` never commits, so only its `done` event is stored;
+    a kind that commits its claim apart (queue_run) keeps both."""
+    boss = world.profile("boss")
+    wf = world.flow(
+        [
+            act(CLEAR),
+            act(FAN_OUT, role="reviewer"),
+            act("queue_run", target=f"agent_profile_id:{boss.id}"),
+        ]
+    )
+    world.seat(wf, "reviewer", "rev")
+    task = world.place(wf, "E2")
+    world.arrive(wf, task.id, "E2")
+
+    states = [
+        (e.data["kind"], e.data["state"])
+        for e in events.read_all(world.host.store, task_id=task.id)
+        if e.type == "entry.marker"
+    ]
+    assert states == [
+        (CLEAR, "done"),
+        (FAN_OUT, "done"),
+        ("queue_run", "in_progress"),
+        ("queue_run", "done"),
+    ]
