@@ -212,10 +212,7 @@ def run(walk: Walk) -> WalkEnd:
             except ledger.ClaimLost:
                 return "abandoned"
             except _Vacated as left:
-                walk.log.bind(reason=left.reason).info(
-                    "the task no longer occupies this entry's step; entry closed without running"
-                )
-                return "vacated"
+                return _vacated(walk, left)
             if end == "halted":
                 return "halted"
             closed = end == "closed"
@@ -227,10 +224,7 @@ def run(walk: Walk) -> WalkEnd:
         except ledger.ClaimLost:
             return "abandoned"
         except _Vacated as left:
-            walk.log.bind(reason=left.reason).info(
-                "the task no longer occupies this entry's step; entry closed without running"
-            )
-            return "vacated"
+            return _vacated(walk, left)
         closed = last and outcome is not None
         if (
             outcome is not None
@@ -333,6 +327,13 @@ class _Vacated(Exception):
     def __init__(self, reason: str) -> None:
         super().__init__(reason)
         self.reason = reason
+
+
+def _vacated(walk: Walk, left: _Vacated) -> Literal["vacated"]:
+    walk.log.bind(reason=left.reason).info(
+        "the task no longer occupies this entry's step; entry closed without running"
+    )
+    return "vacated"
 
 
 def _close_if_vacated(

@@ -145,13 +145,7 @@ def marker(
     uow: UnitOfWork, entry_id: str, position: int, kind: str, state: str, reason: str | None
 ) -> None:
     """An `entry.marker` event; the ledger knows the entry, `flush` finds its task."""
-    fields = {
-        "entry_id": entry_id,
-        "position": position,
-        "kind": kind,
-        "state": state,
-        "reason": reason,
-    }
+    fields = _marker_fields(entry_id, position, kind, state, reason)
     uow.events.append(_Pending("entry.marker", None, ids.now(), fields, entry_id=entry_id))
 
 
@@ -167,14 +161,20 @@ def marker_known(
 ) -> None:
     """The same `entry.marker` event as `marker`, for a writer that already knows the entry's
     task and its time (a batch stamps all it writes once): no clock read, no task lookup."""
-    fields = {
+    fields = _marker_fields(entry_id, position, kind, state, reason)
+    uow.events.append(_Pending("entry.marker", task_id, at, fields))
+
+
+def _marker_fields(
+    entry_id: str, position: int, kind: str, state: str, reason: str | None
+) -> dict[str, Any]:
+    return {
         "entry_id": entry_id,
         "position": position,
         "kind": kind,
         "state": state,
         "reason": reason,
     }
-    uow.events.append(_Pending("entry.marker", task_id, at, fields))
 
 
 _entry_tasks: dict[str, str] = {}

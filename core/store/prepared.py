@@ -13,6 +13,7 @@ Listeners on SQLAlchemy's cursor events do not see these statements; `STATS` cou
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from typing import Any, cast
 
 import sqlalchemy as sa
@@ -73,21 +74,12 @@ class Prepared:
             values = {**self._defaults, **values}
         order = self._order
         params: Any = tuple(map(values.get, order)) if order is not None else dict(values)
-        STATS["statements"] += 1
-        cursor = conn.connection.dbapi_connection.cursor()  # type: ignore[union-attr]
-        driver_error = conn.dialect.loaded_dbapi.Error
-        try:
-            try:
-                cursor.execute(self.sql, params)
-            except driver_error as exc:
-                # the same exception types Connection.execute raises (IntegrityError, ...)
-                raise sa.exc.DBAPIError.instance(self.sql, params, exc, driver_error) from exc
+        with _cursor(conn, self.sql, params) as cursor:
+            cursor.execute(self.sql, params)
             if cursor.description is None:
                 return Result((), [], cursor.rowcount)
             names = tuple(d[0] for d in cursor.description)
             return Result(names, list(cursor.fetchall()), cursor.rowcount)
-        finally:
-            cursor.close()
 
     def many(self, conn: Connection, rows: Sequence[Mapping[str, Any]]) -> int:
         """Run the statement once per row of `rows` in one driver call (executemany)."""
@@ -98,29 +90,28 @@ class Prepared:
             params = [tuple(map({**defaults, **r}.get, order)) for r in rows]
         else:
             params = [{**self._defaults, **r} for r in rows]
-        STATS["statements"] += 1
-        cursor = conn.connection.dbapi_connection.cursor()  # type: ignore[union-attr]
-        driver_error = conn.dialect.loaded_dbapi.Error
-        try:
-            try:
-                cursor.executemany(self.sql, params)
-            except driver_error as exc:
-                raise sa.exc.DBAPIError.instance(self.sql, params, exc, driver_error) from exc
+        with _cursor(conn, self.sql, params) as cursor:
+            cursor.executemany(self.sql, params)
             return int(cursor.rowcount)
-        finally:
-            cursor.close()
 
 
 def run_driver_sql(conn: Connection, sql: str) -> None:
     """One fixed statement without parameters (BEGIN) on the connection's driver cursor."""
-    STATS["statements"] += 1
-    dbapi = conn.connection.dbapi_connection
-    driver_error = conn.dialect.loaded_dbapi.Error
-    cursor = dbapi.cursor()  # type: ignore[union-attr]
-    try:
+    with _cursor(conn, sql, ()) as cursor:
         cursor.execute(sql)
+
+
+@contextmanager
+def _cursor(conn: Connection, sql: str, params: Any) -> Iterator[Any]:
+    """A driver cursor of `conn`'s own connection, counted in STATS, closed after use; a driver
+    error comes out as the exception type `Connection.execute` raises (IntegrityError, ...)."""
+    STATS["statements"] += 1
+    cursor = conn.connection.dbapi_connection.cursor()  # type: ignore[union-attr]
+    driver_error = conn.dialect.loaded_dbapi.Error
+    try:
+        yield cursor
     except driver_error as exc:
-        raise sa.exc.DBAPIError.instance(sql, (), exc, driver_error) from exc
+        raise sa.exc.DBAPIError.instance(sql, params, exc, driver_error) from exc
     finally:
         cursor.close()
 
