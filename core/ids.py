@@ -2,13 +2,35 @@
 
 from __future__ import annotations
 
+import os
 import threading
-import uuid
+import time
 from datetime import UTC, datetime, timedelta
+
+_VERSION_7 = 0x7 << 76
+_VARIANT = 0b10 << 62
+_RAND_A = 0xFFF << 64
+_RAND_B = (1 << 62) - 1
 
 
 def new_id() -> str:
-    return str(uuid.uuid4())
+    """A new row id: a UUIDv7 (RFC 9562) in the usual 36-character text form.
+
+    The first 48 bits are the Unix time in milliseconds, so ids made later sort later and a
+    new row's primary-key entry lands at the right edge of its index, on a page the previous
+    insert already touched, instead of on a random leaf (uuid4): fewer pages written per
+    commit on SQLite and PostgreSQL alike (issue 14). The other 74 bits (version and variant
+    bits aside) are random, so ids made in the same millisecond, in any thread or process,
+    are still unique. Nothing may read meaning into an id beyond that order.
+    """
+    value = (
+        (time.time_ns() // 1_000_000) << 80
+        | _VERSION_7
+        | _VARIANT
+        | (int.from_bytes(os.urandom(10)) & (_RAND_A | _RAND_B))
+    )
+    text = f"{value:032x}"
+    return f"{text[:8]}-{text[8:12]}-{text[12:16]}-{text[16:20]}-{text[20:]}"
 
 
 _last = datetime.min.replace(tzinfo=UTC)

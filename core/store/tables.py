@@ -272,8 +272,21 @@ step_entries = sa.Table(
     sa.Column("terminal", sa.Boolean, nullable=False, server_default=sa.false()),
     sa.Column("created_at", sa.String(40), nullable=False),
     sa.UniqueConstraint("task_id", "step_id", "entry_seq", name="uq_step_entries_seq"),
-    # Recovery asks "non-terminal entries in (task, step, seq) order": one range scan.
-    sa.Index("ix_step_entries_pending", "terminal", "task_id", "step_id", "entry_seq"),
+)
+# Recovery asks "non-terminal entries in (task, step, seq) order": one range scan. Partial
+# (migration 0007, issue 14): it holds only the pending entries, a handful on a healthy board,
+# so an arrival's insert and its terminal flag touch one small page instead of two leaves of
+# an index over every entry ever made. A query reads it only when its WHERE says exactly
+# `terminal IS false` (SQLAlchemy's `terminal.is_(False)`; SQLite renders `terminal IS 0`);
+# `IS NOT true` keeps a query off it.
+PENDING_ENTRY = step_entries.c.terminal.is_(False)
+sa.Index(
+    "ix_step_entries_pending",
+    step_entries.c.task_id,
+    step_entries.c.step_id,
+    step_entries.c.entry_seq,
+    sqlite_where=PENDING_ENTRY,
+    postgresql_where=PENDING_ENTRY,
 )
 
 step_entry_markers = sa.Table(
@@ -331,7 +344,8 @@ board_events = sa.Table(
     sa.Column("at", sa.String(40), nullable=False),
     sa.Column("data", sa.Text, nullable=False),
     sa.Index("ix_board_events_task", "task_id", "id"),
-    sa.Index("ix_board_events_at", "at"),
+    # No index on `at` (dropped by migration 0007, issue 14): every arrival paid for it and
+    # only pruning reads `at`, which walks the oldest ids instead (ids grow with time).
     # SQLite must never hand out an id again after pruning removed the newest: migration 0006
     # creates this table with AUTOINCREMENT. Not repeated here (`sqlite_autoincrement=True`):
     # that keyword made every process import SQLite's dialect to validate it, PostgreSQL's
