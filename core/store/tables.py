@@ -289,6 +289,9 @@ sa.Index(
     postgresql_where=PENDING_ENTRY,
 )
 
+# On SQLite a WITHOUT ROWID table (migration 0007, issue 14: its rows live in the primary-key
+# b-tree, one b-tree written per marker instead of two); not declared here, for the reason
+# board_events gives for AUTOINCREMENT.
 step_entry_markers = sa.Table(
     "step_entry_markers",
     metadata,
@@ -343,9 +346,10 @@ board_events = sa.Table(
     sa.Column("task_id", sa.String(64), nullable=True),
     sa.Column("at", sa.String(40), nullable=False),
     sa.Column("data", sa.Text, nullable=False),
-    sa.Index("ix_board_events_task", "task_id", "id"),
-    # No index on `at` (dropped by migration 0007, issue 14): every arrival paid for it and
-    # only pruning reads `at`, which walks the oldest ids instead (ids grow with time).
+    # No index beside the primary key (migration 0007 dropped those on `at` and on
+    # (task_id, id), issue 14): every event paid for them, and their readers go along the id
+    # instead - pruning walks the oldest ids (ids grow with time), a `?task=` stream's
+    # catch-up reads the events after its Last-Event-ID and keeps the task's.
     # SQLite must never hand out an id again after pruning removed the newest: migration 0006
     # creates this table with AUTOINCREMENT. Not repeated here (`sqlite_autoincrement=True`):
     # that keyword made every process import SQLite's dialect to validate it, PostgreSQL's

@@ -2,9 +2,11 @@
 
 - Row ids are UUIDv7: time-ordered (a new primary-key entry lands at the right edge of its
   index) and still unique across threads and processes (74 random bits per millisecond).
-- Migration 0007 makes `ix_step_entries_pending` partial (pending entries only) and drops
-  `ix_board_events_at`, on a fresh board and on an existing 0006 board, on both databases;
-  the pending queries (recovery's scan, the open-time probe) still read the index.
+- Migration 0007 makes `ix_step_entries_pending` partial (pending entries only), drops the
+  event log's indexes on `at` and (task_id, id), and on SQLite rebuilds step_entry_markers
+  WITHOUT ROWID: on a fresh board and on an existing 0006 board, on both databases, keeping
+  every row; the pending queries (recovery's scan, the open-time probe) still read the index
+  and an event read (the stream's catch-up, narrowed to a task or not) goes along the id.
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ import pytest
 import sqlalchemy as sa
 
 from core import ids, recovery
-from core.store import migrate
+from core.store import events, migrate
 from core.store import tables as t
 from core.store.database import Store
 
@@ -114,7 +116,14 @@ def _assert_0007_shape(conn: sa.Connection) -> None:
     else:
         assert "(task_id, step_id, entry_seq) WHERE (terminal IS FALSE)" in pending, pending
     assert "ix_board_events_at" not in defs
-    assert "ix_board_events_task" in defs
+    assert "ix_board_events_task" not in defs
+    if conn.dialect.name == "sqlite":
+        markers = conn.exec_driver_sql(
+            "SELECT sql FROM sqlite_master WHERE name = 'step_entry_markers'"
+        ).scalar_one()
+        assert "WITHOUT ROWID" in markers.upper()
+        assert "PRIMARY KEY (entry_id, position, kind)" in markers
+        assert "REFERENCES step_entries (id) ON DELETE CASCADE" in markers
 
 
 def _plan(conn: sa.Connection, query: sa.Select[object]) -> list[str]:
@@ -169,9 +178,24 @@ def test_issue_14_a_0006_board_upgrades_to_the_partial_index_keeping_its_entries
             ],
         )
         uow.conn.execute(
-            sa.insert(t.board_events).values(
-                type="task.created", task_id="task", at=stamp, data="{}"
-            )
+            sa.insert(t.step_entry_markers),
+            [
+                {
+                    "entry_id": f"entry-{seq}",
+                    "position": 0,
+                    "kind": "clear_decisions",
+                    "state": "done" if seq == 1 else "in_progress",
+                    "updated_at": stamp,
+                }
+                for seq in (1, 2)
+            ],
+        )
+        uow.conn.execute(
+            sa.insert(t.board_events),
+            [
+                {"type": "task.created", "task_id": task, "at": stamp, "data": "{}"}
+                for task in ("task", "other", "task")
+            ],
         )
 
     assert migrate.upgrade(store) == migrate.HEAD_REVISION == "0007"
@@ -182,8 +206,53 @@ def test_issue_14_a_0006_board_upgrades_to_the_partial_index_keeping_its_entries
         pending = conn.execute(recovery.pending_query()).mappings().all()
         assert [(r["id"], r["newest_seq"]) for r in pending] == [("entry-2", 2)]
         assert conn.execute(sa.select(sa.func.count()).select_from(t.step_entries)).scalar() == 2
-        assert conn.execute(sa.select(sa.func.count()).select_from(t.board_events)).scalar() == 1
+        markers = conn.execute(
+            sa.select(t.step_entry_markers.c.entry_id, t.step_entry_markers.c.state).order_by(
+                t.step_entry_markers.c.entry_id
+            )
+        ).all()
+        assert [tuple(m) for m in markers] == [("entry-1", "done"), ("entry-2", "in_progress")]
+        narrowed = events.after(conn, 1, task_id="task")
+        assert [(e.id, e.task_id) for e in narrowed] == [(3, "task")]
+        assert [e.id for e in events.after(conn, 0)] == [1, 2, 3]
         scan_plan = _plan(conn, recovery.pending_query())
         probe_plan = _plan(conn, probe)
     assert any("ix_step_entries_pending" in line for line in scan_plan), scan_plan
     assert any("ix_step_entries_pending" in line for line in probe_plan), probe_plan
+
+
+def test_issue_14_markers_cascade_with_their_entry_after_0007(store: Store) -> None:
+    """The rebuilt marker table (SQLite: WITHOUT ROWID) still goes with its entry, and its
+    primary key still refuses a second marker at one (entry, position, kind)."""
+    migrate.upgrade(store)
+    stamp = ids.now()
+    entry = ids.new_id()
+    with store.transaction() as uow:
+        uow.conn.execute(
+            sa.insert(t.workspaces).values(id="ws", name="ws", created_at=stamp, is_default=True)
+        )
+        uow.conn.execute(
+            sa.insert(t.tasks).values(
+                id="task", workspace_id="ws", title="t", created_at=stamp, updated_at=stamp
+            )
+        )
+        uow.conn.execute(
+            sa.insert(t.step_entries).values(
+                id=entry,
+                task_id="task",
+                step_id="step",
+                entry_seq=1,
+                entry_path="E2",
+                declaration_digest="d",
+                created_at=stamp,
+            )
+        )
+        marker = {"entry_id": entry, "position": 0, "kind": "k", "state": "done"}
+        uow.conn.execute(sa.insert(t.step_entry_markers).values(**marker, updated_at=stamp))
+    with pytest.raises(sa.exc.IntegrityError), store.transaction() as uow:
+        uow.conn.execute(sa.insert(t.step_entry_markers).values(**marker, updated_at=stamp))
+    with store.transaction() as uow:
+        uow.conn.execute(sa.delete(t.step_entries).where(t.step_entries.c.id == entry))
+    with store.read() as conn:
+        left = conn.execute(sa.select(sa.func.count()).select_from(t.step_entry_markers))
+        assert left.scalar() == 0
