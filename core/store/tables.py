@@ -348,8 +348,8 @@ board_events = sa.Table(
     sa.Column("data", sa.Text, nullable=False),
     # No index beside the primary key (migration 0007 dropped those on `at` and on
     # (task_id, id), issue 14): every event paid for them, and their readers go along the id
-    # instead - pruning walks the oldest ids (ids grow with time), a `?task=` stream's
-    # catch-up reads the events after its Last-Event-ID and keeps the task's.
+    # instead - pruning from the oldest ids (ids grow with time), a `?task=` stream's
+    # catch-up over the events after its Last-Event-ID.
     # SQLite must never hand out an id again after pruning removed the newest: migration 0006
     # creates this table with AUTOINCREMENT. Not repeated here (`sqlite_autoincrement=True`):
     # that keyword made every process import SQLite's dialect to validate it, PostgreSQL's

@@ -6,8 +6,8 @@ a query or goes.
   to the terminal=true range, two leaves of an index that only grows. Partial on
   `terminal IS false`, it holds the few pending entries; recovery's pending query and the
   open-time probe (`terminal IS false`) read it as before.
-- `ix_board_events_at` was written by every event and read only by pruning, which walks the
-  oldest ids instead (ids grow with time).
+- `ix_board_events_at` was written by every event and read only by pruning, whose
+  `ORDER BY id LIMIT` reads from the oldest ids instead (ids grow with time).
 - `ix_board_events_task` was written by every event (a leaf per task touched, split often as
   each task's run of ids grows in the middle of the index) and read only by a `?task=`
   stream's catch-up after a Last-Event-ID, which reads the events after that id along the
