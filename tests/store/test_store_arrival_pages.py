@@ -256,3 +256,23 @@ def test_issue_14_markers_cascade_with_their_entry_after_0007(store: Store) -> N
     with store.read() as conn:
         left = conn.execute(sa.select(sa.func.count()).select_from(t.step_entry_markers))
         assert left.scalar() == 0
+
+
+def test_issue_14_0007_downgrades_to_the_0006_shape_and_back(store: Store) -> None:
+    """alembic's downgrade of 0007 restores the 0006 indexes (and SQLite's rowid marker
+    table); upgrading again gives the 0007 shape."""
+    from alembic import command
+
+    migrate.upgrade(store)
+    with store.transaction() as uow:
+        command.downgrade(migrate.alembic_config(uow.conn), "0006")
+    with store.read() as conn:
+        assert migrate.current_revision(conn) == "0006"
+        defs = _index_definitions(conn)
+        assert "ix_board_events_at" in defs
+        assert "ix_board_events_task" in defs
+        assert "terminal, task_id, step_id, entry_seq" in defs["ix_step_entries_pending"]
+        assert "WHERE" not in defs["ix_step_entries_pending"].upper()
+    assert migrate.upgrade(store) == "0007"
+    with store.read() as conn:
+        _assert_0007_shape(conn)
