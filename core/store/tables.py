@@ -272,8 +272,18 @@ step_entries = sa.Table(
     sa.Column("terminal", sa.Boolean, nullable=False, server_default=sa.false()),
     sa.Column("created_at", sa.String(40), nullable=False),
     sa.UniqueConstraint("task_id", "step_id", "entry_seq", name="uq_step_entries_seq"),
-    # Recovery asks "non-terminal entries in (task, step, seq) order": one range scan.
-    sa.Index("ix_step_entries_pending", "terminal", "task_id", "step_id", "entry_seq"),
+    # Recovery asks "non-terminal entries in (task, step, seq) order": one range scan. Partial
+    # (migration 0007): a terminal entry has no place in it, so closing one only deletes from
+    # it. The predicate is `terminal.is_(False)` as each database renders it, which is what a
+    # query must say for the planner to use the index.
+    sa.Index(
+        "ix_step_entries_pending",
+        "task_id",
+        "step_id",
+        "entry_seq",
+        sqlite_where=sa.text("terminal IS 0"),
+        postgresql_where=sa.text("terminal IS false"),
+    ),
 )
 
 step_entry_markers = sa.Table(
