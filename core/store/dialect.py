@@ -116,3 +116,16 @@ def _install_sqlite_events(engine: Engine, *, wal: bool) -> None:
         # On the driver's connection: through exec_driver_sql this one word costs a full
         # execution context, paid at the start of every transaction.
         prepared.run_driver_sql(conn, "BEGIN IMMEDIATE" if writer else "BEGIN")
+
+
+def sqlite_cache_size(conn: Connection, value: int) -> int:
+    """Set SQLite's `PRAGMA cache_size` on `conn`'s driver connection (negative: KiB, positive:
+    pages) and return the value it replaced, to put back. Per connection and fixed, so memory
+    stays bounded; every connection otherwise keeps SQLite's default (-2000, 2 MB)."""
+    cursor = conn.connection.dbapi_connection.cursor()  # type: ignore[union-attr]
+    try:
+        previous = int(cursor.execute("PRAGMA cache_size").fetchone()[0])
+        cursor.execute(f"PRAGMA cache_size={int(value)}")
+    finally:
+        cursor.close()
+    return previous

@@ -19,7 +19,11 @@ the least a scan can do with Python's sqlite3 module: read the pending rows thro
 index and set each terminal with one executemany in one transaction (no markers, no events).
 The write floor is what the scan must write, written by sqlite3 with no decisions and no
 conditions: per batch of `core.recovery.BATCH` entries, one transaction holding one UPDATE of
-the batch, an executemany of its skipped markers and one of its `entry.marker` events. Targets:
+the batch, an executemany of its skipped markers and one of its `entry.marker` events. Both
+floors use the connection settings the scan's writer has (WAL, synchronous=NORMAL, foreign
+keys, `core.recovery.SCAN_CACHE_KIB` of page cache). For the write floor and the scan, the
+process's CPU seconds and the MB it wrote are printed too: on a shared machine the wall time
+swings with the load, these two do not. Targets:
 1,000 pending among 100,000 <= 0.3 s; 100,000 among 1,000,000 <= 10 s (--full). The middle case
 (10,000 among 100,000) has no target of its own; its per-entry cost is shown next to the 10 s
 target's budget of 0.1 ms per pending entry.
@@ -40,6 +44,8 @@ import sqlite3
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -56,6 +62,27 @@ from core.store import tables as t  # noqa: E402
 from plugins.manager import PluginSelection  # noqa: E402
 
 CHUNK = 50_000
+
+
+@contextmanager
+def usage() -> Iterator[dict[str, float]]:
+    """This process's CPU seconds (user + system) and MB written (Linux: /proc/self/io wchar,
+    what SQLite hands the kernel: WAL frames and checkpoints) inside the block. On a shared
+    machine the wall time swings with the load; these two do not."""
+    began, wrote = os.times(), _written()
+    found: dict[str, float] = {}
+    yield found
+    ended = os.times()
+    found["cpu_s"] = (ended.user - began.user) + (ended.system - began.system)
+    found["written_mb"] = (_written() - wrote) / 1e6
+
+
+def _written() -> int:
+    try:
+        with open("/proc/self/io") as io:
+            return next(int(line.split()[1]) for line in io if line.startswith("wchar:"))
+    except OSError:
+        return 0
 
 
 def open_host(url: str, **kwargs: Any) -> Host:
@@ -113,11 +140,13 @@ def build(url: str, tasks: int, entries: int, pending: int) -> dict[str, Any]:
 def raw_floor(path: Path) -> float:
     """Read the pending rows through the index and set them terminal, in one transaction."""
     con = sqlite3.connect(path, isolation_level=None)
+    con.execute(f"PRAGMA cache_size=-{recovery.SCAN_CACHE_KIB}")  # as the scan's writer
+    con.execute("PRAGMA synchronous=NORMAL")
     try:
         began = time.perf_counter()
         con.execute("BEGIN IMMEDIATE")
         found = con.execute(
-            "SELECT id FROM step_entries WHERE terminal = 0 ORDER BY task_id, step_id, entry_seq"
+            "SELECT id FROM step_entries WHERE terminal IS 0 ORDER BY task_id, step_id, entry_seq"
         ).fetchall()
         con.executemany("UPDATE step_entries SET terminal = 1 WHERE id = ?", found)
         con.execute("COMMIT")
@@ -132,12 +161,16 @@ def write_floor(path: Path, positions: list[tuple[int, str]]) -> float:
     an executemany of their skipped markers and one of their `entry.marker` events."""
     con = sqlite3.connect(path, isolation_level=None)
     con.execute("PRAGMA foreign_keys=ON")
+    # the page cache the scan's writer connection has (journal_mode and synchronous are the
+    # file's and laneway's defaults: WAL, NORMAL)
+    con.execute(f"PRAGMA cache_size=-{recovery.SCAN_CACHE_KIB}")
+    con.execute("PRAGMA synchronous=NORMAL")
     try:
         began = time.perf_counter()
         found = [
             (str(i), str(task))
             for i, task in con.execute(
-                "SELECT id, task_id FROM step_entries WHERE terminal = 0 "
+                "SELECT id, task_id FROM step_entries WHERE terminal IS 0 "
                 "ORDER BY task_id, step_id, entry_seq"
             )
         ]
@@ -187,8 +220,8 @@ def pg_raw_floor(url: str) -> float:
         return time.perf_counter() - began
 
 
-def timed_scan(url: str) -> tuple[float, dict[str, Any], int]:
-    with open_host(url, recover=False) as host:
+def timed_scan(url: str) -> tuple[float, dict[str, Any], int, dict[str, float]]:
+    with open_host(url, recover=False) as host, usage() as used:
         began = time.perf_counter()
         report = recovery.scan(host)
         scan_s = time.perf_counter() - began
@@ -196,7 +229,7 @@ def timed_scan(url: str) -> tuple[float, dict[str, Any], int]:
             left = conn.execute(
                 sa.select(sa.func.count()).where(t.step_entries.c.terminal.is_(False))
             ).scalar_one()
-    return scan_s, report.as_dict(), int(left)
+    return scan_s, report.as_dict(), int(left), used
 
 
 def run_case(base: Path, tasks: int, entries: int, pending: int) -> dict[str, Any]:
@@ -209,8 +242,9 @@ def run_case(base: Path, tasks: int, entries: int, pending: int) -> dict[str, An
             if source.exists():
                 shutil.copy(source, case / f"{copy}.db{suffix}")
     raw_s = raw_floor(case / "raw.db")
-    writes_s = write_floor(case / "writes.db", info["positions"])
-    scan_s, report, left = timed_scan(f"sqlite:///{case / 'board.db'}")
+    with usage() as floor_used:
+        writes_s = write_floor(case / "writes.db", info["positions"])
+    scan_s, report, left, scan_used = timed_scan(f"sqlite:///{case / 'board.db'}")
     shutil.rmtree(case)
     return {
         **info,
@@ -219,6 +253,10 @@ def run_case(base: Path, tasks: int, entries: int, pending: int) -> dict[str, An
         "scan_s": scan_s,
         "raw_s": raw_s,
         "writes_s": writes_s,
+        "scan_cpu_s": scan_used["cpu_s"],
+        "scan_mb": scan_used["written_mb"],
+        "writes_cpu_s": floor_used["cpu_s"],
+        "writes_mb": floor_used["written_mb"],
         "report": report,
         "left": left,
     }
@@ -247,7 +285,7 @@ def run_pg_case(base_url: str, tasks: int, entries: int, pending: int) -> dict[s
                 conn.exec_driver_sql("VACUUM ANALYZE")  # both start from fresh statistics
             engine.dispose()
         raw_s = pg_raw_floor(f"{root}/{copy}")
-        scan_s, report, left = timed_scan(f"{root}/{board}")
+        scan_s, report, left, _used = timed_scan(f"{root}/{board}")
     finally:
         with admin.connect() as conn:
             for name in (board, copy):
@@ -326,6 +364,12 @@ def report_case(database: str, r: dict[str, Any], target: float | None) -> bool:
         f"{r['scan_s'] / r['raw_s']:>8.1f}x {writes:>19}  {verdict}",
         flush=True,
     )
+    if "writes_cpu_s" in r:
+        print(
+            f"{'':<6}CPU: scan {r['scan_cpu_s']:.2f} s, write floor {r['writes_cpu_s']:.2f} s; "
+            f"written: scan {r['scan_mb']:,.0f} MB, write floor {r['writes_mb']:,.0f} MB",
+            flush=True,
+        )
     return failed
 
 
