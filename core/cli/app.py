@@ -8,6 +8,7 @@ stderr and exit 1, a usage error stays click's exit 2, and anything unexpected b
 
 from __future__ import annotations
 
+import gc
 import importlib
 import importlib.util
 import json
@@ -281,6 +282,52 @@ def _user_message(exc: Exception) -> str | None:
 pass_settings = click.make_pass_decorator(Settings)
 
 
+# -- the cyclic garbage collector ---------------------------------------------------------
+
+
+_collector_paused = False
+"""Whether `main` paused the cyclic collector for this process's start (`pause_collector`)."""
+
+
+def pause_collector() -> None:
+    """Pause the cyclic garbage collector while the command starts (the console script only).
+
+    Starting a command allocates nothing but what it keeps for its whole life: modules,
+    classes, tables, compiled statements. Python's collector, which runs every 700 container
+    allocations and now and then walks every object, found nothing to free there but cost a
+    command tens of milliseconds (three times what it costs `python -c 'import sqlalchemy'`,
+    which builds a smaller heap). `resume_collector` starts it again once the host is open.
+    """
+    global _collector_paused
+    if gc.isenabled():
+        gc.disable()
+        _collector_paused = True
+
+
+def resume_collector() -> None:
+    """After the start (the host is open): what was built so far lives as long as the process,
+    so it moves to the collector's permanent generation (`gc.freeze`), which it never walks
+    again, and the collector runs as usual for the command's own work: a long-running command
+    (`serve`, `worker`) collects its garbage like any program."""
+    global _collector_paused
+    if _collector_paused:
+        _collector_paused = False
+        gc.freeze()
+        gc.enable()
+
+
+def _freeze_for_exit() -> None:
+    """The command is done: the interpreter's shutdown would walk the whole heap for cycles
+    (the largest part of its exit time), to free memory the process is about to give back.
+    Everything still alive moves to the permanent generation, which that walk skips; objects
+    are still released by reference counting as the modules are torn down."""
+    global _collector_paused
+    if _collector_paused:  # no host was opened (`--help`, a usage error)
+        _collector_paused = False
+        gc.enable()
+    gc.freeze()
+
+
 # -- opening the host ----------------------------------------------------------------------
 
 
@@ -352,6 +399,7 @@ def writer(settings: Settings, *, init: bool = False) -> Iterator[Host]:
         plugins=PluginSelection.from_env(),
         upgrade=init,
     ) as host:
+        resume_collector()
         _opened(host, ctx.command_path)
         yield host
 
@@ -376,6 +424,7 @@ def reader(settings: Settings) -> Iterator[Host]:
         read_only=True,
         start_plugins=selection.strict,
     ) as host:
+        resume_collector()
         _opened(host, ctx.command_path)
         yield host
 
@@ -472,6 +521,14 @@ def build_cli(
 
 def main(argv: Sequence[str] | None = None) -> NoReturn:
     """The console script: run `laneway` and exit; never a traceback."""
+    pause_collector()
+    try:
+        _main(argv)
+    finally:
+        _freeze_for_exit()
+
+
+def _main(argv: Sequence[str] | None) -> NoReturn:
     # laneway owns this process: drop loguru's default DEBUG handler so only the handler the
     # global options ask for prints.
     from loguru import logger

@@ -177,6 +177,76 @@ def test_a_broken_plugin_is_reported_by_a_write_command(current_board: str) -> N
     assert "plugin 'ghost' failed to load" in moved.stderr
 
 
+# Records the cyclic collector's state while the host opens and while the command works.
+COLLECTOR_PROBE = """
+import atexit, gc, json, sys
+import core.services.tasks as tasks
+import core.store.migrate as migrate
+seen = {"before_main": gc.isenabled()}
+is_current = migrate.is_current
+def probe_open(store):
+    seen["while_opening"] = gc.isenabled()
+    return is_current(store)
+migrate.is_current = probe_open
+move = tasks.TaskService.move
+def probe_move(self, *args, **kwargs):
+    seen["while_working"] = gc.isenabled()
+    seen["frozen_while_working"] = gc.get_freeze_count()
+    return move(self, *args, **kwargs)
+tasks.TaskService.move = probe_move
+def report():
+    seen["at_exit"] = gc.isenabled()
+    seen["frozen_at_exit"] = gc.get_freeze_count()
+    print(json.dumps(seen), file=sys.stderr)
+atexit.register(report)
+from core.cli import main
+main(sys.argv[1:])
+"""
+
+
+def test_a_command_starts_without_the_cyclic_collector_and_works_with_it(
+    current_board: str,
+) -> None:
+    """Issue 14 target 1: the console script pauses Python's cyclic garbage collector while
+    a command starts (imports, opening the host: nothing it allocates there is garbage) and
+    freezes what it built once the host is open, so the collector never walks it; the
+    command's own work (and a long-running command such as `serve` or `worker`) runs with
+    the collector on. Before this, the collector took tens of milliseconds of every command."""
+    out, _modules = _modules_after("--db", current_board, "--json", "task", "list")
+    (task,) = json.loads(out)
+    move = ["--db", current_board, "task", "move", task["id"], "Review"]
+    done = subprocess.run(
+        [sys.executable, "-c", COLLECTOR_PROBE, *move],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    assert "to Review" in done.stdout
+    seen = json.loads(done.stderr.splitlines()[-1])
+    assert seen["before_main"] is True  # importing the command line changes nothing
+    assert seen["while_opening"] is False
+    assert seen["while_working"] is True
+    assert seen["frozen_while_working"] > 10_000  # the modules, classes and tables
+    assert seen["at_exit"] is True
+
+
+def test_build_cli_leaves_the_collector_alone(sqlite_url: str) -> None:
+    """Issue 14 target 1: only the console script (`main`) pauses the collector; a program
+    that runs the group itself (click's test runner here) keeps its own settings."""
+    import gc
+
+    assert gc.isenabled()
+    frozen = gc.get_freeze_count()
+    result = CliRunner().invoke(
+        build_cli(plugin_commands=False), ["--db", sqlite_url, "--json", "init"]
+    )
+    assert result.exit_code == 0, result.stderr
+    assert gc.isenabled()
+    assert gc.get_freeze_count() == frozen
+
+
 def test_the_table_definitions_load_no_dialect() -> None:
     """AC issue-14/1: declaring the tables imports no database dialect (a SQLite-only keyword
     once made PostgreSQL boards import SQLite's dialect on every command)."""
