@@ -327,3 +327,38 @@ def test_session_group_keeps_its_agent_commands() -> None:
 
 def test_the_default_database_url_is_the_hosts() -> None:
     assert app.DEFAULT_URL == host.DEFAULT_URL
+
+
+def test_opening_a_current_board_checks_its_schema_in_one_statement(db_url: str) -> None:
+    """Issue 14 target 1: opening a host on an initialised board reads the version table and
+    nothing else to check the schema (no catalogue lookup for the table first), and on
+    PostgreSQL the driver's first connection does not ask for the hstore type: each was a
+    round trip of every command. A database laneway never initialised is still refused."""
+    import sqlalchemy as sa
+    from sqlalchemy.engine import Engine
+
+    from core.errors import NotInitialised
+    from core.host import Host
+
+    Host.open(db_url).close()  # initialise
+    statements: list[str] = []
+
+    def record(*args: object) -> None:
+        statements.append(str(args[2]))
+
+    sa.event.listen(Engine, "before_cursor_execute", record)
+    try:
+        Host.open(db_url, upgrade=False, read_only=True, start_plugins=False).close()
+    finally:
+        sa.event.remove(Engine, "before_cursor_execute", record)
+    schema = [s for s in statements if "laneway_alembic_version" in s]
+    assert len(schema) == 1, schema
+    assert schema[0].lstrip().upper().startswith("SELECT")
+    assert not [s for s in statements if "hstore" in s or "pg_class" in s]
+
+    engine = sa.create_engine(db_url.replace("postgresql://", "postgresql+psycopg://", 1))
+    with engine.begin() as conn:
+        conn.exec_driver_sql("DROP TABLE laneway_alembic_version")
+    engine.dispose()
+    with pytest.raises(NotInitialised):
+        Host.open(db_url, upgrade=False, read_only=True, start_plugins=False)
