@@ -27,6 +27,7 @@ if TYPE_CHECKING:
     from core.host import Host
     from core.kinds import Features
     from core.plugin_selection import PluginSelection
+    from plugins.manager import LoadedPlugins
 
 DEFAULT_URL = "sqlite:///laneway.db"
 """`core.host.DEFAULT_URL`, repeated so that building the group does not import the host."""
@@ -125,8 +126,8 @@ class LanewayGroup(click.Group):
 
     Built-in commands are imported when they are looked up (`BUILTIN_COMMANDS`); plugins are
     asked for their commands (`laneway_cli_commands`) when a name is not a built-in one, when
-    the commands are listed (`--help`), and, to report a broken plugin, before a command that
-    writes opens its host (`writer`).
+    the commands are listed (`--help`), and, to report a broken plugin, once a command that
+    writes has opened its host (`writer`, from the plugins that host loaded).
     """
 
     def __init__(
@@ -197,18 +198,22 @@ class LanewayGroup(click.Group):
         click.Group.add_command(self, command, name)
         return command
 
-    def load_plugin_commands(self) -> None:
-        """Ask the plugins for their commands, once. A broken plugin must not take the whole
-        command line down with it: whatever goes wrong here is remembered and logged once
-        logging is set up (after the global options)."""
+    def load_plugin_commands(self, loaded: LoadedPlugins | None = None) -> None:
+        """Ask the plugins for their commands, once: those of `loaded` (a writer's host has
+        loaded them already: `writer` hands them over, so a write command loads its plugins
+        once), else loaded here. A broken plugin must not take the whole command line down
+        with it: whatever goes wrong here is remembered and logged once logging is set up
+        (after the global options)."""
         if not self._plugins_pending:
             return
         self._plugins_pending = False
-        from core.plugin_selection import PluginSelection
         from plugins.manager import Hooks, load_plugins
 
         try:
-            loaded = load_plugins(self._selection or PluginSelection.from_env())
+            if loaded is None:
+                from core.plugin_selection import PluginSelection
+
+                loaded = load_plugins(self._selection or PluginSelection.from_env())
             self.startup_warnings.extend(
                 Hooks(loaded.manager, strict=loaded.strict).cli_commands(self)
             )
@@ -383,16 +388,13 @@ def _opened(host: Host, command: str) -> None:
 @contextmanager
 def writer(settings: Settings, *, init: bool = False) -> Iterator[Host]:
     """A writer host: epoch minted and its liveness lock held, recovery scan run, plugins
-    started (a broken plugin is reported here, as the host loads the same plugins)."""
+    started (a broken plugin is reported here, from the plugins the host loaded)."""
     from core.host import Host
     from core.plugin_selection import PluginSelection
 
     _check_url(settings.db, must_exist=not init)
     ctx = click.get_current_context()
     group = ctx.find_root().command
-    if isinstance(group, LanewayGroup):
-        group.load_plugin_commands()
-        group.report_startup_warnings()
     with Host.open(
         settings.db,
         features=settings.features,
@@ -400,6 +402,12 @@ def writer(settings: Settings, *, init: bool = False) -> Iterator[Host]:
         upgrade=init,
     ) as host:
         resume_collector()
+        if isinstance(group, LanewayGroup):
+            # The plugins the host loaded (its first bundle's) are the command line's too:
+            # a broken plugin, or one that tries to replace a built-in command, is named by
+            # every write command without loading the plugins a second time.
+            group.load_plugin_commands(host.loaded_plugins)
+            group.report_startup_warnings()
         _opened(host, ctx.command_path)
         yield host
 

@@ -142,25 +142,25 @@ def test_a_manual_move_registers_the_plugins_kinds_without_their_executors(
         assert "laneway_notify.port" not in modules
 
 
-def test_a_broken_plugin_is_reported_by_a_write_command(current_board: str) -> None:
+def test_a_broken_plugin_is_reported_by_a_write_command(current_board: str, tmp_path: Path) -> None:
     """A plugin that fails to load is named on stderr by a command that writes (its host
-    loads the plugins); `task list`, which loads none, is not held up by it."""
-    env = {**os.environ, "LANEWAY_PLUGINS_ALLOW": "kanban,office,ghost"}
-    probe = (
-        "import importlib.metadata as m, sys\n"
-        "real = m.entry_points\n"
-        "def fake(**kw):\n"
-        "    found = real(**kw)\n"
-        "    if kw.get('group') != 'laneway.plugins':\n"
-        "        return found\n"
-        "    ghost = m.EntryPoint('ghost', 'no_such_module_for_laneway', 'laneway.plugins')\n"
-        "    return m.EntryPoints([*found, ghost])\n"
-        "m.entry_points = fake\n"
+    loads the plugins); `task list`, which loads none, is not held up by it. The plugin is
+    a real installed distribution (on PYTHONPATH) whose entry point names a missing module."""
+    info = tmp_path / "site" / "ghost_dist-0.1.dist-info"
+    info.mkdir(parents=True)
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: ghost_dist\nVersion: 0.1\n")
+    (info / "entry_points.txt").write_text(
+        "[laneway.plugins]\nghost = no_such_module_for_laneway\n"
     )
+    env = {
+        **os.environ,
+        "LANEWAY_PLUGINS_ALLOW": "kanban,office,ghost",
+        "PYTHONPATH": str(tmp_path / "site"),
+    }
 
     def run(*args: str) -> subprocess.CompletedProcess[str]:
         return subprocess.run(
-            [sys.executable, "-c", probe + PROBE, "--db", current_board, *args],
+            [sys.executable, "-c", PROBE, "--db", current_board, *args],
             capture_output=True,
             text=True,
             timeout=120,
@@ -245,6 +245,46 @@ def test_build_cli_leaves_the_collector_alone(sqlite_url: str) -> None:
     assert result.exit_code == 0, result.stderr
     assert gc.isenabled()
     assert gc.get_freeze_count() == frozen
+
+
+# Counts the plugin loads (fresh plugin managers) and the plugins' observed events.
+LOADS_PROBE = """
+import atexit, json, sys
+import plugins.manager as manager
+loads = []
+load_plugins = manager.load_plugins
+def counted(*args, **kwargs):
+    loads.append(1)
+    return load_plugins(*args, **kwargs)
+manager.load_plugins = counted
+atexit.register(lambda: print(json.dumps(len(loads)), file=sys.stderr))
+from core.cli import main
+main(sys.argv[1:])
+"""
+
+
+def test_a_write_command_loads_its_plugins_once(current_board: str) -> None:
+    """Issue 14 target 1: a write command's plugins are loaded once, by its host; the command
+    line takes their commands (and their failures, to name them) from the host's load
+    instead of building a plugin manager of its own first. A read command loads none."""
+    out, _modules = _modules_after("--db", current_board, "--json", "task", "list")
+    (task,) = json.loads(out)
+
+    def loads(*args: str) -> tuple[str, int]:
+        done = subprocess.run(
+            [sys.executable, "-c", LOADS_PROBE, "--db", current_board, *args],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
+        )
+        assert done.returncode == 0, done.stderr
+        return done.stdout, int(done.stderr.splitlines()[-1])
+
+    moved, count = loads("task", "move", task["id"], "Review")
+    assert "to Review" in moved
+    assert count == 1
+    assert loads("task", "list")[1] == 0
 
 
 def test_the_table_definitions_load_no_dialect() -> None:
