@@ -11,6 +11,7 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import click
 import pytest
@@ -402,3 +403,36 @@ def test_opening_a_current_board_checks_its_schema_in_one_statement(db_url: str)
     engine.dispose()
     with pytest.raises(NotInitialised):
         Host.open(db_url, upgrade=False, read_only=True, start_plugins=False)
+
+
+def test_service_argument_checks_read_annotations_at_first_call(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Issue 14 target 1: a service's argument checks resolve a method's annotations when it
+    is first called, not when the class is defined (a command calls a few of the methods of
+    the services it imports); the check itself is unchanged."""
+    from core.errors import LanewayError
+    from core.services import base
+
+    planned: list[str] = []
+    real = base._plan
+
+    def plan(fn: Any) -> Any:
+        planned.append(fn.__name__)
+        return real(fn)
+
+    monkeypatch.setattr(base, "_plan", plan)
+
+    class ProbeService(base.Service):
+        def greet(self, name: str) -> str:
+            return name
+
+        def count(self, n: int) -> int:
+            return n
+
+    assert planned == []
+    service = ProbeService(None)  # type: ignore[arg-type]
+    assert service.greet("ada") == "ada"
+    with pytest.raises(LanewayError, match=r"probes\.greet: argument 'name' must be str, got int"):
+        service.greet(1)  # type: ignore[arg-type]
+    assert planned == ["greet"]
