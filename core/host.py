@@ -62,6 +62,7 @@ if TYPE_CHECKING:
     )
     from core.store.liveness import EpochKeeper
     from core.store.repository import Repository
+    from plugins.manager import LoadedPlugins
 
 T = TypeVar("T")
 
@@ -138,6 +139,9 @@ class Host:
         self._follow_lock = threading.Lock()
         self._parts_lock = threading.RLock()
         self.recovery_report: Any = None
+        self.loaded_plugins: LoadedPlugins | None = None
+        """The plugins of the newest bundle as loaded (before their kinds registered), for
+        the command line to take their commands from; None until a bundle is built."""
 
     # Each part is built on first use (`_Built`); what they are is unchanged.
 
@@ -366,6 +370,7 @@ class Host:
         from plugins.manager import load_plugins
 
         loaded = load_plugins(self.selection, builtins=[("core", structural)])
+        self.loaded_plugins = loaded
         registry = build_registry(loaded, self.features)
         engine = Engine(self.arrivals, registry, self.operations)
         return Bundle(engine=engine, registry=registry, store=self.store)

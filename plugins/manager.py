@@ -18,9 +18,10 @@ from __future__ import annotations
 import functools
 import importlib
 import os
+import re
 import sys
 from collections.abc import Callable, Iterable, Mapping
-from importlib.metadata import EntryPoint, entry_points
+from importlib.metadata import Distribution, EntryPoint, distributions
 from typing import TYPE_CHECKING, Any, Final
 
 import attrs
@@ -130,12 +131,13 @@ class LoadedPlugins:
     """The selection's strict mode, which the registry and `Hooks` apply to hook failures."""
 
 
-def _dist_of(ep: EntryPoint) -> tuple[str | None, str | None]:
-    dist = ep.dist
-    if dist is None:
-        return None, None
+def _dist_of(dist: Distribution) -> tuple[str | None, str | None]:
     metadata = dist.metadata  # parsed on every access: once, not once per field
     return metadata["Name"], metadata["Version"]
+
+
+def _normalised(name: str) -> str:
+    return re.sub(r"[-_.]+", "-", name).lower()
 
 
 _INSTALLED: dict[object, tuple[tuple[EntryPoint, str | None, str | None], ...]] = {}
@@ -145,7 +147,7 @@ def _path_state() -> tuple[object, ...]:
     """What decides which distributions are installed: the path and each entry's mtime (a
     distribution installed or removed changes its directory's), as `importlib.metadata`
     itself caches by."""
-    state: list[object] = [entry_points]  # a test may replace the lookup itself
+    state: list[object] = [distributions]  # a test may replace the lookup itself
     for entry in sys.path:
         try:
             state.append((entry, os.stat(entry or ".").st_mtime_ns))
@@ -154,17 +156,36 @@ def _path_state() -> tuple[object, ...]:
     return tuple(state)
 
 
-def _installed() -> tuple[tuple[EntryPoint, str | None, str | None], ...]:
+def _scan() -> tuple[tuple[EntryPoint, str | None, str | None], ...]:
     """The installed `laneway.plugins` entry points by name, each with its distribution and
-    version. Scanning every distribution's metadata costs a command milliseconds, and a write
-    command loads plugins twice (for the command line, then for its host): scanned once while
-    the path is unchanged."""
+    version; a distribution found twice on the path counts once, where it is found first.
+
+    `importlib.metadata.entry_points(group=...)` parses every entry point of every installed
+    distribution (a development environment has about a hundred) to keep those of one
+    group; here a distribution's entry points are parsed only when its `entry_points.txt`
+    names the group at all, and its metadata is read only then."""
+    found: list[tuple[EntryPoint, str | None, str | None]] = []
+    seen: set[str] = set()
+    for dist in distributions():
+        text = dist.read_text("entry_points.txt")
+        if not text or GROUP not in text:
+            continue
+        name, version = _dist_of(dist)
+        if name is not None:
+            if _normalised(name) in seen:
+                continue
+            seen.add(_normalised(name))
+        found.extend((ep, name, version) for ep in dist.entry_points.select(group=GROUP))
+    return tuple(sorted(found, key=lambda f: f[0].name))
+
+
+def _installed() -> tuple[tuple[EntryPoint, str | None, str | None], ...]:
+    """`_scan`, once while the path is unchanged (a test, or an application that opens
+    several hosts, loads plugins more than once)."""
     key = _path_state()
     found = _INSTALLED.get(key)
     if found is None:
-        found = tuple(
-            (ep, *_dist_of(ep)) for ep in sorted(entry_points(group=GROUP), key=lambda e: e.name)
-        )
+        found = _scan()
         _INSTALLED.clear()
         _INSTALLED[key] = found
     return found

@@ -4,8 +4,9 @@ check of argument types at the public API's edge.
 The services are what an embedding application calls, with whatever it has at hand:
 `tasks.create(title=123)` must be a `LanewayError` naming the argument, not an
 `AttributeError` from deep inside. Every public method of a service is wrapped, once, when the
-class is defined: each parameter annotated with plain types (`str`, `int`, `bool`, `None` and
-unions of them) is checked on each call; others are left to the method.
+class is defined (its annotations are read at its first call): each parameter annotated with
+plain types (`str`, `int`, `bool`, `None` and unions of them) is checked on each call; others
+are left to the method.
 """
 
 from __future__ import annotations
@@ -49,22 +50,31 @@ def _type_name(value: Any) -> str:
     return type(value).__name__
 
 
-def _checked(fn: Callable[..., Any], owner: str) -> Callable[..., Any]:
+_Plan = tuple[list[str], dict[str, tuple[type, ...]]]
+"""A method's positional parameter names, and the types each checked parameter admits."""
+
+
+def _plan(fn: Callable[..., Any]) -> _Plan:
     try:
         hints = typing.get_type_hints(fn)
     except Exception:  # noqa: BLE001 - an annotation we cannot resolve is simply not checked
-        return fn
+        return [], {}
     params = list(inspect.signature(fn).parameters.values())[1:]  # without self
     checks: dict[str, tuple[type, ...]] = {}
     for param in params:
         allowed = _allowed(hints.get(param.name))
         if allowed is not None:
             checks[param.name] = allowed
-    if not checks:
-        return fn
-    positional = [p.name for p in params if p.kind is p.POSITIONAL_OR_KEYWORD]
+    return [p.name for p in params if p.kind is p.POSITIONAL_OR_KEYWORD], checks
 
-    def check(name: str, value: Any) -> None:
+
+def _checked(fn: Callable[..., Any], owner: str) -> Callable[..., Any]:
+    """`fn`, checking its plainly annotated arguments on each call. The annotations are read
+    at the method's first call, not when its class is defined: resolving every public
+    method's annotations cost each command milliseconds for methods it never calls."""
+    plans: list[_Plan] = []
+
+    def check(checks: dict[str, tuple[type, ...]], name: str, value: Any) -> None:
         allowed = checks.get(name)
         if allowed is None or type(value) in allowed:
             return
@@ -77,10 +87,14 @@ def _checked(fn: Callable[..., Any], owner: str) -> Callable[..., Any]:
 
     @functools.wraps(fn)
     def wrapper(self: Any, *args: Any, **kwargs: Any) -> Any:
-        for name, value in zip(positional, args, strict=False):
-            check(name, value)
-        for name, value in kwargs.items():
-            check(name, value)
+        if not plans:
+            plans.append(_plan(fn))  # two first calls at once compute the same plan
+        positional, checks = plans[0]
+        if checks:
+            for name, value in zip(positional, args, strict=False):
+                check(checks, name, value)
+            for name, value in kwargs.items():
+                check(checks, name, value)
         return fn(self, *args, **kwargs)
 
     return wrapper

@@ -96,7 +96,9 @@ def create_engine(url: URL) -> Engine:
         )
         _install_sqlite_events(engine, wal=path is not None)
         return engine
-    return sa.create_engine(url, pool_pre_ping=True)
+    # No HSTORE column anywhere: without this, the driver's first connection asks the server
+    # for the hstore type (a round trip on every command).
+    return sa.create_engine(url, pool_pre_ping=True, use_native_hstore=False)
 
 
 def _install_sqlite_events(engine: Engine, *, wal: bool) -> None:

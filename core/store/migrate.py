@@ -51,6 +51,10 @@ def current_revision(conn: Connection) -> str | None:
     database, or one laneway never initialised)."""
     if not sa.inspect(conn).has_table(VERSION_TABLE):
         return None
+    return _recorded(conn)
+
+
+def _recorded(conn: Connection) -> str | None:
     rows = conn.execute(sa.select(_version_table.c.version_num)).scalars().all()
     # alembic keeps one row per head; laneway's migrations form one line, so one row.
     return rows[0] if len(rows) == 1 else None
@@ -68,5 +72,15 @@ def upgrade(store: Store, revision: str = "head") -> str:
 
 
 def is_current(store: Store) -> bool:
-    with store.read() as conn:
-        return current_revision(conn) == HEAD_REVISION
+    """Whether the schema is at `HEAD_REVISION`. Every command asks, so it costs one
+    statement (a round trip on PostgreSQL): the version table is read as if it exists, and
+    only when that read fails is the table looked for: a database laneway never initialised
+    has none (not current); any other failure is raised as it is."""
+    try:
+        with store.read() as conn:
+            return _recorded(conn) == HEAD_REVISION
+    except sa.exc.DBAPIError:
+        with store.read() as conn:
+            if sa.inspect(conn).has_table(VERSION_TABLE):
+                raise
+        return False

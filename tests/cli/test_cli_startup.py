@@ -11,6 +11,7 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import click
 import pytest
@@ -142,25 +143,25 @@ def test_a_manual_move_registers_the_plugins_kinds_without_their_executors(
         assert "laneway_notify.port" not in modules
 
 
-def test_a_broken_plugin_is_reported_by_a_write_command(current_board: str) -> None:
+def test_a_broken_plugin_is_reported_by_a_write_command(current_board: str, tmp_path: Path) -> None:
     """A plugin that fails to load is named on stderr by a command that writes (its host
-    loads the plugins); `task list`, which loads none, is not held up by it."""
-    env = {**os.environ, "LANEWAY_PLUGINS_ALLOW": "kanban,office,ghost"}
-    probe = (
-        "import importlib.metadata as m, sys\n"
-        "real = m.entry_points\n"
-        "def fake(**kw):\n"
-        "    found = real(**kw)\n"
-        "    if kw.get('group') != 'laneway.plugins':\n"
-        "        return found\n"
-        "    ghost = m.EntryPoint('ghost', 'no_such_module_for_laneway', 'laneway.plugins')\n"
-        "    return m.EntryPoints([*found, ghost])\n"
-        "m.entry_points = fake\n"
+    loads the plugins); `task list`, which loads none, is not held up by it. The plugin is
+    a real installed distribution (on PYTHONPATH) whose entry point names a missing module."""
+    info = tmp_path / "site" / "ghost_dist-0.1.dist-info"
+    info.mkdir(parents=True)
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: ghost_dist\nVersion: 0.1\n")
+    (info / "entry_points.txt").write_text(
+        "[laneway.plugins]\nghost = no_such_module_for_laneway\n"
     )
+    env = {
+        **os.environ,
+        "LANEWAY_PLUGINS_ALLOW": "kanban,office,ghost",
+        "PYTHONPATH": str(tmp_path / "site"),
+    }
 
     def run(*args: str) -> subprocess.CompletedProcess[str]:
         return subprocess.run(
-            [sys.executable, "-c", probe + PROBE, "--db", current_board, *args],
+            [sys.executable, "-c", PROBE, "--db", current_board, *args],
             capture_output=True,
             text=True,
             timeout=120,
@@ -175,6 +176,116 @@ def test_a_broken_plugin_is_reported_by_a_write_command(current_board: str) -> N
     assert moved.returncode == 0, moved.stderr
     assert "to Review" in moved.stdout
     assert "plugin 'ghost' failed to load" in moved.stderr
+
+
+# Records the cyclic collector's state while the host opens and while the command works.
+COLLECTOR_PROBE = """
+import atexit, gc, json, sys
+import core.services.tasks as tasks
+import core.store.migrate as migrate
+seen = {"before_main": gc.isenabled()}
+is_current = migrate.is_current
+def probe_open(store):
+    seen["while_opening"] = gc.isenabled()
+    return is_current(store)
+migrate.is_current = probe_open
+move = tasks.TaskService.move
+def probe_move(self, *args, **kwargs):
+    seen["while_working"] = gc.isenabled()
+    seen["frozen_while_working"] = gc.get_freeze_count()
+    return move(self, *args, **kwargs)
+tasks.TaskService.move = probe_move
+def report():
+    seen["at_exit"] = gc.isenabled()
+    seen["frozen_at_exit"] = gc.get_freeze_count()
+    print(json.dumps(seen), file=sys.stderr)
+atexit.register(report)
+from core.cli import main
+main(sys.argv[1:])
+"""
+
+
+def test_a_command_starts_without_the_cyclic_collector_and_works_with_it(
+    current_board: str,
+) -> None:
+    """Issue 14 target 1: the console script pauses Python's cyclic garbage collector while
+    a command starts (imports, opening the host: nothing it allocates there is garbage) and
+    freezes what it built once the host is open, so the collector never walks it; the
+    command's own work (and a long-running command such as `serve` or `worker`) runs with
+    the collector on. Before this, the collector took tens of milliseconds of every command."""
+    out, _modules = _modules_after("--db", current_board, "--json", "task", "list")
+    (task,) = json.loads(out)
+    move = ["--db", current_board, "task", "move", task["id"], "Review"]
+    done = subprocess.run(
+        [sys.executable, "-c", COLLECTOR_PROBE, *move],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    assert "to Review" in done.stdout
+    seen = json.loads(done.stderr.splitlines()[-1])
+    assert seen["before_main"] is True  # importing the command line changes nothing
+    assert seen["while_opening"] is False
+    assert seen["while_working"] is True
+    assert seen["frozen_while_working"] > 10_000  # the modules, classes and tables
+    assert seen["at_exit"] is True
+
+
+def test_build_cli_leaves_the_collector_alone(sqlite_url: str) -> None:
+    """Issue 14 target 1: only the console script (`main`) pauses the collector; a program
+    that runs the group itself (click's test runner here) keeps its own settings."""
+    import gc
+
+    assert gc.isenabled()
+    frozen = gc.get_freeze_count()
+    result = CliRunner().invoke(
+        build_cli(plugin_commands=False), ["--db", sqlite_url, "--json", "init"]
+    )
+    assert result.exit_code == 0, result.stderr
+    assert gc.isenabled()
+    assert gc.get_freeze_count() == frozen
+
+
+# Counts the plugin loads (fresh plugin managers) and the plugins' observed events.
+LOADS_PROBE = """
+import atexit, json, sys
+import plugins.manager as manager
+loads = []
+load_plugins = manager.load_plugins
+def counted(*args, **kwargs):
+    loads.append(1)
+    return load_plugins(*args, **kwargs)
+manager.load_plugins = counted
+atexit.register(lambda: print(json.dumps(len(loads)), file=sys.stderr))
+from core.cli import main
+main(sys.argv[1:])
+"""
+
+
+def test_a_write_command_loads_its_plugins_once(current_board: str) -> None:
+    """Issue 14 target 1: a write command's plugins are loaded once, by its host; the command
+    line takes their commands (and their failures, to name them) from the host's load
+    instead of building a plugin manager of its own first. A read command loads none."""
+    out, _modules = _modules_after("--db", current_board, "--json", "task", "list")
+    (task,) = json.loads(out)
+
+    def loads(*args: str) -> tuple[str, int]:
+        done = subprocess.run(
+            [sys.executable, "-c", LOADS_PROBE, "--db", current_board, *args],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
+        )
+        assert done.returncode == 0, done.stderr
+        return done.stdout, int(done.stderr.splitlines()[-1])
+
+    moved, count = loads("task", "move", task["id"], "Review")
+    assert "to Review" in moved
+    assert count == 1
+    assert loads("task", "list")[1] == 0
 
 
 def test_the_table_definitions_load_no_dialect() -> None:
@@ -257,3 +368,71 @@ def test_session_group_keeps_its_agent_commands() -> None:
 
 def test_the_default_database_url_is_the_hosts() -> None:
     assert app.DEFAULT_URL == host.DEFAULT_URL
+
+
+def test_opening_a_current_board_checks_its_schema_in_one_statement(db_url: str) -> None:
+    """Issue 14 target 1: opening a host on an initialised board reads the version table and
+    nothing else to check the schema (no catalogue lookup for the table first), and on
+    PostgreSQL the driver's first connection does not ask for the hstore type: each was a
+    round trip of every command. A database laneway never initialised is still refused."""
+    import sqlalchemy as sa
+    from sqlalchemy.engine import Engine
+
+    from core.errors import NotInitialised
+    from core.host import Host
+
+    Host.open(db_url).close()  # initialise
+    statements: list[str] = []
+
+    def record(*args: object) -> None:
+        statements.append(str(args[2]))
+
+    sa.event.listen(Engine, "before_cursor_execute", record)
+    try:
+        Host.open(db_url, upgrade=False, read_only=True, start_plugins=False).close()
+    finally:
+        sa.event.remove(Engine, "before_cursor_execute", record)
+    schema = [s for s in statements if "laneway_alembic_version" in s]
+    assert len(schema) == 1, schema
+    assert schema[0].lstrip().upper().startswith("SELECT")
+    assert not [s for s in statements if "hstore" in s or "pg_class" in s]
+
+    engine = sa.create_engine(db_url.replace("postgresql://", "postgresql+psycopg://", 1))
+    with engine.begin() as conn:
+        conn.exec_driver_sql("DROP TABLE laneway_alembic_version")
+    engine.dispose()
+    with pytest.raises(NotInitialised):
+        Host.open(db_url, upgrade=False, read_only=True, start_plugins=False)
+
+
+def test_service_argument_checks_read_annotations_at_first_call(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Issue 14 target 1: a service's argument checks resolve a method's annotations when it
+    is first called, not when the class is defined (a command calls a few of the methods of
+    the services it imports); the check itself is unchanged."""
+    from core.errors import LanewayError
+    from core.services import base
+
+    planned: list[str] = []
+    real = base._plan
+
+    def plan(fn: Any) -> Any:
+        planned.append(fn.__name__)
+        return real(fn)
+
+    monkeypatch.setattr(base, "_plan", plan)
+
+    class ProbeService(base.Service):
+        def greet(self, name: str) -> str:
+            return name
+
+        def count(self, n: int) -> int:
+            return n
+
+    assert planned == []
+    service = ProbeService(None)  # type: ignore[arg-type]
+    assert service.greet("ada") == "ada"
+    with pytest.raises(LanewayError, match=r"probes\.greet: argument 'name' must be str, got int"):
+        service.greet(1)  # type: ignore[arg-type]
+    assert planned == ["greet"]
