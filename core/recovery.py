@@ -49,8 +49,8 @@ BATCH = 5000
 closing transaction rewrites the pages of the markers' index it touches (keyed by random entry
 ids, so nearly all of them) and, on SQLite, checkpoints the WAL at its COMMIT: fewer, larger
 batches write less. At 100,000 pending among 1,000,000 the scan wrote 2.1 GB with 2,000, 1.5 GB
-with 5,000 and 1.3 GB with 10,000 (docs/performance.md); 5,000 holds the write lock (SQLite)
-or the batch's task rows (PostgreSQL) about half a second there."""
+with 5,000 and 1.3 GB with 10,000 (docs/performance.md); a batch of 5,000 took under a second
+there, which bounds how long it holds the write lock (SQLite) or its task rows (PostgreSQL)."""
 
 
 @attrs.frozen
@@ -90,8 +90,9 @@ SCAN_CACHE_KIB = 65_536
 """SQLite page cache of the writer connection while the scan runs (64 MiB; SQLite's default is
 2 MB), put back after. A batch dirties a page of step_entries per pending entry or two, the
 markers' index (keyed by random entry ids) all over, and the events' pages: with 2 MB these
-were evicted mid-transaction and read back (measured at 100,000 among 1,000,000: 5.5 GB read
-and 2.4 GB written by the scan with 2 MB, 1.6 GB and 1.3 GB with 64 MiB; docs/performance.md)."""
+were evicted mid-transaction and read back (measured at 100,000 among 1,000,000, 2,000 per
+batch: 5.5 GB read and 2.4 GB written by the scan with 2 MB, 1.6 GB and 2.1 GB with 64 MiB;
+docs/performance.md)."""
 
 
 def scan(source: Kernel | HasKernel) -> RecoveryReport:

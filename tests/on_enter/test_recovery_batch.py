@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 import sqlalchemy as sa
 
-from core import ids, recovery
+from core import ids, recovery, recovery_close
 from core.store import tables as t
 from tests.conftest import open_host
 from tests.multiprocess.conftest import child_env
@@ -132,6 +132,58 @@ def test_ac_b9_a_batch_mixing_superseded_step_left_and_resumable_settles_each(
         event(c1, 0, CLEAR, "skipped", "superseded"),
         event(c1, 1, FAN_OUT, "skipped", "superseded"),
     ]
+
+
+def test_issue14_scan_closes_with_its_wide_page_cache_and_puts_the_default_back(
+    sqlite_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 14 target 3 (recovery in proportion, memory bounded), AC-B9(a2): on SQLite the
+    scan's closing transactions run with `SCAN_CACHE_KIB` of page cache on the writer
+    connection, and when the scan ends that connection is back at SQLite's default: a host's
+    memory does not keep what the scan needed."""
+    office = build_office(sqlite_url)
+    with raw(sqlite_url) as conn:
+        digest = digest_of(on_enter(conn, office.review))
+        place(conn, office.task, office.review)
+        superseded = add_entry(conn, office.task, office.review, 1, digest)
+        add_entry(conn, office.task, office.review, 2, digest, terminal=True)
+    seen: list[int] = []
+    real = recovery_close.close_entries
+
+    def noting_the_cache(uow: Any, *args: Any, **kwargs: Any) -> Any:
+        seen.append(int(uow.conn.exec_driver_sql("PRAGMA cache_size").scalar_one()))
+        return real(uow, *args, **kwargs)
+
+    monkeypatch.setattr(recovery_close, "close_entries", noting_the_cache)
+    with open_host(sqlite_url) as host:
+        report = host.recovery_report.as_dict()
+        with host.store.write_connection() as conn:
+            after = int(conn.exec_driver_sql("PRAGMA cache_size").scalar_one())
+
+    assert report["skipped"] == {"superseded": 1}
+    assert seen == [-recovery.SCAN_CACHE_KIB]
+    assert after == -2000  # SQLite's default
+    with raw(sqlite_url) as conn:
+        (closed,) = [e for e in entries(conn, office.task) if e["id"] == superseded]
+    assert closed["terminal"]
+
+
+def test_issue14_pending_index_holds_only_non_terminal_entries(db_url: str) -> None:
+    """Issue 14 target 3 / AC-B9: ix_step_entries_pending, which the recovery query reads, is
+    partial on `terminal IS false` (migration 0007), so closing an entry deletes it from the
+    index instead of moving it into a range nothing reads."""
+    with open_host(db_url) as host, host.store.read() as conn:
+        if conn.dialect.name == "sqlite":
+            definition = conn.exec_driver_sql(
+                "SELECT sql FROM sqlite_master WHERE name = 'ix_step_entries_pending'"
+            ).scalar_one()
+        else:
+            definition = conn.exec_driver_sql(
+                "SELECT indexdef FROM pg_indexes WHERE indexname = 'ix_step_entries_pending'"
+            ).scalar_one()
+    text = " ".join(str(definition).lower().replace("(", " ").replace(")", " ").split())
+    assert text.endswith(("where terminal is 0", "where terminal is false"))
+    assert "terminal," not in text  # not a column of the index any more
 
 
 def test_ac_b9_a1_entry_whose_task_came_back_after_the_read_is_not_skipped(
