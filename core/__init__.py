@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 from core import logs
 from core.errors import LanewayError
-from core.kinds import Features
+from core.features import Features
 
 if TYPE_CHECKING:
     from core.host import Host

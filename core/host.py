@@ -32,7 +32,7 @@ from loguru import logger
 
 from core import board
 from core.errors import DatabaseUnusable, LanewayError, NotInitialised
-from core.kinds import Features
+from core.features import Features
 from core.plugin_selection import KEEP, Keep, PluginSelection
 from core.store import dialect
 from core.store.database import Store

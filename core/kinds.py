@@ -12,6 +12,9 @@ from typing import TYPE_CHECKING, Any, Final, Literal
 
 import attrs
 
+# Declared apart (`core.features`); re-exported, as plugins have always named it here.
+from core.features import Features as Features  # noqa: PLC0414
+
 if TYPE_CHECKING:
     from loguru import Logger
 
@@ -233,15 +236,3 @@ class GuardKind:
     evaluate: Callable[[GuardContext, Any], GuardResult]
     feature: str | None = None
     description: str = ""
-
-
-@attrs.frozen
-class Features:
-    """Host feature switches. Office is on unless the host turns it off."""
-
-    office: bool = True
-
-    def enabled(self, feature: str | None) -> bool:
-        if feature is None:
-            return True
-        return bool(getattr(self, feature, False))

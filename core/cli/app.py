@@ -24,8 +24,8 @@ import attrs
 import click
 
 if TYPE_CHECKING:
+    from core.features import Features
     from core.host import Host
-    from core.kinds import Features
     from core.plugin_selection import PluginSelection
     from plugins.manager import LoadedPlugins
 
@@ -100,7 +100,7 @@ class Settings:
     def features(self) -> Features | None:
         """This process's override of the board's features (`--no-office`), or None: the
         board's, as `laneway features` shows them."""
-        from core.kinds import Features
+        from core.features import Features
 
         return Features(office=False) if self.no_office else None
 

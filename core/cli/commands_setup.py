@@ -11,7 +11,7 @@ import click
 from core.cli.app import Settings, pass_settings, reader, writer
 from core.cli.output import emit
 from core.errors import LanewayError
-from core.kinds import Features
+from core.features import Features
 from core.model import Workspace
 from core.store import migrate
 from plugins.manager import PluginSelection
