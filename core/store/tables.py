@@ -277,16 +277,15 @@ step_entries = sa.Table(
 # (migration 0007, issue 14): it holds only the pending entries, a handful on a healthy board,
 # so an arrival's insert and its terminal flag touch one small page instead of two leaves of
 # an index over every entry ever made. A query reads it only when its WHERE says exactly
-# `terminal IS false` (SQLAlchemy's `terminal.is_(False)`; SQLite renders `terminal IS 0`);
-# `IS NOT true` keeps a query off it.
-PENDING_ENTRY = step_entries.c.terminal.is_(False)
+# `terminal IS false` (`terminal.is_(False)`; SQLite renders `terminal IS 0`); `IS NOT true` keeps a
+# query off it. The predicate is the migration's, not repeated here: `sqlite_where` and
+# `postgresql_where` made every process import both dialects to validate them (the reason
+# board_events gives for AUTOINCREMENT); tests/store/test_store_arrival_pages.py holds it.
 sa.Index(
     "ix_step_entries_pending",
     step_entries.c.task_id,
     step_entries.c.step_id,
     step_entries.c.entry_seq,
-    sqlite_where=PENDING_ENTRY,
-    postgresql_where=PENDING_ENTRY,
 )
 
 # On SQLite a WITHOUT ROWID table (migration 0007, issue 14: its rows live in the primary-key

@@ -51,8 +51,10 @@ function ago(iso) {
   return new Date(iso).toLocaleDateString();
 }
 
+// The last eight characters: ids are time-ordered (UUIDv7), so their heads are shared by
+// every row made in the same minute while their tails are random.
 function shortId(id) {
-  return id ? id.slice(0, 8) : "";
+  return id ? id.slice(-8) : "";
 }
 
 function pretty(text) {
