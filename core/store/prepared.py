@@ -7,6 +7,11 @@ the few fixed statements of that path are written once in Core (dialect-neutral)
 once per dialect, and executed on the DBAPI cursor of the caller's own connection (inside the
 caller's transaction). Values must already be in driver form (str, int, bool, None).
 
+On PostgreSQL every statement is a round trip, and the arrival path is bound by them: so a
+statement nothing waits for (a settle, an entry's close, a savepoint, the outbox's insert) can
+be deferred (`defer`), and goes in one psycopg pipeline with the next statement on the
+connection, or with the COMMIT; a transaction's BEGIN goes with its first statement.
+
 Listeners on SQLAlchemy's cursor events do not see these statements; `STATS` counts them.
 """
 
