@@ -234,7 +234,12 @@ def flush_deferred(conn: Connection, *, commit: bool = False) -> None:
 
 def _commit_of(dbapi: Any) -> Callable[[str, Any], None]:
     def commit(_sql: str, _params: Any) -> None:
-        dbapi.commit()  # psycopg: queued in the pipeline, answered with its sync
+        # COMMIT as a statement of the pipeline (psycopg's `commit()` would sync on its own,
+        # a round trip more); psycopg then finds the connection idle, and so does SQLAlchemy's
+        # COMMIT at the end of the unit of work, which sends nothing
+        # (a client-side cursor holding nothing on the server: not closed before the
+        # pipeline has read its result)
+        dbapi.cursor().execute("COMMIT", prepare=False)
 
     return commit
 
@@ -289,7 +294,7 @@ def _pipelined(
     # statements that rode in the round trip of another
     STATS["piggybacked"] += len(queued) - (0 if send is not None else 1)
     try:
-        with dbapi.pipeline() as pipeline:
+        with dbapi.pipeline():
             for item in queued:
                 STATS["statements"] += 1
                 cursor = dbapi.cursor()
@@ -303,7 +308,8 @@ def _pipelined(
                     cursor.execute(item.sql, item.params)
             if send is not None:
                 send(sql, params)
-            pipeline.sync()
+            # no explicit sync: leaving the block sends the one Sync and reads every result
+            # (a sync of our own, then the block's, would be two round trips)
         for item, cursor in zip(queued, cursors, strict=True):
             if item.check is not None:
                 item.check(cursor.rowcount)
