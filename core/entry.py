@@ -484,11 +484,30 @@ def _transactional_group(
     the entry ends the group there.
     """
     failures: dict[int, Outcome] = {}
+    # The group claims under the epoch as last checked, without checking the liveness lock
+    # first (on PostgreSQL a round trip to the lock connection): its claims never commit as
+    # `in_progress` - every marker it claims commits settled, or not at all - so no other
+    # process ever acts on the epoch they name. A lost claim is where a lost lock could
+    # matter (a marker of our own old epoch, which others may have declared dead): the lock is
+    # checked then, and the group runs again under the new epoch if this process was fenced.
+    epoch = walk.kernel.epoch()
+    checked = epoch is None
+    if epoch is None:
+        epoch = walk.kernel.live_epoch()
     while True:
         try:
-            settled, end = _group_once(walk, group, open_positions, failures)
+            settled, end = _group_once(walk, group, open_positions, failures, epoch)
         except _GroupRollback as undone:
             failures[undone.index] = undone.outcome
+            continue
+        except ledger.ClaimLost:
+            if checked:
+                raise
+            checked = True
+            live = walk.kernel.live_epoch()
+            if live == epoch:
+                raise
+            epoch = live
             continue
         for member, outcome in settled:
             open_positions.discard((member.decl.position, member.decl.kind))
@@ -501,6 +520,7 @@ def _group_once(
     group: list[_Member],
     open_positions: set[tuple[int, str]],
     failures: dict[int, Outcome],
+    epoch: str,
 ) -> tuple[list[tuple[_Member, Outcome]], GroupEnd]:
     entry = walk.entry
     assert entry is not None
@@ -510,7 +530,6 @@ def _group_once(
     end: GroupEnd = "open"
     left: str | None = None
     faults.reach("dispatch.before_claim")
-    epoch = walk.kernel.live_epoch()
     with store.transaction(follow_board=False) as uow:
         occupancy_checked = False
         for index, member in enumerate(group):

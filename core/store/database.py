@@ -14,8 +14,8 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable, Iterator, Mapping
-from contextlib import contextmanager
-from typing import Any
+from contextlib import AbstractContextManager, contextmanager
+from typing import Any, Generic, TypeVar
 
 import attrs
 import sqlalchemy as sa
@@ -25,6 +25,7 @@ from core.errors import ValueRefused
 from core.store import dialect, events, prepared
 from core.store.liveness import Liveness
 
+T = TypeVar("T")
 _VALUE_ERRORS = (OverflowError, UnicodeEncodeError)
 """What SQLite's driver raises, unwrapped, for an integer or a string it cannot bind."""
 
@@ -65,10 +66,28 @@ class UnitOfWork:
     store: Store
     events: list[Any] = attrs.field(factory=list)
     """Board events recorded in this transaction, inserted at its COMMIT (core.store.events)."""
+    savepoints: int = 0
+    """Savepoints taken in this transaction (`Store.isolated`), which names the next."""
 
     def run(self, statement: sa.ClauseElement, values: Mapping[str, Any]) -> prepared.Result:
         """Execute a module-level statement through its prepared driver SQL."""
         return prepared.execute(self.conn, statement, values)
+
+
+class _Joined(Generic[T]):
+    """A context that hands out what is already open (the thread's unit of work, or its
+    connection) and does nothing on exit: that unit's own context commits or rolls back."""
+
+    __slots__ = ("_value",)
+
+    def __init__(self, value: T) -> None:
+        self._value = value
+
+    def __enter__(self) -> T:
+        return self._value
+
+    def __exit__(self, *_exc: object) -> None:
+        return None
 
 
 class Store:
@@ -80,6 +99,9 @@ class Store:
         self._lock = threading.RLock()
         self._local = threading.local()
         self._needs_savepoints = dialect.statement_error_aborts_transaction(self.url)
+        if not self.is_sqlite:
+            # statements sent through SQLAlchemy first send what `prepared.defer` queued
+            sa.event.listen(self.engine, "before_cursor_execute", prepared.follow_deferred)
         self.liveness = Liveness(self.url, self.engine)
         """Which epochs are dead on this database (see `core.store.liveness`)."""
         self.observer: events.Observer | None = None
@@ -100,8 +122,7 @@ class Store:
             self._writer = self.engine.connect().execution_options(**{dialect.WRITER_OPTION: True})
         return self._writer
 
-    @contextmanager
-    def transaction(self, *, follow_board: bool = True) -> Iterator[UnitOfWork]:
+    def transaction(self, *, follow_board: bool = True) -> AbstractContextManager[UnitOfWork]:
         """A unit of work: commits on normal exit, rolls back on an exception.
 
         :param follow_board: False skips `on_begin` (the board-version read) for a caller that
@@ -109,8 +130,12 @@ class Store:
             change nothing it does, and the next transaction or read makes it."""
         current: UnitOfWork | None = getattr(self._local, "uow", None)
         if current is not None:
-            yield current
-            return
+            # joining the open one (an arrival joins a dozen times): no generator to drive
+            return _Joined(current)
+        return self._transaction(follow_board)
+
+    @contextmanager
+    def _transaction(self, follow_board: bool) -> Iterator[UnitOfWork]:
         committed: list[events.Event] = []
         with self._lock:
             conn = self._writer_conn()
@@ -122,11 +147,14 @@ class Store:
                         self.on_begin(conn)
                     yield uow
                     committed = events.flush(uow)
+                    # what is still queued (the outbox's insert, a settle) goes with the COMMIT
+                    prepared.flush_deferred(conn, commit=True)
                 if committed and self.observer is not None:
                     # still under the writer lock: the queue's order is the commit order
                     self.observer.committed(committed)
             finally:
                 self._local.uow = None
+                prepared.drop_deferred(conn)  # what a rolled-back transaction left unsent
         if committed and self.observer is not None:
             # observers run with the writer free (they may write, or take their time)
             self.observer.drain()
@@ -152,11 +180,23 @@ class Store:
             with self.transaction():
                 yield
         elif self._needs_savepoints:
+            # A savepoint on the driver cursor, sent with the block's first statement (a
+            # deferred statement, `core.store.prepared.defer`) and never released: RELEASE
+            # would be a round trip of its own, and COMMIT keeps what an unreleased savepoint
+            # holds all the same.
+            conn = current.conn
+            prepared.flush_deferred(conn)  # a failure of what came before is not the block's
             mark = events.mark(current)
+            current.savepoints += 1
+            name = f"laneway_sp_{current.savepoints}"
+            savepoint = prepared.defer_driver_sql(conn, f"SAVEPOINT {name}")
             try:
-                with current.conn.begin_nested():
-                    yield
+                yield
+                prepared.flush_deferred(conn)  # a failure of what the block queued is the block's
             except BaseException:
+                prepared.drop_deferred(conn)  # queued in the block: undone with it
+                if savepoint.sent:
+                    prepared.run_driver_sql(conn, f"ROLLBACK TO SAVEPOINT {name}")
                 events.rollback_to(current, mark)  # their changes went with the savepoint
                 raise
         else:
@@ -166,13 +206,15 @@ class Store:
     def in_transaction(self) -> bool:
         return getattr(self._local, "uow", None) is not None
 
-    @contextmanager
-    def read(self) -> Iterator[Connection]:
+    def read(self) -> AbstractContextManager[Connection]:
         """A connection for reads: the open unit of work's, else a pooled one."""
         current: UnitOfWork | None = getattr(self._local, "uow", None)
         if current is not None:
-            yield current.conn
-            return
+            return _Joined(current.conn)
+        return self._read()
+
+    @contextmanager
+    def _read(self) -> Iterator[Connection]:
         if self.is_sqlite and dialect.sqlite_path(self.url) is None:
             # An in-memory database exists only on its one connection.
             with self.transaction() as uow:

@@ -253,8 +253,9 @@ def flush(uow: UnitOfWork) -> list[Event]:
     ]
     observer = uow.store.observer
     if observer is None or not observer.wanted():
-        # the driver's executemany on SQL compiled once: this insert ends every transaction
-        prepared.execute_many(conn, _INSERT if uow.store.is_sqlite else _PG_ORDERED_INSERT, rows)
+        # the driver's executemany on SQL compiled once: this insert ends every transaction,
+        # and on PostgreSQL it goes in one round trip with the COMMIT (`prepared.defer_many`)
+        prepared.defer_many(conn, _INSERT if uow.store.is_sqlite else _PG_ORDERED_INSERT, rows)
         return []
     if not uow.store.is_sqlite:
         prepared.run_driver_sql(conn, _PG_ORDER)

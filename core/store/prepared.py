@@ -7,12 +7,17 @@ the few fixed statements of that path are written once in Core (dialect-neutral)
 once per dialect, and executed on the DBAPI cursor of the caller's own connection (inside the
 caller's transaction). Values must already be in driver form (str, int, bool, None).
 
+On PostgreSQL every statement is a round trip, and the arrival path is bound by them: so a
+statement nothing waits for (a settle, an entry's close, a savepoint, the outbox's insert) can
+be deferred (`defer`), and goes in one psycopg pipeline with the next statement on the
+connection, or with the COMMIT; a transaction's BEGIN goes with its first statement.
+
 Listeners on SQLAlchemy's cursor events do not see these statements; `STATS` counts them.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import Any, cast
 
@@ -69,17 +74,34 @@ class Prepared:
         self._order = tuple(compiled.positiontup or ()) if compiled.positional else None
         self._defaults = dict(compiled.params)
 
-    def __call__(self, conn: Connection, values: Mapping[str, Any]) -> Result:
+    def params(self, values: Mapping[str, Any]) -> Any:
+        """`values` in the driver's parameter form for this statement."""
         if self._defaults:
             values = {**self._defaults, **values}
         order = self._order
-        params: Any = tuple(map(values.get, order)) if order is not None else dict(values)
-        with _cursor(conn, self.sql, params) as cursor:
-            cursor.execute(self.sql, params)
-            if cursor.description is None:
+        return tuple(map(values.get, order)) if order is not None else dict(values)
+
+    def __call__(self, conn: Connection, values: Mapping[str, Any]) -> Result:
+        sql, params = self.sql, self.params(values)
+        STATS["statements"] += 1
+        dbapi = conn.connection.dbapi_connection
+        assert dbapi is not None
+        cursor = dbapi.cursor()
+        try:
+            pending = _pending_of(conn) if self._order is None else None
+            if pending or (self._order is None and _opens_transaction(dbapi)):
+                _pipelined(dbapi, pending, cursor.execute, sql, params)
+            else:
+                cursor.execute(sql, params)
+            description = cursor.description
+            if description is None:
                 return Result((), [], cursor.rowcount)
-            names = tuple(d[0] for d in cursor.description)
+            names = tuple(d[0] for d in description)
             return Result(names, list(cursor.fetchall()), cursor.rowcount)
+        except conn.dialect.loaded_dbapi.Error as exc:
+            raise _translated(conn, sql, params, exc) from exc
+        finally:
+            cursor.close()
 
     def many(self, conn: Connection, rows: Sequence[Mapping[str, Any]]) -> int:
         """Run the statement once per row of `rows` in one driver call (executemany)."""
@@ -91,14 +113,213 @@ class Prepared:
         else:
             params = [{**self._defaults, **r} for r in rows]
         with _cursor(conn, self.sql, params) as cursor:
-            cursor.executemany(self.sql, params)
+            pending = _pending_of(conn) if self._order is None else None
+            if pending:
+                _pipelined(cursor.connection, pending, cursor.executemany, self.sql, params)
+            else:
+                cursor.executemany(self.sql, params)
             return int(cursor.rowcount)
 
 
 def run_driver_sql(conn: Connection, sql: str) -> None:
-    """One fixed statement without parameters (BEGIN) on the connection's driver cursor."""
+    """One fixed statement without parameters (BEGIN, SAVEPOINT) on the connection's driver
+    cursor."""
+    if sql.startswith("SAVEPOINT"):
+        STATS["savepoints"] += 1
     with _cursor(conn, sql, ()) as cursor:
-        cursor.execute(sql)
+        pending = _pending_of(conn)
+        if pending:
+            _pipelined(cursor.connection, pending, cursor.execute, sql, None)
+        else:
+            cursor.execute(sql)
+
+
+# -- statements whose result nothing waits for ----------------------------------------------------
+
+Check = Callable[[int], None]
+"""Given a deferred statement's row count, raises when it is not what the caller needed."""
+
+
+class Deferred:
+    """A statement queued on a connection until the next statement sent on it."""
+
+    __slots__ = ("check", "many", "params", "sent", "sql")
+
+    def __init__(self, sql: str, params: Any, check: Check | None, many: bool = False) -> None:
+        self.sql = sql
+        self.params = params
+        self.check = check
+        self.sent = False
+        self.many = many
+        """`params` is a list of parameter sets, sent as one executemany."""
+
+
+_PENDING = "laneway_deferred"
+
+
+def defer(
+    conn: Connection,
+    statement: sa.ClauseElement,
+    values: Mapping[str, Any],
+    check: Check | None = None,
+) -> Deferred:
+    """Run `statement` in `conn`'s transaction without waiting for it here.
+
+    On PostgreSQL the statement is queued and sent in one pipeline with the next statement on
+    the connection (a prepared one, one through SQLAlchemy - `follow_deferred` -, or the
+    flush before COMMIT, `flush_deferred`): one round trip for both. `check` gets its row
+    count then, and what it raises comes out of that later call, inside the same transaction,
+    so it still rolls everything back. Elsewhere (SQLite, where there are no round trips) the
+    statement runs, and is checked, at once. Only for statements whose result the caller does
+    not need before its next statement."""
+    found = _prepared(conn, statement)
+    if found._order is not None or not _pipelines(conn):
+        result = found(conn, values)
+        if check is not None:
+            check(result.rowcount)
+        deferred = Deferred(found.sql, None, check)
+        deferred.sent = True
+        return deferred
+    deferred = Deferred(found.sql, found.params(values), check)
+    conn.info.setdefault(_PENDING, []).append(deferred)
+    return deferred
+
+
+def defer_many(
+    conn: Connection, statement: sa.ClauseElement, rows: Sequence[Mapping[str, Any]]
+) -> None:
+    """`execute_many`, deferred as `defer` defers (the outbox's insert, which ends a
+    transaction: on PostgreSQL it goes in one round trip with the COMMIT)."""
+    found = _prepared(conn, statement)
+    if found._order is not None or not _pipelines(conn):
+        found.many(conn, rows)
+        return
+    params = [{**found._defaults, **r} for r in rows]
+    conn.info.setdefault(_PENDING, []).append(Deferred(found.sql, params, None, many=True))
+
+
+def defer_driver_sql(conn: Connection, sql: str) -> Deferred:
+    """`run_driver_sql`, deferred as `defer` defers."""
+    if not _pipelines(conn):
+        run_driver_sql(conn, sql)
+        deferred = Deferred(sql, None, None)
+        deferred.sent = True
+        return deferred
+    if sql.startswith("SAVEPOINT"):
+        STATS["savepoints"] += 1
+    deferred = Deferred(sql, None, None)
+    conn.info.setdefault(_PENDING, []).append(deferred)
+    return deferred
+
+
+def flush_deferred(conn: Connection, *, commit: bool = False) -> None:
+    """Send what `defer` queued on `conn` now (a statement of another path follows).
+
+    :param commit: and COMMIT the transaction in the same round trip (the unit of work's end:
+        SQLAlchemy's own COMMIT then finds nothing left to commit) - unless a queued statement
+        has a check, which must decide before anything commits, or nothing is queued: the
+        COMMIT is then left to SQLAlchemy."""
+    pending = _pending_of(conn)
+    if not pending:
+        return
+    dbapi = conn.connection.dbapi_connection
+    assert dbapi is not None
+    commit = commit and all(item.check is None for item in pending)
+    try:
+        # counted: the COMMIT is this round trip's, every queued statement rides with it
+        _pipelined(dbapi, pending, _commit_of(dbapi) if commit else None, "", None)
+    except conn.dialect.loaded_dbapi.Error as exc:
+        raise _translated(conn, "", None, exc) from exc
+
+
+def _commit_of(dbapi: Any) -> Callable[[str, Any], None]:
+    def commit(_sql: str, _params: Any) -> None:
+        # COMMIT as a statement of the pipeline (psycopg's `commit()` would sync on its own,
+        # a round trip more); psycopg then finds the connection idle, and so does SQLAlchemy's
+        # COMMIT at the end of the unit of work, which sends nothing
+        # (a client-side cursor holding nothing on the server: not closed before the
+        # pipeline has read its result)
+        dbapi.cursor().execute("COMMIT", prepare=False)
+
+    return commit
+
+
+def drop_deferred(conn: Connection, keep: int = 0) -> None:
+    """Forget what was queued on `conn` after the first `keep` (its transaction, or savepoint,
+    is being rolled back)."""
+    pending = _pending_of(conn)
+    if pending:
+        del pending[keep:]
+
+
+def deferred_count(conn: Connection) -> int:
+    """How many statements are queued on `conn` now (for `drop_deferred` after a savepoint)."""
+    return len(_pending_of(conn) or ())
+
+
+def follow_deferred(conn: Any, *_args: Any) -> None:
+    """A `before_cursor_execute` listener: a statement sent through SQLAlchemy first sends
+    what is queued, so statements reach the server in the order they were issued."""
+    if _pending_of(conn):
+        flush_deferred(conn)
+
+
+def _pending_of(conn: Connection) -> list[Deferred] | None:
+    if conn.invalidated or conn.closed:
+        return None  # nothing to send on a connection that is gone (and no info to read)
+    found: list[Deferred] | None = conn.info.get(_PENDING)
+    return found
+
+
+def _pipelines(conn: Connection) -> bool:
+    return hasattr(conn.connection.dbapi_connection, "pipeline")
+
+
+def _pipelined(
+    dbapi: Any,
+    pending: list[Deferred] | None,
+    send: Callable[[str, Any], Any] | None,
+    sql: str,
+    params: Any,
+) -> None:
+    """Send the queued statements, then `send(sql, params)` (if any), in one psycopg pipeline
+    (one round trip, BEGIN included when the transaction opens here); then check the queued
+    statements' row counts, in order."""
+    queued = list(pending or ())
+    if pending:
+        pending.clear()
+    cursors = []
+    if _opens_transaction(dbapi):
+        STATS["pipelined_begins"] += 1
+    # statements that rode in the round trip of another
+    STATS["piggybacked"] += len(queued) - (0 if send is not None else 1)
+    try:
+        with dbapi.pipeline():
+            for item in queued:
+                STATS["statements"] += 1
+                cursor = dbapi.cursor()
+                cursors.append(cursor)
+                item.sent = True
+                if item.many:
+                    cursor.executemany(item.sql, item.params)
+                elif item.params is None:
+                    cursor.execute(item.sql, prepare=False)
+                else:
+                    cursor.execute(item.sql, item.params)
+            if send is not None:
+                send(sql, params)
+            # no explicit sync: leaving the block sends the one Sync and reads every result
+            # (a sync of our own, then the block's, would be two round trips)
+        for item, cursor in zip(queued, cursors, strict=True):
+            if item.check is not None:
+                item.check(cursor.rowcount)
+    finally:
+        for cursor in cursors:
+            cursor.close()
+
+
+def _translated(conn: Connection, sql: str, params: Any, exc: Exception) -> sa.exc.StatementError:
+    return sa.exc.DBAPIError.instance(sql, params, exc, conn.dialect.loaded_dbapi.Error)
 
 
 @contextmanager
@@ -116,7 +337,29 @@ def _cursor(conn: Connection, sql: str, params: Any) -> Iterator[Any]:
         cursor.close()
 
 
-STATS = {"statements": 0}
+def _opens_transaction(dbapi: Any) -> bool:
+    """Whether a statement on this psycopg connection would begin its transaction (idle, not
+    autocommit); False for any other driver."""
+    info = getattr(dbapi, "info", None)
+    return (
+        info is not None
+        and not dbapi.autocommit
+        and info.transaction_status == _PG_IDLE
+        and hasattr(dbapi, "pipeline")
+    )
+
+
+_PG_IDLE = 0
+"""psycopg's `TransactionStatus.IDLE`: connected, no transaction open."""
+STATS = {
+    "statements": 0,
+    "savepoints": 0,
+    "pipelined_begins": 0,
+    "piggybacked": 0,
+}
+"""Counted for the benchmarks: statements run here, how many were SAVEPOINTs, how many BEGINs
+went in a pipeline with a statement, and how many statements went in the round trip of another
+statement or of the COMMIT (PostgreSQL pipelines)."""
 _cache: dict[tuple[int, str], tuple[sa.ClauseElement, Prepared]] = {}
 
 

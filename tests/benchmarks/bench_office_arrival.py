@@ -18,7 +18,9 @@ shared machine and only ratios taken in the same run compare:
 A counted pass then reports per Review arrival: SQL statements (SQLAlchemy's cursor events
 plus laneway's direct-cursor statements, `core.store.prepared.STATS`), commits of writer
 transactions, savepoints, and on PostgreSQL the client/server round trips (every statement,
-plus the BEGIN and COMMIT psycopg sends for each non-autocommit transaction).
+less those sent in one pipeline with another statement or with the COMMIT, plus the BEGIN -
+unless pipelined with the first statement - and the COMMIT psycopg sends for each
+non-autocommit transaction).
 
 PostgreSQL figures need a server: `--pg-url` or LANEWAY_TEST_PG_URL (`source /tmp/pgenv` on
 the team's machine). The benchmark creates databases of its own there and drops them after.
@@ -146,6 +148,8 @@ class Counter:
         self.writer_commits = 0
         self.other_commits = 0
         self.begins = 0
+        self.pipelined_begins = 0
+        self.piggybacked = 0
         self.pg = engine.dialect.name == "postgresql"
         self._listeners = [
             ("before_cursor_execute", self._statement),
@@ -182,13 +186,16 @@ class Counter:
 
     @contextmanager
     def arrival(self) -> Iterator[None]:
-        before = STATS["statements"]
+        before = dict(STATS)
         self.on = True
         try:
             yield
         finally:
             self.on = False
-            self.prepared += STATS["statements"] - before
+            self.prepared += STATS["statements"] - before["statements"]
+            self.savepoints += STATS["savepoints"] - before["savepoints"]
+            self.pipelined_begins += STATS["pipelined_begins"] - before["pipelined_begins"]
+            self.piggybacked += STATS["piggybacked"] - before["piggybacked"]
             self.arrivals += 1
 
     def per_arrival(self) -> dict[str, float]:
@@ -202,9 +209,13 @@ class Counter:
         }
         if self.pg:
             # psycopg sends BEGIN before a transaction's first statement and COMMIT at its end,
-            # each a round trip of its own; SAVEPOINT/RELEASE are statements already counted.
+            # each a round trip of its own, except a BEGIN pipelined with the first statement;
+            # a statement is a round trip unless it went in one pipeline with another statement
+            # or with the COMMIT (`core.store.prepared`); SAVEPOINTs are statements counted.
             commits = self.writer_commits + self.other_commits
-            figures["round trips"] = (statements + self.begins + commits) / n
+            begins = self.begins - self.pipelined_begins
+            own = statements - self.piggybacked
+            figures["round trips"] = (own + begins + commits) / n
         return figures
 
     def close(self) -> None:

@@ -17,6 +17,7 @@ from typing import Any
 import pytest
 import sqlalchemy as sa
 
+from core.entry import redispatch
 from core.store import dialect, events
 from tests.on_enter.helpers import World, act, open_world, records
 
@@ -133,3 +134,44 @@ def test_issue14_a_marker_settled_in_its_claims_transaction_stores_only_its_sett
         ("queue_run", "in_progress"),
         ("queue_run", "done"),
     ]
+
+
+def test_issue14_a_group_that_meets_its_own_lost_epochs_marker_fences_and_takes_it_over(
+    world: World, laneway_logs: list[dict[str, Any]]
+) -> None:
+    """Issue 14 target 2: a transactional group claims under the epoch as last checked, with
+    no liveness check first (its claims never commit `in_progress`). Where a lost lock could
+    matter - the group meets a marker `in_progress` under this process's own epoch, whose lock
+    is gone (others may have declared it dead) - the claim is lost, the lock is checked then,
+    the host fences onto a new epoch (one structured WARNING), and the group runs again under
+    it: the markers are taken over and settled, as a check before the claim did."""
+    if not world.host.store.is_sqlite:
+        pytest.skip("the lock file is SQLite's liveness lock")
+    wf, target = _review_like(world)
+    task = world.place(wf, "E2")
+    world.arrive(wf, task.id, "E2")
+    old = world.host.epoch
+    assert old is not None
+    world.reopen(task.id, 0, epoch=old)
+    world.reopen(task.id, 1, epoch=old)
+    directory = dialect.sqlite_path(world.host.store.url)
+    assert directory is not None
+    lock = directory.resolve().with_name(directory.resolve().name + ".epochs") / f"{old}.lock"
+    lock.unlink()
+    ((entry, _markers),) = world.entries(task.id)
+    _workflow, step = world.host.kernel.read.step(target)
+    laneway_logs.clear()
+
+    end = redispatch(world.host, world.host.tasks.get(task.id), step, entry)
+
+    assert end == "completed"
+    new = world.host.epoch
+    assert new is not None
+    assert new != old
+    fences = records(laneway_logs, "WARNING", old_epoch=old)
+    assert len(fences) == 1
+    assert fences[0]["extra"]["epoch"] == new
+    ((entry, markers),) = world.entries(task.id)
+    assert entry.terminal is True
+    assert [(m.position, m.state) for m in markers] == [(0, "done"), (1, "done")]
+    assert len(world.runs(task.id)) == 3  # the replayed fan-out found its keys: no new run

@@ -1,0 +1,102 @@
+"""Issue 14, target 2: statements whose result nothing waits for (`prepared.defer`).
+
+On PostgreSQL a deferred statement is sent in one pipeline with the next statement on the
+connection, whichever path sends that one (a prepared statement, SQLAlchemy, the flush before
+COMMIT); on SQLite it runs at once. Either way the transaction sees the statements in the order
+they were issued, and a deferred statement's check still decides inside its transaction: what
+it raises rolls the whole transaction back.
+"""
+
+from __future__ import annotations
+
+import pytest
+import sqlalchemy as sa
+
+from core import Host
+from core.store import prepared
+from core.store import tables as t
+
+T = t.tasks
+_RETITLE = sa.update(T).where(T.c.id == sa.bindparam("b_id")).values(title=sa.bindparam("b_title"))
+_TITLE = sa.select(T.c.title).where(T.c.id == sa.bindparam("task_id"))
+
+
+class Refused(Exception):
+    pass
+
+
+def _refuse_unless_one(rowcount: int) -> None:
+    if rowcount != 1:
+        raise Refused(rowcount)
+
+
+def _task(host: Host, title: str) -> str:
+    workflow = host.workflows.create_from_template("office-default")
+    return host.tasks.create(workflow=workflow.id, title=title).id
+
+
+def _title(host: Host, task_id: str) -> str:
+    return host.tasks.get(task_id).title
+
+
+def test_issue14_deferred_statements_reach_the_database_in_the_order_issued(host: Host) -> None:
+    """Issue 14: a deferred UPDATE is seen by the next statement of its transaction, sent
+    through SQLAlchemy or as a prepared statement, and commits with the transaction even when
+    nothing follows it."""
+    task_id = _task(host, "before")
+    with host.store.transaction() as uow:
+        prepared.defer(uow.conn, _RETITLE, {"b_id": task_id, "b_title": "one"})
+        seen = uow.conn.execute(sa.select(T.c.title).where(T.c.id == task_id)).scalar_one()
+        assert seen == "one"
+        prepared.defer(uow.conn, _RETITLE, {"b_id": task_id, "b_title": "two"})
+        assert uow.run(_TITLE, {"task_id": task_id}).scalar_one() == "two"
+        prepared.defer(uow.conn, _RETITLE, {"b_id": task_id, "b_title": "three"})
+    assert _title(host, task_id) == "three"
+
+
+def test_issue14_a_deferred_statements_check_rolls_its_whole_transaction_back(
+    host: Host,
+) -> None:
+    """Issue 14: a deferred statement whose row count is not what its caller needed raises
+    from inside its transaction (at the latest before COMMIT), and nothing of the transaction
+    commits - neither the deferred statement's neighbours nor what came before it."""
+    task_id = _task(host, "kept")
+
+    def refused_transaction() -> None:
+        with host.store.transaction() as uow:
+            uow.run(_RETITLE, {"b_id": task_id, "b_title": "lost"})
+            prepared.defer(
+                uow.conn, _RETITLE, {"b_id": "no such task", "b_title": "x"}, _refuse_unless_one
+            )
+
+    with pytest.raises(Refused):
+        refused_transaction()
+    assert _title(host, task_id) == "kept"
+    # the connection is usable afterwards, with nothing left queued from the rolled-back one
+    with host.store.transaction() as uow:
+        uow.run(_RETITLE, {"b_id": task_id, "b_title": "next"})
+    assert _title(host, task_id) == "next"
+
+
+def test_issue14_a_failed_block_drops_what_it_deferred_and_keeps_what_came_before(
+    host: Host,
+) -> None:
+    """Issue 14: `Store.isolated` on PostgreSQL (a savepoint, sent with the block's first
+    statement): a block that fails takes its own statements, deferred or not, with it; the
+    transaction's earlier writes commit. (SQLite needs no savepoint: a failed statement there
+    leaves the transaction usable, and the block keeps what it wrote.)"""
+    if host.store.is_sqlite:
+        pytest.skip("SQLite's isolated blocks take no savepoint")
+    task_id = _task(host, "before")
+    with host.store.transaction() as uow:
+        prepared.defer(uow.conn, _RETITLE, {"b_id": task_id, "b_title": "kept"})
+
+        def failing_block() -> None:
+            with host.store.isolated():
+                uow.run(_RETITLE, {"b_id": task_id, "b_title": "undone"})
+                prepared.defer(uow.conn, _RETITLE, {"b_id": task_id, "b_title": "undone too"})
+                raise Refused(0)
+
+        with pytest.raises(Refused):
+            failing_block()
+    assert _title(host, task_id) == "kept"
