@@ -142,15 +142,15 @@ def close_entries(
     uow: UnitOfWork, registry: Registry, batch: Sequence[Closing], *, epoch: str
 ) -> Outcome:
     """Close `batch` (in its order) inside `uow`'s transaction; see the module docstring.
-    Raises ledger.ClaimLost when a live epoch holds a position of a closed entry."""
+    Raises ledger.ClaimLost when a live epoch holds a position of a closed entry. Below is
+    PostgreSQL's form; SQLite's is `_close_sqlite`."""
     if not batch:
         return Outcome([], [])
     if uow.store.is_sqlite:
         return _close_sqlite(uow, registry, batch, epoch)
     conn = uow.conn
     wanted = [c.record.id for c in batch]
-    if not uow.store.is_sqlite:
-        conn.execute(_HOLD_TASKS, {"ids": sorted({c.record.task_id for c in batch})}).all()
+    conn.execute(_HOLD_TASKS, {"ids": sorted({c.record.task_id for c in batch})}).all()
     set_terminal = {str(i) for i in conn.execute(_CLOSE, {"ids": wanted}).scalars()}
     closed = [c for c in batch if c.record.id in set_terminal]
     pending: list[Closing] = []

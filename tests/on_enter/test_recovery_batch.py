@@ -13,8 +13,10 @@ import subprocess
 import sys
 import textwrap
 from collections import Counter
+from collections.abc import Sequence
 from typing import Any
 
+import attrs
 import pytest
 import sqlalchemy as sa
 
@@ -465,3 +467,51 @@ def test_ac_b9_a_batch_close_records_the_per_entry_skips_events_text_order_and_l
         assert records(laneway_logs, "INFO", task_id=task, entry_seq=seq, reason=reason)
     closed = [r for r in laneway_logs if r["message"] == "entry closed without running"]
     assert len(closed) == len(closing)
+
+
+@attrs.define
+class _Listening:
+    """An observer that wants every event and keeps what it is handed, in order."""
+
+    seen: list[events.Event] = attrs.field(factory=list)
+
+    def wanted(self) -> bool:
+        return True
+
+    def committed(self, batch: Sequence[events.Event]) -> None:
+        self.seen.extend(batch)
+
+    def drain(self) -> None:
+        return None
+
+
+def test_ac_b9_a_batch_close_hands_an_observer_the_events_it_stores(db_url: str) -> None:
+    """AC-B9(a1)/(a2), issue 14 target 3: with an observer listening (a plugin's
+    `laneway_event`), the batch's `entry.marker` events go through the event log's flush, as
+    every other write's do: the observer is handed each stored event, with its id, in order."""
+    office = build_office(db_url, tasks=2)
+    a, b = office.tasks
+    with raw(db_url) as conn:
+        digest = digest_of(on_enter(conn, office.review))
+        place(conn, a, office.review)
+        closing = [
+            add_entry(conn, a, office.review, 1, digest),
+            add_entry(conn, b, office.review, 1, digest),  # b stands at Work: step_left
+        ]
+        add_marker(conn, add_entry(conn, a, office.review, 2, digest), 1, FAN_OUT, "done")
+        add_marker(conn, closing[-1], 0, CLEAR, "done")
+    with open_host(db_url, recover=False) as host:
+        listening = _Listening()
+        host.store.observer = listening
+        report = recovery.scan(host)
+        stored = events.read_all(host.store)
+
+    assert report.skipped == {"superseded": 1, "step_left": 1}
+    seen = [e for e in listening.seen if e.data.get("entry_id") in closing]  # not a2's
+    assert [(e.data["entry_id"], e.data["position"], e.data["reason"]) for e in seen] == [
+        (closing[0], 0, "superseded"),
+        (closing[0], 1, "superseded"),
+        (closing[1], 1, "step_left"),
+    ]
+    by_id = {e.id: e for e in stored}
+    assert all(e.id > 0 and by_id[e.id] == e for e in seen)
