@@ -101,23 +101,19 @@ _MARKED = (
 )
 _COLUMNS = ("entry_id", "position", "kind", "state", "epoch", "reason", "updated_at")
 _WRITTEN = (M.c.entry_id, M.c.position, M.c.kind)
-_SKIP_ABSENT: dict[str, sa.Insert] = {}
+_SKIP_ABSENT: list[sa.Insert] = []
 
 
-def _skip_absent(dialect: str) -> sa.Insert:
-    """The batch's skipped markers in `dialect`'s ON CONFLICT form, built on first use (a
-    dialect's module costs a command about 40 ms to import; see `ledger._insert_absent`)."""
-    if dialect not in _SKIP_ABSENT:
-        if dialect == "postgresql":
-            from sqlalchemy.dialects.postgresql import insert as pg_insert
+def _skip_absent() -> sa.Insert:
+    """PostgreSQL's batch of skipped markers in its ON CONFLICT form, built on first use (a
+    dialect's module costs a command about 40 ms to import; see `ledger._insert_absent`).
+    SQLite's batch has its own statement (`_MARK_JSON`)."""
+    if not _SKIP_ABSENT:
+        from sqlalchemy.dialects.postgresql import insert as pg_insert
 
-            built: sa.Insert = pg_insert(M).from_select(_COLUMNS, _MARKED).on_conflict_do_nothing()
-        else:
-            from sqlalchemy.dialects.sqlite import insert as sqlite_insert
-
-            built = sqlite_insert(M).from_select(_COLUMNS, _MARKED).on_conflict_do_nothing()
-        _SKIP_ABSENT[dialect] = built.returning(*_WRITTEN)
-    return _SKIP_ABSENT[dialect]
+        built = pg_insert(M).from_select(_COLUMNS, _MARKED).on_conflict_do_nothing()
+        _SKIP_ABSENT.append(built.returning(*_WRITTEN))
+    return _SKIP_ABSENT[0]
 
 
 @attrs.frozen
@@ -169,7 +165,7 @@ def close_entries(
     groups: dict[tuple[str, str], list[str]] = {}
     for c in closed:
         groups.setdefault((c.step.id, c.reason), []).append(c.record.id)
-    insert = _skip_absent(conn.dialect.name)
+    insert = _skip_absent()
     written: set[tuple[str, int, str]] = set()
     for (step_id, reason), entry_ids in groups.items():
         for decl in positions[step_id]:
