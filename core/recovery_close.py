@@ -18,10 +18,22 @@ entry superseded them). Statements per batch, not per entry; the caller's one tr
    caller's transaction rolls back whole.
 4. The `entry.marker` events of the written positions, in (entry, position) order, exactly as
    `ledger.skip_entry` records them, stamped once for the batch.
+
+On SQLite (one writer at a time, so the batch's transaction is alone from its first statement)
+the batch goes to the database as one JSON parameter read by `json_each`, not thousands of
+bound ones, and the statements do the per-entry work: the UPDATE's RETURNING is fetched whole;
+the markers of every (entry, durable position) are one INSERT ... SELECT whose row count says
+whether each was written (when not, the rows carrying this batch's stamp and epoch name those
+that were); and when every one was written and no observer listens, their events are one
+INSERT ... SELECT too, with `json_object` building the same compact JSON text the event log's
+encoder writes (tests/on_enter/test_recovery_batch.py compares them). Measured at 100,000
+pending among 1,000,000 (docs/performance.md, Recovery): this was most of the scan's Python.
+PostgreSQL keeps the statements above (its JSON functions write other text).
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 
 import attrs
@@ -89,23 +101,19 @@ _MARKED = (
 )
 _COLUMNS = ("entry_id", "position", "kind", "state", "epoch", "reason", "updated_at")
 _WRITTEN = (M.c.entry_id, M.c.position, M.c.kind)
-_SKIP_ABSENT: dict[str, sa.Insert] = {}
+_SKIP_ABSENT: list[sa.Insert] = []
 
 
-def _skip_absent(dialect: str) -> sa.Insert:
-    """The batch's skipped markers in `dialect`'s ON CONFLICT form, built on first use (a
-    dialect's module costs a command about 40 ms to import; see `ledger._insert_absent`)."""
-    if dialect not in _SKIP_ABSENT:
-        if dialect == "postgresql":
-            from sqlalchemy.dialects.postgresql import insert as pg_insert
+def _skip_absent() -> sa.Insert:
+    """PostgreSQL's batch of skipped markers in its ON CONFLICT form, built on first use (a
+    dialect's module costs a command about 40 ms to import; see `ledger._insert_absent`).
+    SQLite's batch has its own statement (`_MARK_JSON`)."""
+    if not _SKIP_ABSENT:
+        from sqlalchemy.dialects.postgresql import insert as pg_insert
 
-            built: sa.Insert = pg_insert(M).from_select(_COLUMNS, _MARKED).on_conflict_do_nothing()
-        else:
-            from sqlalchemy.dialects.sqlite import insert as sqlite_insert
-
-            built = sqlite_insert(M).from_select(_COLUMNS, _MARKED).on_conflict_do_nothing()
-        _SKIP_ABSENT[dialect] = built.returning(*_WRITTEN)
-    return _SKIP_ABSENT[dialect]
+        built = pg_insert(M).from_select(_COLUMNS, _MARKED).on_conflict_do_nothing()
+        _SKIP_ABSENT.append(built.returning(*_WRITTEN))
+    return _SKIP_ABSENT[0]
 
 
 @attrs.frozen
@@ -130,13 +138,15 @@ def close_entries(
     uow: UnitOfWork, registry: Registry, batch: Sequence[Closing], *, epoch: str
 ) -> Outcome:
     """Close `batch` (in its order) inside `uow`'s transaction; see the module docstring.
-    Raises ledger.ClaimLost when a live epoch holds a position of a closed entry."""
+    Raises ledger.ClaimLost when a live epoch holds a position of a closed entry. Below is
+    PostgreSQL's form; SQLite's is `_close_sqlite`."""
     if not batch:
         return Outcome([], [])
+    if uow.store.is_sqlite:
+        return _close_sqlite(uow, registry, batch, epoch)
     conn = uow.conn
     wanted = [c.record.id for c in batch]
-    if not uow.store.is_sqlite:
-        conn.execute(_HOLD_TASKS, {"ids": sorted({c.record.task_id for c in batch})}).all()
+    conn.execute(_HOLD_TASKS, {"ids": sorted({c.record.task_id for c in batch})}).all()
     set_terminal = {str(i) for i in conn.execute(_CLOSE, {"ids": wanted}).scalars()}
     closed = [c for c in batch if c.record.id in set_terminal]
     pending: list[Closing] = []
@@ -155,7 +165,7 @@ def close_entries(
     groups: dict[tuple[str, str], list[str]] = {}
     for c in closed:
         groups.setdefault((c.step.id, c.reason), []).append(c.record.id)
-    insert = _skip_absent(conn.dialect.name)
+    insert = _skip_absent()
     written: set[tuple[str, int, str]] = set()
     for (step_id, reason), entry_ids in groups.items():
         for decl in positions[step_id]:
@@ -184,4 +194,89 @@ def close_entries(
                 )
             else:
                 ledger.skip_position(uow, entry_id, decl.position, decl.kind, c.reason, epoch=epoch)
+    return Outcome(closed, pending)
+
+
+# -- SQLite: the batch as one JSON parameter ----------------------------------------------------
+
+_JSON_IDS = sa.select(
+    sa.func.json_each(sa.bindparam("ids_json", type_=sa.String)).table_valued("value").c.value
+).scalar_subquery()
+_CLOSE_JSON = (
+    sa.update(E)
+    .where(E.c.id.in_(_JSON_IDS), _NOT_TERMINAL, ~_OCCUPIED)
+    .values(terminal=True)
+    .returning(E.c.id)
+)
+# :closed is [[task_id, entry_id, reason, [[position, kind], ...]], ...] in the batch's order;
+# WHERE true: SQLite's parser needs a WHERE before ON CONFLICT in INSERT ... SELECT.
+_MARK_JSON = sa.text(
+    "INSERT INTO step_entry_markers (entry_id, position, kind, state, epoch, reason, updated_at) "
+    "SELECT json_extract(c.value, '$[1]'), json_extract(p.value, '$[0]'), "
+    "json_extract(p.value, '$[1]'), 'skipped', :epoch, json_extract(c.value, '$[2]'), :stamp "
+    "FROM json_each(:closed) AS c, json_each(c.value, '$[3]') AS p WHERE true "
+    "ORDER BY c.key, p.key ON CONFLICT DO NOTHING"
+)
+# Which of them this batch wrote, when the row count says some were not: a position's marker
+# carries the batch's stamp (ids.now() never repeats in a process) and epoch only if the
+# statement above wrote it, for no other writer ran in between (SQLite's write lock).
+_MARKED_JSON = sa.text(
+    "SELECT m.entry_id, m.position, m.kind FROM step_entry_markers AS m "
+    "WHERE m.entry_id IN (SELECT json_extract(value, '$[1]') FROM json_each(:closed)) "
+    "AND m.updated_at = :stamp AND m.epoch = :epoch AND m.state = 'skipped'"
+)
+# The markers' `entry.marker` events, in (entry, position) order: json_object writes the text
+# `events._encode` writes for these fields (compact, keys in this order, ASCII ids and kinds).
+_EVENTS_JSON = sa.text(
+    "INSERT INTO board_events (type, task_id, at, data) "
+    "SELECT 'entry.marker', json_extract(c.value, '$[0]'), :stamp, json_object("
+    "'entry_id', json_extract(c.value, '$[1]'), 'position', json_extract(p.value, '$[0]'), "
+    "'kind', json_extract(p.value, '$[1]'), 'state', 'skipped', "
+    "'reason', json_extract(c.value, '$[2]')) "
+    "FROM json_each(:closed) AS c, json_each(c.value, '$[3]') AS p ORDER BY c.key, p.key"
+)
+
+
+def _close_sqlite(
+    uow: UnitOfWork, registry: Registry, batch: Sequence[Closing], epoch: str
+) -> Outcome:
+    conn = uow.conn
+    wanted = json.dumps([c.record.id for c in batch])
+    set_terminal = {str(i) for (i,) in conn.execute(_CLOSE_JSON, {"ids_json": wanted}).all()}
+    closed = [c for c in batch if c.record.id in set_terminal]
+    pending: list[Closing] = []
+    if len(closed) < len(batch):
+        rest = [c.record.id for c in batch if c.record.id not in set_terminal]
+        left = {str(i) for i in conn.execute(_STILL_PENDING, {"ids": rest}).scalars()}
+        pending = [c for c in batch if c.record.id in left]
+    if not closed:
+        return Outcome(closed, pending)
+    stamp = ids.now()
+    positions: dict[str, list[tuple[int, str]]] = {}
+    for c in closed:
+        if c.step.id not in positions:
+            durable = ledger.durable_positions(registry, c.step.actions("on_enter"))
+            positions[c.step.id] = [(d.position, d.kind) for d in durable]
+    rows = [[c.record.task_id, c.record.id, c.reason, positions[c.step.id]] for c in closed]
+    closed_json = json.dumps(rows)
+    expected = sum(len(r[3]) for r in rows)
+    params = {"closed": closed_json, "epoch": epoch, "stamp": stamp}
+    count = conn.execute(_MARK_JSON, params).rowcount
+    observer = uow.store.observer
+    if count == expected and not uow.events and (observer is None or not observer.wanted()):
+        conn.execute(_EVENTS_JSON, params)
+        return Outcome(closed, pending)
+    if count == expected:
+        written = None
+    else:
+        written = {(str(e), int(p), str(k)) for e, p, k in conn.execute(_MARKED_JSON, params)}
+    for c in closed:
+        entry_id = c.record.id
+        for position, kind in positions[c.step.id]:
+            if written is None or (entry_id, position, kind) in written:
+                events.marker_known(
+                    uow, stamp, c.record.task_id, entry_id, position, kind, "skipped", c.reason
+                )
+            else:
+                ledger.skip_position(uow, entry_id, position, kind, c.reason, epoch=epoch)
     return Outcome(closed, pending)

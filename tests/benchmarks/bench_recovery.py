@@ -12,7 +12,8 @@ skipped markers (and their events) and sets the entry terminal. The host is open
 `recover=False`; `core.recovery.scan(host)` is then timed alone.
 
 loguru's default stderr handler is removed first (laneway itself logs at WARNING unless told
-otherwise), so the INFO record the scan writes per closed entry is not printed.
+otherwise), so the INFO record per closed entry is neither printed nor, since no handler takes
+INFO, built (`core.recovery._info_wanted`), as in a host that logs at WARNING.
 
 Two baselines are measured in the same run, each on a copy of the same file. The raw floor is
 the least a scan can do with Python's sqlite3 module: read the pending rows through the pending

@@ -13,12 +13,15 @@ import subprocess
 import sys
 import textwrap
 from collections import Counter
+from collections.abc import Sequence
 from typing import Any
 
+import attrs
 import pytest
 import sqlalchemy as sa
 
 from core import ids, recovery, recovery_close
+from core.store import events
 from core.store import tables as t
 from tests.conftest import open_host
 from tests.multiprocess.conftest import child_env
@@ -401,3 +404,114 @@ def test_ac_b9_scanners_in_three_processes_write_each_marker_and_event_once(db_u
     assert set(once.values()) == {1}
     assert all(task == task_of[data["entry_id"]] for task, data in emitted)
     assert {data["state"] for _task, data in emitted} == {"skipped"}
+
+
+def test_ac_b9_a_batch_close_records_the_per_entry_skips_events_text_order_and_logs(
+    db_url: str, laneway_logs: list[dict[str, Any]]
+) -> None:
+    """AC-B9(a1)/(a2), issue 14 target 3: a batch of vacated entries with no marker yet (on
+    SQLite its markers and events are written by INSERT ... SELECT over one JSON parameter)
+    stores exactly what the per-entry skip stored: one `entry.marker` event per durable
+    position, in (task, step, entry_seq, position) order, each with its entry's task, one stamp
+    for the batch, and the very JSON text the event log's encoder writes; and one INFO record
+    per closed entry, with its fields, when a handler takes INFO."""
+    office = build_office(db_url, tasks=3)
+    a, b, c = office.tasks
+    with raw(db_url) as conn:
+        digest = digest_of(on_enter(conn, office.review))
+        for task in (a, c):
+            place(conn, task, office.review)
+        closing = [
+            (task, seq, add_entry(conn, task, office.review, seq, digest), reason)
+            for task, seq, reason in (
+                (c, 1, "superseded"),
+                (a, 2, "superseded"),
+                (b, 1, "step_left"),  # b stands at Work
+                (a, 1, "superseded"),
+            )
+        ]
+        for task in (a, c):
+            add_marker(conn, add_entry(conn, task, office.review, 3, digest), 0, CLEAR, "done")
+        before = conn.execute(sa.select(sa.func.max(t.board_events.c.id))).scalar() or 0
+    laneway_logs.clear()
+
+    with open_host(db_url) as host:
+        report = host.recovery_report.as_dict()
+
+    assert report["skipped"] == {"superseded": 3, "step_left": 1}
+    with raw(db_url) as conn:
+        stored = conn.execute(
+            sa.select(t.board_events.c.task_id, t.board_events.c.at, t.board_events.c.data)
+            .where(t.board_events.c.type == "entry.marker", t.board_events.c.id > before)
+            .order_by(t.board_events.c.id)
+        ).all()
+    ours = {entry_id for _task, _seq, entry_id, _reason in closing}
+    stored = [row for row in stored if json.loads(row[2])["entry_id"] in ours]  # not a3's, c3's
+    fields = ("entry_id", "position", "kind", "state", "reason")
+    expected = [
+        (
+            task,
+            events._encode(
+                dict(zip(fields, (entry_id, position, kind, "skipped", reason), strict=True))
+            ),
+        )
+        for task, _seq, entry_id, reason in sorted(closing)
+        for position, kind in ((0, CLEAR), (1, FAN_OUT))
+    ]
+    assert [(task, data) for task, _at, data in stored] == expected
+    # a's two entries close in one run, b's and c's in the next (a3's re-dispatch between)
+    stamps = [at for _task, at, _data in stored]
+    assert len(set(stamps[:4])) == 1  # one stamp per run
+    assert len(set(stamps[4:])) == 1
+    for task, seq, _entry_id, reason in closing:
+        assert records(laneway_logs, "INFO", task_id=task, entry_seq=seq, reason=reason)
+    closed = [r for r in laneway_logs if r["message"] == "entry closed without running"]
+    assert len(closed) == len(closing)
+
+
+@attrs.define
+class _Listening:
+    """An observer that wants every event and keeps what it is handed, in order."""
+
+    seen: list[events.Event] = attrs.field(factory=list)
+
+    def wanted(self) -> bool:
+        return True
+
+    def committed(self, batch: Sequence[events.Event]) -> None:
+        self.seen.extend(batch)
+
+    def drain(self) -> None:
+        return None
+
+
+def test_ac_b9_a_batch_close_hands_an_observer_the_events_it_stores(db_url: str) -> None:
+    """AC-B9(a1)/(a2), issue 14 target 3: with an observer listening (a plugin's
+    `laneway_event`), the batch's `entry.marker` events go through the event log's flush, as
+    every other write's do: the observer is handed each stored event, with its id, in order."""
+    office = build_office(db_url, tasks=2)
+    a, b = office.tasks
+    with raw(db_url) as conn:
+        digest = digest_of(on_enter(conn, office.review))
+        place(conn, a, office.review)
+        closing = [
+            add_entry(conn, a, office.review, 1, digest),
+            add_entry(conn, b, office.review, 1, digest),  # b stands at Work: step_left
+        ]
+        add_marker(conn, add_entry(conn, a, office.review, 2, digest), 1, FAN_OUT, "done")
+        add_marker(conn, closing[-1], 0, CLEAR, "done")
+    with open_host(db_url, recover=False) as host:
+        listening = _Listening()
+        host.store.observer = listening
+        report = recovery.scan(host)
+        stored = events.read_all(host.store)
+
+    assert report.skipped == {"superseded": 1, "step_left": 1}
+    seen = [e for e in listening.seen if e.data.get("entry_id") in closing]  # not a2's
+    assert [(e.data["entry_id"], e.data["position"], e.data["reason"]) for e in seen] == [
+        (closing[0], 0, "superseded"),
+        (closing[0], 1, "superseded"),
+        (closing[1], 1, "step_left"),
+    ]
+    by_id = {e.id: e for e in stored}
+    assert all(e.id > 0 and by_id[e.id] == e for e in seen)
