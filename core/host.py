@@ -113,6 +113,9 @@ def _service(name: str) -> Callable[[Host], Any]:
 
 DEFAULT_URL = "sqlite:///laneway.db"
 
+_NOTHING_PENDING = object()
+"""The recovery scan found nothing pending (its report, empty, is made when asked for)."""
+
 
 class Host:
     """A laneway instance on one database. Use `Host.open(...)`, ideally as a context manager."""
@@ -138,7 +141,7 @@ class Host:
         self._board_version = board_version
         self._follow_lock = threading.Lock()
         self._parts_lock = threading.RLock()
-        self.recovery_report: Any = None
+        self._recovery_report: Any = None
         self.loaded_plugins: LoadedPlugins | None = None
         """The plugins of the newest bundle as loaded (before their kinds registered), for
         the command line to take their commands from; None until a bundle is built."""
@@ -285,7 +288,11 @@ class Host:
             store.observer = observe.Dispatch(host.current_bundle)
             if recover and not read_only:
                 if features is None:
-                    host.recovery_report = host.entries.recover()
+                    # Nearly always nothing is pending: then the scan's modules (core.recovery,
+                    # core.recovery_close) are not imported until the report is asked for.
+                    entries = host.entries
+                    pending = entries._anything_pending()  # the scan's own probe
+                    host._recovery_report = entries.recover() if pending else _NOTHING_PENDING
                 else:
                     logger.bind(epoch=host.epoch, features=attrs.asdict(features)).info(
                         "recovery scan not run: this process overrides the board's features"
@@ -299,6 +306,25 @@ class Host:
             raise
         logger.bind(epoch=host.epoch, database=store.display_url).debug("host opened")
         return host
+
+    @property
+    def recovery_report(self) -> Any:
+        """The recovery scan's report (`core.recovery.RecoveryReport`) when this host ran the
+        scan at its open, else None."""
+        if self._recovery_report is _NOTHING_PENDING:
+            from core.recovery import RecoveryReport
+
+            self._recovery_report = RecoveryReport()
+        return self._recovery_report
+
+    def recovery_summary(self) -> dict[str, object] | None:
+        """`recovery_report.as_dict()`, or None when this host ran no scan; an empty scan's
+        summary is given without importing the scan's modules (the command line logs it on
+        every write command)."""
+        if self._recovery_report is _NOTHING_PENDING:
+            return {"scanned": 0, "redispatched": 0, "skipped": {}, "errors": 0}
+        report = self._recovery_report
+        return None if report is None else dict(report.as_dict())
 
     @property
     def epoch(self) -> str | None:

@@ -132,8 +132,25 @@ class LoadedPlugins:
 
 
 def _dist_of(dist: Distribution) -> tuple[str | None, str | None]:
-    metadata = dist.metadata  # parsed on every access: once, not once per field
-    return metadata["Name"], metadata["Version"]
+    """A distribution's name and version, from the head of its core metadata.
+
+    `dist.metadata` imports the `email` package and parses the whole file, long description
+    (a README) included, on every access; a write command paid that for every plugin's
+    distribution. Name and Version are single-line header fields, and the headers end at the
+    first blank line."""
+    text = dist.read_text("METADATA") or dist.read_text("PKG-INFO") or ""
+    name: str | None = None
+    version: str | None = None
+    for line in text.splitlines():
+        if not line.strip():
+            break
+        key, _colon, value = line.partition(":")
+        key = key.strip().lower()
+        if key == "name" and name is None:
+            name = value.strip()
+        elif key == "version" and version is None:
+            version = value.strip()
+    return name, version
 
 
 def _normalised(name: str) -> str:

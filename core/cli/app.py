@@ -309,6 +309,14 @@ def pause_collector() -> None:
         _collector_paused = True
 
 
+def collector_paused_by_caller() -> None:
+    """The console script's entry (`laneway_cli.main`) paused the collector before importing
+    `core`, so that importing the command line runs no collection either: `main` then
+    resumes it as if it had paused it itself."""
+    global _collector_paused
+    _collector_paused = True
+
+
 def resume_collector() -> None:
     """After the start (the host is open): what was built so far lives as long as the process,
     so it moves to the collector's permanent generation (`gc.freeze`), which it never walks
@@ -381,7 +389,7 @@ def _opened(host: Host, command: str) -> None:
         command=command,
         database=host.store.display_url,
         epoch=host.epoch,
-        recovery=host.recovery_report.as_dict() if host.recovery_report else None,
+        recovery=host.recovery_summary(),
     ).info("host opened")
 
 

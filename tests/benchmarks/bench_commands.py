@@ -22,7 +22,9 @@ file cache.
 `--baseline` times another install's `laneway` script (another checkout, before a change) on
 the same board in the same rotation, as `before: laneway ...` rows: a before/after comparison
 from one run. Repeat it, as `--baseline LABEL=PATH`, to time several installs side by side.
-Exit status 0 when every target holds, 1 otherwise.
+With `--pg`, an informative row times importing SQLAlchemy, psycopg and SQLAlchemy's psycopg
+dialect: what any program talking to PostgreSQL through them imports before its first
+statement. Exit status 0 when every target holds, 1 otherwise.
 """
 
 from __future__ import annotations
@@ -43,6 +45,9 @@ LANEWAY = str(Path(sys.executable).with_name("laneway"))
 TARGETS = {"laneway --help": 1.2, "laneway task list": 1.3, "laneway task move": 1.3}
 """Each timed command's ceiling, as a multiple of the anchor's median."""
 ANCHOR = "python -c 'import sqlalchemy'"
+PG_FLOOR = "python -c 'import ...psycopg' (floor)"
+"""On PostgreSQL, informative: importing SQLAlchemy, psycopg and SQLAlchemy's psycopg dialect,
+which any program that talks to PostgreSQL through them does before its first statement."""
 
 
 def _plain_env() -> dict[str, str]:
@@ -88,6 +93,9 @@ def commands(
         "python -c pass": ([sys.executable, "-c", "pass"], plain),
         ANCHOR: ([sys.executable, "-c", "import sqlalchemy"], plain),
     }
+    if not url.startswith("sqlite"):
+        floor = "import sqlalchemy, psycopg, sqlalchemy.dialects.postgresql.psycopg"
+        found[PG_FLOOR] = ([sys.executable, "-c", floor], plain)
     for label, script in (*((f"{name}: ", path) for name, path in baselines), ("", LANEWAY)):
         found[f"{label}laneway --help"] = ([script, "--help"], _env(url))
         found[f"{label}laneway task list"] = ([script, "task", "list"], _env(url))

@@ -437,3 +437,182 @@ def test_service_argument_checks_read_annotations_at_first_call(
     with pytest.raises(LanewayError, match=r"probes\.greet: argument 'name' must be str, got int"):
         service.greet(1)  # type: ignore[arg-type]
     assert planned == ["greet"]
+
+
+# Runs the installed console script's own entry (`laneway_cli.main`, what `laneway` runs) and
+# records, for every collection the cyclic collector makes, whether the command line had been
+# imported and dispatched yet; at exit, the collections, the environment and the modules.
+ENTRY_PROBE = """
+import atexit, gc, json, os, sys
+collections = []
+started = []
+def seen(phase, info):
+    if phase == "start" and started:
+        collections.append("core.cli.commands_task" in sys.modules)
+gc.callbacks.append(seen)
+def report():
+    print(json.dumps({
+        "before_dispatch": collections.count(False),
+        "loguru_autoinit": os.environ.get("LOGURU_AUTOINIT"),
+        "modules": sorted(sys.modules),
+    }), file=sys.stderr)
+atexit.register(report)
+import laneway_cli  # imports nothing of laneway's (compiled from source under some setups)
+gc.collect()  # what the probe itself allocated is not the command's
+started.append(True)
+laneway_cli.main(sys.argv[1:])
+"""
+
+
+def _entry(*args: str) -> tuple[str, dict[str, Any]]:
+    done = subprocess.run(
+        [sys.executable, "-c", ENTRY_PROBE, *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    return done.stdout, json.loads(done.stderr.splitlines()[-1])
+
+
+def test_the_console_script_enters_outside_core() -> None:
+    """Issue 14 target 1: the installed `laneway` script runs `laneway_cli:main`, whose package
+    imports nothing of laneway's: it has to act before `core/__init__.py` runs."""
+    from importlib.metadata import entry_points
+
+    (script,) = [e for e in entry_points(group="console_scripts") if e.name == "laneway"]
+    assert script.value == "laneway_cli:main"
+    done = subprocess.run(
+        [sys.executable, "-c", "import sys, laneway_cli; print(sorted(sys.modules))"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+    )
+    assert "'core'" not in done.stdout
+    assert "'loguru'" not in done.stdout
+
+
+def test_issue_14_the_collector_never_runs_while_the_command_line_is_imported(
+    current_board: str,
+) -> None:
+    """Issue 14 target 1: the console script's entry pauses the cyclic collector before it
+    imports `core` (`core.cli.main` alone could only pause it after its own import, and the
+    collector ran ~40 times while `core.cli` was imported); the command still works and leaves
+    the collector on for its own work (`test_a_command_starts_without_the_cyclic_collector...`
+    covers `main`'s part)."""
+    out, seen = _entry("--db", current_board, "--json", "task", "list")
+    (task,) = json.loads(out)
+    assert seen["before_dispatch"] == 0
+    moved, seen = _entry("--db", current_board, "task", "move", task["id"], "Review")
+    assert "to Review" in moved
+    assert seen["before_dispatch"] == 0
+
+
+def test_issue_14_loguru_starts_without_its_default_handler_only_in_the_console_script(
+    current_board: str,
+) -> None:
+    """Issue 14 target 1: the console script imports loguru with `LOGURU_AUTOINIT=False` (it
+    removes loguru's default handler anyway; building it cost every command its exception
+    formatter), puts the variable back so no child process inherits it, and still logs what
+    the global options ask for. A program that imports `core` itself keeps loguru's default
+    handler: a library user's records still print."""
+    _out, seen = _entry("--db", current_board, "task", "list")
+    assert seen["loguru_autoinit"] is None
+    done = subprocess.run(
+        [str(LANEWAY), "--db", current_board, "--log-json", "task", "list"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    records = [json.loads(line)["record"] for line in done.stderr.splitlines()]
+    assert "host opened" in [r["message"] for r in records]
+    library = subprocess.run(
+        [sys.executable, "-c", "import core.cli; from loguru import logger; logger.error('mine')"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+    )
+    assert "mine" in library.stderr
+
+
+def test_issue_14_a_write_command_imports_no_recovery_code_when_nothing_is_pending(
+    current_board: str,
+) -> None:
+    """Issue 14 target 1: a writer's recovery scan probes the pending index; when nothing is
+    pending, its modules (`core.recovery`, `core.recovery_close`) are not imported, and the
+    report (`Host.recovery_report`, `laneway recover`, the `host opened` record) is the empty
+    scan's, as before."""
+    from core.recovery import RecoveryReport
+
+    out, _seen = _entry("--db", current_board, "--json", "task", "list")
+    (task,) = json.loads(out)
+    moved, seen = _entry("--db", current_board, "task", "move", task["id"], "Review")
+    assert "to Review" in moved
+    assert "core.recovery" not in seen["modules"]
+    assert "core.recovery_close" not in seen["modules"]
+    out, seen = _entry("--db", current_board, "--json", "recover")
+    assert json.loads(out)["scanned"] == 0
+    with host.Host.open(current_board) as opened:
+        assert opened.recovery_summary() == RecoveryReport().as_dict()
+        assert opened.recovery_report == RecoveryReport()
+        assert opened.recovery_summary() == RecoveryReport().as_dict()
+
+
+# Counts the connections a command opens and the statements it sends, per connection.
+ROUND_TRIPS_PROBE = """
+import atexit, json, sys
+import sqlalchemy as sa
+from sqlalchemy.pool import Pool
+connections = []
+statements = []
+sa.event.listen(Pool, "connect", lambda dbapi, record: connections.append(id(dbapi)))
+def sent(conn, cursor, statement, *args):
+    statements.append(statement.split()[0].upper())
+sa.event.listen(sa.engine.Engine, "before_cursor_execute", sent)
+atexit.register(lambda: print(json.dumps([len(connections), statements]), file=sys.stderr))
+from laneway_cli import main
+main(sys.argv[1:])
+"""
+
+
+def test_issue_14_a_task_list_on_postgresql_opens_one_connection(
+    pg_database: str | None,
+) -> None:
+    """Issue 14 target 1: each PostgreSQL connection is a server process started for it, so a
+    read command opens one, and a write command three (its reads, its writer, its epoch's
+    liveness lock, which is the host's liveness and is not shared)."""
+    if pg_database is None:
+        pytest.skip("no PostgreSQL server: set LANEWAY_TEST_PG_URL (.ci/run does)")
+    from tests.conftest import _reset_postgres
+
+    _reset_postgres(pg_database)
+    url = pg_database
+    for args in (["init"], ["workflow", "create", "--template", "simple"]):
+        subprocess.run([str(LANEWAY), "--db", url, *args], check=True, capture_output=True)
+
+    def run(*args: str) -> tuple[str, int, list[str]]:
+        done = subprocess.run(
+            [sys.executable, "-c", ROUND_TRIPS_PROBE, "--db", url, *args],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
+        )
+        assert done.returncode == 0, done.stderr
+        connections, statements = json.loads(done.stderr.splitlines()[-1])
+        return done.stdout, connections, statements
+
+    made, connections, _ = run("--json", "task", "create", "--workflow", "Kanban", "--title", "p")
+    assert connections == 3
+    out, connections, statements = run("--json", "task", "list")
+    assert [t["title"] for t in json.loads(out)] == ["p"]
+    assert connections == 1
+    assert statements.count("SELECT") == len(statements)  # reads only, not even a BEGIN
+    moved, connections, _ = run("task", "move", json.loads(made)["id"], "Review")
+    assert "to Review" in moved
+    assert connections == 3
