@@ -1,7 +1,8 @@
 """Named fault points at commit boundaries, for crash tests.
 
 `LANEWAY_FAULT=<point>[@N]` makes the process exit at once with status 99 the N-th time
-(default the first) it reaches `<point>`. Unset, `reach` is one dictionary lookup.
+(default the first) it reaches `<point>`; the variable is read once, the first time any point
+is reached. Unset, `reach` is two comparisons.
 
 In-process tests can also make a point wait instead of exit (`pause_at`): the thread that
 reaches it blocks until the test releases it, which lets a test interleave two dispatches
@@ -58,12 +59,21 @@ def pause_at(point: str) -> Pause:
     return pause
 
 
+_UNREAD: tuple[str, int] = ("", 0)
+_armed_point: tuple[str, int] | None = _UNREAD
+
+
 def _armed() -> tuple[str, int] | None:
-    spec = os.environ.get("LANEWAY_FAULT")
-    if not spec:
-        return None
-    point, _, nth = spec.partition("@")
-    return point, int(nth) if nth.isdigit() else 1
+    # Read once per process: the variable arms a process when it starts (crash tests start
+    # one with it set), and an arrival reaches several points, each one an environ lookup.
+    global _armed_point
+    if _armed_point is _UNREAD:
+        spec = os.environ.get("LANEWAY_FAULT")
+        _armed_point = None
+        if spec:
+            point, _, nth = spec.partition("@")
+            _armed_point = (point, int(nth) if nth.isdigit() else 1)
+    return _armed_point
 
 
 def reach(point: str) -> None:

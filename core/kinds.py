@@ -115,17 +115,26 @@ class ActionContext:
         declaration at another position, is not. On other triggers: the operation id when
         there is one; without one there is no key.
         """
+        return self.idempotency_keyer(config)(agent_profile_id)
+
+    def idempotency_keyer(
+        self, config: Mapping[str, Any] | None = None
+    ) -> Callable[[str], str | None]:
+        """`idempotency_key` with the config bound: the digest and the entry's part of the key
+        are computed once, so an action that keys one run per agent (a fan-out) pays for the
+        canonical dump and its hash once, not once per agent."""
         from core.runs import config_digest
 
         digest = config_digest(dict(config or {}))
         if self.entry_seq is not None:
-            return (
-                f"on_enter:{self.task.id}:{self.step.id}:{self.entry_seq}:"
-                f"{self.position}:{agent_profile_id}:{digest}"
-            )
+            head = f"on_enter:{self.task.id}:{self.step.id}:{self.entry_seq}:{self.position}:"
+            tail = f":{digest}"
+            return lambda agent_profile_id: f"{head}{agent_profile_id}{tail}"
         if self.operation_id:
-            return f"{self.operation_id}:{self.step.id}:{self.task.id}:{agent_profile_id}:{digest}"
-        return None
+            head = f"{self.operation_id}:{self.step.id}:{self.task.id}:"
+            tail = f":{digest}"
+            return lambda agent_profile_id: f"{head}{agent_profile_id}{tail}"
+        return lambda _agent_profile_id: None
 
 
 @attrs.frozen

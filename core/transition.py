@@ -181,7 +181,7 @@ def _admit(
     # the runaway-loop fields ride on the admission itself: a person's move clears the flag
     # and starts a new count generation; any other path writes them back as they were read
     # (the store's one writer connection serialises write transactions)
-    task = _loop_fields_after(task, path)
+    halted, generation = _loop_values_after(task, path)
     queued = task.queued_for_step_id is not None or task.queued_at is not None
     uow.run(
         _ADMIT if queued else _ADMIT_UNQUEUED,
@@ -191,8 +191,8 @@ def _admit(
             "b_step_id": step.id,
             "b_state": state,
             "b_stamp": stamp,
-            "b_halted": task.loop_halted_step_id,
-            "b_generation": task.loop_generation,
+            "b_halted": halted,
+            "b_generation": generation,
         },
     )
     _write_history(uow, task.id, session_id, from_step_id, step.id, label, actor)
@@ -229,7 +229,9 @@ def _admit(
         queued_at=None,
         state=state,
         updated_at=stamp,
-    )
+        loop_halted_step_id=halted,
+        loop_generation=generation,
+    )  # one copy of the task for the admission and its loop fields
     return Arrival(committed, workflow, step, path, from_step_id, session_id, entry)
 
 
@@ -353,11 +355,20 @@ def _loop_fields_after(task: Task, path: str) -> Task:
     and starts a new generation of counts."""
     if path != PERSON_PATH:
         return task
+    halted, generation = _loop_values_after(task, path)
+    return attrs.evolve(task, loop_halted_step_id=halted, loop_generation=generation)
+
+
+def _loop_values_after(task: Task, path: str) -> tuple[str | None, int]:
+    """`_loop_fields_after`'s (loop_halted_step_id, loop_generation), without copying the
+    task (an admission copies it once, with its other fields)."""
+    if path != PERSON_PATH:
+        return task.loop_halted_step_id, task.loop_generation
     if task.loop_halted_step_id is not None:
         logger.bind(task_id=task.id, step_id=task.loop_halted_step_id).info(
             "a person moved the task: the runaway-loop flag is cleared"
         )
-    return attrs.evolve(task, loop_halted_step_id=None, loop_generation=task.loop_generation + 1)
+    return None, task.loop_generation + 1
 
 
 def _count_arrival(uow: UnitOfWork, task: Task, step_id: str) -> None:

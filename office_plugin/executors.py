@@ -102,6 +102,8 @@ def _fan_out(
     undo_all = first_pass and not store.is_sqlite
     enqueued = suppressed = 0
     failures: list[tuple[Participant, str]] = []
+    key_for = ctx.idempotency_keyer(canonical)  # one digest per action, not per seat
+    exempt = ctx.entry_id is not None
     for seat in seats:
         if not seat.agent_profile_id:
             failures.append((seat, "participant has no agent profile"))
@@ -115,8 +117,8 @@ def _fan_out(
             workflow_step_id=ctx.step.id,
             reason=reason,
             payload=payload,
-            idempotency_key=ctx.idempotency_key(seat.agent_profile_id, canonical),
-            coalesce_exempt=ctx.entry_id is not None,
+            idempotency_key=key_for(seat.agent_profile_id),
+            coalesce_exempt=exempt,
         )
         try:
             if first_pass:
@@ -154,6 +156,7 @@ def queue_run(ctx: ActionContext, config: QueueRunConfig) -> Outcome:
         "reason": reason,
         "payload": config.payload,
     }
+    key_for = ctx.idempotency_keyer(canonical)
     for agent in agents:
         host.runs.enqueue(
             RunRequest(
@@ -162,7 +165,7 @@ def queue_run(ctx: ActionContext, config: QueueRunConfig) -> Outcome:
                 workflow_step_id=step_id,
                 reason=reason,
                 payload=config.payload,
-                idempotency_key=ctx.idempotency_key(agent, canonical),
+                idempotency_key=key_for(agent),
                 coalesce_exempt=ctx.entry_id is not None,
             )
         )
