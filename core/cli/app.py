@@ -310,9 +310,9 @@ def pause_collector() -> None:
 
 
 def collector_paused_by_caller() -> None:
-    """The console script's entry (`laneway_cli.main`) paused the collector before importing
-    `core`, so that importing the command line runs no collection either: `main` then
-    resumes it as if it had paused it itself."""
+    """The console script's entry (`core.console.main`) paused the collector before importing
+    the command line, so that importing it runs no collection either: `main` then resumes it
+    as if it had paused it itself."""
     global _collector_paused
     _collector_paused = True
 
