@@ -38,6 +38,7 @@ from collections.abc import Sequence
 
 import attrs
 import sqlalchemy as sa
+from sqlalchemy.engine import Connection
 
 from core import ids, ledger
 from core.model import ActionDecl, Step, StepEntry
@@ -148,12 +149,7 @@ def close_entries(
     wanted = [c.record.id for c in batch]
     conn.execute(_HOLD_TASKS, {"ids": sorted({c.record.task_id for c in batch})}).all()
     set_terminal = {str(i) for i in conn.execute(_CLOSE, {"ids": wanted}).scalars()}
-    closed = [c for c in batch if c.record.id in set_terminal]
-    pending: list[Closing] = []
-    if len(closed) < len(batch):
-        rest = [c.record.id for c in batch if c.record.id not in set_terminal]
-        left = {str(i) for i in conn.execute(_STILL_PENDING, {"ids": rest}).scalars()}
-        pending = [c for c in batch if c.record.id in left]
+    closed, pending = _split(conn, batch, set_terminal)
     if not closed:
         return Outcome(closed, pending)
     stamp = ids.now()
@@ -243,12 +239,7 @@ def _close_sqlite(
     conn = uow.conn
     wanted = json.dumps([c.record.id for c in batch])
     set_terminal = {str(i) for (i,) in conn.execute(_CLOSE_JSON, {"ids_json": wanted}).all()}
-    closed = [c for c in batch if c.record.id in set_terminal]
-    pending: list[Closing] = []
-    if len(closed) < len(batch):
-        rest = [c.record.id for c in batch if c.record.id not in set_terminal]
-        left = {str(i) for i in conn.execute(_STILL_PENDING, {"ids": rest}).scalars()}
-        pending = [c for c in batch if c.record.id in left]
+    closed, pending = _split(conn, batch, set_terminal)
     if not closed:
         return Outcome(closed, pending)
     stamp = ids.now()
@@ -280,3 +271,18 @@ def _close_sqlite(
             else:
                 ledger.skip_position(uow, entry_id, position, kind, c.reason, epoch=epoch)
     return Outcome(closed, pending)
+
+
+def _split(
+    conn: Connection, batch: Sequence[Closing], set_terminal: set[str]
+) -> tuple[list[Closing], list[Closing]]:
+    """The batch's entries the closing statement set terminal, and those it left that are still
+    pending (their task is back at the step: the caller decides them); the rest another
+    process closed meanwhile."""
+    closed = [c for c in batch if c.record.id in set_terminal]
+    pending: list[Closing] = []
+    if len(closed) < len(batch):
+        rest = [c.record.id for c in batch if c.record.id not in set_terminal]
+        left = {str(i) for i in conn.execute(_STILL_PENDING, {"ids": rest}).scalars()}
+        pending = [c for c in batch if c.record.id in left]
+    return closed, pending

@@ -28,6 +28,18 @@ from core.store import tables as t
 from core.store.database import Store
 
 
+def _workspace_and_task(conn: sa.Connection, stamp: str) -> None:
+    """The rows a step entry needs under it: workspace "ws" and its task "task"."""
+    conn.execute(
+        sa.insert(t.workspaces).values(id="ws", name="ws", created_at=stamp, is_default=True)
+    )
+    conn.execute(
+        sa.insert(t.tasks).values(
+            id="task", workspace_id="ws", title="t", created_at=stamp, updated_at=stamp
+        )
+    )
+
+
 def test_issue_14_new_id_is_a_uuid_v7_in_the_usual_text_form() -> None:
     before_ms = time.time_ns() // 1_000_000
     made = ids.new_id()
@@ -153,14 +165,7 @@ def test_issue_14_a_0006_board_upgrades_to_the_partial_index_keeping_its_entries
     assert migrate.upgrade(store, "0006") == "0006"
     stamp = ids.now()
     with store.transaction() as uow:
-        uow.conn.execute(
-            sa.insert(t.workspaces).values(id="ws", name="ws", created_at=stamp, is_default=True)
-        )
-        uow.conn.execute(
-            sa.insert(t.tasks).values(
-                id="task", workspace_id="ws", title="t", created_at=stamp, updated_at=stamp
-            )
-        )
+        _workspace_and_task(uow.conn, stamp)
         uow.conn.execute(
             sa.insert(t.step_entries),
             [
@@ -228,14 +233,7 @@ def test_issue_14_markers_cascade_with_their_entry_after_0007(store: Store) -> N
     stamp = ids.now()
     entry = ids.new_id()
     with store.transaction() as uow:
-        uow.conn.execute(
-            sa.insert(t.workspaces).values(id="ws", name="ws", created_at=stamp, is_default=True)
-        )
-        uow.conn.execute(
-            sa.insert(t.tasks).values(
-                id="task", workspace_id="ws", title="t", created_at=stamp, updated_at=stamp
-            )
-        )
+        _workspace_and_task(uow.conn, stamp)
         uow.conn.execute(
             sa.insert(t.step_entries).values(
                 id=entry,
