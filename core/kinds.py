@@ -123,18 +123,16 @@ class ActionContext:
         """`idempotency_key` with the config bound: the digest and the entry's part of the key
         are computed once, so an action that keys one run per agent (a fan-out) pays for the
         canonical dump and its hash once, not once per agent."""
-        from core.runs import config_digest
-
-        digest = config_digest(dict(config or {}))
         if self.entry_seq is not None:
             head = f"on_enter:{self.task.id}:{self.step.id}:{self.entry_seq}:{self.position}:"
-            tail = f":{digest}"
-            return lambda agent_profile_id: f"{head}{agent_profile_id}{tail}"
-        if self.operation_id:
+        elif self.operation_id:
             head = f"{self.operation_id}:{self.step.id}:{self.task.id}:"
-            tail = f":{digest}"
-            return lambda agent_profile_id: f"{head}{agent_profile_id}{tail}"
-        return lambda _agent_profile_id: None
+        else:
+            return lambda _agent_profile_id: None
+        from core.runs import config_digest
+
+        tail = f":{config_digest(dict(config or {}))}"
+        return lambda agent_profile_id: f"{head}{agent_profile_id}{tail}"
 
 
 @attrs.frozen

@@ -45,12 +45,13 @@ from core.store.database import UnitOfWork
 
 E = t.step_entries
 BATCH = 5000
-"""Pending entries read (and, when they only need closing, closed) per transaction. Every
-closing transaction rewrites the pages of the markers' index it touches (keyed by random entry
-ids, so nearly all of them) and, on SQLite, checkpoints the WAL at its COMMIT: fewer, larger
-batches write less. At 100,000 pending among 1,000,000 the scan wrote 2.1 GB with 2,000, 1.5 GB
-with 5,000 and 1.3 GB with 10,000 (docs/performance.md); a batch of 5,000 took under a second
-there, which bounds how long it holds the write lock (SQLite) or its task rows (PostgreSQL)."""
+"""Pending entries read (and, when they only need closing, closed) per transaction. Every closing
+transaction rewrites the pages it touches (of step_entries, the markers, the events) and, on
+SQLite, checkpoints the WAL at its COMMIT: fewer, larger batches write less. Measured with uuid4
+entry ids (before ids became time-ordered), at 100,000 pending among 1,000,000 the scan wrote
+2.1 GB with 2,000, 1.5 GB with 5,000 and 1.3 GB with 10,000 (docs/performance.md); a batch of
+5,000 took under a second there, which bounds how long it holds the write lock (SQLite) or its
+task rows (PostgreSQL)."""
 
 
 @attrs.frozen
@@ -87,12 +88,11 @@ def pending_query() -> sa.Select[tuple[object, ...]]:
 
 
 SCAN_CACHE_KIB = 65_536
-"""SQLite page cache of the writer connection while the scan runs (64 MiB; SQLite's default is
-2 MB), put back after. A batch dirties a page of step_entries per pending entry or two, the
-markers' index (keyed by random entry ids) all over, and the events' pages: with 2 MB these
-were evicted mid-transaction and read back (measured at 100,000 among 1,000,000, 2,000 per
-batch: 5.5 GB read and 2.4 GB written by the scan with 2 MB, 1.6 GB and 2.1 GB with 64 MiB;
-docs/performance.md)."""
+"""SQLite page cache of the writer connection while the scan runs (64 MiB; SQLite's default is 2
+MB), put back after. A batch dirties a page of step_entries per pending entry or two, the
+markers' and the events' pages: with 2 MB these were evicted mid-transaction and read back
+(measured at 100,000 among 1,000,000, 2,000 per batch: 5.5 GB read and 2.4 GB written by the
+scan with 2 MB, 1.6 GB and 2.1 GB with 64 MiB; docs/performance.md)."""
 
 
 def scan(source: Kernel | HasKernel) -> RecoveryReport:
@@ -107,24 +107,25 @@ def _wide_cache(host: Kernel) -> Iterator[None]:
     the host's memory stays bounded. PostgreSQL's buffers are the server's."""
     previous: int | None = None
     if host.store.is_sqlite:
-        try:
-            with host.store.write_connection() as conn:
-                previous = dialect.sqlite_cache_size(conn, -SCAN_CACHE_KIB)
-        except Exception as exc:  # noqa: BLE001 - rule (f): only slower without it
-            logger.bind(cause=f"{type(exc).__name__}: {exc}").warning(
-                "recovery scan runs with the default page cache"
-            )
+        previous = _cache_size(
+            host, -SCAN_CACHE_KIB, "recovery scan runs with the default page cache"
+        )
     try:
         yield
     finally:
         if previous is not None:
-            try:
-                with host.store.write_connection() as conn:
-                    dialect.sqlite_cache_size(conn, previous)
-            except Exception as exc:  # noqa: BLE001 - rule (f); the next connection has 2 MB
-                logger.bind(cause=f"{type(exc).__name__}: {exc}").warning(
-                    "recovery scan could not put the page cache back"
-                )
+            _cache_size(host, previous, "recovery scan could not put the page cache back")
+
+
+def _cache_size(host: Kernel, value: int, failed: str) -> int | None:
+    """Set the writer's page cache to `value`; the one it replaced, or None (logged as `failed`)
+    when that failed: rule (f), the scan is only slower without it."""
+    try:
+        with host.store.write_connection() as conn:
+            return dialect.sqlite_cache_size(conn, value)
+    except Exception as exc:  # noqa: BLE001 - rule (f)
+        logger.bind(cause=f"{type(exc).__name__}: {exc}").warning(failed)
+        return None
 
 
 def _scan(host: Kernel) -> RecoveryReport:

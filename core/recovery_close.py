@@ -174,22 +174,8 @@ def close_entries(
                 "stamp": stamp,
             }
             written.update((str(e), int(p), str(k)) for e, p, k in conn.execute(insert, values))
-    for c in closed:
-        entry_id = c.record.id
-        for decl in positions[c.step.id]:
-            if (entry_id, decl.position, decl.kind) in written:
-                events.marker_known(
-                    uow,
-                    stamp,
-                    c.record.task_id,
-                    entry_id,
-                    decl.position,
-                    decl.kind,
-                    "skipped",
-                    c.reason,
-                )
-            else:
-                ledger.skip_position(uow, entry_id, decl.position, decl.kind, c.reason, epoch=epoch)
+    keyed = {step: [(d.position, d.kind) for d in decls] for step, decls in positions.items()}
+    _record(uow, closed, keyed, written, stamp, epoch)
     return Outcome(closed, pending)
 
 
@@ -261,6 +247,21 @@ def _close_sqlite(
         written = None
     else:
         written = {(str(e), int(p), str(k)) for e, p, k in conn.execute(_MARKED_JSON, params)}
+    _record(uow, closed, positions, written, stamp, epoch)
+    return Outcome(closed, pending)
+
+
+def _record(
+    uow: UnitOfWork,
+    closed: Sequence[Closing],
+    positions: dict[str, list[tuple[int, str]]],
+    written: set[tuple[str, int, str]] | None,
+    stamp: str,
+    epoch: str,
+) -> None:
+    """Per closed entry and durable position, in order: the `entry.marker` event of a marker
+    the batch wrote (`written`; None: all of them), else the ledger's claim path for the
+    position that already held one."""
     for c in closed:
         entry_id = c.record.id
         for position, kind in positions[c.step.id]:
@@ -270,7 +271,6 @@ def _close_sqlite(
                 )
             else:
                 ledger.skip_position(uow, entry_id, position, kind, c.reason, epoch=epoch)
-    return Outcome(closed, pending)
 
 
 def _split(

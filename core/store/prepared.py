@@ -83,14 +83,10 @@ class Prepared:
 
     def __call__(self, conn: Connection, values: Mapping[str, Any]) -> Result:
         sql, params = self.sql, self.params(values)
-        STATS["statements"] += 1
-        dbapi = conn.connection.dbapi_connection
-        assert dbapi is not None
-        cursor = dbapi.cursor()
-        try:
+        with _cursor(conn, sql, params) as cursor:
             pending = _pending_of(conn) if self._order is None else None
-            if pending or (self._order is None and _opens_transaction(dbapi)):
-                _pipelined(dbapi, pending, cursor.execute, sql, params)
+            if pending or (self._order is None and _opens_transaction(cursor.connection)):
+                _pipelined(cursor.connection, pending, cursor.execute, sql, params)
             else:
                 cursor.execute(sql, params)
             description = cursor.description
@@ -98,10 +94,6 @@ class Prepared:
                 return Result((), [], cursor.rowcount)
             names = tuple(d[0] for d in description)
             return Result(names, list(cursor.fetchall()), cursor.rowcount)
-        except conn.dialect.loaded_dbapi.Error as exc:
-            raise _translated(conn, sql, params, exc) from exc
-        finally:
-            cursor.close()
 
     def many(self, conn: Connection, rows: Sequence[Mapping[str, Any]]) -> int:
         """Run the statement once per row of `rows` in one driver call (executemany)."""
@@ -124,8 +116,7 @@ class Prepared:
 def run_driver_sql(conn: Connection, sql: str) -> None:
     """One fixed statement without parameters (BEGIN, SAVEPOINT) on the connection's driver
     cursor."""
-    if sql.startswith("SAVEPOINT"):
-        STATS["savepoints"] += 1
+    _count_savepoint(sql)
     with _cursor(conn, sql, ()) as cursor:
         pending = _pending_of(conn)
         if pending:
@@ -162,7 +153,7 @@ def defer(
     statement: sa.ClauseElement,
     values: Mapping[str, Any],
     check: Check | None = None,
-) -> Deferred:
+) -> None:
     """Run `statement` in `conn`'s transaction without waiting for it here.
 
     On PostgreSQL the statement is queued and sent in one pipeline with the next statement on
@@ -177,12 +168,8 @@ def defer(
         result = found(conn, values)
         if check is not None:
             check(result.rowcount)
-        deferred = Deferred(found.sql, None, check)
-        deferred.sent = True
-        return deferred
-    deferred = Deferred(found.sql, found.params(values), check)
-    conn.info.setdefault(_PENDING, []).append(deferred)
-    return deferred
+        return
+    conn.info.setdefault(_PENDING, []).append(Deferred(found.sql, found.params(values), check))
 
 
 def defer_many(
@@ -205,8 +192,7 @@ def defer_driver_sql(conn: Connection, sql: str) -> Deferred:
         deferred = Deferred(sql, None, None)
         deferred.sent = True
         return deferred
-    if sql.startswith("SAVEPOINT"):
-        STATS["savepoints"] += 1
+    _count_savepoint(sql)
     deferred = Deferred(sql, None, None)
     conn.info.setdefault(_PENDING, []).append(deferred)
     return deferred
@@ -244,17 +230,11 @@ def _commit_of(dbapi: Any) -> Callable[[str, Any], None]:
     return commit
 
 
-def drop_deferred(conn: Connection, keep: int = 0) -> None:
-    """Forget what was queued on `conn` after the first `keep` (its transaction, or savepoint,
-    is being rolled back)."""
+def drop_deferred(conn: Connection) -> None:
+    """Forget what is queued on `conn` (its transaction, or savepoint, is being rolled back)."""
     pending = _pending_of(conn)
     if pending:
-        del pending[keep:]
-
-
-def deferred_count(conn: Connection) -> int:
-    """How many statements are queued on `conn` now (for `drop_deferred` after a savepoint)."""
-    return len(_pending_of(conn) or ())
+        pending.clear()
 
 
 def follow_deferred(conn: Any, *_args: Any) -> None:
@@ -319,20 +299,26 @@ def _pipelined(
 
 
 def _translated(conn: Connection, sql: str, params: Any, exc: Exception) -> sa.exc.StatementError:
+    """`exc`, a driver error, as the exception type `Connection.execute` raises (IntegrityError,
+    ...)."""
     return sa.exc.DBAPIError.instance(sql, params, exc, conn.dialect.loaded_dbapi.Error)
+
+
+def _count_savepoint(sql: str) -> None:
+    if sql.startswith("SAVEPOINT"):
+        STATS["savepoints"] += 1
 
 
 @contextmanager
 def _cursor(conn: Connection, sql: str, params: Any) -> Iterator[Any]:
     """A driver cursor of `conn`'s own connection, counted in STATS, closed after use; a driver
-    error comes out as the exception type `Connection.execute` raises (IntegrityError, ...)."""
+    error comes out translated (`_translated`)."""
     STATS["statements"] += 1
     cursor = conn.connection.dbapi_connection.cursor()  # type: ignore[union-attr]
-    driver_error = conn.dialect.loaded_dbapi.Error
     try:
         yield cursor
-    except driver_error as exc:
-        raise sa.exc.DBAPIError.instance(sql, params, exc, driver_error) from exc
+    except conn.dialect.loaded_dbapi.Error as exc:
+        raise _translated(conn, sql, params, exc) from exc
     finally:
         cursor.close()
 

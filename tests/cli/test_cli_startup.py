@@ -33,9 +33,11 @@ main(sys.argv[1:])
 """
 
 
-def _modules_after(*args: str, env: dict[str, str] | None = None) -> tuple[str, set[str]]:
+def _probed(probe: str, *args: str, env: dict[str, str] | None = None) -> tuple[str, Any]:
+    """Run `probe` (Python source) with `args` as its command line; its output, and the JSON
+    it printed last on stderr (what the probe reports)."""
     done = subprocess.run(
-        [sys.executable, "-c", PROBE, *args],
+        [sys.executable, "-c", probe, *args],
         capture_output=True,
         text=True,
         timeout=120,
@@ -43,7 +45,12 @@ def _modules_after(*args: str, env: dict[str, str] | None = None) -> tuple[str, 
         env=env,
     )
     assert done.returncode == 0, done.stderr
-    return done.stdout, set(json.loads(done.stderr.splitlines()[-1]))
+    return done.stdout, json.loads(done.stderr.splitlines()[-1])
+
+
+def _modules_after(*args: str, env: dict[str, str] | None = None) -> tuple[str, set[str]]:
+    out, modules = _probed(PROBE, *args, env=env)
+    return out, set(modules)
 
 
 @pytest.fixture
@@ -217,16 +224,8 @@ def test_a_command_starts_without_the_cyclic_collector_and_works_with_it(
     out, _modules = _modules_after("--db", current_board, "--json", "task", "list")
     (task,) = json.loads(out)
     move = ["--db", current_board, "task", "move", task["id"], "Review"]
-    done = subprocess.run(
-        [sys.executable, "-c", COLLECTOR_PROBE, *move],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
-    assert done.returncode == 0, done.stderr
-    assert "to Review" in done.stdout
-    seen = json.loads(done.stderr.splitlines()[-1])
+    moved, seen = _probed(COLLECTOR_PROBE, *move)
+    assert "to Review" in moved
     assert seen["before_main"] is True  # importing the command line changes nothing
     assert seen["while_opening"] is False
     assert seen["while_working"] is True
@@ -273,15 +272,8 @@ def test_a_write_command_loads_its_plugins_once(current_board: str) -> None:
     (task,) = json.loads(out)
 
     def loads(*args: str) -> tuple[str, int]:
-        done = subprocess.run(
-            [sys.executable, "-c", LOADS_PROBE, "--db", current_board, *args],
-            capture_output=True,
-            text=True,
-            timeout=120,
-            check=False,
-        )
-        assert done.returncode == 0, done.stderr
-        return done.stdout, int(done.stderr.splitlines()[-1])
+        out, count = _probed(LOADS_PROBE, "--db", current_board, *args)
+        return out, int(count)
 
     moved, count = loads("task", "move", task["id"], "Review")
     assert "to Review" in moved
@@ -464,15 +456,8 @@ core.console.main(sys.argv[1:])
 
 
 def _entry(*args: str) -> tuple[str, dict[str, Any]]:
-    done = subprocess.run(
-        [sys.executable, "-c", ENTRY_PROBE, *args],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
-    assert done.returncode == 0, done.stderr
-    return done.stdout, json.loads(done.stderr.splitlines()[-1])
+    out, seen = _probed(ENTRY_PROBE, *args)
+    return out, dict(seen)
 
 
 def test_the_console_script_enters_before_the_command_line_is_imported() -> None:
@@ -591,16 +576,8 @@ def test_issue_14_a_task_list_on_postgresql_opens_one_connection(
         subprocess.run([str(LANEWAY), "--db", url, *args], check=True, capture_output=True)
 
     def run(*args: str) -> tuple[str, int, list[str]]:
-        done = subprocess.run(
-            [sys.executable, "-c", ROUND_TRIPS_PROBE, "--db", url, *args],
-            capture_output=True,
-            text=True,
-            timeout=120,
-            check=False,
-        )
-        assert done.returncode == 0, done.stderr
-        connections, statements = json.loads(done.stderr.splitlines()[-1])
-        return done.stdout, connections, statements
+        out, (connections, statements) = _probed(ROUND_TRIPS_PROBE, "--db", url, *args)
+        return out, connections, statements
 
     made, connections, _ = run("--json", "task", "create", "--workflow", "Kanban", "--title", "p")
     assert connections == 3
