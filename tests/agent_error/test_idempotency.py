@@ -20,6 +20,7 @@ import sqlalchemy as sa
 from core import ids, ledger
 from core.errors import NotFound
 from core.store import tables as t
+from plugins.testing.logs import matching
 from tests.agent_error.helpers import Probe as ProbePlugin
 from tests.agent_error.helpers import (
     World,
@@ -337,8 +338,9 @@ def test_ac_c7_a_refused_transition_is_not_applied_on_the_second_delivery(
     world.fail(task, session, agent_execution_id="exec-1")
     assert world.step_name(task.id) == "Work"
     assert [r["level"] for r in dispatch_records(laneway_logs)] == ["INFO"]
-    refused = [r for r in laneway_logs if "could not be allocated" in r["message"]]
+    refused = matching(laneway_logs, "ERROR", task_id=task.id, entry_path="E1")
     assert len(refused) == 1
+    assert "disk full" in refused[0]["extra"]["cause"]
 
     laneway_logs.clear()
     world.fail(task, session, agent_execution_id="exec-1")
@@ -368,10 +370,10 @@ def test_ac_c7_a_missing_target_step_is_declined_with_one_warning(
     world.fail(task, session, agent_execution_id="exec-1")
 
     assert world.step_name(task.id) == "Work"
-    declined = [r for r in laneway_logs if r["message"].startswith("transition declined")]
+    declined = matching(laneway_logs, to_step_id=recover_id)
     assert len(declined) == 1
     assert declined[0]["level"] == "WARNING"
-    assert declined[0]["extra"]["to_step_id"] == recover_id
+    assert declined[0]["extra"]["task_id"] == task.id
 
 
 def test_ac_c8_two_empty_execution_ids_collapse_to_one_dispatch(

@@ -106,9 +106,7 @@ def test_arrivals_enter_target_through_each_path(
         (e, m) for e, m in host.entries.list(task=task.id) if e.step_id == board.target.id
     ]
     assert (entry.entry_path, [(m.kind, m.state) for m in markers]) == (path, [("witness", "done")])
-    arrivals = [
-        r for r in matching(laneway_logs, "INFO", task_id=task.id) if r["message"] == "arrival"
-    ]
+    arrivals = matching(laneway_logs, "INFO", task_id=task.id, event="arrival")
     assert [r["extra"]["entry_path"] for r in arrivals][-1] == path
 
 
