@@ -10,21 +10,59 @@ readers take no lock.
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, cast
 
 import attrs
 
-from core.engine import Engine
 from core.registry import Registry
 from core.store.database import Store
+
+if TYPE_CHECKING:
+    from core.engine import Engine
+
+
+class _Unbuilt:
+    def __repr__(self) -> str:
+        return "<built when first asked for>"
+
+
+UNBUILT: Any = _Unbuilt()
+"""A bundle's engine not built yet (`Bundle.engine`); None is a bundle without an engine."""
 
 
 @attrs.frozen
 class Bundle:
-    engine: Engine
-    """The trigger engine built on this bundle's registry."""
-    registry: Registry
-    store: Store
-    generation: int = 0
+    """A registry, its store, and the trigger engine built on that registry.
+
+    The engine is built the first time it is asked for (`engine`), by `build_engine`: a
+    command that evaluates no trigger (a manual move, whose arrival walks its entry sequence
+    below the engine) does not import it. Built once per bundle; a bundle given an `engine`
+    uses that one, and one given `engine=None` has none (nor does one without
+    `build_engine`)."""
+
+    _engine: Any = attrs.field(alias="engine", default=UNBUILT, eq=False)
+    registry: Registry = attrs.field(kw_only=True)
+    store: Store = attrs.field(kw_only=True)
+    generation: int = attrs.field(default=0, kw_only=True)
+    build_engine: Callable[[Registry], Engine] | None = attrs.field(
+        default=None, kw_only=True, eq=False, repr=False
+    )
+    """Builds the engine on the bundle's registry, when `engine` is first asked for."""
+    _lock: threading.Lock = attrs.field(factory=threading.Lock, init=False, eq=False, repr=False)
+
+    @property
+    def engine(self) -> Engine:
+        """The trigger engine built on this bundle's registry."""
+        engine = self._engine
+        if engine is UNBUILT:
+            with self._lock:
+                engine = self._engine
+                if engine is UNBUILT:
+                    build = self.build_engine
+                    engine = build(self.registry) if build is not None else None
+                    object.__setattr__(self, "_engine", engine)  # frozen: set once, here
+        return cast("Engine", engine)
 
 
 class BundleHolder:
