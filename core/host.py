@@ -28,6 +28,7 @@ from types import TracebackType
 from typing import TYPE_CHECKING, Any, Generic, TypeVar, overload
 
 import attrs
+import sqlalchemy as sa
 from loguru import logger
 
 from core import board
@@ -256,22 +257,21 @@ class Host:
         store = Store(url)
         keeper: EpochKeeper | None = None
         try:
-            if upgrade and not read_only:
+            upgrading = upgrade and not read_only
+            if upgrading:
                 from core.store.liveness import schema_lock
 
                 with schema_lock(store.url, store.engine):
                     migrate.upgrade(store)
-            elif not migrate.is_current(store):
-                raise NotInitialised(
-                    f"database {store.display_url} is not initialised; run `laneway init`"
-                )
+            scanning = recover and not read_only and features is None
+            state, default_workspace, pending = _first_read(
+                store, check_schema=not upgrading, writer=not read_only, probe=scanning
+            )
             if not read_only:
                 from core.store.liveness import EpochKeeper
 
                 keeper = EpochKeeper(store.url, store.engine, store.write_connection)
                 store.liveness.follow(lambda: keeper.epoch if keeper is not None else None)
-            with store.read() as conn:
-                state = board.read(conn)
             host = cls(
                 store,
                 features=features if features is not None else state.features,
@@ -282,17 +282,17 @@ class Host:
             )
             store.on_begin = host._follow_board
             store.on_version = host._follow_version
-            host.workspace.ensure_default()
+            if not default_workspace:
+                host.workspace.ensure_default()
             if start_plugins:
                 host._first_bundle()
             store.observer = observe.Dispatch(host.current_bundle)
             if recover and not read_only:
                 if features is None:
-                    # Nearly always nothing is pending: then the scan's modules (core.recovery,
-                    # core.recovery_close) are not imported until the report is asked for.
-                    entries = host.entries
-                    pending = entries._anything_pending()  # the scan's own probe
-                    host._recovery_report = entries.recover() if pending else _NOTHING_PENDING
+                    # Nearly always nothing is pending (the first read probed): then the scan's
+                    # modules (core.recovery, core.recovery_close) are not imported until the
+                    # report is asked for.
+                    host._recovery_report = host.entries.recover() if pending else _NOTHING_PENDING
                 else:
                     logger.bind(epoch=host.epoch, features=attrs.asdict(features)).info(
                         "recovery scan not run: this process overrides the board's features"
@@ -391,15 +391,20 @@ class Host:
     def _build_bundle(self) -> Bundle:
         from core import structural
         from core.bundle import Bundle
-        from core.engine import Engine
         from core.registry import build_registry
         from plugins.manager import load_plugins
 
         loaded = load_plugins(self.selection, builtins=[("core", structural)])
         self.loaded_plugins = loaded
         registry = build_registry(loaded, self.features)
-        engine = Engine(self.arrivals, registry, self.operations)
-        return Bundle(engine=engine, registry=registry, store=self.store)
+        return Bundle(registry=registry, store=self.store, build_engine=self._engine_on)
+
+    def _engine_on(self, registry: Registry) -> Engine:
+        """A bundle's engine, built when first asked for (`Bundle.engine`): a command that
+        evaluates no trigger, such as a manual move, never imports `core.engine`."""
+        from core.engine import Engine
+
+        return Engine(self.arrivals, registry, self.operations)
 
     def set_features(self, **changes: bool) -> Bundle:
         """Switch the board's features (e.g. ``office=False``): stored in the database, so
@@ -473,6 +478,53 @@ class Host:
     @property
     def writable(self) -> bool:
         return self._keeper is not None
+
+
+def _first_read(
+    store: Store, *, check_schema: bool, writer: bool, probe: bool
+) -> tuple[board.BoardState, bool, bool]:
+    """What opening a host reads, in one read transaction before it mints its epoch (so on
+    one connection, which the writer then takes; each read after the mint needs one more):
+    the schema's revision (unless just upgraded), the board's state, whether the default
+    workspace exists (a reader, which creates none, does not ask: True) and, for a writer
+    that runs the recovery scan, the scan's probe (True: something is pending, or the probe
+    failed, which the scan then reports)."""
+    from core.store import migrate
+
+    try:
+        with store.read() as conn:
+            if check_schema and not migrate.recorded_is_current(conn):
+                raise _not_initialised(store)
+            state = board.read(conn)
+            default_workspace = not writer or _has_default_workspace(conn)
+            pending = False
+            if probe:
+                from core.services.entries import anything_pending
+
+                try:
+                    pending = anything_pending(conn)
+                except Exception:  # noqa: BLE001 - the scan runs and reports it (rule f)
+                    pending = True
+    except sa.exc.DBAPIError:
+        # The version table may be missing (a database laneway never initialised): the
+        # check's own path tells that apart from any other failure, raised as it is.
+        if check_schema and not migrate.is_current(store):
+            raise _not_initialised(store) from None
+        raise
+    return state, default_workspace, pending
+
+
+def _not_initialised(store: Store) -> NotInitialised:
+    return NotInitialised(f"database {store.display_url} is not initialised; run `laneway init`")
+
+
+def _has_default_workspace(conn: Connection) -> bool:
+    """`WorkspaceService.ensure_default`'s read, so that a board which has its default
+    workspace (every board but a new one) takes no write transaction to learn it."""
+    from core.store import tables as t
+
+    found = conn.execute(sa.select(t.workspaces.c.id).where(t.workspaces.c.is_default)).first()
+    return found is not None
 
 
 def _check_sqlite_file(url: str, *, writing: bool) -> None:

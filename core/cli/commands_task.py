@@ -82,20 +82,22 @@ def task_list(settings: Settings, workflow: str | None) -> None:
 def task_move(settings: Settings, ref: str, step: str) -> None:
     """Manual move (E2). It clears a runaway-loop stop: triggers move the task again."""
     with writer(settings) as host:
-        before = host.tasks.get(ref)
-        moved = host.tasks.move(before.id, step)
-        names = step_names(host, before, moved)
-    emit(settings.json, moved, [_move_line(before, moved, names)])
+        # The move reads the task itself, in its own transaction: the step it left is that
+        # read's (no read of its own before it, which would need a connection of its own).
+        change = host.tasks.manual_move(ref, step)
+        moved = change.task
+        names = step_names(host, moved)
+    emit(settings.json, moved, [_move_line(change.from_step_id, moved, names)])
 
 
-def _move_line(before: Task, after: Task, names: Mapping[str, str]) -> str:
+def _move_line(source: str | None, after: Task, names: Mapping[str, str]) -> str:
     def name(step_id: str | None) -> str:
         return names.get(step_id, step_id) if step_id else "-"
 
-    src, dst = name(before.workflow_step_id), name(after.workflow_step_id)
+    src, dst = name(source), name(after.workflow_step_id)
     if not after.wip_admitted:
         return f"task {after.id}: queued for {dst} (the step is full; it enters when room frees)"
-    if before.workflow_step_id == after.workflow_step_id:
+    if source == after.workflow_step_id:
         return f"task {after.id}: already at {dst}"
     return f"task {after.id}: moved from {src} to {dst}"
 

@@ -3,6 +3,7 @@ from __future__ import annotations
 from typing import Any
 
 import sqlalchemy as sa
+from sqlalchemy.engine import Connection
 
 from core.model import Marker, StepEntry
 from core.services.base import Service
@@ -49,9 +50,15 @@ class EntryService(Service):
         return recovery.scan(self.host)
 
     def _anything_pending(self) -> bool:
-        probe = sa.select(sa.literal(1)).where(sa.exists().where(E.c.terminal.is_(False)))
         try:
             with self.host.store.read() as conn:
-                return conn.execute(probe).first() is not None
+                return anything_pending(conn)
         except Exception:  # noqa: BLE001 - the scan itself reports a failing query (rule f)
             return True
+
+
+def anything_pending(conn: Connection) -> bool:
+    """The recovery scan's probe of the pending index (a host's opening runs it in its first
+    read); it raises what the read raises."""
+    probe = sa.select(sa.literal(1)).where(sa.exists().where(E.c.terminal.is_(False)))
+    return conn.execute(probe).first() is not None

@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import sqlalchemy as sa
 from loguru import logger
 
@@ -10,6 +12,9 @@ from core.services.base import Service
 from core.store import events, rows
 from core.store import tables as t
 from core.text import require_text
+
+if TYPE_CHECKING:
+    from core.transition import Change
 
 TASKS = t.tasks
 # The routes that move a task import `core.arrival` (and the entry, ledger and transition
@@ -94,6 +99,11 @@ class TaskService(Service):
 
     def move(self, ref: str, step: str) -> Task:
         """Manual move (entry path E2)."""
+        return self.manual_move(ref, step).task
+
+    def manual_move(self, ref: str, step: str) -> Change:
+        """`move`, returning what it did: the task as moved, the step it left, whether it
+        changed or was queued (the command line's line, from the move's own read)."""
         from core import arrival
 
         self._require_writer()
@@ -104,7 +114,7 @@ class TaskService(Service):
                 raise LanewayError(f"step {chosen.name!r} does not allow manual moves")
             return chosen.id
 
-        return arrival.move(self.host.arrivals, ref, target, path="E2", label="manual").task
+        return arrival.move(self.host.arrivals, ref, target, path="E2", label="manual")
 
     def update(self, ref: str, *, step: str | None = None, title: str | None = None) -> Task:
         """Generic update (entry path E5 when the step changes)."""

@@ -71,6 +71,13 @@ def upgrade(store: Store, revision: str = "head") -> str:
     return found
 
 
+def recorded_is_current(conn: Connection) -> bool:
+    """`is_current`'s one statement, on a read the caller has open (a host's opening reads the
+    board in the same transaction). It raises what the read raises: when the version table
+    is missing, for one; the caller then asks `is_current`, which tells that apart."""
+    return _recorded(conn) == HEAD_REVISION
+
+
 def is_current(store: Store) -> bool:
     """Whether the schema is at `HEAD_REVISION`. Every command asks, so it costs one
     statement (a round trip on PostgreSQL): the version table is read as if it exists, and

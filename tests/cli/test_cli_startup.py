@@ -119,17 +119,20 @@ def test_task_list_loads_no_plugin_and_no_write_path(current_board: str) -> None
 def test_task_move_starts_the_plugins_but_not_the_runtime(current_board: str) -> None:
     """AC issue-14/1: a write command still loads every installed plugin (their observers
     must see its events); a manual move that starts no agent does not import the agent
-    runtime, and SQLite never imports the PostgreSQL dialect."""
+    runtime, nor (issue 14) the trigger engine, which its bundle builds when first asked
+    for, and SQLite never imports the PostgreSQL dialect."""
     out, _modules = _modules_after("--db", current_board, "--json", "task", "list")
     (task,) = json.loads(out)
     moved, modules = _modules_after("--db", current_board, "task", "move", task["id"], "Review")
     assert "to Review" in moved
-    for present in ("pluggy", "kanban_plugin", "office_plugin", "core.arrival", "core.engine"):
+    for present in ("pluggy", "kanban_plugin", "office_plugin", "core.arrival", "core.bundle"):
         assert present in modules, present
     for absent in (
         "core.runtime.runtime",
         "core.runtime.process",
         "sqlalchemy.dialects.postgresql",
+        "core.engine",
+        "core.operations",
     ):
         assert absent not in modules, absent
 
@@ -192,17 +195,17 @@ import atexit, gc, json, sys
 import core.services.tasks as tasks
 import core.store.migrate as migrate
 seen = {"before_main": gc.isenabled()}
-is_current = migrate.is_current
-def probe_open(store):
+is_current = migrate.recorded_is_current
+def probe_open(conn):
     seen["while_opening"] = gc.isenabled()
-    return is_current(store)
-migrate.is_current = probe_open
-move = tasks.TaskService.move
+    return is_current(conn)
+migrate.recorded_is_current = probe_open
+move = tasks.TaskService.manual_move
 def probe_move(self, *args, **kwargs):
     seen["while_working"] = gc.isenabled()
     seen["frozen_while_working"] = gc.get_freeze_count()
     return move(self, *args, **kwargs)
-tasks.TaskService.move = probe_move
+tasks.TaskService.manual_move = probe_move
 def report():
     seen["at_exit"] = gc.isenabled()
     seen["frozen_at_exit"] = gc.get_freeze_count()
@@ -564,8 +567,11 @@ def test_issue_14_a_task_list_on_postgresql_opens_one_connection(
     pg_database: str | None,
 ) -> None:
     """Issue 14 target 1: each PostgreSQL connection is a server process started for it, so a
-    read command opens one, and a write command three (its reads, its writer, its epoch's
-    liveness lock, which is the host's liveness and is not shared)."""
+    read command opens one, and a write command at most three (its reads, its writer, its
+    epoch's liveness lock, which is the host's liveness and is not shared). A manual move
+    (issue 14) opens two: the host's opening reads what it needs before it takes its writer,
+    and the move reads the task in its own transaction, so no read needs a connection of
+    its own."""
     if pg_database is None:
         pytest.skip("no PostgreSQL server: set LANEWAY_TEST_PG_URL (.ci/run does)")
     from tests.conftest import _reset_postgres
@@ -587,4 +593,91 @@ def test_issue_14_a_task_list_on_postgresql_opens_one_connection(
     assert statements.count("SELECT") == len(statements)  # reads only, not even a BEGIN
     moved, connections, _ = run("task", "move", json.loads(made)["id"], "Review")
     assert "to Review" in moved
-    assert connections == 3
+    assert connections == 2
+
+
+def test_issue_14_a_manual_move_on_sqlite_uses_one_connection(current_board: str) -> None:
+    """Issue 14 target 1: opening a writer reads the schema's revision, the board, the default
+    workspace and the recovery probe in one read, before the writer takes that connection;
+    the move reads the task in its own transaction: one SQLite connection in all, four
+    transactions (that read, the epoch's row, the move, the epoch's close)."""
+    out, _modules = _modules_after("--db", current_board, "--json", "task", "list")
+    (task,) = json.loads(out)
+    for step, line in (("Review", "to Review"), ("Review", "already at Review")):
+        moved, (connections, statements) = _probed(
+            ROUND_TRIPS_PROBE, "--db", current_board, "task", "move", task["id"], step
+        )
+        assert line in moved
+        assert connections == 1
+        assert statements.count("SELECT") >= 4  # the first read: version, board, workspace, probe
+
+
+def test_issue_14_a_move_prints_the_step_its_own_read_found(current_board: str) -> None:
+    """Issue 14 target 1: `task move` names the step the task left from the move's own read
+    (no read before it): the line and the JSON are the move's, as CLI.md gives them, and a
+    task that does not exist is refused as before."""
+    runner = CliRunner()
+    cli = build_cli(plugin_commands=False)
+    listed = runner.invoke(cli, ["--db", current_board, "--json", "task", "list"])
+    (task,) = json.loads(listed.output)
+    done = runner.invoke(cli, ["--db", current_board, "task", "move", task["id"], "Review"])
+    assert done.exit_code == 0, done.output
+    assert done.output == f"task {task['id']}: moved from In Progress to Review\n"
+    again = runner.invoke(
+        build_cli(plugin_commands=False),
+        ["--db", current_board, "--json", "task", "move", task["id"], "Review"],
+    )
+    assert again.exit_code == 0, again.output
+    shown = runner.invoke(
+        build_cli(plugin_commands=False),
+        ["--db", current_board, "--json", "task", "show", task["id"]],
+    )
+    assert json.loads(again.output) == json.loads(shown.output)
+    missing = runner.invoke(
+        build_cli(plugin_commands=False), ["--db", current_board, "task", "move", "nope", "Review"]
+    )
+    assert missing.exit_code == 1
+    assert "no task 'nope'" in missing.output
+
+
+# Imports `core` and reports what it left of loguru to whoever imports it next.
+LIBRARY_LOGURU_PROBE = """
+import json, sys
+import core
+report = {"imported_by_core": "loguru" in sys.modules}
+from loguru import logger
+seen = []
+logger.add(lambda message: seen.append(message.record["message"]), level="DEBUG")
+exec("from loguru import logger; logger.error('laneway')", {"__name__": "core.probe"})
+logger.error("mine")
+report.update(default_handler=0 in logger._core.handlers, seen=seen)
+print(json.dumps(report), file=sys.stderr)
+"""
+
+
+def test_issue_14_import_core_leaves_loguru_and_its_default_handler_to_the_host() -> None:
+    """Issue 14 target 1: `import core` no longer imports loguru; whoever imports it first
+    gets loguru's default handler as loguru builds it, and laneway's packages are silenced the
+    moment it is imported (a library's records stay off until `logs.enable`)."""
+    _out, report = _probed(LIBRARY_LOGURU_PROBE)
+    assert report == {"imported_by_core": False, "default_handler": True, "seen": ["mine"]}
+
+
+def test_issue_14_the_console_script_builds_no_default_loguru_handler() -> None:
+    """Issue 14 target 1: the console script, whose logging is the command line's, imports
+    loguru as `LOGURU_AUTOINIT=0` would (no default handler to build and then remove), and
+    leaves the environment as it found it; laneway's packages are still silenced."""
+    probe = (
+        "import json, os, sys\n"
+        "import core.console\n"
+        "before = 'loguru' in sys.modules\n"
+        "core.console.logs.import_without_default_handler()\n"
+        "from loguru import logger\n"
+        "print(json.dumps([before, len(logger._core.handlers), os.environ.get('LOGURU_AUTOINIT'),"
+        " [n for n, on in logger._core.activation_list if not on]]), file=sys.stderr)\n"
+    )
+    env = {k: v for k, v in os.environ.items() if k != "LOGURU_AUTOINIT"}
+    _out, report = _probed(probe, env=env)
+    assert report == [False, 0, None, ["core.", "plugins.", "kanban_plugin.", "office_plugin."]]
+    _out, report = _probed(probe, env={**env, "LOGURU_AUTOINIT": "1"})
+    assert report[1:3] == [0, "1"]
