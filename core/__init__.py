@@ -7,14 +7,12 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from core import logs
 from core.errors import LanewayError
 from core.features import Features
 
 if TYPE_CHECKING:
     from core.host import Host
 
-logs.disable()
 
 __all__ = ["Features", "Host", "LanewayError"]
 

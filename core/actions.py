@@ -10,11 +10,10 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from loguru import logger
-
 from core.errors import LanewayError
 from core.kernel import Kernel
 from core.kinds import ActionContext, ActionFailed, ConfigError, Outcome
+from core.logs import logger
 from core.model import ActionDecl, Step, Task
 from core.registry import Registry
 

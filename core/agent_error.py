@@ -23,9 +23,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from loguru import logger
-
 from core.errors import NotFound
+from core.logs import logger
 from core.model import WORKING_STATES, Task
 from core.runtime.failures import AgentFailure
 

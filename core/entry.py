@@ -19,11 +19,11 @@ from __future__ import annotations
 from typing import Any, Literal
 
 import attrs
-from loguru import logger
 
 from core import faults, ledger
 from core.kernel import HasKernel, Kernel, Published, kernel_of
 from core.kinds import ActionContext, ActionFailed, ActionKind, ConfigError, Outcome
+from core.logs import logger
 from core.model import ActionDecl, Session, Step, StepEntry, Task, Workflow
 from core.registry import RegisteredKind, Registry
 

@@ -29,11 +29,11 @@ from typing import TYPE_CHECKING, Any, Generic, TypeVar, overload
 
 import attrs
 import sqlalchemy as sa
-from loguru import logger
 
 from core import board
 from core.errors import DatabaseUnusable, LanewayError, NotInitialised
 from core.features import Features
+from core.logs import logger
 from core.plugin_selection import KEEP, Keep, PluginSelection
 from core.store import dialect
 from core.store.database import Store

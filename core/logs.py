@@ -1,5 +1,13 @@
 """Logging setup. laneway is a library first: it adds no handler and stays silent until the
-application (the `laneway` command, or a host's own code) calls `enable`."""
+application (the `laneway` command, or a host's own code) calls `enable`.
+
+Every laneway module that logs takes `logger` from here, not from loguru, so laneway's packages
+are silenced before any of them can log, and `import core` alone does not import loguru:
+loguru builds its default stderr handler when it is first imported (unless `LOGURU_AUTOINIT`
+is false), and that handler is its first importer's. The console script, whose process is the
+command line's, imports loguru without it (`core.console`): it would remove it anyway, and
+building a handler lists the library folders of every `sysconfig` install scheme (~3 ms).
+"""
 
 from __future__ import annotations
 
@@ -9,12 +17,17 @@ from typing import Any, TextIO
 
 from loguru import logger
 
+__all__ = ["PACKAGES", "disable", "enable", "logger"]
+
 PACKAGES = ("core", "plugins", "kanban_plugin", "office_plugin")
 
 
 def disable() -> None:
     for name in PACKAGES:
         logger.disable(name)
+
+
+disable()
 
 
 def enable(

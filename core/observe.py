@@ -17,8 +17,7 @@ from collections import deque
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
-from loguru import logger
-
+from core.logs import logger
 from core.store.events import Event
 
 if TYPE_CHECKING:

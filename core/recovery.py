@@ -33,11 +33,11 @@ from contextlib import contextmanager
 
 import attrs
 import sqlalchemy as sa
-from loguru import logger
 
 from core import entry, ids, ledger, recovery_close
 from core.errors import LanewayError
 from core.kernel import HasKernel, Kernel, kernel_of
+from core.logs import logger
 from core.model import Marker, Step, StepEntry, Task
 from core.store import dialect, rows
 from core.store import tables as t

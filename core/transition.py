@@ -20,13 +20,13 @@ from typing import Any
 
 import attrs
 import sqlalchemy as sa
-from loguru import logger
 
 from core import faults, ids, ledger
 from core.board import ROW_ID as BOARD_ROW
 from core.entry import Arrival  # the value `move` returns, defined beside its consumer
 from core.errors import LanewayError, NotFound
 from core.kernel import HasKernel, Kernel, kernel_of
+from core.logs import logger
 from core.model import ACTIVE_SESSION_STATES, Step, Task, Workflow
 from core.registry import Registry
 from core.store import events, rows

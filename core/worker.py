@@ -16,9 +16,9 @@ from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from typing import TYPE_CHECKING, Any
 
 import attrs
-from loguru import logger
 
 from core import faults, runs
+from core.logs import logger
 from core.model import Run
 from core.prompts import build_prompt
 from core.runtime.runtime import TurnOutcome, profile_session

@@ -33,6 +33,7 @@ from typing import TYPE_CHECKING, Any
 
 import pluggy
 
+import core.logs  # noqa: F401 - a plugin's records, like laneway's, stay off until enabled
 from core.errors import LanewayError
 from core.faults import reach as fault_point
 from core.kinds import (

@@ -27,9 +27,9 @@ from typing import TYPE_CHECKING, Any, Final
 import attrs
 import click
 import pluggy
-from loguru import logger
 
 from core.errors import LanewayError
+from core.logs import logger
 from core.model import Task, Workspace
 from core.plugin_selection import KEEP, Keep, PluginSelection
 from core.runtime.failures import AgentFailure

@@ -230,7 +230,7 @@ class LanewayGroup(click.Group):
         """Log what went wrong loading plugin commands so far, once (logging must be set up)."""
         if not self.startup_warnings:
             return
-        from loguru import logger
+        from core.logs import logger
 
         for warning in self.startup_warnings:
             logger.warning(warning)
@@ -383,7 +383,7 @@ def _check_url(url: str, *, must_exist: bool) -> None:
 
 
 def _opened(host: Host, command: str) -> None:
-    from loguru import logger
+    from core.logs import logger
 
     logger.bind(
         command=command,
@@ -450,9 +450,8 @@ def reader(settings: Settings) -> Iterator[Host]:
 
 def _start_logging(settings: Settings) -> Callable[[], None]:
     """Route laneway's records to stderr for this invocation; returns the undo."""
-    from loguru import logger
-
     from core import logs
+    from core.logs import logger
 
     # --json promises machine-readable progress on stderr too, so it serialises records
     # as well; --log-json additionally lowers the threshold to INFO.
@@ -547,7 +546,7 @@ def main(argv: Sequence[str] | None = None) -> NoReturn:
 def _main(argv: Sequence[str] | None) -> NoReturn:
     # laneway owns this process: drop loguru's default DEBUG handler so only the handler the
     # global options ask for prints.
-    from loguru import logger
+    from core.logs import logger
 
     logger.remove()
     verbose = any(a in ("-v", "--verbose") for a in (argv if argv is not None else sys.argv))

@@ -9,10 +9,10 @@ import re
 import secrets
 
 import click
-from loguru import logger
 
 from core.cli.app import Settings, pass_settings, reader, writer
 from core.errors import LanewayError
+from core.logs import logger
 
 _TOKEN_OK = re.compile(r"[A-Za-z0-9._~+/=-]{16,512}")
 

@@ -18,8 +18,8 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 import attrs
-from loguru import logger
 
+from core.logs import logger
 from core.model import Session
 
 if TYPE_CHECKING:

@@ -24,10 +24,10 @@ from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
 import attrs
-from loguru import logger
 
 from core import ids
 from core.errors import LanewayError
+from core.logs import logger
 from core.model import ACTIVE_SESSION_STATES, Session, Task
 from core.runtime import process
 from core.runtime.agent_env import agent_env

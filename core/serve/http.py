@@ -15,12 +15,12 @@ from typing import TYPE_CHECKING, Any, Final
 
 import attrs
 import sqlalchemy as sa
-from loguru import logger
 from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
 from core.errors import Conflict, LanewayError, NotFound
+from core.logs import logger
 from core.shapes import plain
 
 if TYPE_CHECKING:

@@ -15,9 +15,9 @@ from types import FrameType
 from typing import Final
 
 import uvicorn
-from loguru import logger
 
 from core.host import Host
+from core.logs import logger
 from core.serve.app import build_app
 from core.serve.stream import Hub
 

@@ -21,9 +21,9 @@ from collections.abc import AsyncIterator
 from typing import TYPE_CHECKING, Final
 
 import attrs
-from loguru import logger
 from starlette.concurrency import run_in_threadpool
 
+from core.logs import logger
 from core.store import events
 from core.store.events import Event
 

@@ -3,10 +3,10 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 import sqlalchemy as sa
-from loguru import logger
 
 from core import ids
 from core.errors import LanewayError
+from core.logs import logger
 from core.model import Step, Task, Workflow
 from core.services.base import Service
 from core.store import events, rows

@@ -6,10 +6,10 @@ from typing import TYPE_CHECKING, Any
 
 import attrs
 import sqlalchemy as sa
-from loguru import logger
 
 from core import board, ids
 from core.errors import Conflict, LanewayError, NotFound
+from core.logs import logger
 from core.model import Step, Workflow
 from core.services.base import Service
 from core.store import rows

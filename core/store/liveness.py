@@ -31,10 +31,10 @@ from pathlib import Path
 from typing import Any
 
 import sqlalchemy as sa
-from loguru import logger
 from sqlalchemy.engine import URL, Connection, Engine
 
 from core import ids
+from core.logs import logger
 from core.store import dialect
 from core.store import tables as t
 
