@@ -392,13 +392,8 @@ def _cursor_of(info: dict[Any, Any], dbapi: Any, key: str = _CURSOR) -> Any:
 def _opens_transaction(dbapi: Any) -> bool:
     """Whether a statement on this psycopg connection would begin its transaction (idle, not
     autocommit); False for any other driver."""
-    info = getattr(dbapi, "info", None)
-    return (
-        info is not None
-        and not dbapi.autocommit
-        and info.transaction_status == _PG_IDLE
-        and hasattr(dbapi, "pipeline")
-    )
+    pgconn = getattr(dbapi, "pgconn", None)  # (`dbapi.info` builds an object per access)
+    return pgconn is not None and pgconn.transaction_status == _PG_IDLE and not dbapi.autocommit
 
 
 _PG_IDLE = 0
