@@ -18,7 +18,6 @@ Listeners on SQLAlchemy's cursor events do not see these statements; `STATS` cou
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from contextlib import contextmanager
 from typing import Any, cast
 
 import sqlalchemy as sa
@@ -73,6 +72,12 @@ class Prepared:
             raise ValueError("prepared statements cannot hold expanding IN lists: use fixed_in()")
         self._order = tuple(compiled.positiontup or ()) if compiled.positional else None
         self._defaults = dict(compiled.params)
+        dml = compiled.isinsert or compiled.isupdate or compiled.isdelete
+        self._rowless = dml and not compiled.effective_returning and not compiled.isplaintext
+        """An INSERT, UPDATE or DELETE without RETURNING: no rows to read (nor their
+        description, which psycopg builds on every access)."""
+        self._names: tuple[str, ...] | None = None
+        """The result's column names, the same for every run (read from the first)."""
 
     def params(self, values: Mapping[str, Any]) -> Any:
         """`values` in the driver's parameter form for this statement."""
@@ -83,17 +88,29 @@ class Prepared:
 
     def __call__(self, conn: Connection, values: Mapping[str, Any]) -> Result:
         sql, params = self.sql, self.params(values)
-        with _cursor(conn, sql, params) as cursor:
-            pending = _pending_of(conn) if self._order is None else None
-            if pending or (self._order is None and _opens_transaction(cursor.connection)):
-                _pipelined(cursor.connection, pending, cursor.execute, sql, params)
+        STATS["statements"] += 1
+        dbapi = conn.connection.dbapi_connection
+        info = conn.info
+        cursor = _cursor_of(info, dbapi)
+        try:
+            if self._order is None and (info.get(_PENDING) or _opens_transaction(dbapi)):
+                scratch = _cursor_of(info, dbapi, _SCRATCH)
+                _pipelined(dbapi, info.get(_PENDING), cursor.execute, sql, params, scratch)
             else:
                 cursor.execute(sql, params)
-            description = cursor.description
-            if description is None:
+            if self._rowless:
                 return Result((), [], cursor.rowcount)
-            names = tuple(d[0] for d in description)
-            return Result(names, list(cursor.fetchall()), cursor.rowcount)
+            names = self._names
+            if names is None:
+                description = cursor.description
+                if description is None:
+                    return Result((), [], cursor.rowcount)
+                names = tuple(d[0] for d in description)
+                if not self._rowless:
+                    self._names = names
+            return Result(names, cursor.fetchall(), cursor.rowcount)
+        except conn.dialect.loaded_dbapi.Error as exc:
+            raise _translated(conn, sql, params, exc) from exc
 
     def many(self, conn: Connection, rows: Sequence[Mapping[str, Any]]) -> int:
         """Run the statement once per row of `rows` in one driver call (executemany)."""
@@ -104,25 +121,37 @@ class Prepared:
             params = [tuple(map({**defaults, **r}.get, order)) for r in rows]
         else:
             params = [{**self._defaults, **r} for r in rows]
-        with _cursor(conn, self.sql, params) as cursor:
+        STATS["statements"] += 1
+        dbapi = conn.connection.dbapi_connection
+        cursor = _cursor_of(conn.info, dbapi)
+        try:
             pending = _pending_of(conn) if self._order is None else None
             if pending:
-                _pipelined(cursor.connection, pending, cursor.executemany, self.sql, params)
+                scratch = _cursor_of(conn.info, dbapi, _SCRATCH)
+                _pipelined(dbapi, pending, cursor.executemany, self.sql, params, scratch)
             else:
                 cursor.executemany(self.sql, params)
             return int(cursor.rowcount)
+        except conn.dialect.loaded_dbapi.Error as exc:
+            raise _translated(conn, self.sql, params, exc) from exc
 
 
 def run_driver_sql(conn: Connection, sql: str) -> None:
     """One fixed statement without parameters (BEGIN, SAVEPOINT) on the connection's driver
     cursor."""
     _count_savepoint(sql)
-    with _cursor(conn, sql, ()) as cursor:
+    STATS["statements"] += 1
+    dbapi = conn.connection.dbapi_connection
+    cursor = _cursor_of(conn.info, dbapi)
+    try:
         pending = _pending_of(conn)
         if pending:
-            _pipelined(cursor.connection, pending, cursor.execute, sql, None)
+            scratch = _cursor_of(conn.info, dbapi, _SCRATCH)
+            _pipelined(dbapi, pending, cursor.execute, sql, None, scratch)
         else:
             cursor.execute(sql)
+    except conn.dialect.loaded_dbapi.Error as exc:
+        raise _translated(conn, sql, (), exc) from exc
 
 
 # -- statements whose result nothing waits for ----------------------------------------------------
@@ -211,21 +240,20 @@ def flush_deferred(conn: Connection, *, commit: bool = False) -> None:
     dbapi = conn.connection.dbapi_connection
     assert dbapi is not None
     commit = commit and all(item.check is None for item in pending)
+    scratch = _cursor_of(conn.info, dbapi)
     try:
         # counted: the COMMIT is this round trip's, every queued statement rides with it
-        _pipelined(dbapi, pending, _commit_of(dbapi) if commit else None, "", None)
+        _pipelined(dbapi, pending, _commit_of(scratch) if commit else None, "", None, scratch)
     except conn.dialect.loaded_dbapi.Error as exc:
         raise _translated(conn, "", None, exc) from exc
 
 
-def _commit_of(dbapi: Any) -> Callable[[str, Any], None]:
+def _commit_of(cursor: Any) -> Callable[[str, Any], None]:
     def commit(_sql: str, _params: Any) -> None:
         # COMMIT as a statement of the pipeline (psycopg's `commit()` would sync on its own,
         # a round trip more); psycopg then finds the connection idle, and so does SQLAlchemy's
         # COMMIT at the end of the unit of work, which sends nothing
-        # (a client-side cursor holding nothing on the server: not closed before the
-        # pipeline has read its result)
-        dbapi.cursor().execute("COMMIT", prepare=False)
+        cursor.execute("COMMIT", prepare=False)
 
     return commit
 
@@ -261,24 +289,35 @@ def _pipelined(
     send: Callable[[str, Any], Any] | None,
     sql: str,
     params: Any,
+    scratch: Any = None,
 ) -> None:
     """Send the queued statements, then `send(sql, params)` (if any), in one psycopg pipeline
     (one round trip, BEGIN included when the transaction opens here); then check the queued
-    statements' row counts, in order."""
+    statements' row counts, in order.
+
+    :param scratch: a cursor for the queued statements whose row count nothing checks (their
+        results are not read; a checked one gets a cursor of its own, whose row count the
+        pipeline fills in); None: one made for this pipeline."""
     queued = list(pending or ())
     if pending:
         pending.clear()
-    cursors = []
-    if _opens_transaction(dbapi):
-        STATS["pipelined_begins"] += 1
+    checked: list[tuple[Deferred, Any]] = []
+    opens = _opens_transaction(dbapi)
     # statements that rode in the round trip of another
     STATS["piggybacked"] += len(queued) - (0 if send is not None else 1)
     try:
-        with dbapi.pipeline():
+        with dbapi.pipeline() as pipeline:
+            if opens and _send_begin(dbapi, pipeline):
+                STATS["pipelined_begins"] += 1
             for item in queued:
                 STATS["statements"] += 1
-                cursor = dbapi.cursor()
-                cursors.append(cursor)
+                if item.check is not None:
+                    cursor = dbapi.cursor()
+                    checked.append((item, cursor))
+                else:
+                    if scratch is None:
+                        scratch = dbapi.cursor()
+                    cursor = scratch
                 item.sent = True
                 if item.many:
                     cursor.executemany(item.sql, item.params)
@@ -290,12 +329,37 @@ def _pipelined(
                 send(sql, params)
             # no explicit sync: leaving the block sends the one Sync and reads every result
             # (a sync of our own, then the block's, would be two round trips)
-        for item, cursor in zip(queued, cursors, strict=True):
-            if item.check is not None:
-                item.check(cursor.rowcount)
+        for item, cursor in checked:
+            assert item.check is not None
+            item.check(cursor.rowcount)
     finally:
-        for cursor in cursors:
+        for _item, cursor in checked:
             cursor.close()
+
+
+def _send_begin(dbapi: Any, pipeline: Any) -> bool:
+    """Send the transaction's BEGIN as the first command of `pipeline`, so that it goes in the
+    pipeline's one round trip; False (psycopg then begins the transaction itself) where that
+    cannot be done as psycopg would.
+
+    psycopg begins a transaction at its first statement, and in a pipeline it then syncs at
+    once (`_start_query`): the BEGIN would be a round trip of its own. Sent here, on the
+    libpq connection, the connection is no longer idle when the first statement is queued, so
+    psycopg adds no BEGIN (and no Sync) of its own; its result (nothing to read) is the
+    pipeline's first, as psycopg queues a command's."""
+    results = getattr(pipeline, "result_queue", None)
+    if (
+        results is None
+        or results
+        or pipeline.command_queue
+        or dbapi.isolation_level is not None
+        or dbapi.read_only is not None
+        or dbapi.deferrable is not None
+    ):
+        return False  # psycopg's BEGIN would not be a plain one, or the pipeline is not fresh
+    dbapi.pgconn.send_query_params(b"BEGIN", None)
+    results.append(None)
+    return True
 
 
 def _translated(conn: Connection, sql: str, params: Any, exc: Exception) -> sa.exc.StatementError:
@@ -309,30 +373,27 @@ def _count_savepoint(sql: str) -> None:
         STATS["savepoints"] += 1
 
 
-@contextmanager
-def _cursor(conn: Connection, sql: str, params: Any) -> Iterator[Any]:
-    """A driver cursor of `conn`'s own connection, counted in STATS, closed after use; a driver
-    error comes out translated (`_translated`)."""
-    STATS["statements"] += 1
-    cursor = conn.connection.dbapi_connection.cursor()  # type: ignore[union-attr]
-    try:
-        yield cursor
-    except conn.dialect.loaded_dbapi.Error as exc:
-        raise _translated(conn, sql, params, exc) from exc
-    finally:
-        cursor.close()
+_CURSOR = "laneway_cursor"
+_SCRATCH = "laneway_scratch_cursor"
+
+
+def _cursor_of(info: dict[Any, Any], dbapi: Any, key: str = _CURSOR) -> Any:
+    """The driver cursor laneway's statements run on, one per driver connection, kept in the
+    connection's info (which SQLAlchemy clears when it replaces the driver connection): a
+    statement's rows are read before the next statement runs, so one cursor serves them all,
+    without a cursor made and closed per statement. (`_SCRATCH`: a second one, for the
+    deferred statements sent in a pipeline with a statement on the first.)"""
+    cursor = info.get(key)
+    if cursor is None or cursor.connection is not dbapi:
+        cursor = info[key] = dbapi.cursor()
+    return cursor
 
 
 def _opens_transaction(dbapi: Any) -> bool:
     """Whether a statement on this psycopg connection would begin its transaction (idle, not
     autocommit); False for any other driver."""
-    info = getattr(dbapi, "info", None)
-    return (
-        info is not None
-        and not dbapi.autocommit
-        and info.transaction_status == _PG_IDLE
-        and hasattr(dbapi, "pipeline")
-    )
+    pgconn = getattr(dbapi, "pgconn", None)  # (`dbapi.info` builds an object per access)
+    return pgconn is not None and pgconn.transaction_status == _PG_IDLE and not dbapi.autocommit
 
 
 _PG_IDLE = 0

@@ -9,6 +9,8 @@ it raises rolls the whole transaction back.
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 import sqlalchemy as sa
 
@@ -100,3 +102,44 @@ def test_issue14_a_failed_block_drops_what_it_deferred_and_keeps_what_came_befor
         with pytest.raises(Refused):
             failing_block()
     assert _title(host, task_id) == "kept"
+
+
+def test_issue14_a_transaction_begins_in_the_round_trip_of_its_first_statement(
+    host: Host, tmp_path: Path
+) -> None:
+    """Issue 14: on PostgreSQL a transaction whose first statement is a prepared one sends its
+    BEGIN in that statement's round trip (psycopg alone would send BEGIN and wait for it), and
+    its deferred statements go with the COMMIT: two round trips (two Syncs on the wire, read
+    from libpq's protocol trace) for a read, a deferred write and the COMMIT - and the
+    transaction is a real one (the write commits, a failure rolls back what came before)."""
+    if host.store.is_sqlite:
+        pytest.skip("SQLite has no round trips")
+    task_id = _task(host, "before")
+    trace = tmp_path / "libpq.trace"
+    with open(trace, "w") as out, host.store.transaction(follow_board=False) as uow:
+        pgconn = uow.conn.connection.dbapi_connection.pgconn  # type: ignore[union-attr]
+        pgconn.trace(out.fileno())
+        try:
+            assert uow.run(_TITLE, {"task_id": task_id}).scalar_one() == "before"
+            assert uow.conn.connection.dbapi_connection.info.transaction_status != 0  # type: ignore[union-attr]
+            prepared.defer(uow.conn, _RETITLE, {"b_id": task_id, "b_title": "after"})
+            prepared.flush_deferred(uow.conn, commit=True)
+        finally:
+            pgconn.untrace()
+    lines = trace.read_text().splitlines()
+    sent = [line.split("\t") for line in lines if "\tF\t" in line]
+    assert [fields[3] for fields in sent if len(fields) > 3 and fields[3] == "Sync"] == [
+        "Sync",
+        "Sync",
+    ], lines
+    assert sum("BEGIN" in line for line in lines if "\tF\t" in line) == 1
+    assert _title(host, task_id) == "after"
+
+    def failing() -> None:
+        with host.store.transaction(follow_board=False) as uow:
+            uow.run(_RETITLE, {"b_id": task_id, "b_title": "undone"})
+            raise Refused(0)
+
+    with pytest.raises(Refused):
+        failing()
+    assert _title(host, task_id) == "after"

@@ -17,7 +17,7 @@ import sqlalchemy as sa
 from core.store import migrate
 from core.store import tables as t
 from core.store.database import Store
-from core.store.dialect import BUSY_TIMEOUT_MS
+from core.store.dialect import BUSY_TIMEOUT_MS, WAL_AUTOCHECKPOINT_PAGES
 
 STAMP = "2026-01-01T00:00:00.000000Z"
 
@@ -123,6 +123,21 @@ def test_every_sqlite_connection_has_foreign_keys_wal_and_a_busy_timeout(
     assert reader == expected
     assert pooled == [expected, expected]
     assert BUSY_TIMEOUT_MS > 0
+
+
+def test_issue14_every_sqlite_connection_checkpoints_the_wal_at_4000_pages(
+    sqlite_store: Store,
+) -> None:
+    """Issue 14: the WAL is checkpointed at 4,000 pages, not SQLite's 1,000, on the writer and
+    on every pooled connection (any of them may commit the write that crosses it) - and below
+    the 4,096 frames one hash table of the WAL index spans."""
+    with sqlite_store.transaction() as uow:
+        writer = uow.conn.exec_driver_sql("PRAGMA wal_autocheckpoint").scalar_one()
+    with sqlite_store.engine.connect() as a, sqlite_store.engine.connect() as b:
+        pooled = [c.exec_driver_sql("PRAGMA wal_autocheckpoint").scalar_one() for c in (a, b)]
+    assert writer == WAL_AUTOCHECKPOINT_PAGES == 4000
+    assert pooled == [4000, 4000]
+    assert WAL_AUTOCHECKPOINT_PAGES < 4096
 
 
 def test_sqlite_enforces_foreign_keys(sqlite_store: Store) -> None:
