@@ -536,7 +536,8 @@ def _group_once(
             decl = member.decl
             if index:
                 faults.reach("dispatch.before_claim")
-            if not ledger.claim(uow, entry.id, decl.position, decl.kind, epoch):
+            # claimed, then settled or rolled back, in this transaction: no in_progress event
+            if not ledger.claim(uow, entry.id, decl.position, decl.kind, epoch, settles_here=True):
                 remaining.discard((decl.position, decl.kind))
                 continue  # terminal already: someone else settled it
             recorded = failures.get(index)
@@ -557,7 +558,7 @@ def _group_once(
                     outcome = member.execute(ctx, member.value) or Outcome.done()
                 except Exception as exc:  # noqa: BLE001 - recorded as failed, as by _execute
                     raise _GroupRollback(index, _failure(ctx, exc)) from None
-            _settle(uow, entry.id, decl, outcome, False, epoch)
+            _settle(uow, entry.id, decl, outcome, False, epoch, claimed_here=True)
             settled.append((member, outcome))
             remaining.discard((decl.position, decl.kind))
             if outcome.state == "failed" and member.kind.halts_entry_on_failure:
@@ -573,7 +574,14 @@ def _group_once(
 
 
 def _settle(
-    uow: Any, entry_id: str, decl: ActionDecl, outcome: Outcome, last: bool, epoch: str
+    uow: Any,
+    entry_id: str,
+    decl: ActionDecl,
+    outcome: Outcome,
+    last: bool,
+    epoch: str,
+    *,
+    claimed_here: bool = False,
 ) -> None:
     ledger.settle(
         uow,
@@ -584,6 +592,7 @@ def _settle(
         epoch=epoch,
         reason=outcome.reason,
         cause=outcome.cause,
+        claimed_here=claimed_here,
     )
     if last:
         ledger.set_terminal(uow, entry_id)

@@ -11,7 +11,6 @@ from __future__ import annotations
 import functools
 import hashlib
 
-import attrs
 import sqlalchemy as sa
 
 from core import ids
@@ -20,26 +19,43 @@ from core.registry import Registry
 from core.store import events, prepared, rows
 from core.store import tables as t
 from core.store.database import UnitOfWork
-from core.store.prepared import insert_of
 
 E = t.step_entries
 M = t.step_entry_markers
 
-_NEXT_SEQ = sa.select(sa.func.coalesce(sa.func.max(E.c.entry_seq), 0) + 1).where(
-    E.c.task_id == sa.bindparam("task_id"), E.c.step_id == sa.bindparam("step_id")
+_ENTRY_KEYS = (
+    "id",
+    "task_id",
+    "step_id",
+    "entry_seq",
+    "entry_path",
+    "declaration_digest",
+    "terminal",
+    "created_at",
 )
-_INSERT_ENTRY = insert_of(
-    E,
-    (
-        "id",
-        "task_id",
-        "step_id",
-        "entry_seq",
-        "entry_path",
-        "declaration_digest",
-        "terminal",
-        "created_at",
-    ),
+# The next entry_seq for the pair and the entry's insert as one statement, the number read
+# back (RETURNING): one statement (on PostgreSQL one round trip) fewer per arrival than a
+# read and then an insert. An aggregate without GROUP BY yields its one row even for the
+# pair's first entry; a racing second allocator still loses on the UNIQUE constraint.
+_ALLOCATE = (
+    sa.insert(E)
+    .from_select(
+        list(_ENTRY_KEYS),
+        sa.select(
+            sa.bindparam("id", type_=E.c.id.type),
+            sa.bindparam("task_id", type_=E.c.task_id.type),
+            sa.bindparam("step_id", type_=E.c.step_id.type),
+            sa.func.coalesce(sa.func.max(E.c.entry_seq), 0) + 1,
+            sa.bindparam("entry_path", type_=E.c.entry_path.type),
+            sa.bindparam("declaration_digest", type_=E.c.declaration_digest.type),
+            sa.literal(False, E.c.terminal.type),
+            sa.bindparam("created_at", type_=E.c.created_at.type),
+        ).where(
+            E.c.task_id == sa.bindparam("task_id", type_=E.c.task_id.type),
+            E.c.step_id == sa.bindparam("step_id", type_=E.c.step_id.type),
+        ),
+    )
+    .returning(E.c.entry_seq)
 )
 _MARKER_KEY = sa.and_(
     M.c.entry_id == sa.bindparam("entry_id", type_=sa.String),
@@ -148,18 +164,28 @@ def allocate(
     actions = step.actions("on_enter")
     if not durable_positions(registry, actions):
         return None
-    seq = uow.run(_NEXT_SEQ, {"task_id": task_id, "step_id": step.id}).scalar_one()
+    entry_id, stamp, digest = ids.new_id(), ids.now(), declaration_digest(actions)
+    seq = uow.run(
+        _ALLOCATE,
+        {
+            "id": entry_id,
+            "task_id": task_id,
+            "step_id": step.id,
+            "entry_path": path,
+            "declaration_digest": digest,
+            "created_at": stamp,
+        },
+    ).scalar_one()
     entry = StepEntry(
-        id=ids.new_id(),
+        id=entry_id,
         task_id=task_id,
         step_id=step.id,
         entry_seq=int(seq),
         entry_path=path,
-        declaration_digest=declaration_digest(actions),
+        declaration_digest=digest,
         terminal=False,
-        created_at=ids.now(),
+        created_at=stamp,
     )
-    uow.run(_INSERT_ENTRY, attrs.asdict(entry))
     events.know_entry(entry.id, task_id)
     return entry
 
@@ -184,19 +210,32 @@ def load_entry(conn: sa.Connection, entry_id: str) -> StepEntry | None:
     return rows.entry(row) if row is not None else None
 
 
-def claim(uow: UnitOfWork, entry_id: str, position: int, kind: str, epoch: str) -> bool:
+def claim(
+    uow: UnitOfWork,
+    entry_id: str,
+    position: int,
+    kind: str,
+    epoch: str,
+    *,
+    settles_here: bool = False,
+) -> bool:
     """Compare-and-set the marker from absent, or in_progress under a dead epoch, to
     in_progress(epoch).
 
     Returns False when the marker is already terminal (the position is done with); raises
     ClaimLost when a live epoch holds it, ours included (a peer thread). Runs inside the
     caller's transaction; each change is one conditional statement whose row count decides.
+
+    :param settles_here: the caller settles the marker in this same transaction, or rolls
+        it back (a transactional group): the claim never commits as a state of its own, so
+        it records no `in_progress` event (the outbox would drop it at COMMIT anyway).
     """
     key = {"entry_id": entry_id, "position": position, "kind": kind}
     stamp = ids.now()
     absent = _insert_absent(uow.conn.dialect.name, skip=False)
     if uow.run(absent, {**key, "epoch": epoch, "stamp": stamp}).rowcount == 1:
-        events.marker(uow, entry_id, position, kind, "in_progress", None)
+        if not settles_here:
+            events.marker(uow, entry_id, position, kind, "in_progress", None)
         return True
     current = uow.run(_MARKER_STATE, key).first()
     if current is None:
@@ -210,7 +249,8 @@ def claim(uow: UnitOfWork, entry_id: str, position: int, kind: str, epoch: str) 
     taken = uow.run(_RECLAIM, {**key, "old_epoch": holder, "epoch": epoch, "stamp": stamp})
     if taken.rowcount != 1:
         raise ClaimLost
-    events.marker(uow, entry_id, position, kind, "in_progress", None)
+    if not settles_here:
+        events.marker(uow, entry_id, position, kind, "in_progress", None)
     return True
 
 
@@ -224,15 +264,25 @@ def settle(
     epoch: str,
     reason: str | None = None,
     cause: str | None = None,
+    claimed_here: bool = False,
 ) -> None:
     """Write a terminal marker over our own claim. Raises ClaimLost when the marker is no
-    longer ours (another process re-claimed it after declaring this epoch dead)."""
+    longer ours (another process re-claimed it after declaring this epoch dead).
+
+    :param claimed_here: the claim was made in this same transaction, so the marker is
+        ours until it commits (no one can re-claim a claim that never committed: on
+        PostgreSQL the row is new, or updated, and so locked by this transaction): its
+        row count needs no check.
+    """
     key = {"entry_id": entry_id, "position": position, "kind": kind}
     values = {"state": state, "reason": reason, "cause": cause, "stamp": ids.now()}
     # Nothing waits on the settle before the transaction's next statement: on PostgreSQL it
     # goes in one round trip with that statement (`prepared.defer`), its row count checked
-    # there, inside this transaction, before anything commits.
-    prepared.defer(uow.conn, _SETTLE, {**key, **values, "epoch": epoch}, _settled)
+    # there, inside this transaction, before anything commits. Unchecked (`claimed_here`),
+    # it may also go in the COMMIT's round trip: a checked statement must be answered
+    # before COMMIT is sent, a round trip of its own.
+    check = None if claimed_here else _settled
+    prepared.defer(uow.conn, _SETTLE, {**key, **values, "epoch": epoch}, check)
     events.marker(uow, entry_id, position, kind, state, reason)
 
 
