@@ -472,6 +472,11 @@ def _groupable(
     return _member(registry.kind(decl.kind), decl, log)
 
 
+class _ClaimApart(Exception):
+    """The group's claim up front found a member's marker held already: undo it, and claim
+    the members one by one (each then sees what holds its marker)."""
+
+
 class _GroupRollback(Exception):
     """A member raised: undo the whole group's transaction; its failure is recorded when the
     group runs again (the members before it run afresh, the ones after it too)."""
@@ -510,11 +515,15 @@ def _transactional_group(
     checked = epoch is None
     if epoch is None:
         epoch = walk.kernel.live_epoch()
+    apart = False
     while True:
         try:
-            settled, end = _group_once(walk, group, open_positions, failures, epoch)
+            settled, end = _group_once(walk, group, open_positions, failures, epoch, apart)
         except _GroupRollback as undone:
             failures[undone.index] = undone.outcome
+            continue
+        except _ClaimApart:
+            apart = True
             continue
         except ledger.ClaimLost:
             if checked:
@@ -537,6 +546,7 @@ def _group_once(
     open_positions: set[tuple[int, str]],
     failures: dict[int, Outcome],
     epoch: str,
+    apart: bool = False,
 ) -> tuple[list[tuple[_Member, Outcome]], GroupEnd]:
     entry = walk.entry
     assert entry is not None
@@ -548,12 +558,26 @@ def _group_once(
     faults.reach("dispatch.before_claim")
     with store.transaction(follow_board=False) as uow:
         occupancy_checked = False
+        # Every member claimed, and the occupancy checked, in one statement (the common case);
+        # when it claims none, each member is claimed on its own and the occupancy checked
+        # after the first claim, which tells a vacated entry from a marker held already; when
+        # it claims some but not all (a marker held already), the group runs again apart.
+        up_front: list[tuple[int, str]] = []
+        if not apart:
+            keys = [(m.decl.position, m.decl.kind) for m in group]
+            claimed = ledger.claim_all_if_occupied(uow, entry, keys, epoch)
+            if claimed == len(keys):
+                up_front, occupancy_checked = keys, True
+            elif claimed:
+                raise _ClaimApart
         for index, member in enumerate(group):
             decl = member.decl
             if index:
                 faults.reach("dispatch.before_claim")
             # claimed, then settled or rolled back, in this transaction: no in_progress event
-            if not ledger.claim(uow, entry.id, decl.position, decl.kind, epoch, settles_here=True):
+            if not up_front and not ledger.claim(
+                uow, entry.id, decl.position, decl.kind, epoch, settles_here=True
+            ):
                 remaining.discard((decl.position, decl.kind))
                 continue  # terminal already: someone else settled it
             recorded = failures.get(index)
@@ -579,6 +603,8 @@ def _group_once(
             remaining.discard((decl.position, decl.kind))
             if outcome.state == "failed" and member.kind.halts_entry_on_failure:
                 end = "halted"
+                # the members after it were claimed up front: unclaimed, they commit no marker
+                ledger.unclaim(uow, entry.id, up_front[index + 1 :], epoch)
                 break
         if left is None and settled and not remaining:
             ledger.set_terminal(uow, entry.id)

@@ -53,15 +53,23 @@ def now_micros() -> int:
     return micros
 
 
+_window: tuple[int, str] = (-1, "")
+"""The same for a moment before the clock's (a window's far end, `at_micros`)."""
+
+
 def at_micros(micros: int) -> str:
     """`now`'s text form of a moment given in integer Unix microseconds."""
-    global _seconds
+    global _seconds, _window
     second, fraction = divmod(micros, 1_000_000)
     cached, prefix = _seconds
     if second != cached:
-        prefix = datetime.fromtimestamp(second, UTC).strftime(_SECONDS_FORMAT)
-        if second > cached:  # the cache follows the clock, not a window's far end
-            _seconds = (second, prefix)
+        other, prefix = _window
+        if second != other:
+            prefix = datetime.fromtimestamp(second, UTC).strftime(_SECONDS_FORMAT)
+            if second > cached:  # the clock's own second
+                _seconds = (second, prefix)
+            else:  # a window's far end (a run's idempotency window): remembered apart
+                _window = (second, prefix)
     return f"{prefix}.{fraction:06d}Z"
 
 

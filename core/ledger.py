@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import functools
 import hashlib
+from collections.abc import Sequence
+from typing import Any
 
 import sqlalchemy as sa
 
@@ -136,6 +138,38 @@ _OCCUPANCY = (
     )
     .with_for_update(key_share=True)
 )
+# A transactional group's claims and its occupancy check as one statement: every member's
+# marker is claimed from absent only while the entry is its task's current occupancy of its
+# step (the task row then held, as `_OCCUPANCY` holds it). One statement (on PostgreSQL one
+# round trip) instead of a claim per member and the check; see `claim_all_if_occupied`.
+_CLAIM_KEYS = ["entry_id", "position", "kind", "state", "epoch", "updated_at"]
+
+
+def _claim_row(n: int) -> Any:
+    return sa.select(
+        sa.bindparam("entry_id", type_=sa.String),
+        sa.bindparam(f"position_{n}", type_=sa.Integer),
+        sa.bindparam(f"kind_{n}", type_=sa.String),
+        sa.literal("in_progress", sa.String),
+        sa.bindparam("epoch", type_=sa.String),
+        sa.bindparam("stamp", type_=sa.String),
+    ).where(_OCCUPANCY.exists())
+
+
+@functools.cache
+def _claim_all_if_occupied(dialect: str, members: int) -> sa.Insert:
+    rows: Any = _claim_row(0)
+    if members > 1:
+        rows = sa.union_all(*(_claim_row(n) for n in range(members)))
+    if dialect == "postgresql":
+        from sqlalchemy.dialects.postgresql import insert as pg_insert
+
+        return pg_insert(M).from_select(_CLAIM_KEYS, rows).on_conflict_do_nothing()
+    from sqlalchemy.dialects.sqlite import insert as sqlite_insert
+
+    return sqlite_insert(M).from_select(_CLAIM_KEYS, rows).on_conflict_do_nothing()
+
+
 _NEWEST_SEQ = sa.select(sa.func.max(E.c.entry_seq)).where(
     E.c.task_id == sa.bindparam("task_id", type_=sa.String),
     E.c.step_id == sa.bindparam("step_id", type_=sa.String),
@@ -282,6 +316,46 @@ def claim(
     if not settles_here:
         events.marker(uow, entry_id, position, kind, "in_progress", None)
     return True
+
+
+def claim_all_if_occupied(
+    uow: UnitOfWork, entry: StepEntry, positions: Sequence[tuple[int, str]], epoch: str
+) -> int:
+    """`claim` of every (position, kind) of `positions` from absent, in one statement with
+    `vacated`'s check; returns how many it claimed. All of them: claimed, and `entry` is its
+    task's current occupancy of its step (the task row held, as `vacated` holds it). None:
+    nothing changed - the caller takes `claim` and `vacated`, which tell a vacated entry from
+    a marker held already. Some: a marker was held already; the caller rolls back. For a
+    caller that settles the markers in this same transaction (no `in_progress` event)."""
+    values: dict[str, Any] = {
+        "entry_id": entry.id,
+        "epoch": epoch,
+        "stamp": ids.now(),
+        "task_id": entry.task_id,
+        "step_id": entry.step_id,
+        "entry_seq": entry.entry_seq,
+    }
+    for n, (position, kind) in enumerate(positions):
+        values[f"position_{n}"] = position
+        values[f"kind_{n}"] = kind
+    statement = _claim_all_if_occupied(uow.conn.dialect.name, len(positions))
+    return int(uow.run(statement, values).rowcount)
+
+
+_UNCLAIM = sa.delete(M).where(
+    _MARKER_KEY, M.c.state == "in_progress", M.c.epoch == sa.bindparam("epoch", type_=sa.String)
+)
+
+
+def unclaim(
+    uow: UnitOfWork, entry_id: str, positions: Sequence[tuple[int, str]], epoch: str
+) -> None:
+    """Take back claims made in this transaction and not settled (a group that halted before
+    reaching them): the transaction then commits no marker for them."""
+    for position, kind in positions:
+        uow.run(
+            _UNCLAIM, {"entry_id": entry_id, "position": position, "kind": kind, "epoch": epoch}
+        )
 
 
 def settle(
