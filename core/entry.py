@@ -47,12 +47,28 @@ class Arrival:
     entry: StepEntry | None = None
 
 
+_orders: dict[tuple[int, int], tuple[Registry, tuple[ActionDecl, ...], list[ActionDecl]]] = {}
+
+
 def order_actions(
     actions: tuple[ActionDecl, ...], registry: Registry, path: str
 ) -> list[ActionDecl]:
     """The walk order for an entry: declared order, with placements hoisted except on E4."""
     if path not in HOISTED_PATHS:
         return list(actions)
+    # the hoisted order, remembered per (registry, declaration): both are immutable
+    key = (id(registry), id(actions))
+    found = _orders.get(key)
+    if found is not None and found[0] is registry and found[1] is actions:
+        return list(found[2])
+    ordered = _hoisted(actions, registry)
+    if len(_orders) >= 4096:
+        _orders.clear()
+    _orders[key] = (registry, actions, ordered)
+    return list(ordered)
+
+
+def _hoisted(actions: tuple[ActionDecl, ...], registry: Registry) -> list[ActionDecl]:
 
     def placement(decl: ActionDecl) -> str | None:
         registered = registry.kind(decl.kind)
@@ -167,7 +183,7 @@ def run(walk: Walk) -> WalkEnd:
     # Durable positions not yet known terminal; the one that empties it also closes the entry.
     open_positions = {
         (d.position, d.kind)
-        for d in ledger.durable_positions(registry, walk.actions)
+        for d in ledger.durable_of(registry, walk.actions)
         if (m := markers.get((d.position, d.kind))) is None or m.state not in ledger.TERMINAL
     }
     session = walk.session
@@ -456,6 +472,11 @@ def _groupable(
     return _member(registry.kind(decl.kind), decl, log)
 
 
+class _ClaimApart(Exception):
+    """The group's claim up front found a member's marker held already: undo it, and claim
+    the members one by one (each then sees what holds its marker)."""
+
+
 class _GroupRollback(Exception):
     """A member raised: undo the whole group's transaction; its failure is recorded when the
     group runs again (the members before it run afresh, the ones after it too)."""
@@ -494,11 +515,15 @@ def _transactional_group(
     checked = epoch is None
     if epoch is None:
         epoch = walk.kernel.live_epoch()
+    apart = False
     while True:
         try:
-            settled, end = _group_once(walk, group, open_positions, failures, epoch)
+            settled, end = _group_once(walk, group, open_positions, failures, epoch, apart)
         except _GroupRollback as undone:
             failures[undone.index] = undone.outcome
+            continue
+        except _ClaimApart:
+            apart = True
             continue
         except ledger.ClaimLost:
             if checked:
@@ -521,6 +546,7 @@ def _group_once(
     open_positions: set[tuple[int, str]],
     failures: dict[int, Outcome],
     epoch: str,
+    apart: bool = False,
 ) -> tuple[list[tuple[_Member, Outcome]], GroupEnd]:
     entry = walk.entry
     assert entry is not None
@@ -532,11 +558,26 @@ def _group_once(
     faults.reach("dispatch.before_claim")
     with store.transaction(follow_board=False) as uow:
         occupancy_checked = False
+        # Every member claimed, and the occupancy checked, in one statement (the common case);
+        # when it claims none, each member is claimed on its own and the occupancy checked
+        # after the first claim, which tells a vacated entry from a marker held already; when
+        # it claims some but not all (a marker held already), the group runs again apart.
+        up_front: list[tuple[int, str]] = []
+        if not apart:
+            keys = [(m.decl.position, m.decl.kind) for m in group]
+            claimed = ledger.claim_all_if_occupied(uow, entry, keys, epoch)
+            if claimed == len(keys):
+                up_front, occupancy_checked = keys, True
+            elif claimed:
+                raise _ClaimApart
         for index, member in enumerate(group):
             decl = member.decl
             if index:
                 faults.reach("dispatch.before_claim")
-            if not ledger.claim(uow, entry.id, decl.position, decl.kind, epoch):
+            # claimed, then settled or rolled back, in this transaction: no in_progress event
+            if not up_front and not ledger.claim(
+                uow, entry.id, decl.position, decl.kind, epoch, settles_here=True
+            ):
                 remaining.discard((decl.position, decl.kind))
                 continue  # terminal already: someone else settled it
             recorded = failures.get(index)
@@ -557,11 +598,13 @@ def _group_once(
                     outcome = member.execute(ctx, member.value) or Outcome.done()
                 except Exception as exc:  # noqa: BLE001 - recorded as failed, as by _execute
                     raise _GroupRollback(index, _failure(ctx, exc)) from None
-            _settle(uow, entry.id, decl, outcome, False, epoch)
+            _settle(uow, entry.id, decl, outcome, False, epoch, claimed_here=True)
             settled.append((member, outcome))
             remaining.discard((decl.position, decl.kind))
             if outcome.state == "failed" and member.kind.halts_entry_on_failure:
                 end = "halted"
+                # the members after it were claimed up front: unclaimed, they commit no marker
+                ledger.unclaim(uow, entry.id, up_front[index + 1 :], epoch)
                 break
         if left is None and settled and not remaining:
             ledger.set_terminal(uow, entry.id)
@@ -573,7 +616,14 @@ def _group_once(
 
 
 def _settle(
-    uow: Any, entry_id: str, decl: ActionDecl, outcome: Outcome, last: bool, epoch: str
+    uow: Any,
+    entry_id: str,
+    decl: ActionDecl,
+    outcome: Outcome,
+    last: bool,
+    epoch: str,
+    *,
+    claimed_here: bool = False,
 ) -> None:
     ledger.settle(
         uow,
@@ -584,6 +634,7 @@ def _settle(
         epoch=epoch,
         reason=outcome.reason,
         cause=outcome.cause,
+        claimed_here=claimed_here,
     )
     if last:
         ledger.set_terminal(uow, entry_id)

@@ -34,9 +34,43 @@ def new_id() -> str:
 
 
 _last_us = 0
-_second = -1
-_second_text = ""
+_seconds: tuple[int, str] = (-1, "")
+"""The last second stamped and its date-and-seconds text, replaced as one value."""
 _lock = threading.Lock()
+_SECONDS_FORMAT = "%Y-%m-%dT%H:%M:%S"
+
+
+def now_micros() -> int:
+    """The moment `now` would stamp, as integer Unix microseconds (strictly increasing within
+    a process, shared with `now`): for a caller that also needs a moment relative to it
+    (`at_micros`), with no text parsed back."""
+    global _last_us
+    with _lock:
+        micros = time.time_ns() // 1_000
+        if micros <= _last_us:
+            micros = _last_us + 1
+        _last_us = micros
+    return micros
+
+
+_window: tuple[int, str] = (-1, "")
+"""The same for a moment before the clock's (a window's far end, `at_micros`)."""
+
+
+def at_micros(micros: int) -> str:
+    """`now`'s text form of a moment given in integer Unix microseconds."""
+    global _seconds, _window
+    second, fraction = divmod(micros, 1_000_000)
+    cached, prefix = _seconds
+    if second != cached:
+        other, prefix = _window
+        if second != other:
+            prefix = datetime.fromtimestamp(second, UTC).strftime(_SECONDS_FORMAT)
+            if second > cached:  # the clock's own second
+                _seconds = (second, prefix)
+            else:  # a window's far end (a run's idempotency window): remembered apart
+                _window = (second, prefix)
+    return f"{prefix}.{fraction:06d}Z"
 
 
 def now() -> str:
@@ -47,17 +81,19 @@ def now() -> str:
     """
     # Integer microseconds, and the date-and-seconds text made once per second: an arrival
     # stamps a dozen rows, and a datetime per stamp was a visible share of its CPU (issue 14).
-    global _last_us, _second, _second_text
+    # (`now_micros` and `at_micros`, inlined: two calls fewer per stamp.)
+    global _last_us, _seconds
     with _lock:
         micros = time.time_ns() // 1_000
         if micros <= _last_us:
             micros = _last_us + 1
         _last_us = micros
-        second, fraction = divmod(micros, 1_000_000)
-        if second != _second:
-            _second_text = datetime.fromtimestamp(second, UTC).strftime("%Y-%m-%dT%H:%M:%S")
-            _second = second
-        prefix = _second_text
+    second, fraction = divmod(micros, 1_000_000)
+    cached, prefix = _seconds
+    if second != cached:
+        prefix = datetime.fromtimestamp(second, UTC).strftime(_SECONDS_FORMAT)
+        if second > cached:
+            _seconds = (second, prefix)
     return f"{prefix}.{fraction:06d}Z"
 
 

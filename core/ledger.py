@@ -10,8 +10,9 @@ from __future__ import annotations
 
 import functools
 import hashlib
+from collections.abc import Sequence
+from typing import Any
 
-import attrs
 import sqlalchemy as sa
 
 from core import ids
@@ -20,26 +21,43 @@ from core.registry import Registry
 from core.store import events, prepared, rows
 from core.store import tables as t
 from core.store.database import UnitOfWork
-from core.store.prepared import insert_of
 
 E = t.step_entries
 M = t.step_entry_markers
 
-_NEXT_SEQ = sa.select(sa.func.coalesce(sa.func.max(E.c.entry_seq), 0) + 1).where(
-    E.c.task_id == sa.bindparam("task_id"), E.c.step_id == sa.bindparam("step_id")
+_ENTRY_KEYS = (
+    "id",
+    "task_id",
+    "step_id",
+    "entry_seq",
+    "entry_path",
+    "declaration_digest",
+    "terminal",
+    "created_at",
 )
-_INSERT_ENTRY = insert_of(
-    E,
-    (
-        "id",
-        "task_id",
-        "step_id",
-        "entry_seq",
-        "entry_path",
-        "declaration_digest",
-        "terminal",
-        "created_at",
-    ),
+# The next entry_seq for the pair and the entry's insert as one statement, the number read
+# back (RETURNING): one statement (on PostgreSQL one round trip) fewer per arrival than a
+# read and then an insert. An aggregate without GROUP BY yields its one row even for the
+# pair's first entry; a racing second allocator still loses on the UNIQUE constraint.
+_ALLOCATE = (
+    sa.insert(E)
+    .from_select(
+        list(_ENTRY_KEYS),
+        sa.select(
+            sa.bindparam("id", type_=E.c.id.type),
+            sa.bindparam("task_id", type_=E.c.task_id.type),
+            sa.bindparam("step_id", type_=E.c.step_id.type),
+            sa.func.coalesce(sa.func.max(E.c.entry_seq), 0) + 1,
+            sa.bindparam("entry_path", type_=E.c.entry_path.type),
+            sa.bindparam("declaration_digest", type_=E.c.declaration_digest.type),
+            sa.literal(False, E.c.terminal.type),
+            sa.bindparam("created_at", type_=E.c.created_at.type),
+        ).where(
+            E.c.task_id == sa.bindparam("task_id", type_=E.c.task_id.type),
+            E.c.step_id == sa.bindparam("step_id", type_=E.c.step_id.type),
+        ),
+    )
+    .returning(E.c.entry_seq)
 )
 _MARKER_KEY = sa.and_(
     M.c.entry_id == sa.bindparam("entry_id", type_=sa.String),
@@ -120,6 +138,38 @@ _OCCUPANCY = (
     )
     .with_for_update(key_share=True)
 )
+# A transactional group's claims and its occupancy check as one statement: every member's
+# marker is claimed from absent only while the entry is its task's current occupancy of its
+# step (the task row then held, as `_OCCUPANCY` holds it). One statement (on PostgreSQL one
+# round trip) instead of a claim per member and the check; see `claim_all_if_occupied`.
+_CLAIM_KEYS = ["entry_id", "position", "kind", "state", "epoch", "updated_at"]
+
+
+def _claim_row(n: int) -> Any:
+    return sa.select(
+        sa.bindparam("entry_id", type_=sa.String),
+        sa.bindparam(f"position_{n}", type_=sa.Integer),
+        sa.bindparam(f"kind_{n}", type_=sa.String),
+        sa.literal("in_progress", sa.String),
+        sa.bindparam("epoch", type_=sa.String),
+        sa.bindparam("stamp", type_=sa.String),
+    ).where(_OCCUPANCY.exists())
+
+
+@functools.cache
+def _claim_all_if_occupied(dialect: str, members: int) -> sa.Insert:
+    rows: Any = _claim_row(0)
+    if members > 1:
+        rows = sa.union_all(*(_claim_row(n) for n in range(members)))
+    if dialect == "postgresql":
+        from sqlalchemy.dialects.postgresql import insert as pg_insert
+
+        return pg_insert(M).from_select(_CLAIM_KEYS, rows).on_conflict_do_nothing()
+    from sqlalchemy.dialects.sqlite import insert as sqlite_insert
+
+    return sqlite_insert(M).from_select(_CLAIM_KEYS, rows).on_conflict_do_nothing()
+
+
 _NEWEST_SEQ = sa.select(sa.func.max(E.c.entry_seq)).where(
     E.c.task_id == sa.bindparam("task_id", type_=sa.String),
     E.c.step_id == sa.bindparam("step_id", type_=sa.String),
@@ -127,10 +177,26 @@ _NEWEST_SEQ = sa.select(sa.func.max(E.c.entry_seq)).where(
 _SET_TERMINAL = sa.update(E).where(E.c.id == sa.bindparam("b_entry_id")).values(terminal=True)
 
 
+_Actions = tuple[ActionDecl, ...]
+_digests: dict[int, tuple[_Actions, str]] = {}
+_durables: dict[tuple[int, int], tuple[Registry, _Actions, tuple[ActionDecl, ...]]] = {}
+_CACHE_MAX = 4096
+
+
 def declaration_digest(actions: tuple[ActionDecl, ...]) -> str:
     """SHA-256 over the ordered (position, kind) pairs; config is deliberately excluded."""
+    # Remembered per declaration (a published step's tuple, held here so its id is never
+    # reused while remembered): an arrival digests its declaration twice, at allocation and
+    # at dispatch, and positions and kinds never change in a tuple of frozen declarations.
+    found = _digests.get(id(actions))
+    if found is not None and found[0] is actions:
+        return found[1]
     text = "\n".join(f"{a.position}:{a.kind}" for a in actions)
-    return hashlib.sha256(text.encode()).hexdigest()
+    digest = hashlib.sha256(text.encode()).hexdigest()
+    if len(_digests) >= _CACHE_MAX:
+        _digests.clear()
+    _digests[id(actions)] = (actions, digest)
+    return digest
 
 
 def is_durable(registry: Registry, kind: str) -> bool:
@@ -139,27 +205,51 @@ def is_durable(registry: Registry, kind: str) -> bool:
 
 
 def durable_positions(registry: Registry, actions: tuple[ActionDecl, ...]) -> list[ActionDecl]:
-    return [a for a in actions if is_durable(registry, a.kind)]
+    return list(durable_of(registry, actions))
+
+
+def durable_of(registry: Registry, actions: tuple[ActionDecl, ...]) -> tuple[ActionDecl, ...]:
+    """`durable_positions`, remembered per (registry, declaration): both are immutable, and
+    an arrival asks twice (allocation, dispatch)."""
+    key = (id(registry), id(actions))
+    found = _durables.get(key)
+    if found is not None and found[0] is registry and found[1] is actions:
+        return found[2]
+    durable = tuple(a for a in actions if is_durable(registry, a.kind))
+    if len(_durables) >= _CACHE_MAX:
+        _durables.clear()
+    _durables[key] = (registry, actions, durable)
+    return durable
 
 
 def allocate(
     uow: UnitOfWork, registry: Registry, task_id: str, step: Step, path: str
 ) -> StepEntry | None:
     actions = step.actions("on_enter")
-    if not durable_positions(registry, actions):
+    if not durable_of(registry, actions):
         return None
-    seq = uow.run(_NEXT_SEQ, {"task_id": task_id, "step_id": step.id}).scalar_one()
+    entry_id, stamp, digest = ids.new_id(), ids.now(), declaration_digest(actions)
+    seq = uow.run(
+        _ALLOCATE,
+        {
+            "id": entry_id,
+            "task_id": task_id,
+            "step_id": step.id,
+            "entry_path": path,
+            "declaration_digest": digest,
+            "created_at": stamp,
+        },
+    ).scalar_one()
     entry = StepEntry(
-        id=ids.new_id(),
+        id=entry_id,
         task_id=task_id,
         step_id=step.id,
         entry_seq=int(seq),
         entry_path=path,
-        declaration_digest=declaration_digest(actions),
+        declaration_digest=digest,
         terminal=False,
-        created_at=ids.now(),
+        created_at=stamp,
     )
-    uow.run(_INSERT_ENTRY, attrs.asdict(entry))
     events.know_entry(entry.id, task_id)
     return entry
 
@@ -184,19 +274,32 @@ def load_entry(conn: sa.Connection, entry_id: str) -> StepEntry | None:
     return rows.entry(row) if row is not None else None
 
 
-def claim(uow: UnitOfWork, entry_id: str, position: int, kind: str, epoch: str) -> bool:
+def claim(
+    uow: UnitOfWork,
+    entry_id: str,
+    position: int,
+    kind: str,
+    epoch: str,
+    *,
+    settles_here: bool = False,
+) -> bool:
     """Compare-and-set the marker from absent, or in_progress under a dead epoch, to
     in_progress(epoch).
 
     Returns False when the marker is already terminal (the position is done with); raises
     ClaimLost when a live epoch holds it, ours included (a peer thread). Runs inside the
     caller's transaction; each change is one conditional statement whose row count decides.
+
+    :param settles_here: the caller settles the marker in this same transaction, or rolls
+        it back (a transactional group): the claim never commits as a state of its own, so
+        it records no `in_progress` event (the outbox would drop it at COMMIT anyway).
     """
     key = {"entry_id": entry_id, "position": position, "kind": kind}
     stamp = ids.now()
     absent = _insert_absent(uow.conn.dialect.name, skip=False)
     if uow.run(absent, {**key, "epoch": epoch, "stamp": stamp}).rowcount == 1:
-        events.marker(uow, entry_id, position, kind, "in_progress", None)
+        if not settles_here:
+            events.marker(uow, entry_id, position, kind, "in_progress", None)
         return True
     current = uow.run(_MARKER_STATE, key).first()
     if current is None:
@@ -210,8 +313,49 @@ def claim(uow: UnitOfWork, entry_id: str, position: int, kind: str, epoch: str) 
     taken = uow.run(_RECLAIM, {**key, "old_epoch": holder, "epoch": epoch, "stamp": stamp})
     if taken.rowcount != 1:
         raise ClaimLost
-    events.marker(uow, entry_id, position, kind, "in_progress", None)
+    if not settles_here:
+        events.marker(uow, entry_id, position, kind, "in_progress", None)
     return True
+
+
+def claim_all_if_occupied(
+    uow: UnitOfWork, entry: StepEntry, positions: Sequence[tuple[int, str]], epoch: str
+) -> int:
+    """`claim` of every (position, kind) of `positions` from absent, in one statement with
+    `vacated`'s check; returns how many it claimed. All of them: claimed, and `entry` is its
+    task's current occupancy of its step (the task row held, as `vacated` holds it). None:
+    nothing changed - the caller takes `claim` and `vacated`, which tell a vacated entry from
+    a marker held already. Some: a marker was held already; the caller rolls back. For a
+    caller that settles the markers in this same transaction (no `in_progress` event)."""
+    values: dict[str, Any] = {
+        "entry_id": entry.id,
+        "epoch": epoch,
+        "stamp": ids.now(),
+        "task_id": entry.task_id,
+        "step_id": entry.step_id,
+        "entry_seq": entry.entry_seq,
+    }
+    for n, (position, kind) in enumerate(positions):
+        values[f"position_{n}"] = position
+        values[f"kind_{n}"] = kind
+    statement = _claim_all_if_occupied(uow.conn.dialect.name, len(positions))
+    return int(uow.run(statement, values).rowcount)
+
+
+_UNCLAIM = sa.delete(M).where(
+    _MARKER_KEY, M.c.state == "in_progress", M.c.epoch == sa.bindparam("epoch", type_=sa.String)
+)
+
+
+def unclaim(
+    uow: UnitOfWork, entry_id: str, positions: Sequence[tuple[int, str]], epoch: str
+) -> None:
+    """Take back claims made in this transaction and not settled (a group that halted before
+    reaching them): the transaction then commits no marker for them."""
+    for position, kind in positions:
+        uow.run(
+            _UNCLAIM, {"entry_id": entry_id, "position": position, "kind": kind, "epoch": epoch}
+        )
 
 
 def settle(
@@ -224,15 +368,25 @@ def settle(
     epoch: str,
     reason: str | None = None,
     cause: str | None = None,
+    claimed_here: bool = False,
 ) -> None:
     """Write a terminal marker over our own claim. Raises ClaimLost when the marker is no
-    longer ours (another process re-claimed it after declaring this epoch dead)."""
+    longer ours (another process re-claimed it after declaring this epoch dead).
+
+    :param claimed_here: the claim was made in this same transaction, so the marker is
+        ours until it commits (no one can re-claim a claim that never committed: on
+        PostgreSQL the row is new, or updated, and so locked by this transaction): its
+        row count needs no check.
+    """
     key = {"entry_id": entry_id, "position": position, "kind": kind}
     values = {"state": state, "reason": reason, "cause": cause, "stamp": ids.now()}
     # Nothing waits on the settle before the transaction's next statement: on PostgreSQL it
     # goes in one round trip with that statement (`prepared.defer`), its row count checked
-    # there, inside this transaction, before anything commits.
-    prepared.defer(uow.conn, _SETTLE, {**key, **values, "epoch": epoch}, _settled)
+    # there, inside this transaction, before anything commits. Unchecked (`claimed_here`),
+    # it may also go in the COMMIT's round trip: a checked statement must be answered
+    # before COMMIT is sent, a round trip of its own.
+    check = None if claimed_here else _settled
+    prepared.defer(uow.conn, _SETTLE, {**key, **values, "epoch": epoch}, check)
     events.marker(uow, entry_id, position, kind, state, reason)
 
 

@@ -14,7 +14,6 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Mapping
-from datetime import UTC, datetime, timedelta
 from typing import Any, Final, Literal
 
 import attrs
@@ -118,20 +117,25 @@ _INSERT_UNLESS_KEYED = sa.insert(R).from_select(
 )
 
 
+_MICROS = 1_000_000
+
+
 def enqueue(uow: UnitOfWork, request: RunRequest) -> Enqueued:
     """Enqueue inside the caller's unit of work."""
-    now = datetime.now(UTC)
-    stamp = ids.format_ts(now)
+    # `ids.now`'s clock (strictly increasing: a fan-out's runs sort in the order requested),
+    # and the windows' far ends from the same integer moment, with no datetime arithmetic
+    micros = ids.now_micros()
+    stamp = ids.at_micros(micros)
     if request.idempotency_key and request.coalesce_exempt:
-        return _enqueue_keyed(uow, request, now)
+        return _enqueue_keyed(uow, request, micros, stamp)
     if request.idempotency_key:
-        since = ids.format_ts(now - timedelta(seconds=IDEMPOTENCY_WINDOW_S))
+        since = ids.at_micros(micros - IDEMPOTENCY_WINDOW_S * _MICROS)
         found = uow.run(_RECENT_BY_KEY, {"key": request.idempotency_key, "since": since}).scalar()
         if found is not None:
             return Enqueued(found, "suppressed")
     payload = rows.dumps(dict(request.payload)) if request.payload is not None else None
     if not request.coalesce_exempt:
-        since = ids.format_ts(now - timedelta(seconds=COALESCE_WINDOW_S))
+        since = ids.at_micros(micros - COALESCE_WINDOW_S * _MICROS)
         target = uow.run(
             _COALESCE_TARGET,
             {
@@ -149,11 +153,12 @@ def enqueue(uow: UnitOfWork, request: RunRequest) -> Enqueued:
     return _queued(uow, run_id, request)
 
 
-def _enqueue_keyed(uow: UnitOfWork, request: RunRequest, now: datetime) -> Enqueued:
+def _enqueue_keyed(uow: UnitOfWork, request: RunRequest, micros: int, stamp: str) -> Enqueued:
     payload = rows.dumps(dict(request.payload)) if request.payload is not None else None
-    since = ids.format_ts(now - timedelta(seconds=IDEMPOTENCY_WINDOW_S))
+    since = ids.at_micros(micros - IDEMPOTENCY_WINDOW_S * _MICROS)
     run_id = ids.new_id()
-    values = {**_row(run_id, request, payload, ids.format_ts(now)), "since": since}
+    values = _row(run_id, request, payload, stamp)
+    values["since"] = since
     if uow.run(_INSERT_UNLESS_KEYED, values).rowcount == 1:
         return _queued(uow, run_id, request)
     # Suppressed (a replay): the rare path reads which run already holds the key.

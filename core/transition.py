@@ -29,7 +29,7 @@ from core.kernel import HasKernel, Kernel, kernel_of
 from core.logs import logger
 from core.model import ACTIVE_SESSION_STATES, Step, Task, Workflow
 from core.registry import Registry
-from core.store import events, rows
+from core.store import events, prepared, rows
 from core.store import tables as t
 from core.store.database import UnitOfWork
 from core.store.prepared import fixed_in, insert_of
@@ -147,7 +147,8 @@ def _write_history(
 ) -> None:
     if session_id is None:
         return
-    uow.run(
+    prepared.defer(
+        uow.conn,
         _HISTORY,
         {
             "id": ids.new_id(),
@@ -183,7 +184,22 @@ def _admit(
     # (the store's one writer connection serialises write transactions)
     halted, generation = _loop_values_after(task, path)
     queued = task.queued_for_step_id is not None or task.queued_at is not None
-    uow.run(
+    # The entry record first: its statement reads back its entry_seq, and a failure of its
+    # own is told apart (EntryAllocationFailed). The step fields and the history row after
+    # it need no answer, so on PostgreSQL they wait for the transaction's next round trip
+    # (`prepared.defer`), at the latest its COMMIT's; all commit together or not at all.
+    try:
+        entry = ledger.allocate(uow, registry, task.id, step, path)
+    except sa.exc.SQLAlchemyError as exc:
+        logger.bind(task_id=task.id, step_id=step.id, entry_path=path, cause=str(exc)).error(
+            "step entry record could not be allocated; the step change is rolled back"
+        )
+        raise EntryAllocationFailed(
+            f"task {task.id}: the move to step {step.name!r} did not happen "
+            "(its entry record could not be written); try again"
+        ) from None
+    prepared.defer(
+        uow.conn,
         _ADMIT if queued else _ADMIT_UNQUEUED,
         {
             "b_task_id": task.id,
@@ -198,16 +214,6 @@ def _admit(
     _write_history(uow, task.id, session_id, from_step_id, step.id, label, actor)
     if path == TRIGGER_PATH:
         _count_arrival(uow, task, step.id)
-    try:
-        entry = ledger.allocate(uow, registry, task.id, step, path)
-    except sa.exc.SQLAlchemyError as exc:
-        logger.bind(task_id=task.id, step_id=step.id, entry_path=path, cause=str(exc)).error(
-            "step entry record could not be allocated; the step change is rolled back"
-        )
-        raise EntryAllocationFailed(
-            f"task {task.id}: the move to step {step.name!r} did not happen "
-            "(its entry record could not be written); try again"
-        ) from None
     events.record(
         uow,
         "task.moved",

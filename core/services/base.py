@@ -68,10 +68,14 @@ def _plan(fn: Callable[..., Any]) -> _Plan:
     return [p.name for p in params if p.kind is p.POSITIONAL_OR_KEYWORD], checks
 
 
-def _checked(fn: Callable[..., Any], owner: str) -> Callable[..., Any]:
+def _checked(fn: Callable[..., Any], owner: str, cls: type | None = None) -> Callable[..., Any]:
     """`fn`, checking its plainly annotated arguments on each call. The annotations are read
     at the method's first call, not when its class is defined: resolving every public
-    method's annotations cost each command milliseconds for methods it never calls."""
+    method's annotations cost each command milliseconds for methods it never calls.
+
+    A method with nothing to check is put back on `cls` unwrapped at that first call (when
+    the class still holds the wrapper): the nested service calls of an arrival (a fan-out's
+    enqueue per seat) then cost a plain method call."""
     plans: list[_Plan] = []
 
     def check(checks: dict[str, tuple[type, ...]], name: str, value: Any) -> None:
@@ -89,12 +93,16 @@ def _checked(fn: Callable[..., Any], owner: str) -> Callable[..., Any]:
     def wrapper(self: Any, *args: Any, **kwargs: Any) -> Any:
         if not plans:
             plans.append(_plan(fn))  # two first calls at once compute the same plan
+            if not plans[0][1] and cls is not None and vars(cls).get(fn.__name__) is wrapper:
+                setattr(cls, fn.__name__, fn)
         positional, checks = plans[0]
         if checks:
             for name, value in zip(positional, args, strict=False):
-                check(checks, name, value)
+                if type(value) not in checks.get(name, (type(value),)):
+                    check(checks, name, value)
             for name, value in kwargs.items():
-                check(checks, name, value)
+                if type(value) not in checks.get(name, (type(value),)):
+                    check(checks, name, value)
         return fn(self, *args, **kwargs)
 
     return wrapper
@@ -112,7 +120,7 @@ class Service:
         for name, value in list(vars(cls).items()):
             if name.startswith("_") or not inspect.isfunction(value):
                 continue
-            setattr(cls, name, _checked(value, owner))
+            setattr(cls, name, _checked(value, owner, cls))
 
     def _require_writer(self) -> None:
         if not self.host.writable:

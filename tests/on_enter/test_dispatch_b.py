@@ -365,39 +365,34 @@ class _StaleResult:
 
 
 class _Overtaken:
-    """The allocator's unit of work as seen by an allocator that read the pair's maximum
-    entry_seq just before a rival allocator committed the successor: that one read (a SELECT
-    over step_entries) answers as it did before the rival's row existed; every write is
-    the product's own, against the real table and its constraint."""
+    """The allocator's unit of work as seen by an allocator that computed the pair's next
+    entry_seq just before a rival allocator committed that successor. The allocation is one
+    statement (issue 14: the maximum is read in the INSERT itself), so the staging replaces
+    that one statement by the insert such an allocator makes: the same row, with the
+    entry_seq the maximum gave before the rival's row existed. The insert is the product's
+    row, against the real table and its constraint; nothing else is changed."""
 
     def __init__(self, uow: Any) -> None:
         self._uow = uow
-        self._read = False
-        self.conn = _OvertakenConnection(self, uow.conn)
-
-    def stale(self, statement: Any, result: Any) -> Any:
-        if not self._read and isinstance(statement, sa.Select) and "step_entries" in str(statement):
-            self._read = True
-            return _StaleResult(int(result.scalar_one()) - 1)  # the rival's row not yet seen
-        return result
+        self._staged = False
+        self.conn = uow.conn
 
     def run(self, statement: Any, values: Any) -> Any:
-        return self.stale(statement, self._uow.run(statement, values))
+        if statement is not ledger._ALLOCATE or self._staged:
+            return self._uow.run(statement, values)
+        self._staged = True
+        entries = t.step_entries
+        newest = self._uow.conn.execute(
+            sa.select(sa.func.max(entries.c.entry_seq)).where(
+                entries.c.task_id == values["task_id"], entries.c.step_id == values["step_id"]
+            )
+        ).scalar_one()
+        stale = int(newest or 0)  # the rival's row not yet seen: its entry_seq again
+        self._uow.conn.execute(sa.insert(entries).values(**values, entry_seq=stale, terminal=False))
+        return _StaleResult(stale)
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._uow, name)
-
-
-class _OvertakenConnection:
-    def __init__(self, owner: _Overtaken, conn: sa.Connection) -> None:
-        self._owner = owner
-        self._conn = conn
-
-    def execute(self, statement: Any, *args: Any, **kwargs: Any) -> Any:
-        return self._owner.stale(statement, self._conn.execute(statement, *args, **kwargs))
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._conn, name)
 
 
 def _rival_row(task_id: str, step_id: str, entry_seq: int = 1) -> dict[str, Any]:

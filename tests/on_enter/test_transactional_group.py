@@ -175,3 +175,37 @@ def test_issue14_a_group_that_meets_its_own_lost_epochs_marker_fences_and_takes_
     assert entry.terminal is True
     assert [(m.position, m.state) for m in markers] == [(0, "done"), (1, "done")]
     assert len(world.runs(task.id)) == 3  # the replayed fan-out found its keys: no new run
+
+
+def test_issue14_a_group_whose_claim_up_front_meets_a_held_marker_runs_again_member_by_member(
+    world: World,
+) -> None:
+    """Issue 14 target 2: the group claims all its members, with the occupancy check, in one
+    statement. When that claims only some (here the clear's marker is absent, the fan-out's is
+    `in_progress` under a dead epoch), the transaction is undone and the group runs again
+    claiming member by member: the clear runs once (its DELETE commits with its `done`
+    marker), the fan-out's stale marker is taken over and its replay enqueues nothing new,
+    and the entry closes."""
+    wf, target = _review_like(world)
+    task = world.place(wf, "E2")
+    world.arrive(wf, task.id, "E2")
+    ((entry, _markers),) = world.entries(task.id)
+    world.reopen(task.id, 1)  # the fan-out's marker: in_progress under a dead epoch
+    m = sa.table("step_entry_markers", sa.column("entry_id"), sa.column("position"))
+    with world.host.store.transaction() as uow:  # the clear's marker: absent
+        uow.conn.execute(sa.delete(m).where(m.c.entry_id == entry.id, m.c.position == 0))
+    seeded = world.add_decision(task.id, target)
+    runs_before = sorted(r.id for r in world.runs(task.id))
+    _workflow, step = world.host.kernel.read.step(target)
+
+    end = redispatch(world.host, world.host.tasks.get(task.id), step, world.entries(task.id)[0][0])
+
+    assert end == "completed"
+    assert seeded not in world.decision_ids(task.id, target)
+    assert sorted(r.id for r in world.runs(task.id)) == runs_before
+    ((entry, markers),) = world.entries(task.id)
+    assert entry.terminal is True
+    assert [(m.position, m.kind, m.state) for m in markers] == [
+        (0, CLEAR, "done"),
+        (1, FAN_OUT, "done"),
+    ]
