@@ -347,11 +347,12 @@ def _send_begin(dbapi: Any, pipeline: Any) -> bool:
     libpq connection, the connection is no longer idle when the first statement is queued, so
     psycopg adds no BEGIN (and no Sync) of its own; its result (nothing to read) is the
     pipeline's first, as psycopg queues a command's."""
+    # psycopg's pipeline queues (not public API): without them, psycopg begins as it would
     results = getattr(pipeline, "result_queue", None)
     if (
         results is None
         or results
-        or pipeline.command_queue
+        or getattr(pipeline, "command_queue", True)
         or dbapi.isolation_level is not None
         or dbapi.read_only is not None
         or dbapi.deferrable is not None
