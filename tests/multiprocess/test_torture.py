@@ -8,9 +8,11 @@ survivors stopped, `laneway recover` run), the board is checked:
 - every entry is terminal (recovery resumed or closed what the dead left);
 - at most one run per reviewer per entry, exactly one when the entry's fan-out is done, and no
   idempotency key twice;
-- no verdict a `decision record` returned for round N was deleted unless a newer round (an
-  entry with a higher entry_seq) began afterwards: each clear_decisions took effect once, for
-  its own round;
+- no verdict a `decision record` returned for round N, recorded after round N's
+  clear_decisions had committed, was deleted unless a newer round (an entry with a higher
+  entry_seq) began afterwards: each clear_decisions took effect once, for its own round. (A
+  verdict recorded between round N's arrival and its clear's commit falls before the line the
+  clear draws, and is cleared with the earlier rounds': `DecisionService.clear`.)
 - no run is left claimed (a dead worker's claims went back to the queue);
 - no run was executed to its end twice by workers that were never killed (the agents append
   what they ran to a file, with their worker's pid).
@@ -85,10 +87,20 @@ DECIDER = textwrap.dedent(
     E = t.step_entries
     P = t.workflow_step_participants
 
+    M = t.step_entry_markers
+
     def newest(task, step):
         with host.store.read() as conn:
             return conn.execute(sa.select(sa.func.max(E.c.entry_seq)).where(
                 E.c.task_id == task, E.c.step_id == step)).scalar()
+
+    def cleared(task, step, seq):
+        # Whether round `seq`'s clear_decisions has committed: its commit is the line a
+        # verdict falls on (one recorded before it belongs to the rounds it clears).
+        with host.store.read() as conn:
+            return conn.execute(sa.select(M.c.state).join(E, E.c.id == M.c.entry_id).where(
+                E.c.task_id == task, E.c.step_id == step, E.c.entry_seq == seq,
+                M.c.kind == "clear_decisions")).scalar() == "done"
 
     tasks = [t.id for t in host.tasks.list()]
     while not os.path.exists(stop):
@@ -99,11 +111,12 @@ DECIDER = textwrap.dedent(
                 query = sa.select(P.c.id).where(P.c.step_id == step.id)
                 seats = list(conn.execute(query).scalars())
             before = newest(task.id, step.id)
+            after_clear = before is not None and cleared(task.id, step.id, before)
             try:
                 done = host.decisions.record(task.id, "Review", rng.choice(seats), "rejected")
             except LanewayError:
                 continue
-            if newest(task.id, step.id) == before:
+            if after_clear and newest(task.id, step.id) == before:
                 with open(log, "a") as out:
                     out.write(f"{done['decision'].id} {task.id} {step.id} {before}\\n")
         time.sleep(rng.random() * 0.03)
