@@ -20,7 +20,7 @@ from typing import Any, Literal
 
 import attrs
 
-from core import faults, ledger
+from core import faults, ledger, memo
 from core.kernel import HasKernel, Kernel, Published, kernel_of
 from core.kinds import ActionContext, ActionFailed, ActionKind, ConfigError, Outcome
 from core.logs import logger
@@ -47,29 +47,15 @@ class Arrival:
     entry: StepEntry | None = None
 
 
-_orders: dict[tuple[int, int], tuple[Registry, tuple[ActionDecl, ...], list[ActionDecl]]] = {}
-
-
 def order_actions(
     actions: tuple[ActionDecl, ...], registry: Registry, path: str
 ) -> list[ActionDecl]:
     """The walk order for an entry: declared order, with placements hoisted except on E4."""
-    if path not in HOISTED_PATHS:
-        return list(actions)
-    # the hoisted order, remembered per (registry, declaration): both are immutable
-    key = (id(registry), id(actions))
-    found = _orders.get(key)
-    if found is not None and found[0] is registry and found[1] is actions:
-        return list(found[2])
-    ordered = _hoisted(actions, registry)
-    if len(_orders) >= 4096:
-        _orders.clear()
-    _orders[key] = (registry, actions, ordered)
-    return list(ordered)
+    return list(actions if path not in HOISTED_PATHS else _hoisted(actions, registry))
 
 
-def _hoisted(actions: tuple[ActionDecl, ...], registry: Registry) -> list[ActionDecl]:
-
+@memo.by_identity
+def _hoisted(actions: tuple[ActionDecl, ...], registry: Registry) -> tuple[ActionDecl, ...]:
     def placement(decl: ActionDecl) -> str | None:
         registered = registry.kind(decl.kind)
         return registered.kind.placement if registered else None
@@ -80,7 +66,7 @@ def _hoisted(actions: tuple[ActionDecl, ...], registry: Registry) -> list[Action
     )
     tail = [a for a in actions if placement(a) == "last"]
     middle = [a for a in actions if placement(a) not in _HEAD and placement(a) != "last"]
-    return head + middle + tail
+    return (*head, *middle, *tail)
 
 
 @attrs.frozen
@@ -183,7 +169,7 @@ def run(walk: Walk) -> WalkEnd:
     # Durable positions not yet known terminal; the one that empties it also closes the entry.
     open_positions = {
         (d.position, d.kind)
-        for d in ledger.durable_of(registry, walk.actions)
+        for d in ledger.durable_positions(registry, walk.actions)
         if (m := markers.get((d.position, d.kind))) is None or m.state not in ledger.TERMINAL
     }
     session = walk.session

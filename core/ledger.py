@@ -15,7 +15,7 @@ from typing import Any
 
 import sqlalchemy as sa
 
-from core import ids
+from core import ids, memo
 from core.model import ActionDecl, Marker, Step, StepEntry
 from core.registry import Registry
 from core.store import events, prepared, rows
@@ -177,26 +177,11 @@ _NEWEST_SEQ = sa.select(sa.func.max(E.c.entry_seq)).where(
 _SET_TERMINAL = sa.update(E).where(E.c.id == sa.bindparam("b_entry_id")).values(terminal=True)
 
 
-_Actions = tuple[ActionDecl, ...]
-_digests: dict[int, tuple[_Actions, str]] = {}
-_durables: dict[tuple[int, int], tuple[Registry, _Actions, tuple[ActionDecl, ...]]] = {}
-_CACHE_MAX = 4096
-
-
+@memo.by_identity
 def declaration_digest(actions: tuple[ActionDecl, ...]) -> str:
     """SHA-256 over the ordered (position, kind) pairs; config is deliberately excluded."""
-    # Remembered per declaration (a published step's tuple, held here so its id is never
-    # reused while remembered): an arrival digests its declaration twice, at allocation and
-    # at dispatch, and positions and kinds never change in a tuple of frozen declarations.
-    found = _digests.get(id(actions))
-    if found is not None and found[0] is actions:
-        return found[1]
     text = "\n".join(f"{a.position}:{a.kind}" for a in actions)
-    digest = hashlib.sha256(text.encode()).hexdigest()
-    if len(_digests) >= _CACHE_MAX:
-        _digests.clear()
-    _digests[id(actions)] = (actions, digest)
-    return digest
+    return hashlib.sha256(text.encode()).hexdigest()
 
 
 def is_durable(registry: Registry, kind: str) -> bool:
@@ -204,29 +189,18 @@ def is_durable(registry: Registry, kind: str) -> bool:
     return registered is None or registered.kind.owner == "durable"
 
 
-def durable_positions(registry: Registry, actions: tuple[ActionDecl, ...]) -> list[ActionDecl]:
-    return list(durable_of(registry, actions))
-
-
-def durable_of(registry: Registry, actions: tuple[ActionDecl, ...]) -> tuple[ActionDecl, ...]:
-    """`durable_positions`, remembered per (registry, declaration): both are immutable, and
-    an arrival asks twice (allocation, dispatch)."""
-    key = (id(registry), id(actions))
-    found = _durables.get(key)
-    if found is not None and found[0] is registry and found[1] is actions:
-        return found[2]
-    durable = tuple(a for a in actions if is_durable(registry, a.kind))
-    if len(_durables) >= _CACHE_MAX:
-        _durables.clear()
-    _durables[key] = (registry, actions, durable)
-    return durable
+@memo.by_identity
+def durable_positions(
+    registry: Registry, actions: tuple[ActionDecl, ...]
+) -> tuple[ActionDecl, ...]:
+    return tuple(a for a in actions if is_durable(registry, a.kind))
 
 
 def allocate(
     uow: UnitOfWork, registry: Registry, task_id: str, step: Step, path: str
 ) -> StepEntry | None:
     actions = step.actions("on_enter")
-    if not durable_of(registry, actions):
+    if not durable_positions(registry, actions):
         return None
     entry_id, stamp, digest = ids.new_id(), ids.now(), declaration_digest(actions)
     seq = uow.run(

@@ -153,7 +153,7 @@ def close_entries(
     if not closed:
         return Outcome(closed, pending)
     stamp = ids.now()
-    positions: dict[str, list[ActionDecl]] = {}
+    positions: dict[str, tuple[ActionDecl, ...]] = {}
     for c in closed:
         if c.step.id not in positions:
             positions[c.step.id] = ledger.durable_positions(registry, c.step.actions("on_enter"))
