@@ -245,3 +245,23 @@ def test_cli_task_move_killed_inside_the_fan_out_recovers_exactly_once(
 
     _assert_crash_shape(office, seeded, point)
     _assert_exactly_once(office, seeded)
+
+
+def test_decision_recorded_between_the_arrival_and_its_clear_is_cleared_with_the_old_round(
+    board: tuple[Office, str], tmp_path: Path
+) -> None:
+    """docs/guarantees.md ("The clear's commit is the line between rounds"): the mover dies
+    after the arrival commits and before the clear runs; a decision recorded in that window
+    (here written as a process that opened before the crash, such as `laneway serve`, records
+    it: straight into the table, with no recovery of its own) falls before the clear's line, so
+    the recovery that runs the clear deletes it with the old round's. A decision recorded after
+    recovery is kept (`_assert_exactly_once`)."""
+    office, seeded = board
+    point = "transition.after_commit"
+    child = _run([sys.executable, "-c", DRIVER, office.url, office.task], point, tmp_path)
+    assert child.returncode == EXIT_STATUS, child.stderr
+    _assert_crash_shape(office, seeded, point)
+    with raw(office.url) as conn:
+        in_window = add_decision(conn, office.task, office.review, office.seats[2])
+        assert decision_ids(conn, office.task, office.review) == {seeded, in_window}
+    _assert_exactly_once(office, seeded)
