@@ -17,8 +17,10 @@ Listeners on SQLAlchemy's cursor events do not see these statements; `STATS` cou
 
 from __future__ import annotations
 
+import functools
+import sys
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from typing import Any, cast
+from typing import Any, Final, cast
 
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection, Dialect
@@ -337,6 +339,24 @@ def _pipelined(
             cursor.close()
 
 
+BEGIN_CHECKED_RELEASES: Final = ((3, 1), (3, 4))
+"""The psycopg releases, from and before, whose pipeline internals `_send_begin` relies on, as
+read in 3.1.20, 3.2.10 and 3.3.9 (a `command_queue` of commands to send and a `result_queue`
+with None for a command whose result nobody reads). A later release begins the transaction
+itself, one round trip more, until its internals are read and this range is widened."""
+
+
+@functools.cache
+def _begin_fits(driver: Any) -> bool:
+    """Whether `driver` (the psycopg module) is a release `_send_begin` was checked against."""
+    try:
+        release = tuple(int(part) for part in str(driver.__version__).split(".")[:2])
+    except (AttributeError, ValueError):  # not psycopg as we know it
+        return False
+    earliest, before = BEGIN_CHECKED_RELEASES
+    return earliest <= release < before
+
+
 def _send_begin(dbapi: Any, pipeline: Any) -> bool:
     """Send the transaction's BEGIN as the first command of `pipeline`, so that it goes in the
     pipeline's one round trip; False (psycopg then begins the transaction itself) where that
@@ -347,10 +367,11 @@ def _send_begin(dbapi: Any, pipeline: Any) -> bool:
     libpq connection, the connection is no longer idle when the first statement is queued, so
     psycopg adds no BEGIN (and no Sync) of its own; its result (nothing to read) is the
     pipeline's first, as psycopg queues a command's."""
-    # psycopg's pipeline queues (not public API): without them, psycopg begins as it would
+    # psycopg's pipeline queues are not public API: only in the releases they were read in
     results = getattr(pipeline, "result_queue", None)
     if (
-        results is None
+        not _begin_fits(sys.modules[type(dbapi).__module__.partition(".")[0]])
+        or results is None
         or results
         or getattr(pipeline, "command_queue", True)
         or dbapi.isolation_level is not None

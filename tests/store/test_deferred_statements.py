@@ -9,6 +9,7 @@ it raises rolls the whole transaction back.
 
 from __future__ import annotations
 
+import types
 from pathlib import Path
 
 import pytest
@@ -104,6 +105,29 @@ def test_issue14_a_failed_block_drops_what_it_deferred_and_keeps_what_came_befor
     assert _title(host, task_id) == "kept"
 
 
+def _syncs_of_a_read_a_deferred_write_and_commit(
+    host: Host, task_id: str, trace: Path, title: str
+) -> list[str]:
+    """The frontend messages of one transaction (a prepared read, a deferred retitle, the
+    COMMIT), from libpq's protocol trace: the Syncs, and any BEGIN, in order."""
+    with open(trace, "w") as out, host.store.transaction(follow_board=False) as uow:
+        pgconn = uow.conn.connection.dbapi_connection.pgconn  # type: ignore[union-attr]
+        pgconn.trace(out.fileno())
+        try:
+            uow.run(_TITLE, {"task_id": task_id}).scalar_one()
+            assert uow.conn.connection.dbapi_connection.info.transaction_status != 0  # type: ignore[union-attr]
+            prepared.defer(uow.conn, _RETITLE, {"b_id": task_id, "b_title": title})
+            prepared.flush_deferred(uow.conn, commit=True)
+        finally:
+            pgconn.untrace()
+    sent = [line for line in trace.read_text().splitlines() if "\tF\t" in line]
+    return [
+        "BEGIN" if "BEGIN" in line else "Sync"
+        for line in sent
+        if "BEGIN" in line or line.split("\t")[3:4] == ["Sync"]
+    ]
+
+
 def test_issue14_a_transaction_begins_in_the_round_trip_of_its_first_statement(
     host: Host, tmp_path: Path
 ) -> None:
@@ -115,24 +139,9 @@ def test_issue14_a_transaction_begins_in_the_round_trip_of_its_first_statement(
     if host.store.is_sqlite:
         pytest.skip("SQLite has no round trips")
     task_id = _task(host, "before")
-    trace = tmp_path / "libpq.trace"
-    with open(trace, "w") as out, host.store.transaction(follow_board=False) as uow:
-        pgconn = uow.conn.connection.dbapi_connection.pgconn  # type: ignore[union-attr]
-        pgconn.trace(out.fileno())
-        try:
-            assert uow.run(_TITLE, {"task_id": task_id}).scalar_one() == "before"
-            assert uow.conn.connection.dbapi_connection.info.transaction_status != 0  # type: ignore[union-attr]
-            prepared.defer(uow.conn, _RETITLE, {"b_id": task_id, "b_title": "after"})
-            prepared.flush_deferred(uow.conn, commit=True)
-        finally:
-            pgconn.untrace()
-    lines = trace.read_text().splitlines()
-    sent = [line.split("\t") for line in lines if "\tF\t" in line]
-    assert [fields[3] for fields in sent if len(fields) > 3 and fields[3] == "Sync"] == [
-        "Sync",
-        "Sync",
-    ], lines
-    assert sum("BEGIN" in line for line in lines if "\tF\t" in line) == 1
+    assert _syncs_of_a_read_a_deferred_write_and_commit(
+        host, task_id, tmp_path / "libpq.trace", "after"
+    ) == ["BEGIN", "Sync", "Sync"]
     assert _title(host, task_id) == "after"
 
     def failing() -> None:
@@ -143,3 +152,48 @@ def test_issue14_a_transaction_begins_in_the_round_trip_of_its_first_statement(
     with pytest.raises(Refused):
         failing()
     assert _title(host, task_id) == "after"
+
+
+def test_issue14_a_psycopg_release_not_checked_begins_its_own_transactions(
+    host: Host, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Sending BEGIN in the first statement's round trip relies on psycopg's pipeline
+    internals, read in 3.1 to 3.3. With a release outside that range psycopg begins the
+    transaction itself: one round trip more (BEGIN, then its Sync), and the same transaction
+    (the deferred write commits, in order)."""
+    if host.store.is_sqlite:
+        pytest.skip("SQLite has no round trips")
+    task_id = _task(host, "before")
+    monkeypatch.setattr(prepared, "BEGIN_CHECKED_RELEASES", ((3, 1), (3, 1)))
+    prepared._begin_fits.cache_clear()
+    try:
+        assert _syncs_of_a_read_a_deferred_write_and_commit(
+            host, task_id, tmp_path / "libpq.trace", "after"
+        ) == ["BEGIN", "Sync", "Sync", "Sync"]
+    finally:
+        prepared._begin_fits.cache_clear()
+    assert _title(host, task_id) == "after"
+
+
+@pytest.mark.parametrize(
+    ("version", "fits"),
+    [
+        ("3.1.0", True),
+        ("3.2.10", True),
+        ("3.3.9", True),
+        ("3.0.18", False),
+        ("3.4.0", False),
+        ("4.0.0.dev1", False),
+        ("unknown", False),
+        (None, False),
+    ],
+)
+def test_issue14_begin_in_the_pipeline_only_for_the_psycopg_releases_it_was_read_in(
+    version: str | None, fits: bool
+) -> None:
+    """`BEGIN_CHECKED_RELEASES`: 3.1 up to, not including, 3.4; anything else, or a module
+    without a readable version, begins its transactions the way psycopg does."""
+    driver = (
+        types.SimpleNamespace() if version is None else types.SimpleNamespace(__version__=version)
+    )
+    assert prepared._begin_fits.__wrapped__(driver) is fits
