@@ -18,16 +18,24 @@ frames back into the database) grows with that count. This probe shows where the
 
 Figures are frames per arrival (a page written by both commits counts twice, as in the WAL),
 distinct pages per arrival, and commits per arrival. The Work move back is not counted.
+
+`--commit-cost` adds what a frame costs to commit on this machine: plain sqlite3 transactions
+(same pragmas) that insert one row into each of N tables with a random-keyed index, timed
+around the COMMIT alone for several N, their frames counted from the WAL as above, and a
+straight line fitted through (frames, commit time). The arrival's frames and commits priced on
+that line are the least its commits can cost, whatever Python does around them.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import sqlite3
 import struct
 import sys
 import tempfile
+import time
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -112,6 +120,56 @@ def measure(directory: Path, tasks: int, warm: int, counted: int) -> dict[str, A
     }
 
 
+def commit_cost(
+    directory: Path, widths: tuple[int, ...] = (1, 2, 4, 8, 12), rounds: int = 2000
+) -> dict[str, Any]:
+    """Commit time against WAL frames for transactions touching `width` indexed tables."""
+    db = directory / "commits.db"
+    wal = db.with_name(db.name + "-wal")
+    con = sqlite3.connect(db, isolation_level=None)
+    try:
+        con.execute("PRAGMA journal_mode=WAL")
+        con.execute("PRAGMA synchronous=NORMAL")
+        for n in range(max(widths)):
+            con.execute(f"CREATE TABLE t{n} (id INTEGER PRIMARY KEY, k TEXT, v TEXT)")
+            con.execute(f"CREATE INDEX i{n} ON t{n} (k)")
+            con.execute("BEGIN")
+            con.executemany(
+                f"INSERT INTO t{n} (k, v) VALUES (?, ?)",
+                ((os.urandom(8).hex(), "x" * 50) for _ in range(5_000)),
+            )
+            con.execute("COMMIT")
+        rows: list[dict[str, float]] = []
+        for width in widths:
+            inserts = [f"INSERT INTO t{n} (k, v) VALUES (?, 'y')" for n in range(width)]
+
+            def transaction(inserts: list[str] = inserts) -> float:
+                con.execute("BEGIN")
+                for sql in inserts:
+                    con.execute(sql, (os.urandom(8).hex(),))
+                began = time.perf_counter()
+                con.execute("COMMIT")
+                return time.perf_counter() - began
+
+            frames = 0
+            for _ in range(50):
+                truncate_wal(db)
+                transaction()
+                frames += len(wal_frames(wal))
+            spent = sum(transaction() for _ in range(rounds))
+            rows.append({"tables": width, "frames": frames / 50, "commit_us": spent / rounds * 1e6})
+    finally:
+        con.close()
+    # least squares: commit_us = per_commit + per_frame * frames
+    xs = [r["frames"] for r in rows]
+    ys = [r["commit_us"] for r in rows]
+    mean_x, mean_y = sum(xs) / len(xs), sum(ys) / len(ys)
+    per_frame = sum((x - mean_x) * (y - mean_y) for x, y in zip(xs, ys, strict=True)) / sum(
+        (x - mean_x) ** 2 for x in xs
+    )
+    return {"rows": rows, "per_frame_us": per_frame, "per_commit_us": mean_y - per_frame * mean_x}
+
+
 def _page_size(db: Path) -> int:
     con = sqlite3.connect(db)
     try:
@@ -126,12 +184,21 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--warm", type=int, default=2000, help="round trips before counting")
     parser.add_argument("--counted", type=int, default=200, help="Review arrivals counted")
     parser.add_argument("--json", action="store_true", help="print the figures as JSON")
+    parser.add_argument(
+        "--commit-cost", action="store_true", help="also price a WAL frame's commit here"
+    )
     args = parser.parse_args(argv)
     from loguru import logger
 
     logger.remove()  # the host logs every run it queues; the figures are the output here
     with tempfile.TemporaryDirectory(prefix="laneway-pages-") as tmp:
         result = measure(Path(tmp), args.tasks, args.warm, args.counted)
+        if args.commit_cost:
+            cost = commit_cost(Path(tmp))
+            result["commit_cost"] = cost
+            result["commits_us_at_least"] = (
+                result["frames"] * cost["per_frame_us"] + result["commits"] * cost["per_commit_us"]
+            )
     if args.json:
         print(json.dumps(result, indent=2))
         return 0
@@ -144,6 +211,21 @@ def main(argv: list[str] | None = None) -> int:
     print(f"  {'total frames':<44} {result['frames']:6.2f}")
     print(f"  {'distinct pages':<44} {result['distinct_pages']:6.2f}")
     print(f"  {'commits':<44} {result['commits']:6.2f}")
+    if args.commit_cost:
+        cost = result["commit_cost"]
+        print("\nCommit time against WAL frames (plain sqlite3, one row into each of N tables)")
+        for row in cost["rows"]:
+            print(
+                f"  {row['tables']:>3} tables  {row['frames']:6.2f} frames  "
+                f"{row['commit_us']:7.1f} us per commit"
+            )
+        print(
+            f"  fitted: {cost['per_commit_us']:.1f} us per commit + "
+            f"{cost['per_frame_us']:.2f} us per frame"
+        )
+        print(
+            f"  this arrival's commits, priced on that line: {result['commits_us_at_least']:.0f} us"
+        )
     return 0
 
 
