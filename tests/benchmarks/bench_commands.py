@@ -22,9 +22,12 @@ file cache.
 `--baseline` times another install's `laneway` script (another checkout, before a change) on
 the same board in the same rotation, as `before: laneway ...` rows: a before/after comparison
 from one run. Repeat it, as `--baseline LABEL=PATH`, to time several installs side by side.
-With `--pg`, an informative row times importing SQLAlchemy, psycopg and SQLAlchemy's psycopg
-dialect: what any program talking to PostgreSQL through them imports before its first
-statement. Exit status 0 when every target holds, 1 otherwise.
+With `--pg` the same commands are timed on PostgreSQL, for information: the issue's targets
+are measured on SQLite, and on PostgreSQL importing SQLAlchemy, psycopg and SQLAlchemy's
+psycopg dialect (a row of its own, the floor: what any program talking to PostgreSQL through
+them imports before its first statement) already takes more than 1.3x the anchor; each
+command's ratio to that floor is printed beside it. Exit status 0 when every (SQLite) target
+holds, 1 otherwise.
 """
 
 from __future__ import annotations
@@ -139,20 +142,27 @@ def measure(
     return times
 
 
-def report(label: str, times: dict[str, list[float]]) -> bool:
+def report(label: str, times: dict[str, list[float]], *, judged: bool = True) -> bool:
+    """Print each median and its ratio to the anchor; with `judged`, against its target
+    (False when one is missed). Unjudged (PostgreSQL: the issue's targets are SQLite's), each
+    laneway row shows its ratio to the import floor as well."""
     medians = {name: statistics.median(values) for name, values in times.items()}
     anchor = medians[ANCHOR]
+    floor = medians.get(PG_FLOOR)
     ok = True
     print(f"\n{label}: median of {len(times[ANCHOR])} runs each")
-    print(f"{'command':<40}{'median ms':>10}{'ratio':>8}  target")
+    last = "target" if judged else ("/ floor" if floor is not None else "")
+    print(f"{'command':<40}{'median ms':>10}{'ratio':>8}  {last}")
     for name, median in medians.items():
         ratio = median / anchor
         target = TARGETS.get(name)
         verdict = ""
-        if target is not None:
+        if target is not None and judged:
             passed = ratio <= target
             ok = ok and passed
             verdict = f"<= {target}  {'PASS' if passed else 'FAIL'}"
+        elif target is not None and floor is not None:
+            verdict = f"{median / floor:.2f}"
         print(f"{name:<40}{median * 1000:>10.0f}{ratio:>8.2f}  {verdict}")
     return ok
 
@@ -217,7 +227,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if not server:
             raise SystemExit("--pg needs LANEWAY_TEST_PG_URL")
         with postgres_board(server) as url:
-            ok = report("PostgreSQL", measure(url, args.rounds, baselines)) and ok
+            report("PostgreSQL (information)", measure(url, args.rounds, baselines), judged=False)
     print("\nall targets met" if ok else "\nsome target missed")
     return 0 if ok else 1
 
