@@ -108,13 +108,15 @@ def test_issue14_a_failed_block_drops_what_it_deferred_and_keeps_what_came_befor
 def _syncs_of_a_read_a_deferred_write_and_commit(
     host: Host, task_id: str, trace: Path, title: str
 ) -> list[str]:
-    """The frontend messages of one transaction (a prepared read, a deferred retitle, the
-    COMMIT), from libpq's protocol trace: the Syncs, and any BEGIN, in order."""
+    """The frontend messages of one transaction (a prepared read, which must see the title
+    committed before, a deferred retitle to `title`, the COMMIT), from libpq's protocol trace:
+    the Syncs, and any BEGIN, in order."""
+    before = _title(host, task_id)
     with open(trace, "w") as out, host.store.transaction(follow_board=False) as uow:
         pgconn = uow.conn.connection.dbapi_connection.pgconn  # type: ignore[union-attr]
         pgconn.trace(out.fileno())
         try:
-            uow.run(_TITLE, {"task_id": task_id}).scalar_one()
+            assert uow.run(_TITLE, {"task_id": task_id}).scalar_one() == before
             assert uow.conn.connection.dbapi_connection.info.transaction_status != 0  # type: ignore[union-attr]
             prepared.defer(uow.conn, _RETITLE, {"b_id": task_id, "b_title": title})
             prepared.flush_deferred(uow.conn, commit=True)
