@@ -90,26 +90,17 @@ class Prepared:
 
     def __call__(self, conn: Connection, values: Mapping[str, Any]) -> Result:
         sql, params = self.sql, self.params(values)
-        STATS["statements"] += 1
-        dbapi = conn.connection.dbapi_connection
-        info = conn.info
-        cursor = _cursor_of(info, dbapi)
-        try:
-            if self._order is None and (info.get(_PENDING) or _opens_transaction(dbapi)):
-                scratch = _cursor_of(info, dbapi, _SCRATCH)
-                _pipelined(dbapi, info.get(_PENDING), cursor.execute, sql, params, scratch)
-            else:
-                cursor.execute(sql, params)
-            if self._rowless:
-                return Result((), [], cursor.rowcount)
+        pipelines = self._order is None  # psycopg's named parameters: PostgreSQL
+        cursor = _send(conn, sql, params, pipelines=pipelines, begins=pipelines)
+        if self._rowless:
+            return Result((), [], cursor.rowcount)
+        try:  # SQLite steps past the first row as it fetches: its errors can come here
             names = self._names
             if names is None:
                 description = cursor.description
                 if description is None:
                     return Result((), [], cursor.rowcount)
-                names = tuple(d[0] for d in description)
-                if not self._rowless:
-                    self._names = names
+                names = self._names = tuple(d[0] for d in description)
             return Result(names, cursor.fetchall(), cursor.rowcount)
         except conn.dialect.loaded_dbapi.Error as exc:
             raise _translated(conn, sql, params, exc) from exc
@@ -123,37 +114,48 @@ class Prepared:
             params = [tuple(map({**defaults, **r}.get, order)) for r in rows]
         else:
             params = [{**self._defaults, **r} for r in rows]
-        STATS["statements"] += 1
-        dbapi = conn.connection.dbapi_connection
-        cursor = _cursor_of(conn.info, dbapi)
-        try:
-            pending = _pending_of(conn) if self._order is None else None
-            if pending:
-                scratch = _cursor_of(conn.info, dbapi, _SCRATCH)
-                _pipelined(dbapi, pending, cursor.executemany, self.sql, params, scratch)
-            else:
-                cursor.executemany(self.sql, params)
-            return int(cursor.rowcount)
-        except conn.dialect.loaded_dbapi.Error as exc:
-            raise _translated(conn, self.sql, params, exc) from exc
+        cursor = _send(conn, self.sql, params, many=True, pipelines=self._order is None)
+        return int(cursor.rowcount)
 
 
 def run_driver_sql(conn: Connection, sql: str) -> None:
     """One fixed statement without parameters (BEGIN, SAVEPOINT) on the connection's driver
     cursor."""
     _count_savepoint(sql)
+    _send(conn, sql, None)
+
+
+def _send(
+    conn: Connection,
+    sql: str,
+    params: Any,
+    *,
+    many: bool = False,
+    pipelines: bool = True,
+    begins: bool = False,
+) -> Any:
+    """Run `sql` on `conn`'s driver cursor (counted in STATS) and return the cursor; a driver
+    error comes out translated (`_translated`).
+
+    :param pipelines: send it in one pipeline with the statements deferred so far, if any.
+    :param begins: also when none are deferred but the statement opens the transaction, so
+        that its BEGIN goes in the statement's round trip."""
     STATS["statements"] += 1
+    info = conn.info
     dbapi = conn.connection.dbapi_connection
-    cursor = _cursor_of(conn.info, dbapi)
+    cursor = _cursor_of(info, dbapi)
+    run = cursor.executemany if many else cursor.execute
     try:
-        pending = _pending_of(conn)
-        if pending:
-            scratch = _cursor_of(conn.info, dbapi, _SCRATCH)
-            _pipelined(dbapi, pending, cursor.execute, sql, None, scratch)
+        pending = info.get(_PENDING) if pipelines else None
+        if pending or (begins and _opens_transaction(dbapi)):
+            _pipelined(dbapi, pending, run, sql, params, _cursor_of(info, dbapi, _SCRATCH))
+        elif params is None:
+            run(sql)
         else:
-            cursor.execute(sql)
+            run(sql, params)
     except conn.dialect.loaded_dbapi.Error as exc:
-        raise _translated(conn, sql, (), exc) from exc
+        raise _translated(conn, sql, params, exc) from exc
+    return cursor
 
 
 # -- statements whose result nothing waits for ----------------------------------------------------
