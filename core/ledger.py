@@ -11,8 +11,9 @@ from __future__ import annotations
 import functools
 import hashlib
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+import attrs
 import sqlalchemy as sa
 
 from core import ids, memo
@@ -22,19 +23,14 @@ from core.store import events, prepared, rows
 from core.store import tables as t
 from core.store.database import UnitOfWork
 
+if TYPE_CHECKING:
+    from sqlalchemy.dialects.postgresql import dml as pg_dml
+    from sqlalchemy.dialects.sqlite import dml as sqlite_dml
+
 E = t.step_entries
 M = t.step_entry_markers
 
-_ENTRY_KEYS = (
-    "id",
-    "task_id",
-    "step_id",
-    "entry_seq",
-    "entry_path",
-    "declaration_digest",
-    "terminal",
-    "created_at",
-)
+_ENTRY_KEYS = tuple(field.name for field in attrs.fields(StepEntry))
 # The next entry_seq for the pair and the entry's insert as one statement, the number read
 # back (RETURNING): one statement (on PostgreSQL one round trip) fewer per arrival than a
 # read and then an insert. An aggregate without GROUP BY yields its one row even for the
@@ -89,16 +85,22 @@ _SKIP_VALUES = {
 @functools.cache
 def _insert_absent(dialect: str, *, skip: bool) -> sa.Insert:
     """The claim (or, with `skip`, the skip) of an absent marker in `dialect`'s ON CONFLICT
-    form. Built on first use: importing the PostgreSQL dialect costs a SQLite command about
-    40 ms, and the other way round."""
+    form, built on first use (`_insert_marker`)."""
     values = _SKIP_VALUES if skip else _CLAIM_VALUES
+    return _insert_marker(dialect).values(values).on_conflict_do_nothing()
+
+
+def _insert_marker(dialect: str) -> pg_dml.Insert | sqlite_dml.Insert:
+    """`INSERT INTO step_entry_markers` in `dialect`'s own form, which has ON CONFLICT. Its
+    module is imported here, on first use: importing the PostgreSQL dialect costs a SQLite
+    command about 40 ms, and the other way round."""
     if dialect == "postgresql":
         from sqlalchemy.dialects.postgresql import insert as pg_insert
 
-        return pg_insert(M).values(values).on_conflict_do_nothing()
+        return pg_insert(M)
     from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 
-    return sqlite_insert(M).values(values).on_conflict_do_nothing()
+    return sqlite_insert(M)
 
 
 # in_progress(dead epoch) -> in_progress(our epoch)
@@ -161,13 +163,7 @@ def _claim_all_if_occupied(dialect: str, members: int) -> sa.Insert:
     rows: Any = _claim_row(0)
     if members > 1:
         rows = sa.union_all(*(_claim_row(n) for n in range(members)))
-    if dialect == "postgresql":
-        from sqlalchemy.dialects.postgresql import insert as pg_insert
-
-        return pg_insert(M).from_select(_CLAIM_KEYS, rows).on_conflict_do_nothing()
-    from sqlalchemy.dialects.sqlite import insert as sqlite_insert
-
-    return sqlite_insert(M).from_select(_CLAIM_KEYS, rows).on_conflict_do_nothing()
+    return _insert_marker(dialect).from_select(_CLAIM_KEYS, rows).on_conflict_do_nothing()
 
 
 _NEWEST_SEQ = sa.select(sa.func.max(E.c.entry_seq)).where(
