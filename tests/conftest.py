@@ -123,3 +123,31 @@ def wait_for_dead_processes(url: str, timeout: float = 15.0) -> None:
             time.sleep(0.05)
     finally:
         engine.dispose()
+
+
+# -- test tiers ---------------------------------------------------------------------------------
+# Every test gets exactly one tier marker, so the suite can be run (and timed) a tier at a time
+# and each tier with the parallelism it allows (.ci/test). A test's tier follows from what it
+# uses, not from a list kept by hand:
+#   browser     - drives Debian's chromium (a `browser` fixture)
+#   subprocess  - starts real `laneway` processes, workers or crashes (`slow`, tests/multiprocess)
+#   store       - runs on a real database, both SQLite and PostgreSQL (`db_url` and the like)
+#   unit        - everything else: in-process, no database file of its own
+TIERS = ("unit", "store", "subprocess", "browser")
+_STORE_FIXTURES = frozenset({"db_url", "sqlite_url", "pg_database", "host", "sqlite_host"})
+
+
+def tier_of(item: pytest.Item) -> str:
+    fixtures = frozenset(getattr(item, "fixturenames", ()))
+    if "browser" in fixtures:
+        return "browser"
+    if item.get_closest_marker("slow") is not None or "multiprocess" in item.path.parts:
+        return "subprocess"
+    if fixtures & _STORE_FIXTURES:
+        return "store"
+    return "unit"
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    for item in items:
+        item.add_marker(getattr(pytest.mark, tier_of(item)))
