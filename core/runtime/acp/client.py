@@ -45,6 +45,8 @@ from core.runtime.acp.values import (
 
 MAX_READ: Final = 8 * 1024 * 1024
 """The largest file `fs/read_text_file` returns (bytes): the answer is one stdin line."""
+CHUNK_QUIET: Final = 0.2
+"""Message text gathered from chunks is one item once the agent has paused this long (s)."""
 ALLOW_KINDS: Final = ("allow_once", "allow_always")
 REJECT_KINDS: Final = ("reject_once", "reject_always")
 
@@ -79,11 +81,15 @@ class LanewayClient:
         self._chunk_kind: str | None = None
         self._chunks: list[str] = []
         self._chunk_chars = 0
+        self._quiet: asyncio.TimerHandle | None = None
 
     # -- transcript -------------------------------------------------------------------------
 
     def flush(self) -> None:
         """Post the message or thought text gathered so far as one item."""
+        if self._quiet is not None:
+            self._quiet.cancel()
+            self._quiet = None
         if self._chunk_kind is not None and self._chunks:
             kind: ItemKind = "message" if self._chunk_kind == "message" else "thought"
             self.post(item(kind, "".join(self._chunks)))
@@ -95,6 +101,11 @@ class LanewayClient:
             self._chunk_kind = kind
         self._chunks.append(text)
         self._chunk_chars += len(text)
+        # Chunks have no end marker: a pause ends the item, so the board sees it while the
+        # turn runs rather than at its end.
+        if self._quiet is not None:
+            self._quiet.cancel()
+        self._quiet = asyncio.get_running_loop().call_later(CHUNK_QUIET, self.flush)
 
     async def session_update(self, session_id: str, update: Any, **kwargs: Any) -> None:
         if isinstance(update, CurrentModeUpdate):

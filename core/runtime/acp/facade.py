@@ -535,6 +535,7 @@ class AgentConnection:
                 return error_end(exc, stderr_line=self.stderr_line)
             except (ConnectionError, asyncio.CancelledError):
                 if self._cancelled:
+                    await self._kill()  # the agent ignored session/cancel: its group is killed
                     return TurnEnd("cancelled", "the turn was cancelled")
                 return await self._dead("session/prompt")
             except ValidationError as exc:
