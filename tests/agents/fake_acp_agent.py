@@ -26,6 +26,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import select
 import sys
 from pathlib import Path
 from typing import Any
@@ -72,8 +73,14 @@ def _script() -> dict[str, Any]:
 
 
 def _raw(data: bytes) -> None:
-    """Write to stdout behind the SDK's back (what a broken agent does)."""
-    os.write(1, data)
+    """Write to stdout behind the SDK's back (what a broken agent does); the SDK made the
+    pipe non-blocking, so a full pipe is waited out here."""
+    view = memoryview(data)
+    while view:
+        try:
+            view = view[os.write(1, view) :]
+        except BlockingIOError:
+            select.select([], [1], [], 1.0)
 
 
 class FakeAgent(Agent):
