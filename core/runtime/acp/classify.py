@@ -1,0 +1,115 @@
+"""How a turn ends (AGENTS.md "How a turn ends (ACP)"): stop reasons and errors to routes."""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Any, Final
+
+from acp import RequestError
+
+from core.runtime.acp.values import TokenUsage, TurnEnd
+
+AUTH_CODE: Final = -32000
+_AUTH_STATUS = re.compile(r"\b(401|403)\b")
+_BUSY = re.compile(r"\b(429|503|529)\b|rate[ _-]?limit|overloaded|too many requests", re.IGNORECASE)
+_RETRY_TEXT = re.compile(
+    r"(?:retry|try again)\s*(?:after|in)?\s*:?\s*(\d+(?:\.\d+)?)\s*"
+    r"(ms|milliseconds?|s|sec|seconds?)?",
+    re.IGNORECASE,
+)
+_RETRY_KEYS: Final = {
+    "retryAfter": 1.0,
+    "retry_after": 1.0,
+    "retryAfterSeconds": 1.0,
+    "retry_after_seconds": 1.0,
+    "retryAfterMs": 0.001,
+    "retry_after_ms": 0.001,
+}
+
+
+def stop_reason_end(stop_reason: str, *, cancelled: bool, usage: TokenUsage | None) -> TurnEnd:
+    """The route of a `session/prompt` answer."""
+    if stop_reason == "end_turn":
+        return TurnEnd("ok", stop_reason=stop_reason, usage=usage)
+    if stop_reason in ("max_tokens", "max_turn_requests"):
+        return TurnEnd(
+            "ok",
+            stop_reason=stop_reason,
+            usage=usage,
+            warning=f"the agent ended its turn early: {stop_reason}",
+        )
+    if stop_reason == "refusal":
+        return TurnEnd("failed", "agent refused", route="R1", stop_reason=stop_reason, usage=usage)
+    if stop_reason == "cancelled" and cancelled:
+        return TurnEnd("cancelled", "the turn was cancelled", stop_reason=stop_reason, usage=usage)
+    return TurnEnd(
+        "failed",
+        f"the agent ended its turn with {stop_reason!r} unasked",
+        route="R1",
+        stop_reason=stop_reason,
+        usage=usage,
+    )
+
+
+def agent_message(exc: RequestError) -> str:
+    """The agent's own words: the error's message, and its data's details when they add some."""
+    text = str(exc)
+    data = exc.data
+    extra: Any = None
+    if isinstance(data, dict):
+        extra = data.get("message") or data.get("details") or data.get("error")
+    elif isinstance(data, str):
+        extra = data
+    if isinstance(extra, str) and extra and extra not in text:
+        text = f"{text}: {extra}" if text else extra
+    return text
+
+
+def error_end(exc: RequestError, *, stderr_line: str = "") -> TurnEnd:
+    """The route of a JSON-RPC error the agent answered with."""
+    message = agent_message(exc)
+    haystack = message + " " + _data_text(exc.data)
+    if exc.code == AUTH_CODE or _AUTH_STATUS.search(haystack):
+        return TurnEnd("failed", f"authentication failed: {message}", route="R3")
+    if _BUSY.search(haystack):
+        return TurnEnd(
+            "transient",
+            f"the provider is busy: {message}",
+            route="R4",
+            retry_after=retry_delay(exc.data, haystack),
+        )
+    return failed(f"agent error {exc.code}: {message}", stderr_line)
+
+
+def failed(message: str, stderr_line: str = "") -> TurnEnd:
+    """A terminal failure (R1), with the agent's last stderr line when there is one."""
+    if stderr_line:
+        message = f"{message} (last stderr line: {stderr_line})"
+    return TurnEnd("failed", message, route="R1", stderr_tail=stderr_line)
+
+
+def retry_delay(data: Any, text: str) -> float | None:
+    """The retry delay, in seconds, an error names in its data or its text."""
+    if isinstance(data, dict):
+        for key, scale in _RETRY_KEYS.items():
+            value = data.get(key)
+            if isinstance(value, int | float) and not isinstance(value, bool) and value >= 0:
+                return float(value) * scale
+    match = _RETRY_TEXT.search(text)
+    if match is None:
+        return None
+    value = float(match.group(1))
+    unit = (match.group(2) or "s").lower()
+    return value / 1000 if unit.startswith("m") else value
+
+
+def _data_text(data: Any) -> str:
+    if data is None:
+        return ""
+    if isinstance(data, str):
+        return data
+    try:
+        return json.dumps(data)[:4000]
+    except (TypeError, ValueError):
+        return ""

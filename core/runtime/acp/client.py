@@ -1,0 +1,260 @@
+"""laneway's side of ACP: what it answers an agent's requests and notifications with.
+
+Everything here runs on the ACP event-loop thread and never waits for the database: items and
+permission questions are *posted* to the caller (`post`, thread-safe and non-blocking), who
+handles them on its own thread. A question posted carries an asyncio future that the caller
+resolves from its thread through the loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, Final
+
+import attrs
+from acp import RequestError
+from acp.schema import (
+    AgentMessageChunk,
+    AgentThoughtChunk,
+    AllowedOutcome,
+    ConfigOptionUpdate,
+    CurrentModeUpdate,
+    DeniedOutcome,
+    ReadTextFileResponse,
+    RequestPermissionResponse,
+    ToolCallUpdate,
+    UsageUpdate,
+    WriteTextFileResponse,
+)
+from acp.schema import (
+    PermissionOption as AcpPermissionOption,
+)
+
+from core.runtime.acp.items import MAX_TEXT, block_text, dump, item, update_item
+from core.runtime.acp.values import (
+    ItemKind,
+    PermissionOption,
+    PermissionPolicy,
+    PermissionRequest,
+    TokenUsage,
+    TranscriptItem,
+)
+
+MAX_READ: Final = 8 * 1024 * 1024
+"""The largest file `fs/read_text_file` returns (bytes): the answer is one stdin line."""
+CHUNK_QUIET: Final = 0.2
+"""Message text gathered from chunks is one item once the agent has paused this long (s)."""
+ALLOW_KINDS: Final = ("allow_once", "allow_always")
+REJECT_KINDS: Final = ("reject_once", "reject_always")
+
+
+@attrs.frozen
+class Ask:
+    """A permission question for the caller; its answer (an option id, or None) sets `answer`."""
+
+    request: PermissionRequest
+    answer: asyncio.Future[str | None]
+
+
+Post = Callable[[TranscriptItem | Ask], None]
+
+
+def pick(options: tuple[PermissionOption, ...], kinds: tuple[str, ...]) -> str | None:
+    return next((o.option_id for o in options if o.kind in kinds), None)
+
+
+class LanewayClient:
+    """The `acp.Client` laneway is; one per agent process."""
+
+    def __init__(self, post: Post, policy: PermissionPolicy) -> None:
+        self.post = post
+        self.policy = policy
+        self.cwd: Path | None = None
+        self.replaying = False
+        self.mode: str | None = None
+        self.config_options: list[Any] | None = None
+        self.usage: TokenUsage | None = None
+        self.asks: set[asyncio.Future[str | None]] = set()
+        self._chunk_kind: str | None = None
+        self._chunks: list[str] = []
+        self._chunk_chars = 0
+        self._quiet: asyncio.TimerHandle | None = None
+
+    # -- transcript -------------------------------------------------------------------------
+
+    def flush(self) -> None:
+        """Post the message or thought text gathered so far as one item."""
+        if self._quiet is not None:
+            self._quiet.cancel()
+            self._quiet = None
+        if self._chunk_kind is not None and self._chunks:
+            kind: ItemKind = "message" if self._chunk_kind == "message" else "thought"
+            self.post(item(kind, "".join(self._chunks)))
+        self._chunk_kind, self._chunks, self._chunk_chars = None, [], 0
+
+    def _chunk(self, kind: str, text: str) -> None:
+        if kind != self._chunk_kind or self._chunk_chars + len(text) > MAX_TEXT:
+            self.flush()
+            self._chunk_kind = kind
+        self._chunks.append(text)
+        self._chunk_chars += len(text)
+        # Chunks have no end marker: a pause ends the item, so the board sees it while the
+        # turn runs rather than at its end.
+        if self._quiet is not None:
+            self._quiet.cancel()
+        self._quiet = asyncio.get_running_loop().call_later(CHUNK_QUIET, self.flush)
+
+    async def session_update(self, session_id: str, update: Any, **kwargs: Any) -> None:
+        if isinstance(update, CurrentModeUpdate):
+            self.mode = update.current_mode_id
+            return
+        if isinstance(update, ConfigOptionUpdate):
+            self.config_options = list(update.config_options)
+            return
+        if isinstance(update, UsageUpdate):
+            self.usage = TokenUsage(
+                input_tokens=self.usage.input_tokens if self.usage else None,
+                output_tokens=self.usage.output_tokens if self.usage else None,
+                total_tokens=self.usage.total_tokens if self.usage else None,
+                context_used=update.used,
+                context_size=update.size,
+                cost=update.cost.amount if update.cost else None,
+                currency=update.cost.currency if update.cost else None,
+            )
+        if self.replaying:
+            return  # session/load replays a conversation laneway has already kept
+        if isinstance(update, AgentMessageChunk):
+            self._chunk("message", block_text(update.content))
+        elif isinstance(update, AgentThoughtChunk):
+            self._chunk("thought", block_text(update.content))
+        elif (found := update_item(update)) is not None:
+            self.flush()
+            self.post(found)
+
+    # -- permissions ------------------------------------------------------------------------
+
+    async def request_permission(
+        self,
+        session_id: str,
+        tool_call: ToolCallUpdate,
+        options: list[AcpPermissionOption],
+        **kwargs: Any,
+    ) -> RequestPermissionResponse:
+        self.flush()
+        request = PermissionRequest(
+            session_id,
+            dump(tool_call),
+            tuple(PermissionOption(o.option_id, o.name, o.kind) for o in options),
+        )
+        kind = request.tool_kind
+        if kind is not None and kind in self.policy.auto_allow:
+            chosen, by = pick(request.options, ALLOW_KINDS), "auto-allow"
+        elif self.policy.mode == "allow":
+            chosen, by = pick(request.options, ALLOW_KINDS), "policy:allow"
+        elif self.policy.mode == "deny":
+            chosen, by = pick(request.options, REJECT_KINDS), "policy:deny"
+        else:
+            answer: asyncio.Future[str | None] = asyncio.get_running_loop().create_future()
+            self.asks.add(answer)
+            try:
+                self.post(Ask(request, answer))
+                chosen, by = await answer, "person"
+            finally:
+                self.asks.discard(answer)
+        title = str(request.tool_call.get("title") or kind or "tool call")
+        self.post(
+            item(
+                "permission",
+                f"{title}: {chosen or 'cancelled'}",
+                {
+                    "tool_call": request.tool_call,
+                    "options": [attrs.asdict(o) for o in request.options],
+                    "option_id": chosen,
+                    "decided_by": by,
+                },
+            )
+        )
+        if chosen is None:
+            return RequestPermissionResponse(outcome=DeniedOutcome(outcome="cancelled"))
+        return RequestPermissionResponse(
+            outcome=AllowedOutcome(option_id=chosen, outcome="selected")
+        )
+
+    def cancel_asks(self) -> None:
+        """ACP: once a turn is cancelled, every pending permission question answers cancelled."""
+        for answer in list(self.asks):
+            if not answer.done():
+                answer.set_result(None)
+
+    # -- the file system, confined to the session's working directory ------------------------
+
+    def _confined(self, path: str) -> Path:
+        if self.cwd is None:
+            raise RequestError.invalid_params({"details": "no session is open"})
+        root = self.cwd.resolve()
+        target = Path(os.path.realpath(Path(root, path)))
+        if not target.is_relative_to(root):
+            raise RequestError(
+                -32602,
+                "path outside the session's working directory",
+                {"path": path, "cwd": str(root)},
+            )
+        return target
+
+    async def read_text_file(
+        self,
+        session_id: str,
+        path: str,
+        line: int | None = None,
+        limit: int | None = None,
+        **kwargs: Any,
+    ) -> ReadTextFileResponse:
+        target = self._confined(path)
+        try:
+            if target.stat().st_size > MAX_READ:
+                raise RequestError.invalid_params(
+                    {"details": f"{path} is larger than {MAX_READ} bytes", "path": path}
+                )
+            text = target.read_text(errors="replace")
+        except FileNotFoundError:
+            raise RequestError.resource_not_found(path) from None
+        except (IsADirectoryError, PermissionError) as exc:
+            raise RequestError.invalid_params({"details": str(exc), "path": path}) from None
+        if line is not None or limit is not None:
+            lines = text.splitlines(keepends=True)
+            start = max((line or 1) - 1, 0)
+            text = "".join(lines[start : start + limit if limit is not None else None])
+        return ReadTextFileResponse(content=text)
+
+    async def write_text_file(
+        self, session_id: str, path: str, content: str, **kwargs: Any
+    ) -> WriteTextFileResponse:
+        target = self._confined(path)
+        try:
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.write_text(content)
+        except OSError as exc:
+            raise RequestError.invalid_params({"details": str(exc), "path": path}) from None
+        return WriteTextFileResponse()
+
+    # -- what laneway does not serve ----------------------------------------------------------
+    # The SDK answers a terminal method the client lacks with a `null` result, which an agent
+    # would take for a terminal; laneway says plainly that it has none.
+
+    async def create_terminal(self, *args: Any, **kwargs: Any) -> Any:
+        raise RequestError.method_not_found("terminal/create")
+
+    async def terminal_output(self, *args: Any, **kwargs: Any) -> Any:
+        raise RequestError.method_not_found("terminal/output")
+
+    async def release_terminal(self, *args: Any, **kwargs: Any) -> Any:
+        raise RequestError.method_not_found("terminal/release")
+
+    async def wait_for_terminal_exit(self, *args: Any, **kwargs: Any) -> Any:
+        raise RequestError.method_not_found("terminal/wait_for_exit")
+
+    async def kill_terminal(self, *args: Any, **kwargs: Any) -> Any:
+        raise RequestError.method_not_found("terminal/kill")

@@ -1,0 +1,94 @@
+"""The agent's stdin/stdout as JSON-RPC messages, with bounds the SDK's stdio path lacks.
+
+The SDK's newline transport joins the pieces of a line past its reader's limit, so a 100 MB
+line is held whole, and it logs and skips a line that is not JSON. Here a line longer than
+`max_line` bytes, or one that is not a JSON object, ends the connection with `failure` saying
+which: the agent broke the protocol, and waiting for what it meant would be unbounded. The
+reader's buffer never holds more than about twice `max_line` (asyncio pauses the pipe there).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import time
+from typing import Any, Final
+
+STDERR_KEEP: Final = 4000
+_PREVIEW: Final = 120
+
+
+class LineTransport:
+    """An `acp` message transport over an agent process's stdout (reader) and stdin (writer)."""
+
+    def __init__(
+        self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, *, max_line: int
+    ) -> None:
+        self._reader = reader
+        self._writer = writer
+        self._max_line = max_line
+        self._lock = asyncio.Lock()
+        self.failure: str | None = None
+        self.last_heard = time.monotonic()
+        # The unstable `models` field of session/new and session/load answers: the schema
+        # drops it, yet it is how some adapters offer their model choice.
+        self._watch: set[Any] = set()
+        self.models: dict[str, Any] | None = None
+
+    async def send(self, message: dict[str, Any]) -> None:
+        if message.get("method") in ("session/new", "session/load"):
+            self._watch.add(message.get("id"))
+        data = json.dumps(message, separators=(",", ":")).encode() + b"\n"
+        async with self._lock:
+            try:
+                self._writer.write(data)
+                await self._writer.drain()
+            except (BrokenPipeError, ConnectionResetError, RuntimeError) as exc:
+                raise ConnectionError(f"the agent's stdin is closed: {exc}") from None
+
+    async def receive(self) -> dict[str, Any] | None:
+        while True:
+            try:
+                line = await self._reader.readuntil(b"\n")
+            except asyncio.IncompleteReadError as exc:
+                line = exc.partial
+                if not line.strip():
+                    return None
+            except asyncio.LimitOverrunError:
+                self.failure = f"the agent wrote a line longer than {self._max_line} bytes"
+                return None
+            self.last_heard = time.monotonic()
+            if not line.strip():
+                continue
+            try:
+                message = json.loads(line)
+            except ValueError:
+                message = None
+            if not isinstance(message, dict):
+                preview = line[:_PREVIEW].decode(errors="replace").strip()
+                self.failure = f"the agent wrote a line that is not JSON-RPC: {preview!r}"
+                return None
+            if "id" in message and message.get("id") in self._watch and "method" not in message:
+                self._watch.discard(message["id"])
+                result = message.get("result")
+                models = result.get("models") if isinstance(result, dict) else None
+                self.models = models if isinstance(models, dict) else None
+            return message
+
+    async def close(self) -> None:
+        with contextlib.suppress(OSError, RuntimeError):
+            self._writer.close()
+
+
+async def keep_stderr_tail(stream: asyncio.StreamReader, tail: bytearray) -> None:
+    """Read the agent's stderr to its end, keeping only its last STDERR_KEEP bytes."""
+    while chunk := await stream.read(65536):
+        tail.extend(chunk)
+        if len(tail) > STDERR_KEEP:
+            del tail[: len(tail) - STDERR_KEEP]
+
+
+def last_line(tail: bytes | bytearray) -> str:
+    lines = bytes(tail).decode(errors="replace").strip().splitlines()
+    return lines[-1].strip() if lines else ""

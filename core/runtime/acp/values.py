@@ -1,0 +1,147 @@
+"""The values the ACP client hands its caller: all frozen, none holding a live object."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any, Literal
+
+import attrs
+
+ItemKind = Literal[
+    "prompt", "message", "thought", "tool_call", "plan", "permission", "log", "usage"
+]
+Outcome = Literal["ok", "cancelled", "failed", "transient"]
+PermissionMode = Literal["ask", "allow", "deny"]
+
+
+@attrs.frozen
+class TranscriptItem:
+    """One transcript item of CLI.md (`kind`, `text`, `data`), already cut to its bounds."""
+
+    kind: ItemKind
+    text: str = ""
+    data: Mapping[str, Any] = attrs.field(factory=dict)
+
+
+@attrs.frozen
+class Mode:
+    id: str
+    name: str
+
+
+@attrs.frozen
+class ConfigOption:
+    """A session config option the agent offers; `values` is empty for a boolean option."""
+
+    id: str
+    name: str
+    type: str
+    current: str | bool
+    values: tuple[str, ...] = ()
+    category: str | None = None
+
+
+@attrs.frozen
+class SessionState:
+    """What the agent reported about its session: what AGENTS.md's `agent` shows."""
+
+    session_id: str
+    modes: tuple[Mode, ...] = ()
+    mode: str | None = None
+    config_options: tuple[ConfigOption, ...] = ()
+    models: tuple[str, ...] = ()
+    model: str | None = None
+
+    @property
+    def mode_ids(self) -> tuple[str, ...]:
+        return tuple(m.id for m in self.modes)
+
+
+@attrs.frozen
+class AgentInfo:
+    """What `initialize` answered."""
+
+    protocol_version: int
+    name: str | None
+    version: str | None
+    load_session: bool
+    auth_methods: tuple[str, ...]
+
+
+@attrs.frozen
+class Change:
+    """The answer to a mode or model request; `applied` is False when the agent lacks it."""
+
+    applied: bool
+    current: str | None
+    offered: tuple[str, ...]
+
+
+@attrs.frozen
+class TokenUsage:
+    input_tokens: int | None = None
+    output_tokens: int | None = None
+    total_tokens: int | None = None
+    context_used: int | None = None
+    context_size: int | None = None
+    cost: float | None = None
+    currency: str | None = None
+
+
+@attrs.frozen
+class TurnEnd:
+    """How a turn (or a step before it) ended, routed as AGENTS.md "How a turn ends (ACP)".
+
+    `route` is R1 (terminal), R2 (cannot start), R3 (authentication) for `failed`, R4 for
+    `transient`, None otherwise; `retry_after` is the delay a busy provider named, in seconds.
+    """
+
+    outcome: Outcome
+    message: str = ""
+    route: str | None = None
+    stop_reason: str | None = None
+    warning: str | None = None
+    retry_after: float | None = None
+    usage: TokenUsage | None = None
+    stderr_tail: str = ""
+
+    @property
+    def ok(self) -> bool:
+        return self.outcome == "ok"
+
+
+@attrs.frozen
+class PermissionOption:
+    option_id: str
+    name: str
+    kind: str
+
+
+@attrs.frozen
+class PermissionRequest:
+    """An agent's `session/request_permission`, as the caller's `ask` callback sees it."""
+
+    session_id: str
+    tool_call: Mapping[str, Any]
+    options: tuple[PermissionOption, ...]
+
+    @property
+    def tool_kind(self) -> str | None:
+        kind = self.tool_call.get("kind")
+        return kind if isinstance(kind, str) else None
+
+
+@attrs.frozen
+class PermissionPolicy:
+    """A profile's `--permissions` and `--auto-allow` (AGENTS.md "Profiles")."""
+
+    mode: PermissionMode = "ask"
+    auto_allow: frozenset[str] = frozenset()
+
+
+class AcpError(Exception):
+    """A step of the conversation (start, initialize, session/new, ...) failed; `end` routes it."""
+
+    def __init__(self, end: TurnEnd) -> None:
+        super().__init__(end.message)
+        self.end = end

@@ -1,0 +1,89 @@
+"""AGENTS.md "Profiles" `--permissions ask|allow|deny` and `--auto-allow KIND,...`, and the
+client's file system confined to the session's working directory."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from core.runtime.acp import PermissionPolicy, PermissionRequest, TranscriptItem
+from tests.acp.conftest import Start, texts
+
+ASK_EDIT = [{"permission": {"kind": "edit", "title": "Edit main.py"}}]
+
+
+def decided(start: Start, tmp_path: Path, policy: PermissionPolicy, **kw: object) -> list[str]:
+    agent = start({"turns": [ASK_EDIT]}, policy=policy)
+    agent.new_session(tmp_path)
+    items: list[TranscriptItem] = []
+    assert agent.prompt("go", on_item=items.append, **kw).ok  # type: ignore[arg-type]
+    permission = [i for i in items if i.kind == "permission"]
+    assert len(permission) == 1
+    return [str(permission[0].data["decided_by"]), *texts(items)[1:]]
+
+
+def test_allow_picks_the_first_allow_option(start: Start, tmp_path: Path) -> None:
+    """`--permissions allow`: the request's first allow_once/allow_always option."""
+    assert decided(start, tmp_path, PermissionPolicy("allow")) == [
+        "policy:allow",
+        "permission: yes",
+    ]
+
+
+def test_deny_picks_the_first_reject_option(start: Start, tmp_path: Path) -> None:
+    """`--permissions deny`: the request's first reject_once/reject_always option."""
+    assert decided(start, tmp_path, PermissionPolicy("deny")) == ["policy:deny", "permission: no"]
+
+
+def test_auto_allow_kinds_are_allowed_whatever_the_mode(start: Start, tmp_path: Path) -> None:
+    """`--auto-allow edit`: allowed without asking, though `--permissions deny`."""
+    policy = PermissionPolicy("deny", frozenset({"edit"}))
+    assert decided(start, tmp_path, policy) == ["auto-allow", "permission: yes"]
+
+
+def test_ask_hands_the_request_to_the_callers_thread(start: Start, tmp_path: Path) -> None:
+    """`--permissions ask`: the caller's callback answers (a person, later), on its thread."""
+    seen: list[PermissionRequest] = []
+
+    def person(request: PermissionRequest) -> str:
+        seen.append(request)
+        return "always"
+
+    result = decided(start, tmp_path, PermissionPolicy("ask"), on_permission=person)
+    assert result == ["person", "permission: always"]
+    assert seen[0].tool_kind == "edit"
+    assert [o.kind for o in seen[0].options] == ["allow_once", "allow_always", "reject_once"]
+
+
+def test_fs_reads_and_writes_inside_cwd(start: Start, tmp_path: Path) -> None:
+    """fs/read_text_file and fs/write_text_file within the session's working directory."""
+    (tmp_path / "notes.txt").write_text("hello")
+    agent = start(
+        {"turns": [[{"read": str(tmp_path / "notes.txt")},
+                    {"write": str(tmp_path / "sub" / "out.txt"), "content": "x"}]]}
+    )  # fmt: skip
+    agent.new_session(tmp_path)
+    items: list[TranscriptItem] = []
+    assert agent.prompt("go", on_item=items.append).ok
+    # back-to-back chunks are one message item
+    assert "".join(texts(items)).endswith("read: hellowrote")
+    assert (tmp_path / "sub" / "out.txt").read_text() == "x"
+
+
+@pytest.mark.parametrize("where", ["../secret.txt", "/etc/passwd", "link/secret.txt"])
+def test_fs_outside_cwd_is_a_json_rpc_error(start: Start, tmp_path: Path, where: str) -> None:
+    """Issue 29 hostile agents: "a file read outside its working directory" is a JSON-RPC
+    error back to the agent (symlinks out included); the turn goes on."""
+    work = tmp_path / "work"
+    work.mkdir()
+    (tmp_path / "secret.txt").write_text("s3cret")
+    (work / "link").symlink_to(tmp_path)
+    path = where if where.startswith("/") else str(work / where)
+    agent = start({"turns": [[{"read": path}, {"write": path, "content": "pwned"}]]}, cwd=work)
+    agent.new_session(work)
+    items: list[TranscriptItem] = []
+    assert agent.prompt("go", on_item=items.append).ok
+    refused = "error -32602: path outside the session's working directory"
+    assert "".join(texts(items)).endswith(refused + refused)
+    assert (tmp_path / "secret.txt").read_text() == "s3cret"

@@ -1,0 +1,78 @@
+"""Issue 29 "The real adapters": Zed's claude-code-acp and codex-acp, with no credentials and
+no network (an empty network namespace, `unshare -n`), driven through laneway's ACP client.
+
+Opt-in: an adapter is found on PATH or in $LANEWAY_ACP_ADAPTERS (a node_modules folder, e.g.
+from `npm install @zed-industries/claude-code-acp @zed-industries/codex-acp`); a test skips,
+saying why, when its adapter or `unshare -n` is not there.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from core.runtime.acp import AcpError, PermissionPolicy, shared_loop
+
+
+def adapter(name: str) -> str:
+    folder = os.environ.get("LANEWAY_ACP_ADAPTERS")
+    found = (
+        str(Path(folder, ".bin", name)) if folder and Path(folder, ".bin", name).exists() else None
+    ) or shutil.which(name)
+    if found is None:
+        pytest.skip(f"{name} is not installed (npm install @zed-industries/{name})")
+    if not sys.platform.startswith("linux") or shutil.which("unshare") is None:
+        pytest.skip("no unshare here to run the adapter without a network")
+    probe = subprocess.run(["unshare", "-n", "true"], capture_output=True, check=False)
+    if probe.returncode != 0:
+        pytest.skip(f"unshare -n is refused here: {probe.stderr.decode().strip()}")
+    return str(Path(found).resolve())
+
+
+def no_credentials(home: Path) -> dict[str, str]:
+    return {"PATH": os.environ["PATH"], "HOME": str(home), "LANG": "C.UTF-8", "TMPDIR": "/tmp"}
+
+
+def test_claude_code_acp_offers_plan_and_fails_r3_without_credentials(tmp_path: Path) -> None:
+    """claude-code-acp with no credentials initialises, opens a session, reports its modes
+    (among them `plan`), takes the mode asked for, and its turn fails as R3 with the agent's
+    "Authentication required" message, in bounded time."""
+    command = ["unshare", "-n", adapter("claude-code-acp")]
+    began = time.monotonic()
+    agent = shared_loop().start_agent(
+        command, env=no_credentials(tmp_path), cwd=tmp_path, policy=PermissionPolicy("deny")
+    )
+    try:
+        assert agent.info is not None
+        assert agent.info.load_session
+        state = agent.new_session(tmp_path)
+        assert "plan" in state.mode_ids
+        assert agent.set_mode("plan").applied
+        end = agent.prompt("Say hello.", timeout=60)
+        assert (end.outcome, end.route) == ("failed", "R3")
+        assert "Authentication required" in end.message
+    finally:
+        agent.close()
+    assert time.monotonic() - began < 90
+
+
+def test_codex_acp_refuses_at_session_new_as_r3(tmp_path: Path) -> None:
+    """codex-acp with no credentials initialises (naming its auth methods) and refuses
+    earlier: session/new fails as R3, "Authentication required"."""
+    command = ["unshare", "-n", adapter("codex-acp")]
+    agent = shared_loop().start_agent(command, env=no_credentials(tmp_path), cwd=tmp_path)
+    try:
+        assert agent.info is not None
+        assert agent.info.auth_methods
+        with pytest.raises(AcpError) as caught:
+            agent.new_session(tmp_path)
+        assert caught.value.end.route == "R3"
+        assert "Authentication required" in caught.value.end.message
+    finally:
+        agent.close()

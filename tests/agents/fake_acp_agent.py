@@ -1,0 +1,345 @@
+"""A scriptable ACP agent on the SDK's agent side, for driving laneway's ACP client.
+
+The script is JSON, from the file named by FAKE_ACP_SCRIPT_FILE or inline in FAKE_ACP_SCRIPT:
+
+    {"init": "ok" | "hang" | "garbage" | "huge_line" | "exit" | "auth_error",
+     "new": "ok" | "auth_error", "load": "ok" | "auth_error",
+     "modes": ["default", "plan"], "mode": "default",
+     "load_session": false,
+     "config_options": [{"id", "name", "values": [...], "current", "category"?}],
+     "state_dir": "DIR",   # conversations kept here, so session/load works in a new process
+     "turns": [[STEP, ...], ...]}   # the n-th prompt of the process runs turns[n] (the last
+                                    # one repeats); without turns a prompt is echoed
+STEP is one of {"message": T}, {"thought": T}, {"tool_call": {"id", "title", "kind"}},
+{"tool_update": {"id", "status"}}, {"plan": [T, ...]}, {"permission": {"kind", "title"}}
+(its answer becomes a message `permission: OPTION-ID|cancelled`), {"read": PATH},
+{"write": PATH, "content": T}, {"terminal": true}, {"usage": {"used", "size", "cost"}},
+{"sleep": S}, {"wait_cancel": true}, {"garbage": T}, {"huge_line": MB}, {"stderr": T},
+{"exit": CODE}, {"close_stdout": true}, {"env": true} (a message `env: [NAMES]`),
+{"error": {"code", "message", "data"?}}, {"stop": REASON} (ends the turn;
+default end_turn). A request's error answer (read, write, terminal) becomes a message
+`error CODE: MESSAGE`. Each prompt's text is also echoed as `echo: TEXT (previous: P)`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import select
+import sys
+from pathlib import Path
+from typing import Any
+
+from acp import (
+    PROTOCOL_VERSION,
+    Agent,
+    InitializeResponse,
+    LoadSessionResponse,
+    NewSessionResponse,
+    PromptResponse,
+    RequestError,
+    SetSessionModeResponse,
+    plan_entry,
+    run_agent,
+    start_tool_call,
+    update_agent_message_text,
+    update_agent_thought_text,
+    update_plan,
+    update_tool_call,
+)
+from acp.interfaces import Client
+from acp.schema import (
+    AgentCapabilities,
+    Cost,
+    CurrentModeUpdate,
+    Implementation,
+    PermissionOption,
+    SessionConfigOptionSelect,
+    SessionConfigSelectOption,
+    SessionMode,
+    SessionModeState,
+    SetSessionConfigOptionResponse,
+    ToolCallUpdate,
+    UsageUpdate,
+)
+
+
+def _script() -> dict[str, Any]:
+    path = os.environ.get("FAKE_ACP_SCRIPT_FILE")
+    if path:
+        return dict(json.loads(Path(path).read_text()))
+    return dict(json.loads(os.environ.get("FAKE_ACP_SCRIPT", "{}")))
+
+
+def _raw(data: bytes) -> None:
+    """Write to stdout behind the SDK's back (what a broken agent does); the SDK made the
+    pipe non-blocking, so a full pipe is waited out here."""
+    view = memoryview(data)
+    while view:
+        try:
+            view = view[os.write(1, view) :]
+        except BlockingIOError:
+            select.select([], [1], [], 1.0)
+
+
+class FakeAgent(Agent):
+    def __init__(self, script: dict[str, Any]) -> None:
+        self.script = script
+        self.client: Client | None = None
+        self.prompts = 0
+        self.cancelled: dict[str, asyncio.Event] = {}
+        self.modes = list(script.get("modes", ["default", "plan"]))
+        self.mode = script.get("mode", self.modes[0] if self.modes else None)
+        self.options = {o["id"]: dict(o) for o in script.get("config_options", [])}
+        self.history: dict[str, list[str]] = {}
+
+    def on_connect(self, conn: Client) -> None:
+        self.client = conn
+
+    # -- the conversation, kept on disk when state_dir is given --------------------------
+
+    def _store(self, session_id: str) -> Path | None:
+        folder = self.script.get("state_dir")
+        return Path(folder, f"{session_id}.json") if folder else None
+
+    def _save(self, session_id: str) -> None:
+        path = self._store(session_id)
+        if path is not None:
+            path.write_text(json.dumps(self.history[session_id]))
+
+    def _mode_state(self) -> SessionModeState | None:
+        if not self.modes:
+            return None
+        return SessionModeState(
+            current_mode_id=self.mode,
+            available_modes=[SessionMode(id=m, name=m.title()) for m in self.modes],
+        )
+
+    def _config(self) -> list[Any]:
+        return [
+            SessionConfigOptionSelect(
+                id=o["id"],
+                name=o.get("name", o["id"]),
+                type="select",
+                current_value=o["current"],
+                options=[SessionConfigSelectOption(value=v, name=v) for v in o["values"]],
+                category=o.get("category"),
+            )
+            for o in self.options.values()
+        ]
+
+    # -- the protocol --------------------------------------------------------------------
+
+    async def initialize(self, protocol_version: int, **kwargs: Any) -> InitializeResponse:
+        behaviour = self.script.get("init", "ok")
+        if behaviour == "hang":
+            await asyncio.Event().wait()
+        if behaviour == "garbage":
+            _raw(b"this is not JSON-RPC\n")
+            await asyncio.Event().wait()
+        if behaviour == "huge_line":
+            chunk = b"x" * (1024 * 1024)
+            for _ in range(int(self.script.get("huge_mb", 100))):
+                _raw(chunk)
+            await asyncio.Event().wait()
+        if behaviour == "exit":
+            sys.stderr.write("fake agent: giving up at initialize\n")
+            sys.stderr.flush()
+            os._exit(3)
+        if behaviour == "auth_error":
+            raise RequestError.auth_required({"message": "run `fake login` first"})
+        return InitializeResponse(
+            protocol_version=PROTOCOL_VERSION,
+            agent_capabilities=AgentCapabilities(
+                load_session=bool(self.script.get("load_session", False))
+            ),
+            agent_info=Implementation(name="fake-acp-agent", version="1.0"),
+            auth_methods=[],
+        )
+
+    async def authenticate(self, method_id: str, **kwargs: Any) -> None:
+        return None
+
+    async def new_session(self, cwd: str, **kwargs: Any) -> NewSessionResponse:
+        if self.script.get("new") == "auth_error":
+            raise RequestError(-32603, "Internal error", {"details": "HTTP 401 Unauthorized"})
+        session_id = f"fake-{os.getpid()}-{len(self.history)}"
+        self.history[session_id] = []
+        self._save(session_id)
+        return NewSessionResponse(
+            session_id=session_id, modes=self._mode_state(), config_options=self._config() or None
+        )
+
+    async def load_session(
+        self, cwd: str, session_id: str, **kwargs: Any
+    ) -> LoadSessionResponse | None:
+        if self.script.get("load") == "auth_error":
+            raise RequestError.auth_required({"message": "session expired: log in again"})
+        path = self._store(session_id)
+        if path is None or not path.exists():
+            raise RequestError.resource_not_found(session_id)
+        self.history[session_id] = list(json.loads(path.read_text()))
+        assert self.client is not None
+        for text in self.history[session_id]:  # ACP: load replays the conversation
+            await self.client.session_update(session_id, update_agent_message_text(text))
+        return LoadSessionResponse(modes=self._mode_state(), config_options=self._config() or None)
+
+    async def set_session_mode(
+        self, mode_id: str, session_id: str, **kwargs: Any
+    ) -> SetSessionModeResponse | None:
+        if mode_id not in self.modes:
+            raise RequestError.invalid_params({"details": f"no mode {mode_id}"})
+        self.mode = mode_id
+        assert self.client is not None
+        await self.client.session_update(
+            session_id,
+            CurrentModeUpdate(session_update="current_mode_update", current_mode_id=mode_id),
+        )
+        return SetSessionModeResponse()
+
+    async def set_config_option(
+        self, config_id: str, session_id: str, value: str | bool, **kwargs: Any
+    ) -> SetSessionConfigOptionResponse | None:
+        option = self.options.get(config_id)
+        if option is None or value not in option["values"]:
+            raise RequestError.invalid_params({"details": f"no {config_id}={value}"})
+        option["current"] = value
+        return SetSessionConfigOptionResponse(config_options=self._config())
+
+    async def cancel(self, session_id: str, **kwargs: Any) -> None:
+        self.cancelled.setdefault(session_id, asyncio.Event()).set()
+
+    async def prompt(self, prompt: list[Any], session_id: str, **kwargs: Any) -> PromptResponse:
+        assert self.client is not None
+        text = " ".join(getattr(b, "text", "") for b in prompt)
+        history = self.history.setdefault(session_id, [])
+        turns = self.script.get("turns") or [[]]
+        steps = turns[min(self.prompts, len(turns) - 1)]
+        self.prompts += 1
+        self.cancelled[session_id] = asyncio.Event()
+        previous = history[-1] if history else None
+        history.append(text)
+        self._save(session_id)
+        await self.client.session_update(
+            session_id, update_agent_message_text(f"echo: {text} (previous: {previous})")
+        )
+        stop = "end_turn"
+        for step in steps:
+            result = await self._step(session_id, step)
+            if result is not None:
+                stop = result
+                break
+        return PromptResponse(stop_reason=stop)
+
+    async def _say(self, session_id: str, text: str) -> None:
+        assert self.client is not None
+        await self.client.session_update(session_id, update_agent_message_text(text))
+
+    async def _step(self, session_id: str, step: dict[str, Any]) -> str | None:
+        client = self.client
+        assert client is not None
+        if "message" in step:
+            await self._say(session_id, step["message"])
+        elif "thought" in step:
+            await client.session_update(session_id, update_agent_thought_text(step["thought"]))
+        elif "tool_call" in step:
+            call = step["tool_call"]
+            await client.session_update(
+                session_id,
+                start_tool_call(call["id"], call["title"], kind=call.get("kind"), status="pending"),
+            )
+        elif "tool_update" in step:
+            call = step["tool_update"]
+            await client.session_update(
+                session_id, update_tool_call(call["id"], status=call.get("status", "completed"))
+            )
+        elif "plan" in step:
+            await client.session_update(
+                session_id, update_plan([plan_entry(e) for e in step["plan"]])
+            )
+        elif "permission" in step:
+            ask = step["permission"]
+            answer = await client.request_permission(
+                session_id=session_id,
+                tool_call=ToolCallUpdate(
+                    tool_call_id="perm-1", title=ask.get("title", "tool"), kind=ask.get("kind")
+                ),
+                options=[
+                    PermissionOption(option_id="yes", name="Allow", kind="allow_once"),
+                    PermissionOption(option_id="always", name="Always", kind="allow_always"),
+                    PermissionOption(option_id="no", name="Reject", kind="reject_once"),
+                ],
+            )
+            outcome = answer.outcome
+            chosen = getattr(outcome, "option_id", None) or "cancelled"
+            await self._say(session_id, f"permission: {chosen}")
+        elif "read" in step:
+            try:
+                got = await client.read_text_file(session_id=session_id, path=step["read"])
+                await self._say(session_id, f"read: {got.content}")
+            except RequestError as exc:
+                await self._say(session_id, f"error {exc.code}: {exc}")
+        elif "write" in step:
+            try:
+                await client.write_text_file(
+                    session_id=session_id, path=step["write"], content=step.get("content", "")
+                )
+                await self._say(session_id, "wrote")
+            except RequestError as exc:
+                await self._say(session_id, f"error {exc.code}: {exc}")
+        elif "terminal" in step:
+            try:
+                await client.create_terminal(session_id=session_id, command="ls")
+                await self._say(session_id, "terminal created")
+            except RequestError as exc:
+                await self._say(session_id, f"error {exc.code}: {exc}")
+        elif "usage" in step:
+            usage = step["usage"]
+            cost = usage.get("cost")
+            await client.session_update(
+                session_id,
+                UsageUpdate(
+                    session_update="usage_update",
+                    used=usage["used"],
+                    size=usage["size"],
+                    cost=Cost(amount=cost, currency="USD") if cost is not None else None,
+                ),
+            )
+        elif "sleep" in step:
+            await asyncio.sleep(step["sleep"])
+        elif "wait_cancel" in step:
+            await self.cancelled[session_id].wait()
+            return "cancelled"
+        elif "garbage" in step:
+            _raw(step["garbage"].encode() + b"\n")
+            await asyncio.Event().wait()
+        elif "huge_line" in step:
+            chunk = b"y" * (1024 * 1024)
+            for _ in range(int(step["huge_line"])):
+                _raw(chunk)
+            await asyncio.Event().wait()
+        elif "stderr" in step:
+            sys.stderr.write(step["stderr"] + "\n")
+            sys.stderr.flush()
+        elif "close_stdout" in step:
+            os.close(1)
+            await asyncio.Event().wait()
+        elif "env" in step:
+            await self._say(session_id, "env: " + json.dumps(sorted(os.environ)))
+        elif "exit" in step:
+            os._exit(int(step["exit"]))
+        elif "error" in step:
+            error = step["error"]
+            raise RequestError(error["code"], error["message"], error.get("data"))
+        elif "stop" in step:
+            return str(step["stop"])
+        return None
+
+
+def main() -> None:
+    asyncio.run(run_agent(FakeAgent(_script())))
+
+
+if __name__ == "__main__":
+    main()
