@@ -29,8 +29,8 @@ from core.model import WORKING_STATES, Task
 from core.runtime.failures import AgentFailure
 
 if TYPE_CHECKING:
-    from core.host import Host
     from core.plugin_services import PluginHost
+    from core.services.peers import Peers
 
 EVENT = "agent_error.dispatch"
 
@@ -85,7 +85,7 @@ def payload_of(failure: AgentFailure, session_agent_id: str | None) -> dict[str,
     }
 
 
-def dispatch(host: Host, failure: AgentFailure) -> bool:
+def dispatch(host: Peers, failure: AgentFailure) -> bool:
     """Dispatch on_agent_error for one terminal failure; True when the engine ran it."""
     bundle = host.current_bundle()  # read once: engine, registry and store together
     if bundle is None or bundle.engine is None:
@@ -175,14 +175,14 @@ def dispatch(host: Host, failure: AgentFailure) -> bool:
     return True
 
 
-def _working_sibling(host: Host, task: Task, failed_session_id: str) -> str | None:
+def _working_sibling(host: Peers, task: Task, failed_session_id: str) -> str | None:
     for other in host.sessions.list(task=task.id):
         if other.id != failed_session_id and other.state in WORKING_STATES:
             return other.id
     return None
 
 
-def _walk(host: Host, registry: Any, task: Task, failure: AgentFailure) -> None:
+def _walk(host: Peers, registry: Any, task: Task, failure: AgentFailure) -> None:
     """Warn for each declared action that reaches no executor (moves execute structurally)."""
     # Imported here: office_plugin imports this module, and the engine behind it is more than
     # listing the plugins' commands (`laneway --help`) needs.
@@ -207,7 +207,7 @@ def _walk(host: Host, registry: Any, task: Task, failure: AgentFailure) -> None:
             ).warning("on_agent_error action has no executor")
 
 
-def why_not_dispatched(host: Host, task: Task, failed_session_id: str) -> str:
+def why_not_dispatched(host: Peers, task: Task, failed_session_id: str) -> str:
     """Why a failure of `failed_session_id` on `task` dispatched nothing, for a person (the
     `agent fail` command): the guards above that are silent, said in words."""
     owner = host.tasks.owner(task)

@@ -11,13 +11,16 @@ never calls it.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Protocol
 
 import attrs
 
 from core.registry import Registry
 from core.store.database import Store
 from core.store.repository import Repository
+
+if TYPE_CHECKING:
+    from core.plugin_services import PluginServices
 
 
 class Published(Protocol):
@@ -44,8 +47,8 @@ class Kernel:
     bundle: Callable[[], Published]
     """The bundle in force now: read it once per operation and keep using that one."""
     read: Repository
-    services: Any = None
-    """Handed to plugin contexts unopened (`ActionContext.services`)."""
+    services: PluginServices
+    """Handed to plugin contexts unopened (`ActionContext.services`, `GuardContext.services`)."""
 
 
 class HasKernel(Protocol):

@@ -25,7 +25,7 @@ from core.runtime.runtime import TurnOutcome, profile_session
 from core.store import tables as t
 
 if TYPE_CHECKING:
-    from core.host import Host
+    from core.runtime.runtime import RuntimePeers
 
 R = t.runs
 KILL_GRACE_S = 10.0
@@ -41,7 +41,7 @@ class WorkerSummary:
         return {"claimed": self.claimed, "finished": self.finished, "failed": self.failed}
 
 
-def requeue_orphans(host: Host) -> runs.Requeued:
+def requeue_orphans(host: RuntimePeers) -> runs.Requeued:
     """Runs claimed by dead epochs go back to the queue (or end `dead`); says what it did."""
     with host.store.transaction() as uow:
         found = runs.requeue_dead(uow)
@@ -64,14 +64,14 @@ def _run_log(run: Run) -> Any:
     )
 
 
-def claim_next(host: Host) -> Run | None:
+def claim_next(host: RuntimePeers) -> Run | None:
     """Claim the oldest queued run whose agent has room; None when there is nothing to take."""
     epoch = host.live_epoch()
     with host.store.transaction() as uow:
         return runs.claim_next(uow, epoch)
 
 
-def finish(host: Host, run: Run, outcome: TurnOutcome) -> None:
+def finish(host: RuntimePeers, run: Run, outcome: TurnOutcome) -> None:
     """End the run under the epoch that claimed it. When that epoch was declared dead
     meanwhile (this process fenced itself), the run was re-queued and is not ours to end."""
     epoch = run.claimed_epoch or host.live_epoch()
@@ -90,7 +90,7 @@ def finish(host: Host, run: Run, outcome: TurnOutcome) -> None:
         )
 
 
-def prompt_for(host: Host, run: Run) -> str:
+def prompt_for(host: RuntimePeers, run: Run) -> str:
     """The run's prompt: the workflow and step prompts with the task's description."""
     task = host.tasks.get(run.task_id) if run.task_id else None
     if task is None or run.workflow_step_id is None:
@@ -101,7 +101,7 @@ def prompt_for(host: Host, run: Run) -> str:
     return f"{text}\n\n{message}" if message else text
 
 
-def execute(host: Host, run: Run) -> TurnOutcome:
+def execute(host: RuntimePeers, run: Run) -> TurnOutcome:
     """Launch the run's agent on its task's session for that agent and wait for the turn."""
     faults.reach("worker.after_claim")
     log = logger.bind(
@@ -136,7 +136,7 @@ def execute(host: Host, run: Run) -> TurnOutcome:
 
 
 def work(
-    host: Host,
+    host: RuntimePeers,
     *,
     once: bool = True,
     max_runs: int | None = None,

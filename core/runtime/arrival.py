@@ -24,10 +24,10 @@ from core.model import Session
 
 if TYPE_CHECKING:
     from core.entry import Arrival
-    from core.host import Host
+    from core.runtime.runtime import RuntimePeers
 
 
-def prepare_session(host: Host, arrival: Arrival) -> Session | None:
+def prepare_session(host: RuntimePeers, arrival: Arrival) -> Session | None:
     """The session the arrival's session kinds act on (None: the task has none), read once."""
     session_id = arrival.session_id
     wanted = arrival.step.agent_profile_id or arrival.workflow.agent_profile_id

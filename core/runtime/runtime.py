@@ -21,7 +21,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import attrs
 
@@ -32,9 +32,7 @@ from core.model import ACTIVE_SESSION_STATES, Session, Task
 from core.runtime import process
 from core.runtime.agent_env import agent_env
 from core.runtime.failures import AgentFailure
-
-if TYPE_CHECKING:
-    from core.host import Host
+from core.services.peers import Peers
 
 DEFAULT_RETRY_DELAYS = (5.0, 10.0, 20.0, 40.0, 60.0)
 CANCEL_POLL_S = 0.2
@@ -70,9 +68,17 @@ class _Turn:
     cancel: threading.Event = attrs.field(factory=threading.Event)
 
 
+class RuntimePeers(Peers, Protocol):
+    """What the worker and the runtime's arrival step are handed: the services' peers and the
+    agent runtime (which the services, a layer below, never call)."""
+
+    @property
+    def runtime(self) -> AgentRuntime: ...
+
+
 class AgentRuntime:
-    def __init__(self, host: Host, retry_delays: tuple[float, ...] | None = None) -> None:
-        self.host = host
+    def __init__(self, peers: Peers, retry_delays: tuple[float, ...] | None = None) -> None:
+        self.peers = peers
         self.retry_delays = retry_delays if retry_delays is not None else retry_delays_from_env()
         self._guards: dict[str, tuple[threading.Lock, int]] = {}
         """Per session in use: its lock and how many hold or wait for it."""
@@ -126,10 +132,10 @@ class AgentRuntime:
         """
         outcome = self._one_turn(session_id, prompt, run_id=run_id, reason=reason, step_id=step_id)
         while outcome.ok:
-            message = self.host.sessions.pop_queued_message(session_id)
+            message = self.peers.sessions.pop_queued_message(session_id)
             if message is None:
                 break
-            self.host.turns.start_internal(session_id)
+            self.peers.turns.start_internal(session_id)
             outcome = self._one_turn(
                 session_id, message, run_id=run_id, reason="user_message", step_id=None
             )
@@ -144,7 +150,7 @@ class AgentRuntime:
         reason: str,
         step_id: str | None,
     ) -> TurnOutcome:
-        host = self.host
+        host = self.peers
         session = host.sessions.get(session_id)
         task = host.tasks.get(session.task_id)
         profile = host.profiles.get(session.agent_profile_id) if session.agent_profile_id else None
@@ -259,9 +265,9 @@ class AgentRuntime:
             remaining = deadline - time.monotonic()
             if turn.cancel.wait(max(0.0, min(remaining, CANCEL_POLL_S))):
                 return True
-            session = self.host.sessions.get(session_id)
+            session = self.peers.sessions.get(session_id)
             if session.metadata.get("cancel_retry_requested"):
-                self.host.sessions.record_effect(session_id, cancel_retry_requested=None)
+                self.peers.sessions.record_effect(session_id, cancel_retry_requested=None)
                 return True
             if remaining <= 0:
                 return False
@@ -285,7 +291,7 @@ class AgentRuntime:
         return True
 
     def _on_message(self, turn: _Turn, session_id: str, message: Any) -> None:
-        host = self.host
+        host = self.peers
         log = logger.bind(task_id=turn.task_id, session_id=session_id, run_id=turn.run_id)
         if "log" in message:
             log.bind(agent_log=str(message["log"])).info("agent says")
@@ -319,7 +325,7 @@ class AgentRuntime:
         """Exit 0: the session waits for input and on_turn_complete fires, unless the task has
         moved on since the turn began (another agent's decision moved it) or the step needs
         an explicit completion signal the agent did not give."""
-        host = self.host
+        host = self.peers
         host.sessions.set_state(session_id, "WAITING_FOR_INPUT")
         task = host.tasks.get(turn.task_id)
         if task.workflow_step_id is None or task.workflow_step_id != turn.step_id:
@@ -354,7 +360,7 @@ class AgentRuntime:
         return lambda: self._dispatch(failure)
 
     def _bookkeeping(self, failure: AgentFailure) -> None:
-        host = self.host
+        host = self.peers
         assert failure.session_id is not None
         try:
             task = host.tasks.get(failure.task_id)
@@ -395,12 +401,12 @@ class AgentRuntime:
 
         def core_dispatch() -> None:
             nonlocal dispatched
-            dispatched = agent_error.dispatch(self.host, failure)
+            dispatched = agent_error.dispatch(self.peers, failure)
 
         # Each in its own guard: a failing dispatch never keeps plugins from observing.
         for step in (
             core_dispatch,
-            lambda: self.host.bundle.registry.hooks.agent_failed(self.host, failure),
+            lambda: self.peers.bundle.registry.hooks.agent_failed(self.peers, failure),
         ):
             try:
                 step()
@@ -413,7 +419,7 @@ class AgentRuntime:
         return dispatched
 
 
-def _reconcile_signal(host: Host, task_id: str, failure: AgentFailure) -> None:
+def _reconcile_signal(host: Peers, task_id: str, failure: AgentFailure) -> None:
     """Apply the completion signal the agent gave before failing. A failure applying it (a
     move_to_next from the last step, an entry record that could not be written) is logged and
     swallowed: the cleanup and the on_agent_error dispatch still run (AC-A1, AC-A3)."""
@@ -429,7 +435,7 @@ def _reconcile_signal(host: Host, task_id: str, failure: AgentFailure) -> None:
         ).error("the agent's completion signal could not be applied; handling the failure anyway")
 
 
-def profile_session(host: Host, task: Task, agent_profile_id: str) -> Session:
+def profile_session(host: Peers, task: Task, agent_profile_id: str) -> Session:
     """The task's session for an agent: a non-failed one is reused, else one is started."""
     for session in reversed(host.sessions.list(task=task.id)):
         if session.agent_profile_id == agent_profile_id and session.state != "FAILED":

@@ -1,5 +1,6 @@
-"""What every service shares: the host it serves, a guard against writing read-only, and a
-check of argument types at the public API's edge.
+"""What every service shares: the host's parts it calls (`core.services.peers.Peers`, never
+the host itself), a guard against writing read-only, and a check of argument types at the
+public API's edge.
 
 The services are what an embedding application calls, with whatever it has at hand:
 `tasks.create(title=123)` must be a `LanewayError` naming the argument, not an
@@ -21,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 from core.errors import LanewayError
 
 if TYPE_CHECKING:
-    from core.host import Host
+    from core.services.peers import Peers
 
 _PLAIN: dict[Any, tuple[type, ...]] = {
     str: (str,),
@@ -109,8 +110,8 @@ def _checked(fn: Callable[..., Any], owner: str, cls: type | None = None) -> Cal
 
 
 class Service:
-    def __init__(self, host: Host) -> None:
-        self.host = host
+    def __init__(self, peers: Peers) -> None:
+        self.peers = peers
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
@@ -123,5 +124,5 @@ class Service:
             setattr(cls, name, _checked(value, owner, cls))
 
     def _require_writer(self) -> None:
-        if not self.host.writable:
+        if not self.peers.writable:
             raise LanewayError("this host was opened read-only")

@@ -41,12 +41,12 @@ class DecisionService(Service):
         self._require_writer()
         if verdict not in VERDICTS:
             raise LanewayError(f"verdict {verdict!r}: must be one of {', '.join(VERDICTS)}")
-        task_row = self.host.tasks.get(task)
+        task_row = self.peers.tasks.get(task)
         if task_row.workflow_id is None:
             raise LanewayError(f"task {task_row.id} is not in a workflow")
-        wf = self.host.workflows.by_id(task_row.workflow_id)
-        step_row = self.host.workflows.step(wf, step)
-        seat = self.host.participants.get(participant)
+        wf = self.peers.workflows.by_id(task_row.workflow_id)
+        step_row = self.peers.workflows.step(wf, step)
+        seat = self.peers.participants.get(participant)
         if seat.step_id != step_row.id or seat.task_id not in ("", task_row.id):
             raise LanewayError(
                 f"participant {participant} has no seat at step {step_row.name!r} for this task"
@@ -65,9 +65,9 @@ class DecisionService(Service):
             role=seat.role,
             run_id=run_id,
         )
-        with self.host.store.transaction() as uow:
+        with self.peers.store.transaction() as uow:
             try:
-                with self.host.store.isolated():
+                with self.peers.store.isolated():
                     uow.conn.execute(
                         sa.insert(D).values(
                             **{f: getattr(decision, f) for f in (c.name for c in D.columns)}
@@ -112,7 +112,7 @@ class DecisionService(Service):
                 verdict=verdict,
                 decision_id=decision.id,
             )
-        result = self.host.engine.after_decision(task_row.id, step_row.id)
+        result = self.peers.engine.after_decision(task_row.id, step_row.id)
         return {
             "decision": decision,
             "transitioned": result.transitioned,
@@ -144,7 +144,7 @@ class DecisionService(Service):
         seat = next(
             (
                 s
-                for s in self.host.participants.seats_at(task_id, step_id)
+                for s in self.peers.participants.seats_at(task_id, step_id)
                 if s.agent_profile_id == agent_profile_id and s.role in ("approver", "reviewer")
             ),
             None,
@@ -155,7 +155,7 @@ class DecisionService(Service):
 
     def list(self, task_id: str, step_id: str) -> list[Decision]:
         """Every decision at the step, superseded ones included, oldest first."""
-        with self.host.store.read() as conn:
+        with self.peers.store.read() as conn:
             result = conn.execute(
                 sa.select(D)
                 .where(D.c.task_id == task_id, D.c.step_id == step_id)

@@ -22,10 +22,10 @@ class EntryService(Service):
     ) -> list[tuple[StepEntry, list[Marker]]]:
         query = sa.select(E).order_by(E.c.task_id, E.c.step_id, E.c.entry_seq)
         if task is not None:
-            query = query.where(E.c.task_id == self.host.tasks.get(task).id)
+            query = query.where(E.c.task_id == self.peers.tasks.get(task).id)
         if non_terminal:
             query = query.where(E.c.terminal.is_(False))
-        with self.host.store.read() as conn:
+        with self.peers.store.read() as conn:
             entries = [rows.entry(r) for r in conn.execute(query).mappings()]
             markers: dict[str, list[Marker]] = {e.id: [] for e in entries}
             if entries:
@@ -47,11 +47,11 @@ class EntryService(Service):
 
         if not self._anything_pending():
             return recovery.RecoveryReport()
-        return recovery.scan(self.host)
+        return recovery.scan(self.peers)
 
     def _anything_pending(self) -> bool:
         try:
-            with self.host.store.read() as conn:
+            with self.peers.store.read() as conn:
                 return anything_pending(conn)
         except Exception:  # noqa: BLE001 - the scan itself reports a failing query (rule f)
             return True

@@ -31,15 +31,15 @@ class ParticipantService(Service):
         self, step: str, task: str | None, workflow: str | None
     ) -> tuple[Workflow, Step, Task | None]:
         if task is not None:
-            task_row = self.host.tasks.get(task)
+            task_row = self.peers.tasks.get(task)
             if task_row.workflow_id is None:
                 raise LanewayError(f"task {task_row.id} is not in a workflow")
-            wf = self.host.workflows.by_id(task_row.workflow_id)
-            return wf, self.host.workflows.step(wf, step), task_row
+            wf = self.peers.workflows.by_id(task_row.workflow_id)
+            return wf, self.peers.workflows.step(wf, step), task_row
         if workflow is None:
             raise LanewayError("participant: give --task or --workflow to say whose step it is")
-        wf = self.host.workflows.get(workflow)
-        return wf, self.host.workflows.step(wf, step), None
+        wf = self.peers.workflows.get(workflow)
+        return wf, self.peers.workflows.step(wf, step), None
 
     def add(
         self,
@@ -59,7 +59,7 @@ class ParticipantService(Service):
                 f"participant role {role!r}: must be one of {', '.join(PARTICIPANT_ROLES)}"
             )
         _wf, step_row, task_row = self._resolve(step, task, workflow)
-        agent = self.host.profiles.get(profile)
+        agent = self.peers.profiles.get(profile)
         required = role in DECIDING_ROLES if decision_required is None else decision_required
         seat = Participant(
             id=ids.new_id(),
@@ -70,7 +70,7 @@ class ParticipantService(Service):
             decision_required=required,
             position=position,
         )
-        with self.host.store.transaction() as uow:
+        with self.peers.store.transaction() as uow:
             uow.conn.execute(
                 sa.insert(t.workflow_step_participants).values(
                     id=seat.id,
@@ -89,18 +89,18 @@ class ParticipantService(Service):
         self, *, step: str, task: str | None = None, workflow: str | None = None
     ) -> builtins.list[Participant]:
         _wf, step_row, task_row = self._resolve(step, task, workflow)
-        with self.host.store.read() as conn:
+        with self.peers.store.read() as conn:
             return merged_seats(conn, step_row.id, task_row.id if task_row else None)
 
     def seats_at(self, task_id: str, step_id: str) -> builtins.list[Participant]:
         """The merged seats of a task at a step (approvers before reviewers: role order)."""
-        with self.host.store.read() as conn:
+        with self.peers.store.read() as conn:
             return merged_seats(conn, step_id, task_id)
 
     def fan_out_seats(self, task_id: str, step_id: str, role: str) -> builtins.list[Participant]:
         """The fan-out's participant set, read once in one query: the merged seats of `role`,
         de-duplicated on (role, agent) keeping the first in (role, position, id) order."""
-        with self.host.store.read() as conn:
+        with self.peers.store.read() as conn:
             seats = merged_seats(conn, step_id, task_id)
         seen: set[tuple[str, str]] = set()
         chosen = []
@@ -116,7 +116,7 @@ class ParticipantService(Service):
     ) -> Participant:
         """The task's own seat (role, agent) at the step: found, or created once."""
         p = t.workflow_step_participants
-        with self.host.store.transaction() as uow:
+        with self.peers.store.transaction() as uow:
             row = (
                 uow.conn.execute(
                     sa.select(p).where(
@@ -148,11 +148,11 @@ class ParticipantService(Service):
 
     def quorum_rows(self, task: Task, step: Step) -> builtins.list[Participant]:
         assert task.workflow_id is not None
-        with self.host.store.read() as conn:
+        with self.peers.store.read() as conn:
             return quorum_rows(conn, task.id, task.workflow_id, step.id)
 
     def get(self, participant_id: str) -> Participant:
-        with self.host.store.read() as conn:
+        with self.peers.store.read() as conn:
             row = (
                 conn.execute(
                     sa.select(t.workflow_step_participants).where(

@@ -34,4 +34,4 @@ def installed(selection: PluginSelection, features: Any) -> list[dict[str, Any]]
 class PluginService(Service):
     def list(self) -> list[dict[str, Any]]:
         """One row per plugin: name, version, kinds, guards, enabled, error."""
-        return plugin_rows(self.host.bundle.registry)
+        return plugin_rows(self.peers.bundle.registry)

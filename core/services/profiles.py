@@ -52,9 +52,9 @@ class ProfileService(Service):
             raise LanewayError(f"profile {name!r}, command: must not be empty")
         if max_concurrent_sessions < 1:
             raise LanewayError(f"profile {name!r}, max_concurrent_sessions: must be at least 1")
-        workspace = self.host.workspace.get()
+        workspace = self.peers.workspace.get()
         profile_id = ids.new_id()
-        with self.host.store.transaction() as uow:
+        with self.peers.store.transaction() as uow:
             exists = uow.conn.execute(
                 sa.select(t.agent_profiles.c.id).where(
                     t.agent_profiles.c.workspace_id == workspace.id,
@@ -82,7 +82,7 @@ class ProfileService(Service):
         return self.get(profile_id)
 
     def list(self) -> list[AgentProfile]:
-        with self.host.store.read() as conn:
+        with self.peers.store.read() as conn:
             result = conn.execute(
                 sa.select(t.agent_profiles).order_by(
                     t.agent_profiles.c.created_at, t.agent_profiles.c.id

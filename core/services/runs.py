@@ -21,25 +21,25 @@ class RunService(Service):
 
     def enqueue(self, request: runs.RunRequest) -> runs.Enqueued:
         self._require_writer()
-        with self.host.store.transaction() as uow:
+        with self.peers.store.transaction() as uow:
             return runs.enqueue(uow, request)
 
     def get(self, run_id: str) -> Run | None:
-        with self.host.store.read() as conn:
+        with self.peers.store.read() as conn:
             row = conn.execute(sa.select(R).where(R.c.id == run_id)).mappings().first()
         return rows.run(row) if row is not None else None
 
     def list(self, *, task: str | None = None, status: str | None = None) -> builtins.list[Run]:
         query = sa.select(R).order_by(R.c.requested_at, R.c.id)
         if task is not None:
-            query = query.where(R.c.task_id == self.host.tasks.get(task).id)
+            query = query.where(R.c.task_id == self.peers.tasks.get(task).id)
         if status is not None:
             if status not in runs.RUN_STATUSES:
                 raise LanewayError(
                     f"run status {status!r}: expected one of {', '.join(runs.RUN_STATUSES)}"
                 )
             query = query.where(R.c.status == status)
-        with self.host.store.read() as conn:
+        with self.peers.store.read() as conn:
             return [rows.run(r) for r in conn.execute(query).mappings()]
 
     def resolve_target(self, target: str, task: Task, step_id: str) -> builtins.list[str]:
@@ -51,13 +51,13 @@ class RunService(Service):
             return [agent]
         if target.startswith("participant_role:"):
             role = target.removeprefix("participant_role:")
-            with self.host.store.read() as conn:
+            with self.peers.store.read() as conn:
                 seats = [s for s in merged_seats(conn, step_id, task.id) if s.role == role]
             if not seats:
                 raise LanewayError(f"queue_run target {target}: no participant has that role")
             return list(dict.fromkeys(s.agent_profile_id for s in seats))
         if target == "workspace.ceo_agent":
-            ceo = self.host.profiles.first_with_role("ceo")
+            ceo = self.peers.profiles.first_with_role("ceo")
             if ceo is None:
                 raise LanewayError("queue_run target workspace.ceo_agent: no profile has role ceo")
             return [ceo.id]
@@ -71,7 +71,7 @@ class RunService(Service):
     def primary_agent(self, task: Task, step_id: str) -> str | None:
         """The runner seat at the step, else the step's agent, else the workflow's, else the
         task's most recent runner seat anywhere."""
-        with self.host.store.read() as conn:
+        with self.peers.store.read() as conn:
             runner = conn.execute(
                 sa.select(P.c.agent_profile_id)
                 .where(P.c.step_id == step_id, P.c.task_id.in_(("", task.id)), P.c.role == "runner")
@@ -80,7 +80,7 @@ class RunService(Service):
             ).scalar()
             if runner:
                 return str(runner)
-            workflow, step = self.host.workflows.step_by_id(step_id)
+            workflow, step = self.peers.workflows.step_by_id(step_id)
             if step.agent_profile_id:
                 return step.agent_profile_id
             if workflow.agent_profile_id:
@@ -107,7 +107,7 @@ class RunService(Service):
     def start_review(self, task_id: str, step_id: str, agent_profile_id: str | None) -> str:
         """Record a code-review pass for the task at the step (`task_review_runs`)."""
         review_id = ids.new_id()
-        with self.host.store.transaction() as uow:
+        with self.peers.store.transaction() as uow:
             uow.conn.execute(
                 sa.insert(t.task_review_runs).values(
                     id=review_id,

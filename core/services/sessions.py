@@ -26,12 +26,12 @@ class SessionService(Service):
         per agent working the task, e.g. each reviewer) stay side by side.
         """
         self._require_writer()
-        task_row = self.host.tasks.get(task)
-        agent_id = self.host.profiles.get(profile).id if profile else None
+        task_row = self.peers.tasks.get(task)
+        agent_id = self.peers.profiles.get(profile).id if profile else None
         session_id = ids.new_id()
         stamp = ids.now()
         live = sa.and_(S.c.task_id == task_row.id, S.c.state.in_(tuple(ACTIVE_SESSION_STATES)))
-        with self.host.store.transaction() as uow:
+        with self.peers.store.transaction() as uow:
             if external:
                 for ended in uow.conn.execute(sa.select(S.c.id).where(live)).scalars():
                     events.record(
@@ -64,18 +64,18 @@ class SessionService(Service):
         return self.get(session_id)
 
     def get(self, session_id: str) -> Session:
-        return self.host.repository.session(session_id)
+        return self.peers.repository.session(session_id)
 
     def list(self, *, task: str) -> list[Session]:
-        task_id = self.host.tasks.get(task).id
-        with self.host.store.read() as conn:
+        task_id = self.peers.tasks.get(task).id
+        with self.peers.store.read() as conn:
             result = conn.execute(
                 sa.select(S).where(S.c.task_id == task_id).order_by(S.c.started_at, S.c.id)
             ).mappings()
             return [rows.session(r) for r in result]
 
     def live(self, task_id: str) -> Session | None:
-        return self.host.repository.live_session(task_id)
+        return self.peers.repository.live_session(task_id)
 
     def resolve(self, task_id: str, session: str | None) -> Session:
         """The named session (which must belong to the task), else the task's live one."""
@@ -96,7 +96,7 @@ class SessionService(Service):
             values["error_message"] = error
         if state not in ACTIVE_SESSION_STATES:  # it ended
             values["completed_at"] = stamp
-        with self.host.store.transaction() as uow:
+        with self.peers.store.transaction() as uow:
             task_id = uow.conn.execute(
                 sa.update(S).where(S.c.id == session_id).values(**values).returning(S.c.task_id)
             ).scalar()
@@ -123,7 +123,7 @@ class SessionService(Service):
         self._require_writer()
         if not text.strip():
             raise LanewayError("session send: the message is empty")
-        with self.host.store.transaction() as uow:
+        with self.peers.store.transaction() as uow:
             session = self._locked(uow, session_id)
             if session.state not in WORKING_STATES and session.state not in WAITING_STATES:
                 raise LanewayError(
@@ -133,7 +133,7 @@ class SessionService(Service):
             if not session.external and session.state in WAITING_STATES:
                 if session.agent_profile_id is None:
                     raise LanewayError(f"session {session.id} has no agent profile to run")
-                task = self.host.tasks.get(session.task_id)
+                task = self.peers.tasks.get(session.task_id)
                 runs.enqueue(
                     uow,
                     runs.RunRequest(
@@ -147,14 +147,14 @@ class SessionService(Service):
         if session.external and session.state in WAITING_STATES:
             self.pop_queued_message(session.id)
             self.set_state(session.id, "RUNNING")
-            self.host.turns.start_internal(session.id)
+            self.peers.turns.start_internal(session.id)
         return self.get(session.id)
 
     def request_cancel_retry(self, session_id: str) -> Session:
         """The user cancels a transient retry loop (route R6). The loop may run in any
         process: it watches the session for this request."""
         self._require_writer()
-        with self.host.store.transaction() as uow:
+        with self.peers.store.transaction() as uow:
             session = self._locked(uow, session_id)
             if session.state not in WORKING_STATES:
                 raise LanewayError(
@@ -178,7 +178,7 @@ class SessionService(Service):
         return rows.session(row)
 
     def pop_queued_message(self, session_id: str) -> str | None:
-        with self.host.store.transaction() as uow:
+        with self.peers.store.transaction() as uow:
             raw = uow.conn.execute(
                 sa.select(S.c.metadata).where(S.c.id == session_id).with_for_update(key_share=True)
             ).scalar()
@@ -206,7 +206,7 @@ class SessionService(Service):
         Session kinds record what they did here (plan mode, session mode, context resets,
         prompts delivered), so the effect is visible and countable.
         """
-        with self.host.store.transaction() as uow:
+        with self.peers.store.transaction() as uow:
             self._merge(uow, session_id, changes)
         return self.get(session_id)
 

@@ -42,8 +42,8 @@ class TaskService(Service):
             raise LanewayError("task title: must not be empty")
         require_text(title, "task title", t.column_length(TASKS.c.title))
         require_text(description, "task description")
-        wf = self.host.workflows.get(workflow)
-        target = self.host.workflows.step(wf, step) if step else wf.start_step
+        wf = self.peers.workflows.get(workflow)
+        target = self.peers.workflows.step(wf, step) if step else wf.start_step
         if target is None:
             raise LanewayError(f"workflow {wf.name!r} has no steps")
         task_id = ids.new_id()
@@ -55,26 +55,26 @@ class TaskService(Service):
             "project_id": project,
             "priority": priority,
         }
-        with self.host.store.transaction() as uow:
+        with self.peers.store.transaction() as uow:
             wip.place_new_task(uow, values, wf, target)
         return self.get(task_id)
 
     def get(self, ref: str) -> Task:
-        return self.host.repository.task(ref)
+        return self.peers.repository.task(ref)
 
     def list(self, *, workflow: str | None = None, step: str | None = None) -> list[Task]:
         """Tasks, oldest first; of one workflow, and of one step of it (a step by name needs
         its workflow; by id it does not)."""
         query = sa.select(TASKS).order_by(TASKS.c.created_at, TASKS.c.id)
-        wf = self.host.workflows.get(workflow) if workflow is not None else None
+        wf = self.peers.workflows.get(workflow) if workflow is not None else None
         if wf is not None:
             query = query.where(TASKS.c.workflow_id == wf.id)
         if step is not None:
             found = (
-                self._step(wf, step) if wf is not None else self.host.workflows.step_by_id(step)[1]
+                self._step(wf, step) if wf is not None else self.peers.workflows.step_by_id(step)[1]
             )
             query = query.where(TASKS.c.workflow_step_id == found.id)
-        with self.host.store.read() as conn:
+        with self.peers.store.read() as conn:
             return [rows.task(r) for r in conn.execute(query).mappings()]
 
     def _workflow_of(self, task: Task) -> Workflow:
@@ -82,7 +82,7 @@ class TaskService(Service):
             raise LanewayError(f"task {task.id} is not in a workflow")
         if task.archived_at is not None:
             raise LanewayError(f"task {task.id} is archived")
-        return self.host.workflows.by_id(task.workflow_id)
+        return self.peers.workflows.by_id(task.workflow_id)
 
     def _placed(self, ref: str) -> tuple[Task, Workflow]:
         task = self.get(ref)
@@ -90,10 +90,10 @@ class TaskService(Service):
             raise LanewayError(f"task {task.id} is not in a workflow")
         if task.archived_at is not None:
             raise LanewayError(f"task {task.id} is archived")
-        return task, self.host.workflows.by_id(task.workflow_id)
+        return task, self.peers.workflows.by_id(task.workflow_id)
 
     def _step(self, wf: Workflow, ref: str) -> Step:
-        return self.host.workflows.step(wf, ref)
+        return self.peers.workflows.step(wf, ref)
 
     # -- routes that change the step ------------------------------------------------------------
 
@@ -114,7 +114,7 @@ class TaskService(Service):
                 raise LanewayError(f"step {chosen.name!r} does not allow manual moves")
             return chosen.id
 
-        return arrival.move(self.host.arrivals, ref, target, path="E2", label="manual")
+        return arrival.move(self.peers.arrivals, ref, target, path="E2", label="manual")
 
     def update(self, ref: str, *, step: str | None = None, title: str | None = None) -> Task:
         """Generic update (entry path E5 when the step changes)."""
@@ -123,7 +123,7 @@ class TaskService(Service):
         self._require_writer()
         task, wf = self._placed(ref)
         if title is not None:
-            with self.host.store.transaction() as uow:
+            with self.peers.store.transaction() as uow:
                 uow.conn.execute(
                     sa.update(TASKS)
                     .where(TASKS.c.id == task.id)
@@ -131,7 +131,7 @@ class TaskService(Service):
                 )
         if step is not None:
             target = self._step(wf, step)
-            arrival.move(self.host.arrivals, task.id, target.id, path="E5", label="task_update")
+            arrival.move(self.peers.arrivals, task.id, target.id, path="E5", label="task_update")
         return self.get(task.id)
 
     def start(self, ref: str, *, step: str | None = None) -> Task:
@@ -142,18 +142,18 @@ class TaskService(Service):
         task, wf = self._placed(ref)
         target = self._step(wf, step) if step else wf.start_step
         assert target is not None
-        with self.host.store.transaction() as uow:
+        with self.peers.store.transaction() as uow:
             uow.conn.execute(
                 sa.update(TASKS)
                 .where(TASKS.c.id == task.id, TASKS.c.state.in_(("TODO", "CREATED")))
                 .values(state="IN_PROGRESS", updated_at=ids.now())
             )
-        arrival.move(self.host.arrivals, task.id, target.id, path="E5", label="task_update")
+        arrival.move(self.peers.arrivals, task.id, target.id, path="E5", label="task_update")
         started = self.get(task.id)
-        if started.workflow_step_id and self.host.sessions.live(started.id) is None:
-            agent = self.host.runs.primary_agent(started, started.workflow_step_id)
+        if started.workflow_step_id and self.peers.sessions.live(started.id) is None:
+            agent = self.peers.runs.primary_agent(started, started.workflow_step_id)
             if agent is not None:
-                self.host.runs.assign(started, started.workflow_step_id, agent)
+                self.peers.runs.assign(started, started.workflow_step_id, agent)
             else:
                 logger.bind(task_id=started.id, step_id=started.workflow_step_id).warning(
                     "task started but no agent works it: the step has no runner seat and "
@@ -180,33 +180,33 @@ class TaskService(Service):
         from core.structural import SWITCH_LABEL
 
         self._require_writer()
-        wf = self.host.workflows.get(workflow)
-        target = self.host.workflows.step(wf, step) if step else wf.start_step
+        wf = self.peers.workflows.get(workflow)
+        target = self.peers.workflows.step(wf, step) if step else wf.start_step
         if target is None:
             raise LanewayError(f"workflow {wf.name!r} has no steps")
-        arrival.move(self.host.arrivals, task_id, target.id, path="E4", label=SWITCH_LABEL)
+        arrival.move(self.peers.arrivals, task_id, target.id, path="E4", label=SWITCH_LABEL)
 
     def restore_step(self, ref: str, step_id: str) -> Task:
         """Undo history: put the task back at a step without running any entry work."""
         from core import arrival
 
         self._require_writer()
-        return arrival.restore_step(self.host.arrivals, self.get(ref).id, step_id)
+        return arrival.restore_step(self.peers.arrivals, self.get(ref).id, step_id)
 
     def detach(self, ref: str) -> Task:
         from core import arrival
 
         self._require_writer()
-        return arrival.detach(self.host.arrivals, self.get(ref).id)
+        return arrival.detach(self.peers.arrivals, self.get(ref).id)
 
     def owner(self, task: Task) -> str | None:
         """The plugin that owns the task (Office for its tasks), or None: the host's own."""
-        workspace = self.host.workspace.by_id(task.workspace_id)
-        return self.host.bundle.registry.hooks.task_ownership(task, workspace)
+        workspace = self.peers.workspace.by_id(task.workspace_id)
+        return self.peers.bundle.registry.hooks.task_ownership(task, workspace)
 
     def set_state(self, ref: str, state: str) -> None:
         """The task's state column (never its step)."""
-        with self.host.store.transaction() as uow:
+        with self.peers.store.transaction() as uow:
             uow.conn.execute(
                 sa.update(TASKS).where(TASKS.c.id == ref).values(state=state, updated_at=ids.now())
             )
@@ -218,7 +218,7 @@ class TaskService(Service):
 
         self._require_writer()
         task = self.get(ref)
-        with self.host.store.transaction() as uow:
+        with self.peers.store.transaction() as uow:
             archived = uow.conn.execute(
                 sa.update(TASKS)
                 .where(TASKS.c.id == task.id, TASKS.c.archived_at.is_(None))
@@ -228,7 +228,7 @@ class TaskService(Service):
             if archived == 1:
                 events.record(uow, "task.archived", task.id, workflow_id=task.workflow_id)
         if task.workflow_step_id and task.archived_at is None:
-            arrival.promote(self.host.arrivals, task.workflow_step_id)
+            arrival.promote(self.peers.arrivals, task.workflow_step_id)
         return self.get(task.id)
 
     def delete(self, ref: str) -> str:
@@ -237,7 +237,7 @@ class TaskService(Service):
 
         self._require_writer()
         task = self.get(ref)
-        with self.host.store.transaction() as uow:
+        with self.peers.store.transaction() as uow:
             uow.conn.execute(
                 sa.delete(t.workflow_step_participants).where(
                     t.workflow_step_participants.c.task_id == task.id
@@ -251,5 +251,5 @@ class TaskService(Service):
             if gone == 1:
                 events.record(uow, "task.deleted", task.id, workflow_id=task.workflow_id)
         if task.workflow_step_id and task.archived_at is None:
-            arrival.promote(self.host.arrivals, task.workflow_step_id)
+            arrival.promote(self.peers.arrivals, task.workflow_step_id)
         return task.id

@@ -11,29 +11,29 @@ class TurnService(Service):
 
     def start(self, task: str, session: str | None = None) -> dict[str, Any]:
         self._require_writer()
-        task_row = self.host.tasks.get(task)
-        live = self.host.sessions.resolve(task_row.id, session)
-        self.host.sessions.set_state(live.id, "RUNNING")
-        result: TriggerResult = self.host.engine.handle_trigger(
+        task_row = self.peers.tasks.get(task)
+        live = self.peers.sessions.resolve(task_row.id, session)
+        self.peers.sessions.set_state(live.id, "RUNNING")
+        result: TriggerResult = self.peers.engine.handle_trigger(
             task_row.id, "on_turn_start", session_id=live.id
         )
-        return result.as_dict(self.host.tasks.get(task_row.id))
+        return result.as_dict(self.peers.tasks.get(task_row.id))
 
     def start_internal(self, session_id: str) -> None:
         """A turn of a session laneway runs begins: on_turn_start fires for its task."""
-        session = self.host.sessions.get(session_id)
-        self.host.engine.handle_trigger(session.task_id, "on_turn_start", session_id=session_id)
+        session = self.peers.sessions.get(session_id)
+        self.peers.engine.handle_trigger(session.task_id, "on_turn_start", session_id=session_id)
 
     def complete(self, task: str, session: str | None = None) -> dict[str, Any]:
         self._require_writer()
-        task_row = self.host.tasks.get(task)
-        live = self.host.sessions.resolve(task_row.id, session)
-        self.host.sessions.set_state(live.id, "WAITING_FOR_INPUT")
-        result: TriggerResult = self.host.engine.handle_trigger(
+        task_row = self.peers.tasks.get(task)
+        live = self.peers.sessions.resolve(task_row.id, session)
+        self.peers.sessions.set_state(live.id, "WAITING_FOR_INPUT")
+        result: TriggerResult = self.peers.engine.handle_trigger(
             task_row.id, "on_turn_complete", session_id=live.id
         )
-        if live.external and self.host.sessions.pop_queued_message(live.id) is not None:
+        if live.external and self.peers.sessions.pop_queued_message(live.id) is not None:
             # a message sent while the turn ran starts the next turn now that it ended
-            self.host.sessions.set_state(live.id, "RUNNING")
+            self.peers.sessions.set_state(live.id, "RUNNING")
             self.start_internal(live.id)
-        return result.as_dict(self.host.tasks.get(task_row.id))
+        return result.as_dict(self.peers.tasks.get(task_row.id))

@@ -89,7 +89,7 @@ class WorkflowService(Service):
 
     def forget(self) -> None:
         """Drop every cached declaration (the cache is the kernel's repository's)."""
-        self.host.repository.forget()
+        self.peers.repository.forget()
 
     # -- templates and import --------------------------------------------------------------
 
@@ -148,8 +148,8 @@ class WorkflowService(Service):
         from core.workflows import WorkflowFileError, instantiate, validate_with_registry
 
         self._require_writer()
-        registry = self.host.bundle.registry
-        workspace = self.host.workspace.get()
+        registry = self.peers.bundle.registry
+        workspace = self.peers.workspace.get()
         for decl in decls:
             try:
                 validate_with_registry(decl, registry)
@@ -176,7 +176,7 @@ class WorkflowService(Service):
                         profile=agent.at.use.profile,
                     ).warning("the workflow names an agent profile that does not exist")
         workflows = [instantiate(d, workspace_id=workspace.id) for d in decls]
-        with self.host.store.transaction() as uow:
+        with self.peers.store.transaction() as uow:
             for wf in workflows:
                 uow.conn.execute(
                     sa.insert(t.workflows).values(
@@ -202,7 +202,7 @@ class WorkflowService(Service):
     # -- lookup -----------------------------------------------------------------------------
 
     def list(self) -> builtins.list[Workflow]:
-        with self.host.store.read() as conn:
+        with self.peers.store.read() as conn:
             found = conn.execute(
                 sa.select(t.workflows.c.id).order_by(t.workflows.c.created_at, t.workflows.c.id)
             ).scalars()
@@ -210,15 +210,15 @@ class WorkflowService(Service):
         return [self.by_id(i) for i in ids_]
 
     def by_id(self, workflow_id: str) -> Workflow:
-        return self.host.repository.workflow(workflow_id)
+        return self.peers.repository.workflow(workflow_id)
 
     def get(self, ref: str) -> Workflow:
         """A workflow by id, or by name (case-insensitive), as the board has it now.
 
         `by_id` and `step_by_id` (the arrival path's) serve the cache as of this thread's last
         transaction or read; this one checks the board's version first."""
-        if not self.host.store.in_transaction:
-            self.host.follow_board()
+        if not self.peers.store.in_transaction:
+            self.peers.follow_board()
         try:
             return self.by_id(ref)
         except NotFound:
@@ -239,7 +239,7 @@ class WorkflowService(Service):
 
     def step_by_id(self, step_id: str) -> tuple[Workflow, Step]:
         """The step and its workflow; served from the accessor's cache once loaded."""
-        return self.host.repository.step(step_id)
+        return self.peers.repository.step(step_id)
 
     def set_max_step_arrivals(self, ref: str, limit: int) -> Workflow:
         """Set the workflow's runaway-loop limit (0: no limit)."""
@@ -247,13 +247,13 @@ class WorkflowService(Service):
         if type(limit) is not int or limit < 0:
             raise LanewayError(f"max_step_arrivals must be an integer >= 0, got {limit!r}")
         wf = self.get(ref)
-        with self.host.store.transaction() as uow:
+        with self.peers.store.transaction() as uow:
             uow.conn.execute(
                 sa.update(t.workflows)
                 .where(t.workflows.c.id == wf.id)
                 .values(max_step_arrivals=limit)
             )
-        self.host.repository.forget(wf.id)
+        self.peers.repository.forget(wf.id)
         return self.by_id(wf.id)
 
     # -- export and check -------------------------------------------------------------------
@@ -269,7 +269,7 @@ class WorkflowService(Service):
         from core.workflows import check_workflow
 
         workflow = self.get(ref)
-        problems = check_workflow(workflow, self.host.bundle.registry)
+        problems = check_workflow(workflow, self.peers.bundle.registry)
         for agent in self.agents_of(workflow):
             if agent.unknown_profile:
                 problems.append(agent.problem(workflow.name))
@@ -280,11 +280,11 @@ class WorkflowService(Service):
         (and, for a stored workflow, its steps' template seats)."""
         from core.workflows import agent_uses
 
-        profiles = self.host.profiles.list()
+        profiles = self.peers.profiles.list()
         by_ref = {p.id: p for p in profiles} | {p.name.casefold(): p for p in profiles}
         step_ids = {s.name: s.id for s in declared.steps} if isinstance(declared, Workflow) else {}
         found = []
-        for at in agent_uses(declared.steps, self.host.bundle.registry):
+        for at in agent_uses(declared.steps, self.peers.bundle.registry):
             use = at.use
             names: builtins.list[str] = []
             unknown = False
@@ -295,7 +295,7 @@ class WorkflowService(Service):
             elif use.target == "workspace.ceo_agent":
                 names = [p.name for p in profiles if p.role == use.role][:1]
             elif use.role is not None and at.step in step_ids:
-                seats = self.host.participants.seats_at("", step_ids[at.step])
+                seats = self.peers.participants.seats_at("", step_ids[at.step])
                 ids_ = [s.agent_profile_id for s in seats if s.role == use.role]
                 names = [by_ref[i].name if i in by_ref else i for i in dict.fromkeys(ids_)]
             found.append(AgentReach(at, tuple(names), unknown))

@@ -16,9 +16,9 @@ class WorkspaceService(Service):
     """The default workspace. A task in its office workflow, or with a project, is Office's."""
 
     def ensure_default(self) -> None:
-        if not self.host.writable:
+        if not self.peers.writable:
             return
-        with self.host.store.transaction() as uow:
+        with self.peers.store.transaction() as uow:
             found = uow.conn.execute(
                 sa.select(t.workspaces.c.id).where(t.workspaces.c.is_default)
             ).first()
@@ -30,7 +30,7 @@ class WorkspaceService(Service):
                 )
 
     def get(self) -> Workspace:
-        with self.host.store.read() as conn:
+        with self.peers.store.read() as conn:
             row = (
                 conn.execute(sa.select(t.workspaces).where(t.workspaces.c.is_default))
                 .mappings()
@@ -41,7 +41,7 @@ class WorkspaceService(Service):
         return rows.workspace(row)
 
     def by_id(self, workspace_id: str) -> Workspace:
-        with self.host.store.read() as conn:
+        with self.peers.store.read() as conn:
             row = (
                 conn.execute(sa.select(t.workspaces).where(t.workspaces.c.id == workspace_id))
                 .mappings()
@@ -58,9 +58,9 @@ class WorkspaceService(Service):
         if name is not None:
             values["name"] = name
         if office_workflow is not None:
-            values["office_workflow_id"] = self.host.workflows.get(office_workflow).id
+            values["office_workflow_id"] = self.peers.workflows.get(office_workflow).id
         if values:
-            with self.host.store.transaction() as uow:
+            with self.peers.store.transaction() as uow:
                 uow.conn.execute(
                     sa.update(t.workspaces).where(t.workspaces.c.id == current.id).values(**values)
                 )
