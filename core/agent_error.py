@@ -30,7 +30,7 @@ from core.runtime.failures import AgentFailure
 
 if TYPE_CHECKING:
     from core.host import Host
-    from core.plugin_services import PluginHost
+    from core.plugin.views import PluginHost
 
 EVENT = "agent_error.dispatch"
 

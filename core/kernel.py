@@ -15,7 +15,7 @@ from typing import Any, Protocol
 
 import attrs
 
-from core.registry import Registry
+from core.plugin.registry import Registry
 from core.store.database import Store
 from core.store.repository import Repository
 
