@@ -2,8 +2,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from core.plugin.loading import PluginSelection, load_plugins
+from core.plugin.loading import load_plugins
 from core.plugin.registry import Registry, build_registry
+from core.plugin.selection import PluginSelection
 from core.services.base import Service
 
 
