@@ -8,7 +8,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from core.errors import LanewayError
-from core.features import Features
+from core.plugin.features import Features
 
 if TYPE_CHECKING:
     from core.host import Host

@@ -12,10 +12,10 @@ from typing import Any
 
 from core.errors import LanewayError
 from core.kernel import Kernel
-from core.kinds import ActionContext, ActionFailed, ConfigError, Outcome
 from core.logs import logger
 from core.model import ActionDecl, Step, Task
-from core.registry import Registry
+from core.plugin.kinds import ActionContext, ActionFailed, ConfigError, Outcome
+from core.plugin.registry import Registry
 
 
 def context(

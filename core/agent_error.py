@@ -29,7 +29,7 @@ from core.model import WORKING_STATES, Task
 from core.runtime.failures import AgentFailure
 
 if TYPE_CHECKING:
-    from core.plugin_services import PluginHost
+    from core.plugin.views import PluginHost
     from core.services.peers import Peers
 
 EVENT = "agent_error.dispatch"

@@ -24,7 +24,7 @@ from sqlalchemy.engine import Connection
 
 from core import ids
 from core.errors import LanewayError
-from core.features import Features
+from core.plugin.features import Features
 from core.store import prepared
 from core.store import tables as t
 from core.store.database import UnitOfWork

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any, cast
 
 import attrs
 
-from core.registry import Registry
+from core.plugin.registry import Registry
 from core.store.database import Store
 
 if TYPE_CHECKING:

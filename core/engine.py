@@ -28,10 +28,10 @@ from core.actions import aborted as _aborted
 from core.actions import bound as _bound
 from core.arrival import Arrivals
 from core.errors import LanewayError
-from core.kinds import GuardContext
 from core.model import ActionDecl, Step, Task, Workflow
 from core.operations import Operations
-from core.registry import Registry
+from core.plugin.kinds import GuardContext
+from core.plugin.registry import Registry
 
 MOVE_CONFIG_KEYS = frozenset({"step_id", "step_position", "requires_approval", "if"})
 TRIGGER_LABELS = {"on_turn_complete": "auto_complete", "on_turn_start": "on_turn_start"}

@@ -22,10 +22,10 @@ import attrs
 
 from core import faults, ledger, memo
 from core.kernel import HasKernel, Kernel, Published, kernel_of
-from core.kinds import ActionContext, ActionFailed, ActionKind, ConfigError, Outcome
 from core.logs import logger
 from core.model import ActionDecl, Session, Step, StepEntry, Task, Workflow
-from core.registry import RegisteredKind, Registry
+from core.plugin.kinds import ActionContext, ActionFailed, ActionKind, ConfigError, Outcome
+from core.plugin.registry import RegisteredKind, Registry
 
 HOISTED_PATHS = frozenset({"E1", "E2", "E3", "E5"})
 _HEAD = {"first": 0, "second": 1}

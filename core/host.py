@@ -32,9 +32,9 @@ import sqlalchemy as sa
 
 from core import board
 from core.errors import DatabaseUnusable, LanewayError, NotInitialised
-from core.features import Features
 from core.logs import logger
-from core.plugin_selection import KEEP, Keep, PluginSelection
+from core.plugin.features import Features
+from core.plugin.selection import KEEP, Keep, PluginSelection
 from core.store import dialect
 from core.store.database import Store
 
@@ -46,7 +46,8 @@ if TYPE_CHECKING:
     from core.engine import Engine
     from core.kernel import Kernel
     from core.operations import Operations
-    from core.registry import Registry
+    from core.plugin.loading import LoadedPlugins
+    from core.plugin.registry import Registry
     from core.runtime.runtime import AgentRuntime
     from core.services import (
         DecisionService,
@@ -63,7 +64,6 @@ if TYPE_CHECKING:
     )
     from core.store.liveness import EpochKeeper
     from core.store.repository import Repository
-    from plugins.manager import LoadedPlugins
 
 T = TypeVar("T")
 
@@ -391,8 +391,8 @@ class Host:
     def _build_bundle(self) -> Bundle:
         from core import structural
         from core.bundle import Bundle
-        from core.registry import build_registry
-        from plugins.manager import load_plugins
+        from core.plugin.loading import load_plugins
+        from core.plugin.registry import build_registry
 
         loaded = load_plugins(self.selection, builtins=[("core", structural)])
         self.loaded_plugins = loaded

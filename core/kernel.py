@@ -15,12 +15,12 @@ from typing import TYPE_CHECKING, Protocol
 
 import attrs
 
-from core.registry import Registry
+from core.plugin.registry import Registry
 from core.store.database import Store
 from core.store.repository import Repository
 
 if TYPE_CHECKING:
-    from core.plugin_services import PluginServices
+    from core.plugin.views import PluginServices
 
 
 class Published(Protocol):

@@ -18,7 +18,7 @@ import sqlalchemy as sa
 
 from core import ids, memo
 from core.model import ActionDecl, Marker, Step, StepEntry
-from core.registry import Registry
+from core.plugin.registry import Registry
 from core.store import events, prepared, rows
 from core.store import tables as t
 from core.store.database import UnitOfWork

@@ -42,7 +42,7 @@ from sqlalchemy.engine import Connection
 
 from core import ids, ledger
 from core.model import ActionDecl, Step, StepEntry
-from core.registry import Registry
+from core.plugin.registry import Registry
 from core.store import events
 from core.store import tables as t
 from core.store.database import UnitOfWork

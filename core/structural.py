@@ -14,8 +14,8 @@ import attrs
 import pluggy
 
 from core.errors import LanewayError
-from core.kinds import ActionContext, ActionFailed, ActionKind, ConfigError, Outcome
 from core.model import ActionDecl, Step, Workflow
+from core.plugin.kinds import ActionContext, ActionFailed, ActionKind, ConfigError, Outcome
 
 hookimpl = pluggy.HookimplMarker("laneway")
 

@@ -28,7 +28,7 @@ from core.errors import LanewayError, NotFound
 from core.kernel import HasKernel, Kernel, kernel_of
 from core.logs import logger
 from core.model import ACTIVE_SESSION_STATES, Step, Task, Workflow
-from core.registry import Registry
+from core.plugin.registry import Registry
 from core.store import events, prepared, rows
 from core.store import tables as t
 from core.store.database import UnitOfWork

@@ -36,7 +36,18 @@ import pluggy
 import core.logs  # noqa: F401 - a plugin's records, like laneway's, stay off until enabled
 from core.errors import LanewayError
 from core.faults import reach as fault_point
-from core.kinds import (
+from core.model import (
+    PARTICIPANT_ROLES,
+    Decision,
+    Participant,
+    Run,
+    Session,
+    Step,
+    Task,
+    Workflow,
+    Workspace,
+)
+from core.plugin.kinds import (
     ALL_PATHS,
     ActionContext,
     ActionFailed,
@@ -50,18 +61,7 @@ from core.kinds import (
     Outcome,
     accept_any,
 )
-from core.model import (
-    PARTICIPANT_ROLES,
-    Decision,
-    Participant,
-    Run,
-    Session,
-    Step,
-    Task,
-    Workflow,
-    Workspace,
-)
-from core.plugin_services import (
+from core.plugin.views import (
     BundleView,
     DecisionsView,
     ParticipantsView,

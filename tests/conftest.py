@@ -11,7 +11,7 @@ import pytest
 import sqlalchemy as sa
 
 from core import Host
-from plugins.manager import PluginSelection
+from core.plugin.selection import PluginSelection
 
 PG_URL = os.environ.get("LANEWAY_TEST_PG_URL")
 REPO = Path(__file__).resolve().parents[1]

@@ -12,7 +12,7 @@ import pytest
 
 from core import Host
 from core.bundle import Bundle, BundleHolder
-from core.registry import Registry
+from core.plugin.registry import Registry
 
 READERS = 4
 TOGGLES = 40

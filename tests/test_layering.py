@@ -63,9 +63,9 @@ PLANTED: dict[str, list[tuple[str, str]]] = {
     ],
     "plugins-on-public-api": [
         ("office_plugin/planted.py", "from core.agent_error import payload_of\n"),
-        ("kanban_plugin/planted.py", "from core.kinds import ActionKind\n"),
+        ("kanban_plugin/planted.py", "from core.plugin.kinds import ActionKind\n"),
         ("laneway_notify/planted.py", "from core.model import Task\n"),
-        ("office_plugin/planted_manager.py", "from plugins.manager import PluginSelection\n"),
+        ("office_plugin/planted_manager.py", "from core.plugin.loading import PluginSelection\n"),
     ],
     "plugins-independent": [
         ("kanban_plugin/planted.py", "import office_plugin.quorum\n"),

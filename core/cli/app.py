@@ -24,10 +24,10 @@ import attrs
 import click
 
 if TYPE_CHECKING:
-    from core.features import Features
     from core.host import Host
-    from core.plugin_selection import PluginSelection
-    from plugins.manager import LoadedPlugins
+    from core.plugin.features import Features
+    from core.plugin.loading import LoadedPlugins
+    from core.plugin.selection import PluginSelection
 
 DEFAULT_URL = "sqlite:///laneway.db"
 """`core.host.DEFAULT_URL`, repeated so that building the group does not import the host."""
@@ -100,7 +100,7 @@ class Settings:
     def features(self) -> Features | None:
         """This process's override of the board's features (`--no-office`), or None: the
         board's, as `laneway features` shows them."""
-        from core.features import Features
+        from core.plugin.features import Features
 
         return Features(office=False) if self.no_office else None
 
@@ -207,11 +207,12 @@ class LanewayGroup(click.Group):
         if not self._plugins_pending:
             return
         self._plugins_pending = False
-        from plugins.manager import Hooks, load_plugins
+        from core.plugin.calls import Hooks
+        from core.plugin.loading import load_plugins
 
         try:
             if loaded is None:
-                from core.plugin_selection import PluginSelection
+                from core.plugin.selection import PluginSelection
 
                 loaded = load_plugins(self._selection or PluginSelection.from_env())
             self.startup_warnings.extend(
@@ -398,7 +399,7 @@ def writer(settings: Settings, *, init: bool = False) -> Iterator[Host]:
     """A writer host: epoch minted and its liveness lock held, recovery scan run, plugins
     started (a broken plugin is reported here, from the plugins the host loaded)."""
     from core.host import Host
-    from core.plugin_selection import PluginSelection
+    from core.plugin.selection import PluginSelection
 
     _check_url(settings.db, must_exist=not init)
     ctx = click.get_current_context()
@@ -427,7 +428,7 @@ def reader(settings: Settings) -> Iterator[Host]:
     reading tasks, runs or entries needs none. In strict mode (`LANEWAY_PLUGINS_STRICT`)
     they start as a writer's do, so that a broken plugin fails every command."""
     from core.host import Host
-    from core.plugin_selection import PluginSelection
+    from core.plugin.selection import PluginSelection
 
     _check_url(settings.db, must_exist=True)
     ctx = click.get_current_context()

@@ -11,10 +11,10 @@ import click
 from core.cli.app import Settings, pass_settings, reader, writer
 from core.cli.output import emit
 from core.errors import LanewayError
-from core.features import Features
 from core.model import Workspace
+from core.plugin.features import Features
+from core.plugin.selection import PluginSelection
 from core.store import migrate
-from plugins.manager import PluginSelection
 
 
 @click.command()

@@ -2,9 +2,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from core.registry import Registry, build_registry
+from core.plugin.loading import load_plugins
+from core.plugin.registry import Registry, build_registry
+from core.plugin.selection import PluginSelection
 from core.services.base import Service
-from plugins.manager import PluginSelection, load_plugins
 
 
 def plugin_rows(registry: Registry) -> list[dict[str, Any]]:

@@ -17,12 +17,12 @@ from typing import TYPE_CHECKING, Any, Final
 
 import attrs
 
-from core.kinds import AgentUse, ConfigError
 from core.model import TRIGGERS, ActionDecl, Events, Step, Workflow
+from core.plugin.kinds import AgentUse, ConfigError
 from core.workflows.decl import StepDecl, WorkflowDecl, WorkflowFileError
 
 if TYPE_CHECKING:
-    from core.registry import Registry
+    from core.plugin.registry import Registry
 
 GUARD_KEY: Final = "if"
 TRANSITION_PREFIX: Final = "move_"

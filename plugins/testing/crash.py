@@ -15,7 +15,7 @@ CRASH_DRIVER = """
 import importlib, json, sys
 from core import Host
 from plugins.api import Features
-from plugins.manager import PluginSelection
+from core.plugin.selection import PluginSelection
 
 url, task_id, step, plugins_json = sys.argv[1:5]
 

@@ -16,8 +16,8 @@ from pathlib import Path
 import attrs
 
 from core.host import Host
+from core.plugin.selection import PluginSelection
 from plugins.api import Features, PluginHost
-from plugins.manager import PluginSelection
 
 PluginSpec = str | tuple[str, object]
 """An installed plugin's entry-point name, or ``(name, plugin)`` given directly."""
@@ -112,5 +112,5 @@ class HostFactory:
 
 def _host_is_a_plugin_host(host: Host) -> PluginHost:
     """Never called: mypy proves here that the host satisfies the plugin-facing protocols
-    (`core.plugin_services`), so a plugin typed against them gets what it was promised."""
+    (`core.plugin.views`), so a plugin typed against them gets what it was promised."""
     return host

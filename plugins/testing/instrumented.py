@@ -271,7 +271,7 @@ def _ref_of(plugin: object, owner: type | None = None) -> str | None:
 def _entry_point(name: str) -> object:
     from importlib.metadata import entry_points
 
-    from plugins.manager import GROUP
+    from core.plugin.loading import GROUP
 
     found = [ep for ep in entry_points(group=GROUP) if ep.name == name]
     if not found:

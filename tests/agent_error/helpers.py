@@ -34,13 +34,13 @@ import sqlalchemy as sa
 import yaml
 
 from core import Host
-from core.kinds import ActionContext, ActionFailed, ActionKind, GuardKind, GuardResult
 from core.model import AgentProfile, Run, Session, Task, Workflow
+from core.plugin.kinds import ActionContext, ActionFailed, ActionKind, GuardKind, GuardResult
+from core.plugin.selection import PluginSelection
 from core.runtime.failures import AgentFailure
 from core.runtime.runtime import TurnOutcome
 from core.store import tables as t
 from plugins import hookimpl
-from plugins.manager import PluginSelection
 from tests.conftest import board_office
 
 EVENT = "agent_error.dispatch"

@@ -57,9 +57,9 @@ if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
 from core import Host, ids, ledger, recovery  # noqa: E402
+from core.plugin.selection import PluginSelection  # noqa: E402
 from core.store import dialect  # noqa: E402
 from core.store import tables as t  # noqa: E402
-from plugins.manager import PluginSelection  # noqa: E402
 
 try:  # laneway's direct-cursor statements, invisible to SQLAlchemy's cursor events
     from core.store.prepared import STATS as PREPARED_STATS

@@ -27,9 +27,9 @@ if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
 from core import Host  # noqa: E402
+from core.plugin.selection import PluginSelection  # noqa: E402
 from core.store.events import Event  # noqa: E402
 from plugins import hookimpl  # noqa: E402
-from plugins.manager import PluginSelection  # noqa: E402
 
 
 class Quiet:

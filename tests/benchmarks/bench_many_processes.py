@@ -42,8 +42,8 @@ if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
 from core import Features, Host, ids, runs  # noqa: E402
+from core.plugin.selection import PluginSelection  # noqa: E402
 from core.store import tables as t  # noqa: E402
-from plugins.manager import PluginSelection  # noqa: E402
 
 SELECTION = PluginSelection(allow=frozenset({"kanban", "office"}))
 LANEWAY = str(Path(sys.executable).with_name("laneway"))
@@ -190,7 +190,7 @@ MOVER = textwrap.dedent(
     """
     import sys, time
     from core import Host
-    from plugins.manager import PluginSelection
+    from core.plugin.selection import PluginSelection
 
     url, first, count, seconds = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), float(sys.argv[4])
     host = Host.open(url, plugins=PluginSelection(allow=frozenset({"kanban", "office"})))

@@ -33,8 +33,8 @@ if str(REPO) not in sys.path:
 from loguru import logger  # noqa: E402
 
 from core import Host  # noqa: E402
+from core.plugin.selection import PluginSelection  # noqa: E402
 from core.runtime.failures import AgentFailure  # noqa: E402
-from plugins.manager import PluginSelection  # noqa: E402
 
 TARGET = 1.2
 BASELINE_AT = 10_000

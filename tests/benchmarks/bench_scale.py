@@ -37,8 +37,8 @@ if str(REPO) not in sys.path:
 from loguru import logger  # noqa: E402
 
 from core import Host, ids  # noqa: E402
+from core.plugin.selection import PluginSelection  # noqa: E402
 from core.store import tables as t  # noqa: E402
-from plugins.manager import PluginSelection  # noqa: E402
 
 TARGET = 0.9
 HOT = 100

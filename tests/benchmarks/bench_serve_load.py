@@ -114,7 +114,7 @@ def _env() -> dict[str, str]:
 
 def _board(db: str, tasks: int) -> tuple[str, list[str]]:
     from core import Features, Host
-    from plugins.manager import PluginSelection
+    from core.plugin.selection import PluginSelection
 
     selection = PluginSelection(allow=frozenset({"kanban", "office"}))
     with Host.open(db, features=Features(office=True), plugins=selection) as host:
@@ -286,8 +286,8 @@ def run_load(
     workdir: Path | None = None,
 ) -> LoadReport:
     from core import Features, Host
+    from core.plugin.selection import PluginSelection
     from core.store import events
-    from plugins.manager import PluginSelection
 
     base = Path(workdir or tempfile.mkdtemp(prefix="laneway-load-"))
     db = f"sqlite:///{base / 'load.db'}"

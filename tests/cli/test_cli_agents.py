@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from core.cli import build_cli
-from plugins.manager import PluginSelection
+from core.plugin.selection import PluginSelection
 from tests.cli.conftest import Laneway
 from tests.conftest import open_host
 

@@ -17,8 +17,9 @@ import pytest
 from core import Host, logs
 from core.errors import LanewayError
 from core.model import Workflow
+from core.plugin.loading import load_plugins
+from core.plugin.selection import PluginSelection
 from core.runs import RunRequest
-from plugins.manager import PluginSelection, load_plugins
 from tests.cli.conftest import Laneway
 from tests.conftest import REPO, open_host
 

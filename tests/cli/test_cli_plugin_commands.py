@@ -7,8 +7,8 @@ import click
 from click.testing import CliRunner
 
 from core.cli import build_cli
+from core.plugin.selection import PluginSelection
 from plugins import hookimpl
-from plugins.manager import PluginSelection
 
 
 class GreeterPlugin:

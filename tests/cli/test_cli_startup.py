@@ -19,8 +19,8 @@ from click.testing import CliRunner
 
 from core import host
 from core.cli import app, build_cli
+from core.plugin.selection import PluginSelection
 from plugins import hookimpl
-from plugins.manager import PluginSelection
 
 LANEWAY = Path(sys.executable).with_name("laneway")
 
@@ -101,17 +101,17 @@ def test_task_list_loads_no_plugin_and_no_write_path(current_board: str) -> None
     assert "'probe'" in out
     for absent in (
         "pluggy",
-        "plugins.manager",
+        "core.plugin.loading",
         "kanban_plugin",
         "office_plugin",
         "laneway_notify",
         "core.arrival",
         "core.engine",
-        "core.registry",
+        "core.plugin.registry",
         "core.runtime.runtime",
         "core.runs",
         "sqlalchemy.dialects.postgresql",
-        "core.kinds",  # the kind declarations' classes: a reader needs only `core.features`
+        "core.plugin.kinds",  # kind classes: a reader needs only features
     ):
         assert absent not in modules, absent
 
@@ -254,7 +254,7 @@ def test_build_cli_leaves_the_collector_alone(sqlite_url: str) -> None:
 # Counts the plugin loads (fresh plugin managers) and the plugins' observed events.
 LOADS_PROBE = """
 import atexit, json, sys
-import plugins.manager as manager
+import core.plugin.loading as manager
 loads = []
 load_plugins = manager.load_plugins
 def counted(*args, **kwargs):

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import sqlalchemy as sa
 
-from core.kinds import ConfigError, GuardKind, GuardResult
+from core.plugin.kinds import ConfigError, GuardKind, GuardResult
 from core.store import tables
 from plugins import hookimpl
 from plugins.testing.guard_contract import GuardContract

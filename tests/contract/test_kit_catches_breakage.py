@@ -20,7 +20,7 @@ from pathlib import Path
 
 from loguru import logger
 
-from core.kinds import ActionFailed, ActionKind, ConfigError, Outcome
+from core.plugin.kinds import ActionFailed, ActionKind, ConfigError, Outcome
 from plugins import hookimpl
 from plugins.testing.contract import ActionKindContract
 

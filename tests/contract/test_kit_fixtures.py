@@ -13,7 +13,7 @@ from typing import Any
 import attrs
 import pytest
 
-from core.kinds import ActionContext, ActionKind
+from core.plugin.kinds import ActionContext, ActionKind
 from plugins import hookimpl
 from plugins.testing import Arrivals, FaultRun, HostFactory
 from plugins.testing.hosts import PluginSpec

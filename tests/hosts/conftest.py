@@ -13,8 +13,8 @@ import attrs
 import pytest
 
 from core import Features, Host
-from core.kinds import ActionContext, ActionKind
 from core.model import Marker, Task
+from core.plugin.kinds import ActionContext, ActionKind
 from plugins import hookimpl
 from plugins.testing.hosts import PluginSpec, open_host
 from plugins.testing.logs import LogRecord

@@ -23,7 +23,7 @@ import pytest
 import sqlalchemy as sa
 
 from core import Features, Host
-from plugins.manager import PluginSelection
+from core.plugin.selection import PluginSelection
 from tests.cli.test_cli_subprocess import laneway
 from tests.conftest import open_host
 

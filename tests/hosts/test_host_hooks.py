@@ -13,8 +13,9 @@ from click.testing import CliRunner
 
 from core import Features, Host, LanewayError
 from core.cli import build_cli
+from core.plugin.loading import PluginError
+from core.plugin.selection import PluginSelection
 from plugins import hookimpl
-from plugins.manager import PluginError, PluginSelection
 
 
 @attrs.define

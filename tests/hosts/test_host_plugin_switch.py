@@ -15,9 +15,9 @@ from typing import Any
 import pytest
 
 from core import Host
-from core.kinds import ActionKind
+from core.plugin.kinds import ActionKind
+from core.plugin.selection import PluginSelection
 from plugins import hookimpl
-from plugins.manager import PluginSelection
 from plugins.testing.arrivals import action, arrive, build_board, stage
 from plugins.testing.logs import LogRecord, matching
 from tests.hosts.conftest import WAIT_S, Gate, markers_at, run_in_thread, states

@@ -43,7 +43,7 @@ HOST = textwrap.dedent(
     import json, sys
     from loguru import logger
     from core import Host
-    from plugins.manager import PluginSelection
+    from core.plugin.selection import PluginSelection
 
     logger.enable("")
     logger.remove()

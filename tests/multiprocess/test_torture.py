@@ -54,7 +54,7 @@ MOVER = textwrap.dedent(
     import os, random, sys, time
     from core import Host
     from core.errors import LanewayError
-    from plugins.manager import PluginSelection
+    from core.plugin.selection import PluginSelection
 
     url, stop, seed = sys.argv[1], sys.argv[2], int(sys.argv[3])
     rng = random.Random(seed)
@@ -79,7 +79,7 @@ DECIDER = textwrap.dedent(
     from core import Host
     from core.errors import LanewayError
     from core.store import tables as t
-    from plugins.manager import PluginSelection
+    from core.plugin.selection import PluginSelection
 
     url, stop, log, seed = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
     rng = random.Random(seed)

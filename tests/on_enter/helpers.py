@@ -30,11 +30,11 @@ import sqlalchemy as sa
 import yaml
 
 from core import Host
-from core.kinds import ActionContext, ActionFailed, ActionKind
 from core.model import AgentProfile, Marker, Run, StepEntry, Task, Workflow
+from core.plugin.kinds import ActionContext, ActionFailed, ActionKind
+from core.plugin.selection import PluginSelection
 from core.store import tables as t
 from plugins import hookimpl
-from plugins.manager import PluginSelection
 from tests.conftest import board_office
 
 DEAD_EPOCH = "dead0000dead0000dead0000dead0000"

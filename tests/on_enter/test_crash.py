@@ -44,7 +44,7 @@ EXIT_STATUS = 99
 DRIVER = """
 import sys
 from core import Features, Host
-from plugins.manager import PluginSelection
+from core.plugin.selection import PluginSelection
 
 url, task_id = sys.argv[1], sys.argv[2]
 selection = PluginSelection(allow=frozenset({"kanban", "office"}))

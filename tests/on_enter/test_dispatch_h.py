@@ -18,7 +18,7 @@ import pytest
 import sqlalchemy as sa
 
 from core import ids, runs
-from core.kinds import Features
+from core.plugin.kinds import Features
 from core.runs import RunRequest
 from core.store import tables as t
 from tests.on_enter.helpers import (

@@ -273,7 +273,7 @@ SCANNER = textwrap.dedent(
     import json, sys
     from loguru import logger
     from core import Host, recovery
-    from plugins.manager import PluginSelection
+    from core.plugin.selection import PluginSelection
 
     recovery.BATCH = int(sys.argv[2])
 

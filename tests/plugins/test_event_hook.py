@@ -12,10 +12,10 @@ import pytest
 from loguru import logger
 
 from core import Host
+from core.plugin.selection import PluginSelection
 from core.store import events
 from core.store.events import Event
 from plugins import hookimpl
-from plugins.manager import PluginSelection
 
 
 @attrs.define

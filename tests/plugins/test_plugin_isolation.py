@@ -19,10 +19,12 @@ import pytest
 
 from core import Host
 from core.errors import LanewayError
-from core.registry import RegistryError
+from core.plugin.calls import Hooks
+from core.plugin.loading import PluginError, load_plugins
+from core.plugin.registry import RegistryError
+from core.plugin.selection import PluginSelection
 from core.runtime.failures import AgentFailure
 from plugins import ActionKind, GuardKind, GuardResult, hookimpl
-from plugins.manager import Hooks, PluginError, PluginSelection, load_plugins
 
 BUILTIN = frozenset({"kanban", "office"})
 
@@ -189,8 +191,8 @@ def test_ac_i4_registering_a_non_declaration_skips_that_plugin_only() -> None:
             register("wait_for_me")  # type: ignore[arg-type]
 
     from core import structural
-    from core.kinds import Features
-    from core.registry import build_registry
+    from core.plugin.kinds import Features
+    from core.plugin.registry import build_registry
 
     loaded = load_plugins(
         PluginSelection(allow=BUILTIN | {"wrong"}, extra=(("wrong", Wrong()),)),
@@ -215,8 +217,8 @@ def test_ac_i4_a_conflict_between_two_plugins_still_stops_the_host_as_a_laneway_
             register(GuardKind("wait_for_quorum", dict, lambda ctx, cfg: GuardResult(True)))
 
     from core import structural
-    from core.kinds import Features
-    from core.registry import build_registry
+    from core.plugin.kinds import Features
+    from core.plugin.registry import build_registry
 
     loaded = load_plugins(
         PluginSelection(allow=BUILTIN | {"twin"}, extra=(("twin", Twin()),)), [("core", structural)]

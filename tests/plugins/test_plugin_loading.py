@@ -12,12 +12,13 @@ from typing import Any
 import pytest
 
 from core import Features, Host, structural
-from core.kinds import ActionKind, GuardKind, GuardResult
-from core.registry import Registry, RegistryError, build_registry
+from core.plugin.kinds import ActionKind, GuardKind, GuardResult
+from core.plugin.loading import LoadedPlugins, PluginError, PluginInfo, load_plugins
+from core.plugin.registry import Registry, RegistryError, build_registry
+from core.plugin.selection import PluginSelection
 from office_plugin.kinds import declarations as office_declarations
 from office_plugin.quorum import GUARD as QUORUM_GUARD
 from plugins import hookimpl
-from plugins.manager import LoadedPlugins, PluginError, PluginInfo, PluginSelection, load_plugins
 from tests.conftest import open_host
 
 OFFICE_KINDS = frozenset(k.name for k in office_declarations())
@@ -402,7 +403,7 @@ def test_extra_plugin_given_as_module_name_is_imported(
     (tmp_path / "extra_kinds_mod.py").write_text(
         textwrap.dedent(
             """
-            from core.kinds import ActionKind
+            from core.plugin.kinds import ActionKind
             from plugins import hookimpl
 
             @hookimpl

@@ -31,7 +31,7 @@ HOLDER = textwrap.dedent(
     """
     import sys
     from core import Host
-    from plugins.manager import PluginSelection
+    from core.plugin.selection import PluginSelection
 
     host = Host.open(sys.argv[1], plugins=PluginSelection(allow=frozenset({"kanban", "office"})))
     print(host.epoch, flush=True)

@@ -12,10 +12,10 @@ import attrs
 import pytest
 
 from core import Host
-from core.kinds import ActionContext, ActionKind
 from core.model import Task, Workflow
+from core.plugin.kinds import ActionContext, ActionKind
+from core.plugin.selection import PluginSelection
 from plugins import hookimpl
-from plugins.manager import PluginSelection
 from tests.conftest import board_office
 
 

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from core.kinds import (
+from core.plugin.kinds import (
     ActionContext,
     ActionKind,
     ConfigError,
@@ -17,7 +17,9 @@ from core.kinds import (
     GuardResult,
     Outcome,
 )
-from core.registry import Registry, build_registry
+from core.plugin.loading import load_plugins
+from core.plugin.registry import Registry, build_registry
+from core.plugin.selection import PluginSelection
 from core.workflows import (
     WorkflowFileError,
     check_workflow,
@@ -27,7 +29,6 @@ from core.workflows import (
     validate_with_registry,
 )
 from plugins import hookimpl
-from plugins.manager import PluginSelection, load_plugins
 
 
 def _run(ctx: ActionContext, config: Any) -> Outcome | None:

@@ -1,6 +1,6 @@
 """The host's feature switches.
 
-Apart from `core.kinds` (which re-exports `Features`), so that what needs only the switches
+Apart from `core.plugin.kinds` (which re-exports `Features`), so that what needs only the switches
 (`import core`, every command's read of the board's settings) does not build the classes of
 the kind and guard declarations.
 """

@@ -18,8 +18,8 @@ from contextlib import AbstractContextManager
 from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
-    from core.kinds import Features
     from core.model import Decision, Participant, Run, Session, Step, Task, Workflow, Workspace
+    from core.plugin.kinds import Features
     from core.runs import Enqueued, RunRequest
     from core.store.database import UnitOfWork
 
@@ -27,7 +27,7 @@ if TYPE_CHECKING:
 class TransactionScope(Protocol):
     """Units of work: the one open on this thread is joined, else a new one commits on exit.
 
-    Prefer :meth:`core.kinds.ActionContext.transaction` / ``isolated`` in an executor.
+    Prefer :meth:`core.plugin.kinds.ActionContext.transaction` / ``isolated`` in an executor.
     """
 
     @property

@@ -12,14 +12,14 @@ from typing import TYPE_CHECKING, Any, Final, Literal
 
 import attrs
 
-# Declared apart (`core.features`); re-exported, as plugins have always named it here.
-from core.features import Features as Features  # noqa: PLC0414
+# Declared apart (`core.plugin.features`); re-exported, as plugins have always named it here.
+from core.plugin.features import Features as Features  # noqa: PLC0414
 
 if TYPE_CHECKING:
     from loguru import Logger
 
     from core.model import Session, Step, Task
-    from core.plugin_services import PluginServices
+    from core.plugin.views import PluginServices
     from core.store.database import UnitOfWork
 
 Owner = Literal["session", "durable", "structural"]
@@ -70,7 +70,7 @@ class ActionContext:
 
     `entry_id`, `entry_seq` and `entry_path` identify the step entry for on_enter actions and
     are None for other triggers. `services` is what a plugin may call of the host (runs,
-    participants, decisions, sessions, tasks, ...; see :mod:`core.plugin_services`). `uow` is
+    participants, decisions, sessions, tasks, ...; see :mod:`core.plugin.views`). `uow` is
     the open unit of work for `transactional` kinds; other kinds that need one take it from
     :meth:`transaction`.
     `logger` is already bound with task_id, step_id, workflow_id, step_name and action_type.
@@ -220,7 +220,7 @@ class GuardResult:
 @attrs.frozen
 class GuardContext:
     """What a guard sees: the task, the step whose transition it gates, and the services
-    (:class:`core.plugin_services.PluginServices`)."""
+    (:class:`core.plugin.views.PluginServices`)."""
 
     task: Task
     step: Step

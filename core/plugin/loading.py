@@ -1,13 +1,13 @@
-"""Loading plugins: the entry-point loop, allow- and block-lists, and a typed facade.
+"""Loading plugins: the entry-point loop and the allow- and block-lists.
 
 We own the entry-point loop instead of calling pluggy's ``load_setuptools_entrypoints``: one
 plugin whose import raises is reported with its distribution and skipped (or raised, in
 strict mode), and two entry points with one name are caught instead of the second being
 silently dropped. Each bundle build gets a fresh ``PluginManager``: nothing is global.
 
-Every hook implementation is called in its own guard (`Hooks`, and `core.registry` for the
-registration hooks): one that raises is reported by plugin name as a structured record and
-skipped, and the other plugins' implementations still run. `PluginSelection.strict` turns a
+A plugin whose implementation is a pluggy wrapper (``wrapper=True`` / ``hookwrapper=True``)
+is refused as it loads: laneway calls each implementation in its own guard
+(`core.plugin.calls`), where a wrapper would never run. `PluginSelection.strict` turns a
 failure while starting (loading, registering kinds, guards or commands, ``host_started``) into
 a `PluginError` instead; observers (``laneway_agent_failed``, ``laneway_task_ownership``) are
 isolated in every mode.
@@ -20,40 +20,24 @@ import importlib
 import os
 import re
 import sys
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable
 from importlib.metadata import Distribution, EntryPoint, distributions
-from typing import TYPE_CHECKING, Any, Final
 
 import attrs
-import click
 import pluggy
 
 from core.errors import LanewayError
 from core.logs import logger
-from core.model import Task, Workspace
-from core.plugin_selection import KEEP, Keep, PluginSelection
-from core.runtime.failures import AgentFailure
-from plugins import hookspecs
-
-if TYPE_CHECKING:
-    from core.plugin_services import PluginHost
+from core.plugin import specs
+from core.plugin.selection import PluginSelection
 
 __all__ = [
-    "DUTIES",
     "ESSENTIAL",
     "GROUP",
-    "KEEP",
-    "HookCall",
-    "Hooks",
-    "Keep",
     "LoadedPlugins",
     "PluginError",
     "PluginInfo",
-    "PluginSelection",
-    "hook_calls",
-    "hook_failure",
     "load_plugins",
-    "report_hook_failure",
 ]
 
 GROUP = "laneway.plugins"
@@ -64,49 +48,6 @@ ESSENTIAL = "core"
 class PluginError(LanewayError):
     """A plugin could not be loaded or failed in a hook (strict mode), or the plugin set is
     inconsistent (two plugins with one name, an unknown hook)."""
-
-
-DUTIES: Final[Mapping[str, str]] = {
-    "laneway_register_action_kinds": "register its kinds",
-    "laneway_register_guards": "register its guards",
-    "laneway_cli_commands": "add its commands",
-    "laneway_host_started": "start with the host",
-    "laneway_task_ownership": "answer task ownership",
-    "laneway_agent_failed": "observe an agent failure",
-    "laneway_event": "observe an event",
-}
-"""What each hook asks of a plugin, as a failure names it."""
-
-
-def hook_failure(plugin: str, hook: str, exc: BaseException) -> str:
-    """``plugin 'x' failed to register its kinds: ValueError: ...``"""
-    duty = DUTIES.get(hook, f"run {hook}")
-    return f"plugin {plugin!r} failed to {duty}: {type(exc).__name__}: {exc}"
-
-
-def report_hook_failure(
-    plugin: str,
-    hook: str,
-    exc: BaseException,
-    *,
-    skipped: bool,
-    context: Mapping[str, object] | None = None,
-) -> str:
-    """Log one failing hook implementation as a structured ERROR record; return the message.
-
-    Fields: ``plugin``, ``hook``, ``error`` (type and text), ``skipped`` (whether the plugin's
-    contributions were dropped, as for the registration hooks, or only this call failed),
-    and the `context` fields (an observer's task and session ids).
-    """
-    message = hook_failure(plugin, hook, exc)
-    logger.bind(
-        **(context or {}),
-        plugin=plugin,
-        hook=hook,
-        error=f"{type(exc).__name__}: {exc}",
-        skipped=skipped,
-    ).error("plugin hook raised; the other plugins carry on")
-    return message
 
 
 @attrs.frozen
@@ -213,7 +154,7 @@ def load_plugins(
 ) -> LoadedPlugins:
     """Build a fresh plugin manager holding the selected plugins."""
     pm = pluggy.PluginManager("laneway")
-    pm.add_hookspecs(hookspecs)
+    pm.add_hookspecs(specs)
     infos: list[PluginInfo] = []
     modules: dict[str, str] = {}
 
@@ -221,6 +162,21 @@ def load_plugins(
         if pm.has_plugin(name) or name in modules:
             raise PluginError(f"two plugins are named {name!r} ({modules.get(name)} and {dist})")
         pm.register(plugin, name=name)
+        wrappers = _wrappers(pm, plugin)
+        if wrappers:
+            pm.unregister(plugin)
+            error = (
+                f"plugin {name!r} from {dist or 'unknown distribution'} implements "
+                f"{', '.join(wrappers)} as a wrapper; laneway calls each implementation on "
+                "its own, so wrappers are refused"
+            )
+            if selection.strict or dist == "laneway":
+                raise PluginError(error)
+            logger.bind(plugin=name, distribution=dist, error=error).warning(
+                "plugin refused; skipped"
+            )
+            infos.append(PluginInfo(name, version, dist, enabled=False, error=error))
+            return
         modules[name] = getattr(plugin, "__name__", type(plugin).__name__)
         infos.append(PluginInfo(name, version, dist, enabled=True))
 
@@ -283,93 +239,11 @@ def _resolve(obj: object) -> object:
     return obj
 
 
-@attrs.frozen
-class HookCall:
-    """One plugin's implementation of one hook, callable with the hook's keyword arguments."""
-
-    plugin: str
-    hook: str
-    function: Callable[..., Any]
-    argnames: tuple[str, ...]
-
-    def __call__(self, **kwargs: Any) -> Any:
-        # as pluggy does: an implementation receives only the arguments it names
-        return self.function(**{name: kwargs[name] for name in self.argnames})
-
-
-def hook_calls(manager: pluggy.PluginManager, hook: str) -> list[HookCall]:
-    """The implementations of `hook` in pluggy's call order (last registered first)."""
-    caller = getattr(manager.hook, hook)
-    return [
-        HookCall(manager.get_name(impl.plugin) or "?", hook, impl.function, tuple(impl.argnames))
-        for impl in reversed(caller.get_hookimpls())
-    ]
-
-
-@attrs.frozen
-class Hooks:
-    """Typed calls over the plugin manager, each implementation in its own guard."""
-
-    manager: pluggy.PluginManager
-    strict: bool = False
-
-    def observe(
-        self, hook: str, context: Mapping[str, object] | None = None, **kwargs: Any
-    ) -> None:
-        """Call every implementation of an observer hook; a raising one is reported (with
-        the `context` fields) and the rest still run. Never raises, in strict mode too: an
-        observer cannot stop the host."""
-        for call in hook_calls(self.manager, hook):
-            try:
-                call(**kwargs)
-            except Exception as exc:  # noqa: BLE001 - isolated per plugin, reported by name
-                report_hook_failure(call.plugin, hook, exc, skipped=False, context=context)
-
-    def _start(self, hook: str, **kwargs: Any) -> None:
-        """Call a start-time hook per implementation: reported and skipped, or (strict)
-        raised as `PluginError` naming the plugin."""
-        for call in hook_calls(self.manager, hook):
-            try:
-                call(**kwargs)
-            except Exception as exc:
-                if self.strict:
-                    raise PluginError(hook_failure(call.plugin, hook, exc)) from exc
-                report_hook_failure(call.plugin, hook, exc, skipped=True)
-
-    def task_ownership(self, task: Task, workspace: Workspace) -> str | None:
-        """The first owner named, in pluggy's order; a raising plugin counts as no answer."""
-        hook = "laneway_task_ownership"
-        for call in hook_calls(self.manager, hook):
-            try:
-                owner = call(task=task, workspace=workspace)
-            except Exception as exc:  # noqa: BLE001 - isolated per plugin, reported by name
-                report_hook_failure(call.plugin, hook, exc, skipped=False)
-                continue
-            if owner is not None:
-                return str(owner)
-        return None
-
-    def agent_failed(self, host: PluginHost, failure: AgentFailure) -> None:
-        context = {"task_id": failure.task_id, "session_id": failure.session_id}
-        self.observe("laneway_agent_failed", context, host=host, failure=failure)
-
-    def host_started(self, host: PluginHost) -> None:
-        self._start("laneway_host_started", host=host)
-
-    def cli_commands(self, group: click.Group) -> list[str]:
-        """Each plugin adds its commands; a plugin that raises has the commands it added
-        before raising taken back, so the command line never holds half a plugin. Returns
-        the failures' messages (the command line shows them once its logging is set up)."""
-        hook = "laneway_cli_commands"
-        failures: list[str] = []
-        for call in hook_calls(self.manager, hook):
-            before = set(group.commands)
-            try:
-                call(group=group)
-            except Exception as exc:
-                for name in set(group.commands) - before:
-                    del group.commands[name]
-                if self.strict:
-                    raise PluginError(hook_failure(call.plugin, hook, exc)) from exc
-                failures.append(report_hook_failure(call.plugin, hook, exc, skipped=True))
-        return failures
+def _wrappers(pm: pluggy.PluginManager, plugin: object) -> list[str]:
+    """The hooks `plugin` implements as a (new- or old-style) wrapper."""
+    found: list[str] = []
+    for caller in pm.get_hookcallers(plugin) or []:
+        for impl in caller.get_hookimpls():
+            if impl.plugin is plugin and (impl.wrapper or impl.hookwrapper):
+                found.append(caller.name)
+    return sorted(found)

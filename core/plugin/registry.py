@@ -15,22 +15,22 @@ always for core's own plugin, the failure is a `PluginError` instead.
 from __future__ import annotations
 
 import functools
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 
 import attrs
 
 from core.errors import LanewayError
-from core.kinds import ActionKind, Features, GuardKind
-from plugins.manager import (
-    ESSENTIAL,
+from core.plugin.calls import (
+    HookCall,
     Hooks,
-    LoadedPlugins,
-    PluginError,
-    PluginInfo,
+    guarded,
     hook_calls,
     hook_failure,
     report_hook_failure,
 )
+from core.plugin.features import Features
+from core.plugin.kinds import ActionKind, GuardKind
+from core.plugin.loading import ESSENTIAL, LoadedPlugins, PluginError, PluginInfo
 
 
 class RegistryError(LanewayError):
@@ -76,7 +76,7 @@ class Registry:
 def build_registry(loaded: LoadedPlugins, features: Features) -> Registry:
     kinds: dict[str, RegisteredKind] = {}
     guards: dict[str, RegisteredGuard] = {}
-    failed: dict[str, str] = {}
+    failed_plugins: dict[str, str] = {}
 
     def register_kind(kind: ActionKind, plugin: str) -> None:
         if not isinstance(kind, ActionKind):
@@ -103,24 +103,29 @@ def build_registry(loaded: LoadedPlugins, features: Features) -> Registry:
         ("laneway_register_action_kinds", register_kind),
         ("laneway_register_guards", register_guard),
     )
+
+    def failed(call: HookCall, exc: Exception) -> None:
+        if isinstance(exc, RegistryError):
+            raise exc  # a conflict between two plugins: neither is the one to skip
+        if loaded.strict or call.plugin == ESSENTIAL:
+            raise PluginError(hook_failure(call.plugin, call.hook, exc)) from exc
+        failed_plugins[call.plugin] = report_hook_failure(call.plugin, call.hook, exc, skipped=True)
+        _drop(loaded, call.plugin, kinds, guards)
+
     for hook, register in hooks:
         # registration order (core, then plugins), so a conflict names the first declarer first
-        for call in reversed(hook_calls(loaded.manager, hook)):
-            if call.plugin in failed:
-                continue
-            try:
+        calls = list(reversed(hook_calls(loaded.manager, hook)))
+
+        def run(call: HookCall, register: Callable[..., None] = register) -> None:
+            if call.plugin not in failed_plugins:
                 call(register=functools.partial(register, plugin=call.plugin))
-            except RegistryError:
-                raise  # a conflict between two plugins: neither is the one to skip
-            except Exception as exc:
-                if loaded.strict or call.plugin == ESSENTIAL:
-                    raise PluginError(hook_failure(call.plugin, hook, exc)) from exc
-                failed[call.plugin] = report_hook_failure(call.plugin, hook, exc, skipped=True)
-                _drop(loaded, call.plugin, kinds, guards)
+
+        for _done in guarded(calls, run, failed):
+            pass
 
     infos = tuple(
-        attrs.evolve(info, enabled=False, error=failed[info.name])
-        if info.name in failed
+        attrs.evolve(info, enabled=False, error=failed_plugins[info.name])
+        if info.name in failed_plugins
         else _with_feature_state(info, kinds, guards, features)
         for info in loaded.infos
     )

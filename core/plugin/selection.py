@@ -1,6 +1,6 @@
 """Which plugins a host loads: `PluginSelection`, read from the environment or given in code.
 
-Apart from `plugins.manager` (which re-exports it, and loads what it selects) so that a
+Apart from `core.plugin.loading` (which re-exports it, and loads what it selects) so that a
 command that loads no plugin need not import pluggy to name a selection.
 """
 
