@@ -1,0 +1,62 @@
+"""House issue item 4: every error a user can cause is a LanewayError declaring its own stable
+`code` (snake_case) and the HTTP status serve answers it with."""
+
+from __future__ import annotations
+
+import importlib
+import pkgutil
+import re
+
+import core
+from core.errors import LanewayError
+
+# Error classes another change is moving out of these modules right now (ConfigError and
+# ActionFailed only if they become LanewayErrors); each gets its own
+# `code` once it lands (kept out until then so this test names what is still missing).
+PENDING = {
+    "core.kinds.ConfigError",
+    "core.kinds.ActionFailed",
+    "core.registry.RegistryError",
+    "plugins.manager.PluginError",
+}
+
+SNAKE = re.compile(r"[a-z]+(_[a-z]+)*")
+
+
+def _every_subclass(cls: type[LanewayError]) -> list[type[LanewayError]]:
+    found: list[type[LanewayError]] = []
+    for sub in cls.__subclasses__():
+        found.append(sub)
+        found.extend(_every_subclass(sub))
+    return found
+
+
+def test_every_laneway_error_declares_a_snake_case_code_and_an_error_status() -> None:
+    """Issue item 4: a code on each class's own body (not inherited by accident), 400..599."""
+    for info in pkgutil.walk_packages(core.__path__, "core."):
+        importlib.import_module(info.name)
+    classes = [LanewayError, *_every_subclass(LanewayError)]
+    assert len(classes) > 6  # the walk really imported core's error classes
+    missing = []
+    for cls in classes:
+        name = f"{cls.__module__}.{cls.__qualname__}"
+        if name in PENDING:
+            continue
+        if "code" not in cls.__dict__:
+            missing.append(name)
+            continue
+        assert SNAKE.fullmatch(cls.code), (name, cls.code)
+        assert 400 <= cls.http_status <= 599, (name, cls.http_status)
+    assert missing == []
+
+
+def test_error_codes_are_distinct_per_class() -> None:
+    """Issue item 4: a client tells errors apart by code, so two classes never share one."""
+    for info in pkgutil.walk_packages(core.__path__, "core."):
+        importlib.import_module(info.name)
+    owners: dict[str, str] = {}
+    for cls in [LanewayError, *_every_subclass(LanewayError)]:
+        if "code" not in cls.__dict__:
+            continue
+        name = f"{cls.__module__}.{cls.__qualname__}"
+        assert owners.setdefault(cls.code, name) == name, (cls.code, owners[cls.code], name)
