@@ -7,8 +7,11 @@ import importlib
 import pkgutil
 import re
 
+import pytest
+
 import core
-from core.errors import LanewayError
+from core.errors import LanewayError, ReadOnly
+from tests.conftest import open_host
 
 # Error classes another change is moving out of these modules right now (ConfigError and
 # ActionFailed only if they become LanewayErrors); each gets its own
@@ -60,3 +63,14 @@ def test_error_codes_are_distinct_per_class() -> None:
             continue
         name = f"{cls.__module__}.{cls.__qualname__}"
         assert owners.setdefault(cls.code, name) == name, (cls.code, owners[cls.code], name)
+
+
+def test_a_write_on_a_read_only_host_is_refused_with_the_read_only_code(db_url: str) -> None:
+    """Issue item 4: "this host was opened read-only" is a ReadOnly (`read_only`, 403, as
+    HTTP.md's `--read-only` answers), not the base class's 400; a real database, both ends."""
+    open_host(db_url).close()  # a writer creates the schema the reader opens
+    with open_host(db_url, read_only=True) as reader:
+        with pytest.raises(ReadOnly, match="opened read-only") as refused:
+            # Refused before the workflow is looked up: the refusal is the host's, not the ref's.
+            reader.workflows.set_max_step_arrivals("any", 3)
+    assert (refused.value.code, refused.value.http_status) == ("read_only", 403)
