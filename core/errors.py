@@ -1,28 +1,57 @@
-"""Errors a user can cause. The CLI prints their message as one line and exits 1."""
+"""Errors a user can cause. The CLI prints their message as one line and exits 1.
+
+Each class declares a stable `code` (snake_case, part of the HTTP and `--json` contracts: a
+client branches on it, never on the wording) and the HTTP status serve answers it with.
+"""
 
 from __future__ import annotations
+
+from typing import ClassVar
 
 
 class LanewayError(Exception):
     """A user mistake or a refused operation; the message names what is wrong and where."""
 
+    code: ClassVar[str] = "invalid"
+    http_status: ClassVar[int] = 400
+
 
 class NotFound(LanewayError):
-    pass
+    code: ClassVar[str] = "not_found"
+    http_status: ClassVar[int] = 404
 
 
 class Conflict(LanewayError):
-    pass
+    code: ClassVar[str] = "conflict"
+    http_status: ClassVar[int] = 409
 
 
 class NotInitialised(LanewayError):
-    pass
+    """The database has no laneway schema yet (or this host may not do the thing asked).
+    409: the request is sound but the store's state refuses it until `laneway init`."""
+
+    code: ClassVar[str] = "not_initialised"
+    http_status: ClassVar[int] = 409
 
 
 class ValueRefused(LanewayError):
     """The database refused a value (too long, out of range, not storable text)."""
 
+    code: ClassVar[str] = "value_refused"
+    http_status: ClassVar[int] = 400
+
 
 class DatabaseUnusable(LanewayError):
     """The database named cannot be used as it stands (a missing or read-only directory, a
-    file that is not a database); the message says which and where."""
+    file that is not a database); the message says which and where. 503: nothing the request
+    changes would make it succeed."""
+
+    code: ClassVar[str] = "database_unusable"
+    http_status: ClassVar[int] = 503
+
+
+class ReadOnly(LanewayError):
+    """A write refused because this host or server was opened read-only (`--read-only`)."""
+
+    code: ClassVar[str] = "read_only"
+    http_status: ClassVar[int] = 403

@@ -89,9 +89,9 @@ class Operations:
         new one)."""
         epoch = self.epoch()
         if epoch is None:
-            from core.errors import LanewayError
+            from core.errors import ReadOnly
 
-            raise LanewayError("this host was opened read-only")
+            raise ReadOnly("this host was opened read-only")
         return epoch
 
     def claim(self, operation_id: str) -> bool:

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import importlib
 from collections.abc import Callable
-from typing import Any
+from typing import Any, ClassVar
 
 import attrs
 import sqlalchemy as sa
@@ -41,6 +41,8 @@ TASKS = t.tasks
 
 class EntryAllocationFailed(LanewayError):
     """The entry record could not be written, so the step change was not committed."""
+
+    code: ClassVar[str] = "entry_allocation_failed"
 
 
 @attrs.frozen

@@ -107,14 +107,21 @@ class Settings:
 
 class CommandFailed(click.ClickException):
     """A command ended on an error the user should read: `laneway: <message>`, exit 1; with
-    `--json`, one JSON object `{"error": "<message>"}` instead (CLI.md)."""
+    `--json`, one JSON object `{"error": "<message>", "code": "<code>"}` instead (CLI.md;
+    `code` is the LanewayError's stable code, "internal" for a fault that is not the user's)."""
 
     exit_code = 1
     as_json = False
 
+    def __init__(self, message: str, code: str = "invalid") -> None:
+        super().__init__(message)
+        self.code = code
+
     def show(self, file: IO[Any] | None = None) -> None:
         if self.as_json:
-            text = json.dumps({"error": one_line(self.message)}, ensure_ascii=False)
+            text = json.dumps(
+                {"error": one_line(self.message), "code": self.code}, ensure_ascii=False
+            )
         else:
             text = f"laneway: {one_line(self.message)}"
         click.echo(text, err=True, file=file)
@@ -256,16 +263,29 @@ class LanewayGroup(click.Group):
         except Exception as exc:
             message = _user_message(exc)
             if message is not None:
-                raise CommandFailed(message) from exc
+                raise CommandFailed(message, _code_of(exc)) from exc
             settings = ctx.obj if isinstance(ctx.obj, Settings) else None
             if settings is not None and settings.verbose:
                 click.echo(traceback.format_exc().rstrip(), err=True)
-            raise CommandFailed(f"internal error: {type(exc).__name__}: {exc}") from exc
+            message = f"internal error: {type(exc).__name__}: {exc}"
+            raise CommandFailed(message, "internal") from exc
 
 
 _USER_ERRORS = (("core.errors", "LanewayError"),)
 """Exceptions whose message is meant for the user as it stands: (module, class). An exception
 of a class can only exist once its module is imported, so none is imported to test for it."""
+
+
+def _code_of(exc: Exception) -> str:
+    """The `--json` code of a user error `_user_message` accepted: its class's, or for a
+    database the driver refused, "database_url" (malformed URL) or "unavailable"."""
+    code = getattr(type(exc), "code", None)
+    if isinstance(code, str):
+        return code
+    sa_exc = sys.modules.get("sqlalchemy.exc")
+    if sa_exc is not None and isinstance(exc, sa_exc.ArgumentError):
+        return "database_url"
+    return "unavailable"
 
 
 def _user_message(exc: Exception) -> str | None:

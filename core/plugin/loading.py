@@ -22,6 +22,7 @@ import re
 import sys
 from collections.abc import Callable, Iterable
 from importlib.metadata import Distribution, EntryPoint, distributions
+from typing import ClassVar
 
 import attrs
 import pluggy
@@ -48,6 +49,8 @@ ESSENTIAL = "core"
 class PluginError(LanewayError):
     """A plugin could not be loaded or failed in a hook (strict mode), or the plugin set is
     inconsistent (two plugins with one name, an unknown hook)."""
+
+    code: ClassVar[str] = "plugin"
 
 
 @attrs.frozen

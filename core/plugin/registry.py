@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable, Mapping
+from typing import ClassVar
 
 import attrs
 
@@ -35,6 +36,8 @@ from core.plugin.loading import ESSENTIAL, LoadedPlugins, PluginError, PluginInf
 
 class RegistryError(LanewayError):
     """Two plugins declared one name: the host cannot choose, so it does not start."""
+
+    code: ClassVar[str] = "registry"
 
 
 @attrs.frozen

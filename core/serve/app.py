@@ -20,6 +20,7 @@ from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 from starlette.types import ASGIApp, Receive, Scope, Send
 
+from core.errors import ReadOnly
 from core.host import Host
 from core.serve import routes
 from core.serve.http import MAX_BODY, error_response, one_line
@@ -64,7 +65,8 @@ class Guard:
             await answer(scope, receive, send)
             return
         if self.read_only and scope.get("method") not in READS:
-            await error_response(403, "this server is read-only")(scope, receive, send)
+            refusal = error_response(403, "this server is read-only", code=ReadOnly.code)
+            await refusal(scope, receive, send)
             return
         declared = headers.get(b"content-length")
         if declared is not None and declared.isdigit() and int(declared) > MAX_BODY:
@@ -103,7 +105,7 @@ async def events_stream(request: Request) -> Response:
         try:
             task_id = (await run_in_threadpool(host.tasks.get, task_ref)).id
         except NotFound as exc:
-            return error_response(404, one_line(str(exc)))
+            return error_response(exc.http_status, one_line(str(exc)), code=exc.code)
     return StreamingResponse(
         hub.stream(last_id, task_id),
         media_type="text/event-stream",

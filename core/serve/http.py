@@ -19,7 +19,7 @@ from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
-from core.errors import Conflict, LanewayError, NotFound
+from core.errors import LanewayError
 from core.logs import logger
 from core.shapes import plain
 
@@ -30,21 +30,47 @@ MAX_BODY: Final = 1024 * 1024
 USER_ERRORS: Final = (LanewayError,)
 
 
-class HttpError(Exception):
-    """An answer other than success: status and one line."""
+# The `code` of an answer no LanewayError chose (HTTP.md: `{"error", "code"}` on every error).
+STATUS_CODES: Final = {
+    400: "bad_request",
+    401: "unauthorised",
+    403: "forbidden",
+    404: "not_found",
+    405: "method_not_allowed",
+    409: "conflict",
+    413: "too_large",
+    500: "internal",
+    503: "unavailable",
+}
 
-    def __init__(self, status: int, message: str) -> None:
+
+def code_of_status(status: int) -> str:
+    return STATUS_CODES.get(status, "error")
+
+
+class HttpError(Exception):
+    """An answer other than success: status, one line and a stable code."""
+
+    def __init__(self, status: int, message: str, code: str | None = None) -> None:
         super().__init__(message)
         self.status = status
         self.message = message
+        self.code = code or code_of_status(status)
 
 
 def bad(message: str) -> HttpError:
     return HttpError(400, message)
 
 
-def error_response(status: int, message: str, headers: Mapping[str, str] | None = None) -> Response:
-    return JSONResponse({"error": message}, status_code=status, headers=dict(headers or {}))
+def error_response(
+    status: int,
+    message: str,
+    headers: Mapping[str, str] | None = None,
+    *,
+    code: str | None = None,
+) -> Response:
+    body = {"error": message, "code": code or code_of_status(status)}
+    return JSONResponse(body, status_code=status, headers=dict(headers or {}))
 
 
 def one_line(text: str) -> str:
@@ -147,14 +173,6 @@ def _parse_json(raw: bytes) -> Any:
         raise bad(f"body: not valid JSON ({one_line(str(exc))})") from None
 
 
-def _status_of(exc: Exception) -> int:
-    if isinstance(exc, NotFound):
-        return 404
-    if isinstance(exc, Conflict):
-        return 409
-    return 400
-
-
 Route = Callable[[Call], Reply]
 
 
@@ -181,7 +199,7 @@ def endpoint(route: Route, *, json_body: bool = True) -> Callable[[Request], Any
             reply = await run_in_threadpool(_run, route, call)
             response = reply.response or JSONResponse(plain(reply.value), status_code=reply.status)
         except HttpError as exc:
-            response = error_response(exc.status, exc.message)
+            response = error_response(exc.status, exc.message, code=exc.code)
         status = response.status_code
         logger.bind(
             method=request.method,
@@ -201,7 +219,8 @@ def _run(route: Route, call: Call) -> Reply:
     except HttpError:
         raise
     except USER_ERRORS as exc:
-        raise HttpError(_status_of(exc), one_line(str(exc)) or type(exc).__name__) from None
+        message = one_line(str(exc)) or type(exc).__name__
+        raise HttpError(exc.http_status, message, exc.code) from None
     except sa.exc.IntegrityError as exc:
         # A concurrent writer got there first (a unique name, a deleted parent).
         logger.bind(error=one_line(str(exc.orig or exc))).info("write refused by a constraint")

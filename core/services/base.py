@@ -19,7 +19,7 @@ import typing
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from core.errors import LanewayError
+from core.errors import LanewayError, ReadOnly
 
 if TYPE_CHECKING:
     from core.services.peers import Peers
@@ -125,4 +125,4 @@ class Service:
 
     def _require_writer(self) -> None:
         if not self.peers.writable:
-            raise LanewayError("this host was opened read-only")
+            raise ReadOnly("this host was opened read-only")

@@ -5,7 +5,7 @@ import builtins
 import sqlalchemy as sa
 
 from core import ids
-from core.errors import LanewayError
+from core.errors import LanewayError, NotFound
 from core.model import PARTICIPANT_ROLES, Participant, Step, Task, Workflow
 from core.services.base import Service
 from core.store import prepared, rows
@@ -163,7 +163,7 @@ class ParticipantService(Service):
                 .first()
             )
         if row is None:
-            raise LanewayError(f"no participant {participant_id!r}")
+            raise NotFound(f"no participant {participant_id!r}")
         return rows.participant(row)
 
 

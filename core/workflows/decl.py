@@ -11,7 +11,7 @@ from __future__ import annotations
 import copy
 import re
 from collections.abc import Callable, Mapping
-from typing import Any, Final
+from typing import Any, ClassVar, Final
 
 import attrs
 
@@ -33,6 +33,8 @@ class WorkflowFileError(LanewayError, ValueError):
     Parts that do not apply are left out. The parts stay available as attributes so callers
     (the CLI's JSON output, tests) need not parse the message.
     """
+
+    code: ClassVar[str] = "workflow_file"
 
     def __init__(
         self,

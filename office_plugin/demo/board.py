@@ -5,7 +5,7 @@ from __future__ import annotations
 import sys
 from collections.abc import Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Final
+from typing import TYPE_CHECKING, ClassVar, Final
 
 import attrs
 
@@ -22,6 +22,8 @@ DESCRIPTION: Final = "Mirror the main repository to the backup remote every nigh
 
 class DemoFailed(LanewayError):
     """The walk did not reach Done; the message says where it stopped and why."""
+
+    code: ClassVar[str] = "demo_failed"
 
 
 @attrs.frozen

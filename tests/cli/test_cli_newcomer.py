@@ -185,11 +185,23 @@ def test_logs_enable_honours_the_level(tmp_path: Path) -> None:
 
 
 def test_json_errors_are_one_json_object_on_stderr(sqlite_laneway: Laneway) -> None:
+    """CLI.md `--json` errors, with house issue item 4's stable `code` beside the wording."""
     result = sqlite_laneway.run("--json", "task", "show", "no-such-task")
     assert result.exit_code == 1
     assert result.stdout == ""
     (line,) = result.stderr.splitlines()
-    assert json.loads(line) == {"error": "no task 'no-such-task'"}
+    assert json.loads(line) == {"error": "no task 'no-such-task'", "code": "not_found"}
+
+
+def test_json_error_code_names_an_uninitialised_database(tmp_path: Path) -> None:
+    """House issue item 4: a NotInitialised refusal says `not_initialised`, exit code still 1."""
+    fresh = Laneway(f"sqlite:///{tmp_path / 'fresh.db'}")
+    result = fresh.run("--json", "task", "list")
+    assert result.exit_code == 1
+    (line,) = result.stderr.splitlines()
+    body = json.loads(line)
+    assert body["code"] == "not_initialised", body
+    assert "laneway init" in body["error"]
 
 
 WIP_BOARD = """

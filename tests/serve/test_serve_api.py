@@ -26,11 +26,15 @@ def ok(response: httpx.Response, status: int = 200) -> Any:
     return response.json()
 
 
-def error(response: httpx.Response, status: int) -> str:
-    """An error answer: `status`, and exactly `{"error": "<one line>"}`."""
+def error(response: httpx.Response, status: int, code: str | None = None) -> str:
+    """An error answer: `status`, and exactly `{"error": "<one line>", "code": "<code>"}`
+    (house issue item 4: a stable snake_case code beside the wording; `code` when given)."""
     assert response.status_code == status, response.text
     body = response.json()
-    assert set(body) == {"error"}, body
+    assert set(body) == {"error", "code"}, body
+    assert re.fullmatch(r"[a-z]+(_[a-z]+)*", body["code"]), body
+    if code is not None:
+        assert body["code"] == code, body
     assert isinstance(body["error"], str)
     assert body["error"]
     assert "\n" not in body["error"]
@@ -76,9 +80,10 @@ def test_token_is_never_logged(office: OfficeBoard, tmp_path: Path) -> None:
     try:
         with served.client() as client:
             ok(client.get("/api/workflows"))
-            error(client.post("/api/tasks", json={"workflow": "nope", "title": "x"}), 404)
+            missing = {"workflow": "nope", "title": "x"}
+            error(client.post("/api/tasks", json=missing), 404, "not_found")
         with served.client(token=TOKEN + "x") as wrong:
-            error(wrong.get("/api/workflows"), 401)
+            error(wrong.get("/api/workflows"), 401, "unauthorised")
     finally:
         assert served.stop() == 0
     logged = served.stderr
@@ -112,7 +117,7 @@ def test_every_endpoint_answers_the_cli_shapes(served: Served, office: OfficeBoa
         exported["workflows"][0]["name"] = "Imported"
         imported = ok(c.post("/api/workflows/import", content=yaml.safe_dump(exported)), 201)
         assert [w["name"] for w in imported] == ["Imported"]
-        error(c.post("/api/workflows/import", content=yaml.safe_dump(exported)), 409)
+        error(c.post("/api/workflows/import", content=yaml.safe_dump(exported)), 409, "conflict")
 
         # tasks
         task = ok(
@@ -206,7 +211,8 @@ def test_every_endpoint_answers_the_cli_shapes(served: Served, office: OfficeBoa
             "refusals",
             "halted",
         }
-        error(c.post(f"/api/sessions/{session}/cancel-retry"), 400)  # waiting: no retry loop
+        # waiting: no retry loop (a LanewayError: the base class's code)
+        error(c.post(f"/api/sessions/{session}/cancel-retry"), 400, "invalid")
 
         # start, switch-workflow, archive, delete
         fresh = ok(
@@ -275,7 +281,8 @@ def test_403_on_every_write_when_read_only(office: OfficeBoard, tmp_path: Path) 
                 ("POST", "/api/sessions/x/send", {"text": "hi"}),
             ]
             for method, path, body in writes:
-                assert error(c.request(method, path, json=body), 403) == "this server is read-only"
+                refused = error(c.request(method, path, json=body), 403, "read_only")
+                assert refused == "this server is read-only"
         assert laneway(office.db, "task", "show", office.task_id)["archived_at"] is None
     finally:
         assert served.stop() == 0
@@ -285,13 +292,17 @@ def test_413_on_a_body_over_one_mebibyte_declared_or_streamed(served: Served) ->
     """HTTP.md: a body over 1 MiB is refused with 413, whether declared or chunked."""
     big = b'{"title": "' + b"x" * (1024 * 1024) + b'"}'
     with served.client() as c:
-        error(c.post("/api/tasks", content=big, headers={"Content-Type": "application/json"}), 413)
+        error(
+            c.post("/api/tasks", content=big, headers={"Content-Type": "application/json"}),
+            413,
+            "too_large",
+        )
 
         def chunks() -> Any:
             for _ in range(40):
                 yield b"y" * 32768
 
-        error(c.post("/api/workflows/import", content=chunks()), 413)
+        error(c.post("/api/workflows/import", content=chunks()), 413, "too_large")
         # just under the cap is read and judged on its content
         error(c.post("/api/workflows/import", content=b"a: " + b"b" * 1000), 400)
 
@@ -300,18 +311,19 @@ def test_404_409_400_shapes(served: Served, office: OfficeBoard) -> None:
     """HTTP.md Conventions: 404 unknown task/workflow/step/route, 409 conflicts, 400 bad input
     naming the field."""
     with served.client() as c:
-        assert "no task" in error(c.get("/api/tasks/nope"), 404)
+        assert "no task" in error(c.get("/api/tasks/nope"), 404, "not_found")
         assert "no workflow" in error(c.get("/api/workflows/nope"), 404)
         error(c.post(f"/api/tasks/{office.task_id}/move", json={"step": "Nowhere"}), 404)
         error(c.post("/api/tasks/nope/move", json={"step": "Review"}), 404)
-        error(c.get("/api/nothing/here"), 404)
+        error(c.get("/api/nothing/here"), 404, "not_found")
         error(c.post("/api/sessions/nope/send", json={"text": "hi"}), 404)
         error(c.post("/api/workflows", json={"template": "no-such-template"}), 404)
         ok(c.post("/api/workflows", json={"template": "office-default", "name": "Taken"}), 201)
         assert "already exists" in error(
             c.post("/api/workflows", json={"template": "office-default", "name": "taken"}), 409
         )
-        assert "'step'" in error(c.post(f"/api/tasks/{office.task_id}/move", json={}), 400)
+        no_step = c.post(f"/api/tasks/{office.task_id}/move", json={})
+        assert "'step'" in error(no_step, 400, "bad_request")
         assert "'step'" in error(c.post(f"/api/tasks/{office.task_id}/move", json={"step": 3}), 400)
         assert "'title'" in error(
             c.post("/api/tasks", json={"workflow": office.workflow_name}), 400
@@ -328,12 +340,12 @@ def test_404_409_400_shapes(served: Served, office: OfficeBoard) -> None:
             ),
             400,
         )
-        assert "JSON" in error(c.post("/api/tasks", content=b"{nope"), 400)
+        assert "JSON" in error(c.post("/api/tasks", content=b"{nope"), 400, "bad_request")
         error(c.get("/api/entries", params={"non_terminal": "perhaps"}), 400)
         error(c.get("/api/sessions"), 400)
         error(c.get("/api/events", headers={"Last-Event-ID": "abc"}), 400)
-        error(c.get("/api/events", params={"task": "nope"}), 404)
-        error(c.put("/api/tasks"), 405)
+        error(c.get("/api/events", params={"task": "nope"}), 404, "not_found")
+        error(c.put("/api/tasks"), 405, "method_not_allowed")
 
 
 def _fuzz_values() -> list[Any]:
@@ -424,7 +436,7 @@ def _not_a_crash(response: httpx.Response, path: str, sent: Any) -> None:
     assert response.status_code < 500, (path, sent, response.text)
     if response.status_code >= 400:
         body = response.json()
-        assert set(body) == {"error"}, (path, sent, body)
+        assert set(body) == {"error", "code"}, (path, sent, body)
         assert "Traceback" not in body["error"], (path, sent, body)
 
 
