@@ -61,6 +61,7 @@ if TYPE_CHECKING:
         WorkflowService,
         WorkspaceService,
     )
+    from core.store.events import Event
     from core.store.liveness import EpochKeeper
     from core.store.repository import Repository
     from plugins.manager import LoadedPlugins
@@ -473,6 +474,17 @@ class Host:
                 return
             self._republish_due = False
             self._republish()
+
+    def subscribe(self, callback: Callable[[Event], object]) -> Callable[[], None]:
+        """Have `callback` called with each committed board event, after its commit, as the
+        `laneway_event` hook is (one thread at a time, in commit order, each call in its own
+        guard); returns the function that ends the subscription."""
+        from core.observe import Dispatch
+
+        observer = self.store.observer
+        if not isinstance(observer, Dispatch):
+            raise LanewayError("this host delivers no events")
+        return observer.subscribe(callback)
 
     def epoch_is_dead(self, epoch: str) -> bool:
         """Whether no live process holds `epoch`'s liveness lock (`core.store.liveness`)."""
