@@ -16,8 +16,8 @@ a per-process override (`features=...`, the command line's `--no-office`): such 
 with its override for its own work and does not run the recovery scan, so that a feature it
 turned off for itself never closes another's entries as `skipped(no_executor)`. At the start
 of every transaction and read the host compares the board's catalogue version with the one it
-last saw; when it moved it forgets its cached workflows and, following the board's features,
-publishes a new bundle.
+last saw; when it moved it forgets its cached workflows and follows the board's features, and
+once that transaction or read has closed it publishes a new bundle (never inside it).
 """
 
 from __future__ import annotations
@@ -62,6 +62,7 @@ if TYPE_CHECKING:
         WorkflowService,
         WorkspaceService,
     )
+    from core.store.events import Event
     from core.store.liveness import EpochKeeper
     from core.store.repository import Repository
 
@@ -141,6 +142,9 @@ class Host:
         self._holder: BundleHolder | None = None
         self._board_version = board_version
         self._follow_lock = threading.Lock()
+        self._republish_due = False
+        """The board's features moved at some BEGIN: a new bundle is published once that
+        transaction or read has closed (`_publish_due`), never inside it."""
         self._parts_lock = threading.RLock()
         self._recovery_report: Any = None
         self.loaded_plugins: LoadedPlugins | None = None
@@ -282,6 +286,7 @@ class Host:
             )
             store.on_begin = host._follow_board
             store.on_version = host._follow_version
+            store.after_end = host._publish_due
             if not default_workspace:
                 host.workspace.ensure_default()
             if start_plugins:
@@ -423,6 +428,7 @@ class Host:
             self.features = state.features
             self._board_version = state.version
             self.workflows.forget()
+            self._republish_due = False
             return self._republish()
 
     def board_features(self) -> Features:
@@ -451,12 +457,34 @@ class Host:
             self.workflows.forget()
             if self.features_override is None and state.features != self.features:
                 self.features = state.features
-                if self._holder is not None:
-                    self._republish()
+                # Building a bundle loads plugins and may take its time: not inside the
+                # transaction or read that noticed the change (`Store.after_end` publishes).
+                self._republish_due = self._holder is not None
                 logger.bind(features=attrs.asdict(state.features)).info(
                     "following the board's features"
                 )
             self._board_version = state.version
+
+    def _publish_due(self) -> None:
+        """After a transaction or read closed: publish the bundle its BEGIN found due."""
+        if not self._republish_due:
+            return
+        with self._follow_lock:
+            if not self._republish_due:
+                return
+            self._republish_due = False
+            self._republish()
+
+    def subscribe(self, callback: Callable[[Event], object]) -> Callable[[], None]:
+        """Have `callback` called with each committed board event, after its commit, as the
+        `laneway_event` hook is (one thread at a time, in commit order, each call in its own
+        guard); returns the function that ends the subscription."""
+        from core.observe import Dispatch
+
+        observer = self.store.observer
+        if not isinstance(observer, Dispatch):
+            raise LanewayError("this host delivers no events")
+        return observer.subscribe(callback)
 
     def epoch_is_dead(self, epoch: str) -> bool:
         """Whether no live process holds `epoch`'s liveness lock (`core.store.liveness`)."""

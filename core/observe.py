@@ -7,7 +7,9 @@ events to that one, and an observer that itself writes finds its own events deli
 the one it is handling. Every implementation is called in its own guard: one that raises is
 logged with its plugin's name and the others still get the event.
 
-When no loaded plugin implements the hook, `wanted` is False and the store does none of this.
+A host-level subscription (`Host.subscribe`) is delivered the same way, after the hook's
+implementations. When no loaded plugin implements the hook and nothing subscribed, `wanted` is
+False and the store does none of this.
 """
 
 from __future__ import annotations
@@ -34,13 +36,31 @@ class Dispatch:
         self._queue: deque[Event] = deque()
         self._queue_lock = threading.Lock()
         self._delivering = threading.Lock()
+        self._subscribers: dict[int, _Subscriber] = {}
+        self._next_subscriber = 0
+
+    def subscribe(self, callback: Callable[[Event], object]) -> Callable[[], None]:
+        """Deliver each committed event to `callback` too, after the hook's implementations,
+        in the same guard; returns what ends the subscription."""
+        with self._queue_lock:
+            key = self._next_subscriber
+            self._next_subscriber += 1
+            self._subscribers[key] = _Subscriber(callback, key)
+
+        def unsubscribe() -> None:
+            with self._queue_lock:
+                self._subscribers.pop(key, None)
+
+        return unsubscribe
 
     def _implementations(self) -> list[Any]:
+        with self._queue_lock:
+            subscribers: list[Any] = list(self._subscribers.values())
         bundle = self._bundle()
         if bundle is None:
-            return []
+            return subscribers
         hook = getattr(bundle.registry.hooks.manager.hook, HOOK, None)
-        return list(hook.get_hookimpls()) if hook is not None else []
+        return [*(hook.get_hookimpls() if hook is not None else []), *subscribers]
 
     def wanted(self) -> bool:
         return bool(self._implementations())
@@ -63,6 +83,16 @@ class Dispatch:
     def _next(self) -> Event | None:
         with self._queue_lock:
             return self._queue.popleft() if self._queue else None
+
+
+class _Subscriber:
+    """A host-level subscription, shaped as a hook implementation for `deliver`."""
+
+    argnames = ("event",)
+
+    def __init__(self, callback: Callable[[Event], object], key: int) -> None:
+        self.function = callback
+        self.plugin_name = f"subscription-{key}"
 
 
 def deliver(implementations: Sequence[Any], event: Event) -> None:

@@ -112,6 +112,9 @@ class Store:
         self.on_version: Callable[[Connection, int], None] | None = None
         """Given the board's catalogue version read by a statement that needed a read anyway
         (`follow_version`), does what `on_begin` does with the version it reads."""
+        self.after_end: Callable[[], None] | None = None
+        """Called once the outermost transaction or read on this thread has closed (the host
+        publishes there a bundle that `on_begin` found due: never inside an open one)."""
 
     @property
     def display_url(self) -> str:
@@ -137,27 +140,34 @@ class Store:
     @contextmanager
     def _transaction(self, follow_board: bool) -> Iterator[UnitOfWork]:
         committed: list[events.Event] = []
-        with self._lock:
-            conn = self._writer_conn()
-            uow = UnitOfWork(conn, self)
-            self._local.uow = uow
-            try:
-                with _values_refused(), conn.begin():
-                    if self.on_begin is not None and follow_board:
-                        self.on_begin(conn)
-                    yield uow
-                    committed = events.flush(uow)
-                    # what is still queued (the outbox's insert, a settle) goes with the COMMIT
-                    prepared.flush_deferred(conn, commit=True)
-                if committed and self.observer is not None:
-                    # still under the writer lock: the queue's order is the commit order
-                    self.observer.committed(committed)
-            finally:
-                self._local.uow = None
-                prepared.drop_deferred(conn)  # what a rolled-back transaction left unsent
+        try:
+            with self._lock:
+                conn = self._writer_conn()
+                uow = UnitOfWork(conn, self)
+                self._local.uow = uow
+                try:
+                    with _values_refused(), conn.begin():
+                        if self.on_begin is not None and follow_board:
+                            self.on_begin(conn)
+                        yield uow
+                        committed = events.flush(uow)
+                        # what is still queued (the outbox's insert, a settle) goes with COMMIT
+                        prepared.flush_deferred(conn, commit=True)
+                    if committed and self.observer is not None:
+                        # still under the writer lock: the queue's order is the commit order
+                        self.observer.committed(committed)
+                finally:
+                    self._local.uow = None
+                    prepared.drop_deferred(conn)  # what a rolled-back transaction left unsent
+        finally:
+            self._ended()
         if committed and self.observer is not None:
             # observers run with the writer free (they may write, or take their time)
             self.observer.drain()
+
+    def _ended(self) -> None:
+        if self.after_end is not None:
+            self.after_end()
 
     def follow_version(self, conn: Connection, version: int) -> None:
         """Follow the board from a catalogue version the caller read in its own statement
@@ -220,10 +230,13 @@ class Store:
             with self.transaction() as uow:
                 yield uow.conn
             return
-        with _values_refused(), self.engine.connect() as conn, conn.begin():
-            if self.on_begin is not None:
-                self.on_begin(conn)
-            yield conn
+        try:
+            with _values_refused(), self.engine.connect() as conn, conn.begin():
+                if self.on_begin is not None:
+                    self.on_begin(conn)
+                yield conn
+        finally:
+            self._ended()
 
     def close(self) -> None:
         with self._lock:

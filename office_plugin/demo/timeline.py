@@ -10,7 +10,6 @@ from typing import TYPE_CHECKING, Any, Final
 import attrs
 
 from office_plugin.demo.board import Board
-from plugins import hookimpl
 from plugins.api import Event as BoardEvent
 from plugins.api import Run, parse_time
 
@@ -43,10 +42,10 @@ class _Entry:
 class Timeline:
     """Collects the walk's board events; `flush` turns what arrived into timeline events.
 
-    Registered as a plugin for the walk's length: `laneway_event` runs on whichever thread
-    committed (the worker runs agents on a pool), so it only stores the event; `flush`, called
-    on the worker's own thread after each run, reads names through the host's services and
-    emits the events in commit order.
+    Subscribed to the host's events for the walk's length (`Host.subscribe`): `laneway_event`
+    runs on whichever thread committed (the worker runs agents on a pool), so it only stores
+    the event; `flush`, called on the worker's own thread after each run, reads names through
+    the host's services and emits the events in commit order.
     """
 
     def __init__(self, host: Host, board: Board, on_event: OnEvent | None) -> None:
@@ -67,7 +66,6 @@ class Timeline:
         self._queued_reasons: list[str] = []
         """Reasons of the runs queued since the last on_agent_error dispatch."""
 
-    @hookimpl
     def laneway_event(self, event: BoardEvent) -> None:
         if event.task_id != self.board.task_id:
             return

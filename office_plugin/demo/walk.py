@@ -47,8 +47,7 @@ class DemoResult:
 def walk(host: Host, board: Board, *, on_event: OnEvent | None = None) -> DemoResult:
     """Start the board's task and run the worker until it reaches Done (or cannot)."""
     timeline = Timeline(host, board, on_event)
-    manager = host.bundle.registry.hooks.manager
-    manager.register(timeline, name=f"office-demo-{board.task_id}")
+    unsubscribe = host.subscribe(timeline.laneway_event)
     clock = time.monotonic()
     claimed = finished = failed = 0
     try:
@@ -80,7 +79,7 @@ def walk(host: Host, board: Board, *, on_event: OnEvent | None = None) -> DemoRe
                 break
         timeline.flush()
     finally:
-        manager.unregister(timeline)
+        unsubscribe()
     task = host.tasks.get(board.task_id)
     return DemoResult(
         task_id=task.id,
