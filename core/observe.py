@@ -17,13 +17,14 @@ from __future__ import annotations
 import threading
 from collections import deque
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from core.logs import logger
 from core.store.events import Event
 
 if TYPE_CHECKING:
     from core.bundle import Bundle
+    from core.plugin.calls import HookCall
 
 HOOK = "laneway_event"
 
@@ -36,16 +37,20 @@ class Dispatch:
         self._queue: deque[Event] = deque()
         self._queue_lock = threading.Lock()
         self._delivering = threading.Lock()
-        self._subscribers: dict[int, _Subscriber] = {}
+        self._subscribers: dict[int, HookCall] = {}
         self._next_subscriber = 0
 
     def subscribe(self, callback: Callable[[Event], object]) -> Callable[[], None]:
         """Deliver each committed event to `callback` too, after the hook's implementations,
         in the same guard; returns what ends the subscription."""
+        from core.plugin.calls import HookCall  # pluggy only once someone observes
+
         with self._queue_lock:
             key = self._next_subscriber
             self._next_subscriber += 1
-            self._subscribers[key] = _Subscriber(callback, key)
+            # a hook implementation is called with keywords; a callback takes the event as is
+            call = HookCall(f"subscription-{key}", HOOK, lambda event: callback(event), ("event",))
+            self._subscribers[key] = call
 
         def unsubscribe() -> None:
             with self._queue_lock:
@@ -53,17 +58,24 @@ class Dispatch:
 
         return unsubscribe
 
-    def _implementations(self) -> list[Any]:
+    def _implementations(self) -> list[HookCall]:
+        """The hook's implementations in registration order, then the subscriptions."""
+        from core.plugin.calls import registered_calls  # a read-only host never gets here
+
         with self._queue_lock:
-            subscribers: list[Any] = list(self._subscribers.values())
+            subscribers = list(self._subscribers.values())
         bundle = self._bundle()
         if bundle is None:
             return subscribers
-        hook = getattr(bundle.registry.hooks.manager.hook, HOOK, None)
-        return [*(hook.get_hookimpls() if hook is not None else []), *subscribers]
+        return [*registered_calls(bundle.registry.hooks.manager, HOOK), *subscribers]
 
     def wanted(self) -> bool:
-        return bool(self._implementations())
+        """Asked at every commit: answered without building the calls `deliver` needs."""
+        if self._subscribers:
+            return True
+        bundle = self._bundle()
+        hook = getattr(bundle.registry.hooks.manager.hook, HOOK, None) if bundle else None
+        return hook is not None and bool(hook.get_hookimpls())
 
     def committed(self, events: Sequence[Event]) -> None:
         with self._queue_lock:
@@ -85,27 +97,19 @@ class Dispatch:
             return self._queue.popleft() if self._queue else None
 
 
-class _Subscriber:
-    """A host-level subscription, shaped as a hook implementation for `deliver`."""
+def deliver(calls: Sequence[HookCall], event: Event) -> None:
+    """Call each implementation with `event`, each in its own guard (`calls.guarded`)."""
+    from core.plugin.calls import guarded
 
-    argnames = ("event",)
+    def failed(call: HookCall, exc: Exception) -> None:
+        logger.bind(
+            plugin=call.plugin,
+            hook=HOOK,
+            event_id=event.id,
+            event_type=event.type,
+            task_id=event.task_id,
+            cause=f"{type(exc).__name__}: {exc}",
+        ).opt(exception=exc).error("a plugin's event observer raised; the others still run")
 
-    def __init__(self, callback: Callable[[Event], object], key: int) -> None:
-        self.function = callback
-        self.plugin_name = f"subscription-{key}"
-
-
-def deliver(implementations: Sequence[Any], event: Event) -> None:
-    """Call each implementation with `event`, each in its own guard."""
-    for impl in implementations:
-        try:
-            impl.function(*[{"event": event}[name] for name in impl.argnames])
-        except Exception as exc:  # noqa: BLE001 - one observer never stops the others
-            logger.bind(
-                plugin=impl.plugin_name,
-                hook=HOOK,
-                event_id=event.id,
-                event_type=event.type,
-                task_id=event.task_id,
-                cause=f"{type(exc).__name__}: {exc}",
-            ).opt(exception=exc).error("a plugin's event observer raised; the others still run")
+    for _delivered in guarded(calls, lambda call: call(event=event), failed):
+        pass
