@@ -151,6 +151,21 @@ def work(
     or `max_runs` were claimed. Stopping claims nothing more and lets running turns end.
     """
     stop = stop or threading.Event()
+    try:
+        return _work(host, once, max_runs, concurrency, stop, progress, idle_wait)
+    finally:
+        host.runtime.close()
+
+
+def _work(
+    host: RuntimePeers,
+    once: bool,
+    max_runs: int | None,
+    concurrency: int,
+    stop: threading.Event,
+    progress: Callable[[str, Run, TurnOutcome | None], None] | None,
+    idle_wait: float,
+) -> WorkerSummary:
     claimed = finished = failed = 0
     running: dict[Future[TurnOutcome], Run] = {}
     with ThreadPoolExecutor(max_workers=max(1, concurrency), thread_name_prefix="run") as pool:

@@ -32,7 +32,17 @@ def prepare_session(host: RuntimePeers, arrival: Arrival) -> Session | None:
     session_id = arrival.session_id
     wanted = arrival.step.agent_profile_id or arrival.workflow.agent_profile_id
     if session_id is None and wanted is None:
-        return None
+        # A step that starts its agent itself (auto_start_agent, found through a runner seat)
+        # gets the agent's session now, before its entry's session kinds run: a start step's
+        # set_session_mode then applies to the very first turn (AGENTS.md, issue 29).
+        if not _starts_itself(host, arrival):
+            return None
+        agent = host.runs.primary_agent(arrival.task, arrival.step.id)
+        if agent is None:
+            return None
+        from core.runtime.runtime import profile_session
+
+        return profile_session(host, arrival.task, agent)
     session = host.sessions.get(session_id) if session_id else None
     if (
         session is not None
@@ -59,11 +69,15 @@ def prepare_session(host: RuntimePeers, arrival: Arrival) -> Session | None:
         session_id=switched.id,
         agent_profile_id=wanted,
     ).info("session switched to the step's agent")
+    if not _starts_itself(host, arrival):
+        host.runs.assign(arrival.task, arrival.step.id, wanted)
+    return switched
+
+
+def _starts_itself(host: RuntimePeers, arrival: Arrival) -> bool:
+    """The step's entry declares a kind that starts the agent (`ActionKind.starts_agent`)."""
     registry = host.bundle.registry
-    starts_itself = any(
+    return any(
         (registered := registry.kind(a.kind)) is not None and registered.kind.starts_agent
         for a in arrival.step.actions("on_enter")
     )
-    if not starts_itself:
-        host.runs.assign(arrival.task, arrival.step.id, wanted)
-    return switched

@@ -2,7 +2,8 @@
 
 The agent gets the prompt on stdin and identifying variables in its environment, and talks
 back with JSON lines on stdout: ``{"decision": ..., "comment": ...}``, ``{"step_complete":
-true}``, ``{"log": ...}``. Any other stdout line is transcript. Exit 0 ends the turn; exit 75
+true}``, ``{"log": ...}``, ``{"usage": {"cost_usd", "input_tokens", "output_tokens"}}``. Any other
+stdout line is transcript. Exit 0 ends the turn; exit 75
 (EX_TEMPFAIL) is a transient failure worth retrying; anything else is a terminal failure.
 
 An agent never outlives its worker. It runs in a process group of its own, which is killed
@@ -29,6 +30,7 @@ from typing import Any, Final
 import attrs
 
 TRANSIENT_EXIT: Final = 75
+MESSAGE_KEYS: Final = frozenset({"decision", "step_complete", "log", "usage"})
 STDERR_TAIL: Final = 2000
 
 
@@ -67,6 +69,8 @@ class AgentProcess:
     popen: subprocess.Popen[str]
     execution_id: str
     on_message: Callable[[Message], None]
+    on_line: Callable[[str], None] | None = None
+    """Each transcript line as it arrives (the board keeps it while the turn runs)."""
     transcript: list[str] = attrs.field(factory=list)
 
     def wait(self) -> TurnResult:
@@ -95,10 +99,12 @@ class AgentProcess:
                 message = json.loads(line)
             except ValueError:
                 message = None
-            if isinstance(message, dict) and message.keys() & {"decision", "step_complete", "log"}:
+            if isinstance(message, dict) and message.keys() & MESSAGE_KEYS:
                 self.on_message(message)
                 return
         self.transcript.append(line)
+        if self.on_line is not None:
+            self.on_line(line)
 
     def kill(self) -> None:
         """Stop the agent and everything in its process group."""
@@ -146,6 +152,7 @@ def start(
     env: Mapping[str, str],
     execution_id: str,
     on_message: Callable[[Message], None],
+    on_line: Callable[[str], None] | None = None,
 ) -> AgentProcess:
     """Start the agent; raises LaunchError when the command cannot run at all."""
     if not command:
@@ -171,4 +178,4 @@ def start(
         popen.stdin.close()
     except BrokenPipeError:
         pass  # the agent did not read its prompt; its exit status tells the rest
-    return AgentProcess(popen, execution_id, on_message)
+    return AgentProcess(popen, execution_id, on_message, on_line)

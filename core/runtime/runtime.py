@@ -16,23 +16,32 @@ finds it free instead of deadlocking.
 
 from __future__ import annotations
 
+import functools
 import os
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from typing import Any, Protocol
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Protocol
 
 import attrs
 
 from core import ids
 from core.errors import LanewayError
 from core.logs import logger
-from core.model import ACTIVE_SESSION_STATES, Session, Task
+from core.model import ACTIVE_SESSION_STATES, AgentProfile, Session, Task
 from core.runtime import process
+from core.runtime.acp.bounds import item
+from core.runtime.acp.values import TranscriptItem, TurnEnd
 from core.runtime.agent_env import agent_env
+from core.runtime.desired import desired, exec_env, with_plan_instruction
 from core.runtime.failures import AgentFailure
 from core.services.peers import Peers
+
+if TYPE_CHECKING:
+    from core.runtime.acp.facade import McpServer
+    from core.runtime.conversation import Conversations
 
 DEFAULT_RETRY_DELAYS = (5.0, 10.0, 20.0, 40.0, 60.0)
 CANCEL_POLL_S = 0.2
@@ -54,6 +63,37 @@ class TurnOutcome:
     ok: bool
     error: str | None = None
     route: str | None = None
+    cancelled: bool = False
+    """laneway stopped the turn (`session/cancel`); no on_agent_error ran."""
+
+
+@attrs.frozen
+class BoardRecord:
+    """Where a turn's transcript items, reported agent state and usage go: the board."""
+
+    peers: Peers
+    task_id: str
+    session_id: str
+    run_id: str | None
+
+    def items(self, items: Sequence[TranscriptItem]) -> None:
+        if items:
+            self.peers.sessions.append_items(
+                self.session_id, [(i.kind, i.text, dict(i.data)) for i in items], run_id=self.run_id
+            )
+
+    def agent(self, **fields: Any) -> None:
+        self.peers.sessions.record_agent(self.session_id, **fields)
+
+    def usage(self, usage: Mapping[str, Any]) -> None:
+        if self.run_id is not None:
+            self.peers.runs.record_usage(self.run_id, usage)
+
+    def warning(self, message: str, **fields: Any) -> None:
+        logger.bind(
+            task_id=self.task_id, session_id=self.session_id, run_id=self.run_id, **fields
+        ).warning(message)
+        self.items([item("log", message, {"level": "warning", **fields})])
 
 
 @attrs.define(eq=False)
@@ -84,6 +124,7 @@ class AgentRuntime:
         """Per session in use: its lock and how many hold or wait for it."""
         self._guards_lock = threading.Lock()
         self._turns: dict[str, _Turn] = {}
+        self._conversations: Conversations | None = None
 
     # -- the per-session guard ------------------------------------------------------------------
 
@@ -186,76 +227,128 @@ class AgentRuntime:
                         run_id=run_id,
                     )
                 )
-            env = agent.env
+            record = BoardRecord(host, task.id, session_id, run_id)
             attempt = 0
             while True:
                 execution_id = ids.new_id()
                 host.sessions.set_state(session_id, "RUNNING")
-                try:
-                    turn.proc = process.start(
-                        profile.command,
-                        prompt=prompt,
-                        env=env,
-                        execution_id=execution_id,
-                        on_message=lambda m: self._on_message(turn, session_id, m),
-                    )
-                except process.LaunchError as exc:
-                    route = "R5" if attempt else "R2"
-                    return self.fail_and_dispatch(
-                        AgentFailure(
-                            task.id, session_id, route, str(exc), execution_id, profile.id, run_id
-                        )
-                    )
-                result = turn.proc.wait()
-                host.sessions.append_transcript(session_id, result.transcript)
-                if result.ok:
+                end = self._attempt(
+                    turn, session_id, profile, agent.env, prompt, record, execution_id
+                )
+
+                failure = functools.partial(
+                    AgentFailure,
+                    task.id,
+                    session_id,
+                    agent_execution_id=execution_id,
+                    agent_profile_id=profile.id,
+                    run_id=run_id,
+                )
+                if end.outcome == "ok":
                     self._end_turn(turn, session_id)
                     return TurnOutcome(session_id, ok=True)
-                if not result.transient:
-                    return self.fail_and_dispatch(
-                        AgentFailure(
-                            task.id,
-                            session_id,
-                            "R1",
-                            result.error_message(),
-                            execution_id,
-                            profile.id,
-                            run_id,
-                        )
-                    )
+                if end.outcome == "cancelled":
+                    host.sessions.set_state(session_id, "WAITING_FOR_INPUT")
+                    return TurnOutcome(session_id, ok=False, error=end.message, cancelled=True)
+                if end.stderr_tail:
+                    record.items([item("stderr", end.stderr_tail)])
+                if end.outcome == "failed":
+                    route = "R5" if attempt and end.route == "R2" else end.route or "R1"
+                    return self.fail_and_dispatch(failure(route, end.message))
                 if attempt >= len(self.retry_delays):
                     return self.fail_and_dispatch(
-                        AgentFailure(
-                            task.id,
-                            session_id,
+                        failure(
                             "R4",
-                            f"transient failures exhausted {attempt + 1} attempts: "
-                            f"{result.error_message()}",
-                            execution_id,
-                            profile.id,
-                            run_id,
+                            f"transient failures exhausted {attempt + 1} attempts: {end.message}",
                         )
                     )
-                delay = self.retry_delays[attempt]
+                delay = self.retry_delays[attempt] if end.retry_after is None else end.retry_after
                 attempt += 1
                 logger.bind(
                     task_id=task.id, session_id=session_id, attempt=attempt, delay=delay
                 ).warning("transient agent failure; retrying")
                 if self._cancelled_during(turn, session_id, delay):
                     return self.fail_and_dispatch(
-                        AgentFailure(
-                            task.id,
-                            session_id,
-                            "R6",
-                            "the user cancelled the retries",
-                            execution_id,
-                            profile.id,
-                            run_id,
-                            user_initiated=True,
-                        )
+                        failure("R6", "the user cancelled the retries", user_initiated=True)
                     )
         finally:
             self._turns.pop(session_id, None)
+
+    def _attempt(
+        self,
+        turn: _Turn,
+        session_id: str,
+        profile: AgentProfile,
+        env: Mapping[str, str],
+        prompt: str,
+        record: BoardRecord,
+        execution_id: str,
+    ) -> TurnEnd:
+        """One try at the turn, by the profile's protocol; how it ended, routed."""
+        session = self.peers.sessions.get(session_id)
+        want = desired(session.metadata, profile.name)
+        if profile.protocol == "acp":
+            from core.runtime.conversation import AcpTurn, run_acp_turn
+
+            return run_acp_turn(
+                self.conversations,
+                AcpTurn(
+                    session_id,
+                    profile,
+                    env,
+                    prompt,
+                    Path.cwd(),
+                    want,
+                    session.agent,
+                    self.tool_servers(turn, session_id),
+                ),
+                record,
+            )
+        fresh = want.resets > int(session.agent.get("resets_applied") or 0)
+        if want.plan_mode:
+            prompt = with_plan_instruction(prompt)
+        record.items([item("prompt", prompt)])
+        try:
+            turn.proc = process.start(
+                profile.command,
+                prompt=prompt,
+                env={**env, **exec_env(want, fresh=fresh)},
+                execution_id=execution_id,
+                on_message=lambda m: self._on_message(turn, session_id, m, record),
+                on_line=lambda line: record.items([item("output", line)]),
+            )
+        except process.LaunchError as exc:
+            return TurnEnd("failed", str(exc), route="R2")
+        result = turn.proc.wait()
+        self.peers.sessions.append_transcript(session_id, result.transcript)
+        record.agent(
+            protocol="exec",
+            mode=want.mode,
+            plan_mode=want.plan_mode,
+            model=want.model,
+            config_options=[{"id": k, "current": v} for k, v in want.options.items()],
+            resets_applied=want.resets,
+        )
+        if result.ok:
+            return TurnEnd("ok")
+        tail = result.stderr_tail.strip()
+        if result.transient:
+            return TurnEnd("transient", result.error_message(), route="R4", stderr_tail=tail)
+        return TurnEnd("failed", result.error_message(), route="R1", stderr_tail=tail)
+
+    @property
+    def conversations(self) -> Conversations:
+        """The ACP agents this process keeps between turns (the ACP SDK loads on first use)."""
+        if self._conversations is None:
+            from core.runtime.acp.facade import shared_loop
+            from core.runtime.conversation import Conversations
+
+            self._conversations = Conversations(shared_loop)
+        return self._conversations
+
+    def tool_servers(self, turn: _Turn, session_id: str) -> Sequence[McpServer]:
+        """The MCP servers an ACP session is opened with (the `laneway` tool server)."""
+        return ()
 
     def _cancelled_during(self, turn: _Turn, session_id: str, delay: float) -> bool:
         """Wait out a retry delay; True when the user cancels meanwhile, in this process
@@ -278,6 +371,13 @@ class AgentRuntime:
             turn.cancel.set()
             if turn.proc is not None:
                 turn.proc.kill()
+        if self._conversations is not None:
+            self._conversations.close_all()
+
+    def close(self) -> None:
+        """The worker is done: the conversations it kept end (their agents' process groups)."""
+        if self._conversations is not None:
+            self._conversations.close_all()
 
     def turn_in_flight(self, session_id: str) -> bool:
         return session_id in self._turns
@@ -290,7 +390,7 @@ class AgentRuntime:
         turn.cancel.set()
         return True
 
-    def _on_message(self, turn: _Turn, session_id: str, message: Any) -> None:
+    def _on_message(self, turn: _Turn, session_id: str, message: Any, record: BoardRecord) -> None:
         host = self.peers
         log = logger.bind(task_id=turn.task_id, session_id=session_id, run_id=turn.run_id)
         if "log" in message:
@@ -305,6 +405,10 @@ class AgentRuntime:
                 session_id=session_id,
                 text=str(message["log"]),
             )
+            record.items([item("log", str(message["log"]))])
+        usage = message.get("usage")
+        if isinstance(usage, Mapping):
+            record.usage(_exec_usage(usage))
         if message.get("step_complete") and turn.step_id:
             host.sessions.record_effect(session_id, pending_step_signal=turn.step_id)
         verdict = message.get("decision")
@@ -417,6 +521,16 @@ class AgentRuntime:
                     cause=f"{type(exc).__name__}: {exc}",
                 ).opt(exception=exc).error("on_agent_error dispatch raised; recovered")
         return dispatched
+
+
+def _exec_usage(usage: Mapping[str, Any]) -> dict[str, Any]:
+    """An exec agent's `{"usage": {...}}` line: the numbers it names, nothing else."""
+    found: dict[str, Any] = {}
+    for key in ("cost_usd", "input_tokens", "output_tokens"):
+        value = usage.get(key)
+        if isinstance(value, int | float) and not isinstance(value, bool) and value >= 0:
+            found[key] = value
+    return found
 
 
 def _reconcile_signal(host: Peers, task_id: str, failure: AgentFailure) -> None:

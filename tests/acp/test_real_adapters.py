@@ -3,7 +3,8 @@ no network (an empty network namespace, `unshare -n`), driven through laneway's 
 
 Opt-in: an adapter is found on PATH or in $LANEWAY_ACP_ADAPTERS (a node_modules folder, e.g.
 from `npm install @zed-industries/claude-code-acp @zed-industries/codex-acp`); a test skips,
-saying why, when its adapter or `unshare -n` is not there.
+saying why, when its adapter or `unshare -n` is not there — unless LANEWAY_ACP_REQUIRED is set
+(`.ci/run` sets it after installing them), when a missing adapter fails the test.
 """
 
 from __future__ import annotations
@@ -20,18 +21,25 @@ import pytest
 from core.runtime.acp import AcpError, PermissionPolicy, shared_loop
 
 
+def _missing(reason: str) -> None:
+    if os.environ.get("LANEWAY_ACP_REQUIRED"):
+        pytest.fail(f"LANEWAY_ACP_REQUIRED is set but {reason}")
+    pytest.skip(reason)
+
+
 def adapter(name: str) -> str:
     folder = os.environ.get("LANEWAY_ACP_ADAPTERS")
     found = (
         str(Path(folder, ".bin", name)) if folder and Path(folder, ".bin", name).exists() else None
     ) or shutil.which(name)
     if found is None:
-        pytest.skip(f"{name} is not installed (npm install @zed-industries/{name})")
+        _missing(f"{name} is not installed (npm install @zed-industries/{name})")
     if not sys.platform.startswith("linux") or shutil.which("unshare") is None:
-        pytest.skip("no unshare here to run the adapter without a network")
+        _missing("no unshare here to run the adapter without a network")
     probe = subprocess.run(["unshare", "-n", "true"], capture_output=True, check=False)
     if probe.returncode != 0:
-        pytest.skip(f"unshare -n is refused here: {probe.stderr.decode().strip()}")
+        _missing(f"unshare -n is refused here: {probe.stderr.decode().strip()}")
+    assert found is not None
     return str(Path(found).resolve())
 
 

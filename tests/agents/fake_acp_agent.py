@@ -16,6 +16,7 @@ STEP is one of {"message": T}, {"thought": T}, {"tool_call": {"id", "title", "ki
 {"write": PATH, "content": T}, {"terminal": true}, {"usage": {"used", "size", "cost"}},
 {"sleep": S}, {"wait_cancel": true}, {"garbage": T}, {"huge_line": MB}, {"stderr": T},
 {"exit": CODE}, {"close_stdout": true}, {"env": true} (a message `env: [NAMES]`),
+{"state": true} (a message `state: mode=M options={ID: CURRENT, ...}`: what the agent is set to),
 {"error": {"code", "message", "data"?}}, {"stop": REASON} (ends the turn;
 default end_turn). A request's error answer (read, write, terminal) becomes a message
 `error CODE: MESSAGE`. Each prompt's text is also echoed as `echo: TEXT (previous: P)`.
@@ -327,6 +328,9 @@ class FakeAgent(Agent):
             await asyncio.Event().wait()
         elif "env" in step:
             await self._say(session_id, "env: " + json.dumps(sorted(os.environ)))
+        elif "state" in step:
+            options = {k: o.get("current") for k, o in sorted(self.options.items())}
+            await self._say(session_id, f"state: mode={self.mode} options={json.dumps(options)}")
         elif "exit" in step:
             os._exit(int(step["exit"]))
         elif "error" in step:

@@ -1,11 +1,12 @@
 """laneway as an Agent Client Protocol client (AGENTS.md): a blocking facade over the SDK.
 
 `shared_loop().start_agent(...)` starts an agent process and initialises it; the returned
-`AgentConnection` opens or loads a session, reconciles its mode, options and model, and runs
-turns whose end is routed as AGENTS.md "How a turn ends (ACP)".
+`AgentConnection` (loaded on first use) opens or loads a session, reconciles its mode,
+options and model, and runs turns whose end is routed as AGENTS.md "How a turn ends (ACP)".
 """
 
-from core.runtime.acp.facade import AcpLoop, AgentConnection, McpServer, shared_loop
+from typing import TYPE_CHECKING, Any
+
 from core.runtime.acp.values import (
     AcpError,
     AgentInfo,
@@ -20,6 +21,22 @@ from core.runtime.acp.values import (
     TranscriptItem,
     TurnEnd,
 )
+
+if TYPE_CHECKING:
+    from core.runtime.acp.facade import AcpLoop, AgentConnection, McpServer, shared_loop
+
+_FACADE = frozenset({"AcpLoop", "AgentConnection", "McpServer", "shared_loop"})
+
+
+def __getattr__(name: str) -> Any:
+    # The SDK (pydantic, asyncio) loads only when something drives an agent: an exec agent's
+    # turn uses the values and bounds alone.
+    if name in _FACADE:
+        from core.runtime.acp import facade
+
+        return getattr(facade, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
 
 __all__ = [
     "AcpError",

@@ -1,16 +1,9 @@
-"""`session/update` notifications as transcript items (CLI.md: `kind`, `text`, `data`).
-
-An item is bounded: its `text` to MAX_TEXT characters and its `data`, as JSON, to MAX_DATA
-characters. A larger one is cut and says so (`... [cut: N more characters]` in the text,
-`{"cut": true, "chars": N, "preview": ...}` as the data), so one chatty agent cannot make a
-row, an event or the worker's memory as large as it likes.
-"""
+"""`session/update` notifications as transcript items (CLI.md: `kind`, `text`, `data`), cut
+to their bounds (core.runtime.acp.bounds)."""
 
 from __future__ import annotations
 
-import json
-from collections.abc import Mapping
-from typing import Any, Final
+from typing import Any
 
 from acp.schema import (
     AgentPlanUpdate,
@@ -21,28 +14,19 @@ from acp.schema import (
 )
 from pydantic import BaseModel
 
-from core.runtime.acp.values import ItemKind, TranscriptItem
+from core.runtime.acp.bounds import MAX_DATA, MAX_TEXT, bounded_data, cut_text, item
+from core.runtime.acp.values import TranscriptItem
 
-MAX_TEXT: Final = 16_000
-MAX_DATA: Final = 16_000
-
-
-def cut_text(text: str, limit: int = MAX_TEXT) -> str:
-    if len(text) <= limit:
-        return text
-    return f"{text[:limit]}... [cut: {len(text) - limit} more characters]"
-
-
-def bounded_data(data: Mapping[str, Any], limit: int = MAX_DATA) -> Mapping[str, Any]:
-    encoded = json.dumps(data, default=str)
-    if len(encoded) <= limit:
-        return data
-    return {"cut": True, "chars": len(encoded), "preview": encoded[: limit // 2]}
-
-
-def item(kind: ItemKind, text: str = "", data: Mapping[str, Any] | None = None) -> TranscriptItem:
-    """A transcript item cut to its bounds."""
-    return TranscriptItem(kind, cut_text(text), bounded_data(data or {}))
+__all__ = [
+    "MAX_DATA",
+    "MAX_TEXT",
+    "block_text",
+    "bounded_data",
+    "cut_text",
+    "dump",
+    "item",
+    "update_item",
+]
 
 
 def dump(model: BaseModel) -> dict[str, Any]:

@@ -8,8 +8,18 @@ from typing import Any, Literal
 import attrs
 
 ItemKind = Literal[
-    "prompt", "message", "thought", "tool_call", "plan", "permission", "log", "usage"
+    "prompt",
+    "message",
+    "thought",
+    "tool_call",
+    "plan",
+    "permission",
+    "log",
+    "output",
+    "stderr",
+    "usage",
 ]
+"""CLI.md's item kinds (`output` and `stderr` come from exec agents)."""
 Outcome = Literal["ok", "cancelled", "failed", "transient"]
 PermissionMode = Literal["ask", "allow", "deny"]
 

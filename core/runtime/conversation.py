@@ -1,0 +1,334 @@
+"""One turn of an ACP agent: its conversation found or opened, reconciled, then prompted.
+
+A laneway session is one agent conversation (AGENTS.md "A session is one conversation"). The
+agent process lives as long as its conversation (`Conversations` keeps it between turns, up to
+a bound per worker); when it is gone — the worker restarted, the process died — the stored ACP
+session id is loaded (`session/load`) where the agent offers it, else a new conversation opens
+and the session says `conversation lost`.
+
+Before each prompt the agent is reconciled with what the workflow wants (`core.runtime.desired`):
+mode, plan mode, model, config options and a fresh start. What the agent reported is written
+back to the session's `agent` (what `session list --json` shows).
+
+Nothing here touches the database itself: the turn's `Record` does, on the turn's own thread
+(the ACP loop thread never waits for the database).
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import OrderedDict
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import Any, Final, Protocol
+
+import attrs
+
+from core.logs import logger
+from core.model import AgentProfile
+from core.runtime.acp.facade import AcpLoop, AgentConnection, McpServer
+from core.runtime.acp.values import (
+    AcpError,
+    PermissionPolicy,
+    PermissionRequest,
+    SessionState,
+    TranscriptItem,
+    TurnEnd,
+)
+from core.runtime.desired import PLAN_MODE, Desired, with_plan_instruction
+
+LIVE_LIMIT: Final = 32
+"""Conversations a worker keeps alive between turns; the least recently used one past it ends
+(its next turn loads it again, or starts afresh)."""
+IDLE_POLL: Final = 0.5
+
+
+class Record(Protocol):
+    """Where a turn's results go (the runtime writes them to the board)."""
+
+    def items(self, items: Sequence[TranscriptItem]) -> None: ...
+
+    def agent(self, **fields: Any) -> None: ...
+
+    def usage(self, usage: Mapping[str, Any]) -> None: ...
+
+    def warning(self, message: str, **fields: Any) -> None: ...
+
+
+@attrs.frozen
+class AcpTurn:
+    """What one ACP turn needs, already resolved by the runtime."""
+
+    session_id: str
+    profile: AgentProfile
+    env: Mapping[str, str]
+    prompt: str
+    cwd: Path
+    want: Desired
+    reported: Mapping[str, Any]
+    """The session's `agent` as stored (the last turn's report)."""
+    mcp_servers: Sequence[McpServer] = ()
+
+
+class Conversations:
+    """The agent processes this worker keeps, by laneway session id."""
+
+    def __init__(self, loop: Callable[[], AcpLoop], limit: int = LIVE_LIMIT) -> None:
+        self._loop = loop
+        self._limit = limit
+        self._live: OrderedDict[str, AgentConnection] = OrderedDict()
+        self._running: dict[str, AgentConnection] = {}
+        self._lock = threading.Lock()
+
+    def start(self, profile: AgentProfile, env: Mapping[str, str], cwd: Path) -> AgentConnection:
+        """Start the profile's agent and `initialize` it (AcpError when that fails)."""
+        policy = PermissionPolicy(
+            profile.permissions,  # type: ignore[arg-type]  # checked when the profile was stored
+            frozenset(profile.auto_allow),
+        )
+        return self._loop().start_agent(profile.command, env=env, cwd=cwd, policy=policy)
+
+    def take(self, session_id: str) -> AgentConnection | None:
+        with self._lock:
+            conn = self._live.pop(session_id, None)
+        if conn is not None and not conn.alive:
+            conn.close()
+            return None
+        return conn
+
+    def keep(self, session_id: str, conn: AgentConnection) -> None:
+        with self._lock:
+            self._live[session_id] = conn
+            self._live.move_to_end(session_id)
+            evicted = []
+            while len(self._live) > self._limit:
+                evicted.append(self._live.popitem(last=False)[1])
+        for old in evicted:
+            old.close()
+
+    def running(self, session_id: str, conn: AgentConnection | None) -> None:
+        with self._lock:
+            if conn is None:
+                self._running.pop(session_id, None)
+            else:
+                self._running[session_id] = conn
+
+    def cancel(self, session_id: str) -> bool:
+        with self._lock:
+            conn = self._running.get(session_id)
+        if conn is None:
+            return False
+        conn.cancel()
+        return True
+
+    def end(self, session_id: str) -> None:
+        with self._lock:
+            conn = self._live.pop(session_id, None)
+        if conn is not None:
+            conn.close()
+
+    def close_all(self) -> None:
+        """Shutdown: every conversation's process group ends, running turns included."""
+        with self._lock:
+            conns = [*self._live.values(), *self._running.values()]
+            self._live.clear()
+        for conn in conns:
+            conn.cancel(grace=0.5)
+            conn.close(grace=0.5)
+
+
+def run_acp_turn(conversations: Conversations, turn: AcpTurn, record: Record) -> TurnEnd:
+    """One turn, routed as AGENTS.md "How a turn ends (ACP)". Never raises for what the agent
+    did; the process is kept for the next turn unless it is gone or failed us."""
+    conn = conversations.take(turn.session_id)
+    try:
+        if conn is None:
+            conn = conversations.start(turn.profile, turn.env, turn.cwd)
+        _state, prompt = _prepare(conn, turn, record)
+    except AcpError as exc:
+        if conn is not None:
+            conn.close()
+        return exc.end
+    watch = _IdleWatch(conn, turn.profile.idle_timeout)
+    conversations.running(turn.session_id, conn)
+
+    def keep(found: TranscriptItem) -> None:
+        watch.heard()
+        record.items([found])
+
+    try:
+        watch.start()
+        end = conn.prompt(
+            prompt,
+            on_item=keep,
+            on_permission=lambda request: _ask(request, record),
+            timeout=turn.profile.turn_timeout,
+        )
+    finally:
+        watch.stop()
+        conversations.running(turn.session_id, None)
+    if watch.fired:
+        end = TurnEnd("failed", f"agent silent for {turn.profile.idle_timeout:g} s", route="R1")
+    _report_usage(end, record, turn.reported)
+    after = conn.session
+    if after is not None:
+        record.agent(**_reported(after, prompt != turn.prompt))
+    if end.warning:
+        record.warning(end.warning, stop_reason=end.stop_reason)
+    if conn.alive and end.outcome in ("ok", "cancelled", "transient"):
+        conversations.keep(turn.session_id, conn)
+    else:
+        conn.close()
+    return end
+
+
+def _prepare(conn: AgentConnection, turn: AcpTurn, record: Record) -> tuple[SessionState, str]:
+    """The conversation open and reconciled; the prompt the agent is sent."""
+    want, reported = turn.want, turn.reported
+    fresh = want.resets > int(reported.get("resets_applied") or 0)
+    stored = reported.get("acp_session_id")
+    state = conn.session
+    report: dict[str, Any] = {"protocol": "acp", "resets_applied": want.resets}
+    if fresh or state is None:
+        state = None
+        if not fresh and isinstance(stored, str) and stored:
+            state = conn.load_session(stored, turn.cwd, turn.mcp_servers)
+            if state is None:
+                record.warning(
+                    "conversation lost", acp_session_id=stored, reason="the agent cannot load it"
+                )
+        if state is None:
+            state = conn.new_session(turn.cwd, turn.mcp_servers)
+            report["original"] = {
+                "mode": state.mode,
+                "model": state.model,
+                "options": {o.id: o.current for o in state.config_options},
+            }
+            report["mode_before_plan"] = None
+    original: Mapping[str, Any] = report.get("original") or reported.get("original") or {}
+    before_plan = report.get("mode_before_plan", reported.get("mode_before_plan"))
+    # mode: plan mode first (the agent's own when it has one), then the mode asked for
+    target = want.mode
+    if want.plan_mode and PLAN_MODE in state.mode_ids:
+        if state.mode != PLAN_MODE:
+            report["mode_before_plan"] = state.mode
+        target = PLAN_MODE
+    elif not want.plan_mode and state.mode == PLAN_MODE and before_plan and target is None:
+        target = str(before_plan)
+        report["mode_before_plan"] = None
+    if target is not None and target != state.mode:
+        change = conn.set_mode(target)
+        if not change.applied:
+            record.warning(
+                f"mode {target!r} is not offered by the agent; it offers: "
+                + (", ".join(change.offered) or "no modes"),
+                mode=target,
+                offered=list(change.offered),
+            )
+        state = conn.session or state
+    # model and options: what configure_session set, or back to what the session began with
+    model = want.model or (original.get("model") if want.restore_original else None)
+    if model and model != state.model:
+        change = conn.set_model(str(model))
+        if not change.applied:
+            record.warning(
+                f"model {model!r} is not offered by the agent; it offers: "
+                + (", ".join(change.offered) or "no models"),
+                model=model,
+                offered=list(change.offered),
+            )
+        state = conn.session or state
+    options: Mapping[str, Any] = want.options
+    if want.restore_original:
+        options = dict(original.get("options") or {})
+    for name, value in options.items():
+        option = next((o for o in state.config_options if name in (o.id, o.name)), None)
+        if option is None:
+            record.warning(
+                f"config option {name!r} is not offered by the agent; it offers: "
+                + (", ".join(o.id for o in state.config_options) or "no options"),
+                option=name,
+            )
+            continue
+        wanted: str | bool = value
+        if option.type == "boolean" and isinstance(value, str):
+            wanted = value.strip().lower() in ("1", "true", "yes", "on")
+        if option.current != wanted:
+            state = conn.set_config_option(option.id, wanted)
+    instructed = want.plan_mode and PLAN_MODE not in state.mode_ids
+    record.agent(**report, **_reported(state, instructed))
+    return state, with_plan_instruction(turn.prompt) if instructed else turn.prompt
+
+
+def _reported(state: SessionState, instructed: bool) -> dict[str, Any]:
+    return {
+        "acp_session_id": state.session_id,
+        "modes": list(state.mode_ids),
+        "mode": state.mode,
+        "config_options": [
+            {"id": o.id, "name": o.name, "current": o.current, "values": list(o.values)}
+            for o in state.config_options
+        ],
+        "model": state.model,
+        "models": list(state.models),
+        "plan_mode": state.mode == PLAN_MODE or instructed,
+    }
+
+
+def _ask(request: PermissionRequest, record: Record) -> str | None:
+    """`--permissions ask`: the question goes to the board and the turn waits for a person's
+    answer. Until the board can take one, it is answered `cancelled` and said so."""
+    record.warning(
+        "permission request answered cancelled: no one can answer it yet",
+        tool_call=str(request.tool_call.get("title") or request.tool_kind or ""),
+    )
+    return None
+
+
+def _report_usage(end: TurnEnd, record: Record, reported: Mapping[str, Any]) -> None:
+    usage = end.usage
+    if usage is None:
+        return
+    found: dict[str, Any] = {}
+    if usage.input_tokens is not None:
+        found["input_tokens"] = usage.input_tokens
+    if usage.output_tokens is not None:
+        found["output_tokens"] = usage.output_tokens
+    if usage.cost is not None:
+        # the agent reports the conversation's cost so far: the turn's share is what it added
+        seen = float(reported.get("cost_reported") or 0.0)
+        found["cost_usd"] = max(0.0, usage.cost - seen)
+        record.agent(cost_reported=usage.cost)
+    if found:
+        record.usage(found)
+
+
+class _IdleWatch:
+    """Cancels a turn from which nothing was heard for `limit` seconds (`--idle-timeout`)."""
+
+    def __init__(self, conn: AgentConnection, limit: float) -> None:
+        self._conn = conn
+        self._limit = limit
+        self._last = time.monotonic()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="laneway-idle", daemon=True)
+        self.fired = False
+
+    def heard(self) -> None:
+        self._last = time.monotonic()
+
+    def start(self) -> None:
+        self._last = time.monotonic()
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+
+    def _run(self) -> None:
+        while not self._stop.wait(min(IDLE_POLL, self._limit)):
+            if time.monotonic() - self._last > self._limit:
+                self.fired = True
+                logger.bind(idle_timeout=self._limit).warning("agent silent; cancelling its turn")
+                self._conn.cancel()
+                return
