@@ -56,6 +56,34 @@ SESSION_STATES: Final = (
     "FAILED",
     "CANCELLED",
 )
+PROTOCOLS: Final = ("exec", "acp")
+"""How laneway talks to a profile's agent (AGENTS.md "Profiles")."""
+PERMISSION_MODES: Final = ("ask", "allow", "deny")
+TOOL_KINDS: Final = (
+    "read",
+    "edit",
+    "delete",
+    "move",
+    "search",
+    "execute",
+    "think",
+    "fetch",
+    "other",
+)
+"""ACP tool kinds a profile's `auto_allow` may list."""
+ITEM_KINDS: Final = (
+    "prompt",
+    "message",
+    "thought",
+    "tool_call",
+    "plan",
+    "permission",
+    "log",
+    "output",
+    "stderr",
+    "usage",
+)
+"""The kinds of a transcript item (CLI.md)."""
 ACTIVE_SESSION_STATES: Final = frozenset({"CREATED", "STARTING", "RUNNING", "WAITING_FOR_INPUT"})
 WORKING_STATES: Final = frozenset({"STARTING", "RUNNING"})
 """A turn is under way: a message waits for it to end."""
@@ -118,6 +146,16 @@ class AgentProfile:
     """Agent variable -> worker variable, read when a turn starts (the value is not stored)."""
     pass_env: tuple[str, ...] = ()
     """Worker variables passed to the agent as they are."""
+    protocol: str = "exec"
+    """How laneway talks to the agent (AGENTS.md): `exec` (a process per turn) or `acp`."""
+    permissions: str = "ask"
+    """An ACP agent's permission request: `ask` a person, `allow` or `deny` it at once."""
+    auto_allow: tuple[str, ...] = ()
+    """ACP tool kinds allowed without asking, whatever `permissions` says."""
+    turn_timeout: float = 3600.0
+    """Seconds a turn may run."""
+    idle_timeout: float = 900.0
+    """Seconds a turn may go without a word from the agent."""
 
 
 @attrs.frozen
@@ -226,6 +264,22 @@ class Session:
     started_at: str | None = None
     completed_at: str | None = None
     updated_at: str = ""
+    agent: Mapping[str, Any] = attrs.field(factory=dict, converter=_frozen_mapping)
+    """What the agent reported of the conversation (acp_session_id, modes, mode,
+    config_options, model, plan_mode, ...); `metadata` holds what the workflow wants."""
+
+
+@attrs.frozen
+class Item:
+    """One transcript item of a session (CLI.md: an *item*), numbered per session by `seq`."""
+
+    seq: int
+    session_id: str
+    run_id: str | None
+    kind: str
+    text: str = ""
+    data: Mapping[str, Any] = attrs.field(factory=dict, converter=_frozen_mapping)
+    at: str = ""
 
 
 @attrs.frozen
@@ -277,6 +331,8 @@ class Run:
     attempts: int = 0
     max_attempts: int = 3
     claimed_epoch: str | None = None
+    usage: Mapping[str, Any] | None = None
+    """{"cost_usd", "input_tokens", "output_tokens"} the agent reported over the run, or None."""
 
 
 @attrs.frozen

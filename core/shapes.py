@@ -14,7 +14,7 @@ from typing import Any
 
 import attrs
 
-from core.model import Marker, Step, StepEntry, Workflow
+from core.model import AgentProfile, Item, Marker, Run, Session, Step, StepEntry, Workflow
 from core.store.rows import encode_events
 
 STEP_KEYS = (
@@ -128,3 +128,80 @@ def template_json(decl: Any) -> dict[str, Any]:
         "steps": len(decl.steps),
         "hidden": decl.hidden,
     }
+
+
+AGENT_KEYS = ("acp_session_id", "modes", "mode", "config_options", "model", "plan_mode")
+"""What an agent reported of its conversation, as a session's `agent` shows it (AGENTS.md)."""
+_LISTS = frozenset({"modes", "config_options"})
+
+
+def desired_of(
+    metadata: Mapping[str, Any], profile_name: str | None, resets_applied: int = 0
+) -> dict[str, Any]:
+    """What the workflow wants of the conversation, from the effects the session kinds
+    recorded in the session's metadata: `mode` (set_session_mode), `plan_mode`
+    (enable/disable_plan_mode), `model` and `config_options` (the configure_session rules for
+    the profile's name, in order: `set` changes, `restore_original` drops what was set,
+    `keep` leaves it), and `fresh`: a reset_agent_context not yet applied (the runtime
+    records the resets it applied as the agent's `resets_applied`)."""
+    model: str | None = None
+    options: dict[str, Any] = {}
+    for rule in metadata.get("configured") or ():
+        if not isinstance(rule, Mapping) or rule.get("agent_name") != profile_name:
+            continue
+        if rule.get("operation") == "set":
+            model = rule.get("model") or model
+            options.update(rule.get("config_options") or {})
+        elif rule.get("operation") == "restore_original":
+            model, options = None, {}
+    return {
+        "mode": metadata.get("session_mode"),
+        "plan_mode": bool(metadata.get("plan_mode", False)),
+        "model": model,
+        "config_options": options,
+        "fresh": len(metadata.get("context_resets") or ()) > resets_applied,
+    }
+
+
+def agent_json(session: Session, profile: AgentProfile | None) -> dict[str, Any]:
+    """A session's `agent`: the profile's protocol, what the agent reported (None or [] when
+    it has not said) and what the workflow wants (`desired`)."""
+    reported = session.agent
+    out: dict[str, Any] = {"protocol": profile.protocol if profile is not None else None}
+    for key in AGENT_KEYS:
+        value = reported.get(key)
+        out[key] = plain(value) if value is not None else ([] if key in _LISTS else None)
+    applied = reported.get("resets_applied", 0)
+    out["desired"] = desired_of(
+        session.metadata,
+        profile.name if profile is not None else None,
+        applied if isinstance(applied, int) else 0,
+    )
+    return out
+
+
+def session_json(session: Session, profiles: Iterable[AgentProfile]) -> dict[str, Any]:
+    """A session row with its `agent` as agent_json shows it; `profiles` holds (at least)
+    the session's profile."""
+    by_id = {p.id: p for p in profiles}
+    out: dict[str, Any] = plain(session)
+    out["agent"] = agent_json(session, by_id.get(session.agent_profile_id or ""))
+    return out
+
+
+def item_json(item: Item) -> dict[str, Any]:
+    """A transcript item: `{"seq", "session_id", "run_id", "kind", "text", "data", "at"}`."""
+    return {
+        "seq": item.seq,
+        "session_id": item.session_id,
+        "run_id": item.run_id,
+        "kind": item.kind,
+        "text": item.text,
+        "data": plain(item.data),
+        "at": item.at,
+    }
+
+
+def run_show_json(run: Run, items: Iterable[Item]) -> dict[str, Any]:
+    """`runs show`: `{"run": run, "items": [item]}`."""
+    return {"run": plain(run), "items": [item_json(i) for i in items]}

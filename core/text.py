@@ -3,7 +3,10 @@
 
 from __future__ import annotations
 
+import json
 import re
+from collections.abc import Mapping
+from typing import Any, Final
 
 from core.errors import LanewayError
 
@@ -28,3 +31,25 @@ def require_text(value: str, what: str, max_length: int | None = None) -> str:
     if max_length is not None and len(value) > max_length:
         raise LanewayError(f"{what}: longer than {max_length} characters ({len(value)})")
     return value
+
+
+MAX_TEXT: Final = 16_000
+"""The longest text a transcript item keeps, in characters."""
+MAX_DATA: Final = 16_000
+"""The longest data a transcript item keeps, as JSON characters."""
+
+
+def cut_text(text: str, limit: int = MAX_TEXT) -> str:
+    """`text`, or its first `limit` characters saying how many more were cut."""
+    if len(text) <= limit:
+        return text
+    return f"{text[:limit]}... [cut: {len(text) - limit} more characters]"
+
+
+def bounded_data(data: Mapping[str, Any], limit: int = MAX_DATA) -> Mapping[str, Any]:
+    """`data`, or, when its JSON is longer than `limit`, a stand-in that says it was cut
+    (`{"cut": true, "chars": N, "preview": ...}`)."""
+    encoded = json.dumps(data, default=str)
+    if len(encoded) <= limit:
+        return data
+    return {"cut": True, "chars": len(encoded), "preview": encoded[: limit // 2]}

@@ -13,6 +13,7 @@ import os
 import signal
 import sys
 import threading
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from types import FrameType
@@ -23,13 +24,14 @@ import click
 
 from core import worker
 from core.agent_error import why_not_dispatched
-from core.cli.app import Settings, pass_settings, writer
-from core.cli.output import emit
+from core.cli.app import Settings, pass_settings, reader, writer
+from core.cli.output import emit, item_line
 from core.errors import LanewayError
 from core.host import Host
-from core.model import Run, Session
+from core.model import Item, Run, Session
 from core.runtime.failures import AgentFailure
 from core.runtime.runtime import TurnOutcome
+from core.shapes import item_json, session_json
 
 
 def _session_line(session: Session) -> str:
@@ -56,7 +58,8 @@ def session_send(settings: Settings, session_id: str, text: str) -> None:
     """
     with writer(settings) as host:
         sent = host.sessions.send(session_id, text)
-    emit(settings.json, sent, [_session_line(sent)])
+        shaped = session_json(sent, host.profiles.list())
+    emit(settings.json, shaped, [_session_line(sent)])
 
 
 @click.command("cancel-retry")
@@ -71,14 +74,66 @@ def session_cancel_retry(settings: Settings, session_id: str) -> None:
     with writer(settings) as host:
         cancelled = host.sessions.request_cancel_retry(session_id)
         host.runtime.cancel_retry(cancelled.id)
+        shaped = session_json(cancelled, host.profiles.list())
     emit(
         settings.json,
-        cancelled,
+        shaped,
         [f"{_session_line(cancelled)}  cancel requested"],
     )
 
 
-SESSION_COMMANDS: tuple[click.Command, ...] = (session_send, session_cancel_retry)
+FOLLOW_POLL_S = 0.5
+"""How often `session log --follow` looks for new items."""
+
+
+@click.command("log")
+@click.argument("session_ref", metavar="S")
+@click.option("--run", "run_ref", metavar="R", help="Only this run's items.")
+@click.option(
+    "--after",
+    type=click.IntRange(min=0),
+    default=0,
+    metavar="SEQ",
+    help="Only items after this sequence number.",
+)
+@click.option("--follow", is_flag=True, help="Keep printing new items until interrupted.")
+@pass_settings
+def session_log(
+    settings: Settings, session_ref: str, run_ref: str | None, after: int, follow: bool
+) -> None:
+    """The session's transcript, item by item.
+
+    With --follow, new items are printed as they are kept (JSON lines with --json) until
+    Ctrl-C, which ends the command quietly.
+    """
+    with reader(settings) as host:
+        session = host.sessions.find(session_ref)
+        run_id = host.runs.find(run_ref).id if run_ref is not None else None
+        if not follow:
+            found: list[Item] = []
+            while True:
+                page = host.sessions.items(session.id, run_id=run_id, after=after, limit=1000)
+                found += page
+                if len(page) < 1000:
+                    break
+                after = page[-1].seq
+            emit(settings.json, [item_json(i) for i in found], [item_line(i) for i in found])
+            return
+        with contextlib.suppress(KeyboardInterrupt):
+            while True:
+                page = host.sessions.items(session.id, run_id=run_id, after=after, limit=1000)
+                for found_item in page:
+                    if settings.json:
+                        click.echo(json.dumps(item_json(found_item), ensure_ascii=False))
+                    else:
+                        click.echo(item_line(found_item))
+                    after = found_item.seq
+                sys.stdout.flush()
+                if len(page) < 1000:
+                    time.sleep(FOLLOW_POLL_S)
+
+
+SESSION_COMMANDS: tuple[click.Command, ...] = (session_send, session_cancel_retry, session_log)
 
 
 # -- agent fail -------------------------------------------------------------------------------

@@ -7,9 +7,10 @@ from collections.abc import Mapping
 import click
 
 from core.cli.app import Settings, pass_settings, reader
-from core.cli.output import emit, entry_json, entry_lines, names_of
+from core.cli.output import emit, entry_json, entry_lines, item_line, names_of
 from core.model import Run
 from core.runs import RUN_STATUSES
+from core.shapes import run_show_json
 
 
 def _run_line(run: Run, names: Mapping[str, str]) -> str:
@@ -42,6 +43,22 @@ def runs_list(settings: Settings, task_ref: str | None, status: str | None) -> N
             host, [r.workflow_step_id for r in found], [r.agent_profile_id for r in found]
         )
     emit(settings.json, found, [_run_line(r, names) for r in found])
+
+
+@runs.command("show")
+@click.argument("run_ref", metavar="R")
+@pass_settings
+def runs_show(settings: Settings, run_ref: str) -> None:
+    """A run and its transcript (by id or a unique suffix of at least 6 characters)."""
+    with reader(settings) as host:
+        run = host.runs.find(run_ref)
+        items = host.sessions.run_items(run.id)
+        names = names_of(host, [run.workflow_step_id], [run.agent_profile_id])
+    lines = [_run_line(run, names)]
+    if run.usage:
+        lines.append("  usage: " + "  ".join(f"{k}={v}" for k, v in run.usage.items()))
+    lines += [f"  {item_line(i)}" for i in items]
+    emit(settings.json, run_show_json(run, items), lines)
 
 
 @click.group()

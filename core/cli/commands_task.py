@@ -18,6 +18,7 @@ from core.cli.output import (
     why_not,
 )
 from core.model import Participant, Session, Task
+from core.shapes import session_json
 
 
 def _emit_task(settings: Settings, task: Task, names: Mapping[str, str] | None = None) -> None:
@@ -263,7 +264,8 @@ def session_start(settings: Settings, ref: str, profile: str | None) -> None:
     """Open a session for an agent that runs outside laneway."""
     with writer(settings) as host:
         started = host.sessions.start(ref, profile=profile)
-    emit(settings.json, started, [_session_line(started)])
+        shaped = session_json(started, host.profiles.list())
+    emit(settings.json, shaped, [_session_line(started)])
 
 
 @session.command("list")
@@ -273,7 +275,10 @@ def session_list(settings: Settings, task_ref: str) -> None:
     """List a task's sessions."""
     with reader(settings) as host:
         found = host.sessions.list(task=task_ref)
-    emit(settings.json, found, [_session_line(s) for s in found])
+        profiles = host.profiles.list()
+    emit(
+        settings.json, [session_json(s, profiles) for s in found], [_session_line(s) for s in found]
+    )
 
 
 def _emit_trigger(settings: Settings, result: Mapping[str, Any], names: Mapping[str, str]) -> None:

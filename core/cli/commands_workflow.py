@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import shlex
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 import click
 
@@ -143,67 +145,161 @@ def _parse_env(
     return env
 
 
+def _split_command(command: str) -> list[str]:
+    try:
+        return shlex.split(command)
+    except ValueError as exc:
+        raise LanewayError(f"--command {command!r}: {exc}") from None
+
+
+def _kinds(value: str) -> list[str]:
+    """`--auto-allow read,edit`: the kinds, blanks dropped (an empty value lists none)."""
+    return [k.strip() for k in value.split(",") if k.strip()]
+
+
+_F = TypeVar("_F", bound=Callable[..., Any])
+
+
+def _profile_options(*, for_set: bool) -> Callable[[_F], _F]:
+    """The options `profile add` and `profile set` share. For `set` nothing has a default:
+    an option not given keeps the stored value, and an env option given replaces it."""
+    when = " (replaces the stored ones)" if for_set else ""
+    options = [
+        click.option(
+            "--command", "command", required=not for_set, metavar="CMD", help="Split like a shell."
+        ),
+        click.option(
+            "--role",
+            default=None if for_set else "worker",
+            show_default=not for_set,
+            metavar="R",
+        ),
+        click.option(
+            "--protocol",
+            default=None if for_set else "exec",
+            show_default=not for_set,
+            metavar="exec|acp",
+            help="How laneway talks to the agent (AGENTS.md).",
+        ),
+        click.option(
+            "--permissions",
+            default=None if for_set else "ask",
+            show_default=not for_set,
+            metavar="ask|allow|deny",
+            help="An ACP agent's permission request: ask a person, or allow or deny it.",
+        ),
+        click.option(
+            "--auto-allow",
+            "auto_allow",
+            default=None,
+            metavar="KINDS",
+            help="ACP tool kinds allowed without asking, comma-separated "
+            "(read, edit, delete, move, search, execute, think, fetch, other).",
+        ),
+        click.option(
+            "--turn-timeout",
+            "turn_timeout",
+            type=float,
+            default=None if for_set else 3600.0,
+            show_default=not for_set,
+            metavar="S",
+            help="Seconds a turn may run.",
+        ),
+        click.option(
+            "--idle-timeout",
+            "idle_timeout",
+            type=float,
+            default=None if for_set else 900.0,
+            show_default=not for_set,
+            metavar="S",
+            help="Seconds a turn may go without a word from the agent.",
+        ),
+        click.option(
+            "--env", "env", multiple=True, metavar="K=V", help=f"Stored. Repeatable{when}."
+        ),
+        click.option(
+            "--env-from",
+            "env_from",
+            multiple=True,
+            metavar="K=VAR",
+            help=f"K gets the worker's VAR at run time (not stored). Repeatable{when}.",
+        ),
+        click.option(
+            "--pass-env",
+            "pass_env",
+            multiple=True,
+            metavar="VAR",
+            help=f"Pass the worker's VAR to the agent. Repeatable{when}.",
+        ),
+        click.option(
+            "--requires-env",
+            "requires_env",
+            multiple=True,
+            metavar="VAR",
+            help=f"Fail the run (R3) without it; passed through. Repeatable{when}.",
+        ),
+    ]
+
+    def apply(fn: _F) -> _F:
+        for option in reversed(options):
+            fn = option(fn)
+        return fn
+
+    return apply
+
+
+def _profile_changes(given: dict[str, Any]) -> dict[str, Any]:
+    """The command line's options as ProfileService arguments, parsed before the host opens
+    (a typo must not cost a lock and a recovery scan); options not given are left out."""
+    changes: dict[str, Any] = {}
+    for option in ("role", "protocol", "permissions", "turn_timeout", "idle_timeout"):
+        if given[option] is not None:
+            changes[option] = given[option]
+    if given["command"] is not None:
+        changes["command"] = _split_command(given["command"])
+    if given["auto_allow"] is not None:
+        changes["auto_allow"] = _kinds(given["auto_allow"])
+    if given["env"]:
+        changes["env"] = _parse_env(given["env"])
+    if given["env_from"]:
+        changes["env_from"] = _parse_env(given["env_from"], "--env-from", "VAR")
+    for option in ("pass_env", "requires_env"):
+        if given[option]:
+            changes[option] = list(given[option])
+    return changes
+
+
 @profile.command("add")
 @click.argument("name")
-@click.option("--command", "command", required=True, metavar="CMD", help="Split like a shell.")
-@click.option("--role", default="worker", show_default=True, metavar="R")
-@click.option("--env", "env", multiple=True, metavar="K=V", help="Stored. Repeatable.")
-@click.option(
-    "--env-from",
-    "env_from",
-    multiple=True,
-    metavar="K=VAR",
-    help="K gets the worker's VAR at run time (not stored). Repeatable.",
-)
-@click.option(
-    "--pass-env",
-    "pass_env",
-    multiple=True,
-    metavar="VAR",
-    help="Pass the worker's VAR to the agent. Repeatable.",
-)
-@click.option(
-    "--requires-env",
-    "requires_env",
-    multiple=True,
-    metavar="VAR",
-    help="Fail the run (R3) without it; passed through. Repeatable.",
-)
+@_profile_options(for_set=False)
 @pass_settings
-def profile_add(
-    settings: Settings,
-    name: str,
-    command: str,
-    role: str,
-    env: tuple[str, ...],
-    env_from: tuple[str, ...],
-    pass_env: tuple[str, ...],
-    requires_env: tuple[str, ...],
-) -> None:
+def profile_add(settings: Settings, /, name: str, **given: Any) -> None:
     """Add an agent profile.
 
     An agent sees only PATH, HOME, LANG, LC_ALL, LC_CTYPE and TMPDIR from the worker, the
     variables this profile passes or takes (--pass-env, --requires-env, --env-from), its
     --env values and the turn's LANEWAY_* variables.
     """
-    # Parse before opening the host: a typo must not cost a lock and a recovery scan.
-    try:
-        argv = shlex.split(command)
-    except ValueError as exc:
-        raise LanewayError(f"--command {command!r}: {exc}") from None
-    env_map = _parse_env(env)
-    from_map = _parse_env(env_from, "--env-from", "VAR")
+    changes = _profile_changes(given)
     with writer(settings) as host:
-        added = host.profiles.add(
-            name,
-            command=argv,
-            role=role,
-            env=env_map,
-            requires_env=list(requires_env),
-            env_from=from_map,
-            pass_env=list(pass_env),
-        )
+        added = host.profiles.add(name, **changes)
     emit(settings.json, added, [profile_line(added)])
+
+
+@profile.command("set")
+@click.argument("name")
+@_profile_options(for_set=True)
+@pass_settings
+def profile_set(settings: Settings, /, name: str, **given: Any) -> None:
+    """Change an agent profile: any option of `profile add` but its name.
+
+    Options not given keep their stored values; an env option given (--env, --env-from,
+    --pass-env, --requires-env) replaces the stored ones; --auto-allow '' lists none.
+    """
+    changes = _profile_changes(given)
+    with writer(settings) as host:
+        changed = host.profiles.set(name, **changes)
+    emit(settings.json, changed, [profile_line(changed)])
 
 
 @profile.command("list")

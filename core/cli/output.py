@@ -14,7 +14,7 @@ from typing import Any
 import click
 
 from core.errors import LanewayError
-from core.model import AgentProfile, Marker, StepEntry, Task, Workflow
+from core.model import AgentProfile, Item, Marker, StepEntry, Task, Workflow
 from core.shapes import (
     STEP_KEYS,
     decision_result_json,
@@ -32,6 +32,7 @@ __all__ = [
     "emit",
     "entry_json",
     "entry_lines",
+    "item_line",
     "plain",
     "profile_line",
     "step_json",
@@ -133,8 +134,17 @@ def workflow_lines(workflow: Workflow, *, with_steps: bool) -> list[str]:
 
 def profile_line(profile: AgentProfile) -> str:
     return (
-        f"{profile.id}  {profile.name}  role={profile.role}  command={shlex.join(profile.command)}"
+        f"{profile.id}  {profile.name}  role={profile.role}  protocol={profile.protocol}  "
+        f"command={shlex.join(profile.command)}"
     )
+
+
+def item_line(item: Item) -> str:
+    """A transcript item as one line: its first text line, and how many more it has."""
+    run = f"  run={item.run_id}" if item.run_id else ""
+    first, *rest = item.text.splitlines() or [""]
+    more = f"  (+{len(rest)} lines)" if rest else ""
+    return f"#{item.seq}  {item.at}  {item.kind}{run}  {first}{more}"
 
 
 def entry_lines(entry: StepEntry, markers: Iterable[Marker]) -> list[str]:

@@ -1,14 +1,104 @@
 from __future__ import annotations
 
+import math
+from collections.abc import Iterable, Mapping
+from typing import Any
+
 import sqlalchemy as sa
 
 from core import board, ids
 from core.errors import Conflict, LanewayError, NotFound
-from core.model import AgentProfile
+from core.model import PERMISSION_MODES, PROTOCOLS, TOOL_KINDS, AgentProfile
 from core.services.base import Service
 from core.store import rows
 from core.store import tables as t
 from core.text import require_text
+
+SETTABLE = (
+    "command",
+    "role",
+    "env",
+    "requires_env",
+    "max_concurrent_sessions",
+    "env_from",
+    "pass_env",
+    "protocol",
+    "permissions",
+    "auto_allow",
+    "turn_timeout",
+    "idle_timeout",
+)
+"""The options of a profile `set` may change: all of `add`'s but the name."""
+
+_JSON_OPTIONS = frozenset({"command", "env", "requires_env", "env_from", "pass_env", "auto_allow"})
+
+
+def _one_of(name: str, option: str, value: Any, allowed: Iterable[str]) -> None:
+    choices = tuple(allowed)
+    if value not in choices:
+        raise LanewayError(
+            f"profile {name!r}, {option}: {value!r} is not one of {', '.join(choices)}"
+        )
+
+
+def _seconds(name: str, option: str, value: Any) -> float:
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, int | float)
+        or not math.isfinite(value)
+        or value <= 0
+    ):
+        raise LanewayError(f"profile {name!r}, {option}: must be a positive number of seconds")
+    return float(value)
+
+
+def _checked(name: str, options: Mapping[str, Any]) -> dict[str, Any]:
+    """`options` (any of SETTABLE) checked, as the column values to store; a bad one is a
+    LanewayError naming the profile and the option."""
+    unknown = sorted(set(options) - set(SETTABLE))
+    if unknown:
+        raise LanewayError(f"profile {name!r}: no option {unknown[0]!r}")
+    if "role" in options:
+        require_text(
+            options["role"], f"profile {name!r}, role", t.column_length(t.agent_profiles.c.role)
+        )
+    env = options.get("env") or {}
+    env_from = options.get("env_from") or {}
+    for option, names in (
+        ("env", env),
+        ("env_from", env_from),
+        ("env_from", env_from.values()),
+        ("pass_env", options.get("pass_env", ())),
+        ("requires_env", options.get("requires_env", ())),
+    ):
+        for var in names:
+            if not var or "=" in var or "\x00" in var:
+                raise LanewayError(f"profile {name!r}, {option}: {var!r} is not a variable name")
+    for key, value in env.items():
+        require_text(value, f"profile {name!r}, env {key}")
+    if "command" in options and not options["command"]:
+        raise LanewayError(f"profile {name!r}, command: must not be empty")
+    if "max_concurrent_sessions" in options and options["max_concurrent_sessions"] < 1:
+        raise LanewayError(f"profile {name!r}, max_concurrent_sessions: must be at least 1")
+    if "protocol" in options:
+        _one_of(name, "protocol", options["protocol"], PROTOCOLS)
+    if "permissions" in options:
+        _one_of(name, "permissions", options["permissions"], PERMISSION_MODES)
+    for kind in options.get("auto_allow", ()):
+        _one_of(name, "auto_allow", kind, TOOL_KINDS)
+    values: dict[str, Any] = {}
+    for option, value in options.items():
+        if option in ("turn_timeout", "idle_timeout"):
+            values[option] = _seconds(name, option, value)
+        elif option in ("env", "env_from"):
+            values[option] = rows.dumps(dict(value or {}))
+        elif option == "auto_allow":
+            values[option] = rows.dumps(list(dict.fromkeys(value)))
+        elif option in _JSON_OPTIONS:
+            values[option] = rows.dumps(list(value))
+        else:
+            values[option] = value
+    return values
 
 
 class ProfileService(Service):
@@ -25,33 +115,39 @@ class ProfileService(Service):
         max_concurrent_sessions: int = 1,
         env_from: dict[str, str] | None = None,
         pass_env: list[str] | tuple[str, ...] = (),
+        protocol: str = "exec",
+        permissions: str = "ask",
+        auto_allow: list[str] | tuple[str, ...] = (),
+        turn_timeout: float = 3600.0,
+        idle_timeout: float = 900.0,
     ) -> AgentProfile:
         """A new profile. Its agents see only the base environment (`core.runtime.agent_env`),
         `env`, the worker variables `pass_env` and `requires_env` name, and `env_from`
-        (agent variable -> worker variable, read at run time)."""
+        (agent variable -> worker variable, read at run time).
+
+        `protocol` is how laneway talks to the agent (`exec` or `acp`); `permissions`,
+        `auto_allow`, `turn_timeout` and `idle_timeout` are AGENTS.md's "Profiles"."""
         self._require_writer()
         if not name.strip():
             raise LanewayError("profile name: must not be empty")
         require_text(name, "profile name", t.column_length(t.agent_profiles.c.name))
-        require_text(role, f"profile {name!r}, role", t.column_length(t.agent_profiles.c.role))
-        for option, names in (
-            ("env", env or {}),
-            ("env_from", env_from or {}),
-            ("env_from", (env_from or {}).values()),
-            ("pass_env", pass_env),
-            ("requires_env", requires_env),
-        ):
-            for var in names:
-                if not var or "=" in var or "\x00" in var:
-                    raise LanewayError(
-                        f"profile {name!r}, {option}: {var!r} is not a variable name"
-                    )
-        for key, value in (env or {}).items():
-            require_text(value, f"profile {name!r}, env {key}")
-        if not command:
-            raise LanewayError(f"profile {name!r}, command: must not be empty")
-        if max_concurrent_sessions < 1:
-            raise LanewayError(f"profile {name!r}, max_concurrent_sessions: must be at least 1")
+        values = _checked(
+            name,
+            {
+                "command": command,
+                "role": role,
+                "env": env,
+                "requires_env": requires_env,
+                "max_concurrent_sessions": max_concurrent_sessions,
+                "env_from": env_from,
+                "pass_env": pass_env,
+                "protocol": protocol,
+                "permissions": permissions,
+                "auto_allow": auto_allow,
+                "turn_timeout": turn_timeout,
+                "idle_timeout": idle_timeout,
+            },
+        )
         workspace = self.peers.workspace.get()
         profile_id = ids.new_id()
         with self.peers.store.transaction() as uow:
@@ -68,18 +164,34 @@ class ProfileService(Service):
                     id=profile_id,
                     workspace_id=workspace.id,
                     name=name,
-                    command=rows.dumps(list(command)),
-                    role=role,
-                    env=rows.dumps(dict(env or {})),
-                    requires_env=rows.dumps(list(requires_env)),
-                    env_from=rows.dumps(dict(env_from or {})),
-                    pass_env=rows.dumps(list(pass_env)),
-                    max_concurrent_sessions=max_concurrent_sessions,
                     created_at=ids.now(),
+                    **values,
                 )
             )
             board.bump(uow)
         return self.get(profile_id)
+
+    def set(self, ref: str, **changes: Any) -> AgentProfile:
+        """Change any option of `add` but the name (SETTABLE); options not given are kept.
+
+        One UPDATE of the profile's row, which must still be there: a profile removed
+        meanwhile is NotFound, not a silent no-op."""
+        self._require_writer()
+        profile = self.get(ref)
+        values = _checked(profile.name, changes)
+        if not values:
+            return profile
+        with self.peers.store.transaction() as uow:
+            changed = uow.conn.execute(
+                sa.update(t.agent_profiles)
+                .where(t.agent_profiles.c.id == profile.id)
+                .values(**values)
+                .execution_options(preserve_rowcount=True)
+            ).rowcount
+            if changed != 1:
+                raise NotFound(f"no agent profile {ref!r}")
+            board.bump(uow)
+        return self.get(profile.id)
 
     def list(self) -> list[AgentProfile]:
         with self.peers.store.read() as conn:

@@ -1,19 +1,35 @@
 from __future__ import annotations
 
 import builtins
+import json
+import math
+from collections.abc import Mapping
+from typing import Any, Final
 
 import sqlalchemy as sa
 
 from core import ids, runs
-from core.errors import LanewayError
+from core.errors import LanewayError, NotFound
 from core.model import Run, Task
 from core.services.base import Service
 from core.services.participants import merged_seats
+from core.services.refs import resolve_id
 from core.store import rows
 from core.store import tables as t
 
 R = t.runs
 P = t.workflow_step_participants
+
+USAGE_KEYS: Final = ("cost_usd", "input_tokens", "output_tokens")
+"""What a run's `usage` adds up (CLI.md: what agents reported they spent)."""
+
+
+def _usage_amount(run_id: str, key: str, value: Any) -> float | int:
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+        raise LanewayError(f"run {run_id}, usage {key}: {value!r} is not a number")
+    if value < 0:
+        raise LanewayError(f"run {run_id}, usage {key}: must not be negative")
+    return value if key == "cost_usd" else int(value)
 
 
 class RunService(Service):
@@ -28,6 +44,39 @@ class RunService(Service):
         with self.peers.store.read() as conn:
             row = conn.execute(sa.select(R).where(R.c.id == run_id)).mappings().first()
         return rows.run(row) if row is not None else None
+
+    def find(self, ref: str) -> Run:
+        """A run by its id or a unique suffix of it (at least 6 characters, CLI.md)."""
+        with self.peers.store.read() as conn:
+            run_id = resolve_id(conn, R.c.id, ref, "run")
+        found = self.get(run_id)
+        if found is None:  # deleted between the two reads
+            raise NotFound(f"no run {ref!r}")
+        return found
+
+    def record_usage(self, run_id: str, usage: Mapping[str, Any]) -> None:
+        """Add what the agent reported it spent (`cost_usd`, `input_tokens`,
+        `output_tokens`; other keys are ignored) into the run's `usage`. The run's row is
+        locked for the read and the write, so reports from two threads or processes both
+        count."""
+        amounts = {
+            key: _usage_amount(run_id, key, usage[key])
+            for key in USAGE_KEYS
+            if usage.get(key) is not None
+        }
+        if not amounts:
+            return
+        with self.peers.store.transaction() as uow:
+            found = uow.conn.execute(
+                sa.select(R.c.id, R.c.usage).where(R.c.id == run_id).with_for_update(key_share=True)
+            ).first()
+            if found is None:
+                raise NotFound(f"no run {run_id!r}")
+            total: dict[str, Any] = {"cost_usd": 0.0, "input_tokens": 0, "output_tokens": 0}
+            total.update(json.loads(found.usage) if found.usage else {})
+            for key, amount in amounts.items():
+                total[key] = total.get(key, 0) + amount
+            uow.conn.execute(sa.update(R).where(R.c.id == run_id).values(usage=rows.dumps(total)))
 
     def list(self, *, task: str | None = None, status: str | None = None) -> builtins.list[Run]:
         query = sa.select(R).order_by(R.c.requested_at, R.c.id)

@@ -1,18 +1,54 @@
 from __future__ import annotations
 
+import builtins
 import json
-from typing import Any
+from collections.abc import Mapping, Sequence
+from typing import Any, Final
 
 import sqlalchemy as sa
 
 from core import ids, runs
 from core.errors import LanewayError, NotFound
-from core.model import ACTIVE_SESSION_STATES, WAITING_STATES, WORKING_STATES, Session
+from core.model import (
+    ACTIVE_SESSION_STATES,
+    ITEM_KINDS,
+    WAITING_STATES,
+    WORKING_STATES,
+    Item,
+    Session,
+)
 from core.services.base import Service
+from core.services.refs import resolve_id
 from core.store import events, rows
 from core.store import tables as t
+from core.text import bounded_data, cut_text
 
 S = t.task_sessions
+I = t.transcript_items  # noqa: E741
+
+EVENT_TEXT: Final = 4096
+"""The longest text an `agent.item` event carries (HTTP.md: cut to 4 KiB)."""
+MAX_ITEMS_PAGE: Final = 1000
+
+# The next item's seq is decided by the INSERT itself, from the rows already there: two
+# writers can never both take one number (the session row is locked first, and SQLite's
+# writers queue on BEGIN IMMEDIATE), and no number is skipped.
+_APPEND = (
+    sa.insert(I)
+    .from_select(
+        ["session_id", "seq", "run_id", "kind", "text", "data", "at"],
+        sa.select(
+            sa.bindparam("session_id", type_=sa.String),
+            sa.func.coalesce(sa.func.max(I.c.seq), 0) + 1,
+            sa.bindparam("run_id", type_=sa.String),
+            sa.bindparam("kind", type_=sa.String),
+            sa.bindparam("text", type_=sa.Text),
+            sa.bindparam("data", type_=sa.Text),
+            sa.bindparam("at", type_=sa.String),
+        ).where(I.c.session_id == sa.bindparam("session_id", type_=sa.String)),
+    )
+    .returning(I.c.seq)
+)
 
 
 class SessionService(Service):
@@ -65,6 +101,12 @@ class SessionService(Service):
 
     def get(self, session_id: str) -> Session:
         return self.peers.repository.session(session_id)
+
+    def find(self, ref: str) -> Session:
+        """A session by its id or a unique suffix of it (at least 6 characters, CLI.md)."""
+        with self.peers.store.read() as conn:
+            session_id = resolve_id(conn, S.c.id, ref, "session")
+        return self.get(session_id)
 
     def list(self, *, task: str) -> list[Session]:
         task_id = self.peers.tasks.get(task).id
@@ -195,6 +237,108 @@ class SessionService(Service):
                 .values(metadata=rows.dumps(meta), updated_at=ids.now())
             )
         return str(first)
+
+    def record_agent(self, session_id: str, **fields: Any) -> Session:
+        """Merge what the agent reported (acp_session_id, modes, mode, config_options, model,
+        plan_mode, ...) into the session's `agent`: each field given replaces its value."""
+        with self.peers.store.transaction() as uow:
+            raw = uow.conn.execute(
+                sa.select(S.c.agent).where(S.c.id == session_id).with_for_update(key_share=True)
+            ).scalar()
+            if raw is None:
+                raise NotFound(f"no session {session_id!r}")
+            agent: dict[str, Any] = {**json.loads(raw), **fields}
+            uow.conn.execute(
+                sa.update(S)
+                .where(S.c.id == session_id)
+                .values(agent=rows.dumps(agent), updated_at=ids.now())
+            )
+        return self.get(session_id)
+
+    def append_items(
+        self,
+        session_id: str,
+        items: Sequence[tuple[str, str, Mapping[str, Any]]],
+        *,
+        run_id: str | None = None,
+    ) -> builtins.list[int]:
+        """Keep transcript items `(kind, text, data)` of the session, in order, in one
+        transaction; each is numbered next in the session and is an `agent.item` event of the
+        same transaction. A text longer than MAX_TEXT, or data whose JSON is longer than
+        MAX_DATA, is cut and says so. Returns the items' seqs."""
+        checked: builtins.list[tuple[str, str, str]] = []
+        for kind, text, data in items:
+            if kind not in ITEM_KINDS:
+                raise LanewayError(
+                    f"session {session_id}, item kind {kind!r}: expected one of "
+                    f"{', '.join(ITEM_KINDS)}"
+                )
+            # NUL and lone surrogates cannot be stored on every database: replaced, since a
+            # transcript is the agent's output as it came, not input to refuse
+            clean = text.replace("\x00", "\ufffd").encode("utf-8", "replace").decode("utf-8")
+            checked.append((kind, cut_text(clean), json.dumps(bounded_data(data), default=str)))
+        if not checked:
+            return []
+        seqs: builtins.list[int] = []
+        with self.peers.store.transaction() as uow:
+            task_id = uow.conn.execute(
+                sa.select(S.c.task_id).where(S.c.id == session_id).with_for_update(key_share=True)
+            ).scalar()
+            if task_id is None:
+                raise NotFound(f"no session {session_id!r}")
+            stamp = ids.now()
+            for kind, text, encoded in checked:
+                seq = int(
+                    uow.conn.execute(
+                        _APPEND,
+                        {
+                            "session_id": session_id,
+                            "run_id": run_id,
+                            "kind": kind,
+                            "text": text,
+                            "data": encoded,
+                            "at": stamp,
+                        },
+                    ).scalar_one()
+                )
+                seqs.append(seq)
+                events.record(
+                    uow,
+                    "agent.item",
+                    task_id,
+                    session_id=session_id,
+                    run_id=run_id,
+                    seq=seq,
+                    kind=kind,
+                    text=cut_text(text, EVENT_TEXT),
+                )
+        return seqs
+
+    def items(
+        self, session_id: str, *, run_id: str | None = None, after: int = 0, limit: int = 100
+    ) -> builtins.list[Item]:
+        """The session's transcript items after seq `after`, in seq order, at most `limit`;
+        only the run's when `run_id` is given."""
+        if after < 0:
+            raise LanewayError(f"transcript after {after}: must be 0 or more")
+        if not 1 <= limit <= MAX_ITEMS_PAGE:
+            raise LanewayError(f"transcript limit {limit}: must be 1 to {MAX_ITEMS_PAGE}")
+        query = (
+            sa.select(I)
+            .where(I.c.session_id == session_id, I.c.seq > after)
+            .order_by(I.c.seq)
+            .limit(limit)
+        )
+        if run_id is not None:
+            query = query.where(I.c.run_id == run_id)
+        with self.peers.store.read() as conn:
+            return [rows.item(r) for r in conn.execute(query).mappings()]
+
+    def run_items(self, run_id: str) -> builtins.list[Item]:
+        """Every transcript item of one run, in the order they were kept."""
+        query = sa.select(I).where(I.c.run_id == run_id).order_by(I.c.session_id, I.c.seq)
+        with self.peers.store.read() as conn:
+            return [rows.item(r) for r in conn.execute(query).mappings()]
 
     def append_transcript(self, session_id: str, lines: tuple[str, ...]) -> None:
         if lines:

@@ -14,6 +14,7 @@ from core.model import (
     AgentProfile,
     Decision,
     Events,
+    Item,
     Marker,
     Participant,
     Run,
@@ -68,6 +69,11 @@ def profile(row: RowLike) -> AgentProfile:
         max_concurrent_sessions=row["max_concurrent_sessions"],
         env_from=json.loads(row["env_from"]),
         pass_env=tuple(json.loads(row["pass_env"])),
+        protocol=row["protocol"],
+        permissions=row["permissions"],
+        auto_allow=tuple(json.loads(row["auto_allow"])),
+        turn_timeout=float(row["turn_timeout"]),
+        idle_timeout=float(row["idle_timeout"]),
     )
 
 
@@ -151,6 +157,19 @@ def session(row: RowLike) -> Session:
         started_at=row["started_at"],
         completed_at=row["completed_at"],
         updated_at=row["updated_at"],
+        agent=json.loads(row["agent"]),
+    )
+
+
+def item(row: RowLike) -> Item:
+    return Item(
+        seq=int(row["seq"]),
+        session_id=row["session_id"],
+        run_id=row["run_id"],
+        kind=row["kind"],
+        text=row["text"],
+        data=json.loads(row["data"]),
+        at=row["at"],
     )
 
 
@@ -191,6 +210,7 @@ def run(row: RowLike) -> Run:
         attempts=row["attempts"],
         max_attempts=row["max_attempts"],
         claimed_epoch=row["claimed_epoch"],
+        usage=json.loads(usage) if (usage := row["usage"]) is not None else None,
     )
 
 

@@ -51,6 +51,12 @@ agent_profiles = sa.Table(
     sa.Column("created_at", sa.String(40), nullable=False),
     sa.Column("env_from", sa.Text, nullable=False, server_default="{}"),
     sa.Column("pass_env", sa.Text, nullable=False, server_default="[]"),
+    # How laneway talks to the agent (AGENTS.md): exec (a process per turn) or acp.
+    sa.Column("protocol", sa.String(20), nullable=False, server_default="exec"),
+    sa.Column("permissions", sa.String(20), nullable=False, server_default="ask"),
+    sa.Column("auto_allow", sa.Text, nullable=False, server_default="[]"),
+    sa.Column("turn_timeout", sa.Float, nullable=False, server_default="3600"),
+    sa.Column("idle_timeout", sa.Float, nullable=False, server_default="900"),
     sa.UniqueConstraint("workspace_id", "name", name="uq_agent_profiles_name"),
 )
 
@@ -156,7 +162,30 @@ task_sessions = sa.Table(
     sa.Column("started_at", sa.String(40), nullable=True),
     sa.Column("completed_at", sa.String(40), nullable=True),
     sa.Column("updated_at", sa.String(40), nullable=False),
+    # What the agent reported of its conversation (ACP session id, modes, options in force);
+    # `metadata` holds what the workflow wants of it.
+    sa.Column("agent", sa.Text, nullable=False, server_default="{}"),
     sa.Index("ix_task_sessions_task", "task_id"),
+)
+
+# A session's transcript, item by item (AGENTS.md "What the board sees"). `seq` is numbered
+# per session by the inserting statement itself, under the session row's lock.
+transcript_items = sa.Table(
+    "transcript_items",
+    metadata,
+    sa.Column(
+        "session_id",
+        sa.String(64),
+        sa.ForeignKey("task_sessions.id", ondelete=CASCADE),
+        primary_key=True,
+    ),
+    sa.Column("seq", sa.Integer, primary_key=True, autoincrement=False),
+    sa.Column("run_id", sa.String(64), nullable=True),
+    sa.Column("kind", sa.String(20), nullable=False),
+    sa.Column("text", sa.Text, nullable=False, server_default=""),
+    sa.Column("data", sa.Text, nullable=False, server_default="{}"),
+    sa.Column("at", sa.String(40), nullable=False),
+    sa.Index("ix_transcript_items_run", "run_id"),
 )
 
 session_step_history = sa.Table(
@@ -239,6 +268,8 @@ runs = sa.Table(
     sa.Column("error_message", sa.Text, nullable=True),
     sa.Column("attempts", sa.Integer, nullable=False, server_default="0"),
     sa.Column("max_attempts", sa.Integer, nullable=False, server_default="3"),
+    # {"cost_usd", "input_tokens", "output_tokens"} the agent reported over the run
+    sa.Column("usage", sa.Text, nullable=True),
     # The claim's order (core.runs): read in index order, it stops at the first eligible run.
     sa.Index("ix_runs_queue", "status", "requested_at", "id"),
     sa.Index("ix_runs_idempotency_key", "idempotency_key"),
