@@ -207,6 +207,14 @@ def _prepare(conn: AgentConnection, turn: AcpTurn, record: Record) -> tuple[Sess
             }
             report["mode_before_plan"] = None
     original: Mapping[str, Any] = report.get("original") or reported.get("original") or {}
+    # a desired setting the agent lacks is said once per conversation, not at every turn
+    warned: set[str] = set() if "original" in report else set(reported.get("warned") or ())
+
+    def lacks(key: str, message: str, **fields: Any) -> None:
+        if key not in warned:
+            warned.add(key)
+            record.warning(message, **fields)
+
     before_plan = report.get("mode_before_plan", reported.get("mode_before_plan"))
     # mode: plan mode first (the agent's own when it has one), then the mode asked for
     target = want.mode
@@ -220,7 +228,8 @@ def _prepare(conn: AgentConnection, turn: AcpTurn, record: Record) -> tuple[Sess
     if target is not None and target != state.mode:
         change = conn.set_mode(target)
         if not change.applied:
-            record.warning(
+            lacks(
+                f"mode:{target}",
                 f"mode {target!r} is not offered by the agent; it offers: "
                 + (", ".join(change.offered) or "no modes"),
                 mode=target,
@@ -232,7 +241,8 @@ def _prepare(conn: AgentConnection, turn: AcpTurn, record: Record) -> tuple[Sess
     if model and model != state.model:
         change = conn.set_model(str(model))
         if not change.applied:
-            record.warning(
+            lacks(
+                f"model:{model}",
                 f"model {model!r} is not offered by the agent; it offers: "
                 + (", ".join(change.offered) or "no models"),
                 model=model,
@@ -245,7 +255,8 @@ def _prepare(conn: AgentConnection, turn: AcpTurn, record: Record) -> tuple[Sess
     for name, value in options.items():
         option = next((o for o in state.config_options if name in (o.id, o.name)), None)
         if option is None:
-            record.warning(
+            lacks(
+                f"option:{name}",
                 f"config option {name!r} is not offered by the agent; it offers: "
                 + (", ".join(o.id for o in state.config_options) or "no options"),
                 option=name,
@@ -257,7 +268,7 @@ def _prepare(conn: AgentConnection, turn: AcpTurn, record: Record) -> tuple[Sess
         if option.current != wanted:
             state = conn.set_config_option(option.id, wanted)
     instructed = want.plan_mode and PLAN_MODE not in state.mode_ids
-    record.agent(**report, **_reported(state, instructed))
+    record.agent(**report, **_reported(state, instructed), warned=sorted(warned))
     return state, with_plan_instruction(turn.prompt) if instructed else turn.prompt
 
 

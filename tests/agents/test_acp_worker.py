@@ -10,6 +10,7 @@ laneway believes it set.
 from __future__ import annotations
 
 import json
+import re
 import sys
 import textwrap
 from collections.abc import Mapping, Sequence
@@ -30,8 +31,9 @@ FAKE = str(Path(__file__).resolve().with_name("fake_acp_agent.py"))
 def workflow_yaml(
     on_enter: Sequence[Mapping[str, Any]], second: Sequence[Mapping[str, Any]] = ()
 ) -> str:
-    """Work (the session kinds under test, then auto_start_agent) -> Next (more kinds and a
-    second turn) -> Done; an agent error sends the card to Trouble."""
+    """Backlog -> Work (the start step: the session kinds under test, then auto_start_agent) ->
+    Next (more kinds and a second turn) -> Done; an agent error sends the card to Trouble.
+    Tasks are created in Backlog, so `task start` is their arrival at Work."""
 
     def events(kinds: Sequence[Mapping[str, Any]]) -> str:
         return json.dumps([*kinds, {"type": "auto_start_agent"}])
@@ -41,9 +43,13 @@ def workflow_yaml(
         id: acp
         name: ACP
         steps:
+          - id: backlog
+            name: Backlog
+            position: 0
+            allow_manual_move: true
           - id: work
             name: Work
-            position: 0
+            position: 1
             is_start_step: true
             allow_manual_move: true
             prompt: "work on it"
@@ -53,20 +59,20 @@ def workflow_yaml(
               on_agent_error: [{{"type": "move_to_step", "config": {{"step_id": "trouble"}}}}]
           - id: next
             name: Next
-            position: 1
+            position: 2
             allow_manual_move: true
             prompt: "and now this"
             events:
-              on_enter: {events(second) if second else "[]"}
+              on_enter: {events(second)}
               on_turn_complete: [{{"type": "move_to_next"}}]
               on_agent_error: [{{"type": "move_to_step", "config": {{"step_id": "trouble"}}}}]
           - id: done
             name: Done
-            position: 2
+            position: 3
             allow_manual_move: true
           - id: trouble
             name: Trouble
-            position: 3
+            position: 4
             allow_manual_move: true
         """
     )
@@ -104,7 +110,7 @@ class Board:
                 host.participants.add(
                     step=step, role="runner", profile="fake", workflow=workflow.id
                 )
-            task = host.tasks.create(workflow=workflow.id, title="Card")
+            task = host.tasks.create(workflow=workflow.id, title="Card", step="Backlog")
             host.tasks.start(task.id)
             self.task_id = task.id
             self.steps = {s.id: s.name for s in host.workflows.get(workflow.id).steps}
@@ -133,8 +139,14 @@ def _item(found: Any) -> dict[str, Any]:
     }
 
 
-def messages(items: list[dict[str, Any]]) -> list[str]:
-    return [i["text"] for i in items if i["kind"] == "message"]
+def messages(items: list[dict[str, Any]]) -> str:
+    """The agent's message text, in order (chunks said without a pause are one item)."""
+    return "\n".join(i["text"] for i in items if i["kind"] == "message")
+
+
+def echoes(items: list[dict[str, Any]]) -> list[str]:
+    """The fake agent's `echo: PROMPT (previous: PREVIOUS PROMPT)`, one per prompt."""
+    return re.findall(r"echo: .*?\(previous: .*?\)", messages(items), re.DOTALL)
 
 
 def warnings(items: list[dict[str, Any]]) -> list[str]:
@@ -158,7 +170,7 @@ def test_set_session_mode_reaches_an_acp_agent_before_its_first_turn(
     board.work()
     step, session, items = board.read()
     assert "state: mode=review options={}" in messages(items)
-    assert step == "Next"  # end_turn: on_turn_complete ran
+    assert step == "Done"  # end_turn: on_turn_complete ran, twice
     agent = session.agent
     assert agent["protocol"] == "acp"
     assert agent["mode"] == "review"
@@ -183,7 +195,7 @@ def test_a_mode_the_agent_does_not_offer_is_one_warning_naming_its_modes_and_the
     (warning,) = [w for w in warnings(items) if "yolo" in w]
     assert "default, plan" in warning
     assert "state: mode=default options={}" in messages(items)
-    assert step == "Next"
+    assert step == "Done"
 
 
 def test_plan_mode_uses_the_agents_plan_mode_and_goes_back_when_disabled(
@@ -200,11 +212,10 @@ def test_plan_mode_uses_the_agents_plan_mode_and_goes_back_when_disabled(
     )
     board.work()
     step, session, items = board.read()
-    assert messages(items).count("state: mode=plan options={}") == 1
-    assert messages(items).count("state: mode=default options={}") == 1
-    assert messages(items).index("state: mode=plan options={}") < messages(items).index(
-        "state: mode=default options={}"
-    )
+    said = messages(items)
+    assert said.count("state: mode=plan options={}") == 1
+    assert said.count("state: mode=default options={}") == 1
+    assert said.index("state: mode=plan options={}") < said.index("state: mode=default options={}")
     assert step == "Done"
     assert session.agent["plan_mode"] is False
 
@@ -229,8 +240,7 @@ def test_plan_mode_without_a_plan_mode_heads_every_prompt_with_the_instruction(
     assert prompts[0].startswith(PLAN_INSTRUCTION)
     assert "work on it" in prompts[0]
     assert not prompts[1].startswith(PLAN_INSTRUCTION)
-    echoes = [m for m in messages(items) if m.startswith("echo:")]
-    assert PLAN_INSTRUCTION in echoes[0]  # the agent was sent it
+    assert PLAN_INSTRUCTION in echoes(items)[0]  # the agent was sent it
 
 
 def test_configure_session_sets_the_agents_options_and_model(db_url: str, tmp_path: Path) -> None:
@@ -271,7 +281,7 @@ def test_configure_session_sets_the_agents_options_and_model(db_url: str, tmp_pa
     )
     board.work()
     _step, session, items = board.read()
-    states = [m for m in messages(items) if m.startswith("state:")]
+    states = re.findall(r"state: .*", messages(items))
     assert states == [
         'state: mode=default options={"effort": "high", "model": "large"}',
         'state: mode=default options={"effort": "low", "model": "small"}',
@@ -293,9 +303,9 @@ def test_reset_agent_context_opens_a_new_acp_session_and_applies_the_mode_again(
     )
     board.work()
     _step, _session, items = board.read()
-    echoes = [m for m in messages(items) if m.startswith("echo:")]
-    assert len(echoes) == 2
-    assert "(previous: 0)" in echoes[1]  # a fresh conversation remembers nothing
+    said = echoes(items)
+    assert len(said) == 2
+    assert said[1].endswith("(previous: None)")  # a fresh conversation remembers nothing
     assert messages(items).count("state: mode=review options={}") == 2
 
 
@@ -304,9 +314,9 @@ def test_a_conversation_continues_in_the_live_process(db_url: str, tmp_path: Pat
     board = Board(db_url, tmp_path, {"turns": [[]]})
     board.work()
     _step, _session, items = board.read()
-    echoes = [m for m in messages(items) if m.startswith("echo:")]
-    assert "(previous: 0)" in echoes[0]
-    assert "(previous: 1)" in echoes[1]
+    said = echoes(items)
+    assert said[0].endswith("(previous: None)")
+    assert said[1].endswith("(previous: work on it)")
 
 
 def test_a_new_worker_continues_the_conversation_by_session_load(
@@ -320,9 +330,9 @@ def test_a_new_worker_continues_the_conversation_by_session_load(
     board.work("--max-runs", "1")
     board.work()
     _step, _session, items = board.read()
-    echoes = [m for m in messages(items) if m.startswith("echo:")]
-    assert len(echoes) == 2
-    assert "(previous: 1)" in echoes[1]
+    said = echoes(items)
+    assert len(said) == 2
+    assert said[1].endswith("(previous: work on it)")
     assert not [w for w in warnings(items) if "conversation lost" in w]
 
 
@@ -335,8 +345,7 @@ def test_without_session_load_a_new_worker_says_the_conversation_was_lost(
     board.work()
     _step, _session, items = board.read()
     assert len([w for w in warnings(items) if w == "conversation lost"]) == 1
-    echoes = [m for m in messages(items) if m.startswith("echo:")]
-    assert "(previous: 0)" in echoes[1]
+    assert echoes(items)[1].endswith("(previous: None)")
 
 
 @pytest.mark.parametrize(
@@ -409,7 +418,7 @@ def test_deny_answers_a_permission_request_with_a_reject_option(
     )
     board.work()
     _step, _session, items = board.read()
-    assert any(m.startswith("permission: reject") for m in messages(items))
+    assert "permission: no" in messages(items)  # the fake's reject_once option
     (permission,) = [i for i in items if i["kind"] == "permission"]
     assert permission["data"]["decided_by"] == "policy:deny"
 
@@ -454,7 +463,7 @@ def test_an_exec_agent_is_told_the_desired_state_in_its_environment(
         host.profiles.add("env", command=[sys.executable, "-c", code])
         for step in ("Work", "Next"):
             host.participants.add(step=step, role="runner", profile="env", workflow=workflow.id)
-        task = host.tasks.create(workflow=workflow.id, title="Card")
+        task = host.tasks.create(workflow=workflow.id, title="Card", step="Backlog")
         host.tasks.start(task.id)
     done = laneway("--db", db_url, "worker", "--once", cwd=tmp_path)
     assert done.returncode == 0, done.stderr
@@ -486,7 +495,7 @@ def test_an_exec_agents_lines_are_transcript_items_as_they_arrive(
         (workflow,) = host.workflows.import_file(path)
         host.profiles.add("lines", command=[sys.executable, "-c", code])
         host.participants.add(step="Work", role="runner", profile="lines", workflow=workflow.id)
-        task = host.tasks.create(workflow=workflow.id, title="Card")
+        task = host.tasks.create(workflow=workflow.id, title="Card", step="Backlog")
         host.tasks.start(task.id)
     done = laneway("--db", db_url, "worker", "--once", cwd=tmp_path)
     assert done.returncode == 0, done.stderr
@@ -501,3 +510,62 @@ def test_an_exec_agents_lines_are_transcript_items_as_they_arrive(
     (run,) = run_rows(db_url)
     assert {i["run_id"] for i in items} == {run["id"]}
     assert json.loads(run["usage"]) == {"cost_usd": 0.5, "input_tokens": 7, "output_tokens": 3}
+
+
+def test_a_reviewer_decides_through_the_tool_server_and_the_quorum_moves_the_task(
+    db_url: str, tmp_path: Path
+) -> None:
+    """Issue 29 tests: a reviewer seat worked by the fake ACP agent decides through the tool
+    server (`decide`, AGENTS.md "The tool server") and the quorum moves the task; a tool call
+    naming another task is refused; `get_task` answers with the task and its step's prompt."""
+    script = tmp_path / "script.json"
+    script.write_text(
+        json.dumps(
+            {
+                "turns": [
+                    [
+                        {"mcp": {"tool": "get_task", "args": {}}},
+                        {
+                            "mcp": {
+                                "tool": "decide",
+                                "args": {"task_id": "elsewhere", "verdict": "approved"},
+                            }
+                        },
+                        {
+                            "mcp": {
+                                "tool": "decide",
+                                "args": {"verdict": "approved", "comment": "reads well"},
+                            }
+                        },
+                    ]
+                ]
+            }
+        )
+    )
+    with open_host(db_url) as host:
+        wf = host.workflows.create_from_template("office-default")
+        host.workspace.set(office_workflow=wf.id)
+        host.profiles.add(
+            "rev",
+            command=[sys.executable, FAKE],
+            protocol="acp",
+            role="reviewer",
+            env={"FAKE_ACP_SCRIPT_FILE": str(script)},
+        )
+        host.participants.add(step="Review", role="reviewer", profile="rev", workflow=wf.id)
+        task = host.tasks.create(workflow=wf.id, title="Git sync", description="sync the repos")
+        host.tasks.move(task.id, "Review")
+    done = laneway("--db", db_url, "worker", "--once", "--max-runs", "1", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    with open_host(db_url, read_only=True) as host:
+        moved = host.tasks.get(task.id)
+        step = host.workflows.step_by_id(moved.workflow_step_id)[1].name
+        review = next(s.id for s in wf.steps if s.name == "Review")
+        (verdict,) = host.decisions.list(task.id, review)
+        (session,) = host.sessions.list(task=task.id)
+        said = messages([_item(i) for i in host.sessions.items(session.id, limit=100)])
+    assert step == "Approval"
+    assert (verdict.decision, verdict.comment) == ("approved", "reads well")
+    assert f"this run acts for task {task.id} only" in said
+    assert "Git sync" in said  # get_task's answer
+    assert "sync the repos" in said
