@@ -2,4 +2,5 @@
 
 from core.runtime.tools.server import main
 
-main()
+if __name__ == "__main__":  # importing the module (a scan of every module) serves nothing
+    main()

@@ -25,7 +25,7 @@ from multiprocessing.connection import (
     answer_challenge,
     deliver_challenge,
 )
-from typing import TYPE_CHECKING, Any, Self
+from typing import TYPE_CHECKING, Any, ClassVar, Self
 
 import attrs
 from acp.schema import EnvVariable, McpServerStdio
@@ -74,6 +74,9 @@ def mcp_server(grant: Grant) -> McpServerStdio:
 
 class ToolRefused(LanewayError):
     """A tool call its grant does not allow (or no grant at all)."""
+
+    code: ClassVar[str] = "tool_refused"
+    http_status: ClassVar[int] = 403
 
 
 Tool = Callable[[Grant, Mapping[str, Any]], Any]
