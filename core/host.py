@@ -50,6 +50,7 @@ if TYPE_CHECKING:
     from core.plugin.registry import Registry
     from core.runtime.runtime import AgentRuntime
     from core.services import (
+        CommentService,
         DecisionService,
         EntryService,
         ParticipantService,
@@ -205,6 +206,7 @@ class Host:
     runs: _Built[RunService] = _Built(_service("RunService"))
     entries: _Built[EntryService] = _Built(_service("EntryService"))
     plugins: _Built[PluginService] = _Built(_service("PluginService"))
+    comments: _Built[CommentService] = _Built(_service("CommentService"))
 
     @property
     def selection(self) -> PluginSelection:

@@ -283,6 +283,18 @@ class Item:
 
 
 @attrs.frozen
+class Comment:
+    """A comment on a task: by a person (`--author`, default `user`) or an agent (its
+    profile's name, through the tool server)."""
+
+    id: str
+    task_id: str
+    author: str
+    body: str
+    created_at: str
+
+
+@attrs.frozen
 class Participant:
     id: str
     step_id: str

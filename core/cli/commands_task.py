@@ -161,6 +161,32 @@ def task_delete(settings: Settings, ref: str) -> None:
     emit(settings.json, {"deleted": deleted}, [f"deleted {deleted}"])
 
 
+@task.command("comment")
+@click.argument("ref", metavar="T")
+@click.argument("text", metavar="TEXT")
+@click.option("--author", default="user", metavar="A", help="Default: user.")
+@pass_settings
+def task_comment(settings: Settings, ref: str, text: str, author: str) -> None:
+    """Comment on a task; fires on_comment at the task's step."""
+    with writer(settings) as host:
+        added = host.comments.add(ref, text, author=author)
+    emit(settings.json, added, [f"comment {added.id} on task {added.task_id} by {added.author}"])
+
+
+@task.command("comments")
+@click.argument("ref", metavar="T")
+@pass_settings
+def task_comments(settings: Settings, ref: str) -> None:
+    """A task's comments, oldest first."""
+    with reader(settings) as host:
+        found = host.comments.list(ref)
+    emit(
+        settings.json,
+        found,
+        [f"{c.created_at}  {c.author}: {c.body}" for c in found] or ["no comments"],
+    )
+
+
 # -- participants --------------------------------------------------------------------------
 
 

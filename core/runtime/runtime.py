@@ -42,6 +42,7 @@ from core.services.peers import Peers
 if TYPE_CHECKING:
     from core.runtime.acp.facade import McpServer
     from core.runtime.conversation import Conversations
+    from core.runtime.tools.broker import ToolBroker
 
 DEFAULT_RETRY_DELAYS = (5.0, 10.0, 20.0, 40.0, 60.0)
 CANCEL_POLL_S = 0.2
@@ -125,6 +126,9 @@ class AgentRuntime:
         self._guards_lock = threading.Lock()
         self._turns: dict[str, _Turn] = {}
         self._conversations: Conversations | None = None
+        self._broker: ToolBroker | None = None
+        self._tool_tokens: dict[str, str] = {}
+        """The tool-server token each live conversation was opened with, by session."""
 
     # -- the per-session guard ------------------------------------------------------------------
 
@@ -290,20 +294,18 @@ class AgentRuntime:
         if profile.protocol == "acp":
             from core.runtime.conversation import AcpTurn, run_acp_turn
 
-            return run_acp_turn(
-                self.conversations,
-                AcpTurn(
-                    session_id,
-                    profile,
-                    env,
-                    prompt,
-                    Path.cwd(),
-                    want,
-                    session.agent,
-                    self.tool_servers(turn, session_id),
-                ),
-                record,
-            )
+            servers, token = self.tool_servers(turn, session_id)
+            try:
+                return run_acp_turn(
+                    self.conversations,
+                    AcpTurn(
+                        session_id, profile, env, prompt, Path.cwd(), want, session.agent, servers
+                    ),
+                    record,
+                )
+            finally:
+                # between turns the agent's tools act for no run at all
+                self.broker.revoke(token)
         fresh = want.resets > int(session.agent.get("resets_applied") or 0)
         if want.plan_mode:
             prompt = with_plan_instruction(prompt)
@@ -346,9 +348,30 @@ class AgentRuntime:
             self._conversations = Conversations(shared_loop)
         return self._conversations
 
-    def tool_servers(self, turn: _Turn, session_id: str) -> Sequence[McpServer]:
-        """The MCP servers an ACP session is opened with (the `laneway` tool server)."""
-        return ()
+    @property
+    def broker(self) -> ToolBroker:
+        """This process's tool broker: what the `laneway` tool servers of its agents call."""
+        if self._broker is None:
+            from core.runtime.tools.broker import ToolBroker
+
+            self._broker = ToolBroker(self.peers)
+        return self._broker
+
+    def tool_servers(self, turn: _Turn, session_id: str) -> tuple[Sequence[McpServer], str]:
+        """The MCP servers an ACP session is opened (or loaded) with, the `laneway` tool server
+        granted to this turn's run, and the grant's token (revoked when the turn ends)."""
+        from core.runtime.tools.broker import mcp_server
+
+        grant = self.broker.grant(
+            task_id=turn.task_id,
+            step_id=turn.step_id,
+            run_id=turn.run_id,
+            session_id=session_id,
+            agent_profile_id=turn.agent_profile_id,
+            token=self._tool_tokens.get(session_id),
+        )
+        self._tool_tokens[session_id] = grant.token
+        return (mcp_server(grant),), grant.token
 
     def _cancelled_during(self, turn: _Turn, session_id: str, delay: float) -> bool:
         """Wait out a retry delay; True when the user cancels meanwhile, in this process
@@ -378,6 +401,10 @@ class AgentRuntime:
         """The worker is done: the conversations it kept end (their agents' process groups)."""
         if self._conversations is not None:
             self._conversations.close_all()
+        if self._broker is not None:
+            self._broker.close()
+            self._broker = None
+            self._tool_tokens.clear()
 
     def turn_in_flight(self, session_id: str) -> bool:
         return session_id in self._turns

@@ -129,6 +129,17 @@ def task_turn_complete(call: Call) -> Reply:
     return Reply(trigger_json(call.host.turns.complete(call.path["t"], session)))
 
 
+def task_comments(call: Call) -> Reply:
+    return Reply(call.host.comments.list(call.path["t"]))
+
+
+def task_comment(call: Call) -> Reply:
+    added = call.host.comments.add(
+        call.path["t"], call.text("body"), author=call.opt_text("author")
+    )
+    return Reply(added, status=201)
+
+
 def task_entries(call: Call) -> Reply:
     found = call.host.entries.list(task=call.path["t"])
     return Reply([entry_json(e, markers) for e, markers in found])
@@ -276,6 +287,8 @@ ROUTES = [
     Route("/api/tasks/{t}/switch-workflow", endpoint(task_switch_workflow), methods=["POST"]),
     Route("/api/tasks/{t}/archive", endpoint(task_archive), methods=["POST"]),
     Route("/api/tasks/{t}/turn-complete", endpoint(task_turn_complete), methods=["POST"]),
+    Route("/api/tasks/{t}/comments", endpoint(task_comments), methods=["GET"]),
+    Route("/api/tasks/{t}/comments", endpoint(task_comment), methods=["POST"]),
     Route("/api/tasks/{t}/entries", endpoint(task_entries), methods=["GET"]),
     Route("/api/tasks/{t}/decisions", endpoint(task_decisions), methods=["GET"]),
     Route("/api/entries", endpoint(entries_list), methods=["GET"]),

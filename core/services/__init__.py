@@ -10,6 +10,7 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from core.services.comments import CommentService
     from core.services.decisions import DecisionService
     from core.services.entries import EntryService
     from core.services.participants import ParticipantService
@@ -23,6 +24,7 @@ if TYPE_CHECKING:
     from core.services.workspace import WorkspaceService
 
 MODULES = {
+    "CommentService": "comments",
     "DecisionService": "decisions",
     "EntryService": "entries",
     "ParticipantService": "participants",
@@ -38,6 +40,7 @@ MODULES = {
 """Each service class and its module under `core.services`."""
 
 __all__ = [
+    "CommentService",
     "DecisionService",
     "EntryService",
     "ParticipantService",

@@ -15,6 +15,7 @@ if TYPE_CHECKING:
     from core.bundle import Bundle
     from core.engine import Engine
     from core.kernel import Kernel
+    from core.services.comments import CommentService
     from core.services.decisions import DecisionService
     from core.services.entries import EntryService
     from core.services.participants import ParticipantService
@@ -88,3 +89,6 @@ class Peers(Protocol):
 
     @property
     def entries(self) -> EntryService: ...
+
+    @property
+    def comments(self) -> CommentService: ...

@@ -12,6 +12,7 @@ from sqlalchemy.engine import Connection, RowMapping
 from core.model import (
     ActionDecl,
     AgentProfile,
+    Comment,
     Decision,
     Events,
     Item,
@@ -183,6 +184,10 @@ def participant(row: RowLike) -> Participant:
         decision_required=bool(row["decision_required"]),
         position=row["position"],
     )
+
+
+def comment(row: RowLike) -> Comment:
+    return Comment(**{c.name: row[c.name] for c in t.comments.columns})
 
 
 def decision(row: RowLike) -> Decision:

@@ -247,6 +247,21 @@ workflow_step_decisions = sa.Table(
     sa.Index("uq_decisions_run_participant", "run_id", "participant_id", unique=True),
 )
 
+# A task's comments (CLI.md `task comment`); each fires on_comment at the task's step with the
+# operation id `task_comment:<id>`. They go with their task (the foreign key's cascade).
+comments = sa.Table(
+    "comments",
+    metadata,
+    sa.Column("id", sa.String(64), primary_key=True),
+    sa.Column(
+        "task_id", sa.String(64), sa.ForeignKey("tasks.id", ondelete=CASCADE), nullable=False
+    ),
+    sa.Column("author", sa.String(200), nullable=False),
+    sa.Column("body", sa.Text, nullable=False),
+    sa.Column("created_at", sa.String(40), nullable=False),
+    sa.Index("ix_comments_task", "task_id", "created_at"),
+)
+
 runs = sa.Table(
     "runs",
     metadata,

@@ -17,9 +17,12 @@ STEP is one of {"message": T}, {"thought": T}, {"tool_call": {"id", "title", "ki
 {"sleep": S}, {"wait_cancel": true}, {"garbage": T}, {"huge_line": MB}, {"stderr": T},
 {"exit": CODE}, {"close_stdout": true}, {"env": true} (a message `env: [NAMES]`),
 {"state": true} (a message `state: mode=M options={ID: CURRENT, ...}`: what the agent is set to),
-{"error": {"code", "message", "data"?}}, {"stop": REASON} (ends the turn;
-default end_turn). A request's error answer (read, write, terminal) becomes a message
-`error CODE: MESSAGE`. Each prompt's text is also echoed as `echo: TEXT (previous: P)`.
+{"error": {"code", "message", "data"?}}, {"mcp": {"tool": NAME, "args": {...}}} (starts the
+stdio MCP server `laneway` from the mcpServers of the session's session/new or session/load
+with the MCP client SDK, calls the tool, and says `mcp NAME: RESULT TEXT`, or
+`mcp NAME error: TEXT` when the call fails or no `laneway` server was given), {"stop": REASON}
+(ends the turn; default end_turn). A request's error answer (read, write, terminal) becomes a
+message `error CODE: MESSAGE`. Each prompt's text is also echoed as `echo: TEXT (previous: P)`.
 """
 
 from __future__ import annotations
@@ -94,6 +97,7 @@ class FakeAgent(Agent):
         self.mode = script.get("mode", self.modes[0] if self.modes else None)
         self.options = {o["id"]: dict(o) for o in script.get("config_options", [])}
         self.history: dict[str, list[str]] = {}
+        self.mcp_servers: dict[str, list[Any]] = {}
 
     def on_connect(self, conn: Client) -> None:
         self.client = conn
@@ -167,6 +171,7 @@ class FakeAgent(Agent):
             raise RequestError(-32603, "Internal error", {"details": "HTTP 401 Unauthorized"})
         session_id = f"fake-{os.getpid()}-{len(self.history)}"
         self.history[session_id] = []
+        self.mcp_servers[session_id] = list(kwargs.get("mcp_servers") or [])
         self._save(session_id)
         return NewSessionResponse(
             session_id=session_id, modes=self._mode_state(), config_options=self._config() or None
@@ -181,6 +186,7 @@ class FakeAgent(Agent):
         if path is None or not path.exists():
             raise RequestError.resource_not_found(session_id)
         self.history[session_id] = list(json.loads(path.read_text()))
+        self.mcp_servers[session_id] = list(kwargs.get("mcp_servers") or [])
         assert self.client is not None
         for text in self.history[session_id]:  # ACP: load replays the conversation
             await self.client.session_update(session_id, update_agent_message_text(text))
@@ -336,9 +342,39 @@ class FakeAgent(Agent):
         elif "error" in step:
             error = step["error"]
             raise RequestError(error["code"], error["message"], error.get("data"))
+        elif "mcp" in step:
+            call = step["mcp"]
+            await self._say(session_id, await self._mcp(session_id, call["tool"], call.get("args")))
         elif "stop" in step:
             return str(step["stop"])
         return None
+
+    async def _mcp(self, session_id: str, tool: str, args: dict[str, Any] | None) -> str:
+        """Call `tool` on the session's `laneway` MCP server, started as an agent starts one."""
+        from mcp.client.session import ClientSession
+        from mcp.client.stdio import StdioServerParameters, stdio_client
+
+        server = next(
+            (s for s in self.mcp_servers.get(session_id, []) if s.name == "laneway"), None
+        )
+        if server is None or not hasattr(server, "command"):
+            return f"mcp {tool} error: no stdio MCP server named laneway in mcpServers"
+        params = StdioServerParameters(
+            command=server.command,
+            args=list(server.args),
+            env={e.name: e.value for e in server.env},
+        )
+        try:
+            async with (
+                stdio_client(params) as (read, write),
+                ClientSession(read, write) as session,
+            ):
+                await session.initialize()
+                result = await session.call_tool(tool, args or {})
+        except Exception as exc:  # noqa: BLE001 - reported to the test as the agent's message
+            return f"mcp {tool} error: {type(exc).__name__}: {exc}"
+        text = " ".join(getattr(c, "text", "") for c in result.content)
+        return f"mcp {tool} error: {text}" if result.is_error else f"mcp {tool}: {text}"
 
 
 def main() -> None:

@@ -1,0 +1,319 @@
+"""The worker's half of the tool server: answers an agent's tool calls for the run it granted.
+
+The agent's MCP server (`core.runtime.tools.server`) runs in the agent's environment, which
+holds nothing that opens the database. What it holds instead is a per-run capability: the
+path of this broker's unix socket (in a 0700 directory), the broker's authkey (the stdlib
+`multiprocessing.connection` challenge-response, so a process without the key cannot talk to
+the broker at all) and the run's token, which names exactly one task, step and seat. Every
+call is checked against its token's grant; a revoked or unknown token, or a call naming
+another task, is refused. The tools call the same services as an exec agent's JSON lines
+(`core.runtime.runtime`), so a verdict or a completion signal means the same either way.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import shutil
+import tempfile
+import threading
+from collections.abc import Callable, Mapping
+from multiprocessing import AuthenticationError
+from multiprocessing.connection import (
+    Connection,
+    Listener,
+    answer_challenge,
+    deliver_challenge,
+)
+from typing import TYPE_CHECKING, Any, ClassVar, Self
+
+import attrs
+from acp.schema import EnvVariable, McpServerStdio
+
+from core.errors import LanewayError
+from core.logs import logger
+from core.runtime.tools import wire
+
+if TYPE_CHECKING:
+    from core.services.peers import Peers
+
+VERDICTS = ("approved", "rejected", "changes_requested")
+
+
+@attrs.frozen
+class Grant:
+    """What one run may do through the tool server, and how its server reaches the broker."""
+
+    token: str
+    task_id: str
+    step_id: str | None
+    run_id: str | None
+    session_id: str | None
+    agent_profile_id: str | None
+    address: str
+    """The broker's unix socket."""
+    authkey: bytes = attrs.field(repr=False)
+
+
+def mcp_server(grant: Grant) -> McpServerStdio:
+    """The stdio MCP server `laneway` for session/new's and session/load's `mcpServers`: the
+    agent starts it with exactly these three variables (no database URL among them)."""
+    import sys
+
+    return McpServerStdio(
+        name=wire.SERVER_NAME,
+        command=sys.executable,
+        args=["-m", "core.runtime.tools"],
+        env=[
+            EnvVariable(name=wire.SOCKET_ENV, value=grant.address),
+            EnvVariable(name=wire.KEY_ENV, value=grant.authkey.hex()),
+            EnvVariable(name=wire.TOKEN_ENV, value=grant.token),
+        ],
+    )
+
+
+class ToolRefused(LanewayError):
+    """A tool call its grant does not allow (or no grant at all)."""
+
+    code: ClassVar[str] = "tool_refused"
+    http_status: ClassVar[int] = 403
+
+
+Tool = Callable[[Grant, Mapping[str, Any]], Any]
+
+
+class ToolBroker:
+    """Listens on its own unix socket, on a daemon thread (one thread per connection), until
+    `close()`. Built with the services it calls (a `Peers`), never a host."""
+
+    def __init__(self, peers: Peers) -> None:
+        self._peers = peers
+        self._authkey = secrets.token_bytes(32)
+        self._grants: dict[str, Grant] = {}
+        self._lock = threading.Lock()
+        self._closed = threading.Event()
+        # mkdtemp makes the directory 0700: only the worker's user reaches the socket at all
+        self._dir = tempfile.mkdtemp(prefix="laneway-tools-")
+        self.address = os.path.join(self._dir, "broker.sock")
+        # The handshake runs on each connection's own thread (`_serve`), not in accept():
+        # a peer that connects and never answers the challenge stalls only its thread.
+        self._listener = Listener(self.address, family="AF_UNIX")
+        self._tools: dict[str, Tool] = {
+            "get_task": self._get_task,
+            "decide": self._decide,
+            "complete_step": self._complete_step,
+            "comment": self._comment,
+        }
+        self._thread = threading.Thread(
+            target=self._accept, name="laneway-tool-broker", daemon=True
+        )
+        self._thread.start()
+
+    # -- grants -----------------------------------------------------------------------------------
+
+    def grant(
+        self,
+        *,
+        task_id: str,
+        step_id: str | None,
+        run_id: str | None,
+        session_id: str | None,
+        agent_profile_id: str | None,
+        token: str | None = None,
+    ) -> Grant:
+        """A new capability for one run: its token is unguessable and names only this task,
+        step and seat.
+
+        :param token: a token an earlier run of the same conversation held: an ACP agent keeps
+            the tool server it was given for its whole conversation, so a later run of that
+            conversation takes the token over (the earlier run's grant was revoked when it
+            ended, so the token never acts for two runs)."""
+        if self._closed.is_set():
+            raise LanewayError("the tool broker is closed")
+        made = Grant(
+            token=token or secrets.token_urlsafe(32),
+            task_id=task_id,
+            step_id=step_id,
+            run_id=run_id,
+            session_id=session_id,
+            agent_profile_id=agent_profile_id,
+            address=self.address,
+            authkey=self._authkey,
+        )
+        with self._lock:
+            self._grants[made.token] = made
+        return made
+
+    def revoke(self, token: str) -> None:
+        """The run is over: its token no longer acts (a server the agent keeps is refused)."""
+        with self._lock:
+            self._grants.pop(token, None)
+
+    def close(self) -> None:
+        if self._closed.is_set():
+            return
+        self._closed.set()
+        with self._lock:
+            self._grants.clear()
+        try:
+            self._listener.close()
+        finally:
+            shutil.rmtree(self._dir, ignore_errors=True)
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- the channel ------------------------------------------------------------------------------
+
+    def _accept(self) -> None:
+        while not self._closed.is_set():
+            try:
+                conn = self._listener.accept()
+            except OSError:
+                if self._closed.is_set():
+                    return
+                logger.bind(address=self.address).exception("tool broker: accept failed")
+                continue
+            threading.Thread(
+                target=self._serve, args=(conn,), name="laneway-tool-call", daemon=True
+            ).start()
+
+    def _serve(self, conn: Connection) -> None:
+        with conn:
+            try:
+                deliver_challenge(conn, self._authkey)
+                answer_challenge(conn, self._authkey)
+            except (AuthenticationError, OSError, EOFError, ValueError) as exc:
+                # a peer without the key gets no answer at all, only a closed connection
+                logger.bind(reason=str(exc) or type(exc).__name__).warning(
+                    "tool broker: a connection failed authentication"
+                )
+                return
+            while not self._closed.is_set():
+                try:
+                    request = wire.receive(conn)
+                except (EOFError, OSError):
+                    return
+                except ValueError as exc:
+                    wire.send(conn, {"error": f"bad request: {exc}"})
+                    continue
+                wire.send(conn, self.answer(request))
+
+    def answer(self, request: Mapping[str, Any]) -> dict[str, Any]:
+        """One request `{"token", "tool", "args"}`: `{"ok": result}` or `{"error": line}`."""
+        token, tool, args = request.get("token"), request.get("tool"), request.get("args", {})
+        with self._lock:
+            grant = self._grants.get(token) if isinstance(token, str) else None
+        if grant is None:
+            return {"error": "this tool token is unknown or was revoked (its run is over)"}
+        log = logger.bind(
+            task_id=grant.task_id, run_id=grant.run_id, session_id=grant.session_id, tool=tool
+        )
+        try:
+            if not isinstance(tool, str) or tool not in self._tools:
+                raise ToolRefused(f"no tool {tool!r}: the tools are {', '.join(wire.TOOLS)}")
+            if not isinstance(args, dict):
+                raise ToolRefused(f"tool {tool}: arguments must be an object")
+            named = args.get("task_id")
+            if named not in (None, "", grant.task_id):
+                raise ToolRefused(f"this run acts for task {grant.task_id} only")
+            result = self._tools[tool](grant, args)
+        except LanewayError as exc:
+            log.bind(error=str(exc)).warning("agent tool call refused")
+            return {"error": _one_line(str(exc))}
+        except Exception as exc:  # the agent gets one line; the log keeps the rest
+            log.exception("agent tool call failed")
+            return {"error": _one_line(f"tool {tool} failed: {type(exc).__name__}: {exc}")}
+        log.info("agent tool call")
+        return {"ok": result}
+
+    # -- the tools --------------------------------------------------------------------------------
+
+    def _get_task(self, grant: Grant, args: Mapping[str, Any]) -> dict[str, Any]:
+        from core.prompts import build_prompt
+        from core.shapes import plain
+
+        peers = self._peers
+        task = peers.tasks.get(grant.task_id)
+        step_id = grant.step_id or task.workflow_step_id
+        step_json: dict[str, Any] | None = None
+        prompt = task.description
+        decisions: list[dict[str, Any]] = []
+        if task.workflow_id is not None and step_id:
+            wf = peers.workflows.by_id(task.workflow_id)
+            step = wf.step(step_id)
+            if step is not None:
+                step_json = {"id": step.id, "name": step.name, "prompt": step.prompt}
+                prompt = build_prompt(wf.prompt, step.prompt, task.description)
+                decisions = [
+                    {
+                        "verdict": d.decision,
+                        "comment": d.comment,
+                        "participant_id": d.participant_id,
+                        "role": d.role,
+                        "decided_at": d.decided_at,
+                        "superseded": d.superseded_at is not None,
+                        "run_id": d.run_id,
+                    }
+                    for d in peers.decisions.list(task.id, step.id)
+                ]
+        return {
+            "task": {
+                "id": task.id,
+                "title": task.title,
+                "description": task.description,
+                "state": task.state,
+                "step": step_json,
+            },
+            "prompt": prompt,
+            "decisions": decisions,
+            "comments": [plain(c) for c in peers.comments.list(task.id)],
+        }
+
+    def _decide(self, grant: Grant, args: Mapping[str, Any]) -> dict[str, Any]:
+        from core.shapes import decision_result_json
+
+        verdict = args.get("verdict")
+        if verdict not in VERDICTS:
+            raise ToolRefused(f"decide: verdict must be one of {', '.join(VERDICTS)}")
+        comment = args.get("comment") or ""
+        if not isinstance(comment, str):
+            raise ToolRefused("decide: comment must be text")
+        result = self._peers.decisions.record_for_agent(
+            grant.task_id,
+            grant.step_id,
+            grant.agent_profile_id,
+            str(verdict),
+            comment=comment,
+            run_id=grant.run_id,
+        )
+        shaped = decision_result_json(result)
+        shaped["recorded"] = bool(result.get("recorded", True))
+        return shaped
+
+    def _complete_step(self, grant: Grant, args: Mapping[str, Any]) -> dict[str, Any]:
+        if not grant.step_id or not grant.session_id:
+            raise ToolRefused("complete_step: this run works no step of a session")
+        self._peers.sessions.record_effect(grant.session_id, pending_step_signal=grant.step_id)
+        return {"step_complete": True, "step_id": grant.step_id}
+
+    def _comment(self, grant: Grant, args: Mapping[str, Any]) -> dict[str, Any]:
+        from core.shapes import plain
+
+        text = args.get("text")
+        if not isinstance(text, str):
+            raise ToolRefused("comment: text must be text")
+        author = "agent"
+        if grant.agent_profile_id:
+            author = self._peers.profiles.get(grant.agent_profile_id).name
+        added = self._peers.comments.add(grant.task_id, text, author=author)
+        result: dict[str, Any] = plain(added)
+        return result
+
+
+def _one_line(text: str) -> str:
+    line = " ".join(text.split())
+    return line if len(line) <= 500 else line[:497] + "..."
