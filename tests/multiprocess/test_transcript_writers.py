@@ -1,0 +1,119 @@
+"""Transcripts across processes (issue 29): two real processes appending to one session's
+transcript at once never take one seq twice nor skip one (the seq is decided by the INSERT
+under the session row's lock), on SQLite and PostgreSQL; and `session log --follow` in its
+own process prints items as another process keeps them, and ends quietly on Ctrl-C."""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from core import Host
+from tests.agents.conftest import plain_workflow
+from tests.conftest import open_host
+from tests.multiprocess.conftest import LANEWAY, Board, child_env
+
+WRITER = """
+import sys
+from core import Host
+from core.plugin.selection import PluginSelection
+
+url, session, name, rounds = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
+with Host.open(url, plugins=PluginSelection(allow=frozenset({"kanban"}))) as host:
+    print("ready", flush=True)
+    sys.stdin.readline()  # both writers start together
+    for i in range(rounds):
+        host.sessions.append_items(
+            session, [("log", f"{name} {i} a", {}), ("output", f"{name} {i} b", {"i": i})]
+        )
+print("done", flush=True)
+"""
+
+ROUNDS = 40
+
+
+def _session(url: str, tmp_path: Path) -> str:
+    with open_host(url) as host:
+        wf = plain_workflow(host, tmp_path)
+        host.profiles.add("agent", command=["true"])
+        task = host.tasks.create(workflow=wf, title="busy")
+        return host.sessions.start(task.id, profile="agent", external=False).id
+
+
+def test_two_processes_appending_to_one_session_never_double_nor_lose_a_seq(
+    board: Board, tmp_path: Path
+) -> None:
+    """AGENTS.md "What the board sees": one row per item with a per-session sequence
+    number - under two concurrent writer processes, 1..N each exactly once, each writer's
+    items in its own order and each call's two items adjacent."""
+    session = _session(board.url, tmp_path)
+    writers = [
+        subprocess.Popen(
+            [sys.executable, "-c", WRITER, board.url, session, name, str(ROUNDS)],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=child_env(),
+        )
+        for name in ("w1", "w2")
+    ]
+    for w in writers:
+        assert w.stdout is not None
+        assert w.stdout.readline().strip() == "ready", w.stderr.read() if w.stderr else ""
+    for w in writers:
+        assert w.stdin is not None
+        w.stdin.write("go\n")
+        w.stdin.flush()
+    for w in writers:
+        _out, err = w.communicate(timeout=120)
+        assert w.returncode == 0, err
+
+    with Host.open(board.url, read_only=True) as host:
+        items = host.sessions.items(session, limit=1000)
+    total = 2 * 2 * ROUNDS
+    assert [i.seq for i in items] == list(range(1, total + 1))
+    for name in ("w1", "w2"):
+        mine = [i.text for i in items if i.text.startswith(name + " ")]
+        assert mine == [f"{name} {i} {part}" for i in range(ROUNDS) for part in ("a", "b")]
+    for first, second in zip(items[::2], items[1::2], strict=True):
+        assert second.text == first.text[:-1] + "b"  # one call's items stay together
+
+
+def test_session_log_follow_prints_new_items_as_json_lines_and_ctrl_c_exits_zero(
+    board: Board, tmp_path: Path
+) -> None:
+    """CLI.md: `session log S --follow` prints new items as they come until interrupted
+    (JSON lines with --json); Ctrl-C ends it with exit 0 and nothing on stderr."""
+    session = _session(board.url, tmp_path)
+    with open_host(board.url) as host:
+        host.sessions.append_items(session, [("prompt", "old", {})])
+    follower = subprocess.Popen(
+        [LANEWAY, "--db", board.url, "--json", "session", "log", session, "--follow"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=child_env(),
+        cwd=tmp_path,
+    )
+    assert follower.stdout is not None
+    try:
+        first = json.loads(follower.stdout.readline())
+        assert (first["seq"], first["kind"], first["text"]) == (1, "prompt", "old")
+        with open_host(board.url) as host:
+            host.sessions.append_items(session, [("message", "new", {}), ("log", "newer", {})])
+        lines = [json.loads(follower.stdout.readline()) for _ in range(2)]
+        assert [(i["seq"], i["text"]) for i in lines] == [(2, "new"), (3, "newer")]
+        time.sleep(0.2)
+        follower.send_signal(signal.SIGINT)
+        _rest, err = follower.communicate(timeout=30)
+    finally:
+        if follower.poll() is None:
+            follower.kill()
+            follower.wait()
+    assert follower.returncode == 0
+    assert err == ""
