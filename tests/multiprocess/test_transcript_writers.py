@@ -5,6 +5,7 @@ own process prints items as another process keeps them, and ends quietly on Ctrl
 
 from __future__ import annotations
 
+import itertools
 import json
 import signal
 import subprocess
@@ -19,6 +20,7 @@ from tests.multiprocess.conftest import LANEWAY, Board, child_env
 
 WRITER = """
 import sys
+import time
 from core import Host
 from core.plugin.selection import PluginSelection
 
@@ -30,6 +32,7 @@ with Host.open(url, plugins=PluginSelection(allow=frozenset({"kanban"}))) as hos
         host.sessions.append_items(
             session, [("log", f"{name} {i} a", {}), ("output", f"{name} {i} b", {"i": i})]
         )
+        time.sleep(0.005)  # SQLite's queued writer gets its turn (else one writer may run through)
 print("done", flush=True)
 """
 
@@ -82,6 +85,9 @@ def test_two_processes_appending_to_one_session_never_double_nor_lose_a_seq(
         assert mine == [f"{name} {i} {part}" for i in range(ROUNDS) for part in ("a", "b")]
     for first, second in zip(items[::2], items[1::2], strict=True):
         assert second.text == first.text[:-1] + "b"  # one call's items stay together
+    writer_of = [i.text.split()[0] for i in items]
+    switches = sum(1 for a, b in itertools.pairwise(writer_of) if a != b)
+    assert switches > 1, "the writers did not run at the same time"
 
 
 def test_session_log_follow_prints_new_items_as_json_lines_and_ctrl_c_exits_zero(
