@@ -14,7 +14,7 @@ import pytest
 from core import runs
 from tests.agents.conftest import plain_workflow
 from tests.conftest import open_host
-from tests.serve.conftest import Served, laneway, start_serve
+from tests.serve.conftest import EventReader, Served, laneway, start_serve
 
 pytestmark = pytest.mark.slow
 
@@ -91,3 +91,24 @@ def test_transcript_route_mistakes_are_400_and_404(board: tuple[Served, dict[str
         assert "limit" in too_many.json()["error"]
         assert client.get("/api/runs/zzzzzzzz").status_code == 404
         assert client.get("/api/sessions/zzzzzzzz/transcript").status_code == 404
+
+
+def test_a_kept_item_reaches_the_event_stream_live(
+    board: tuple[Served, dict[str, str]],
+) -> None:
+    """HTTP.md events: `agent.item` (session_id, run_id, seq, kind, text) whichever process
+    kept the item: here another process, while the stream is open."""
+    served, ids = board
+    reader = EventReader(served, task=ids["task"])
+    try:
+        with open_host(ids["db"]) as host:
+            host.sessions.append_items(
+                ids["session"], [("message", "live!", {})], run_id=ids["run"]
+            )
+        got = reader.wait_for(lambda es: any(e.data.get("seq") == 4 for e in es))
+    finally:
+        reader.close()
+    (item,) = [e for e in got if e.type == "agent.item" and e.data["seq"] == 4]
+    assert item.data["task_id"] == ids["task"]
+    assert (item.data["session_id"], item.data["run_id"]) == (ids["session"], ids["run"])
+    assert (item.data["kind"], item.data["text"]) == ("message", "live!")
