@@ -13,7 +13,7 @@ import sys
 import time
 from pathlib import Path
 
-from core import Host
+from core import Host, runs
 from tests.agents.conftest import plain_workflow
 from tests.conftest import open_host
 from tests.multiprocess.conftest import LANEWAY, Board, child_env
@@ -38,6 +38,21 @@ print("done", flush=True)
 
 ROUNDS = 40
 
+USAGE_WRITER = """
+import sys
+import time
+from core import Host
+from core.plugin.selection import PluginSelection
+
+url, run, rounds = sys.argv[1], sys.argv[2], int(sys.argv[3])
+with Host.open(url, plugins=PluginSelection(allow=frozenset({"kanban"}))) as host:
+    print("ready", flush=True)
+    sys.stdin.readline()
+    for _ in range(rounds):
+        host.runs.record_usage(run, {"cost_usd": 0.5, "input_tokens": 2, "output_tokens": 1})
+        time.sleep(0.005)
+"""
+
 
 def _session(url: str, tmp_path: Path) -> str:
     with open_host(url) as host:
@@ -54,27 +69,7 @@ def test_two_processes_appending_to_one_session_never_double_nor_lose_a_seq(
     number - under two concurrent writer processes, 1..N each exactly once, each writer's
     items in its own order and each call's two items adjacent."""
     session = _session(board.url, tmp_path)
-    writers = [
-        subprocess.Popen(
-            [sys.executable, "-c", WRITER, board.url, session, name, str(ROUNDS)],
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-            env=child_env(),
-        )
-        for name in ("w1", "w2")
-    ]
-    for w in writers:
-        assert w.stdout is not None
-        assert w.stdout.readline().strip() == "ready", w.stderr.read() if w.stderr else ""
-    for w in writers:
-        assert w.stdin is not None
-        w.stdin.write("go\n")
-        w.stdin.flush()
-    for w in writers:
-        _out, err = w.communicate(timeout=120)
-        assert w.returncode == 0, err
+    _together([[WRITER, board.url, session, name, str(ROUNDS)] for name in ("w1", "w2")])
 
     with Host.open(board.url, read_only=True) as host:
         items = host.sessions.items(session, limit=1000)
@@ -88,6 +83,57 @@ def test_two_processes_appending_to_one_session_never_double_nor_lose_a_seq(
     writer_of = [i.text.split()[0] for i in items]
     switches = sum(1 for a, b in itertools.pairwise(writer_of) if a != b)
     assert switches > 1, "the writers did not run at the same time"
+
+
+def _together(scripts: list[list[str]]) -> None:
+    """Start each script, wait until every one is ready, let them all go, wait for them."""
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-c", *argv],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=child_env(),
+        )
+        for argv in scripts
+    ]
+    for p in procs:
+        assert p.stdout is not None
+        assert p.stdout.readline().strip() == "ready", p.stderr.read() if p.stderr else ""
+    for p in procs:
+        assert p.stdin is not None
+        p.stdin.write("go\n")
+        p.stdin.flush()
+    for p in procs:
+        _out, err = p.communicate(timeout=120)
+        assert p.returncode == 0, err
+
+
+def test_usage_reported_by_two_processes_at_once_all_counts(board: Board, tmp_path: Path) -> None:
+    """CLI.md: agents report cost and tokens; a run's usage adds up every report, even when
+    two processes report at once (the run's row is locked for the read and the write)."""
+    with open_host(board.url) as host:
+        wf = plain_workflow(host, tmp_path)
+        profile = host.profiles.add("agent", command=["true"])
+        task = host.tasks.create(workflow=wf, title="spend")
+        run = host.runs.enqueue(
+            runs.RunRequest(
+                agent_profile_id=profile.id,
+                task_id=task.id,
+                workflow_step_id=task.workflow_step_id,
+                reason="task_assigned",
+            )
+        ).run_id
+    _together([[USAGE_WRITER, board.url, run, str(ROUNDS)] for _ in range(2)])
+    with Host.open(board.url, read_only=True) as host:
+        found = host.runs.get(run)
+    assert found is not None
+    assert dict(found.usage or {}) == {
+        "cost_usd": 2 * ROUNDS * 0.5,
+        "input_tokens": 2 * ROUNDS * 2,
+        "output_tokens": 2 * ROUNDS,
+    }
 
 
 def test_session_log_follow_prints_new_items_as_json_lines_and_ctrl_c_exits_zero(
