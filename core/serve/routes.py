@@ -14,7 +14,10 @@ from core.serve.http import Call, Reply, bad, endpoint
 from core.shapes import (
     decision_result_json,
     entry_json,
+    item_json,
     plain,
+    run_show_json,
+    session_json,
     template_json,
     trigger_json,
     workflow_json,
@@ -204,11 +207,44 @@ def sessions_list(call: Call) -> Reply:
     task = call.query.get("task")
     if not task:
         raise bad("query 'task': required")
-    return Reply(call.host.sessions.list(task=task))
+    found = call.host.sessions.list(task=task)
+    profiles = call.host.profiles.list()
+    return Reply([session_json(s, profiles) for s in found])
 
 
 def session_send(call: Call) -> Reply:
-    return Reply(call.host.sessions.send(call.path["s"], call.text("text")))
+    sent = call.host.sessions.send(call.path["s"], call.text("text"))
+    return Reply(session_json(sent, call.host.profiles.list()))
+
+
+def _count(call: Call, name: str, default: int) -> int:
+    raw = call.query.get(name)
+    if raw is None:
+        return default
+    try:
+        return int(raw)
+    except ValueError:
+        raise bad(f"query {name!r}: expected a whole number, got {raw!r}") from None
+
+
+def session_transcript(call: Call) -> Reply:
+    """As `session log --json`, a page at a time: `?after=SEQ&limit=N` (default 100)."""
+    host = call.host
+    session = host.sessions.find(call.path["s"])
+    run = call.query.get("run")
+    items = host.sessions.items(
+        session.id,
+        run_id=host.runs.find(run).id if run else None,
+        after=_count(call, "after", 0),
+        limit=_count(call, "limit", 100),
+    )
+    return Reply([item_json(i) for i in items])
+
+
+def run_show(call: Call) -> Reply:
+    """As `runs show --json`: the run and its transcript."""
+    run = call.host.runs.find(call.path["r"])
+    return Reply(run_show_json(run, call.host.sessions.run_items(run.id)))
 
 
 def session_cancel_retry(call: Call) -> Reply:
@@ -216,7 +252,7 @@ def session_cancel_retry(call: Call) -> Reply:
     # and handed to this process's runtime in case the loop runs here.
     cancelled = call.host.sessions.request_cancel_retry(call.path["s"])
     call.host.runtime.cancel_retry(cancelled.id)
-    return Reply(cancelled)
+    return Reply(session_json(cancelled, call.host.profiles.list()))
 
 
 # -- the board page's one-request view -------------------------------------------------------------
@@ -293,9 +329,11 @@ ROUTES = [
     Route("/api/tasks/{t}/decisions", endpoint(task_decisions), methods=["GET"]),
     Route("/api/entries", endpoint(entries_list), methods=["GET"]),
     Route("/api/runs", endpoint(runs_list), methods=["GET"]),
+    Route("/api/runs/{r}", endpoint(run_show), methods=["GET"]),
     Route("/api/decisions", endpoint(decision_record), methods=["POST"]),
     Route("/api/sessions", endpoint(sessions_list), methods=["GET"]),
     Route("/api/sessions/{s}/send", endpoint(session_send), methods=["POST"]),
     Route("/api/sessions/{s}/cancel-retry", endpoint(session_cancel_retry), methods=["POST"]),
+    Route("/api/sessions/{s}/transcript", endpoint(session_transcript), methods=["GET"]),
     Route("/api/board", endpoint(board), methods=["GET"]),
 ]

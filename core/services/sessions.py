@@ -24,7 +24,7 @@ from core.store import tables as t
 from core.text import bounded_data, cut_text
 
 S = t.task_sessions
-I = t.transcript_items  # noqa: E741
+ITEMS = t.transcript_items
 
 EVENT_TEXT: Final = 4096
 """The longest text an `agent.item` event carries (HTTP.md: cut to 4 KiB)."""
@@ -34,20 +34,20 @@ MAX_ITEMS_PAGE: Final = 1000
 # writers can never both take one number (the session row is locked first, and SQLite's
 # writers queue on BEGIN IMMEDIATE), and no number is skipped.
 _APPEND = (
-    sa.insert(I)
+    sa.insert(ITEMS)
     .from_select(
         ["session_id", "seq", "run_id", "kind", "text", "data", "at"],
         sa.select(
             sa.bindparam("session_id", type_=sa.String),
-            sa.func.coalesce(sa.func.max(I.c.seq), 0) + 1,
+            sa.func.coalesce(sa.func.max(ITEMS.c.seq), 0) + 1,
             sa.bindparam("run_id", type_=sa.String),
             sa.bindparam("kind", type_=sa.String),
             sa.bindparam("text", type_=sa.Text),
             sa.bindparam("data", type_=sa.Text),
             sa.bindparam("at", type_=sa.String),
-        ).where(I.c.session_id == sa.bindparam("session_id", type_=sa.String)),
+        ).where(ITEMS.c.session_id == sa.bindparam("session_id", type_=sa.String)),
     )
-    .returning(I.c.seq)
+    .returning(ITEMS.c.seq)
 )
 
 
@@ -324,19 +324,23 @@ class SessionService(Service):
         if not 1 <= limit <= MAX_ITEMS_PAGE:
             raise LanewayError(f"transcript limit {limit}: must be 1 to {MAX_ITEMS_PAGE}")
         query = (
-            sa.select(I)
-            .where(I.c.session_id == session_id, I.c.seq > after)
-            .order_by(I.c.seq)
+            sa.select(ITEMS)
+            .where(ITEMS.c.session_id == session_id, ITEMS.c.seq > after)
+            .order_by(ITEMS.c.seq)
             .limit(limit)
         )
         if run_id is not None:
-            query = query.where(I.c.run_id == run_id)
+            query = query.where(ITEMS.c.run_id == run_id)
         with self.peers.store.read() as conn:
             return [rows.item(r) for r in conn.execute(query).mappings()]
 
     def run_items(self, run_id: str) -> builtins.list[Item]:
         """Every transcript item of one run, in the order they were kept."""
-        query = sa.select(I).where(I.c.run_id == run_id).order_by(I.c.session_id, I.c.seq)
+        query = (
+            sa.select(ITEMS)
+            .where(ITEMS.c.run_id == run_id)
+            .order_by(ITEMS.c.session_id, ITEMS.c.seq)
+        )
         with self.peers.store.read() as conn:
             return [rows.item(r) for r in conn.execute(query).mappings()]
 

@@ -78,6 +78,7 @@ TYPES: Final = (
     "run.failed",
     "decision.recorded",
     "session.state",
+    "agent.item",
     "agent_error.dispatched",
 )
 OBSERVED_ONLY: Final = ("agent.output",)
