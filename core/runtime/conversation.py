@@ -16,6 +16,7 @@ Nothing here touches the database itself: the turn's `Record` does, on the turn'
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 from collections import OrderedDict
@@ -27,7 +28,7 @@ import attrs
 
 from core.logs import logger
 from core.model import AgentProfile
-from core.runtime.acp.facade import AcpLoop, AgentConnection, McpServer
+from core.runtime.acp.facade import INIT_TIMEOUT, AcpLoop, AgentConnection, McpServer
 from core.runtime.acp.values import (
     AcpError,
     PermissionPolicy,
@@ -42,6 +43,17 @@ LIVE_LIMIT: Final = 32
 """Conversations a worker keeps alive between turns; the least recently used one past it ends
 (its next turn loads it again, or starts afresh)."""
 IDLE_POLL: Final = 0.5
+
+
+def init_timeout() -> float:
+    """How long an agent may take to answer `initialize`: `LANEWAY_ACP_INIT_TIMEOUT` seconds
+    on the worker, default 30 (an adapter that starts through npx may need more)."""
+    raw = os.environ.get("LANEWAY_ACP_INIT_TIMEOUT", "")
+    try:
+        value = float(raw) if raw else INIT_TIMEOUT
+    except ValueError:
+        value = INIT_TIMEOUT
+    return value if value > 0 else INIT_TIMEOUT
 
 
 class Record(Protocol):
@@ -87,7 +99,9 @@ class Conversations:
             profile.permissions,  # type: ignore[arg-type]  # checked when the profile was stored
             frozenset(profile.auto_allow),
         )
-        return self._loop().start_agent(profile.command, env=env, cwd=cwd, policy=policy)
+        return self._loop().start_agent(
+            profile.command, env=env, cwd=cwd, policy=policy, init_timeout=init_timeout()
+        )
 
     def take(self, session_id: str) -> AgentConnection | None:
         with self._lock:
