@@ -15,6 +15,7 @@ from __future__ import annotations
 import os
 import secrets
 import shutil
+import sys
 import tempfile
 import threading
 from collections.abc import Callable, Mapping
@@ -58,8 +59,6 @@ class Grant:
 def mcp_server(grant: Grant) -> McpServerStdio:
     """The stdio MCP server `laneway` for session/new's and session/load's `mcpServers`: the
     agent starts it with exactly these three variables (no database URL among them)."""
-    import sys
-
     return McpServerStdio(
         name=wire.SERVER_NAME,
         command=sys.executable,
@@ -97,7 +96,7 @@ class ToolBroker:
         self.address = os.path.join(self._dir, "broker.sock")
         # The handshake runs on each connection's own thread (`_serve`), not in accept():
         # a peer that connects and never answers the challenge stalls only its thread.
-        self._listener = Listener(self.address, family="AF_UNIX")
+        self._listener = Listener(self.address, family="AF_UNIX", backlog=16)
         self._tools: dict[str, Tool] = {
             "get_task": self._get_task,
             "decide": self._decide,
