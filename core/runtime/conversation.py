@@ -207,11 +207,15 @@ def _prepare(conn: AgentConnection, turn: AcpTurn, record: Record) -> tuple[Sess
     if fresh or state is None:
         state = None
         if not fresh and isinstance(stored, str) and stored:
-            state = conn.load_session(stored, turn.cwd, turn.mcp_servers)
+            reason = "the agent cannot load it"
+            try:
+                state = conn.load_session(stored, turn.cwd, turn.mcp_servers)
+            except AcpError as exc:
+                if exc.end.route == "R3" or not conn.alive:
+                    raise  # authentication, or an agent gone: the turn fails as it says
+                state, reason = None, exc.end.message
             if state is None:
-                record.warning(
-                    "conversation lost", acp_session_id=stored, reason="the agent cannot load it"
-                )
+                record.warning("conversation lost", acp_session_id=stored, reason=reason)
         if state is None:
             state = conn.new_session(turn.cwd, turn.mcp_servers)
             report["original"] = {

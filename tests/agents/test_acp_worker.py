@@ -377,6 +377,53 @@ def test_how_an_acp_turn_ends_routes_it(
     assert [r["status"] for r in run_rows(db_url)] == ["failed"]
 
 
+@pytest.mark.parametrize(
+    ("script", "route", "message"),
+    [
+        ({"init": "auth_error"}, "R3", "run `fake login` first"),
+        ({"new": "auth_error"}, "R3", "HTTP 401 Unauthorized"),
+    ],
+    ids=["initialize", "session-new"],
+)
+def test_an_authentication_error_before_the_prompt_is_r3_with_the_agents_message(
+    db_url: str, tmp_path: Path, script: dict[str, Any], route: str, message: str
+) -> None:
+    """AGENTS.md "How a turn ends (ACP)": an error that says authentication is needed, at
+    `initialize` or `session/new` (as at `session/prompt`), is R3 with the agent's message."""
+    board = Board(db_url, tmp_path, script)
+    board.work()
+    step, session, _items = board.read()
+    error = session.metadata["last_agent_error"]
+    assert (error["route"], step) == (route, "Trouble")
+    assert message in error["message"]
+    assert error["message"].startswith("authentication failed")
+
+
+def test_an_agent_that_cannot_be_started_is_r2(db_url: str, tmp_path: Path) -> None:
+    """AGENTS.md "How a turn ends (ACP)": the process cannot be started -> R2."""
+    board = Board(db_url, tmp_path, {}, command=[str(tmp_path / "no-such-agent")])
+    board.work()
+    step, session, _items = board.read()
+    error = session.metadata["last_agent_error"]
+    assert (error["route"], step) == ("R2", "Trouble")
+    assert "no-such-agent" in error["message"]
+
+
+def test_an_authentication_error_at_session_load_is_r3(db_url: str, tmp_path: Path) -> None:
+    """AGENTS.md: ... at `session/load` too (a second worker loads the conversation)."""
+    state = tmp_path / "conversations"
+    state.mkdir()
+    script = {"load_session": True, "state_dir": str(state), "turns": [[]]}
+    board = Board(db_url, tmp_path, script)
+    board.work("--max-runs", "1")
+    (tmp_path / "script.json").write_text(json.dumps({**script, "load": "auth_error"}))
+    board.work()
+    step, session, _items = board.read()
+    error = session.metadata["last_agent_error"]
+    assert (error["route"], step) == ("R3", "Trouble")
+    assert "session expired: log in again" in error["message"]
+
+
 def test_max_tokens_ends_the_turn_with_a_warning(db_url: str, tmp_path: Path) -> None:
     """AGENTS.md: max_tokens (and max_turn_requests) end the turn, with a WARNING."""
     board = Board(db_url, tmp_path, {"turns": [[{"stop": "max_tokens"}], []]})
@@ -569,3 +616,22 @@ def test_a_reviewer_decides_through_the_tool_server_and_the_quorum_moves_the_tas
     assert f"this run acts for task {task.id} only" in said
     assert "Git sync" in said  # get_task's answer
     assert "sync the repos" in said
+
+
+def test_a_conversation_the_agent_no_longer_has_is_lost_not_failed(
+    db_url: str, tmp_path: Path
+) -> None:
+    """AGENTS.md: session/load that the agent cannot serve (it forgot the conversation) is not
+    the agent's failure: a new ACP session and a WARNING `conversation lost`."""
+    state = tmp_path / "conversations"
+    state.mkdir()
+    script = {"load_session": True, "state_dir": str(state), "turns": [[]]}
+    board = Board(db_url, tmp_path, script)
+    board.work("--max-runs", "1")
+    for kept in state.iterdir():
+        kept.unlink()
+    board.work()
+    step, _session, items = board.read()
+    assert step == "Done"
+    assert len([w for w in warnings(items) if w == "conversation lost"]) == 1
+    assert echoes(items)[1].endswith("(previous: None)")
