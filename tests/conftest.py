@@ -4,14 +4,18 @@ reachable (LANEWAY_TEST_PG_URL, set by .ci/run), on PostgreSQL too."""
 from __future__ import annotations
 
 import os
+import sqlite3
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 import sqlalchemy as sa
 
 from core import Host
 from core.plugin.selection import PluginSelection
+from core.store import dialect
+from core.store.database import Store
 
 PG_URL = os.environ.get("LANEWAY_TEST_PG_URL")
 REPO = Path(__file__).resolve().parents[1]
@@ -47,6 +51,93 @@ def _reset_postgres(url: str) -> None:
         conn.exec_driver_sql("DROP SCHEMA public CASCADE")
         conn.exec_driver_sql("CREATE SCHEMA public")
     engine.dispose()
+
+
+_MIGRATION_MODULES = frozenset(
+    {"test_store_migrations.py", "test_store_revision_check.py", "test_store_arrival_pages.py"}
+)
+_sqlite_template: list[Path] = []
+_pg_script: list[tuple[str, Any, bool]] = []
+"""The statements the migrations ran on the first fresh PostgreSQL board of this process."""
+
+
+@pytest.fixture(autouse=True)
+def _fresh_boards_from_a_template(
+    request: pytest.FixtureRequest,
+    monkeypatch: pytest.MonkeyPatch,
+    tmp_path_factory: pytest.TempPathFactory,
+) -> None:
+    """A fresh board in this process gets the schema the migrations built on the first fresh
+    board of the same process, instead of running every migration through alembic again: on
+    SQLite its pages are copied (sqlite3's backup API: AUTOINCREMENT and all), on PostgreSQL
+    the statements the migrations sent are sent again, in one transaction. Only
+    `migrate.upgrade` to head on a database with no tables at all takes the copy; the
+    migration tests themselves, every other shape (an older revision, a non-empty database)
+    and every process a test starts (`laneway ...`) run alembic for real.
+    LANEWAY_TEST_NO_TEMPLATE=1 turns the copy off."""
+    if request.node.path.name in _MIGRATION_MODULES or os.environ.get("LANEWAY_TEST_NO_TEMPLATE"):
+        return
+    from core.store import migrate
+
+    real = migrate.upgrade
+
+    def upgrade(store: Any, revision: str = "head") -> str:
+        if revision != "head" or not _empty(store):
+            return real(store, revision)
+        if store.is_sqlite:
+            path = dialect.sqlite_path(store.url)
+            if path is None:
+                return real(store, revision)
+            _copy_sqlite_template(real, Path(path), tmp_path_factory)
+        elif _pg_script:
+            with store.transaction() as uow:
+                for statement, parameters, _many in _pg_script:
+                    uow.conn.exec_driver_sql(statement, parameters)
+        else:
+            return _record_pg_migration(real, store)
+        return migrate.HEAD_REVISION
+
+    monkeypatch.setattr(migrate, "upgrade", upgrade)
+
+
+def _copy_sqlite_template(real: Any, path: Path, factory: pytest.TempPathFactory) -> None:
+    if not _sqlite_template:
+        template = factory.mktemp("template") / "board.db"
+        built = Store(f"sqlite:///{template}")
+        try:
+            real(built)
+        finally:
+            built.close()
+        _sqlite_template.append(template)
+    source = sqlite3.connect(_sqlite_template[0])
+    target = sqlite3.connect(path)
+    try:
+        source.backup(target)
+    finally:
+        target.close()
+        source.close()
+
+
+def _record_pg_migration(real: Any, store: Any) -> str:
+    seen: list[tuple[str, Any, bool]] = []
+
+    def keep(
+        _conn: Any, _cursor: Any, statement: str, parameters: Any, _ctx: Any, many: bool
+    ) -> None:
+        seen.append((statement, parameters, many))
+
+    sa.event.listen(store.engine, "before_cursor_execute", keep)
+    try:
+        revision: str = real(store)
+    finally:
+        sa.event.remove(store.engine, "before_cursor_execute", keep)
+    _pg_script.extend(seen)
+    return revision
+
+
+def _empty(store: Any) -> bool:
+    with store.read() as conn:
+        return not sa.inspect(conn).get_table_names()
 
 
 @pytest.fixture(params=["sqlite", "postgresql"])
