@@ -46,7 +46,7 @@ if TYPE_CHECKING:
     from core.engine import Engine
     from core.kernel import Kernel
     from core.operations import Operations
-    from core.plugin.loading import LoadedPlugins
+    from core.plugin.loaded import LoadedPlugins
     from core.plugin.registry import Registry
     from core.runtime.runtime import AgentRuntime
     from core.services import (

@@ -31,7 +31,7 @@ from core.plugin.calls import (
 )
 from core.plugin.features import Features
 from core.plugin.kinds import ActionKind, GuardKind
-from core.plugin.loading import ESSENTIAL, LoadedPlugins, PluginError, PluginInfo
+from core.plugin.loaded import ESSENTIAL, LoadedPlugins, PluginError, PluginInfo
 
 
 class RegistryError(LanewayError):
