@@ -70,7 +70,9 @@ def run(
     action_log = log.bind(action_type=decl.kind, position=decl.position)
     if registered is None:
         if warn_unexecutable:
-            action_log.warning("action kind has no provider; skipped")
+            action_log.bind(why=registry.unavailable(decl.kind)).warning(
+                "no plugin declares this action kind; skipped"
+            )
         return None
     if not registered.kind.trigger_ok(trigger):
         action_log.warning("action kind cannot run on this trigger; skipped")
@@ -78,8 +80,8 @@ def run(
     kind = registered.kind
     if not registered.executable or kind.execute is None:
         if warn_unexecutable:
-            action_log.bind(feature=kind.feature).warning(
-                "action kind has no executor (feature off); skipped"
+            action_log.bind(feature=kind.feature, why=registry.unavailable(decl.kind)).warning(
+                "action kind has no executor in this configuration; skipped"
             )
         return None
     args = (kernel, task, step, trigger, decl, log, operation_id, payload, session_id)

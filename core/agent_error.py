@@ -204,6 +204,7 @@ def _walk(host: Peers, registry: Any, task: Task, failure: AgentFailure) -> None
                 action_type=decl.kind,
                 task_id=task.id,
                 session_id=failure.session_id,
+                why=registry.unavailable(decl.kind),
             ).warning("on_agent_error action has no executor")
 
 

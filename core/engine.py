@@ -272,9 +272,9 @@ class Engine:
         workflow = self.kernel.read.workflow(task.workflow_id)
         step = workflow.step(task.workflow_step_id)
         assert step is not None
-        registered = self.registry.kind(kind)
-        if registered is None or not registered.executable:
-            raise LanewayError(f"no plugin provides the {kind!r} action")
+        why = self.registry.unavailable(kind)
+        if why is not None:
+            raise LanewayError(f"cannot run action {kind!r}: {why}")
         decl = ActionDecl(0, kind, config)
         cause = self._run(
             decl, task, step, "manual", _bound(task, step, "manual"), None, None, None
@@ -299,18 +299,19 @@ class Engine:
         if decl.config.get("requires_approval"):
             return False
         for name, config in guards_of(decl).items():
-            registered = self.registry.guard(name)
-            if registered is None or not registered.enabled:
+            why = self.registry.unavailable_guard(name)
+            if why is not None:
                 if name in warned:
                     return False
                 warned.add(name)
-                why = "guard has no provider" if registered is None else "guard's feature is off"
-                log.bind(guard=name, position=decl.position).warning(
-                    f"guarded transition not taken: {why}"
+                log.bind(guard=name, position=decl.position, why=why).warning(
+                    "guarded transition not taken: the guard never passes"
                 )
                 if refusals is not None:
                     refusals.append((name, why))
                 return False
+            registered = self.registry.guard(name)
+            assert registered is not None  # available means declared and enabled
             ctx = GuardContext(task, step, trigger, self.kernel.services, log)
             result = registered.guard.evaluate(ctx, registered.guard.validate(config))
             if not result.satisfied:

@@ -75,6 +75,36 @@ class Registry:
     def guards_of(self, plugin: str) -> list[str]:
         return sorted(n for n, g in self.guards.items() if g.plugin == plugin)
 
+    def unavailable(self, name: str) -> str | None:
+        """Why the action kind `name` cannot run with this registry, or None when it can.
+
+        The one wording of it: the workflow check reports it as the problem and the
+        dispatcher's WARNING carries it (``why``), so a kind nobody declares, one whose
+        feature is off and one declared without an executor read the same everywhere."""
+        registered = self.kinds.get(name)
+        if registered is None:
+            return f"kind '{name}' is not declared by any loaded plugin"
+        if registered.executable:
+            return None
+        feature = registered.kind.feature
+        if feature is not None and not self.features.enabled(feature):
+            return f"kind '{name}' has no executor (feature '{feature}' is off)"
+        return f"kind '{name}' has no executor (plugin '{registered.plugin}' declares no executor)"
+
+    def unavailable_guard(self, name: str, *, on: str | None = None) -> str | None:
+        """Why the guard `name` (on the kind `on`, when given) never passes, or None when it
+        is evaluated: `unavailable`'s wording for guards."""
+        subject = f"guard '{name}'" if on is None else f"guard '{name}' on kind '{on}'"
+        registered = self.guards.get(name)
+        if registered is None:
+            return f"{subject} is not declared by any loaded plugin"
+        if registered.enabled:
+            return None
+        feature = registered.guard.feature
+        if feature is not None:
+            return f"{subject} never passes (feature '{feature}' is off)"
+        return f"{subject} never passes (plugin '{registered.plugin}' disabled it)"
+
 
 def build_registry(loaded: LoadedPlugins, features: Features) -> Registry:
     kinds: dict[str, RegisteredKind] = {}

@@ -75,10 +75,11 @@ def _free_name(taken: set[str], base: str) -> str:
 
 def build_board(host: Host, state_dir: Path) -> Board:
     """Office Default with scripted agents in its seats, and one task (not started yet)."""
-    kind = host.registry.kind("queue_run_for_each_participant")
-    if not host.features.office or kind is None or not kind.executable:
+    why = host.registry.unavailable("queue_run_for_each_participant")
+    if not host.features.office or why is not None:
         raise DemoFailed(
-            "the demo needs the office plugin with its feature on (drop --no-office, turn "
+            "the demo needs the office plugin with its feature on "
+            f"({why or 'the office feature is off'}: drop --no-office, turn "
             "the board's office on with `laneway features set office=on`, and allow the "
             "office plugin)"
         )
