@@ -29,7 +29,7 @@ from core.plugin.calls import (
     hook_failure,
     report_hook_failure,
 )
-from core.plugin.features import Features
+from core.plugin.features import BUILTIN, Features
 from core.plugin.kinds import ActionKind, GuardKind
 from core.plugin.loaded import ESSENTIAL, LoadedPlugins, PluginError, PluginInfo
 
@@ -62,6 +62,15 @@ class Registry:
     plugins: tuple[PluginInfo, ...]
     features: Features
     hooks: Hooks
+
+    @property
+    def declared_features(self) -> tuple[str, ...]:
+        """The features the loaded plugins declare (each kind's and guard's ``feature``), with
+        the built-in ones: the switches a board may set."""
+        declared = {k.kind.feature for k in self.kinds.values()} | {
+            g.guard.feature for g in self.guards.values()
+        }
+        return tuple(sorted({f for f in declared if f is not None} | set(BUILTIN)))
 
     def kind(self, name: str) -> RegisteredKind | None:
         return self.kinds.get(name)
