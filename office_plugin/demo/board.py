@@ -9,10 +9,11 @@ from typing import TYPE_CHECKING, ClassVar, Final
 
 import attrs
 
-from plugins.api import LanewayError, Workflow, scripted
+from plugins.api import LanewayError, Workflow
+from plugins.app import scripted
 
 if TYPE_CHECKING:
-    from plugins.api import Host
+    from plugins.app import Host
 
 
 TEMPLATE: Final = "office-default"
