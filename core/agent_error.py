@@ -29,6 +29,7 @@ from core.model import WORKING_STATES, Task
 from core.runtime.failures import AgentFailure
 
 if TYPE_CHECKING:
+    from core.plugin.registry import Registry
     from core.plugin.views import PluginHost
     from core.services.peers import Peers
 
@@ -182,7 +183,7 @@ def _working_sibling(host: Peers, task: Task, failed_session_id: str) -> str | N
     return None
 
 
-def _walk(host: Peers, registry: Any, task: Task, failure: AgentFailure) -> None:
+def _walk(host: Peers, registry: Registry, task: Task, failure: AgentFailure) -> None:
     """Warn for each declared action that reaches no executor (moves execute structurally)."""
     # Imported here: office_plugin imports this module, and the engine behind it is more than
     # listing the plugins' commands (`laneway --help`) needs.

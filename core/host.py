@@ -390,7 +390,10 @@ class Host:
     @property
     def engine(self) -> Engine:
         """The trigger engine of the bundle in force now (`bundle.engine`)."""
-        return self.bundle.engine
+        engine = self.bundle.engine
+        if engine is None:  # a host builds every bundle with one: never, unless that changes
+            raise LanewayError("the host's bundle has no trigger engine")
+        return engine
 
     def _build_bundle(self) -> Bundle:
         from core import structural
