@@ -8,7 +8,7 @@ committed step change. Both sit below the engine: nothing here chooses or makes 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from core.errors import LanewayError
 from core.kernel import Kernel
@@ -17,6 +17,9 @@ from core.model import ActionDecl, Step, Task
 from core.plugin.kinds import ActionContext, ActionFailed, ConfigError, Outcome
 from core.plugin.registry import Registry
 
+if TYPE_CHECKING:
+    from loguru import Logger
+
 
 def context(
     kernel: Kernel,
@@ -24,7 +27,7 @@ def context(
     step: Step,
     trigger: str,
     decl: ActionDecl,
-    log: Any,
+    log: Logger,
     operation_id: str | None,
     payload: Mapping[str, Any] | None,
     session_id: str | None,
@@ -55,7 +58,7 @@ def run(
     task: Task,
     step: Step,
     trigger: str,
-    log: Any,
+    log: Logger,
     operation_id: str | None,
     payload: Mapping[str, Any] | None,
     session_id: str | None,
@@ -126,13 +129,13 @@ def run_exit(kernel: Kernel, registry: Registry, task: Task, step_id: str) -> No
             return
 
 
-def aborted(log: Any, decl: ActionDecl, cause: str) -> None:
+def aborted(log: Logger, decl: ActionDecl, cause: str) -> None:
     log.bind(action_type=decl.kind, position=decl.position, cause=cause).error(
         "action failed; trigger aborted"
     )
 
 
-def bound(task: Task, step: Step, trigger: str) -> Any:
+def bound(task: Task, step: Step, trigger: str) -> Logger:
     return logger.bind(
         task_id=task.id,
         step_id=step.id,

@@ -29,6 +29,8 @@ from core.model import WORKING_STATES, Task
 from core.runtime.failures import AgentFailure
 
 if TYPE_CHECKING:
+    from loguru import Logger
+
     from core.plugin.registry import Registry
     from core.plugin.views import PluginHost
     from core.services.peers import Peers
@@ -36,7 +38,7 @@ if TYPE_CHECKING:
 EVENT = "agent_error.dispatch"
 
 
-def _record(failure: AgentFailure, **fields: Any) -> Any:
+def _record(failure: AgentFailure, **fields: Any) -> Logger:
     return logger.bind(
         event=EVENT, task_id=failure.task_id, session_id=failure.session_id, **fields
     )

@@ -19,7 +19,7 @@ raised, and logged once by whoever refused it.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import attrs
 
@@ -30,8 +30,11 @@ from core.arrival import Arrivals
 from core.errors import LanewayError
 from core.model import ActionDecl, Step, Task, Workflow
 from core.operations import Operations
-from core.plugin.kinds import GuardContext
+from core.plugin.kinds import GuardContext, GuardResult
 from core.plugin.registry import Registry
+
+if TYPE_CHECKING:
+    from loguru import Logger
 
 MOVE_CONFIG_KEYS = frozenset({"step_id", "step_position", "requires_approval", "if"})
 TRIGGER_LABELS = {"on_turn_complete": "auto_complete", "on_turn_start": "on_turn_start"}
@@ -290,7 +293,7 @@ class Engine:
         task: Task,
         step: Step,
         trigger: str,
-        log: Any,
+        log: Logger,
         warned: set[str],
         refusals: list[tuple[str, str]] | None = None,
     ) -> bool:
@@ -323,7 +326,7 @@ class Engine:
                 return False
         return True
 
-    def _reason_text(self, decl: ActionDecl, step: Step, result: Any) -> str:
+    def _reason_text(self, decl: ActionDecl, step: Step, result: GuardResult) -> str:
         try:
             target = self._resolve_target(
                 self.kernel.read.workflow(step.workflow_id), step, decl
@@ -341,7 +344,7 @@ class Engine:
         task: Task,
         step: Step,
         trigger: str,
-        log: Any,
+        log: Logger,
         operation_id: str | None,
         payload: Mapping[str, Any] | None,
         session_id: str | None,
@@ -373,7 +376,7 @@ class _Evaluated:
     refusals: tuple[tuple[str, str], ...] = ()
 
 
-def _reason_text(decl: ActionDecl, target: str, result: Any) -> str:
+def _reason_text(decl: ActionDecl, target: str, result: GuardResult) -> str:
     """A refusal as a person reads it: the move, the guard's reason and its detail."""
     move = f"{decl.kind} {target}" if target else decl.kind
     text = f"{move}: {result.reason or 'not satisfied'}"
