@@ -8,7 +8,7 @@ committed step change. Both sit below the engine: nothing here chooses or makes 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from core.errors import LanewayError
 from core.kernel import Kernel
@@ -17,6 +17,9 @@ from core.model import ActionDecl, Step, Task
 from core.plugin.kinds import ActionContext, ActionFailed, ConfigError, Outcome
 from core.plugin.registry import Registry
 
+if TYPE_CHECKING:
+    from loguru import Logger
+
 
 def context(
     kernel: Kernel,
@@ -24,7 +27,7 @@ def context(
     step: Step,
     trigger: str,
     decl: ActionDecl,
-    log: Any,
+    log: Logger,
     operation_id: str | None,
     payload: Mapping[str, Any] | None,
     session_id: str | None,
@@ -55,7 +58,7 @@ def run(
     task: Task,
     step: Step,
     trigger: str,
-    log: Any,
+    log: Logger,
     operation_id: str | None,
     payload: Mapping[str, Any] | None,
     session_id: str | None,
@@ -70,7 +73,9 @@ def run(
     action_log = log.bind(action_type=decl.kind, position=decl.position)
     if registered is None:
         if warn_unexecutable:
-            action_log.warning("action kind has no provider; skipped")
+            action_log.bind(why=registry.unavailable(decl.kind)).warning(
+                "no plugin declares this action kind; skipped"
+            )
         return None
     if not registered.kind.trigger_ok(trigger):
         action_log.warning("action kind cannot run on this trigger; skipped")
@@ -78,8 +83,8 @@ def run(
     kind = registered.kind
     if not registered.executable or kind.execute is None:
         if warn_unexecutable:
-            action_log.bind(feature=kind.feature).warning(
-                "action kind has no executor (feature off); skipped"
+            action_log.bind(feature=kind.feature, why=registry.unavailable(decl.kind)).warning(
+                "action kind has no executor in this configuration; skipped"
             )
         return None
     args = (kernel, task, step, trigger, decl, log, operation_id, payload, session_id)
@@ -124,13 +129,13 @@ def run_exit(kernel: Kernel, registry: Registry, task: Task, step_id: str) -> No
             return
 
 
-def aborted(log: Any, decl: ActionDecl, cause: str) -> None:
+def aborted(log: Logger, decl: ActionDecl, cause: str) -> None:
     log.bind(action_type=decl.kind, position=decl.position, cause=cause).error(
         "action failed; trigger aborted"
     )
 
 
-def bound(task: Task, step: Step, trigger: str) -> Any:
+def bound(task: Task, step: Step, trigger: str) -> Logger:
     return logger.bind(
         task_id=task.id,
         step_id=step.id,

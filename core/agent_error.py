@@ -29,13 +29,16 @@ from core.model import WORKING_STATES, Task
 from core.runtime.failures import AgentFailure
 
 if TYPE_CHECKING:
+    from loguru import Logger
+
+    from core.plugin.registry import Registry
     from core.plugin.views import PluginHost
     from core.services.peers import Peers
 
 EVENT = "agent_error.dispatch"
 
 
-def _record(failure: AgentFailure, **fields: Any) -> Any:
+def _record(failure: AgentFailure, **fields: Any) -> Logger:
     return logger.bind(
         event=EVENT, task_id=failure.task_id, session_id=failure.session_id, **fields
     )
@@ -182,7 +185,7 @@ def _working_sibling(host: Peers, task: Task, failed_session_id: str) -> str | N
     return None
 
 
-def _walk(host: Peers, registry: Any, task: Task, failure: AgentFailure) -> None:
+def _walk(host: Peers, registry: Registry, task: Task, failure: AgentFailure) -> None:
     """Warn for each declared action that reaches no executor (moves execute structurally)."""
     # Imported here: office_plugin imports this module, and the engine behind it is more than
     # listing the plugins' commands (`laneway --help`) needs.
@@ -204,6 +207,7 @@ def _walk(host: Peers, registry: Any, task: Task, failure: AgentFailure) -> None
                 action_type=decl.kind,
                 task_id=task.id,
                 session_id=failure.session_id,
+                why=registry.unavailable(decl.kind),
             ).warning("on_agent_error action has no executor")
 
 

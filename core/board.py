@@ -2,8 +2,8 @@
 
 One row of `board_settings` holds:
 
-- `features`: which features are on for the board (Office), as JSON (`{"office": false}`; a
-  missing key means the feature's default). Every process without a per-process override
+- `features`: which features are on for the board (Office, and any a plugin declares), as
+  JSON (`{"office": false}`; a missing key means on). Every process without a per-process override
   acts with these.
 - `catalogue_version`: a counter moved in the same transaction as every change to what a
   process caches or builds once (workflows and their steps, agent profiles, the workspace's
@@ -16,6 +16,8 @@ One row of `board_settings` holds:
 from __future__ import annotations
 
 import json
+import re
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 import attrs
@@ -24,7 +26,7 @@ from sqlalchemy.engine import Connection
 
 from core import ids
 from core.errors import LanewayError
-from core.plugin.features import Features
+from core.plugin.features import BUILTIN, Features
 from core.store import prepared
 from core.store import tables as t
 from core.store.database import UnitOfWork
@@ -56,25 +58,30 @@ class BoardState:
     features: Features
 
 
-def feature_names() -> tuple[str, ...]:
-    return tuple(f.name for f in attrs.fields(Features))
+_NAME = re.compile(r"^[a-z_]+$")
 
 
 def features_from_json(text: str | None) -> Features:
-    """The stored switches; anything unreadable or unknown falls back to the default, so a
-    hand-edited row never keeps a process from starting."""
+    """The stored switches; anything unreadable falls back to the default, so a hand-edited
+    row never keeps a process from starting. A switch whose plugin is no longer installed is
+    kept: it decides nothing while no kind declares its feature."""
     try:
         raw: Any = json.loads(text or "{}")
     except ValueError:
         raw = {}
     if not isinstance(raw, dict):
         raw = {}
-    known = {name: raw[name] for name in feature_names() if isinstance(raw.get(name), bool)}
-    return Features(**known)
+    return Features(
+        {
+            name: on
+            for name, on in raw.items()
+            if isinstance(name, str) and _NAME.match(name) and isinstance(on, bool)
+        }
+    )
 
 
 def features_json(features: Features) -> str:
-    return json.dumps(attrs.asdict(features), sort_keys=True, separators=(",", ":"))
+    return json.dumps(features.as_dict(), sort_keys=True, separators=(",", ":"))
 
 
 def read(conn: Connection) -> BoardState:
@@ -96,17 +103,22 @@ def bump(uow: UnitOfWork) -> None:
     uow.run(_BUMP, {"stamp": ids.now()})
 
 
-def write_features(uow: UnitOfWork, **changes: bool) -> BoardState:
-    """Apply `changes` to the board's switches (and move the version); returns the new state."""
-    unknown = sorted(set(changes) - set(feature_names()))
+def write_features(
+    uow: UnitOfWork, changes: Mapping[str, bool], known: Iterable[str]
+) -> BoardState:
+    """Apply `changes` to the board's switches (and move the version); returns the new state.
+
+    :param known: the features a switch may name: the built-in ones and those the loaded
+        plugins declare (`Registry.declared_features`)."""
+    names = sorted(set(known) | set(BUILTIN))
+    unknown = sorted(set(changes) - set(names))
     if unknown:
-        known = ", ".join(feature_names())
-        raise LanewayError(f"unknown feature {unknown[0]!r} (known: {known})")
+        raise LanewayError(f"unknown feature {unknown[0]!r} (known: {', '.join(names)})")
     for name, value in changes.items():
         if not isinstance(value, bool):
             raise LanewayError(f"feature {name!r}: must be true or false, not {value!r}")
     current = read(uow.conn)
-    features = attrs.evolve(current.features, **changes)
+    features = current.features.switched(**changes)
     uow.run(_WRITE_FEATURES, {"features": features_json(features), "stamp": ids.now()})
     version = uow.run(_VERSION, {}).scalar()
     return BoardState(int(version or 0), features)

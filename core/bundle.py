@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Final
 
 import attrs
 
@@ -27,7 +27,7 @@ class _Unbuilt:
         return "<built when first asked for>"
 
 
-UNBUILT: Any = _Unbuilt()
+UNBUILT: Final = _Unbuilt()
 """A bundle's engine not built yet (`Bundle.engine`); None is a bundle without an engine."""
 
 
@@ -41,7 +41,7 @@ class Bundle:
     uses that one, and one given `engine=None` has none (nor does one without
     `build_engine`)."""
 
-    _engine: Any = attrs.field(alias="engine", default=UNBUILT, eq=False)
+    _engine: Engine | _Unbuilt | None = attrs.field(alias="engine", default=UNBUILT, eq=False)
     registry: Registry = attrs.field(kw_only=True)
     store: Store = attrs.field(kw_only=True)
     generation: int = attrs.field(default=0, kw_only=True)
@@ -52,17 +52,18 @@ class Bundle:
     _lock: threading.Lock = attrs.field(factory=threading.Lock, init=False, eq=False, repr=False)
 
     @property
-    def engine(self) -> Engine:
-        """The trigger engine built on this bundle's registry."""
+    def engine(self) -> Engine | None:
+        """The trigger engine built on this bundle's registry; None for a bundle without one
+        (given ``engine=None``, or no `build_engine`). A host's bundles always have one."""
         engine = self._engine
-        if engine is UNBUILT:
+        if isinstance(engine, _Unbuilt):
             with self._lock:
                 engine = self._engine
-                if engine is UNBUILT:
+                if isinstance(engine, _Unbuilt):
                     build = self.build_engine
                     engine = build(self.registry) if build is not None else None
                     object.__setattr__(self, "_engine", engine)  # frozen: set once, here
-        return cast("Engine", engine)
+        return engine
 
 
 class BundleHolder:

@@ -19,7 +19,7 @@ raised, and logged once by whoever refused it.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import attrs
 
@@ -30,8 +30,11 @@ from core.arrival import Arrivals
 from core.errors import LanewayError
 from core.model import ActionDecl, Step, Task, Workflow
 from core.operations import Operations
-from core.plugin.kinds import GuardContext
+from core.plugin.kinds import GuardContext, GuardResult
 from core.plugin.registry import Registry
+
+if TYPE_CHECKING:
+    from loguru import Logger
 
 MOVE_CONFIG_KEYS = frozenset({"step_id", "step_position", "requires_approval", "if"})
 TRIGGER_LABELS = {"on_turn_complete": "auto_complete", "on_turn_start": "on_turn_start"}
@@ -272,9 +275,9 @@ class Engine:
         workflow = self.kernel.read.workflow(task.workflow_id)
         step = workflow.step(task.workflow_step_id)
         assert step is not None
-        registered = self.registry.kind(kind)
-        if registered is None or not registered.executable:
-            raise LanewayError(f"no plugin provides the {kind!r} action")
+        why = self.registry.unavailable(kind)
+        if why is not None:
+            raise LanewayError(f"cannot run action {kind!r}: {why}")
         decl = ActionDecl(0, kind, config)
         cause = self._run(
             decl, task, step, "manual", _bound(task, step, "manual"), None, None, None
@@ -290,7 +293,7 @@ class Engine:
         task: Task,
         step: Step,
         trigger: str,
-        log: Any,
+        log: Logger,
         warned: set[str],
         refusals: list[tuple[str, str]] | None = None,
     ) -> bool:
@@ -299,18 +302,19 @@ class Engine:
         if decl.config.get("requires_approval"):
             return False
         for name, config in guards_of(decl).items():
-            registered = self.registry.guard(name)
-            if registered is None or not registered.enabled:
+            why = self.registry.unavailable_guard(name)
+            if why is not None:
                 if name in warned:
                     return False
                 warned.add(name)
-                why = "guard has no provider" if registered is None else "guard's feature is off"
-                log.bind(guard=name, position=decl.position).warning(
-                    f"guarded transition not taken: {why}"
+                log.bind(guard=name, position=decl.position, why=why).warning(
+                    "guarded transition not taken: the guard never passes"
                 )
                 if refusals is not None:
                     refusals.append((name, why))
                 return False
+            registered = self.registry.guard(name)
+            assert registered is not None  # available means declared and enabled
             ctx = GuardContext(task, step, trigger, self.kernel.services, log)
             result = registered.guard.evaluate(ctx, registered.guard.validate(config))
             if not result.satisfied:
@@ -322,7 +326,7 @@ class Engine:
                 return False
         return True
 
-    def _reason_text(self, decl: ActionDecl, step: Step, result: Any) -> str:
+    def _reason_text(self, decl: ActionDecl, step: Step, result: GuardResult) -> str:
         try:
             target = self._resolve_target(
                 self.kernel.read.workflow(step.workflow_id), step, decl
@@ -340,7 +344,7 @@ class Engine:
         task: Task,
         step: Step,
         trigger: str,
-        log: Any,
+        log: Logger,
         operation_id: str | None,
         payload: Mapping[str, Any] | None,
         session_id: str | None,
@@ -372,7 +376,7 @@ class _Evaluated:
     refusals: tuple[tuple[str, str], ...] = ()
 
 
-def _reason_text(decl: ActionDecl, target: str, result: Any) -> str:
+def _reason_text(decl: ActionDecl, target: str, result: GuardResult) -> str:
     """A refusal as a person reads it: the move, the guard's reason and its detail."""
     move = f"{decl.kind} {target}" if target else decl.kind
     text = f"{move}: {result.reason or 'not satisfied'}"

@@ -280,7 +280,9 @@ def _session_action(
         log.debug("no live session; session action skipped")
         return
     if not registered.executable or kind.execute is None:
-        log.bind(feature=kind.feature).warning("action kind has no executor; skipped")
+        log.bind(feature=kind.feature, why=walk.bundle.registry.unavailable(decl.kind)).warning(
+            "action kind has no executor; skipped"
+        )
         return
     ran_once.add(decl.kind)
     try:
@@ -367,13 +369,15 @@ def _durable_action(
     if registered is None:
         if not _skip_position(walk, decl, "unrecognised", last):
             return None
-        log.warning("no plugin declares this action kind; skipped")
+        log.bind(why=walk.bundle.registry.unavailable(decl.kind)).warning(
+            "no plugin declares this action kind; skipped"
+        )
         return Outcome.skipped("unrecognised")
     kind = registered.kind
     if not registered.executable or kind.execute is None:
         if not _skip_position(walk, decl, "no_executor", last):
             return None
-        log.bind(feature=kind.feature).warning(
+        log.bind(feature=kind.feature, why=walk.bundle.registry.unavailable(decl.kind)).warning(
             "action kind has no executor in this configuration; skipped"
         )
         return Outcome.skipped("no_executor")

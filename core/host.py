@@ -27,7 +27,6 @@ from collections.abc import Callable, Iterable
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Generic, TypeVar, overload
 
-import attrs
 import sqlalchemy as sa
 
 from core import board
@@ -46,7 +45,7 @@ if TYPE_CHECKING:
     from core.engine import Engine
     from core.kernel import Kernel
     from core.operations import Operations
-    from core.plugin.loading import LoadedPlugins
+    from core.plugin.loaded import LoadedPlugins
     from core.plugin.registry import Registry
     from core.runtime.runtime import AgentRuntime
     from core.services import (
@@ -301,7 +300,7 @@ class Host:
                     # report is asked for.
                     host._recovery_report = host.entries.recover() if pending else _NOTHING_PENDING
                 else:
-                    logger.bind(epoch=host.epoch, features=attrs.asdict(features)).info(
+                    logger.bind(epoch=host.epoch, features=features.as_dict()).info(
                         "recovery scan not run: this process overrides the board's features"
                     )
             if start_plugins:
@@ -393,7 +392,10 @@ class Host:
     @property
     def engine(self) -> Engine:
         """The trigger engine of the bundle in force now (`bundle.engine`)."""
-        return self.bundle.engine
+        engine = self.bundle.engine
+        if engine is None:  # a host builds every bundle with one: never, unless that changes
+            raise LanewayError("the host's bundle has no trigger engine")
+        return engine
 
     def _build_bundle(self) -> Bundle:
         from core import structural
@@ -414,7 +416,8 @@ class Host:
         return Engine(self.arrivals, registry, self.operations)
 
     def set_features(self, **changes: bool) -> Bundle:
-        """Switch the board's features (e.g. ``office=False``): stored in the database, so
+        """Switch the board's features (e.g. ``office=False``, or a feature a loaded plugin
+        declares): stored in the database, so
         every process following the board acts with them from its next transaction; this host
         follows the board from now on (a per-process override given at open is dropped), and
         publishes a new bundle at once.
@@ -423,8 +426,9 @@ class Host:
         """
         if not self.writable:
             raise LanewayError("this host was opened read-only")
+        known = self.registry.declared_features  # read before BEGIN: it may build the bundle
         with self.store.transaction() as uow:
-            state = board.write_features(uow, **changes)
+            state = board.write_features(uow, changes, known)
         with self._follow_lock:
             self.features_override = None
             self.features = state.features
@@ -462,7 +466,7 @@ class Host:
                 # Building a bundle loads plugins and may take its time: not inside the
                 # transaction or read that noticed the change (`Store.after_end` publishes).
                 self._republish_due = self._holder is not None
-                logger.bind(features=attrs.asdict(state.features)).info(
+                logger.bind(features=state.features.as_dict()).info(
                     "following the board's features"
                 )
             self._board_version = state.version

@@ -69,7 +69,10 @@ def laneway_agent_failed(host: PluginHost, failure: AgentFailure) -> None:
     run = host.runs.get(failure.run_id)
     if run is None or run.status != "claimed" or run.task_id != task.id:
         return
-    result = bundle.engine.handle_trigger(
+    engine = bundle.engine
+    if engine is None:  # a bundle built without an engine evaluates no trigger
+        return
+    result = engine.handle_trigger(
         task.id,
         "on_agent_error",
         session_id=failure.session_id,

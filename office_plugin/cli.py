@@ -11,10 +11,8 @@ import attrs
 import click
 from click.core import ParameterSource
 
-from plugins import api
-
 if TYPE_CHECKING:
-    from plugins.api import Settings
+    from plugins.app import Settings
 
 
 def _db_given(ctx: click.Context) -> bool:
@@ -33,7 +31,9 @@ def demo(ctx: click.Context) -> None:
     (the demo then adds its workflow, profiles and task there, and makes its workflow the
     workspace's office workflow).
     """
-    settings = ctx.find_object(api.Settings)
+    from plugins.app import Settings  # the host loads when the command runs, not at --help
+
+    settings = ctx.find_object(Settings)
     assert settings is not None
     if _db_given(ctx):
         # the database is the user's; the agents' scratch files are the demo's own
@@ -47,7 +47,7 @@ def demo(ctx: click.Context) -> None:
 def _demo(settings: Settings, workdir: Path) -> None:
     # the demo and the board's code load when the command runs, not when `--help` lists it
     from office_plugin import demo as demo_module
-    from plugins.api import emit, plain, writer
+    from plugins.app import emit, plain, writer
 
     def show(event: dict[str, Any]) -> None:
         if settings.json:

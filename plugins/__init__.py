@@ -55,20 +55,7 @@ from plugins.api import (
 )
 
 if TYPE_CHECKING:
-    from plugins.api import (
-        Event,
-        Host,
-        RunRequest,
-        Settings,
-        dispatched,
-        emit,
-        parse_time,
-        payload_of,
-        plain,
-        scripted,
-        worker,
-        writer,
-    )
+    from plugins.api import RunRequest, dispatched, payload_of
 
 
 def __getattr__(name: str) -> Any:
@@ -90,12 +77,10 @@ __all__ = [
     "ConfigError",
     "Decision",
     "DecisionsView",
-    "Event",
     "Features",
     "GuardContext",
     "GuardKind",
     "GuardResult",
-    "Host",
     "LanewayError",
     "Outcome",
     "Participant",
@@ -109,7 +94,6 @@ __all__ = [
     "RunsView",
     "Session",
     "SessionsView",
-    "Settings",
     "Step",
     "Task",
     "TasksView",
@@ -123,13 +107,7 @@ __all__ = [
     "accept_any",
     "build_prompt",
     "dispatched",
-    "emit",
     "fault_point",
     "hookimpl",
-    "parse_time",
     "payload_of",
-    "plain",
-    "scripted",
-    "worker",
-    "writer",
 ]

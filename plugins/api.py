@@ -23,6 +23,9 @@ What is here:
   (the on_agent_error payload for a failure), :func:`build_prompt`;
 - :func:`fault_point` (``core.faults.reach``): a named point crash tests can stop at.
 
+What a plugin's own command needs to open and drive a board (``Host``, ``writer``, ...) is
+:mod:`plugins.app`'s: nothing here hands out a host.
+
 Names not listed in ``__all__`` are not part of the contract.
 """
 
@@ -82,37 +85,19 @@ from core.prompts import build_prompt
 from core.runtime.failures import AgentFailure
 
 if TYPE_CHECKING:
-    from core import worker
     from core.agent_error import dispatched, payload_of
-    from core.cli.app import Settings, writer
-    from core.cli.output import emit, plain
-    from core.host import Host
-    from core.ids import parse as parse_time
     from core.runs import RunRequest
-    from core.runtime import scripted
-    from core.store.events import Event
 
 hookimpl = pluggy.HookimplMarker("laneway")
 """Marks a function as an implementation of a ``laneway_*`` hook."""
 
 
-_LAZY: dict[str, tuple[str, str | None]] = {
+_LAZY: dict[str, tuple[str, str]] = {
     # beside the engine and the run queue: importing the API (which core's registry does)
     # never loads the engine
     "payload_of": ("core.agent_error", "payload_of"),
     "dispatched": ("core.agent_error", "dispatched"),
     "RunRequest": ("core.runs", "RunRequest"),
-    # what a plugin's own command needs to open and drive a board (Office's `laneway demo`):
-    # loaded only by such a command
-    "Host": ("core.host", "Host"),
-    "Settings": ("core.cli.app", "Settings"),
-    "writer": ("core.cli.app", "writer"),
-    "emit": ("core.cli.output", "emit"),
-    "plain": ("core.cli.output", "plain"),
-    "Event": ("core.store.events", "Event"),
-    "parse_time": ("core.ids", "parse"),
-    "worker": ("core.worker", None),
-    "scripted": ("core.runtime.scripted", None),
 }
 
 LAZY = frozenset(_LAZY)
@@ -123,8 +108,7 @@ def __getattr__(name: str) -> Any:
     if name not in _LAZY:
         raise AttributeError(f"module 'plugins.api' has no attribute {name!r}")
     module_name, attribute = _LAZY[name]
-    module = importlib.import_module(module_name)
-    return module if attribute is None else getattr(module, attribute)
+    return getattr(importlib.import_module(module_name), attribute)
 
 
 __all__ = [
@@ -139,12 +123,10 @@ __all__ = [
     "ConfigError",
     "Decision",
     "DecisionsView",
-    "Event",
     "Features",
     "GuardContext",
     "GuardKind",
     "GuardResult",
-    "Host",
     "LanewayError",
     "Outcome",
     "Participant",
@@ -158,7 +140,6 @@ __all__ = [
     "RunsView",
     "Session",
     "SessionsView",
-    "Settings",
     "Step",
     "Task",
     "TasksView",
@@ -172,13 +153,7 @@ __all__ = [
     "accept_any",
     "build_prompt",
     "dispatched",
-    "emit",
     "fault_point",
     "hookimpl",
-    "parse_time",
     "payload_of",
-    "plain",
-    "scripted",
-    "worker",
-    "writer",
 ]

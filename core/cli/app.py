@@ -26,7 +26,7 @@ import click
 if TYPE_CHECKING:
     from core.host import Host
     from core.plugin.features import Features
-    from core.plugin.loading import LoadedPlugins
+    from core.plugin.loaded import LoadedPlugins
     from core.plugin.selection import PluginSelection
 
 DEFAULT_URL = "sqlite:///laneway.db"

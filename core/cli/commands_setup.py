@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import re
 
-import attrs
 import click
 
 from core.cli.app import Settings, pass_settings, reader, writer
@@ -156,7 +155,7 @@ def features(ctx: click.Context) -> None:
     settings = ctx.find_object(Settings)
     assert settings is not None
     with reader(settings) as host:
-        found = attrs.asdict(host.board_features())
+        found = host.board_features().as_dict()
     emit(settings.json, found, _features_lines(found))
 
 
@@ -176,7 +175,7 @@ def features_set(settings: Settings, switches: tuple[str, ...]) -> None:
         changes[match["name"]] = match["value"] in ("on", "true")
     with writer(settings) as host:
         host.set_features(**changes)
-        found = attrs.asdict(host.board_features())
+        found = host.board_features().as_dict()
     emit(settings.json, found, _features_lines(found))
 
 

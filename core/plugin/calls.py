@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any, Final, TypeVar
 import attrs
 
 from core.logs import logger
-from core.plugin.loading import PluginError
+from core.plugin.loaded import PluginError
 
 if TYPE_CHECKING:
     import click

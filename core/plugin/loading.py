@@ -22,14 +22,12 @@ import re
 import sys
 from collections.abc import Callable, Iterable
 from importlib.metadata import Distribution, EntryPoint, distributions
-from typing import ClassVar
 
-import attrs
 import pluggy
 
-from core.errors import LanewayError
 from core.logs import logger
 from core.plugin import specs
+from core.plugin.loaded import ESSENTIAL, LoadedPlugins, PluginError, PluginInfo
 from core.plugin.selection import PluginSelection
 
 __all__ = [
@@ -42,37 +40,6 @@ __all__ = [
 ]
 
 GROUP = "laneway.plugins"
-ESSENTIAL = "core"
-"""core's own plugin (the structural kinds) cannot be blocked."""
-
-
-class PluginError(LanewayError):
-    """A plugin could not be loaded or failed in a hook (strict mode), or the plugin set is
-    inconsistent (two plugins with one name, an unknown hook)."""
-
-    code: ClassVar[str] = "plugin"
-
-
-@attrs.frozen
-class PluginInfo:
-    """What `laneway plugins list` shows for one plugin."""
-
-    name: str
-    version: str | None
-    distribution: str | None
-    enabled: bool
-    blocked: bool = False
-    error: str | None = None
-
-
-@attrs.frozen
-class LoadedPlugins:
-    manager: pluggy.PluginManager
-    infos: tuple[PluginInfo, ...]
-    modules: dict[str, str] = attrs.field(factory=dict)
-    """plugin name -> module name, for diagnostics."""
-    strict: bool = False
-    """The selection's strict mode, which the registry and `Hooks` apply to hook failures."""
 
 
 def _dist_of(dist: Distribution) -> tuple[str | None, str | None]:

@@ -29,9 +29,9 @@ from core.plugin.calls import (
     hook_failure,
     report_hook_failure,
 )
-from core.plugin.features import Features
+from core.plugin.features import BUILTIN, Features
 from core.plugin.kinds import ActionKind, GuardKind
-from core.plugin.loading import ESSENTIAL, LoadedPlugins, PluginError, PluginInfo
+from core.plugin.loaded import ESSENTIAL, LoadedPlugins, PluginError, PluginInfo
 
 
 class RegistryError(LanewayError):
@@ -63,6 +63,15 @@ class Registry:
     features: Features
     hooks: Hooks
 
+    @property
+    def declared_features(self) -> tuple[str, ...]:
+        """The features the loaded plugins declare (each kind's and guard's ``feature``), with
+        the built-in ones: the switches a board may set."""
+        declared = {k.kind.feature for k in self.kinds.values()} | {
+            g.guard.feature for g in self.guards.values()
+        }
+        return tuple(sorted({f for f in declared if f is not None} | set(BUILTIN)))
+
     def kind(self, name: str) -> RegisteredKind | None:
         return self.kinds.get(name)
 
@@ -74,6 +83,36 @@ class Registry:
 
     def guards_of(self, plugin: str) -> list[str]:
         return sorted(n for n, g in self.guards.items() if g.plugin == plugin)
+
+    def unavailable(self, name: str) -> str | None:
+        """Why the action kind `name` cannot run with this registry, or None when it can.
+
+        The one wording of it: the workflow check reports it as the problem and the
+        dispatcher's WARNING carries it (``why``), so a kind nobody declares, one whose
+        feature is off and one declared without an executor read the same everywhere."""
+        registered = self.kinds.get(name)
+        if registered is None:
+            return f"kind '{name}' is not declared by any loaded plugin"
+        if registered.executable:
+            return None
+        feature = registered.kind.feature
+        if feature is not None and not self.features.enabled(feature):
+            return f"kind '{name}' has no executor (feature '{feature}' is off)"
+        return f"kind '{name}' has no executor (plugin '{registered.plugin}' declares no executor)"
+
+    def unavailable_guard(self, name: str, *, on: str | None = None) -> str | None:
+        """Why the guard `name` (on the kind `on`, when given) never passes, or None when it
+        is evaluated: `unavailable`'s wording for guards."""
+        subject = f"guard '{name}'" if on is None else f"guard '{name}' on kind '{on}'"
+        registered = self.guards.get(name)
+        if registered is None:
+            return f"{subject} is not declared by any loaded plugin"
+        if registered.enabled:
+            return None
+        feature = registered.guard.feature
+        if feature is not None:
+            return f"{subject} never passes (feature '{feature}' is off)"
+        return f"{subject} never passes (plugin '{registered.plugin}' disabled it)"
 
 
 def build_registry(loaded: LoadedPlugins, features: Features) -> Registry:

@@ -163,7 +163,9 @@ class BundleView(Protocol):
     def registry(self) -> RegistryView: ...
 
     @property
-    def engine(self) -> TriggerEngine: ...
+    def engine(self) -> TriggerEngine | None:
+        """None only for a bundle built without an engine; a host's bundles have one."""
+        ...
 
 
 class PluginHost(PluginServices, Protocol):

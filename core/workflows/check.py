@@ -117,17 +117,11 @@ def _kind_problems(
 ) -> Iterator[_Problem]:
     kind = action.kind
     registered = registry.kind(kind)
+    why = registry.unavailable(kind)
+    if why is not None:
+        yield _Problem(step, at, why, False)
     if registered is None:
-        yield _Problem(step, at, f"kind '{kind}' is not declared by any loaded plugin", False)
         return
-    if not registered.executable:
-        feature = registered.kind.feature
-        why = (
-            f"feature '{feature}' is off"
-            if feature is not None and not registry.features.enabled(feature)
-            else f"plugin '{registered.plugin}' declares no executor"
-        )
-        yield _Problem(step, at, f"kind '{kind}' has no executor ({why})", False)
     if not registered.kind.trigger_ok(trigger):
         yield _Problem(step, at, f"kind '{kind}' cannot run on {trigger}", False)
     error = _validate(registered.kind.validate, action.config)
@@ -163,13 +157,11 @@ def _guard_problems(
     for name, field, guard_config in guards:
         registered = registry.guard(name)
         subject = f"guard '{name}' on kind '{action.kind}'"
+        why = registry.unavailable_guard(name, on=action.kind)
+        if why is not None:
+            yield _Problem(step, field, why, False)
         if registered is None:
-            yield _Problem(step, field, f"{subject} is not declared by any loaded plugin", False)
             continue
-        if not registered.enabled:
-            feature = registered.guard.feature
-            why = f"feature '{feature}' is off" if feature is not None else "disabled"
-            yield _Problem(step, field, f"{subject} never passes ({why})", False)
         error = _validate(registered.guard.validate, guard_config)
         if error is not None:
             sub, message = error

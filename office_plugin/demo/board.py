@@ -9,10 +9,11 @@ from typing import TYPE_CHECKING, ClassVar, Final
 
 import attrs
 
-from plugins.api import LanewayError, Workflow, scripted
+from plugins.api import LanewayError, Workflow
+from plugins.app import scripted
 
 if TYPE_CHECKING:
-    from plugins.api import Host
+    from plugins.app import Host
 
 
 TEMPLATE: Final = "office-default"
@@ -75,10 +76,11 @@ def _free_name(taken: set[str], base: str) -> str:
 
 def build_board(host: Host, state_dir: Path) -> Board:
     """Office Default with scripted agents in its seats, and one task (not started yet)."""
-    kind = host.registry.kind("queue_run_for_each_participant")
-    if not host.features.office or kind is None or not kind.executable:
+    why = host.registry.unavailable("queue_run_for_each_participant")
+    if not host.features.office or why is not None:
         raise DemoFailed(
-            "the demo needs the office plugin with its feature on (drop --no-office, turn "
+            "the demo needs the office plugin with its feature on "
+            f"({why or 'the office feature is off'}: drop --no-office, turn "
             "the board's office on with `laneway features set office=on`, and allow the "
             "office plugin)"
         )

@@ -6,7 +6,7 @@ from collections.abc import Mapping
 from typing import Any, Final
 
 from office_plugin.demo.walk import DemoResult
-from plugins.api import parse_time
+from plugins.app import parse_time
 
 _LABELS: Final = {
     "task_started": "start",

@@ -10,11 +10,12 @@ from typing import TYPE_CHECKING, Any, Final
 import attrs
 
 from office_plugin.demo.board import Board
-from plugins.api import Event as BoardEvent
-from plugins.api import Run, parse_time
+from plugins.api import Run
+from plugins.app import Event as BoardEvent
+from plugins.app import parse_time
 
 if TYPE_CHECKING:
-    from plugins.api import Host
+    from plugins.app import Host
 
 Event = dict[str, Any]
 OnEvent = Callable[[Event], None]

@@ -11,10 +11,11 @@ import attrs
 
 from office_plugin.demo.board import Board, DemoFailed, build_board
 from office_plugin.demo.timeline import Event, OnEvent, Timeline
-from plugins.api import Run, worker
+from plugins.api import Run
+from plugins.app import worker
 
 if TYPE_CHECKING:
-    from plugins.api import Host
+    from plugins.app import Host
 
 MAX_RUNS: Final = 40
 """A walk that needs more runs than this is going round in circles: the demo stops."""

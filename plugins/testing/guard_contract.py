@@ -375,7 +375,7 @@ class GuardContract:
         self._hosts.close(probe)
         if feature is None:
             pytest.skip("the guard declares no feature")
-        host = self.open_host(attrs.evolve(self.features, **{feature: False}))
+        host = self.open_host(self.features.switched(**{feature: False}))
         board = self.board(host)
         task = self.task_at_work(host, board)
         if type(self).arrange_open is not GuardContract.arrange_open:

@@ -13,8 +13,6 @@ from __future__ import annotations
 from collections.abc import Iterable
 from pathlib import Path
 
-import attrs
-
 from core.host import Host
 from core.plugin.selection import PluginSelection
 from plugins.api import Features, PluginHost
@@ -61,7 +59,7 @@ def open_host(
     selection = selection_for(plugins)
     host = Host.open(url, plugins=selection, recover=recover)
     if features is not None and host.features != features:
-        host.set_features(**attrs.asdict(features))
+        host.set_features(**features.as_dict())
     return host
 
 
