@@ -177,7 +177,7 @@ def test_ask_waits_for_a_person_and_a_separate_permission_allow_process_answers(
     (item,) = [i for i in items if i["kind"] == "permission"]
     assert (item["data"]["option_id"], item["data"]["decided_by"]) == ("yes", "person")
     assert step == "Done"
-    assert [r["status"] for r in run_rows(db_url)][0] == "finished"
+    assert run_rows(db_url)[0]["status"] == "finished"
 
     again = cli(board, "permission", "deny", asked["id"])
     assert again.returncode == 1
@@ -188,10 +188,11 @@ def test_ask_waits_for_a_person_and_a_separate_permission_allow_process_answers(
     }
     assert cli_json(board, "permission", "list") == [allowed]
 
+    said = {"permission_id": asked["id"], "run_id": run["id"]}
     assert board_events(db_url, "permission.") == [
-        ("permission.requested", {"permission_id": asked["id"], "run_id": run["id"], "state": "pending"}),
-        ("permission.resolved", {"permission_id": asked["id"], "run_id": run["id"], "state": "allowed"}),
-    ]  # fmt: skip
+        ("permission.requested", {**said, "state": "pending"}),
+        ("permission.resolved", {**said, "state": "allowed"}),
+    ]
     assert applied(db_url, f"permission:{asked['id']}") == ["applied"]
     assert session.metadata["workflow_data"] == {"approval": "resolved"}
     with open_host(db_url) as host:  # a second delivery of the trigger evaluates nothing
@@ -324,7 +325,8 @@ def test_worker_killed_while_a_request_is_pending(db_url: str, tmp_path: Path) -
         "cancelled",
         "worker_died",
     )
-    assert ("permission.resolved", {"permission_id": first["id"], "run_id": run["id"], "state": "cancelled"}) in board_events(db_url, "permission.")  # fmt: skip
+    said = {"permission_id": first["id"], "run_id": run["id"], "state": "cancelled"}
+    assert ("permission.resolved", said) in board_events(db_url, "permission.")
 
     worker = start_worker(board)
     try:
