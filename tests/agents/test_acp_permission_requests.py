@@ -346,3 +346,64 @@ def test_worker_killed_while_a_request_is_pending(db_url: str, tmp_path: Path) -
         "cancelled",
         "allowed",
     ]
+
+
+def test_the_http_api_lists_and_answers_a_request_and_streams_its_events(
+    db_url: str, tmp_path: Path
+) -> None:
+    """HTTP.md `GET /api/permissions?task=T&state=S` ([permission], as `permission list`),
+    `POST /api/permissions/{p}` with `{"outcome": "allow"|"deny", "always"?}` (permission),
+    and the `permission.requested` / `permission.resolved` events (`permission_id`, `run_id`,
+    `state`) on `/api/events?task=T`; a second answer is a 409 `conflict`, a bad outcome a
+    400 naming the field. The waiting worker is another process; its turn goes on."""
+    from tests.serve.conftest import EventReader, start_serve
+    from tests.serve.test_serve_api import error, ok
+
+    board = Board(db_url, tmp_path, {"turns": [[ASK], []]})
+    served = start_serve(db_url, tmp_path)
+    reader = EventReader(served, task=board.task_id)
+    worker = start_worker(board)
+    try:
+        with served.client() as c:
+            asked = reader.wait_for(
+                lambda evs: [e for e in evs if e.type == "permission.requested"], timeout=60
+            )
+            (requested,) = [e.data for e in asked if e.type == "permission.requested"]
+            query = {"task": board.task_id, "state": "pending"}
+            (listed,) = ok(c.get("/api/permissions", params=query))
+            assert set(listed) == PERMISSION_KEYS
+            assert listed == cli_json(board, "permission", "list", "--state", "pending")[0]
+            assert (requested["permission_id"], requested["run_id"], requested["state"]) == (
+                listed["id"],
+                listed["run_id"],
+                "pending",
+            )
+            assert ok(c.get("/api/permissions", params={"state": "allowed"})) == []
+            assert "state" in error(c.get("/api/permissions", params={"state": "maybe"}), 400)
+            path = f"/api/permissions/{listed['id'][-8:]}"
+            assert "outcome" in error(c.post(path, json={"outcome": "perhaps"}), 400)
+            assert "always" in error(c.post(path, json={"outcome": "allow", "always": 1}), 400)
+            error(c.post("/api/permissions/nosuchrequest", json={"outcome": "allow"}), 404)
+            answered = ok(c.post(path, json={"outcome": "allow"}))
+            assert (answered["state"], answered["option_id"], answered["decided_by"]) == (
+                "allowed",
+                "yes",
+                "user",
+            )
+            assert "already allowed" in error(
+                c.post(path, json={"outcome": "deny"}), 409, "conflict"
+            )
+            done = reader.wait_for(
+                lambda evs: [e for e in evs if e.type == "permission.resolved"], timeout=30
+            )
+            (resolved,) = [e.data for e in done if e.type == "permission.resolved"]
+            assert (resolved["permission_id"], resolved["state"]) == (listed["id"], "allowed")
+        finish(worker)
+    finally:
+        reader.close()
+        if worker.poll() is None:
+            worker.kill()
+            worker.wait()
+        served.stop(signal.SIGKILL)
+    _step, _session, items = board.read()
+    assert "permission: yes" in messages(items)
