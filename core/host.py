@@ -53,6 +53,7 @@ if TYPE_CHECKING:
         DecisionService,
         EntryService,
         ParticipantService,
+        PermissionService,
         PluginService,
         ProfileService,
         RunService,
@@ -206,6 +207,7 @@ class Host:
     entries: _Built[EntryService] = _Built(_service("EntryService"))
     plugins: _Built[PluginService] = _Built(_service("PluginService"))
     comments: _Built[CommentService] = _Built(_service("CommentService"))
+    permissions: _Built[PermissionService] = _Built(_service("PermissionService"))
 
     @property
     def selection(self) -> PluginSelection:

@@ -6,7 +6,7 @@ are treated as read-only by convention; nothing in laneway mutates a value after
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any, Final, Literal
 
 import attrs
@@ -292,6 +292,29 @@ class Comment:
     author: str
     body: str
     created_at: str
+
+
+PERMISSION_STATES: Final = ("pending", "allowed", "denied", "cancelled")
+"""A permission request's states (CLI.md); it leaves `pending` once."""
+
+
+@attrs.frozen
+class Permission:
+    """An ACP agent's permission request put to a person (`--permissions ask`): the tool
+    call it asks about, the options it offers (`{"option_id", "name", "kind"}`), and what was
+    chosen, by whom and when."""
+
+    id: str
+    task_id: str
+    session_id: str
+    run_id: str | None
+    tool_call: Mapping[str, Any]
+    options: Sequence[Mapping[str, Any]]
+    state: str
+    option_id: str | None
+    decided_by: str | None
+    created_at: str
+    decided_at: str | None
 
 
 @attrs.frozen

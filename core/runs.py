@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any, Final, Literal
 
 import attrs
@@ -321,6 +321,7 @@ def release(
     if done != 1:
         return False
     uow.conn.execute(_BUMP, {"agent": run.agent_profile_id, "delta": -1})
+    cancel_permissions(uow, [run.id], by="run_ended")
     events.record(
         uow,
         "run.finished" if ok else "run.failed",
@@ -378,6 +379,8 @@ def requeue_dead(uow: UnitOfWork) -> Requeued:
             .returning(*R.c)
         ).mappings()
     ]
+    # The dead worker's questions can never be answered to it: a re-run asks again.
+    cancel_permissions(uow, [r.id for r in (*poisoned, *back)], by="worker_died")
     for run in (*poisoned, *back):
         uow.conn.execute(_BUMP, {"agent": run.agent_profile_id, "delta": -1})
         events.record(
@@ -389,3 +392,41 @@ def requeue_dead(uow: UnitOfWork) -> Requeued:
             status=run.status,
         )
     return Requeued(tuple(back), tuple(poisoned))
+
+
+P = t.permissions
+
+
+def cancel_permissions(
+    uow: UnitOfWork,
+    run_ids: Sequence[str] = (),
+    *,
+    permission_ids: Sequence[str] = (),
+    by: str,
+) -> list[str]:
+    """End the still pending permission requests of `run_ids` (or those named) `cancelled`,
+    `decided_by` saying why, each with its `permission.resolved` event, in `uow`'s
+    transaction. Conditional on `pending`: one a person answered meanwhile keeps the answer."""
+    which = []
+    if run_ids:
+        which.append(P.c.run_id.in_(list(run_ids)))
+    if permission_ids:
+        which.append(P.c.id.in_(list(permission_ids)))
+    if not which:
+        return []
+    ended = uow.conn.execute(
+        sa.update(P)
+        .where(P.c.state == "pending", sa.or_(*which))
+        .values(state="cancelled", decided_by=by, decided_at=ids.now())
+        .returning(P.c.id, P.c.task_id, P.c.run_id)
+    ).all()
+    for permission_id, task_id, run_id in ended:
+        events.record(
+            uow,
+            "permission.resolved",
+            task_id,
+            permission_id=permission_id,
+            run_id=run_id,
+            state="cancelled",
+        )
+    return [str(row[0]) for row in ended]

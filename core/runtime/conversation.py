@@ -67,6 +67,16 @@ class Record(Protocol):
 
     def warning(self, message: str, **fields: Any) -> None: ...
 
+    def ask(self, request: PermissionRequest) -> str:
+        """Put the agent's permission question on the board; the pending request's id."""
+        ...
+
+    def await_answer(self, permission_id: str, stop: Callable[[], bool]) -> str | None:
+        """Block until a person answers the request (the option id chosen, or None when
+        denied without a reject option) or `stop()` says the turn is over (None; the request
+        ends cancelled)."""
+        ...
+
 
 @attrs.frozen
 class AcpTurn:
@@ -176,7 +186,7 @@ def run_acp_turn(conversations: Conversations, turn: AcpTurn, record: Record) ->
         end = conn.prompt(
             prompt,
             on_item=keep,
-            on_permission=lambda request: _ask(request, record),
+            on_permission=lambda request: _ask(request, record, conn, watch),
             timeout=turn.profile.turn_timeout,
         )
     finally:
@@ -305,14 +315,29 @@ def _reported(state: SessionState, instructed: bool) -> dict[str, Any]:
     }
 
 
-def _ask(request: PermissionRequest, record: Record) -> str | None:
+def _ask(
+    request: PermissionRequest, record: Record, conn: AgentConnection, watch: _IdleWatch
+) -> str | None:
     """`--permissions ask`: the question goes to the board and the turn waits for a person's
-    answer. Until the board can take one, it is answered `cancelled` and said so."""
-    record.warning(
-        "permission request answered cancelled: no one can answer it yet",
-        tool_call=str(request.tool_call.get("title") or request.tool_kind or ""),
-    )
-    return None
+    answer, from any process. Waiting for a person is not the agent's silence: the idle watch
+    is paused meanwhile; the turn's own timeout still runs. A turn cancelled (by a person, a
+    timeout, the worker stopping) or an agent gone ends the wait, and the request `cancelled`.
+    """
+    watch.pause()
+    try:
+        permission_id = record.ask(request)
+        return record.await_answer(
+            permission_id, stop=lambda: conn.cancel_requested or not conn.alive
+        )
+    except Exception as exc:  # noqa: BLE001 - the agent is answered; the turn never hangs
+        record.warning(
+            "permission request answered cancelled: it could not be put to a person",
+            cause=f"{type(exc).__name__}: {exc}",
+            tool_call=str(request.tool_call.get("title") or request.tool_kind or ""),
+        )
+        return None
+    finally:
+        watch.resume()
 
 
 def _report_usage(end: TurnEnd, record: Record, reported: Mapping[str, Any]) -> None:
@@ -342,10 +367,19 @@ class _IdleWatch:
         self._last = time.monotonic()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="laneway-idle", daemon=True)
+        self._paused = False
         self.fired = False
 
     def heard(self) -> None:
         self._last = time.monotonic()
+
+    def pause(self) -> None:
+        """A person is being asked: the silence that follows is theirs, not the agent's."""
+        self._paused = True
+
+    def resume(self) -> None:
+        self._last = time.monotonic()
+        self._paused = False
 
     def start(self) -> None:
         self._last = time.monotonic()
@@ -356,6 +390,9 @@ class _IdleWatch:
 
     def _run(self) -> None:
         while not self._stop.wait(min(IDLE_POLL, self._limit)):
+            if self._paused:
+                self._last = time.monotonic()
+                continue
             if time.monotonic() - self._last > self._limit:
                 self.fired = True
                 logger.bind(idle_timeout=self._limit).warning("agent silent; cancelling its turn")

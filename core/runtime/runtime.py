@@ -33,7 +33,7 @@ from core.logs import logger
 from core.model import ACTIVE_SESSION_STATES, AgentProfile, Session, Task
 from core.runtime import process
 from core.runtime.acp.bounds import item
-from core.runtime.acp.values import TranscriptItem, TurnEnd
+from core.runtime.acp.values import PermissionRequest, TranscriptItem, TurnEnd
 from core.runtime.agent_env import agent_env
 from core.runtime.desired import desired, exec_env, with_plan_instruction
 from core.runtime.failures import AgentFailure
@@ -95,6 +95,30 @@ class BoardRecord:
             task_id=self.task_id, session_id=self.session_id, run_id=self.run_id, **fields
         ).warning(message)
         self.items([item("log", message, {"level": "warning", **fields})])
+
+    def ask(self, request: PermissionRequest) -> str:
+        found = self.peers.permissions.request(
+            self.task_id,
+            self.session_id,
+            run_id=self.run_id,
+            tool_call=request.tool_call,
+            options=[attrs.asdict(o) for o in request.options],
+        )
+        logger.bind(
+            task_id=self.task_id,
+            session_id=self.session_id,
+            run_id=self.run_id,
+            permission_id=found.id,
+        ).info("permission request waits for a person")
+        return found.id
+
+    def await_answer(self, permission_id: str, stop: Callable[[], bool]) -> str | None:
+        found = self.peers.permissions.wait(permission_id, stop=stop)
+        if found.state == "pending":
+            # The turn ended first: the question is withdrawn; an answer now would reach no one.
+            self.peers.permissions.cancel(permission_id, by="turn_ended")
+            return None
+        return found.option_id if found.state in ("allowed", "denied") else None
 
 
 @attrs.define(eq=False)

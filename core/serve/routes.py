@@ -247,6 +247,28 @@ def run_show(call: Call) -> Reply:
     return Reply(run_show_json(run, call.host.sessions.run_items(run.id)))
 
 
+def permissions_list(call: Call) -> Reply:
+    """As `permission list`: `?task=T&state=S` narrow it."""
+    return Reply(
+        call.host.permissions.list(task=call.query.get("task"), state=call.query.get("state"))
+    )
+
+
+def permission_answer(call: Call) -> Reply:
+    """As `permission allow|deny`: `{"outcome": "allow"|"deny", "always"?, "by"?}`."""
+    outcome = call.text("outcome")
+    if outcome not in ("allow", "deny"):
+        raise bad(f"field 'outcome': expected allow or deny, got {outcome!r}")
+    always = call.obj().get("always", False)
+    if not isinstance(always, bool):
+        raise bad("field 'always': expected a boolean")
+    by = call.opt_text("by")
+    answered = call.host.permissions.answer(
+        call.path["p"], outcome == "allow", always=always, by=by if by is not None else "user"
+    )
+    return Reply(answered)
+
+
 def session_cancel_retry(call: Call) -> Reply:
     # As `session cancel-retry`: recorded on the session for whichever process runs the loop,
     # and handed to this process's runtime in case the loop runs here.
@@ -330,6 +352,8 @@ ROUTES = [
     Route("/api/entries", endpoint(entries_list), methods=["GET"]),
     Route("/api/runs", endpoint(runs_list), methods=["GET"]),
     Route("/api/runs/{r}", endpoint(run_show), methods=["GET"]),
+    Route("/api/permissions", endpoint(permissions_list), methods=["GET"]),
+    Route("/api/permissions/{p}", endpoint(permission_answer), methods=["POST"]),
     Route("/api/decisions", endpoint(decision_record), methods=["POST"]),
     Route("/api/sessions", endpoint(sessions_list), methods=["GET"]),
     Route("/api/sessions/{s}/send", endpoint(session_send), methods=["POST"]),

@@ -14,6 +14,7 @@ if TYPE_CHECKING:
     from core.services.decisions import DecisionService
     from core.services.entries import EntryService
     from core.services.participants import ParticipantService
+    from core.services.permissions import PermissionService
     from core.services.plugins import PluginService
     from core.services.profiles import ProfileService
     from core.services.runs import RunService
@@ -28,6 +29,7 @@ MODULES = {
     "DecisionService": "decisions",
     "EntryService": "entries",
     "ParticipantService": "participants",
+    "PermissionService": "permissions",
     "PluginService": "plugins",
     "ProfileService": "profiles",
     "RunService": "runs",
@@ -44,6 +46,7 @@ __all__ = [
     "DecisionService",
     "EntryService",
     "ParticipantService",
+    "PermissionService",
     "PluginService",
     "ProfileService",
     "RunService",

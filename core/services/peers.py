@@ -19,6 +19,7 @@ if TYPE_CHECKING:
     from core.services.decisions import DecisionService
     from core.services.entries import EntryService
     from core.services.participants import ParticipantService
+    from core.services.permissions import PermissionService
     from core.services.profiles import ProfileService
     from core.services.runs import RunService
     from core.services.sessions import SessionService
@@ -92,3 +93,6 @@ class Peers(Protocol):
 
     @property
     def comments(self) -> CommentService: ...
+
+    @property
+    def permissions(self) -> PermissionService: ...

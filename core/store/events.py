@@ -27,6 +27,7 @@ asks its `Observer` whether anyone listens before doing any of that work: with n
 
 from __future__ import annotations
 
+import contextlib
 import json
 from collections.abc import Mapping, Sequence
 from datetime import timedelta
@@ -80,6 +81,8 @@ TYPES: Final = (
     "session.state",
     "agent.item",
     "agent_error.dispatched",
+    "permission.requested",
+    "permission.resolved",
 )
 OBSERVED_ONLY: Final = ("agent.output",)
 """Types handed to observers but never stored: nothing is written when they happen (an agent's
@@ -277,6 +280,55 @@ def notify(store: Store, type_: str, task_id: str | None, **fields: Any) -> None
         return
     observer.committed([Event(id=0, type=type_, task_id=task_id, at=ids.now(), data=fields)])
     observer.drain()
+
+
+class Commits:
+    """Wakes a waiter when any process commits an event (PostgreSQL: a LISTEN on `CHANNEL`,
+    on a connection of its own) so it re-reads what it waits for at once; on SQLite, or when
+    the LISTEN connection cannot be had, every wait simply lasts `timeout` (a short poll)."""
+
+    def __init__(self, store: Store) -> None:
+        self._conn: Any = None
+        if store.is_sqlite:
+            return
+        try:
+            import psycopg
+
+            url = store.url.set(drivername="postgresql")
+            self._conn = psycopg.connect(url.render_as_string(hide_password=False), autocommit=True)
+            self._conn.execute(f"LISTEN {CHANNEL}")
+        except Exception as exc:  # noqa: BLE001 - a poll still finds the change, later
+            from core.logs import logger
+
+            logger.bind(error=f"{type(exc).__name__}: {exc}").warning(
+                "LISTEN for board changes failed; polling instead"
+            )
+            self.close()
+
+    @property
+    def listening(self) -> bool:
+        return self._conn is not None
+
+    def wait(self, timeout: float) -> bool:
+        """Wait up to `timeout` s; True when something may have committed (always, polling)."""
+        if self._conn is None:
+            import time
+
+            time.sleep(timeout)
+            return True
+        try:
+            for _note in self._conn.notifies(timeout=timeout, stop_after=1):
+                return True
+        except Exception:  # noqa: BLE001 - the connection broke: poll from now on
+            self.close()
+            return True
+        return False
+
+    def close(self) -> None:
+        conn, self._conn = self._conn, None
+        if conn is not None:
+            with contextlib.suppress(Exception):
+                conn.close()
 
 
 def mark(uow: UnitOfWork) -> int:

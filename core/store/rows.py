@@ -18,6 +18,7 @@ from core.model import (
     Item,
     Marker,
     Participant,
+    Permission,
     Run,
     Session,
     Step,
@@ -188,6 +189,22 @@ def participant(row: RowLike) -> Participant:
 
 def comment(row: RowLike) -> Comment:
     return Comment(**{c.name: row[c.name] for c in t.comments.columns})
+
+
+def permission(row: RowLike) -> Permission:
+    return Permission(
+        id=row["id"],
+        task_id=row["task_id"],
+        session_id=row["session_id"],
+        run_id=row["run_id"],
+        tool_call=json.loads(row["tool_call"]),
+        options=json.loads(row["options"]),
+        state=row["state"],
+        option_id=row["option_id"],
+        decided_by=row["decided_by"],
+        created_at=row["created_at"],
+        decided_at=row["decided_at"],
+    )
 
 
 def decision(row: RowLike) -> Decision:

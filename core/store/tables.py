@@ -262,6 +262,29 @@ comments = sa.Table(
     sa.Index("ix_comments_task", "task_id", "created_at"),
 )
 
+# ACP agents' permission requests a person answers (`--permissions ask`, CLI.md `permission`).
+# `state` leaves `pending` once, by a conditional UPDATE. They go with their task (the foreign
+# key's cascade); `run_id` is what a run ending, or re-queued from a dead worker, cancels by.
+permissions = sa.Table(
+    "permissions",
+    metadata,
+    sa.Column("id", sa.String(64), primary_key=True),
+    sa.Column(
+        "task_id", sa.String(64), sa.ForeignKey("tasks.id", ondelete=CASCADE), nullable=False
+    ),
+    sa.Column("session_id", sa.String(64), nullable=False),
+    sa.Column("run_id", sa.String(64), nullable=True),
+    sa.Column("tool_call", sa.Text, nullable=False, server_default="{}"),
+    sa.Column("options", sa.Text, nullable=False, server_default="[]"),
+    sa.Column("state", sa.String(20), nullable=False, server_default="pending"),
+    sa.Column("option_id", sa.String(200), nullable=True),
+    sa.Column("decided_by", sa.String(200), nullable=True),
+    sa.Column("created_at", sa.String(40), nullable=False),
+    sa.Column("decided_at", sa.String(40), nullable=True),
+    sa.Index("ix_permissions_task", "task_id", "created_at"),
+    sa.Index("ix_permissions_run", "run_id", "state"),
+)
+
 runs = sa.Table(
     "runs",
     metadata,

@@ -89,12 +89,13 @@ class Board:
         on_enter: Sequence[Mapping[str, Any]] = (),
         second: Sequence[Mapping[str, Any]] = (),
         command: Sequence[str] = (sys.executable, FAKE),
+        yaml: str | None = None,
         **profile: Any,
     ) -> None:
         self.url = url
         self.tmp_path = tmp_path
         path = tmp_path / "acp.yml"
-        path.write_text(workflow_yaml(on_enter, second))
+        path.write_text(yaml if yaml is not None else workflow_yaml(on_enter, second))
         script_file = tmp_path / "script.json"
         script_file.write_text(json.dumps(script))
         with open_host(url) as host:

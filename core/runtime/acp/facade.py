@@ -344,6 +344,12 @@ class AgentConnection:
         return self._proc is not None and self._proc.returncode is None and not self._closed
 
     @property
+    def cancel_requested(self) -> bool:
+        """The running turn was cancelled (`cancel`, or its turn timeout): a caller waiting
+        on the agent's behalf stops waiting."""
+        return self._cancelled
+
+    @property
     def pid(self) -> int | None:
         return self._proc.pid if self._proc else None
 
