@@ -10,44 +10,53 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
+import attrs
+
 from core.errors import LanewayError
 from core.kernel import Kernel
 from core.logs import logger
 from core.model import ActionDecl, Step, Task
-from core.plugin.kinds import ActionContext, ActionFailed, ConfigError, Outcome
+from core.plugin.kinds import ActionContext, ActionFailed, ConfigError, Outcome, run_executor
 from core.plugin.registry import Registry
 
 if TYPE_CHECKING:
     from loguru import Logger
 
 
-def context(
-    kernel: Kernel,
-    task: Task,
-    step: Step,
-    trigger: str,
-    decl: ActionDecl,
-    log: Logger,
-    operation_id: str | None,
-    payload: Mapping[str, Any] | None,
-    session_id: str | None,
-    uow: Any = None,
-) -> ActionContext:
-    # The trigger's own session (the one that failed, the one whose turn ended), else the
-    # task's live one.
-    session = kernel.read.session(session_id) if session_id else kernel.read.live_session(task.id)
+@attrs.frozen
+class Fired:
+    """One trigger fired for a task at its step: what each action it runs is told. The
+    trigger's counterpart of core.entry's `Walk` (an arrival's), built once per evaluation."""
+
+    task: Task
+    step: Step
+    trigger: str
+    log: Logger
+    operation_id: str | None = None
+    payload: Mapping[str, Any] | None = None
+    session_id: str | None = None
+    """The trigger's own session (the one that failed, the one whose turn ended)."""
+
+
+def context(kernel: Kernel, fired: Fired, decl: ActionDecl, uow: Any = None) -> ActionContext:
+    # The trigger's own session, else the task's live one.
+    session = (
+        kernel.read.session(fired.session_id)
+        if fired.session_id
+        else kernel.read.live_session(fired.task.id)
+    )
     return ActionContext(
-        task=task,
-        step=step,
-        trigger=trigger,
+        task=fired.task,
+        step=fired.step,
+        trigger=fired.trigger,
         position=decl.position,
         session=session,
         uow=uow,
         services=kernel.services,
-        logger=log.bind(action_type=decl.kind, position=decl.position),
-        operation_id=operation_id,
+        logger=fired.log.bind(action_type=decl.kind, position=decl.position),
+        operation_id=fired.operation_id,
         epoch=kernel.epoch(),
-        payload=payload,
+        payload=fired.payload,
     )
 
 
@@ -55,13 +64,7 @@ def run(
     kernel: Kernel,
     registry: Registry,
     decl: ActionDecl,
-    task: Task,
-    step: Step,
-    trigger: str,
-    log: Logger,
-    operation_id: str | None,
-    payload: Mapping[str, Any] | None,
-    session_id: str | None,
+    fired: Fired,
     *,
     warn_unexecutable: bool = True,
 ) -> str | None:
@@ -70,14 +73,14 @@ def run(
     :param warn_unexecutable: False when the caller already warned about a kind that
         reaches no executor (it is still skipped)."""
     registered = registry.kind(decl.kind)
-    action_log = log.bind(action_type=decl.kind, position=decl.position)
+    action_log = fired.log.bind(action_type=decl.kind, position=decl.position)
     if registered is None:
         if warn_unexecutable:
             action_log.bind(why=registry.unavailable(decl.kind)).warning(
                 "no plugin declares this action kind; skipped"
             )
         return None
-    if not registered.kind.trigger_ok(trigger):
+    if not registered.kind.trigger_ok(fired.trigger):
         action_log.warning("action kind cannot run on this trigger; skipped")
         return None
     kind = registered.kind
@@ -87,21 +90,23 @@ def run(
                 "action kind has no executor in this configuration; skipped"
             )
         return None
-    args = (kernel, task, step, trigger, decl, log, operation_id, payload, session_id)
     try:
         value = kind.validate(decl.config)
-        if kind.transactional:
-            # effect and nothing else in one unit of work; a failure undoes it
+    except ConfigError as exc:
+        return str(exc)
+    if kind.transactional:
+        # effect and nothing else in one unit of work; a failure undoes it
+        try:
             with kernel.store.transaction() as uow:
-                outcome = kind.execute(context(*args, uow=uow), value)
+                outcome = run_executor(kind.execute, context(kernel, fired, decl, uow), value)
                 if outcome is not None and outcome.state == "failed":
                     raise ActionFailed(outcome.cause or "failed")
-        else:
-            outcome = kind.execute(context(*args), value)
-    except (ActionFailed, ConfigError) as exc:
-        outcome = Outcome.failed(getattr(exc, "cause", str(exc)))
-    except Exception as exc:  # noqa: BLE001 - a plugin's bug aborts this trigger only
-        outcome = Outcome.failed(f"{type(exc).__name__}: {exc}")
+        except ActionFailed as exc:
+            outcome = Outcome.failed(exc.cause)
+        except Exception as exc:  # noqa: BLE001 - the commit failed: this trigger only
+            outcome = Outcome.failed(f"{type(exc).__name__}: {exc}")
+    else:
+        outcome = run_executor(kind.execute, context(kernel, fired, decl), value)
     if outcome is not None and outcome.state == "failed":
         return outcome.cause or "failed"
     return None
@@ -123,7 +128,7 @@ def run_exit(kernel: Kernel, registry: Registry, task: Task, step_id: str) -> No
         registered = registry.kind(decl.kind)
         if registered is not None and registered.kind.moves:
             continue
-        cause = run(kernel, registry, decl, task, step, "on_exit", log, None, None, None)
+        cause = run(kernel, registry, decl, Fired(task, step, "on_exit", log))
         if cause is not None:
             aborted(log, decl, cause)
             return

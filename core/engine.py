@@ -193,41 +193,38 @@ class Engine:
         step = workflow.step(task.workflow_step_id)
         if step is None:
             return _Evaluated(TriggerResult())
-        actions = step.actions(trigger)
+        declared = step.actions(trigger)
         log = _bound(task, step, trigger)
+        fired = actions.Fired(task, step, trigger, log, operation_id, payload, session_id)
         target: Step | None = None
         warned: set[str] = set()
         refusals: list[tuple[str, str]] = []
-        for decl in actions:
+        for decl in declared:
             if is_move(self.registry, decl):
                 if target is None and self._eligible(
                     decl, task, step, trigger, log, warned, refusals
                 ):
                     target = self._resolve_target(workflow, step, decl)
                 continue
-            cause = self._run(
+            cause = actions.run(
+                self.kernel,
+                self.registry,
                 decl,
-                task,
-                step,
-                trigger,
-                log,
-                operation_id,
-                payload,
-                session_id,
+                fired,
                 warn_unexecutable=not caller_reports,
             )
             if cause is not None:
                 if not caller_reports:
                     _aborted(log, decl, cause)
                 failed = TriggerResult(
-                    action_count=len(actions),
+                    action_count=len(declared),
                     failed=True,
                     cause=cause,
                     failed_action=decl.kind,
                     failed_position=decl.position,
                 )
                 return _Evaluated(failed)
-        return _Evaluated(None, task, step, target, len(actions), tuple(refusals))
+        return _Evaluated(None, task, step, target, len(declared), tuple(refusals))
 
     def after_decision(self, task_id: str, step_id: str) -> TriggerResult:
         """Re-evaluate the guarded on_turn_complete moves of the step a decision was made at.
@@ -279,9 +276,8 @@ class Engine:
         if why is not None:
             raise LanewayError(f"cannot run action {kind!r}: {why}")
         decl = ActionDecl(0, kind, config)
-        cause = self._run(
-            decl, task, step, "manual", _bound(task, step, "manual"), None, None, None
-        )
+        fired = actions.Fired(task, step, "manual", _bound(task, step, "manual"))
+        cause = actions.run(self.kernel, self.registry, decl, fired)
         if cause is not None:
             raise LanewayError(f"{kind}: {cause}")
 
@@ -337,33 +333,6 @@ class Engine:
 
     def _resolve_target(self, workflow: Workflow, step: Step, decl: ActionDecl) -> Step:
         return structural.resolve_target(workflow, step, decl)
-
-    def _run(
-        self,
-        decl: ActionDecl,
-        task: Task,
-        step: Step,
-        trigger: str,
-        log: Logger,
-        operation_id: str | None,
-        payload: Mapping[str, Any] | None,
-        session_id: str | None,
-        *,
-        warn_unexecutable: bool = True,
-    ) -> str | None:
-        return actions.run(
-            self.kernel,
-            self.registry,
-            decl,
-            task,
-            step,
-            trigger,
-            log,
-            operation_id,
-            payload,
-            session_id,
-            warn_unexecutable=warn_unexecutable,
-        )
 
 
 @attrs.frozen

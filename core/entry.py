@@ -24,7 +24,14 @@ from core import faults, ledger, memo
 from core.kernel import HasKernel, Kernel, Published, kernel_of
 from core.logs import logger
 from core.model import ActionDecl, Session, Step, StepEntry, Task, Workflow
-from core.plugin.kinds import ActionContext, ActionFailed, ActionKind, ConfigError, Outcome
+from core.plugin.kinds import (
+    ActionContext,
+    ActionKind,
+    ConfigError,
+    Outcome,
+    failed_by,
+    run_executor,
+)
 from core.plugin.registry import RegisteredKind, Registry
 
 HOISTED_PATHS = frozenset({"E1", "E2", "E3", "E5"})
@@ -290,25 +297,9 @@ def _session_action(
     except ConfigError as exc:
         log.bind(cause=str(exc)).error("malformed action config; skipped")
         return
-    outcome = _execute(kind.execute, _context(walk, decl, session, log), value)
+    outcome = run_executor(kind.execute, _context(walk, decl, session, log), value)
     if outcome is not None and outcome.state == "failed":
         log.bind(cause=outcome.cause).error("entry action failed; the entry continues")
-
-
-def _execute(execute: Any, ctx: ActionContext, value: Any) -> Outcome | None:
-    """Run an executor; a raise becomes a failed outcome (a plugin bug never stops the walk)."""
-    try:
-        result: Outcome | None = execute(ctx, value)
-    except Exception as exc:  # noqa: BLE001 - a plugin's bug must not stop the entry
-        return _failure(ctx, exc)
-    return result
-
-
-def _failure(ctx: ActionContext, exc: Exception) -> Outcome:
-    if isinstance(exc, ActionFailed):
-        return Outcome.failed(exc.cause)
-    ctx.logger.opt(exception=exc).debug("executor raised")
-    return Outcome.failed(f"{type(exc).__name__}: {exc}")
 
 
 def _skip_position(walk: Walk, decl: ActionDecl, reason: str, last: bool) -> bool:
@@ -403,7 +394,7 @@ def _durable_action(
         raise _Vacated(left)
     faults.reach("dispatch.after_claim")
     ctx = _context(walk, decl, None, log, epoch=epoch)
-    outcome = _execute(kind.execute, ctx, value) or Outcome.done()
+    outcome = run_executor(kind.execute, ctx, value) or Outcome.done()
     faults.reach("dispatch.after_effect")
     with store.transaction(follow_board=False) as uow:
         _settle(uow, entry.id, decl, outcome, last, epoch)
@@ -586,8 +577,8 @@ def _group_once(
                 ctx = _context(walk, decl, None, member.log, uow, epoch)
                 try:
                     outcome = member.execute(ctx, member.value) or Outcome.done()
-                except Exception as exc:  # noqa: BLE001 - recorded as failed, as by _execute
-                    raise _GroupRollback(index, _failure(ctx, exc)) from None
+                except Exception as exc:  # noqa: BLE001 - recorded as failed, as by run_executor
+                    raise _GroupRollback(index, failed_by(ctx, exc)) from None
             _settle(uow, entry.id, decl, outcome, False, epoch, claimed_here=True)
             settled.append((member, outcome))
             remaining.discard((decl.position, decl.kind))

@@ -135,6 +135,29 @@ class ActionContext:
         return lambda agent_profile_id: f"{head}{agent_profile_id}{tail}"
 
 
+def run_executor(
+    execute: Callable[[ActionContext, Any], Outcome | None], ctx: ActionContext, value: Any
+) -> Outcome | None:
+    """Run an action's executor; what it raises becomes a failed outcome, so a plugin's bug
+    or refusal never stops the entry walk or the trigger that runs it (the caller decides
+    what a failure means there). The one place both an arrival's entry sequence
+    (core.entry) and a trigger's actions (core.actions) run an executor."""
+    try:
+        return execute(ctx, value)
+    except Exception as exc:  # noqa: BLE001 - a plugin's bug must not stop its caller
+        return failed_by(ctx, exc)
+
+
+def failed_by(ctx: ActionContext, exc: Exception) -> Outcome:
+    """The outcome of an executor that raised `exc`."""
+    if isinstance(exc, ActionFailed):
+        return Outcome.failed(exc.cause)
+    if isinstance(exc, ConfigError):
+        return Outcome.failed(str(exc))
+    ctx.logger.opt(exception=exc).debug("executor raised")
+    return Outcome.failed(f"{type(exc).__name__}: {exc}")
+
+
 @attrs.frozen
 class AgentUse:
     """An agent an action can start or seat, for `laneway workflow check` to show.
