@@ -7,8 +7,9 @@ import sqlalchemy as sa
 from core import ids
 from core.errors import LanewayError
 from core.logs import logger
-from core.model import Step, Task, Workflow
+from core.model import TASK_STATES, Step, Task, Workflow
 from core.services.base import Service
+from core.services.refs import resolve_task
 from core.store import events, rows
 from core.store import tables as t
 from core.text import require_text
@@ -60,12 +61,36 @@ class TaskService(Service):
         return self.get(task_id)
 
     def get(self, ref: str) -> Task:
-        return self.peers.repository.task(ref)
+        """A task by its id, a unique suffix of 6+ characters of it, or its exact title when
+        one task has it (CLI.md)."""
+        with self.peers.store.read() as conn:
+            task_id = resolve_task(conn, TASKS, ref)
+        return self.peers.repository.task(task_id)
 
-    def list(self, *, workflow: str | None = None, step: str | None = None) -> list[Task]:
+    def list(
+        self,
+        *,
+        workflow: str | None = None,
+        step: str | None = None,
+        state: str | None = None,
+        search: str | None = None,
+    ) -> list[Task]:
         """Tasks, oldest first; of one workflow, and of one step of it (a step by name needs
-        its workflow; by id it does not)."""
+        its workflow; by id it does not); in one state; whose title or description contains
+        `search` (case-insensitive). The filters combine."""
         query = sa.select(TASKS).order_by(TASKS.c.created_at, TASKS.c.id)
+        if state is not None:
+            wanted = state.strip().upper()
+            if wanted not in TASK_STATES:
+                raise LanewayError(f"task state {state!r}: must be one of {', '.join(TASK_STATES)}")
+            query = query.where(TASKS.c.state == wanted)
+        if search:
+            query = query.where(
+                sa.or_(
+                    TASKS.c.title.icontains(search, autoescape=True),
+                    TASKS.c.description.icontains(search, autoescape=True),
+                )
+            )
         wf = self.peers.workflows.get(workflow) if workflow is not None else None
         if wf is not None:
             query = query.where(TASKS.c.workflow_id == wf.id)
