@@ -23,42 +23,49 @@ HEADER: Final = "## Feedback since your last turn"
 @attrs.frozen
 class Feedback:
     since: str
-    """When the agent's last turn on the task ended."""
+    """When the agent's last turn on the task began (its prompt was given then)."""
     verdicts: tuple[Decision, ...]
     comments: tuple[Comment, ...]
 
 
-def last_turn_end(runs: list[Run], run: Run) -> str | None:
-    """When `run`'s agent last finished a turn on its task (another run than `run`: a re-claimed
-    run is not its own last turn); None for a first run."""
-    ends = [
-        r.finished_at
+def last_turn_start(runs: list[Run], run: Run) -> str | None:
+    """When `run`'s agent last began a turn on its task (another run than `run`: a re-claimed
+    run is not its own last turn); None for a first run.
+
+    The start, not the end: a reviewer woken by this agent's turn may record its verdict
+    before the worker has written the turn's end, and everything given after the agent's
+    last prompt is new to it. What the agent gave itself meanwhile is left out below."""
+    starts = [
+        r.claimed_at
         for r in runs
         if r.id != run.id
         and r.agent_profile_id == run.agent_profile_id
         and r.task_id == run.task_id
-        and r.finished_at is not None
+        and r.claimed_at is not None
     ]
-    return max(ends) if ends else None
+    return max(starts) if starts else None
 
 
 def since_last_turn(host: Peers, run: Run) -> Feedback | None:
     """The feedback `run`'s agent has not seen, or None (a first run, or nothing new)."""
     if run.task_id is None:
         return None
-    since = last_turn_end(host.runs.list(task=run.task_id), run)
+    since = last_turn_start(host.runs.list(task=run.task_id), run)
     if since is None:
         return None
+    me = host.profiles.get(run.agent_profile_id).name
     verdicts = tuple(
         d
         for d in host.decisions.rounds(run.task_id)
-        # a verdict the seat changed later is not the one that stands; its own verdicts the
-        # agent gave itself
+        # a verdict its seat replaced later no longer stands (a cleared round keeps the
+        # verdicts it ended with: a new round supersedes nothing in it)
         if d.decided_at > since
-        and (d.superseded_at is None or d.cleared)
+        and d.superseded_at is None
         and not (d.decider_type == "agent" and d.decider_id == run.agent_profile_id)
     )
-    comments = tuple(c for c in host.comments.list(run.task_id) if c.created_at > since)
+    comments = tuple(
+        c for c in host.comments.list(run.task_id) if c.created_at > since and c.author != me
+    )
     if not verdicts and not comments:
         return None
     return Feedback(since, verdicts, comments)
