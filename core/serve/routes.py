@@ -237,7 +237,7 @@ def sessions_list(call: Call) -> Reply:
 
 
 def session_send(call: Call) -> Reply:
-    sent = call.host.sessions.send(call.path["s"], call.text("text"))
+    sent = call.host.sessions.send(call.host.sessions.find(call.path["s"]).id, call.text("text"))
     return Reply(session_json(sent, call.host.profiles.list()))
 
 
@@ -274,7 +274,8 @@ def run_show(call: Call) -> Reply:
 def session_cancel_retry(call: Call) -> Reply:
     # As `session cancel-retry`: recorded on the session for whichever process runs the loop,
     # and handed to this process's runtime in case the loop runs here.
-    cancelled = call.host.sessions.request_cancel_retry(call.path["s"])
+    session_id = call.host.sessions.find(call.path["s"]).id
+    cancelled = call.host.sessions.request_cancel_retry(session_id)
     call.host.runtime.cancel_retry(cancelled.id)
     return Reply(session_json(cancelled, call.host.profiles.list()))
 
