@@ -1,11 +1,12 @@
 from __future__ import annotations
 
+import builtins
 from typing import TYPE_CHECKING
 
 import sqlalchemy as sa
 
 from core import ids
-from core.errors import LanewayError
+from core.errors import LanewayError, NotFound
 from core.logs import logger
 from core.model import TASK_STATES, Step, Task, Workflow
 from core.services.base import Service
@@ -95,12 +96,28 @@ class TaskService(Service):
         if wf is not None:
             query = query.where(TASKS.c.workflow_id == wf.id)
         if step is not None:
-            found = (
-                self._step(wf, step) if wf is not None else self.peers.workflows.step_by_id(step)[1]
-            )
-            query = query.where(TASKS.c.workflow_step_id == found.id)
+            query = query.where(TASKS.c.workflow_step_id.in_(self._step_ids(wf, step)))
         with self.peers.store.read() as conn:
             return [rows.task(r) for r in conn.execute(query).mappings()]
+
+    def _step_ids(self, wf: Workflow | None, ref: str) -> builtins.list[str]:
+        """The steps `task list --step` means: of `wf` by id or name; with no workflow, the
+        step with that id, else every workflow's step of that name (any case)."""
+        if wf is not None:
+            return [self._step(wf, ref).id]
+        try:
+            return [self.peers.workflows.step_by_id(ref)[1].id]
+        except NotFound:
+            pass
+        named = [
+            s.id
+            for w in self.peers.workflows.list()
+            for s in w.steps
+            if s.name.casefold() == ref.casefold()
+        ]
+        if not named:
+            raise NotFound(f"no step {ref!r} in any workflow")
+        return named
 
     def _workflow_of(self, task: Task) -> Workflow:
         if task.workflow_id is None:

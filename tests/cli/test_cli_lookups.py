@@ -107,6 +107,8 @@ def test_task_list_filters_by_step_state_and_search_and_they_combine(laneway: La
     laneway.json("task", "move", docs["id"], other["name"])
     assert titles("--workflow", "Board", "--step", other["name"]) == ["Write the docs"]
     assert titles("--step", start["id"]) == ["Fix the login"]
+    assert titles("--step", other["name"].upper()) == ["Write the docs"]  # any workflow's
+    assert "no step 'Nowhere'" in laneway.fails("task", "list", "--step", "Nowhere")
     assert titles("--step", start["id"], "--search", "docs") == []
     state = laneway.json("task", "show", fix["id"])["state"]
     assert "Fix the login" in titles("--state", state.lower(), "--search", "login")
