@@ -64,6 +64,11 @@ class TaskService(Service):
     def get(self, ref: str) -> Task:
         """A task by its id, a unique suffix of 6+ characters of it, or its exact title when
         one task has it (CLI.md)."""
+        try:
+            # an id, as nearly every caller gives: one read, as before names were accepted
+            return self.peers.repository.task(ref)
+        except NotFound:
+            pass
         with self.peers.store.read() as conn:
             task_id = resolve_task(conn, TASKS, ref)
         return self.peers.repository.task(task_id)
