@@ -344,6 +344,12 @@ class Decision:
     role: str = ""
     run_id: str | None = None
     """The run whose agent gave the verdict; one verdict per run and seat."""
+    cleared_at: str | None = None
+    """When a new entry into the step cleared it (an earlier review round); None: current."""
+    round: int = 1
+    """The review round it belongs to at its step, 1 first (computed when read, not stored)."""
+    cleared: bool = False
+    """Whether a new entry cleared it (`cleared_at` is set): the quorum no longer counts it."""
 
 
 @attrs.frozen

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 import attrs
 
-from core import faults, runs
+from core import faults, feedback, runs
 from core.logs import logger
 from core.model import Run
 from core.prompts import build_prompt
@@ -91,12 +91,18 @@ def finish(host: RuntimePeers, run: Run, outcome: TurnOutcome) -> None:
 
 
 def prompt_for(host: RuntimePeers, run: Run) -> str:
-    """The run's prompt: the workflow and step prompts with the task's description."""
+    """The run's prompt: the workflow and step prompts with the task's description, then the
+    verdicts and comments given since the agent's last turn on the task (core.feedback; none
+    on a first run), then the run's message."""
     task = host.tasks.get(run.task_id) if run.task_id else None
     if task is None or run.workflow_step_id is None:
         return str((run.payload or {}).get("message", ""))
     workflow, step = host.workflows.step_by_id(run.workflow_step_id)
     text = build_prompt(workflow.prompt, step.prompt, task.description)
+    given = feedback.since_last_turn(host, run)
+    if given is not None:
+        names = {s.id: s.name for s in workflow.steps}
+        text = f"{text}\n\n{feedback.block(given, names)}"
     message = (run.payload or {}).get("message")
     return f"{text}\n\n{message}" if message else text
 

@@ -23,7 +23,8 @@ from plugins.api import (
 
 
 def clear_decisions(ctx: ActionContext, _config: None) -> Outcome:
-    """One DELETE over (task, step), in the transaction that also writes the done marker."""
+    """One UPDATE over (task, step) stamping the round cleared (kept for `decision list
+    --all`, no longer counted), in the transaction that also writes the done marker."""
     removed = ctx.services.decisions.clear(ctx.uow, ctx.task.id, ctx.step.id)
     fault_point("clear_decisions.before_commit")
     ctx.logger.bind(removed=removed).debug("decisions cleared")

@@ -57,7 +57,7 @@ def session_send(settings: Settings, session_id: str, text: str) -> None:
     the running turn ends.
     """
     with writer(settings) as host:
-        sent = host.sessions.send(session_id, text)
+        sent = host.sessions.send(host.sessions.find(session_id).id, text)
         shaped = session_json(sent, host.profiles.list())
     emit(settings.json, shaped, [_session_line(sent)])
 
@@ -72,7 +72,7 @@ def session_cancel_retry(settings: Settings, session_id: str) -> None:
     that process to see; within one process it is also handed to the runtime directly.
     """
     with writer(settings) as host:
-        cancelled = host.sessions.request_cancel_retry(session_id)
+        cancelled = host.sessions.request_cancel_retry(host.sessions.find(session_id).id)
         host.runtime.cancel_retry(cancelled.id)
         shaped = session_json(cancelled, host.profiles.list())
     emit(

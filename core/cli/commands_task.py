@@ -67,11 +67,20 @@ def task_show(settings: Settings, ref: str) -> None:
 
 @task.command("list")
 @click.option("--workflow", "workflow", metavar="W")
+@click.option("--step", metavar="S", help="A step id, or a step name with --workflow.")
+@click.option("--state", metavar="X", help="A task state (TODO, IN_PROGRESS, REVIEW, ...).")
+@click.option("--search", metavar="TEXT", help="In the title or description, any case.")
 @pass_settings
-def task_list(settings: Settings, workflow: str | None) -> None:
-    """List tasks, optionally of one workflow."""
+def task_list(
+    settings: Settings,
+    workflow: str | None,
+    step: str | None,
+    state: str | None,
+    search: str | None,
+) -> None:
+    """List tasks; the filters combine."""
     with reader(settings) as host:
-        found = host.tasks.list(workflow=workflow)
+        found = host.tasks.list(workflow=workflow, step=step, state=state, search=search)
         names = step_names(host, *found)
     emit(settings.json, found, [task_line(t, names) for t in found])
 
@@ -399,6 +408,27 @@ def decision_record(
     else:
         line += f"  -> no transition{why_not(shaped)}"
     emit(settings.json, shaped, [line])
+
+
+@decision.command("list")
+@click.option("--task", "task_ref", required=True, metavar="T")
+@click.option("--step", metavar="S", help="Default: every step.")
+@click.option(
+    "--all", "all_rounds", is_flag=True, help="Add the rounds a new entry into the step cleared."
+)
+@pass_settings
+def decision_list(settings: Settings, task_ref: str, step: str | None, all_rounds: bool) -> None:
+    """The current round's verdicts (what the quorum counts); --all keeps earlier rounds."""
+    with reader(settings) as host:
+        found = host.decisions.for_task(task_ref, step, all_rounds=all_rounds)
+        names = names_of(host, (d.step_id for d in found), ())
+    lines = [
+        f"{d.id}  {names.get(d.step_id, d.step_id)}  round {d.round}"
+        f"{' (cleared)' if d.cleared else ''}  {d.decision}  participant={d.participant_id}"
+        f"{'  superseded' if d.superseded_at else ''}{f'  {d.comment!r}' if d.comment else ''}"
+        for d in found
+    ]
+    emit(settings.json, found, lines or ["no decisions"])
 
 
 COMMANDS: tuple[click.Command, ...] = (task, participant, session, turn, decision)

@@ -84,7 +84,12 @@ def workflow_export(call: Call) -> Reply:
 
 
 def tasks_list(call: Call) -> Reply:
-    found = call.host.tasks.list(workflow=call.query.get("workflow"), step=call.query.get("step"))
+    found = call.host.tasks.list(
+        workflow=call.query.get("workflow"),
+        step=call.query.get("step"),
+        state=call.query.get("state"),
+        search=call.query.get("search"),
+    )
     return Reply(found)
 
 
@@ -180,15 +185,34 @@ def task_decisions(call: Call) -> Reply:
     task = host.tasks.get(call.path["t"])
     step_ref = call.query.get("step")
     if task.workflow_id is None or (task.workflow_step_id is None and step_ref is None):
-        return Reply({"step_id": None, "seats": [], "decisions": []})
+        return Reply({"step_id": None, "seats": [], "decisions": [], "earlier": []})
     if step_ref is not None:
         step = host.workflows.step(host.workflows.by_id(task.workflow_id), step_ref)
     else:
         assert task.workflow_step_id is not None
         step = host.workflows.step_by_id(task.workflow_step_id)[1]
     seats = host.participants.seats_at(task.id, step.id)
-    decisions = host.decisions.list(task.id, step.id)
-    return Reply({"step_id": step.id, "seats": _seats(seats, decisions), "decisions": decisions})
+    every = host.decisions.rounds(task.id, step.id)
+    decisions = [d for d in every if not d.cleared]
+    # `earlier`: the rounds a new entry cleared, so the panel keeps a reviewer's reasons.
+    return Reply(
+        {
+            "step_id": step.id,
+            "seats": _seats(seats, decisions),
+            "decisions": decisions,
+            "earlier": [d for d in every if d.cleared],
+        }
+    )
+
+
+def decisions_list(call: Call) -> Reply:
+    """As `decision list --task T [--step S] [--all]`."""
+    task = call.query.get("task")
+    if not task:
+        raise bad("query 'task': GET /api/decisions needs ?task=T")
+    return Reply(
+        call.host.decisions.for_task(task, call.query.get("step"), all_rounds=call.flag("all"))
+    )
 
 
 def _standing(decisions: list[Decision]) -> dict[str, Decision]:
@@ -213,7 +237,7 @@ def sessions_list(call: Call) -> Reply:
 
 
 def session_send(call: Call) -> Reply:
-    sent = call.host.sessions.send(call.path["s"], call.text("text"))
+    sent = call.host.sessions.send(call.host.sessions.find(call.path["s"]).id, call.text("text"))
     return Reply(session_json(sent, call.host.profiles.list()))
 
 
@@ -272,7 +296,8 @@ def permission_answer(call: Call) -> Reply:
 def session_cancel_retry(call: Call) -> Reply:
     # As `session cancel-retry`: recorded on the session for whichever process runs the loop,
     # and handed to this process's runtime in case the loop runs here.
-    cancelled = call.host.sessions.request_cancel_retry(call.path["s"])
+    session_id = call.host.sessions.find(call.path["s"]).id
+    cancelled = call.host.sessions.request_cancel_retry(session_id)
     call.host.runtime.cancel_retry(cancelled.id)
     return Reply(session_json(cancelled, call.host.profiles.list()))
 
@@ -355,6 +380,7 @@ ROUTES = [
     Route("/api/permissions", endpoint(permissions_list), methods=["GET"]),
     Route("/api/permissions/{p}", endpoint(permission_answer), methods=["POST"]),
     Route("/api/decisions", endpoint(decision_record), methods=["POST"]),
+    Route("/api/decisions", endpoint(decisions_list), methods=["GET"]),
     Route("/api/sessions", endpoint(sessions_list), methods=["GET"]),
     Route("/api/sessions/{s}/send", endpoint(session_send), methods=["POST"]),
     Route("/api/sessions/{s}/cancel-retry", endpoint(session_cancel_retry), methods=["POST"]),

@@ -1,7 +1,9 @@
 from __future__ import annotations
 
+import builtins
 from typing import Any
 
+import attrs
 import sqlalchemy as sa
 
 from core import ids
@@ -13,9 +15,29 @@ from core.store import tables as t
 from core.store.database import UnitOfWork
 
 D = t.workflow_step_decisions
-_CLEAR = sa.delete(D).where(
-    D.c.task_id == sa.bindparam("task_id"), D.c.step_id == sa.bindparam("step_id")
+# One UPDATE, not a read then a write: its commit is the line every concurrently recorded
+# decision falls on (AC-F3), as the DELETE it replaced was; the earlier round stays readable.
+_CLEAR = (
+    sa.update(D)
+    .where(
+        D.c.task_id == sa.bindparam("task_id"),
+        D.c.step_id == sa.bindparam("step_id"),
+        D.c.cleared_at.is_(None),
+    )
+    .values(cleared_at=sa.bindparam("stamp"))
 )
+
+
+def _rounds(found: list[Decision]) -> list[Decision]:
+    """`found` (one task and step) with each decision's round: the cleared ones numbered by
+    the clear that closed their round, oldest first; the standing ones one past the last."""
+    closes = sorted({d.cleared_at for d in found if d.cleared_at is not None})
+    number = {stamp: i + 1 for i, stamp in enumerate(closes)}
+    current = len(closes) + 1
+    return [
+        attrs.evolve(d, round=number[d.cleared_at] if d.cleared_at is not None else current)
+        for d in found
+    ]
 
 
 class DecisionService(Service):
@@ -96,6 +118,8 @@ class DecisionService(Service):
                     D.c.task_id == task_row.id,
                     D.c.step_id == step_row.id,
                     D.c.superseded_at.is_(None),
+                    # an earlier round's verdict stays as that round left it
+                    D.c.cleared_at.is_(None),
                     sa.or_(
                         D.c.participant_id == seat.id,
                         sa.and_(D.c.decider_id == seat.agent_profile_id, D.c.role == seat.role),
@@ -112,6 +136,12 @@ class DecisionService(Service):
                 verdict=verdict,
                 decision_id=decision.id,
             )
+            closed = uow.conn.execute(
+                sa.select(sa.func.count(sa.distinct(D.c.cleared_at))).where(
+                    D.c.task_id == task_row.id, D.c.step_id == step_row.id
+                )
+            ).scalar()
+        decision = attrs.evolve(decision, round=int(closed or 0) + 1)
         result = self.peers.engine.after_decision(task_row.id, step_row.id)
         return {
             "decision": decision,
@@ -123,9 +153,12 @@ class DecisionService(Service):
         }
 
     def clear(self, uow: UnitOfWork, task_id: str, step_id: str) -> int:
-        """Delete the step's decisions for the task: ONE statement, in the caller's unit of
-        work, whose commit is the line every concurrently recorded decision falls on."""
-        return int(uow.run(_CLEAR, {"task_id": task_id, "step_id": step_id}).rowcount)
+        """Close the step's current review round for the task: its decisions are stamped
+        cleared (kept for `decision list --all`, no longer counted). ONE statement, in the
+        caller's unit of work, whose commit is the line every concurrently recorded decision
+        falls on. The count of decisions it cleared."""
+        params = {"task_id": task_id, "step_id": step_id, "stamp": ids.now()}
+        return int(uow.run(_CLEAR, params).rowcount)
 
     def record_for_agent(
         self,
@@ -153,12 +186,39 @@ class DecisionService(Service):
             raise LanewayError(f"agent {agent_profile_id} has no deciding seat at step {step_id}")
         return self.record(task_id, step_id, seat.id, verdict, comment=comment, run_id=run_id)
 
-    def list(self, task_id: str, step_id: str) -> list[Decision]:
-        """Every decision at the step, superseded ones included, oldest first."""
+    def list(self, task_id: str, step_id: str) -> builtins.list[Decision]:
+        """The current round's decisions at the step (what the quorum counts), superseded ones
+        included, oldest first."""
+        return [d for d in self.rounds(task_id, step_id) if not d.cleared]
+
+    def rounds(self, task_id: str, step_id: str | None = None) -> builtins.list[Decision]:
+        """Every round's decisions for the task (at one step, or at all of them), cleared ones
+        included, each with its `round`; oldest first."""
+        query = sa.select(D).where(D.c.task_id == task_id)
+        if step_id is not None:
+            query = query.where(D.c.step_id == step_id)
         with self.peers.store.read() as conn:
-            result = conn.execute(
-                sa.select(D)
-                .where(D.c.task_id == task_id, D.c.step_id == step_id)
-                .order_by(D.c.decided_at, D.c.id)
-            ).mappings()
-            return [rows.decision(r) for r in result]
+            found = [
+                rows.decision(r)
+                for r in conn.execute(query.order_by(D.c.decided_at, D.c.id)).mappings()
+            ]
+        by_step: dict[str, builtins.list[Decision]] = {}
+        for d in found:
+            by_step.setdefault(d.step_id, []).append(d)
+        numbered = {d.id: d for group in by_step.values() for d in _rounds(group)}
+        return [numbered[d.id] for d in found]
+
+    def for_task(
+        self, task_ref: str, step: str | None = None, *, all_rounds: bool = False
+    ) -> builtins.list[Decision]:
+        """`decision list`: the task's decisions at `step` (name or id; default every step),
+        the current round's only unless `all_rounds`."""
+        task_row = self.peers.tasks.get(task_ref)
+        step_id: str | None = None
+        if step is not None:
+            if task_row.workflow_id is None:
+                raise LanewayError(f"task {task_row.id} is not in a workflow")
+            wf = self.peers.workflows.by_id(task_row.workflow_id)
+            step_id = self.peers.workflows.step(wf, step).id
+        found = self.rounds(task_row.id, step_id)
+        return found if all_rounds else [d for d in found if not d.cleared]

@@ -36,3 +36,43 @@ def resolve_id(conn: Connection, id_column: sa.Column[Any], ref: str, what: str)
     if len(found) > 1:
         raise LanewayError(f"{what} {ref!r} is ambiguous: {', '.join(found)}, ...")
     return found[0]
+
+
+def resolve_task(conn: Connection, tasks: sa.Table, ref: str) -> str:
+    """The task `ref` names (CLI.md): its id, else the one id ending in it (6+ characters),
+    else the one task whose title is exactly `ref`.
+
+    NotFound when none does; a LanewayError, saying how many match, when several ids end in it
+    or several tasks have that title."""
+    id_column = tasks.c.id
+    exact = conn.execute(sa.select(id_column).where(id_column == ref)).scalar()
+    if exact is not None:
+        return str(exact)
+    if len(ref) >= MIN_SUFFIX:
+        pattern = "%" + ref.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
+        by_suffix = _ids(conn, sa.select(id_column).where(id_column.like(pattern, escape="\\")))
+        if len(by_suffix) == 1:
+            return by_suffix[0]
+        if by_suffix:
+            raise LanewayError(
+                f"task {ref!r} is ambiguous: {len(by_suffix)} task ids end in it "
+                "(give more of the id)"
+            )
+    by_title = _ids(conn, sa.select(id_column).where(tasks.c.title == ref))
+    if len(by_title) == 1:
+        return by_title[0]
+    if by_title:
+        raise LanewayError(
+            f"task {ref!r} is ambiguous: {len(by_title)} tasks have that title (name one by id)"
+        )
+    if len(ref) < MIN_SUFFIX:
+        raise NotFound(
+            f"no task {ref!r} (an id suffix names one with {MIN_SUFFIX}+ characters, "
+            "or give the exact title)"
+        )
+    raise NotFound(f"no task {ref!r}")
+
+
+def _ids(conn: Connection, query: sa.Select[Any]) -> list[str]:
+    # Counting needs no more than a handful: the message says how many, never lists them all.
+    return [str(v) for v in conn.execute(query.limit(1000)).scalars()]

@@ -122,7 +122,7 @@ class SessionService(Service):
     def resolve(self, task_id: str, session: str | None) -> Session:
         """The named session (which must belong to the task), else the task's live one."""
         if session is not None:
-            found = self.get(session)
+            found = self.find(session)
             if found.task_id != task_id:
                 raise LanewayError(f"session {session} does not belong to task {task_id}")
             return found

@@ -1,14 +1,16 @@
 from __future__ import annotations
 
+import builtins
 from typing import TYPE_CHECKING
 
 import sqlalchemy as sa
 
 from core import ids
-from core.errors import LanewayError
+from core.errors import LanewayError, NotFound
 from core.logs import logger
-from core.model import Step, Task, Workflow
+from core.model import TASK_STATES, Step, Task, Workflow
 from core.services.base import Service
+from core.services.refs import resolve_task
 from core.store import events, rows
 from core.store import tables as t
 from core.text import require_text
@@ -60,22 +62,67 @@ class TaskService(Service):
         return self.get(task_id)
 
     def get(self, ref: str) -> Task:
-        return self.peers.repository.task(ref)
+        """A task by its id, a unique suffix of 6+ characters of it, or its exact title when
+        one task has it (CLI.md)."""
+        try:
+            # an id, as nearly every caller gives: one read, as before names were accepted
+            return self.peers.repository.task(ref)
+        except NotFound:
+            pass
+        with self.peers.store.read() as conn:
+            task_id = resolve_task(conn, TASKS, ref)
+        return self.peers.repository.task(task_id)
 
-    def list(self, *, workflow: str | None = None, step: str | None = None) -> list[Task]:
+    def list(
+        self,
+        *,
+        workflow: str | None = None,
+        step: str | None = None,
+        state: str | None = None,
+        search: str | None = None,
+    ) -> list[Task]:
         """Tasks, oldest first; of one workflow, and of one step of it (a step by name needs
-        its workflow; by id it does not)."""
+        its workflow; by id it does not); in one state; whose title or description contains
+        `search` (case-insensitive). The filters combine."""
         query = sa.select(TASKS).order_by(TASKS.c.created_at, TASKS.c.id)
+        if state is not None:
+            wanted = state.strip().upper()
+            if wanted not in TASK_STATES:
+                raise LanewayError(f"task state {state!r}: must be one of {', '.join(TASK_STATES)}")
+            query = query.where(TASKS.c.state == wanted)
+        if search:
+            query = query.where(
+                sa.or_(
+                    TASKS.c.title.icontains(search, autoescape=True),
+                    TASKS.c.description.icontains(search, autoescape=True),
+                )
+            )
         wf = self.peers.workflows.get(workflow) if workflow is not None else None
         if wf is not None:
             query = query.where(TASKS.c.workflow_id == wf.id)
         if step is not None:
-            found = (
-                self._step(wf, step) if wf is not None else self.peers.workflows.step_by_id(step)[1]
-            )
-            query = query.where(TASKS.c.workflow_step_id == found.id)
+            query = query.where(TASKS.c.workflow_step_id.in_(self._step_ids(wf, step)))
         with self.peers.store.read() as conn:
             return [rows.task(r) for r in conn.execute(query).mappings()]
+
+    def _step_ids(self, wf: Workflow | None, ref: str) -> builtins.list[str]:
+        """The steps `task list --step` means: of `wf` by id or name; with no workflow, the
+        step with that id, else every workflow's step of that name (any case)."""
+        if wf is not None:
+            return [self._step(wf, ref).id]
+        try:
+            return [self.peers.workflows.step_by_id(ref)[1].id]
+        except NotFound:
+            pass
+        named = [
+            s.id
+            for w in self.peers.workflows.list()
+            for s in w.steps
+            if s.name.casefold() == ref.casefold()
+        ]
+        if not named:
+            raise NotFound(f"no step {ref!r} in any workflow")
+        return named
 
     def _workflow_of(self, task: Task) -> Workflow:
         if task.workflow_id is None:

@@ -207,8 +207,10 @@ def permission(row: RowLike) -> Permission:
     )
 
 
-def decision(row: RowLike) -> Decision:
-    return Decision(**{c.name: row[c.name] for c in t.workflow_step_decisions.columns})
+def decision(row: RowLike, round_no: int = 1) -> Decision:
+    """A decision row; its `round` is the caller's to compute (it depends on the other rows)."""
+    cols = {c.name: row[c.name] for c in t.workflow_step_decisions.columns}
+    return Decision(**cols, round=round_no, cleared=cols["cleared_at"] is not None)
 
 
 def run(row: RowLike) -> Run:

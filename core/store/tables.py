@@ -241,6 +241,9 @@ workflow_step_decisions = sa.Table(
     sa.Column("decider_id", sa.String(64), nullable=False, server_default=""),
     sa.Column("role", sa.String(40), nullable=False, server_default=""),
     sa.Column("run_id", sa.String(64), nullable=True),
+    # Set by clear_decisions on a new entry: the row belongs to an earlier review round, kept
+    # readable (`decision list --all`) but no longer counted by the quorum.
+    sa.Column("cleared_at", sa.String(40), nullable=True),
     sa.Index("ix_decisions_task_step", "task_id", "step_id"),
     # A re-run of one run (its worker died after the verdict) adds nothing: NULLs are
     # distinct on both databases, so decisions recorded outside a run are not limited.

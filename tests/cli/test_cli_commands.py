@@ -54,10 +54,13 @@ def fields(cls: type) -> set[str]:
     return {f.name for f in attrs.fields(cls)}
 
 
-def assert_row(value: dict[str, Any], cls: type, table: sa.Table) -> None:
-    """A row object: the value's fields, every one of them a column of its table."""
+def assert_row(
+    value: dict[str, Any], cls: type, table: sa.Table, computed: frozenset[str] = frozenset()
+) -> None:
+    """A row object: the value's fields, every one of them a column of its table (but the
+    `computed` ones a contract adds, such as a decision's `round` and `cleared`)."""
     assert set(value) == fields(cls)
-    assert set(value) <= {c.name for c in table.columns}
+    assert set(value) - computed <= {c.name for c in table.columns}
 
 
 def step_named(workflow: dict[str, Any], name: str) -> dict[str, Any]:
@@ -441,7 +444,14 @@ def test_decision_record_shape(laneway: Laneway) -> None:
     )
     # CLI.md's three keys, extended with why nothing moved
     assert set(recorded) == {"decision", "transitioned", "to_step_id", "refusals", "halted"}
-    assert_row(recorded["decision"], Decision, t.workflow_step_decisions)
+    # CLI.md's `[decision]` carries `round` and `cleared` (the review round, issue 22)
+    assert_row(
+        recorded["decision"],
+        Decision,
+        t.workflow_step_decisions,
+        computed=frozenset({"round", "cleared"}),
+    )
+    assert (recorded["decision"]["round"], recorded["decision"]["cleared"]) == (1, False)
     assert recorded["decision"]["decision"] == "rejected"
     assert recorded["decision"]["comment"] == "not yet"
     assert recorded["decision"]["participant_id"] == seat["id"]

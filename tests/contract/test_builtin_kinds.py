@@ -76,11 +76,14 @@ class TestClearDecisions(OfficeKind):
             )
 
     def effect_probe(self, host: Host, task: Task) -> int:
-        """1 once the seeded decision is gone (the clear took effect), else 0."""
+        """1 once the seeded decision no longer stands (the clear took effect), else 0. Issue
+        22 keeps a cleared round readable (`decision list --all`): the row stays, stamped."""
         d = t.workflow_step_decisions
         with host.store.read() as conn:
             left = conn.execute(
-                sa.select(sa.func.count()).select_from(d).where(d.c.task_id == task.id)
+                sa.select(sa.func.count())
+                .select_from(d)
+                .where(d.c.task_id == task.id, d.c.cleared_at.is_(None))
             ).scalar_one()
         return 0 if left else 1
 

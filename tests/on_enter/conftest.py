@@ -216,8 +216,14 @@ def add_decision(
 
 
 def decision_ids(conn: sa.Connection, task_id: str, step_id: str) -> set[str]:
+    """The step's standing decisions: a clear keeps its round's rows, stamped `cleared_at`
+    (issue 22), and they stand no longer."""
     return set(
-        conn.execute(sa.select(D.c.id).where(D.c.task_id == task_id, D.c.step_id == step_id))
+        conn.execute(
+            sa.select(D.c.id).where(
+                D.c.task_id == task_id, D.c.step_id == step_id, D.c.cleared_at.is_(None)
+            )
+        )
         .scalars()
         .all()
     )

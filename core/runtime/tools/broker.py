@@ -36,6 +36,7 @@ from core.logs import logger
 from core.runtime.tools import wire
 
 if TYPE_CHECKING:
+    from core.model import Decision
     from core.services.peers import Peers
 
 VERDICTS = ("approved", "rejected", "changes_requested")
@@ -247,18 +248,9 @@ class ToolBroker:
             if step is not None:
                 step_json = {"id": step.id, "name": step.name, "prompt": step.prompt}
                 prompt = build_prompt(wf.prompt, step.prompt, task.description)
-                decisions = [
-                    {
-                        "verdict": d.decision,
-                        "comment": d.comment,
-                        "participant_id": d.participant_id,
-                        "role": d.role,
-                        "decided_at": d.decided_at,
-                        "superseded": d.superseded_at is not None,
-                        "run_id": d.run_id,
-                    }
-                    for d in peers.decisions.list(task.id, step.id)
-                ]
+                # every round at the step: a new entry clears a round from the quorum, not
+                # from what the agent may read (AGENTS.md: "the step's previous rounds")
+                decisions = [_verdict_json(d) for d in peers.decisions.rounds(task.id, step.id)]
         return {
             "task": {
                 "id": task.id,
@@ -270,6 +262,7 @@ class ToolBroker:
             "prompt": prompt,
             "decisions": decisions,
             "comments": [plain(c) for c in peers.comments.list(task.id)],
+            "feedback": _feedback_json(peers, grant),
         }
 
     def _decide(self, grant: Grant, args: Mapping[str, Any]) -> dict[str, Any]:
@@ -316,3 +309,35 @@ class ToolBroker:
 def _one_line(text: str) -> str:
     line = " ".join(text.split())
     return line if len(line) <= 500 else line[:497] + "..."
+
+
+def _verdict_json(d: Decision) -> dict[str, Any]:
+    return {
+        "verdict": d.decision,
+        "comment": d.comment,
+        "participant_id": d.participant_id,
+        "role": d.role,
+        "decided_at": d.decided_at,
+        "superseded": d.superseded_at is not None,
+        "run_id": d.run_id,
+        "step_id": d.step_id,
+        "round": d.round,
+        "cleared": d.cleared,
+    }
+
+
+def _feedback_json(peers: Peers, grant: Grant) -> dict[str, Any] | None:
+    """What the run's prompt carried as its feedback block (core.feedback), at every step of
+    the task; None for a first run or when nothing was new."""
+    from core import feedback
+    from core.shapes import plain
+
+    run = peers.runs.get(grant.run_id) if grant.run_id else None
+    given = feedback.since_last_turn(peers, run) if run is not None else None
+    if given is None:
+        return None
+    return {
+        "since": given.since,
+        "decisions": [_verdict_json(d) for d in given.verdicts],
+        "comments": [plain(c) for c in given.comments],
+    }

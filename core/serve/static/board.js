@@ -423,9 +423,17 @@ function renderDecisions(decisions) {
     seat.verdict ? h("span", { class: `pill verdict-${seat.verdict}` }, pretty(seat.verdict)) : h("span", { class: "pill waiting" }, seat.decision_required ? "waiting" : "—"),
   ));
   const history = decisions.decisions.filter((d) => d.superseded_at).length;
+  // The rounds a new entry cleared stay readable: the reasons a reviewer sent the task back.
+  const earlier = (decisions.earlier || []).slice().reverse().map((d) => h("li", { class: "earlier-verdict" },
+    h("span", {}, h("b", {}, `Round ${d.round}`), h("span", { class: "muted" }, ` · ${profileName(d.decider_id) || d.role}`),
+      d.comment ? h("div", { class: "muted small" }, d.comment) : null),
+    h("span", { class: `pill verdict-${d.decision}` }, pretty(d.decision)),
+  ));
   return h("div", {},
     h("ul", { class: "rows" }, seats),
     history ? h("p", { class: "muted small" }, `${history} earlier verdict${history === 1 ? "" : "s"} superseded`) : null,
+    earlier.length ? h("p", { class: "muted small" }, "Earlier rounds") : null,
+    earlier.length ? h("ul", { class: "rows" }, earlier) : null,
   );
 }
 
