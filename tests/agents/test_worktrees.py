@@ -154,8 +154,8 @@ def test_task_diff_includes_commits_modifications_and_deletions_against_the_base
     code = (
         "import os, subprocess, sys; sys.stdin.read()\n"
         "open('c.txt', 'w').write('y\\n')\n"
-        "subprocess.run(['git', '-c', 'user.name=a', '-c', 'user.email=a@b', 'commit', '-qam', 'c'],"
-        " check=True)\n"
+        "who = ['-c', 'user.name=a', '-c', 'user.email=a@b']\n"
+        "subprocess.run(['git', *who, 'commit', '-qam', 'c'], check=True)\n"
         "open('a.txt', 'a').write('3\\n')\n"
         "os.remove('b.txt')\n"
         "open('d.txt', 'w').write('new\\n')\n"
