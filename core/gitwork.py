@@ -4,9 +4,10 @@ locks and checks are the point).
 Making a worktree is serialised per task by an advisory lock (`flock`) on a file beside it, so
 two workers on one machine racing to make the same task's worktree end with one; the kernel
 drops the lock when its holder dies, so a worker killed mid-creation never wedges the next.
-Whatever the dead worker left (git's own `locked: initializing` mark, a directory without a
-checkout) is removed and the worktree made again: nothing of an agent's can be in a worktree
-no turn has run in yet.
+What a dead worker left (git's own `locked: initializing` mark on a half-made worktree, or an
+empty directory) is removed and the worktree made again: nothing of an agent's can be in a
+worktree no turn has run in yet. A finished worktree is never removed here, whatever branch
+its agent has switched it to; a directory holding files that is no worktree is refused.
 """
 
 from __future__ import annotations
@@ -113,25 +114,30 @@ def _registered(repo: Path) -> dict[Path, dict[str, str]]:
     return found
 
 
-def _sound(repo: Path, path: Path, branch: str) -> bool:
-    entry = _registered(repo).get(path.resolve())
-    if entry is None or entry.get("branch") != f"refs/heads/{branch}":
-        return False
-    if entry.get("locked") == "initializing" or "prunable" in entry:
-        return False  # a `git worktree add` that never finished
-    return (path / ".git").exists()
-
-
 def ensure_worktree(repo: Path, path: Path, branch: str, base_commit: str) -> bool:
     """Make the worktree at `path` on `branch` (a new branch from `base_commit`, or the branch
     as it stands when it exists already); True when this call made it."""
     if not repo.is_dir():
         raise GitError(f"repository {repo}: no such directory")
+    try:
+        return _ensure(repo, path, branch, base_commit)
+    except OSError as exc:
+        raise GitError(f"worktree {path}: {exc.strerror or exc}") from None
+
+
+def _ensure(repo: Path, path: Path, branch: str, base_commit: str) -> bool:
     with _creation_lock(path):
-        if _sound(repo, path, branch):
+        entry = _registered(repo).get(path.resolve())
+        half_made = entry is not None and entry.get("locked") == "initializing"
+        if entry is not None and not half_made and (path / ".git").exists():
+            # sound, on whatever branch the agent has it now: never touched again
             return False
-        if path.resolve() in _registered(repo):
+        if half_made:
             git(repo, "worktree", "remove", "--force", "--force", str(path), check=False)
+        elif path.exists() and any(p.name != ".git" for p in path.iterdir()):
+            raise GitError(
+                f"worktree {path}: exists and is not a worktree of {repo}; left in place"
+            )
         if path.exists():
             shutil.rmtree(path)
         git(repo, "worktree", "prune")

@@ -344,3 +344,26 @@ def test_a_worktree_on_another_host_is_not_made_again_here(
         f"task {task}'s worktree {worktrees / task} is on host 'elsewhere'; "
         "a worker there runs its turns"
     )
+
+
+def test_a_worktree_its_agent_moved_to_another_branch_is_kept_as_it_is(
+    host: Host, tmp_path: Path, worktrees: Path
+) -> None:
+    """Nothing lost: the next turn finds the worktree sound on the agent's branch and works in
+    it; nothing is made again over it."""
+    repo = make_repo(tmp_path / "repo")
+    wf = board(host, tmp_path, repo)
+    task = host.tasks.create(workflow=wf, title="card").id
+    code = (
+        "import subprocess, sys; sys.stdin.read()\n"
+        "subprocess.run(['git', 'checkout', '-q', '-b', 'mine'], check=True)\n"
+        "open('kept.txt', 'w').write('kept\\n')\n"
+    )
+    mover = host.profiles.add("mover", command=python_agent(code)).id
+    assert run_turn(host, mover, task)["finished"] == 1
+    other = host.profiles.add("other", command=writer_agent("more.txt", "more\n")).id
+    assert run_turn(host, other, task)["finished"] == 1
+    path = worktrees / task
+    assert (path / "kept.txt").read_text() == "kept\n"
+    assert (path / "more.txt").read_text() == "more\n"
+    assert git(path, "branch", "--show-current") == "mine"
