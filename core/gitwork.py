@@ -20,7 +20,7 @@ import subprocess
 import tempfile
 from collections.abc import Iterator, Mapping
 from pathlib import Path
-from typing import Any, Final
+from typing import Any, ClassVar, Final
 
 import attrs
 
@@ -34,7 +34,11 @@ STATUS: Final = {"A": "added", "M": "modified", "D": "deleted", "T": "modified"}
 
 
 class GitError(LanewayError):
-    """A git command failed; the message names the repository and what was asked."""
+    """A repository, branch or worktree laneway cannot use, or a git command that failed; the
+    message names the repository and what was asked."""
+
+    code: ClassVar[str] = "git"
+    http_status: ClassVar[int] = 400
 
 
 def git(
