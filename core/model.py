@@ -196,6 +196,10 @@ class Workflow:
     max_step_arrivals: int = DEFAULT_MAX_STEP_ARRIVALS
     """The runaway-loop limit: a trigger may not bring a task to one step more often than
     this since a person last moved it (0: no limit)."""
+    repository: str | None = None
+    """A git repository its tasks' agents work in, each task in a worktree of its own."""
+    base_branch: str | None = None
+    """The branch those worktrees start from (default: the repository's checked-out branch)."""
 
     def step(self, ref: str) -> Step | None:
         """The step named by id, or by name case-insensitively."""
@@ -249,6 +253,14 @@ class Task:
     have arrived at once too often); a person's move clears it."""
     loop_generation: int = 0
     """Bumped by each move a person makes: the runaway-loop counts start afresh."""
+    repository: str | None = None
+    """A repository for this task alone (over its workflow's)."""
+    base_branch: str | None = None
+    workspace: Mapping[str, Any] | None = attrs.field(
+        default=None, converter=attrs.converters.optional(_frozen_mapping)
+    )
+    """The task's git worktree once its first run made it: repository, base_branch, branch,
+    path, base_commit, host (`core.services.worktrees`)."""
 
 
 @attrs.frozen

@@ -56,6 +56,8 @@ def workflow_json(workflow: Workflow) -> dict[str, Any]:
         "description": workflow.description,
         "hidden": workflow.hidden,
         "max_step_arrivals": workflow.max_step_arrivals,
+        "repository": workflow.repository,
+        "base_branch": workflow.base_branch,
         "steps": [step_json(s) for s in sorted(workflow.steps, key=lambda s: s.position)],
     }
 

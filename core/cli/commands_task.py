@@ -36,6 +36,12 @@ def task() -> None:
 @click.option("--description", default="", metavar="D")
 @click.option("--step", metavar="S", help="Default: the workflow's start step.")
 @click.option("--project", metavar="P", help="Project id (makes the task Office-owned).")
+@click.option(
+    "--repository",
+    metavar="PATH",
+    help="A git repository for this task alone (over its workflow's).",
+)
+@click.option("--base-branch", metavar="B", help="The branch its worktree starts from.")
 @pass_settings
 def task_create(
     settings: Settings,
@@ -44,11 +50,19 @@ def task_create(
     description: str,
     step: str | None,
     project: str | None,
+    repository: str | None,
+    base_branch: str | None,
 ) -> None:
     """Create a task (creation is not an arrival)."""
     with writer(settings) as host:
         created = host.tasks.create(
-            workflow=workflow, title=title, description=description, step=step, project=project
+            workflow=workflow,
+            title=title,
+            description=description,
+            step=step,
+            project=project,
+            repository=repository,
+            base_branch=base_branch,
         )
         names = step_names(host, created)
     _emit_task(settings, created, names)
@@ -63,6 +77,23 @@ def task_show(settings: Settings, ref: str) -> None:
         found = host.tasks.get(ref)
         names = step_names(host, found)
     _emit_task(settings, found, names)
+
+
+@task.command("diff")
+@click.argument("ref", metavar="T")
+@pass_settings
+def task_diff(settings: Settings, ref: str) -> None:
+    """The task's worktree against its base commit, uncommitted and untracked changes included."""
+    from core.services import worktrees
+
+    with reader(settings) as host:
+        found = worktrees.diff(host, ref)
+    lines = [
+        f"{f['status']:<8} +{f['additions']} -{f['deletions']}  {f['path']}" for f in found["files"]
+    ]
+    if found["truncated"]:
+        lines.append(f"(patch cut at {len(found['patch'])} characters)")
+    emit(settings.json, found, lines or [f"task {found['task_id']}: no changes"])
 
 
 @task.command("list")

@@ -84,15 +84,36 @@ def workflow_show(settings: Settings, ref: str) -> None:
 @click.option(
     "--max-step-arrivals",
     type=click.IntRange(min=0),
-    required=True,
     metavar="N",
     help="The runaway-loop limit: how often a trigger may bring a task to one step (0: none).",
 )
+@click.option(
+    "--repository",
+    metavar="PATH",
+    help="A git repository: each task's agents work in a worktree of it ('' clears it).",
+)
+@click.option(
+    "--base-branch",
+    metavar="B",
+    help="The branch the worktrees start from (default: the repository's checked-out one).",
+)
 @pass_settings
-def workflow_set(settings: Settings, ref: str, max_step_arrivals: int) -> None:
+def workflow_set(
+    settings: Settings,
+    ref: str,
+    max_step_arrivals: int | None,
+    repository: str | None,
+    base_branch: str | None,
+) -> None:
     """Change a workflow's settings."""
+    if max_step_arrivals is None and repository is None and base_branch is None:
+        raise click.UsageError("give --max-step-arrivals, --repository or --base-branch")
     with writer(settings) as host:
-        wf = host.workflows.set_max_step_arrivals(ref, max_step_arrivals)
+        wf = host.workflows.get(ref)
+        if max_step_arrivals is not None:
+            wf = host.workflows.set_max_step_arrivals(wf.id, max_step_arrivals)
+        if repository is not None or base_branch is not None:
+            wf = host.workflows.set_repository(wf.id, repository, base_branch)
     emit(settings.json, workflow_json(wf), workflow_lines(wf, with_steps=False))
 
 

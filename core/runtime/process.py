@@ -25,6 +25,7 @@ import subprocess
 import sys
 import threading
 from collections.abc import Callable, Mapping
+from pathlib import Path
 from typing import Any, Final
 
 import attrs
@@ -153,8 +154,10 @@ def start(
     execution_id: str,
     on_message: Callable[[Message], None],
     on_line: Callable[[str], None] | None = None,
+    cwd: Path | None = None,
 ) -> AgentProcess:
-    """Start the agent; raises LaunchError when the command cannot run at all."""
+    """Start the agent (in `cwd`: its task's worktree, default the worker's own directory);
+    raises LaunchError when the command cannot run at all."""
     if not command:
         raise LaunchError("the agent profile has no command")
     try:
@@ -169,6 +172,7 @@ def start(
             # Exactly `env`: the caller built it from a documented base (agent_env), so the
             # worker's secrets stay in the worker.
             env=dict(env),
+            cwd=cwd,
         )
     except OSError as exc:
         raise LaunchError(f"cannot start {command[0]!r}: {exc.strerror or exc}") from None

@@ -22,7 +22,6 @@ import threading
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
 import attrs
@@ -38,6 +37,7 @@ from core.runtime.agent_env import agent_env
 from core.runtime.desired import desired, exec_env, with_plan_instruction
 from core.runtime.failures import AgentFailure
 from core.services.peers import Peers
+from core.services.worktrees import workspace_for
 
 if TYPE_CHECKING:
     from core.runtime.acp.facade import McpServer
@@ -313,6 +313,10 @@ class AgentRuntime:
         execution_id: str,
     ) -> TurnEnd:
         """One try at the turn, by the profile's protocol; how it ended, routed."""
+        try:
+            cwd = workspace_for(self.peers, turn.task_id)
+        except LanewayError as exc:
+            return TurnEnd("failed", str(exc), route="R2")
         session = self.peers.sessions.get(session_id)
         want = desired(session.metadata, profile.name)
         if profile.protocol == "acp":
@@ -322,9 +326,7 @@ class AgentRuntime:
             try:
                 return run_acp_turn(
                     self.conversations,
-                    AcpTurn(
-                        session_id, profile, env, prompt, Path.cwd(), want, session.agent, servers
-                    ),
+                    AcpTurn(session_id, profile, env, prompt, cwd, want, session.agent, servers),
                     record,
                 )
             finally:
@@ -342,6 +344,7 @@ class AgentRuntime:
                 execution_id=execution_id,
                 on_message=lambda m: self._on_message(turn, session_id, m, record),
                 on_line=lambda line: record.items([item("output", line)]),
+                cwd=cwd,
             )
         except process.LaunchError as exc:
             return TurnEnd("failed", str(exc), route="R2")

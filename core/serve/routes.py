@@ -100,8 +100,16 @@ def task_create(call: Call) -> Reply:
         description=call.opt_text("description") or "",
         step=call.opt_text("step"),
         project=call.opt_text("project"),
+        repository=call.opt_text("repository"),
+        base_branch=call.opt_text("base_branch"),
     )
     return Reply(created, status=201)
+
+
+def task_diff(call: Call) -> Reply:
+    from core.services import worktrees
+
+    return Reply(worktrees.diff(call.host, call.path["t"]))
 
 
 def task_show(call: Call) -> Reply:
@@ -374,6 +382,7 @@ ROUTES = [
     Route("/api/tasks/{t}/comments", endpoint(task_comment), methods=["POST"]),
     Route("/api/tasks/{t}/entries", endpoint(task_entries), methods=["GET"]),
     Route("/api/tasks/{t}/decisions", endpoint(task_decisions), methods=["GET"]),
+    Route("/api/tasks/{t}/diff", endpoint(task_diff), methods=["GET"]),
     Route("/api/entries", endpoint(entries_list), methods=["GET"]),
     Route("/api/runs", endpoint(runs_list), methods=["GET"]),
     Route("/api/runs/{r}", endpoint(run_show), methods=["GET"]),

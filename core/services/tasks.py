@@ -35,9 +35,16 @@ class TaskService(Service):
         step: str | None = None,
         project: str | None = None,
         priority: str = "none",
+        repository: str | None = None,
+        base_branch: str | None = None,
     ) -> Task:
-        """Create a task at `step` (default: the workflow's start step). Not an arrival."""
+        """Create a task at `step` (default: the workflow's start step). Not an arrival.
+
+        :param repository: a git repository for this task alone (over its workflow's): its
+            agents work in a worktree of it (`core.services.worktrees`), from `base_branch`.
+        """
         from core import wip
+        from core.services import worktrees
 
         self._require_writer()
         if not title.strip():
@@ -48,6 +55,10 @@ class TaskService(Service):
         target = self.peers.workflows.step(wf, step) if step else wf.start_step
         if target is None:
             raise LanewayError(f"workflow {wf.name!r} has no steps")
+        if repository:
+            repository, base_branch = worktrees.checked(repository, base_branch)
+        elif base_branch:
+            repository, base_branch = worktrees.checked(wf.repository, base_branch)
         task_id = ids.new_id()
         values = {
             "id": task_id,
@@ -56,6 +67,8 @@ class TaskService(Service):
             "description": description,
             "project_id": project,
             "priority": priority,
+            "repository": repository,
+            "base_branch": base_branch,
         }
         with self.peers.store.transaction() as uow:
             wip.place_new_task(uow, values, wf, target)
@@ -261,7 +274,10 @@ class TaskService(Service):
     # -- lifecycle --------------------------------------------------------------------------------
 
     def archive(self, ref: str) -> Task:
+        """Archive the task; its worktree's work is committed to its branch, the worktree
+        removed (`core.services.worktrees.retire`)."""
         from core import arrival
+        from core.services import worktrees
 
         self._require_writer()
         task = self.get(ref)
@@ -276,14 +292,19 @@ class TaskService(Service):
                 events.record(uow, "task.archived", task.id, workflow_id=task.workflow_id)
         if task.workflow_step_id and task.archived_at is None:
             arrival.promote(self.peers.arrivals, task.workflow_step_id)
+        if archived == 1:
+            worktrees.retire(self.peers, task, "archived")
         return self.get(task.id)
 
     def delete(self, ref: str) -> str:
-        """Delete the task; its ledger, sessions, history and own seats go with it."""
+        """Delete the task; its ledger, sessions, history and own seats go with it. Its
+        worktree's work is committed to its branch first, and the branch kept."""
         from core import arrival
+        from core.services import worktrees
 
         self._require_writer()
         task = self.get(ref)
+        worktrees.retire(self.peers, task, "deleted")
         with self.peers.store.transaction() as uow:
             uow.conn.execute(
                 sa.delete(t.workflow_step_participants).where(

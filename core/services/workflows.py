@@ -256,6 +256,28 @@ class WorkflowService(Service):
         self.peers.repository.forget(wf.id)
         return self.by_id(wf.id)
 
+    def set_repository(self, ref: str, repository: str | None, base_branch: str | None) -> Workflow:
+        """Where the workflow's tasks' agents work: a git worktree of `repository` per task,
+        from `base_branch` (default: the repository's checked-out branch). Checked now: a
+        path that is no repository, or a branch it lacks, is refused naming it. An empty
+        repository clears it. Tasks that have a worktree keep theirs."""
+        from core.services import worktrees
+
+        self._require_writer()
+        wf = self.get(ref)
+        if repository is None:
+            repository = wf.repository
+        repo, branch = worktrees.checked(repository, base_branch)
+        with self.peers.store.transaction() as uow:
+            uow.conn.execute(
+                sa.update(t.workflows)
+                .where(t.workflows.c.id == wf.id)
+                .values(repository=repo, base_branch=branch)
+            )
+            board.bump(uow)
+        self.peers.repository.forget(wf.id)
+        return self.by_id(wf.id)
+
     # -- export and check -------------------------------------------------------------------
 
     def export(self, ref: str) -> dict[str, Any]:

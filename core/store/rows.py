@@ -133,6 +133,8 @@ def workflow(row: RowLike, steps: tuple[Step, ...]) -> Workflow:
         template_id=row["template_id"],
         steps=steps,
         max_step_arrivals=int(row["max_step_arrivals"]),
+        repository=row["repository"],
+        base_branch=row["base_branch"],
     )
 
 
@@ -143,6 +145,7 @@ def task(row: RowLike) -> Task:
     values = {f: row[f] for f in TASK_FIELDS}
     values["wip_admitted"] = bool(values["wip_admitted"])
     values["is_ephemeral"] = bool(values["is_ephemeral"])
+    values["workspace"] = json.loads(values["workspace"]) if values["workspace"] else None
     return Task(**values)
 
 

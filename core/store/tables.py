@@ -79,6 +79,9 @@ workflows = sa.Table(
     sa.Column("created_at", sa.String(40), nullable=False),
     # the runaway-loop limit: arrivals at one step a trigger may cause (0: no limit)
     sa.Column("max_step_arrivals", sa.Integer, nullable=False, server_default="25"),
+    # where its tasks' agents work: a git worktree of this repository, from this branch
+    sa.Column("repository", sa.String(4000), nullable=True),
+    sa.Column("base_branch", sa.String(255), nullable=True),
 )
 
 workflow_steps = sa.Table(
@@ -142,6 +145,10 @@ tasks = sa.Table(
     sa.Column("loop_halted_step_id", sa.String(64), nullable=True),
     # bumped by a person's move: arrival counts of an older generation no longer count
     sa.Column("loop_generation", sa.Integer, nullable=False, server_default="0"),
+    # a repository for this task alone (over its workflow's), and its worktree once made (JSON)
+    sa.Column("repository", sa.String(4000), nullable=True),
+    sa.Column("base_branch", sa.String(255), nullable=True),
+    sa.Column("workspace", sa.Text, nullable=True),
     sa.Index("ix_tasks_step", "workflow_step_id", "wip_admitted"),
     sa.Index("ix_tasks_queued_for", "queued_for_step_id"),
 )

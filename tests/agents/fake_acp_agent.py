@@ -16,6 +16,7 @@ STEP is one of {"message": T}, {"thought": T}, {"tool_call": {"id", "title", "ki
 {"write": PATH, "content": T}, {"terminal": true}, {"usage": {"used", "size", "cost"}},
 {"sleep": S}, {"wait_cancel": true}, {"garbage": T}, {"huge_line": MB}, {"stderr": T},
 {"exit": CODE}, {"close_stdout": true}, {"env": true} (a message `env: [NAMES]`),
+{"cwd": true} (a message `cwd: SESSION CWD (process: ITS OWN CWD)`),
 {"state": true} (a message `state: mode=M options={ID: CURRENT, ...}`: what the agent is set to),
 {"error": {"code", "message", "data"?}}, {"mcp": {"tool": NAME, "args": {...}}} (starts the
 stdio MCP server `laneway` from the mcpServers of the session's session/new or session/load
@@ -98,6 +99,7 @@ class FakeAgent(Agent):
         self.options = {o["id"]: dict(o) for o in script.get("config_options", [])}
         self.history: dict[str, list[str]] = {}
         self.mcp_servers: dict[str, list[Any]] = {}
+        self.cwd: dict[str, str] = {}
 
     def on_connect(self, conn: Client) -> None:
         self.client = conn
@@ -172,6 +174,7 @@ class FakeAgent(Agent):
         session_id = f"fake-{os.getpid()}-{len(self.history)}"
         self.history[session_id] = []
         self.mcp_servers[session_id] = list(kwargs.get("mcp_servers") or [])
+        self.cwd[session_id] = cwd
         self._save(session_id)
         return NewSessionResponse(
             session_id=session_id, modes=self._mode_state(), config_options=self._config() or None
@@ -187,6 +190,7 @@ class FakeAgent(Agent):
             raise RequestError.resource_not_found(session_id)
         self.history[session_id] = list(json.loads(path.read_text()))
         self.mcp_servers[session_id] = list(kwargs.get("mcp_servers") or [])
+        self.cwd[session_id] = cwd
         assert self.client is not None
         for text in self.history[session_id]:  # ACP: load replays the conversation
             await self.client.session_update(session_id, update_agent_message_text(text))
@@ -332,6 +336,8 @@ class FakeAgent(Agent):
         elif "close_stdout" in step:
             os.close(1)
             await asyncio.Event().wait()
+        elif "cwd" in step:
+            await self._say(session_id, f"cwd: {self.cwd.get(session_id)} (process: {os.getcwd()})")
         elif "env" in step:
             await self._say(session_id, "env: " + json.dumps(sorted(os.environ)))
         elif "state" in step:

@@ -21,7 +21,16 @@ from core.store.migrate import head_revision
 from tests.cli.conftest import Laneway
 from tests.conftest import open_host
 
-WORKFLOW_KEYS = {"id", "name", "description", "hidden", "max_step_arrivals", "steps"}
+WORKFLOW_KEYS = {
+    "id",
+    "name",
+    "description",
+    "hidden",
+    "max_step_arrivals",
+    "repository",
+    "base_branch",
+    "steps",
+}
 STEP_KEYS = {
     "id",
     "workflow_id",

@@ -293,14 +293,16 @@ async function loadDetail(taskId) {
     }
     throw error;
   }
-  const [entries, runs, sessions, decisions] = await Promise.all([
+  const [entries, runs, sessions, decisions, diff] = await Promise.all([
     api.get(`/api/tasks/${id}/entries`),
     api.get(`/api/runs?task=${id}`),
     api.get(`/api/sessions?task=${id}`),
     api.get(`/api/tasks/${id}/decisions`),
+    // a task has a diff once its first turn made its worktree
+    task.workspace ? api.get(`/api/tasks/${id}/diff`).catch((error) => ({ error: error.message })) : null,
   ]);
   if (state.openTaskId !== taskId) return;
-  renderDetail(task, entries, runs, sessions, decisions);
+  renderDetail(task, entries, runs, sessions, decisions, diff);
 }
 
 function section(title, count, ...body) {
@@ -310,7 +312,7 @@ function section(title, count, ...body) {
   );
 }
 
-function renderDetail(task, entries, runs, sessions, decisions) {
+function renderDetail(task, entries, runs, sessions, decisions, diff) {
   $("detail-title").textContent = task.title;
   $("detail-step").textContent = task.wip_admitted ? stepName(task.workflow_step_id) : `${stepName(task.workflow_step_id)} · queued`;
   $("detail-meta").replaceChildren(...[
@@ -321,6 +323,7 @@ function renderDetail(task, entries, runs, sessions, decisions) {
   const body = [];
   if (task.description) body.push(h("p", { class: "description" }, task.description));
   body.push(renderActions(task, decisions, sessions));
+  if (diff) body.push(section("Changes", diff.files ? diff.files.length : null, renderChanges(task, diff)));
   body.push(section("Entries", entries.length,
     entries.length ? [...entries].reverse().map(renderEntry) : h("p", { class: "muted" }, "No entries yet: the task has not arrived at a step with durable actions.")));
   body.push(section("Decisions", decisions.decisions.length, renderDecisions(decisions)));
@@ -391,6 +394,38 @@ async function verdict(task, decisions, seat, value) {
   } catch (error) {
     showError(error);
   }
+}
+
+const PATCH_LINES = 2000;
+/* Lines of patch the page draws; the rest is cut, with a note (`task diff` has it all). */
+
+function renderChanges(task, diff) {
+  if (diff.error) return h("p", { class: "muted" }, diff.error);
+  const where = h("p", { class: "muted mono" }, `${diff.branch} against ${diff.base.slice(0, 10)}`);
+  if (!diff.files.length) return h("div", { class: "changes" }, where, h("p", { class: "muted" }, "No changes yet."));
+  const files = h("ul", { class: "rows changed-files" }, diff.files.map((f) => h("li", { class: `changed ${f.status}` },
+    h("span", { class: "mono path" }, f.path),
+    h("span", { class: "status" }, f.status),
+    h("span", { class: "add" }, `+${f.additions}`),
+    h("span", { class: "del" }, `\u2212${f.deletions}`),
+  )));
+  const lines = diff.patch.split("\n");
+  if (lines.length && lines[lines.length - 1] === "") lines.pop();
+  const shown = lines.slice(0, PATCH_LINES).map((line) => {
+    let kind = "ctx";
+    if (line.startsWith("diff --git") || line.startsWith("index ") || line.startsWith("+++") || line.startsWith("---")
+      || line.startsWith("new file") || line.startsWith("deleted file")) kind = "meta";
+    else if (line.startsWith("@@")) kind = "hunk";
+    else if (line.startsWith("+")) kind = "add";
+    else if (line.startsWith("-")) kind = "del";
+    return h("span", { class: `line ${kind}` }, line + "\n");
+  });
+  const notes = [];
+  if (lines.length > PATCH_LINES || diff.truncated) {
+    notes.push(h("p", { class: "muted cut" },
+      `Large diff: cut here; \`laneway task diff ${task.id}\` shows it whole.`));
+  }
+  return h("div", { class: "changes" }, where, files, h("pre", { class: "patch" }, ...shown), ...notes);
 }
 
 function renderEntry(entry) {

@@ -1,0 +1,251 @@
+"""Git worktrees for tasks, through Debian's `git` as a subprocess (no library: git's own
+locks and checks are the point).
+
+Making a worktree is serialised per task by an advisory lock (`flock`) on a file beside it, so
+two workers on one machine racing to make the same task's worktree end with one; the kernel
+drops the lock when its holder dies, so a worker killed mid-creation never wedges the next.
+What a dead worker left (git's own `locked: initializing` mark on a half-made worktree, or an
+empty directory) is removed and the worktree made again: nothing of an agent's can be in a
+worktree no turn has run in yet. A finished worktree is never removed here, whatever branch
+its agent has switched it to; a directory holding files that is no worktree is refused.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import os
+import shutil
+import subprocess
+import tempfile
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+from typing import Any, ClassVar, Final
+
+import attrs
+
+from core.errors import LanewayError
+
+PATCH_LIMIT: Final = 1_000_000
+"""Characters of patch `task diff` returns; a longer one is cut, and says so."""
+IDENTITY: Final = ("-c", "user.name=laneway", "-c", "user.email=laneway@localhost")
+"""Who laneway's own commits are by (the repository's identity may be unset)."""
+STATUS: Final = {"A": "added", "M": "modified", "D": "deleted", "T": "modified"}
+
+
+class GitError(LanewayError):
+    """A repository, branch or worktree laneway cannot use, or a git command that failed; the
+    message names the repository and what was asked."""
+
+    code: ClassVar[str] = "git"
+    http_status: ClassVar[int] = 400
+
+
+def git(
+    cwd: Path, *args: str, env: Mapping[str, str] | None = None, check: bool = True
+) -> subprocess.CompletedProcess[str]:
+    try:
+        done = subprocess.run(
+            ["git", *args],
+            cwd=cwd,
+            capture_output=True,
+            text=True,
+            env={**os.environ, "GIT_TERMINAL_PROMPT": "0", **(env or {})},
+            check=False,
+        )
+    except FileNotFoundError:
+        raise GitError(f"cannot run git in {cwd}: no such directory or no git") from None
+    except NotADirectoryError:
+        raise GitError(f"cannot run git in {cwd}: not a directory") from None
+    if check and done.returncode != 0:
+        last = (done.stderr.strip().splitlines() or [f"exit {done.returncode}"])[-1]
+        raise GitError(f"git {args[0]} in {cwd}: {last}")
+    return done
+
+
+def repository(path: str) -> Path:
+    """The top of the git repository at `path` (absolute), or a one-line error naming it."""
+    where = Path(path).expanduser()
+    if not where.is_dir():
+        raise GitError(f"repository {path}: no such directory")
+    done = git(where, "rev-parse", "--show-toplevel", check=False)
+    if done.returncode != 0:
+        raise GitError(f"repository {path}: not a git repository")
+    return Path(done.stdout.strip()).resolve()
+
+
+def default_branch(repo: Path) -> str:
+    """The branch checked out in the repository's main worktree."""
+    done = git(repo, "symbolic-ref", "--quiet", "--short", "HEAD", check=False)
+    if done.returncode != 0:
+        raise GitError(f"repository {repo}: HEAD is detached; name a base branch")
+    return done.stdout.strip()
+
+
+def branch_commit(repo: Path, branch: str) -> str:
+    """The commit `branch` names in `repo`, or a one-line error naming both."""
+    done = git(
+        repo, "rev-parse", "--verify", "--quiet", f"refs/heads/{branch}^{{commit}}", check=False
+    )
+    if done.returncode != 0:
+        raise GitError(f"repository {repo} has no branch {branch!r}")
+    return done.stdout.strip()
+
+
+@contextlib.contextmanager
+def _creation_lock(path: Path) -> Iterator[None]:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path.with_name(path.name + ".lock"), "a") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+def _registered(repo: Path) -> dict[Path, dict[str, str]]:
+    """The repository's worktrees (`git worktree list --porcelain`), by path."""
+    found: dict[Path, dict[str, str]] = {}
+    current: dict[str, str] = {}
+    for line in [*git(repo, "worktree", "list", "--porcelain").stdout.splitlines(), ""]:
+        if not line:
+            if "worktree" in current:
+                found[Path(current["worktree"]).resolve()] = current
+            current = {}
+            continue
+        key, _, value = line.partition(" ")
+        current[key] = value
+    return found
+
+
+def ensure_worktree(repo: Path, path: Path, branch: str, base_commit: str) -> bool:
+    """Make the worktree at `path` on `branch` (a new branch from `base_commit`, or the branch
+    as it stands when it exists already); True when this call made it."""
+    if not repo.is_dir():
+        raise GitError(f"repository {repo}: no such directory")
+    try:
+        return _ensure(repo, path, branch, base_commit)
+    except OSError as exc:
+        raise GitError(f"worktree {path}: {exc.strerror or exc}") from None
+
+
+def _ensure(repo: Path, path: Path, branch: str, base_commit: str) -> bool:
+    with _creation_lock(path):
+        entry = _registered(repo).get(path.resolve())
+        half_made = entry is not None and entry.get("locked") == "initializing"
+        if entry is not None and not half_made and (path / ".git").exists():
+            # sound, on whatever branch the agent has it now: never touched again
+            return False
+        if half_made:
+            git(repo, "worktree", "remove", "--force", "--force", str(path), check=False)
+        elif path.exists() and any(p.name != ".git" for p in path.iterdir()):
+            raise GitError(
+                f"worktree {path}: exists and is not a worktree of {repo}; left in place"
+            )
+        if path.exists():
+            shutil.rmtree(path)
+        git(repo, "worktree", "prune")
+        has_branch = git(
+            repo, "show-ref", "--verify", "--quiet", f"refs/heads/{branch}", check=False
+        )
+        if has_branch.returncode == 0:
+            git(repo, "worktree", "add", str(path), branch)
+        else:
+            git(repo, "worktree", "add", "-b", branch, str(path), base_commit)
+        return True
+
+
+@attrs.frozen
+class FileChange:
+    path: str
+    status: str
+    additions: int
+    deletions: int
+
+
+@attrs.frozen
+class Diff:
+    files: tuple[FileChange, ...]
+    patch: str
+    truncated: bool
+
+
+@contextlib.contextmanager
+def _everything_staged(path: Path) -> Iterator[dict[str, str]]:
+    """An environment whose index is a copy of the worktree's with every change staged,
+    untracked files included (`.gitignore` respected); the worktree's own index is untouched."""
+    index = Path(
+        git(path, "rev-parse", "--path-format=absolute", "--git-path", "index").stdout.strip()
+    )
+    with tempfile.TemporaryDirectory(prefix="laneway-diff-") as tmp:
+        copy = Path(tmp) / "index"
+        if index.exists():
+            shutil.copyfile(index, copy)
+        env = {"GIT_INDEX_FILE": str(copy)}
+        git(path, "add", "--all", env=env)
+        yield env
+
+
+def diff(path: Path, base_commit: str) -> Diff:
+    """The worktree at `path` against `base_commit`: commits on its branch, staged, unstaged
+    and untracked changes alike."""
+    if not path.is_dir():
+        raise GitError(f"worktree {path}: no such directory")
+    with _everything_staged(path) as env:
+        return _diff(path, ("--cached", base_commit), env)
+
+
+def branch_diff(repo: Path, base_commit: str, branch: str) -> Diff:
+    """`branch` against `base_commit` (a task whose worktree was removed: its branch has it all)."""
+    return _diff(repo, (base_commit, f"refs/heads/{branch}"), {})
+
+
+def _diff(cwd: Path, what: tuple[str, ...], env: Mapping[str, str]) -> Diff:
+    args = ("-c", "core.quotepath=off", "diff", "--no-renames", *what)
+    numstat = git(cwd, *args, "--numstat", "-z", env=env).stdout
+    names = git(cwd, *args, "--name-status", "-z", env=env).stdout
+    patch = git(cwd, *args, env=env).stdout
+    counts: dict[str, tuple[int, int]] = {}
+    for record in numstat.split("\0"):
+        if not record:
+            continue
+        plus, minus, name = record.split("\t", 2)
+        # a binary file counts no lines ("-")
+        counts[name] = (_count(plus), _count(minus))
+    fields = [f for f in names.split("\0") if f]
+    files = []
+    for status, name in zip(fields[0::2], fields[1::2], strict=True):
+        added, deleted = counts.get(name, (0, 0))
+        files.append(FileChange(name, STATUS.get(status[:1], "modified"), added, deleted))
+    truncated = len(patch) > PATCH_LIMIT
+    return Diff(tuple(files), patch[:PATCH_LIMIT], truncated)
+
+
+def _count(raw: str) -> int:
+    return int(raw) if raw.isdigit() else 0
+
+
+def retire(repo: Path, path: Path, branch: str, message: str) -> str | None:
+    """Commit whatever is uncommitted in the worktree to its branch (a commit by laneway,
+    saying so), then remove the worktree; the branch stays. The commit made, if any."""
+    made = None
+    if (path / ".git").exists():
+        git(path, "add", "--all")
+        staged = git(path, "diff", "--cached", "--quiet", check=False)
+        if staged.returncode == 1:
+            git(path, *IDENTITY, "commit", "--no-verify", "--quiet", "-m", message)
+            made = git(path, "rev-parse", "HEAD").stdout.strip()
+        git(repo, "worktree", "remove", str(path))
+    elif path.exists():
+        raise GitError(f"worktree {path}: not a git checkout; left in place")
+    git(repo, "worktree", "prune")
+    git(repo, "show-ref", "--verify", "--quiet", f"refs/heads/{branch}")
+    return made
+
+
+def as_json(change: Diff) -> dict[str, Any]:
+    return {
+        "files": [attrs.asdict(f) for f in change.files],
+        "patch": change.patch,
+        "truncated": change.truncated,
+    }

@@ -1,0 +1,181 @@
+"""Where agents work: a git worktree per task (docs/agents.md "Where agents work").
+
+A workflow (or one task) names a repository and a base branch. The first turn of such a task
+makes a worktree on a branch of its own, `laneway/<last 8 of the task id>`, from the base
+branch's commit as it is then, under `LANEWAY_WORKTREES` (default
+`$XDG_DATA_HOME/laneway/worktrees`); the task records it (`workspace`) and every later turn of
+every agent on the task works in it. A task whose workflow names no repository works where the
+worker runs, as before.
+
+Which worktree a task has is decided by the database: the record is written by an update
+conditional on the task having none, so two workers racing on one task agree on one path,
+branch and base commit; git itself is then driven under a per-task lock (`core.gitwork`).
+A worktree lives on the machine that made it (the record names the host): a worker on another
+machine refuses the task's turns with one line saying where it lives, and never makes a second.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+from pathlib import Path
+from typing import Any
+
+import sqlalchemy as sa
+
+from core import gitwork, ids
+from core.errors import LanewayError
+from core.logs import logger
+from core.model import Task
+from core.services.peers import Peers
+from core.store import tables as t
+
+BRANCH_PREFIX = "laneway/"
+
+
+def root() -> Path:
+    """Where worktrees are made: `LANEWAY_WORKTREES`, else laneway's data directory."""
+    configured = os.environ.get("LANEWAY_WORKTREES")
+    if configured:
+        return Path(configured).expanduser().resolve()
+    data = os.environ.get("XDG_DATA_HOME") or str(Path.home() / ".local" / "share")
+    return (Path(data) / "laneway" / "worktrees").resolve()
+
+
+def host_name() -> str:
+    return socket.gethostname()
+
+
+def checked(repository: str | None, base_branch: str | None) -> tuple[str | None, str | None]:
+    """The repository (absolute, its top) and base branch as they should be stored, checked
+    now so a bad one is refused where it is named; (None, None) clears them."""
+    if not repository:
+        if base_branch:
+            raise LanewayError(f"base branch {base_branch!r}: no repository to take it from")
+        return None, None
+    top = gitwork.repository(repository)
+    if base_branch:
+        gitwork.branch_commit(top, base_branch)
+    return str(top), base_branch or None
+
+
+def wanted(peers: Peers, task: Task) -> tuple[str | None, str | None]:
+    """The repository and base branch the task's agents should work in (the task's own, else
+    its workflow's), or (None, None)."""
+    if task.repository:
+        return task.repository, task.base_branch
+    if task.workflow_id is None:
+        return None, None
+    wf = peers.workflows.by_id(task.workflow_id)
+    return wf.repository, wf.base_branch
+
+
+def workspace_for(peers: Peers, task_id: str) -> Path:
+    """The directory a turn of `task_id` runs in: its worktree (made on its first turn), or the
+    worker's own directory when no repository is named. A bad repository or branch raises a
+    one-line LanewayError naming it (the runtime reports it as the turn's failure, R2)."""
+    task = peers.tasks.get(task_id)
+    record = task.workspace
+    if record is None:
+        repository, base_branch = wanted(peers, task)
+        if repository is None:
+            return Path.cwd()
+        record = _claim(peers, task, repository, base_branch)
+    if record.get("host") != host_name():
+        raise LanewayError(
+            f"task {task.id}'s worktree {record['path']} is on host {record.get('host')!r}; "
+            "a worker there runs its turns"
+        )
+    repo = Path(record["repository"])
+    if not repo.is_dir():
+        raise LanewayError(f"task {task.id}: repository {repo} is gone")
+    path = Path(record["path"])
+    made = gitwork.ensure_worktree(repo, path, record["branch"], record["base_commit"])
+    if made:
+        logger.bind(task_id=task.id, path=str(path), branch=record["branch"]).info(
+            "made the task's worktree"
+        )
+    if record.get("removed_at"):
+        # worked again after it ended: the worktree is back, from the branch that kept it all
+        _record(peers, task.id, {k: v for k, v in record.items() if k != "removed_at"})
+    return path
+
+
+def _claim(peers: Peers, task: Task, repository: str, base_branch: str | None) -> dict[str, Any]:
+    """Record the task's worktree unless another worker did first; the record that stands."""
+    repo = gitwork.repository(repository)
+    branch_from = base_branch or gitwork.default_branch(repo)
+    record = {
+        "repository": str(repo),
+        "base_branch": branch_from,
+        "branch": BRANCH_PREFIX + task.id[-8:],
+        "path": str(root() / task.id),
+        "base_commit": gitwork.branch_commit(repo, branch_from),
+        "host": host_name(),
+        "created_at": ids.now(),
+    }
+    with peers.store.transaction() as uow:
+        uow.conn.execute(
+            sa.update(t.tasks)
+            .where(t.tasks.c.id == task.id, t.tasks.c.workspace.is_(None))
+            .values(workspace=json.dumps(record))
+        )
+    standing = peers.tasks.get(task.id).workspace
+    assert standing is not None
+    return dict(standing)
+
+
+def diff(peers: Peers, ref: str) -> dict[str, Any]:
+    """CLI.md `task diff`: the task's worktree against its base commit."""
+    task = peers.tasks.get(ref)
+    record = task.workspace
+    if record is None:
+        raise LanewayError(f"task {task.id} has no worktree (its first turn makes one)")
+    path = Path(record["path"])
+    base = record["base_commit"]
+    if record.get("removed_at"):
+        # the checkout is gone; its branch holds everything
+        change = gitwork.branch_diff(Path(record["repository"]), base, record["branch"])
+    else:
+        change = gitwork.diff(path, base)
+    return {
+        "task_id": task.id,
+        "branch": record["branch"],
+        "base": base,
+        **gitwork.as_json(change),
+    }
+
+
+def retire(peers: Peers, task: Task, why: str) -> None:
+    """The task ended (`why`: archived, deleted): commit what is uncommitted in its worktree to
+    its branch, remove the worktree, keep the branch. Never stops the ending: a worktree that
+    cannot be retired is logged and left as it is."""
+    record = task.workspace
+    if record is None or record.get("removed_at"):
+        return
+    log = logger.bind(task_id=task.id, path=record["path"], branch=record["branch"])
+    if record.get("host") != host_name():
+        log.warning(f"task {why}; its worktree is on host {record.get('host')!r}: left there")
+        return
+    try:
+        commit = gitwork.retire(
+            Path(record["repository"]),
+            Path(record["path"]),
+            record["branch"],
+            f"laneway: work left uncommitted in task {task.id} when it was {why}",
+        )
+    except LanewayError as exc:
+        log.warning(f"task {why}; its worktree was left in place: {exc}")
+        return
+    log.bind(commit=commit).info(f"task {why}; its worktree removed, its branch kept")
+    if why == "deleted":
+        return
+    _record(peers, task.id, {**record, "removed_at": ids.now()})
+
+
+def _record(peers: Peers, task_id: str, record: dict[str, Any]) -> None:
+    with peers.store.transaction() as uow:
+        uow.conn.execute(
+            sa.update(t.tasks).where(t.tasks.c.id == task_id).values(workspace=json.dumps(record))
+        )
