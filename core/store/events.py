@@ -76,6 +76,7 @@ TYPES: Final = (
     "run.started",
     "run.finished",
     "run.failed",
+    "run.cancelled",
     "decision.recorded",
     "session.state",
     "agent.item",
