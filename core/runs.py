@@ -375,13 +375,15 @@ _CANCEL_QUEUED = (
     sa.update(R)
     .where(R.c.id == sa.bindparam("run_id"), R.c.status == "queued")
     .values(
-        status="cancelled", cancel_reason=sa.bindparam("reason"), finished_at=sa.bindparam("stamp")
+        status="cancelled",
+        cancel_reason=sa.bindparam("b_reason"),
+        finished_at=sa.bindparam("stamp"),
     )
 )
 _REQUEST_CANCEL = (
     sa.update(R)
     .where(R.c.id == sa.bindparam("run_id"), R.c.status == CLAIMED, R.c.cancel_reason.is_(None))
-    .values(cancel_reason=sa.bindparam("reason"))
+    .values(cancel_reason=sa.bindparam("b_reason"))
 )
 
 
@@ -399,12 +401,12 @@ def cancel(uow: UnitOfWork, run_id: str, reason: str) -> Cancel:
     worker running it acts on. Each is one conditional statement; its row count decides."""
     stamp = ids.now()
     if uow.conn.execute(
-        _CANCEL_QUEUED, {"run_id": run_id, "reason": reason, "stamp": stamp}
+        _CANCEL_QUEUED, {"run_id": run_id, "b_reason": reason, "stamp": stamp}
     ).rowcount:
         row = uow.conn.execute(sa.select(R.c.task_id).where(R.c.id == run_id)).one()
         events.record(uow, "run.cancelled", row.task_id, run_id=run_id, reason=reason)
         return Cancel("ended", "cancelled")
-    if uow.conn.execute(_REQUEST_CANCEL, {"run_id": run_id, "reason": reason}).rowcount:
+    if uow.conn.execute(_REQUEST_CANCEL, {"run_id": run_id, "b_reason": reason}).rowcount:
         return Cancel("requested", CLAIMED)
     status = uow.conn.execute(sa.select(R.c.status).where(R.c.id == run_id)).scalar()
     return Cancel("none", str(status))

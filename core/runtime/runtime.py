@@ -16,6 +16,7 @@ finds it free instead of deadlocking.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
 import threading
@@ -355,6 +356,13 @@ class AgentRuntime:
         watch.start()
         try:
             result = turn.proc.wait()
+        except BaseException:
+            # the board could not take what it said (its task deleted under it): the agent
+            # must not outlive its turn
+            turn.proc.kill()
+            with contextlib.suppress(Exception):
+                turn.proc.popen.wait(timeout=5)
+            raise
         finally:
             watch.stop()
         self.peers.sessions.append_transcript(session_id, result.transcript)
