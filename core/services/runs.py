@@ -9,7 +9,7 @@ from typing import Any, Final
 import sqlalchemy as sa
 
 from core import ids, runs
-from core.errors import LanewayError, NotFound
+from core.errors import Conflict, LanewayError, NotFound
 from core.model import Run, Task
 from core.services.base import Service
 from core.services.participants import merged_seats
@@ -63,7 +63,7 @@ class RunService(Service):
         with self.peers.store.transaction() as uow:
             done = runs.cancel(uow, run.id, reason)
         if done.outcome == "none":
-            raise LanewayError(
+            raise Conflict(
                 f"run {run.id} is {done.status}: only a queued or running run can be cancelled"
             )
         return self.find(run.id)
@@ -94,7 +94,7 @@ class RunService(Service):
         self._require_writer()
         run = self.find(ref)
         if run.status not in runs.RETRYABLE:
-            raise LanewayError(
+            raise Conflict(
                 f"run {run.id} is {run.status}: only a failed, dead or cancelled run can be retried"
             )
         with self.peers.store.transaction() as uow:

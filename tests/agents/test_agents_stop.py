@@ -190,8 +190,8 @@ def test_runs_cancel_from_another_process_stops_a_streaming_exec_agent(
     started.append(worker)
     wait_for("the agent's third line", said(board, "line 2"))
     run_id = board.run()["id"]
-    asked = time.monotonic()
     done = board.cli("runs", "cancel", run_id)
+    asked = time.monotonic()
     assert done.returncode == 0, done.stderr
     assert json.loads(done.stdout)["id"] == run_id
     wait_for("the run to end cancelled", ended(board, "cancelled"), STOP_WITHIN_S)
@@ -253,7 +253,7 @@ def test_cancel_and_retry_over_http_stop_an_acp_agent_and_queue_a_new_attempt(
             assert new["workflow_step_id"] == board.run_at(run_id)["workflow_step_id"]
 
             wrong = client.post(f"/api/runs/{new['id']}/retry")
-            assert wrong.status_code == 400, wrong.text
+            assert wrong.status_code == 409, wrong.text
             assert "is queued" in wrong.text
 
             cancelled = client.post(f"/api/tasks/{board.task_id}/cancel")
@@ -282,8 +282,8 @@ def test_task_cancel_stops_an_acp_agent_that_ignores_session_cancel(
     started.append(worker)
     wait_for("the agent's message", said(board, "long job"))
     run_id = board.run()["id"]
-    asked = time.monotonic()
     done = board.cli("task", "cancel", board.task_id)
+    asked = time.monotonic()  # the request is committed once the command is done
     assert done.returncode == 0, done.stderr
     assert json.loads(done.stdout) == {"cancelled": [run_id]}
     wait_for("the run to end cancelled", ended(board, "cancelled"), STOP_WITHIN_S)
