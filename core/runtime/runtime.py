@@ -146,6 +146,9 @@ class AgentRuntime:
         self._broker: ToolBroker | None = None
         self._tool_tokens: dict[str, str] = {}
         """The tool-server token each live conversation was opened with, by session."""
+        self._shut_down = False
+        """`kill_all` ran: a turn that begins now (its run claimed just before) is stopped
+        before it launches anything."""
 
     # -- the per-session guard ------------------------------------------------------------------
 
@@ -217,6 +220,8 @@ class AgentRuntime:
         task = host.tasks.get(session.task_id)
         profile = host.profiles.get(session.agent_profile_id) if session.agent_profile_id else None
         turn = _Turn(task.id, step_id or task.workflow_step_id, run_id, session.agent_profile_id)
+        if self._shut_down:
+            turn.stopped = "shutdown"
         if session.metadata.get("cancel_retry_requested"):
             host.sessions.record_effect(session_id, cancel_retry_requested=None)
         self._turns[session_id] = turn
@@ -309,6 +314,8 @@ class AgentRuntime:
         """One try at the turn, by the profile's protocol; how it ended, routed."""
         session = self.peers.sessions.get(session_id)
         want = desired(session.metadata, profile.name)
+        if turn.stopped is not None:
+            return TurnEnd("cancelled", "the turn was cancelled")
         if profile.protocol == "acp":
             from core.runtime.conversation import AcpTurn, run_acp_turn
 
@@ -327,8 +334,6 @@ class AgentRuntime:
         fresh = want.resets > int(session.agent.get("resets_applied") or 0)
         if want.plan_mode:
             prompt = with_plan_instruction(prompt)
-        if turn.stopped is not None:
-            return TurnEnd("cancelled", "the turn was cancelled")
         record.items([item("prompt", prompt)])
         watch = _Deadlines(turn, profile.turn_timeout, profile.idle_timeout)
 
@@ -437,6 +442,7 @@ class AgentRuntime:
         """Shutdown: end every agent process, and every retry loop (it launches nothing more).
         Their turns end cancelled (`shutdown`): the runs go back to the queue, for they are
         not the agents' failures."""
+        self._shut_down = True
         for turn in list(self._turns.values()):
             turn.stopped = turn.stopped or "shutdown"
             turn.cancel.set()
