@@ -47,17 +47,18 @@ def assert_office_loop(timeline: list[dict[str, Any]]) -> None:
     assert len(later) == 1
     assert timeline.index(later[0]) > index
 
-    # Two review rounds: entry #1 rejected by reviewer-1 (approved by reviewer-2), entry #2
-    # approved by both; then the approver.
+    # Two review rounds: entry #1 rejected by reviewer-1, entry #2 approved by both; then the
+    # approver. Reviewer-2 approves entry #1 only when its run came first: taken after the
+    # rejection sent the card back to Work, its run is cancelled (`step_left`, issue 22).
     arrivals = [e.get("entry_seq") for e in _events(timeline, "arrival", step="Review")]
     assert arrivals == [1, 2]
     rounds: dict[int, dict[str, str]] = {}
     for e in _events(timeline, "decision", step="Review"):
         rounds.setdefault(e["entry_seq"], {})[e["agent"]] = e["verdict"]
-    assert rounds == {
-        1: {"reviewer-1": "rejected", "reviewer-2": "approved"},
-        2: {"reviewer-1": "approved", "reviewer-2": "approved"},
-    }
+    assert rounds[1]["reviewer-1"] == "rejected"
+    assert rounds[1].get("reviewer-2") in (None, "approved")
+    assert rounds[2] == {"reviewer-1": "approved", "reviewer-2": "approved"}
+    assert set(rounds) == {1, 2}
     approvals = [(e["agent"], e["verdict"]) for e in _events(timeline, "decision", step="Approval")]
     assert approvals == [("approver", "approved")]
     moves = [(e["from_step"], e["to_step"]) for e in _events(timeline, "move")]
