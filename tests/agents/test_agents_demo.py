@@ -103,7 +103,10 @@ def test_demo_on_the_given_database(db_url: str, tmp_path: Path) -> None:
         workflow = host.workflows.by_id(task.workflow_id or "")
         assert host.workspace.get().office_workflow_id == workflow.id
         statuses = sorted(r.status for r in host.runs.list(task=task.id))
-        assert statuses == ["failed"] + ["finished"] * 7
+        # reviewer-2's first run is cancelled (step_left) when reviewer-1's rejection came first
+        cancelled = statuses.count("cancelled")
+        assert cancelled in (0, 1)
+        assert statuses == ["cancelled"] * cancelled + ["failed"] + ["finished"] * (7 - cancelled)
 
     # A second demo on the same database builds its own board beside the first.
     again = laneway("--db", db_url, "--json", "demo", cwd=tmp_path, env={"TMPDIR": str(tmp_path)})
@@ -168,4 +171,6 @@ def test_demo_timeline_comes_from_events_not_log_text(tmp_path: Path) -> None:
         1,
     )
     clears = _events(timeline, "action", action="clear_decisions", step="Review")
-    assert [e["removed"] for e in clears] == [0, 2]
+    first_round = [e for e in _events(timeline, "decision", step="Review") if e["entry_seq"] == 1]
+    assert [e["removed"] for e in clears] == [0, len(first_round)]
+    assert len(first_round) in (1, 2)
