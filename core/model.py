@@ -386,6 +386,10 @@ class Run:
     claimed_epoch: str | None = None
     usage: Mapping[str, Any] | None = None
     """{"cost_usd", "input_tokens", "output_tokens"} the agent reported over the run, or None."""
+    cancel_reason: str | None = None
+    """Why it was cancelled (`user`, `step_left`, ...); on a claimed run, a pending request."""
+    retry_of: str | None = None
+    """The run `runs retry` queued this one after."""
 
 
 @attrs.frozen

@@ -27,8 +27,11 @@ from core.store.database import UnitOfWork
 from core.store.prepared import insert_of
 
 R = t.runs
-RUN_STATUSES: Final = ("queued", "claimed", "finished", "failed", "dead")
-"""A run's life: queued, claimed by a worker, then finished or failed."""
+RUN_STATUSES: Final = ("queued", "claimed", "finished", "failed", "dead", "cancelled")
+"""A run's life: queued, claimed by a worker, then finished or failed (or dead, its worker
+died at every attempt; or cancelled, stopped by a person or because its task left its step)."""
+RETRYABLE: Final = ("failed", "dead", "cancelled")
+"""The states `runs retry` queues a run again from."""
 IDEMPOTENCY_WINDOW_S: Final = 24 * 3600
 COALESCE_WINDOW_S: Final = 5
 
@@ -261,7 +264,7 @@ _BUMP = (
     .where(P.c.id == sa.bindparam("agent"))
     .values(claimed_runs=P.c.claimed_runs + sa.bindparam("delta", type_=sa.Integer))
 )
-# claimed(epoch) -> finished / failed: only the claim's own epoch ends it
+# claimed(epoch) -> finished / failed / cancelled: only the claim's own epoch ends it
 _RELEASE = (
     sa.update(R)
     .where(R.c.id == sa.bindparam("run_id"), R.c.status == CLAIMED)
@@ -304,15 +307,18 @@ def release(
     ok: bool,
     session_id: str | None = None,
     error: str | None = None,
+    cancelled: bool = False,
 ) -> bool:
-    """End a claimed run as finished or failed. False when the claim is no longer this
-    epoch's (it was declared dead and its run re-queued): nothing is written then."""
+    """End a claimed run as finished, failed or (`cancelled`) cancelled. False when the claim
+    is no longer this epoch's (it was declared dead and its run re-queued): nothing is written
+    then."""
+    status = "cancelled" if cancelled else "finished" if ok else "failed"
     done = uow.conn.execute(
         _RELEASE,
         {
             "run_id": run.id,
             "epoch": epoch,
-            "status": "finished" if ok else "failed",
+            "status": status,
             "stamp": ids.now(),
             "session_id": session_id,
             "error": error,
@@ -324,12 +330,115 @@ def release(
     cancel_permissions(uow, [run.id], by="run_ended")
     events.record(
         uow,
-        "run.finished" if ok else "run.failed",
+        {"cancelled": "run.cancelled", "finished": "run.finished"}.get(status, "run.failed"),
         run.task_id,
         run_id=run.id,
         agent_profile_id=run.agent_profile_id,
     )
     return True
+
+
+# claimed(epoch) -> queued: a stopping worker hands back a turn it did not let finish. The
+# claim does not count as an attempt (the attempts bound worker deaths, not shutdowns).
+_GIVE_BACK = (
+    sa.update(R)
+    .where(R.c.id == sa.bindparam("run_id"), R.c.status == CLAIMED)
+    .where(R.c.claimed_epoch == sa.bindparam("epoch"))
+    .values(
+        status="queued",
+        claimed_at=None,
+        claimed_epoch=None,
+        attempts=sa.case((R.c.attempts > 0, R.c.attempts - 1), else_=0),
+    )
+)
+
+
+def give_back(uow: UnitOfWork, run: Run, epoch: str) -> bool:
+    """Put a claimed run back in the queue (its worker is stopping). False when the claim is
+    no longer this epoch's."""
+    if uow.conn.execute(_GIVE_BACK, {"run_id": run.id, "epoch": epoch}).rowcount != 1:
+        return False
+    uow.conn.execute(_BUMP, {"agent": run.agent_profile_id, "delta": -1})
+    events.record(
+        uow,
+        "run.queued",
+        run.task_id,
+        run_id=run.id,
+        agent_profile_id=run.agent_profile_id,
+        reason="worker_stopped",
+    )
+    return True
+
+
+# -- cancelling and retrying ------------------------------------------------------------------
+
+_CANCEL_QUEUED = (
+    sa.update(R)
+    .where(R.c.id == sa.bindparam("run_id"), R.c.status == "queued")
+    .values(
+        status="cancelled",
+        cancel_reason=sa.bindparam("b_reason"),
+        finished_at=sa.bindparam("stamp"),
+    )
+)
+_REQUEST_CANCEL = (
+    sa.update(R)
+    .where(R.c.id == sa.bindparam("run_id"), R.c.status == CLAIMED, R.c.cancel_reason.is_(None))
+    .values(cancel_reason=sa.bindparam("b_reason"))
+)
+
+
+@attrs.frozen
+class Cancel:
+    """What `cancel` did: `ended` (a queued run is cancelled now), `requested` (its worker will
+    stop the turn), or `none` (the run is in no state to cancel; `status` says which)."""
+
+    outcome: Literal["ended", "requested", "none"]
+    status: str
+
+
+def cancel(uow: UnitOfWork, run_id: str, reason: str) -> Cancel:
+    """Cancel a run: a queued one at once, a claimed one by a request on its row that the
+    worker running it acts on. Each is one conditional statement; its row count decides."""
+    stamp = ids.now()
+    if uow.conn.execute(
+        _CANCEL_QUEUED, {"run_id": run_id, "b_reason": reason, "stamp": stamp}
+    ).rowcount:
+        row = uow.conn.execute(sa.select(R.c.task_id).where(R.c.id == run_id)).one()
+        events.record(uow, "run.cancelled", row.task_id, run_id=run_id, reason=reason)
+        return Cancel("ended", "cancelled")
+    if uow.conn.execute(_REQUEST_CANCEL, {"run_id": run_id, "b_reason": reason}).rowcount:
+        return Cancel("requested", CLAIMED)
+    status = uow.conn.execute(sa.select(R.c.status).where(R.c.id == run_id)).scalar()
+    return Cancel("none", str(status))
+
+
+def cancel_requested(conn: sa.Connection, run_id: str) -> str | None:
+    """The reason of a pending cancel request on a claimed run, else None."""
+    found = conn.execute(
+        sa.select(R.c.cancel_reason).where(R.c.id == run_id, R.c.status == CLAIMED)
+    ).scalar()
+    return str(found) if found is not None else None
+
+
+def retry(uow: UnitOfWork, run: Run) -> str:
+    """Queue `run` again as a new attempt: a new row naming the old one (`retry_of`), so the
+    old attempt keeps its status, error and transcript."""
+    run_id = ids.new_id()
+    request = RunRequest(
+        agent_profile_id=run.agent_profile_id,
+        task_id=run.task_id,
+        workflow_step_id=run.workflow_step_id,
+        reason=run.reason,
+        payload=run.payload,
+        coalesce_exempt=True,
+    )
+    payload = rows.dumps(dict(run.payload)) if run.payload is not None else None
+    values = _row(run_id, request, payload, ids.now())
+    uow.run(_INSERT_RUN, values)
+    uow.conn.execute(sa.update(R).where(R.c.id == run_id).values(retry_of=run.id))
+    _queued(uow, run_id, request)
+    return run_id
 
 
 @attrs.frozen
@@ -357,6 +466,16 @@ def requeue_dead(uow: UnitOfWork) -> Requeued:
             R.c.claimed_epoch.in_([e for e in dead if e is not None]), R.c.claimed_epoch.is_(None)
         ),
     )
+    # a run someone asked to stop is not started again because its worker died first
+    stopped = [
+        rows.run(r)
+        for r in uow.conn.execute(
+            sa.update(R)
+            .where(of_dead, R.c.cancel_reason.is_not(None))
+            .values(status="cancelled", finished_at=stamp)
+            .returning(*R.c)
+        ).mappings()
+    ]
     poisoned = [
         rows.run(r)
         for r in uow.conn.execute(
@@ -380,12 +499,12 @@ def requeue_dead(uow: UnitOfWork) -> Requeued:
         ).mappings()
     ]
     # The dead worker's questions can never be answered to it: a re-run asks again.
-    cancel_permissions(uow, [r.id for r in (*poisoned, *back)], by="worker_died")
-    for run in (*poisoned, *back):
+    cancel_permissions(uow, [r.id for r in (*stopped, *poisoned, *back)], by="worker_died")
+    for run in (*stopped, *poisoned, *back):
         uow.conn.execute(_BUMP, {"agent": run.agent_profile_id, "delta": -1})
         events.record(
             uow,
-            "run.queued" if run.status == "queued" else "run.failed",
+            {"queued": "run.queued", "cancelled": "run.cancelled"}.get(run.status, "run.failed"),
             run.task_id,
             run_id=run.id,
             agent_profile_id=run.agent_profile_id,

@@ -6,6 +6,11 @@ its profile's `max_concurrent_sessions` becomes claimed by this worker's epoch. 
 claimed by a dead epoch (its worker was killed) goes back to the queue the next time any
 worker looks, decided by the liveness lock, never by a timeout; one that has died with its
 worker `max_attempts` times is marked `dead` instead.
+
+Stopping: `runs cancel` marks a claimed run's row; the worker running it polls that row while
+the turn runs (`CancelWatch`) and stops the turn, and the run ends `cancelled`. A queued run
+whose task has left the run's step by the time it is claimed is cancelled (`step_left`)
+without launching its agent. A turn a stopping worker kills goes back to the queue.
 """
 
 from __future__ import annotations
@@ -13,9 +18,10 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Self
 
 import attrs
+import sqlalchemy as sa
 
 from core import faults, feedback, runs
 from core.logs import logger
@@ -29,6 +35,8 @@ if TYPE_CHECKING:
 
 R = t.runs
 KILL_GRACE_S = 10.0
+CANCEL_POLL_S = 0.5
+"""How often a running run's row is read for a cancel request (from any process)."""
 
 
 @attrs.frozen
@@ -73,17 +81,26 @@ def claim_next(host: RuntimePeers) -> Run | None:
 
 def finish(host: RuntimePeers, run: Run, outcome: TurnOutcome) -> None:
     """End the run under the epoch that claimed it. When that epoch was declared dead
-    meanwhile (this process fenced itself), the run was re-queued and is not ours to end."""
+    meanwhile (this process fenced itself), the run was re-queued and is not ours to end.
+
+    A turn this worker's shutdown stopped goes back to the queue; one that did not end well
+    while a cancel was requested (the turn stopped, or its task deleted under it) ends
+    `cancelled`."""
     epoch = run.claimed_epoch or host.live_epoch()
     with host.store.transaction() as uow:
-        ended = runs.release(
-            uow,
-            run,
-            epoch,
-            ok=outcome.ok,
-            session_id=outcome.session_id or None,
-            error=outcome.error,
-        )
+        if outcome.cancelled and outcome.stopped == "shutdown":
+            ended = runs.give_back(uow, run, epoch)
+        else:
+            wanted = not outcome.ok and runs.cancel_requested(uow.conn, run.id) is not None
+            ended = runs.release(
+                uow,
+                run,
+                epoch,
+                ok=outcome.ok,
+                session_id=outcome.session_id or None,
+                error=outcome.error,
+                cancelled=outcome.cancelled or wanted,
+            )
     if not ended:
         logger.bind(run_id=run.id, epoch=epoch).warning(
             "run not finished: its claim was given up after this process was declared dead"
@@ -107,6 +124,56 @@ def prompt_for(host: RuntimePeers, run: Run) -> str:
     return f"{text}\n\n{message}" if message else text
 
 
+class CancelWatch:
+    """While a run's turn lasts: reads the run's row every `CANCEL_POLL_S` and, once someone
+    asked to cancel it (from any process), has the runtime stop its turn (again, until it
+    ends: the turn may not have reached its agent yet)."""
+
+    def __init__(self, host: RuntimePeers, run: Run, poll: float = CANCEL_POLL_S) -> None:
+        self._host = host
+        self._run = run
+        self._poll = poll
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._watch, name="laneway-cancel", daemon=True)
+        self.requested: str | None = None
+
+    def __enter__(self) -> Self:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        self._stop.set()
+        self._thread.join(timeout=5)
+
+    def _watch(self) -> None:
+        while not self._stop.wait(self._poll):
+            if self.requested is None:
+                try:
+                    with self._host.store.read() as conn:
+                        self.requested = runs.cancel_requested(conn, self._run.id)
+                except Exception as exc:  # noqa: BLE001 - a failed read is tried again next poll
+                    logger.bind(run_id=self._run.id, cause=str(exc)).warning(
+                        "cancel watch could not read the run"
+                    )
+                    continue
+                if self.requested is not None:
+                    logger.bind(
+                        run_id=self._run.id, task_id=self._run.task_id, reason=self.requested
+                    ).info("run cancel requested; stopping its turn")
+            if self.requested is not None:
+                self._host.runtime.stop_run(self._run.id)
+
+
+def _step_left(host: RuntimePeers, run: Run) -> bool:
+    """The run's task is no longer at the run's step (moved on, or archived): its turn would
+    work on a step the card has left. The run is cancelled (`step_left`). A person's message
+    is for the session, wherever the card stands, and is delivered all the same."""
+    if run.task_id is None or run.workflow_step_id is None or run.reason == "user_message":
+        return False
+    task = host.tasks.get(run.task_id)
+    return task.workflow_step_id != run.workflow_step_id or task.archived_at is not None
+
+
 def execute(host: RuntimePeers, run: Run) -> TurnOutcome:
     """Launch the run's agent on its task's session for that agent and wait for the turn."""
     faults.reach("worker.after_claim")
@@ -115,6 +182,20 @@ def execute(host: RuntimePeers, run: Run) -> TurnOutcome:
     )
     outcome = TurnOutcome("", ok=False, error="the run names no task")
     try:
+        if run.task_id is not None and _step_left(host, run):
+            with host.store.transaction() as uow:
+                uow.conn.execute(
+                    sa.update(R)
+                    .where(R.c.id == run.id, R.c.status == runs.CLAIMED)
+                    .values(cancel_reason="step_left")
+                )
+            log.bind(step_id=run.workflow_step_id).info(
+                "run cancelled: its task has left the run's step; no agent launched"
+            )
+            outcome = TurnOutcome(
+                "", ok=False, error="the task has left the run's step", cancelled=True
+            )
+            return outcome
         if run.task_id is not None:
             task = host.tasks.get(run.task_id)
             session = profile_session(host, task, run.agent_profile_id)
@@ -129,9 +210,14 @@ def execute(host: RuntimePeers, run: Run) -> TurnOutcome:
                 host.turns.start_internal(session.id)
             prompt = message if message is not None else prompt_for(host, run)
             log.bind(session_id=session.id).info("run started")
-            outcome = host.runtime.run_turn(
-                session.id, prompt, run_id=run.id, reason=run.reason, step_id=run.workflow_step_id
-            )
+            with CancelWatch(host, run):
+                outcome = host.runtime.run_turn(
+                    session.id,
+                    prompt,
+                    run_id=run.id,
+                    reason=run.reason,
+                    step_id=run.workflow_step_id,
+                )
     except Exception as exc:  # noqa: BLE001 - the run is finished as failed, never left claimed
         outcome = TurnOutcome("", ok=False, error=f"{type(exc).__name__}: {exc}")
         log.bind(cause=outcome.error).opt(exception=exc).error("run could not be executed")
@@ -201,11 +287,22 @@ def _work(
             for future in done:
                 run = running.pop(future)
                 outcome = _result(future, run)
-                finished += int(outcome.ok)
-                failed += int(not outcome.ok)
+                kind = _kind(outcome)
+                finished += int(kind == "finished")
+                failed += int(kind == "failed")
                 if progress:
-                    progress("finished" if outcome.ok else "failed", run, outcome)
+                    progress(kind, run, outcome)
     return WorkerSummary(claimed, finished, failed)
+
+
+def _kind(outcome: TurnOutcome) -> str:
+    """How a run ended, for the summary and the progress lines: a stopped turn is neither
+    finished nor failed (`cancelled`, or `requeued` when this worker's shutdown stopped it)."""
+    if outcome.ok:
+        return "finished"
+    if outcome.cancelled:
+        return "requeued" if outcome.stopped == "shutdown" else "cancelled"
+    return "failed"
 
 
 def _result(future: Future[TurnOutcome], run: Run) -> TurnOutcome:

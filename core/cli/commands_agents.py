@@ -293,9 +293,10 @@ class Shutdown:
     """Ctrl-C (SIGINT) or SIGTERM while the worker runs.
 
     The first signal stops claiming and gives running agents `grace` seconds to end their
-    turn; then they are killed (their runs end as failed, so nothing stays claimed). A second
-    signal kills them at once; a third leaves at once (runs still claimed are re-queued by
-    the next worker start: their epoch is gone).
+    turn; then they are stopped and their runs go back to the queue (re-queued, not failed:
+    they are not the agents' failures; no on_agent_error). A second signal stops them at once;
+    a third leaves at once (runs still claimed are re-queued by the next worker start: their
+    epoch is gone).
     """
 
     host: Host
@@ -325,7 +326,10 @@ class Shutdown:
             os._exit(130)
 
     def kill(self) -> None:
-        _notice("killing the agents still running", as_json=self.as_json)
+        _notice(
+            "stopping the agents still running; their runs go back to the queue",
+            as_json=self.as_json,
+        )
         self.host.runtime.kill_all()
 
     @contextmanager
@@ -359,8 +363,8 @@ class Shutdown:
     type=click.FloatRange(min=0),
     default=None,
     metavar="SECONDS",
-    help=f"After Ctrl-C, how long running agents may take to end their turn "
-    f"[default: {worker.KILL_GRACE_S:g}].",
+    help=f"After Ctrl-C, how long running agents may take to end their turn before their "
+    f"runs are put back in the queue [default: {worker.KILL_GRACE_S:g}].",
 )
 @pass_settings
 def worker_command(
@@ -372,9 +376,10 @@ def worker_command(
 ) -> None:
     """Claim and execute queued runs.
 
-    Without --once it keeps polling until interrupted. Ctrl-C (or SIGTERM) stops claiming,
-    lets running agents end their turn, and kills them after the grace period; a second
-    Ctrl-C kills them at once. Runs a killed agent was working end as failed.
+    Without --once it keeps polling until interrupted. Ctrl-C (or SIGTERM) stops claiming and
+    lets running agents end their turn within the grace period; the agents still running
+    then are stopped and their runs put back in the queue (not failed: no on_agent_error,
+    the next worker takes them). A second Ctrl-C stops them at once.
     """
     stop = threading.Event()
     with writer(settings) as host:

@@ -6,7 +6,7 @@ from collections.abc import Mapping
 
 import click
 
-from core.cli.app import Settings, pass_settings, reader
+from core.cli.app import Settings, pass_settings, reader, writer
 from core.cli.output import emit, entry_json, entry_lines, item_line, names_of
 from core.model import Run
 from core.runs import RUN_STATUSES
@@ -16,10 +16,15 @@ from core.shapes import run_show_json
 def _run_line(run: Run, names: Mapping[str, str]) -> str:
     profile = names.get(run.agent_profile_id, run.agent_profile_id)
     step = names.get(run.workflow_step_id or "", run.workflow_step_id or "-")
-    return (
+    line = (
         f"{run.id}  {run.status}  reason={run.reason}  profile={profile}  "
         f"task={run.task_id or '-'}  step={step}"
     )
+    if run.cancel_reason:
+        line += f"  cancel={run.cancel_reason}"
+    if run.retry_of:
+        line += f"  retry_of={run.retry_of}"
+    return line
 
 
 @click.group()
@@ -59,6 +64,38 @@ def runs_show(settings: Settings, run_ref: str) -> None:
         lines.append("  usage: " + "  ".join(f"{k}={v}" for k, v in run.usage.items()))
     lines += [f"  {item_line(i)}" for i in items]
     emit(settings.json, run_show_json(run, items), lines)
+
+
+@runs.command("cancel")
+@click.argument("run_ref", metavar="R")
+@pass_settings
+def runs_cancel(settings: Settings, run_ref: str) -> None:
+    """Stop a queued or running run: it ends cancelled, with no on_agent_error.
+
+    A queued run is cancelled at once. A running one is marked; its worker, in whatever
+    process, stops the turn within a second or so (an ACP agent gets session/cancel and its
+    process group is killed 10 s later if it goes on; an exec agent's group is killed). What
+    the agent said so far stays in the transcript; the session waits for input.
+    """
+    with writer(settings) as host:
+        run = host.runs.cancel(run_ref)
+        names = names_of(host, [run.workflow_step_id], [run.agent_profile_id])
+    emit(settings.json, run, [_run_line(run, names)])
+
+
+@runs.command("retry")
+@click.argument("run_ref", metavar="R")
+@pass_settings
+def runs_retry(settings: Settings, run_ref: str) -> None:
+    """Queue a failed, dead or cancelled run again, as a new attempt.
+
+    The new attempt is a new run (its `retry_of` names the old one, which keeps its status,
+    error and transcript); the new run is printed.
+    """
+    with writer(settings) as host:
+        run = host.runs.retry(run_ref)
+        names = names_of(host, [run.workflow_step_id], [run.agent_profile_id])
+    emit(settings.json, run, [_run_line(run, names)])
 
 
 @click.group()

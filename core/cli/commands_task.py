@@ -180,11 +180,29 @@ def task_switch_workflow(settings: Settings, ref: str, workflow: str, step: str 
     _emit_task(settings, switched, names)
 
 
+@task.command("cancel")
+@click.argument("ref", metavar="T")
+@pass_settings
+def task_cancel(settings: Settings, ref: str) -> None:
+    """Cancel the task's queued and running runs; running agents are stopped.
+
+    A queued run is cancelled at once; a running one is stopped by its worker (in whatever
+    process) within a second or so, and ends cancelled, with no on_agent_error.
+    """
+    with writer(settings) as host:
+        cancelled = host.runs.cancel_task(host.tasks.get(ref).id)
+    emit(
+        settings.json,
+        {"cancelled": cancelled},
+        [f"cancelled {run_id}" for run_id in cancelled] or ["no queued or running runs"],
+    )
+
+
 @task.command("archive")
 @click.argument("ref", metavar="T")
 @pass_settings
 def task_archive(settings: Settings, ref: str) -> None:
-    """Archive a task."""
+    """Archive a task (its queued and running runs are cancelled first)."""
     with writer(settings) as host:
         archived = host.tasks.archive(ref)
         names = step_names(host, archived)
@@ -195,7 +213,7 @@ def task_archive(settings: Settings, ref: str) -> None:
 @click.argument("ref", metavar="T")
 @pass_settings
 def task_delete(settings: Settings, ref: str) -> None:
-    """Delete a task with its ledger, sessions and seats."""
+    """Delete a task with its ledger, sessions and seats (its runs are cancelled first)."""
     with writer(settings) as host:
         deleted = host.tasks.delete(ref)
     emit(settings.json, {"deleted": deleted}, [f"deleted {deleted}"])

@@ -118,8 +118,9 @@ def laneway_event(event: Event) -> None:
           entry_id, entry_seq}`` (``queued``: waiting for a WIP slot, no arrival yet);
         - ``entry.marker`` ``{entry_id, position, kind, state, reason}``: an entry action
           began (``in_progress``) or settled (``done``, ``failed``, ``skipped``, ...);
-        - ``run.queued``, ``run.started``, ``run.finished``, ``run.failed``
-          ``{run_id, agent_profile_id}`` (``run.queued`` adds ``reason``);
+        - ``run.queued``, ``run.started``, ``run.finished``, ``run.failed``,
+          ``run.cancelled`` ``{run_id, agent_profile_id}`` (``run.queued`` adds ``reason``;
+          ``run.cancelled`` of a queued run has ``reason``, no agent);
         - ``decision.recorded`` ``{step_id, participant_id, verdict, decision_id}``;
         - ``session.state`` ``{session_id, state}``;
         - ``agent_error.dispatched`` ``{path, run_id, session_id, operation_id, step_id,

@@ -16,13 +16,14 @@ finds it free instead of deadlocking.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, Final, Protocol
 
 import attrs
 
@@ -46,6 +47,14 @@ if TYPE_CHECKING:
 
 DEFAULT_RETRY_DELAYS = (5.0, 10.0, 20.0, 40.0, 60.0)
 CANCEL_POLL_S = 0.2
+WATCH_POLL_S = 0.25
+"""How often an exec turn's deadlines are looked at."""
+RESEND_CANCEL_S = 2.0
+"""A stop request is said to a turn again this often until it ends (the ACP agent may have
+been between `session/new` and `session/prompt` when it first came)."""
+STOPS: Final = ("cancel", "shutdown")
+"""Why laneway stops a turn: the run was cancelled, or its worker is stopping (the run goes
+back to the queue)."""
 
 
 def retry_delays_from_env() -> tuple[float, ...]:
@@ -66,6 +75,8 @@ class TurnOutcome:
     route: str | None = None
     cancelled: bool = False
     """laneway stopped the turn (`session/cancel`); no on_agent_error ran."""
+    stopped: str | None = None
+    """Why it was stopped (one of `STOPS`) when `cancelled`."""
 
 
 @attrs.frozen
@@ -131,6 +142,12 @@ class _Turn:
     agent_profile_id: str | None
     proc: process.AgentProcess | None = None
     cancel: threading.Event = attrs.field(factory=threading.Event)
+    stopped: str | None = None
+    """Set by `stop_run` / `kill_all` (one of `STOPS`): the turn ends cancelled, whatever
+    the killed agent's exit looks like."""
+    said_at: float = 0.0
+    timed_out: str | None = None
+    """An exec turn's deadline passed: the failure's message."""
 
 
 class RuntimePeers(Peers, Protocol):
@@ -153,6 +170,9 @@ class AgentRuntime:
         self._broker: ToolBroker | None = None
         self._tool_tokens: dict[str, str] = {}
         """The tool-server token each live conversation was opened with, by session."""
+        self._shut_down = False
+        """`kill_all` ran: a turn that begins now (its run claimed just before) is stopped
+        before it launches anything."""
 
     # -- the per-session guard ------------------------------------------------------------------
 
@@ -224,6 +244,8 @@ class AgentRuntime:
         task = host.tasks.get(session.task_id)
         profile = host.profiles.get(session.agent_profile_id) if session.agent_profile_id else None
         turn = _Turn(task.id, step_id or task.workflow_step_id, run_id, session.agent_profile_id)
+        if self._shut_down:
+            turn.stopped = "shutdown"
         if session.metadata.get("cancel_retry_requested"):
             host.sessions.record_effect(session_id, cancel_retry_requested=None)
         self._turns[session_id] = turn
@@ -275,9 +297,8 @@ class AgentRuntime:
                 if end.outcome == "ok":
                     self._end_turn(turn, session_id)
                     return TurnOutcome(session_id, ok=True)
-                if end.outcome == "cancelled":
-                    host.sessions.set_state(session_id, "WAITING_FOR_INPUT")
-                    return TurnOutcome(session_id, ok=False, error=end.message, cancelled=True)
+                if turn.stopped is not None or end.outcome == "cancelled":
+                    return self._stopped(turn, session_id, end.message)
                 if end.stderr_tail:
                     record.items([item("stderr", end.stderr_tail)])
                 if end.outcome == "failed":
@@ -296,6 +317,8 @@ class AgentRuntime:
                     task_id=task.id, session_id=session_id, attempt=attempt, delay=delay
                 ).warning("transient agent failure; retrying")
                 if self._cancelled_during(turn, session_id, delay):
+                    if turn.stopped is not None:
+                        return self._stopped(turn, session_id, "the turn was cancelled")
                     return self.fail_and_dispatch(
                         failure("R6", "the user cancelled the retries", user_initiated=True)
                     )
@@ -319,6 +342,8 @@ class AgentRuntime:
             return TurnEnd("failed", str(exc), route="R2")
         session = self.peers.sessions.get(session_id)
         want = desired(session.metadata, profile.name)
+        if turn.stopped is not None:
+            return TurnEnd("cancelled", "the turn was cancelled")
         if profile.protocol == "acp":
             from core.runtime.conversation import AcpTurn, run_acp_turn
 
@@ -336,19 +361,42 @@ class AgentRuntime:
         if want.plan_mode:
             prompt = with_plan_instruction(prompt)
         record.items([item("prompt", prompt)])
+        watch = _Deadlines(turn, profile.turn_timeout, profile.idle_timeout)
+
+        def message(m: Any) -> None:
+            watch.heard()
+            self._on_message(turn, session_id, m, record)
+
+        def line(text: str) -> None:
+            watch.heard()
+            record.items([item("output", text)])
+
         try:
             turn.proc = process.start(
                 profile.command,
                 prompt=prompt,
                 env={**env, **exec_env(want, fresh=fresh)},
                 execution_id=execution_id,
-                on_message=lambda m: self._on_message(turn, session_id, m, record),
-                on_line=lambda line: record.items([item("output", line)]),
+                on_message=message,
+                on_line=line,
                 cwd=cwd,
             )
         except process.LaunchError as exc:
             return TurnEnd("failed", str(exc), route="R2")
-        result = turn.proc.wait()
+        if turn.stopped is not None:  # stopped while it was starting
+            turn.proc.kill()
+        watch.start()
+        try:
+            result = turn.proc.wait()
+        except BaseException:
+            # the board could not take what it said (its task deleted under it): the agent
+            # must not outlive its turn
+            turn.proc.kill()
+            with contextlib.suppress(Exception):
+                turn.proc.popen.wait(timeout=5)
+            raise
+        finally:
+            watch.stop()
         self.peers.sessions.append_transcript(session_id, result.transcript)
         record.agent(
             protocol="exec",
@@ -361,6 +409,8 @@ class AgentRuntime:
         if result.ok:
             return TurnEnd("ok")
         tail = result.stderr_tail.strip()
+        if turn.stopped is None and turn.timed_out is not None:
+            return TurnEnd("failed", turn.timed_out, route="R1", stderr_tail=tail)
         if result.transient:
             return TurnEnd("transient", result.error_message(), route="R4", stderr_tail=tail)
         return TurnEnd("failed", result.error_message(), route="R1", stderr_tail=tail)
@@ -416,13 +466,43 @@ class AgentRuntime:
                 return False
 
     def kill_all(self) -> None:
-        """Shutdown: end every agent process, and every retry loop (it launches nothing more)."""
+        """Shutdown: end every agent process, and every retry loop (it launches nothing more).
+        Their turns end cancelled (`shutdown`): the runs go back to the queue, for they are
+        not the agents' failures."""
+        self._shut_down = True
         for turn in list(self._turns.values()):
+            turn.stopped = turn.stopped or "shutdown"
             turn.cancel.set()
             if turn.proc is not None:
                 turn.proc.kill()
         if self._conversations is not None:
             self._conversations.close_all()
+
+    def stop_run(self, run_id: str, why: str = "cancel") -> bool:
+        """Stop the turn working on `run_id` in this process: an exec agent's process group is
+        killed, an ACP agent gets `session/cancel` (its group killed 10 s later if it goes on).
+        Called again while the turn lasts, it says so again every `RESEND_CANCEL_S`. False
+        when no turn of that run is in flight here (yet)."""
+        turn = next((t for t in list(self._turns.values()) if t.run_id == run_id), None)
+        if turn is None:
+            return False
+        session_id = next((s for s, t in list(self._turns.items()) if t is turn), None)
+        first = turn.stopped is None
+        turn.stopped = turn.stopped or why
+        turn.cancel.set()
+        now = time.monotonic()
+        if not first and now - turn.said_at < RESEND_CANCEL_S:
+            return True
+        turn.said_at = now
+        if first:
+            logger.bind(task_id=turn.task_id, run_id=run_id, session_id=session_id, why=why).info(
+                "stopping the turn"
+            )
+        if turn.proc is not None:
+            turn.proc.kill()
+        elif self._conversations is not None and session_id is not None:
+            self._conversations.cancel(session_id)
+        return True
 
     def close(self) -> None:
         """The worker is done: the conversations it kept end (their agents' process groups)."""
@@ -478,6 +558,22 @@ class AgentRuntime:
                 )
             except LanewayError as exc:
                 log.bind(cause=str(exc)).warning("agent decision not recorded")
+
+    def _stopped(self, turn: _Turn, session_id: str, message: str | None) -> TurnOutcome:
+        """laneway stopped the turn: no failure, no on_agent_error; the session waits for
+        input, and what the agent said so far stays in its transcript. The session may be
+        gone with its task (a deleted task's runs are stopped)."""
+        try:
+            self.peers.sessions.set_state(session_id, "WAITING_FOR_INPUT")
+        except LanewayError as exc:
+            logger.bind(session_id=session_id, cause=str(exc)).info("stopped turn's session gone")
+        return TurnOutcome(
+            session_id,
+            ok=False,
+            error=message or "the turn was cancelled",
+            cancelled=True,
+            stopped=turn.stopped or "cancel",
+        )
 
     def _end_turn(self, turn: _Turn, session_id: str) -> None:
         """Exit 0: the session waits for input and on_turn_complete fires, unless the task has
@@ -575,6 +671,49 @@ class AgentRuntime:
                     cause=f"{type(exc).__name__}: {exc}",
                 ).opt(exception=exc).error("on_agent_error dispatch raised; recovered")
         return dispatched
+
+
+class _Deadlines:
+    """An exec turn's `--turn-timeout` and `--idle-timeout` (no stdout line for that long):
+    when one passes, the agent's process group is killed and the turn fails (R1) with
+    AGENTS.md's message."""
+
+    def __init__(self, turn: _Turn, turn_timeout: float, idle_timeout: float) -> None:
+        self._turn = turn
+        self._turn_timeout = turn_timeout
+        self._idle_timeout = idle_timeout
+        self._began = self._last = time.monotonic()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="laneway-deadline", daemon=True)
+
+    def heard(self) -> None:
+        self._last = time.monotonic()
+
+    def start(self) -> None:
+        self._began = self._last = time.monotonic()
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+
+    def _run(self) -> None:
+        poll = min(WATCH_POLL_S, self._turn_timeout, self._idle_timeout)
+        while not self._stop.wait(poll):
+            now = time.monotonic()
+            if now - self._began > self._turn_timeout:
+                message, limit = f"turn timed out after {self._turn_timeout:g} s", "turn_timeout"
+            elif now - self._last > self._idle_timeout:
+                message, limit = f"agent silent for {self._idle_timeout:g} s", "idle_timeout"
+            else:
+                continue
+            turn = self._turn
+            turn.timed_out = message
+            logger.bind(task_id=turn.task_id, run_id=turn.run_id, limit=limit).warning(
+                f"{message}; killing the agent"
+            )
+            if turn.proc is not None:
+                turn.proc.kill()
+            return
 
 
 def _exec_usage(usage: Mapping[str, Any]) -> dict[str, Any]:

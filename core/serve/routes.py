@@ -301,6 +301,22 @@ def permission_answer(call: Call) -> Reply:
     return Reply(answered)
 
 
+def run_cancel(call: Call) -> Reply:
+    """As `runs cancel`: a queued run ends now; a running one's worker stops its turn."""
+    return Reply(call.host.runs.cancel(call.path["r"]))
+
+
+def run_retry(call: Call) -> Reply:
+    """As `runs retry`: the new attempt (a new run, `retry_of` the old one)."""
+    return Reply(call.host.runs.retry(call.path["r"]))
+
+
+def task_cancel(call: Call) -> Reply:
+    """As `task cancel`."""
+    task = call.host.tasks.get(call.path["t"])
+    return Reply({"cancelled": call.host.runs.cancel_task(task.id)})
+
+
 def session_cancel_retry(call: Call) -> Reply:
     # As `session cancel-retry`: recorded on the session for whichever process runs the loop,
     # and handed to this process's runtime in case the loop runs here.
@@ -377,6 +393,7 @@ ROUTES = [
     Route("/api/tasks/{t}/start", endpoint(task_start), methods=["POST"]),
     Route("/api/tasks/{t}/switch-workflow", endpoint(task_switch_workflow), methods=["POST"]),
     Route("/api/tasks/{t}/archive", endpoint(task_archive), methods=["POST"]),
+    Route("/api/tasks/{t}/cancel", endpoint(task_cancel), methods=["POST"]),
     Route("/api/tasks/{t}/turn-complete", endpoint(task_turn_complete), methods=["POST"]),
     Route("/api/tasks/{t}/comments", endpoint(task_comments), methods=["GET"]),
     Route("/api/tasks/{t}/comments", endpoint(task_comment), methods=["POST"]),
@@ -388,6 +405,8 @@ ROUTES = [
     Route("/api/runs/{r}", endpoint(run_show), methods=["GET"]),
     Route("/api/permissions", endpoint(permissions_list), methods=["GET"]),
     Route("/api/permissions/{p}", endpoint(permission_answer), methods=["POST"]),
+    Route("/api/runs/{r}/cancel", endpoint(run_cancel), methods=["POST"]),
+    Route("/api/runs/{r}/retry", endpoint(run_retry), methods=["POST"]),
     Route("/api/decisions", endpoint(decision_record), methods=["POST"]),
     Route("/api/decisions", endpoint(decisions_list), methods=["GET"]),
     Route("/api/sessions", endpoint(sessions_list), methods=["GET"]),

@@ -9,7 +9,7 @@ from typing import Any, Final
 import sqlalchemy as sa
 
 from core import ids, runs
-from core.errors import LanewayError, NotFound
+from core.errors import Conflict, LanewayError, NotFound
 from core.model import Run, Task
 from core.services.base import Service
 from core.services.participants import merged_seats
@@ -53,6 +53,53 @@ class RunService(Service):
         if found is None:  # deleted between the two reads
             raise NotFound(f"no run {ref!r}")
         return found
+
+    def cancel(self, ref: str, reason: str = "user") -> Run:
+        """Stop a run (CLI.md `runs cancel`): a queued run is cancelled at once; a claimed one
+        gets a cancel request its worker, in whatever process, acts on within a second (the
+        turn stopped, the run `cancelled`, no on_agent_error). Anything else is an error."""
+        self._require_writer()
+        run = self.find(ref)
+        with self.peers.store.transaction() as uow:
+            done = runs.cancel(uow, run.id, reason)
+        if done.outcome == "none":
+            raise Conflict(
+                f"run {run.id} is {done.status}: only a queued or running run can be cancelled"
+            )
+        return self.find(run.id)
+
+    def cancel_task(self, task_id: str, reason: str = "user") -> builtins.list[str]:
+        """Cancel every queued and running run of the task (CLI.md `task cancel`); the ids of
+        the runs cancelled or asked to stop, oldest first."""
+        self._require_writer()
+        with self.peers.store.read() as conn:
+            open_runs = [
+                str(r)
+                for r in conn.execute(
+                    sa.select(R.c.id)
+                    .where(R.c.task_id == task_id, R.c.status.in_(("queued", runs.CLAIMED)))
+                    .order_by(R.c.requested_at, R.c.id)
+                ).scalars()
+            ]
+        cancelled = []
+        with self.peers.store.transaction() as uow:
+            for run_id in open_runs:
+                if runs.cancel(uow, run_id, reason).outcome != "none":
+                    cancelled.append(run_id)
+        return cancelled
+
+    def retry(self, ref: str) -> Run:
+        """Queue a failed, dead or cancelled run again as a new attempt (CLI.md `runs retry`):
+        a new run, `retry_of` the old one, which keeps its status and transcript."""
+        self._require_writer()
+        run = self.find(ref)
+        if run.status not in runs.RETRYABLE:
+            raise Conflict(
+                f"run {run.id} is {run.status}: only a failed, dead or cancelled run can be retried"
+            )
+        with self.peers.store.transaction() as uow:
+            new_id = runs.retry(uow, run)
+        return self.find(new_id)
 
     def record_usage(self, run_id: str, usage: Mapping[str, Any]) -> None:
         """Add what the agent reported it spent (`cost_usd`, `input_tokens`,

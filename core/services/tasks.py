@@ -281,6 +281,8 @@ class TaskService(Service):
 
         self._require_writer()
         task = self.get(ref)
+        # its agents stop first: an archived card has no one working on it
+        self.peers.runs.cancel_task(task.id, reason="task_archived")
         with self.peers.store.transaction() as uow:
             archived = uow.conn.execute(
                 sa.update(TASKS)
@@ -304,6 +306,9 @@ class TaskService(Service):
 
         self._require_writer()
         task = self.get(ref)
+        # its runs are cancelled first, so no agent goes on working for a task that is gone
+        # (the runs rows outlive the task: their workers still read the cancel request)
+        self.peers.runs.cancel_task(task.id, reason="task_deleted")
         worktrees.retire(self.peers, task, "deleted")
         with self.peers.store.transaction() as uow:
             uow.conn.execute(

@@ -77,6 +77,7 @@ TYPES: Final = (
     "run.started",
     "run.finished",
     "run.failed",
+    "run.cancelled",
     "decision.recorded",
     "session.state",
     "agent.item",

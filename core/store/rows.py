@@ -238,6 +238,8 @@ def run(row: RowLike) -> Run:
         max_attempts=row["max_attempts"],
         claimed_epoch=row["claimed_epoch"],
         usage=json.loads(usage) if (usage := row["usage"]) is not None else None,
+        cancel_reason=row["cancel_reason"],
+        retry_of=row["retry_of"],
     )
 
 

@@ -318,6 +318,10 @@ runs = sa.Table(
     sa.Column("max_attempts", sa.Integer, nullable=False, server_default="3"),
     # {"cost_usd", "input_tokens", "output_tokens"} the agent reported over the run
     sa.Column("usage", sa.Text, nullable=True),
+    # Why the run was cancelled; on a claimed run, the request its worker acts on (core.worker)
+    sa.Column("cancel_reason", sa.String(40), nullable=True),
+    # The run a `runs retry` queued this one after (a new attempt is a new row)
+    sa.Column("retry_of", sa.String(64), nullable=True),
     # The claim's order (core.runs): read in index order, it stops at the first eligible run.
     sa.Index("ix_runs_queue", "status", "requested_at", "id"),
     sa.Index("ix_runs_idempotency_key", "idempotency_key"),

@@ -47,17 +47,18 @@ def assert_office_loop(timeline: list[dict[str, Any]]) -> None:
     assert len(later) == 1
     assert timeline.index(later[0]) > index
 
-    # Two review rounds: entry #1 rejected by reviewer-1 (approved by reviewer-2), entry #2
-    # approved by both; then the approver.
+    # Two review rounds: entry #1 rejected by reviewer-1, entry #2 approved by both; then the
+    # approver. Reviewer-2 approves entry #1 only when its run came first: taken after the
+    # rejection sent the card back to Work, its run is cancelled (`step_left`, issue 22).
     arrivals = [e.get("entry_seq") for e in _events(timeline, "arrival", step="Review")]
     assert arrivals == [1, 2]
     rounds: dict[int, dict[str, str]] = {}
     for e in _events(timeline, "decision", step="Review"):
         rounds.setdefault(e["entry_seq"], {})[e["agent"]] = e["verdict"]
-    assert rounds == {
-        1: {"reviewer-1": "rejected", "reviewer-2": "approved"},
-        2: {"reviewer-1": "approved", "reviewer-2": "approved"},
-    }
+    assert rounds[1]["reviewer-1"] == "rejected"
+    assert rounds[1].get("reviewer-2") in (None, "approved")
+    assert rounds[2] == {"reviewer-1": "approved", "reviewer-2": "approved"}
+    assert set(rounds) == {1, 2}
     approvals = [(e["agent"], e["verdict"]) for e in _events(timeline, "decision", step="Approval")]
     assert approvals == [("approver", "approved")]
     moves = [(e["from_step"], e["to_step"]) for e in _events(timeline, "move")]
@@ -102,7 +103,10 @@ def test_demo_on_the_given_database(db_url: str, tmp_path: Path) -> None:
         workflow = host.workflows.by_id(task.workflow_id or "")
         assert host.workspace.get().office_workflow_id == workflow.id
         statuses = sorted(r.status for r in host.runs.list(task=task.id))
-        assert statuses == ["failed"] + ["finished"] * 7
+        # reviewer-2's first run is cancelled (step_left) when reviewer-1's rejection came first
+        cancelled = statuses.count("cancelled")
+        assert cancelled in (0, 1)
+        assert statuses == ["cancelled"] * cancelled + ["failed"] + ["finished"] * (7 - cancelled)
 
     # A second demo on the same database builds its own board beside the first.
     again = laneway("--db", db_url, "--json", "demo", cwd=tmp_path, env={"TMPDIR": str(tmp_path)})
@@ -167,4 +171,6 @@ def test_demo_timeline_comes_from_events_not_log_text(tmp_path: Path) -> None:
         1,
     )
     clears = _events(timeline, "action", action="clear_decisions", step="Review")
-    assert [e["removed"] for e in clears] == [0, 2]
+    first_round = [e for e in _events(timeline, "decision", step="Review") if e["entry_seq"] == 1]
+    assert [e["removed"] for e in clears] == [0, len(first_round)]
+    assert len(first_round) in (1, 2)

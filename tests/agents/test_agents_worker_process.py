@@ -145,9 +145,11 @@ def test_ctrl_c_lets_the_running_agent_end_its_turn(
     assert row["status"] == "finished"
 
 
-def test_agents_still_running_after_the_grace_period_are_killed(
+def test_agents_still_running_after_the_grace_period_are_killed_and_their_runs_requeued(
     db_url: str, tmp_path: Path, started: list[subprocess.Popen[str]]
 ) -> None:
+    """Issue 22 "Stop and retry": stopping a worker lets running turns finish within its grace
+    period and puts the rest back in the queue, not failed (not the agent's failures)."""
     run_id = _one_run(db_url, tmp_path, sleeper(120))
     proc = _worker(db_url, tmp_path, "--grace", "0.5")
     started.append(proc)
@@ -157,9 +159,12 @@ def test_agents_still_running_after_the_grace_period_are_killed(
     out, err = proc.communicate(timeout=60)
     assert time.monotonic() - began < 30
     assert proc.returncode == 0, err
-    assert json.loads(out) == {"claimed": 1, "finished": 0, "failed": 1}
+    assert json.loads(out) == {"claimed": 1, "finished": 0, "failed": 0}
     (row,) = run_rows(db_url)
-    assert row["status"] == "failed"  # ended, not left claimed
+    assert row["status"] == "queued"  # back in the queue, not left claimed
+    assert row["claimed_epoch"] is None
+    assert row["attempts"] == 0  # a shutdown is not one of the run's attempts
+    assert '"event": "requeued"' in err
 
 
 def test_a_second_interrupt_kills_the_agents_at_once(
@@ -176,5 +181,5 @@ def test_a_second_interrupt_kills_the_agents_at_once(
     out, err = proc.communicate(timeout=60)
     assert time.monotonic() - began < 8  # well inside the default 10 s grace
     assert proc.returncode == 0, err
-    assert json.loads(out)["failed"] == 1
-    assert [r["status"] for r in run_rows(db_url)] == ["failed"]
+    assert json.loads(out)["failed"] == 0
+    assert [r["status"] for r in run_rows(db_url)] == ["queued"]
