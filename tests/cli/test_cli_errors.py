@@ -173,7 +173,7 @@ def test_unusable_database_url(url: str, says: str) -> None:
 def test_unexpected_exception_is_one_internal_error_line(
     sqlite_laneway: Laneway, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    def broken(self: TaskService, *, workflow: str | None = None) -> Any:
+    def broken(self: TaskService, **_filters: Any) -> Any:
         raise RuntimeError("boom\nsecond line")
 
     monkeypatch.setattr(TaskService, "list", broken)
