@@ -7,7 +7,7 @@ are treated as read-only by convention; nothing in laneway mutates a value after
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any, Final, Literal
+from typing import Any, Final, Literal, get_args
 
 import attrs
 
@@ -71,7 +71,7 @@ TOOL_KINDS: Final = (
     "other",
 )
 """ACP tool kinds a profile's `auto_allow` may list."""
-ITEM_KINDS: Final = (
+ItemKind = Literal[
     "prompt",
     "message",
     "thought",
@@ -82,8 +82,9 @@ ITEM_KINDS: Final = (
     "output",
     "stderr",
     "usage",
-)
-"""The kinds of a transcript item (CLI.md)."""
+]
+"""The kinds of a transcript item (CLI.md; `output` and `stderr` come from exec agents)."""
+ITEM_KINDS: Final[tuple[ItemKind, ...]] = get_args(ItemKind)
 ACTIVE_SESSION_STATES: Final = frozenset({"CREATED", "STARTING", "RUNNING", "WAITING_FOR_INPUT"})
 WORKING_STATES: Final = frozenset({"STARTING", "RUNNING"})
 """A turn is under way: a message waits for it to end."""

@@ -7,19 +7,8 @@ from typing import Any, Literal
 
 import attrs
 
-ItemKind = Literal[
-    "prompt",
-    "message",
-    "thought",
-    "tool_call",
-    "plan",
-    "permission",
-    "log",
-    "output",
-    "stderr",
-    "usage",
-]
-"""CLI.md's item kinds (`output` and `stderr` come from exec agents)."""
+from core.model import ItemKind as ItemKind  # noqa: PLC0414 - the ACP values name it too
+
 Outcome = Literal["ok", "cancelled", "failed", "transient"]
 PermissionMode = Literal["ask", "allow", "deny"]
 
