@@ -148,9 +148,9 @@ def diff(peers: Peers, ref: str) -> dict[str, Any]:
 
 
 def retire(peers: Peers, task: Task, why: str) -> None:
-    """The task ended (`why`: archived, deleted, done): commit what is uncommitted in its worktree to
-    its branch, remove the worktree, keep the branch. Never stops the ending: a worktree that
-    cannot be retired is logged and left as it is."""
+    """The task ended (`why`: archived, deleted, done): commit what is uncommitted in its
+    worktree to its branch, remove the worktree, keep the branch. Never stops the ending: a
+    worktree that cannot be retired is logged and left as it is."""
     record = task.workspace
     if record is None or record.get("removed_at"):
         return

@@ -55,9 +55,7 @@ def test_with_retire_worktrees_on_a_task_reaching_done_has_its_worktree_retired(
     assert workspace is not None
     assert workspace["removed_at"]
     assert git(repo, "status", "--porcelain") == ""
-    assert any(
-        r["extra"].get("task_id") == task and r["extra"].get("commit") for r in laneway_logs
-    )
+    assert any(r["extra"].get("task_id") == task and r["extra"].get("commit") for r in laneway_logs)
 
 
 def test_by_default_a_task_reaching_done_keeps_its_worktree(
