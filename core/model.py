@@ -201,6 +201,9 @@ class Workflow:
     """A git repository its tasks' agents work in, each task in a worktree of its own."""
     base_branch: str | None = None
     """The branch those worktrees start from (default: the repository's checked-out branch)."""
+    retire_worktrees: bool = False
+    """A task arriving at the terminal step (`terminal_step`) has its worktree retired as
+    archiving does: uncommitted work committed to its branch, the checkout removed."""
 
     def step(self, ref: str) -> Step | None:
         """The step named by id, or by name case-insensitively."""

@@ -58,6 +58,7 @@ def workflow_json(workflow: Workflow) -> dict[str, Any]:
         "max_step_arrivals": workflow.max_step_arrivals,
         "repository": workflow.repository,
         "base_branch": workflow.base_branch,
+        "retire_worktrees": workflow.retire_worktrees,
         "steps": [step_json(s) for s in sorted(workflow.steps, key=lambda s: s.position)],
     }
 

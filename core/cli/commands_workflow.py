@@ -97,6 +97,12 @@ def workflow_show(settings: Settings, ref: str) -> None:
     metavar="B",
     help="The branch the worktrees start from (default: the repository's checked-out one).",
 )
+@click.option(
+    "--retire-worktrees/--keep-worktrees",
+    default=None,
+    help="Whether a task reaching the terminal step has its worktree removed, its uncommitted "
+    "work committed to its branch (default: keep).",
+)
 @pass_settings
 def workflow_set(
     settings: Settings,
@@ -104,16 +110,27 @@ def workflow_set(
     max_step_arrivals: int | None,
     repository: str | None,
     base_branch: str | None,
+    retire_worktrees: bool | None,
 ) -> None:
     """Change a workflow's settings."""
-    if max_step_arrivals is None and repository is None and base_branch is None:
-        raise click.UsageError("give --max-step-arrivals, --repository or --base-branch")
+    if (
+        max_step_arrivals is None
+        and repository is None
+        and base_branch is None
+        and retire_worktrees is None
+    ):
+        raise click.UsageError(
+            "give --max-step-arrivals, --repository, --base-branch "
+            "or --retire-worktrees/--keep-worktrees"
+        )
     with writer(settings) as host:
         wf = host.workflows.get(ref)
         if max_step_arrivals is not None:
             wf = host.workflows.set_max_step_arrivals(wf.id, max_step_arrivals)
         if repository is not None or base_branch is not None:
             wf = host.workflows.set_repository(wf.id, repository, base_branch)
+        if retire_worktrees is not None:
+            wf = host.workflows.set_retire_worktrees(wf.id, retire_worktrees)
     emit(settings.json, workflow_json(wf), workflow_lines(wf, with_steps=False))
 
 

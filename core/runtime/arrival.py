@@ -28,7 +28,18 @@ if TYPE_CHECKING:
 
 
 def prepare_session(host: RuntimePeers, arrival: Arrival) -> Session | None:
-    """The session the arrival's session kinds act on (None: the task has none), read once."""
+    """The session the arrival's session kinds act on (None: the task has none), read once;
+    an arrival at a terminal step may retire the task's worktree (issue 23)."""
+    session = _prepare(host, arrival)
+    if not (arrival.session_id and host.runtime.turn_in_flight(arrival.session_id)):
+        # a turn in flight here works in that worktree still: archiving retires it later
+        from core.services import worktrees
+
+        worktrees.retire_at_terminal(host, arrival.task.id, arrival.workflow, arrival.step.id)
+    return session
+
+
+def _prepare(host: RuntimePeers, arrival: Arrival) -> Session | None:
     session_id = arrival.session_id
     wanted = arrival.step.agent_profile_id or arrival.workflow.agent_profile_id
     if session_id is None and wanted is None:

@@ -278,6 +278,21 @@ class WorkflowService(Service):
         self.peers.repository.forget(wf.id)
         return self.by_id(wf.id)
 
+    def set_retire_worktrees(self, ref: str, retire: bool) -> Workflow:
+        """Whether a task arriving at the workflow's terminal step has its worktree retired
+        (uncommitted work committed to its branch, the checkout removed, the branch kept)."""
+        self._require_writer()
+        wf = self.get(ref)
+        with self.peers.store.transaction() as uow:
+            uow.conn.execute(
+                sa.update(t.workflows)
+                .where(t.workflows.c.id == wf.id)
+                .values(retire_worktrees=bool(retire))
+            )
+            board.bump(uow)
+        self.peers.repository.forget(wf.id)
+        return self.by_id(wf.id)
+
     # -- export and check -------------------------------------------------------------------
 
     def export(self, ref: str) -> dict[str, Any]:

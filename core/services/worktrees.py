@@ -27,7 +27,7 @@ import sqlalchemy as sa
 from core import gitwork, ids
 from core.errors import LanewayError
 from core.logs import logger
-from core.model import Task
+from core.model import Task, Workflow
 from core.services.peers import Peers
 from core.store import tables as t
 
@@ -148,9 +148,9 @@ def diff(peers: Peers, ref: str) -> dict[str, Any]:
 
 
 def retire(peers: Peers, task: Task, why: str) -> None:
-    """The task ended (`why`: archived, deleted): commit what is uncommitted in its worktree to
-    its branch, remove the worktree, keep the branch. Never stops the ending: a worktree that
-    cannot be retired is logged and left as it is."""
+    """The task ended (`why`: archived, deleted, done): commit what is uncommitted in its
+    worktree to its branch, remove the worktree, keep the branch. Never stops the ending: a
+    worktree that cannot be retired is logged and left as it is."""
     record = task.workspace
     if record is None or record.get("removed_at"):
         return
@@ -172,6 +172,23 @@ def retire(peers: Peers, task: Task, why: str) -> None:
     if why == "deleted":
         return
     _record(peers, task.id, {**record, "removed_at": ids.now()})
+
+
+def retire_at_terminal(peers: Peers, task_id: str, workflow: Workflow, step_id: str) -> None:
+    """A task arrived at `step_id`: when that is the workflow's terminal step
+    (`Workflow.terminal_step`) and the workflow says so (`retire_worktrees`), its worktree is
+    retired as archiving does. Never fails the arrival: anything in the way is a warning."""
+    if not workflow.retire_worktrees:
+        return
+    terminal = workflow.terminal_step
+    if terminal is None or terminal.id != step_id:
+        return
+    try:
+        retire(peers, peers.tasks.get(task_id), "done")
+    except Exception as exc:  # noqa: BLE001 - the arrival stands whatever git or the store say
+        logger.bind(task_id=task_id, step_id=step_id).warning(
+            f"task done; its worktree could not be retired: {exc}"
+        )
 
 
 def _record(peers: Peers, task_id: str, record: dict[str, Any]) -> None:

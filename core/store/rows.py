@@ -135,6 +135,7 @@ def workflow(row: RowLike, steps: tuple[Step, ...]) -> Workflow:
         max_step_arrivals=int(row["max_step_arrivals"]),
         repository=row["repository"],
         base_branch=row["base_branch"],
+        retire_worktrees=bool(row["retire_worktrees"]),
     )
 
 

@@ -82,6 +82,8 @@ workflows = sa.Table(
     # where its tasks' agents work: a git worktree of this repository, from this branch
     sa.Column("repository", sa.String(4000), nullable=True),
     sa.Column("base_branch", sa.String(255), nullable=True),
+    # a task arriving at the terminal step has its worktree retired (as archiving does)
+    sa.Column("retire_worktrees", sa.Boolean, nullable=False, server_default=sa.false()),
 )
 
 workflow_steps = sa.Table(
