@@ -28,6 +28,7 @@ WORKFLOW_KEYS = {
     "hidden",
     "max_step_arrivals",
     "repository",
+    "retire_worktrees",
     "base_branch",
     "steps",
 }
