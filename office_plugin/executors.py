@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from office_plugin.kinds import FanOutConfig, QueueRunConfig, SeatConfig
+from office_plugin.configs import FanOutConfig, QueueRunConfig, SeatConfig
 from plugins.api import (
     ActionContext,
     ActionFailed,

@@ -198,12 +198,6 @@ class LanewayGroup(click.Group):
         module_name, attribute = BUILTIN_COMMANDS[name]
         module = importlib.import_module(f"core.cli.{module_name}")
         command: click.Command = getattr(module, attribute)
-        if name == "session":
-            from core.cli.commands_agents import SESSION_COMMANDS
-
-            assert isinstance(command, click.Group)
-            for sub in SESSION_COMMANDS:
-                command.add_command(sub)
         click.Group.add_command(self, command, name)
         return command
 

@@ -2,7 +2,7 @@
 external agent's failure, and the runs worker (`laneway demo` is the Office plugin's).
 
 `session send` and `session cancel-retry` belong to the `session` group of
-`commands_task`; `SESSION_COMMANDS` lists them for `build_cli` to attach there.
+`commands_task`; `SESSION_COMMANDS` lists them for that group to take in when first used.
 """
 
 from __future__ import annotations

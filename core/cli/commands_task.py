@@ -335,7 +335,31 @@ def _session_line(session: Session) -> str:
     )
 
 
-@click.group()
+class _SessionGroup(click.Group):
+    """`session`: its agent-driving subcommands (send, cancel-retry, log) live with the
+    agents commands (core.cli.commands_agents), which load the worker; they join the group
+    when it is first used, so `session list` stays light."""
+
+    _joined = False
+
+    def _join(self) -> None:
+        if not self._joined:
+            self._joined = True
+            from core.cli.commands_agents import SESSION_COMMANDS
+
+            for sub in SESSION_COMMANDS:
+                self.add_command(sub)
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        self._join()
+        return super().get_command(ctx, cmd_name)
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        self._join()
+        return super().list_commands(ctx)
+
+
+@click.group(cls=_SessionGroup)
 def session() -> None:
     """Agent sessions."""
 
