@@ -258,8 +258,7 @@ def _prepare(conn: AgentConnection, turn: AcpTurn, record: Record) -> tuple[Sess
         if not change.applied:
             lacks(
                 f"mode:{target}",
-                f"mode {target!r} is not offered by the agent; it offers: "
-                + (", ".join(change.offered) or "no modes"),
+                _lacking("mode", target, change.offered),
                 mode=target,
                 offered=list(change.offered),
             )
@@ -271,8 +270,7 @@ def _prepare(conn: AgentConnection, turn: AcpTurn, record: Record) -> tuple[Sess
         if not change.applied:
             lacks(
                 f"model:{model}",
-                f"model {model!r} is not offered by the agent; it offers: "
-                + (", ".join(change.offered) or "no models"),
+                _lacking("model", model, change.offered),
                 model=model,
                 offered=list(change.offered),
             )
@@ -283,11 +281,12 @@ def _prepare(conn: AgentConnection, turn: AcpTurn, record: Record) -> tuple[Sess
     for name, value in options.items():
         option = next((o for o in state.config_options if name in (o.id, o.name)), None)
         if option is None:
+            offered = tuple(o.id for o in state.config_options)
             lacks(
                 f"option:{name}",
-                f"config option {name!r} is not offered by the agent; it offers: "
-                + (", ".join(o.id for o in state.config_options) or "no options"),
+                _lacking("config option", name, offered),
                 option=name,
+                offered=list(offered),
             )
             continue
         wanted: str | bool = value
@@ -298,6 +297,13 @@ def _prepare(conn: AgentConnection, turn: AcpTurn, record: Record) -> tuple[Sess
     instructed = want.plan_mode and PLAN_MODE not in state.mode_ids
     record.agent(**report, **_reported(state, instructed), warned=sorted(warned))
     return state, with_plan_instruction(turn.prompt) if instructed else turn.prompt
+
+
+def _lacking(what: str, wanted: object, offered: tuple[str, ...]) -> str:
+    """The WARNING for a desired setting the agent does not offer, naming what it does."""
+    return f"{what} {wanted!r} is not offered by the agent; it offers: " + (
+        ", ".join(offered) or f"no {what}s"
+    )
 
 
 def _reported(state: SessionState, instructed: bool) -> dict[str, Any]:

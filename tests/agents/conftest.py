@@ -69,6 +69,26 @@ def plain_workflow(host: Host, tmp_path: Path) -> str:
     return workflow.id
 
 
+def session_with_run(
+    host: Host, tmp_path: Path, *, profile: str = "agent", title: str = "t"
+) -> tuple[str, str, str]:
+    """A task on the Plain board with a laneway-run session of an ACP profile `profile` and a
+    queued run of it (never started): (task id, session id, run id)."""
+    wf = plain_workflow(host, tmp_path)
+    agent = host.profiles.add(profile, command=["true"], protocol="acp")
+    task = host.tasks.create(workflow=wf, title=title)
+    session = host.sessions.start(task.id, profile=profile, external=False)
+    run = host.runs.enqueue(
+        RunRequest(
+            agent_profile_id=agent.id,
+            task_id=task.id,
+            workflow_step_id=task.workflow_step_id,
+            reason="task_assigned",
+        )
+    )
+    return task.id, session.id, run.run_id
+
+
 def python_agent(code: str) -> list[str]:
     """An agent that runs `code` (which may read the prompt from stdin)."""
     return [sys.executable, "-c", code]

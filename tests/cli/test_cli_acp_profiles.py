@@ -9,8 +9,7 @@ from typing import Any
 
 import pytest
 
-from core import runs
-from tests.agents.conftest import plain_workflow
+from tests.agents.conftest import session_with_run
 from tests.cli.conftest import Laneway
 from tests.conftest import open_host
 
@@ -109,19 +108,8 @@ def test_profile_set_of_an_unknown_profile_is_one_line(sqlite_laneway: Laneway) 
 
 def _board(lw: Laneway, tmp_path: Path) -> dict[str, str]:
     with open_host(lw.url) as host:
-        wf = plain_workflow(host, tmp_path)
-        profile = host.profiles.add("coder", command=["coder-acp"], protocol="acp")
-        task = host.tasks.create(workflow=wf, title="build it")
-        session = host.sessions.start(task.id, profile="coder", external=False)
-        run = host.runs.enqueue(
-            runs.RunRequest(
-                agent_profile_id=profile.id,
-                task_id=task.id,
-                workflow_step_id=task.workflow_step_id,
-                reason="task_assigned",
-            )
-        )
-    return {"task": task.id, "session": session.id, "run": run.run_id}
+        task, session, run = session_with_run(host, tmp_path, profile="coder", title="build it")
+    return {"task": task, "session": session, "run": run}
 
 
 def test_session_list_shows_the_agent_reported_and_desired(

@@ -11,8 +11,7 @@ from typing import Any
 import httpx
 import pytest
 
-from core import runs
-from tests.agents.conftest import plain_workflow
+from tests.agents.conftest import session_with_run
 from tests.conftest import open_host
 from tests.serve.conftest import EventReader, Served, laneway, start_serve
 
@@ -22,29 +21,18 @@ pytestmark = pytest.mark.slow
 @pytest.fixture
 def board(sqlite_url: str, tmp_path: Path) -> Iterator[tuple[Served, dict[str, str]]]:
     with open_host(sqlite_url) as host:
-        wf = plain_workflow(host, tmp_path)
-        profile = host.profiles.add("coder", command=["coder"], protocol="acp")
-        task = host.tasks.create(workflow=wf, title="t")
-        session = host.sessions.start(task.id, profile="coder", external=False)
-        run = host.runs.enqueue(
-            runs.RunRequest(
-                agent_profile_id=profile.id,
-                task_id=task.id,
-                workflow_step_id=task.workflow_step_id,
-                reason="task_assigned",
-            )
-        )
+        task, session, run = session_with_run(host, tmp_path, profile="coder")
         host.sessions.append_items(
-            session.id,
+            session,
             [("prompt", "go", {}), ("tool_call", "read a.py", {"kind": "read"})],
-            run_id=run.run_id,
+            run_id=run,
         )
-        host.sessions.append_items(session.id, [("log", "later", {})])
-        host.runs.record_usage(run.run_id, {"output_tokens": 9})
-        host.sessions.record_agent(session.id, acp_session_id="acp-1", mode="code")
+        host.sessions.append_items(session, [("log", "later", {})])
+        host.runs.record_usage(run, {"output_tokens": 9})
+        host.sessions.record_agent(session, acp_session_id="acp-1", mode="code")
     served = start_serve(sqlite_url, tmp_path)
     try:
-        yield served, {"db": sqlite_url, "task": task.id, "session": session.id, "run": run.run_id}
+        yield served, {"db": sqlite_url, "task": task, "session": session, "run": run}
     finally:
         served.stop()
 

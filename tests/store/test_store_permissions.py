@@ -16,12 +16,12 @@ from typing import Any
 import pytest
 import sqlalchemy as sa
 
-from core import Host, runs
+from core import Host
 from core.errors import Conflict, LanewayError, NotFound
 from core.model import Permission
 from core.store import events
 from core.store import tables as t
-from tests.agents.conftest import plain_workflow
+from tests.agents.conftest import session_with_run
 from tests.conftest import open_host
 
 OPTIONS = [
@@ -35,26 +35,15 @@ def _asked(
     host: Host, tmp_path: Path, options: list[dict[str, Any]] = OPTIONS
 ) -> tuple[Permission, str]:
     """A pending request of a task's session, for a run: (request, run id)."""
-    wf = plain_workflow(host, tmp_path)
-    profile = host.profiles.add("agent", command=["true"], protocol="acp")
-    task = host.tasks.create(workflow=wf, title="edit")
-    session = host.sessions.start(task.id, profile="agent", external=False)
-    run = host.runs.enqueue(
-        runs.RunRequest(
-            agent_profile_id=profile.id,
-            task_id=task.id,
-            workflow_step_id=task.workflow_step_id,
-            reason="task_assigned",
-        )
-    )
+    task, session, run = session_with_run(host, tmp_path, title="edit")
     asked = host.permissions.request(
-        task.id,
-        session.id,
-        run_id=run.run_id,
+        task,
+        session,
+        run_id=run,
         tool_call={"toolCallId": "t1", "title": "Edit a.py", "kind": "edit"},
         options=options,
     )
-    return asked, run.run_id
+    return asked, run
 
 
 def _events(host: Host) -> list[tuple[str, dict[str, Any]]]:

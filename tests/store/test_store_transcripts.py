@@ -11,28 +11,16 @@ from typing import Any
 import pytest
 import sqlalchemy as sa
 
-from core import Host, runs
+from core import Host
 from core.errors import LanewayError, NotFound
 from core.store import tables as t
 from core.text import MAX_DATA, MAX_TEXT
-from tests.agents.conftest import plain_workflow
+from tests.agents.conftest import session_with_run
 
 
 def _session(host: Host, tmp_path: Path) -> tuple[str, str, str]:
     """A task with a session of profile `agent` and a run of it: (task, session, run)."""
-    wf = plain_workflow(host, tmp_path)
-    profile = host.profiles.add("agent", command=["true"], protocol="acp")
-    task = host.tasks.create(workflow=wf, title="talk")
-    session = host.sessions.start(task.id, profile="agent", external=False)
-    run = host.runs.enqueue(
-        runs.RunRequest(
-            agent_profile_id=profile.id,
-            task_id=task.id,
-            workflow_step_id=task.workflow_step_id,
-            reason="task_assigned",
-        )
-    )
-    return task.id, session.id, run.run_id
+    return session_with_run(host, tmp_path, title="talk")
 
 
 def _events(host: Host, type_: str) -> list[dict[str, Any]]:
