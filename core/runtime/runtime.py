@@ -37,6 +37,7 @@ from core.runtime.acp.values import PermissionRequest, TranscriptItem, TurnEnd
 from core.runtime.agent_env import agent_env
 from core.runtime.desired import desired, exec_env, with_plan_instruction
 from core.runtime.failures import AgentFailure
+from core.runtime.item_queue import ItemQueue
 from core.services.peers import Peers
 from core.services.worktrees import workspace_for
 
@@ -362,14 +363,15 @@ class AgentRuntime:
             prompt = with_plan_instruction(prompt)
         record.items([item("prompt", prompt)])
         watch = _Deadlines(turn, profile.turn_timeout, profile.idle_timeout)
+        said = ItemQueue(record.items)
 
         def message(m: Any) -> None:
             watch.heard()
-            self._on_message(turn, session_id, m, record)
+            self._on_message(turn, session_id, m, record, said)
 
         def line(text: str) -> None:
             watch.heard()
-            record.items([item("output", text)])
+            said.put([item("output", text)])
 
         try:
             turn.proc = process.start(
@@ -382,16 +384,22 @@ class AgentRuntime:
                 cwd=cwd,
             )
         except process.LaunchError as exc:
+            said.stop()
             return TurnEnd("failed", str(exc), route="R2")
+        except BaseException:
+            said.stop()
+            raise
         if turn.stopped is not None:  # stopped while it was starting
             turn.proc.kill()
         watch.start()
         try:
             result = turn.proc.wait()
+            said.close()  # everything it said is kept before its turn ends
         except BaseException:
             # the board could not take what it said (its task deleted under it): the agent
             # must not outlive its turn
             turn.proc.kill()
+            said.stop()
             with contextlib.suppress(Exception):
                 turn.proc.popen.wait(timeout=5)
             raise
@@ -524,7 +532,9 @@ class AgentRuntime:
         turn.cancel.set()
         return True
 
-    def _on_message(self, turn: _Turn, session_id: str, message: Any, record: BoardRecord) -> None:
+    def _on_message(
+        self, turn: _Turn, session_id: str, message: Any, record: BoardRecord, said: ItemQueue
+    ) -> None:
         host = self.peers
         log = logger.bind(task_id=turn.task_id, session_id=session_id, run_id=turn.run_id)
         if "log" in message:
@@ -539,7 +549,9 @@ class AgentRuntime:
                 session_id=session_id,
                 text=str(message["log"]),
             )
-            record.items([item("log", str(message["log"]))])
+            said.put([item("log", str(message["log"]))])
+        if message.keys() - {"log"}:
+            said.flush()  # what it said before a decision or a signal is on the board first
         usage = message.get("usage")
         if isinstance(usage, Mapping):
             record.usage(_exec_usage(usage))

@@ -1,0 +1,108 @@
+"""Issue 22 "Transcripts people read": a chatty exec agent's lines are kept in order, as they
+arrive, by a writer that batches what arrives while a transaction commits
+(core/runtime/item_queue.py)."""
+
+from __future__ import annotations
+
+import sys
+import threading
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+import pytest
+
+from core.runtime.acp.bounds import item
+from core.runtime.acp.values import TranscriptItem
+from core.runtime.item_queue import BATCH, ItemQueue
+from tests.agents.test_acp_worker import workflow_yaml
+from tests.conftest import open_host
+
+
+def test_items_are_written_in_order_and_batched_while_a_write_is_in_flight() -> None:
+    """What arrives while one write runs goes in the next: 300 lines against a slow store take
+    a handful of writes, in the order they were put, each at most BATCH items."""
+    writes: list[list[str]] = []
+
+    def slow(items: Sequence[TranscriptItem]) -> None:
+        time.sleep(0.02)
+        writes.append([i.text for i in items])
+
+    queue = ItemQueue(slow)
+    for n in range(300):
+        queue.put([item("log", str(n))])
+    queue.close()
+    assert [text for batch in writes for text in batch] == [str(n) for n in range(300)]
+    assert 1 <= len(writes) <= 10
+    assert max(len(batch) for batch in writes) <= BATCH
+
+
+def test_flush_returns_once_everything_put_before_it_is_written() -> None:
+    written: list[str] = []
+    gate = threading.Event()
+
+    def gated(items: Sequence[TranscriptItem]) -> None:
+        gate.wait(5)
+        written.extend(i.text for i in items)
+
+    queue = ItemQueue(gated)
+    queue.put([item("log", "a"), item("log", "b")])
+    flushed = threading.Event()
+    waiter = threading.Thread(target=lambda: (queue.flush(), flushed.set()))
+    waiter.start()
+    assert not flushed.wait(0.1)  # the write has not happened: flush waits for it
+    gate.set()
+    waiter.join(5)
+    assert flushed.is_set()
+    assert written == ["a", "b"]
+    queue.close()
+
+
+def test_a_failed_write_reaches_the_turn_and_nothing_after_it_is_written() -> None:
+    """The board refusing an item (its task deleted under it, say) ends the turn: the next put
+    or flush raises it, and later items are not written out of order around the gap."""
+    written: list[str] = []
+
+    def failing(items: Sequence[TranscriptItem]) -> None:
+        if any(i.text == "bad" for i in items):
+            raise RuntimeError("no such session")
+        written.extend(i.text for i in items)
+
+    queue = ItemQueue(failing)
+    queue.put([item("log", "ok")])
+    queue.flush()
+    queue.put([item("log", "bad")])
+    with pytest.raises(RuntimeError, match="no such session"):
+        queue.flush()
+    with pytest.raises(RuntimeError):
+        queue.put([item("log", "after")])
+    queue.stop()
+    assert written == ["ok"]
+
+
+def test_a_burst_of_lines_is_kept_whole_and_in_order(db_url: str, tmp_path: Path) -> None:
+    """An exec agent printing 2,000 lines as fast as it can: every line is a transcript item,
+    numbered in the order printed, all on the board when its turn ends."""
+    path = tmp_path / "wf.yml"
+    path.write_text(workflow_yaml([]))
+    code = (
+        "import json, sys; sys.stdin.read()\n"
+        "for n in range(2000): print(json.dumps({'log': f'line {n}'}))\n"
+    )
+    with open_host(db_url) as host:
+        (workflow,) = host.workflows.import_file(path)
+        host.profiles.add("chatty", command=[sys.executable, "-c", code])
+        task = host.tasks.create(workflow=workflow.id, title="Card", step="Backlog")
+        session = host.sessions.start(task.id, profile="chatty", external=False)
+        outcome = host.runtime.run_turn(session.id, "talk")
+        assert outcome.ok, outcome
+        logs: list[str] = []
+        after = 0
+        while True:
+            page = host.sessions.items(session.id, after=after, limit=500)
+            if not page:
+                break
+            logs += [i.text for i in page if i.kind == "log"]
+            after = page[-1].seq
+        host.runtime.close()
+    assert logs == [f"line {n}" for n in range(2000)]
