@@ -38,6 +38,7 @@ from core.runtime.acp.values import (
     TurnEnd,
 )
 from core.runtime.desired import PLAN_MODE, Desired, with_plan_instruction
+from core.runtime.item_queue import ItemQueue
 
 LIVE_LIMIT: Final = 32
 """Conversations a worker keeps alive between turns; the least recently used one past it ends
@@ -177,19 +178,24 @@ def run_acp_turn(conversations: Conversations, turn: AcpTurn, record: Record) ->
     watch = _IdleWatch(conn, turn.profile.idle_timeout)
     conversations.running(turn.session_id, conn)
 
+    said = ItemQueue(record.items)
+
     def keep(found: TranscriptItem) -> None:
         watch.heard()
-        record.items([found])
+        said.put([found])
+
+    def ask(request: PermissionRequest) -> str | None:
+        said.flush()  # what it said before asking is on the board beside the question
+        return _ask(request, record, conn, watch)
 
     try:
         watch.start()
         end = conn.prompt(
-            prompt,
-            on_item=keep,
-            on_permission=lambda request: _ask(request, record, conn, watch),
-            timeout=turn.profile.turn_timeout,
+            prompt, on_item=keep, on_permission=ask, timeout=turn.profile.turn_timeout
         )
+        said.close()  # everything it said is kept before its turn ends
     finally:
+        said.stop()
         watch.stop()
         conversations.running(turn.session_id, None)
     if watch.fired:
