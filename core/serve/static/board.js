@@ -26,6 +26,7 @@ const state = {
   cameFrom: null, // the task whose card opened the panel: focus goes back to it
   detail: null,
   transcript: null, // { runId, sessionId, pinned, items: Map seq -> item, lastSeq }
+  runSessions: new Map(), // run id -> the session its items were kept in (from agent.item)
   archiving: new Map(), // task id -> timer of an archive waiting out its undo
   confirmArchive: false,
   filters: { q: "", step: "", state: "", agent: "", person: false },
@@ -119,7 +120,7 @@ function waitsFor(task) {
   if (b.dead_run) return { kind: "failed", text: "Its run died on every attempt" };
   if (b.dead_session) return { kind: "failed", text: "Its agent's last session failed" };
   if (FINISHED_STATES.has(task.state)) return null;
-  return { kind: "nobody", text: "Nobody is on it: move it to a step with an agent" };
+  return { kind: "nobody", text: "Nobody is on it yet: move it to a step with an agent" };
 }
 
 // -- loading ---------------------------------------------------------------------------------
@@ -529,8 +530,9 @@ async function followRun(runs) {
   let run = null;
   if (current && current.pinned) run = runs.find((r) => r.id === current.runId) || null;
   if (!run) {
-    const withSession = runs.filter((r) => r.session_id);
-    run = [...withSession].reverse().find((r) => r.status === "claimed") || withSession[withSession.length - 1] || null;
+    // a claimed run may not name its session yet: the items' events did
+    const talked = runs.filter((r) => r.session_id || state.runSessions.has(r.id));
+    run = [...runs].reverse().find((r) => r.status === "claimed") || talked[talked.length - 1] || null;
   }
   if (!run) {
     state.transcript = null;
@@ -549,7 +551,7 @@ async function showRun(runId, pinned) {
   for (const item of shownRun.items) items.set(item.seq, item);
   state.transcript = {
     runId,
-    sessionId: shownRun.run.session_id,
+    sessionId: shownRun.run.session_id || state.runSessions.get(runId) || (shownRun.items[0] || {}).session_id || null,
     status: shownRun.run.status,
     pinned,
     items,
@@ -560,7 +562,9 @@ async function showRun(runId, pinned) {
 // What was kept after the last item drawn: `?after=SEQ`, so nothing is drawn twice.
 async function loadTranscriptTail() {
   const t = state.transcript;
-  if (!t || !t.sessionId) return;
+  if (!t) return;
+  if (!t.sessionId) t.sessionId = state.runSessions.get(t.runId) || null;
+  if (!t.sessionId) return;
   const q = `after=${t.lastSeq}&run=${encodeURIComponent(t.runId)}&limit=500`;
   const items = await state.api.get(`/api/sessions/${encodeURIComponent(t.sessionId)}/transcript?${q}`);
   if (state.transcript !== t) return;
@@ -784,7 +788,6 @@ async function verdict(task, decisions, seat, value) {
 
 // -- the transcript --------------------------------------------------------------------------
 
-const TOOL_MARK = { read: "📖", edit: "✏️", delete: "🗑", move: "↔", search: "🔎", execute: "▶", think: "💭", fetch: "🌐" };
 
 // Items in order, with a tool call's updates folded into its first row (its latest status
 // shown) and only the latest plan drawn, where it was last sent.
@@ -823,7 +826,7 @@ function transcriptRows(items) {
 function renderTranscriptRow(row) {
   if (row.kind === "tool_call") {
     return h("li", { key: row.key, class: `item tool_call tool-${row.status || "pending"}` },
-      h("span", { class: "tool-mark", "aria-hidden": "true" }, TOOL_MARK[row.toolKind] || "⚙"),
+      h("span", { class: "tool-kind" }, row.toolKind || "tool"),
       h("span", { class: "tool-title" }, row.title || "tool call"),
       h("span", { class: `pill tool-status status-${row.status || "pending"}` }, pretty(row.status || "pending")),
     );
@@ -1058,6 +1061,7 @@ function onEvent(event) {
   if (state.openTaskId && data.task_id === state.openTaskId) {
     const t = state.transcript;
     if (type === "agent.item") {
+      state.runSessions.set(data.run_id, data.session_id);
       if (t && data.run_id === t.runId) transcriptRefresh(30);
       else if (!t || !t.pinned) scheduleDetail();
     } else {
