@@ -120,7 +120,7 @@ function waitsFor(task) {
   if (b.dead_run) return { kind: "failed", text: "Its run died on every attempt" };
   if (b.dead_session) return { kind: "failed", text: "Its agent's last session failed" };
   if (FINISHED_STATES.has(task.state)) return null;
-  return { kind: "nobody", text: "Nobody is on it yet: move it to a step with an agent" };
+  return { kind: "nobody", text: "Nobody is on it yet: move it to a step with an agent to start one" };
 }
 
 // -- loading ---------------------------------------------------------------------------------
