@@ -54,7 +54,7 @@ STREAMER = {
             {"message": "Looking at the flaky login test first."},
             {"tool_call": {"id": "t1", "title": "Read tests/test_login.py", "kind": "read"}},
             {"plan": ["Find where the test waits", "Wait for the server, not a timer", "Run it"]},
-            {"sleep": 1.2},
+            {"sleep": 2.0},
             {"tool_update": {"id": "t1", "status": "completed"}},
             {"message": "It sleeps 50 ms where the server needs 200; waiting on /healthz."},
             {"sleep": 1.0},
@@ -158,6 +158,12 @@ def start(steer: Steer, title: str) -> None:
 def runs(steer: Steer, title: str) -> list[dict[str, Any]]:
     with steer.served.client() as c:
         return list(c.get(f"/api/runs?task={steer.tasks[title]}").json())
+
+
+def kept_lines(steer: Steer, run_id: str) -> int:
+    with steer.served.client() as c:
+        shown = c.get(f"/api/runs/{run_id}").json()
+    return sum(1 for item in shown["items"] if item["kind"] == "log")
 
 
 def poll(what: str, found: Callable[[], Any], timeout: float = 30.0) -> Any:
@@ -284,9 +290,12 @@ def test_typing_survives_live_events_then_cancel_stops_the_turn_and_retry_runs_a
     page.locator(f"li.run[data-run-id='{first['id']}'][data-status='cancelled']").wait_for(
         timeout=10_000
     )
+    kept = poll("the page to show every kept line", lambda: kept_lines(steer, first["id"]))
+    poll("the page to show every kept line", lambda: ticks.count() == kept)
     stopped = ticks.count()
     time.sleep(0.6)  # six ticks' time: nothing more arrives from a stopped turn
     assert ticks.count() == stopped
+    assert kept_lines(steer, first["id"]) == kept
 
     page.locator(f"li.run[data-run-id='{first['id']}'] button.retry-run").click()
     page.locator(".toast.ok", has_text="Retry queued").wait_for(timeout=5_000)
