@@ -24,13 +24,12 @@ import pytest
 
 from tests.serve.board_data import populate
 from tests.serve.conftest import OfficeBoard, Served, build_office, laneway, start_serve
+from tests.serve.page_kit import browser, need_axe, open_page, serious_violations
 from tests.serve.test_serve_page import _card, _lane
-from tests.serve.test_serve_page_steer import browser
 
 pytestmark = pytest.mark.slow
 __all__ = ["browser"]  # the module's browser fixture, used by name
 
-AXE = os.environ.get("LANEWAY_AXE", "")
 SHOTS = os.environ.get("LANEWAY_SCREENSHOT_DIR", "")
 
 
@@ -55,15 +54,8 @@ def daily(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Daily]:
 
 
 def page_of(browser: Any, daily: Daily, query: str = "", **context: Any) -> Any:
-    ctx = browser.new_context(**({"viewport": {"width": 1440, "height": 900}} | context))
-    page = ctx.new_page()
-    errors: list[str] = []
-    page.on("pageerror", lambda exc: errors.append(str(exc)))
-    page.on("console", lambda msg: errors.append(msg.text) if msg.type == "error" else None)
-    page.goto(f"{daily.served.url}/{query}#token={daily.served.token}")
-    page.wait_for_selector(".live[data-state='live']", timeout=15_000)
+    page = open_page(browser, daily.served, query, **context)
     page.locator(".card").first.wait_for(timeout=10_000)
-    page.errors = errors
     return page
 
 
@@ -77,26 +69,13 @@ def poll(what: str, found: Callable[[], Any], timeout: float = 15.0) -> Any:
         time.sleep(0.1)
 
 
-def axe_violations(page: Any) -> list[dict[str, Any]]:
-    page.add_script_tag(path=AXE)
-    found = page.evaluate("async () => (await axe.run(document)).violations")
-    return [
-        {"id": v["id"], "impact": v["impact"], "nodes": [n["target"] for n in v["nodes"]][:5]}
-        for v in found
-        if v["impact"] in ("serious", "critical")
-    ]
-
-
 def test_axe_finds_no_serious_violation_on_the_board_or_an_open_panel_and_cards_say_why(
     browser: Any, daily: Daily
 ) -> None:
     """Issue 25 item 3: axe-core (injected into chromium) finds no serious or critical
     violation on the board nor with a panel open; one polite status line, no live board.
     Item 4: every unfinished card says who or what it waits for. docs/board-desktop.png."""
-    if not AXE or not Path(AXE).is_file():
-        if os.environ.get("CI") or os.environ.get("LANEWAY_ACP_REQUIRED"):
-            pytest.fail(f"LANEWAY_AXE must name axe-core's axe.min.js (.ci/run); got {AXE!r}")
-        pytest.skip("no axe-core: (cd .ci/browser && npm ci), then LANEWAY_AXE=.../axe.min.js")
+    need_axe()
     page = page_of(browser, daily, bypass_csp=True)  # the injected engine is an inline script
     assert page.locator("[aria-live]").count() == 1
     assert page.locator("#status[role='status'][aria-live='polite']").count() == 1
@@ -107,11 +86,11 @@ def test_axe_finds_no_serious_violation_on_the_board_or_an_open_panel_and_cards_
     }
     for title, said in waits.items():
         assert said in _card(page, title).locator(".waits").inner_text().lower(), title
-    assert axe_violations(page) == []
+    assert serious_violations(page) == []
 
     _card(page, "Fix the flaky login test").click()
     page.locator(".panel-section", has_text="Sessions").wait_for(timeout=10_000)
-    assert axe_violations(page) == []
+    assert serious_violations(page) == []
     if SHOTS:
         page.screenshot(path=str(Path(SHOTS) / "board-desktop.png"))
     assert page.errors == []

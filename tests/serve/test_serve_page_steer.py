@@ -27,9 +27,11 @@ import pytest
 
 from tests.conftest import open_host
 from tests.serve.conftest import LANEWAY, Served, cli_env, laneway, start_serve
-from tests.serve.test_serve_page import CHROMIUM, _card, _lane, _open
+from tests.serve.page_kit import browser, open_page, serious_violations
+from tests.serve.test_serve_page import _card, _lane
 
 pytestmark = pytest.mark.slow
+__all__ = ["browser"]  # the module's browser fixture, used by name
 
 FAKE_ACP = str(Path(__file__).resolve().parents[1] / "agents" / "fake_acp_agent.py")
 BOARD = """
@@ -57,7 +59,7 @@ STREAMER = {
             {"sleep": 2.0},
             {"tool_update": {"id": "t1", "status": "completed"}},
             {"message": "It sleeps 50 ms where the server needs 200; waiting on /healthz."},
-            {"sleep": 1.0},
+            {"sleep": 0.5},
         ]
     ]
 }
@@ -77,22 +79,6 @@ class Steer:
     db: str
     tasks: dict[str, str]
     """title -> task id"""
-
-
-@pytest.fixture(scope="module")
-def browser() -> Iterator[Any]:
-    if not CHROMIUM:
-        if os.environ.get("CI"):
-            pytest.fail("CI needs Debian's chromium (.ci/run installs it)")
-        pytest.skip("no chromium on PATH (apt-get install chromium)")
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as p:
-        launched = p.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
-        try:
-            yield launched
-        finally:
-            launched.close()
 
 
 @pytest.fixture(scope="module")
@@ -177,7 +163,7 @@ def poll(what: str, found: Callable[[], Any], timeout: float = 30.0) -> Any:
 
 
 def open_panel(browser: Any, steer: Steer, title: str) -> Any:
-    page = _open(browser, steer.served)
+    page = open_page(browser, steer.served, bypass_csp=True)  # axe goes in as an inline script
     _card(page, title).click()
     page.locator("#detail-title", has_text=title).wait_for(timeout=10_000)
     return page
@@ -222,8 +208,9 @@ def test_a_running_turns_messages_tool_calls_and_plan_appear_live_in_the_panel(
     page.locator(".transcript-head .run-finished").wait_for(timeout=10_000)
     assert [r["status"] for r in runs(steer, title)] == ["finished"]
     assert transcript.locator("li.message").count() == 2
+    assert serious_violations(page) == []  # issue 25 item 3, on a panel with a transcript
     assert page.errors == []
-    page.close()
+    page.context.close()
 
 
 def test_allow_on_a_pending_permission_request_lets_the_turn_finish(
@@ -256,7 +243,7 @@ def test_allow_on_a_pending_permission_request_lets_the_turn_finish(
     assert (answered["state"], answered["option_id"]) == ("allowed", "yes")
     assert [r["status"] for r in runs(steer, title)] == ["finished"]
     assert page.errors == []
-    page.close()
+    page.context.close()
 
 
 def test_typing_survives_live_events_then_cancel_stops_the_turn_and_retry_runs_again(
@@ -316,4 +303,4 @@ def test_typing_survives_live_events_then_cancel_stops_the_turn_and_retry_runs_a
         lambda: {r["status"] for r in runs(steer, title)} == {"cancelled"},
     )
     assert page.errors == []
-    page.close()
+    page.context.close()

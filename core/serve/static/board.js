@@ -377,6 +377,8 @@ function renderCard(task) {
     h("button", {
       type: "button", class: "grip", "aria-label": `Move ${task.title}`, title: "Drag to another lane (or press to choose a step)",
       onpointerdown: (event) => startPointerDrag(event, task),
+      // a press by keyboard (no pointer): the panel, at its Move
+      onclick: (event) => { if (event.detail === 0) openDetail(task.id, { focus: "move-step" }); },
     }, "⠿"),
   ),
   h("div", { class: "card-meta" },
@@ -572,7 +574,13 @@ async function loadTranscriptTail() {
     t.items.set(item.seq, item);
     t.lastSeq = Math.max(t.lastSeq, item.seq);
   }
-  if (items.length && state.detail) renderDetail();
+  if (!items.length || !state.detail) return;
+  // a reader at the end of the transcript stays at its end; one scrolled up stays put
+  const list = document.querySelector("ol.transcript");
+  const atEnd = !list || list.scrollHeight - list.scrollTop - list.clientHeight < 40;
+  renderDetail();
+  const drawn = document.querySelector("ol.transcript");
+  if (drawn && atEnd) drawn.scrollTop = drawn.scrollHeight;
 }
 
 function section(key, title, count, ...body) {
@@ -859,7 +867,7 @@ function renderTranscript(runs) {
     t.pinned ? h("button", { type: "button", class: "link", onclick: () => { t.pinned = false; state.transcript = null; scheduleDetail(0); } }, "follow the latest") : null,
   );
   return section("transcript", "Transcript", null, head,
-    rows.length ? h("ol", { class: "transcript", "aria-label": `Transcript of run ${shortId(t.runId)}` }, rows.map(renderTranscriptRow))
+    rows.length ? h("ol", { class: "transcript", tabindex: "0", "aria-label": `Transcript of run ${shortId(t.runId)}` }, rows.map(renderTranscriptRow))
       : h("p", { class: "muted" }, status === "claimed" ? "The agent has said nothing yet." : "Nothing was kept for this run."));
 }
 
