@@ -1,7 +1,7 @@
 // The page's DOM helpers: h() builds elements, patch() brings a live subtree to what a fresh
 // render drew, keeping the elements that stay (matched by data-key, else by tag in order), so
 // text being typed, the caret and focus survive an event that re-renders the panel or a lane.
-// Every text from the server goes in through text nodes (never innerHTML).
+// Every text from the server goes in through text nodes, never parsed as markup.
 
 const HANDLERS = Symbol("handlers");
 
