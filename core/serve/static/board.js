@@ -141,9 +141,12 @@ async function loadBoard() {
       h("code", {}, "laneway workflow create --template office-default"), "."));
     return;
   }
+  // A board read that says which tasks wait for a person (badges.waiting_for_person) makes the
+  // read of pending permission requests unneeded; an older one does not say it.
+  const sayer = state.board && state.board.tasks.find((t) => "waiting_for_person" in t.badges);
   const [board, pending, runs] = await Promise.all([
     state.api.get(`/api/board?workflow=${encodeURIComponent(state.workflowId)}`),
-    state.api.get("/api/permissions?state=pending"),
+    sayer ? [] : state.api.get("/api/permissions?state=pending"),
     state.filters.agent ? state.api.get("/api/runs") : null,
   ]);
   state.board = board;
@@ -223,6 +226,9 @@ function writeFilters() {
 
 function renderFilters() {
   const f = state.filters;
+  // a shared view's step or agent this board does not have narrows nothing
+  if (f.step && !steps().some((s) => s.id === f.step)) f.step = "";
+  if (f.agent && !(f.agent in state.board.profiles)) f.agent = "";
   const option = (value, label, selected) => h("option", { value, key: value || "any", selected: selected || null }, label);
   patch($("filter-step"), option("", "Any step", !f.step), steps().map((s) => option(s.id, s.name, f.step === s.id)));
   const states = [...new Set([...state.board.tasks.map((t) => t.state), f.state].filter(Boolean))].sort();
