@@ -102,7 +102,8 @@ def test_keyboard_opens_a_card_esc_returns_focus_to_it_and_focus_is_visible(
     browser: Any, daily: Daily
 ) -> None:
     """Issue 25 items 1 and 3: Enter on a focused card opens its panel with the focus in it;
-    Esc closes it and the focus is back on the card; the focus ring shows."""
+    Esc closes it and the focus is back on the card, where a change elsewhere on the board
+    leaves it; the focus ring shows."""
     page = page_of(browser, daily)
     card = _card(page, "Write the 2.4 release notes")
     card.focus()
@@ -115,6 +116,20 @@ def test_keyboard_opens_a_card_esc_returns_focus_to_it_and_focus_is_visible(
     assert page.evaluate("document.activeElement.id") == "detail-close"
     page.keyboard.press("Escape")
     assert page.locator("#detail").is_hidden()
+    assert page.evaluate("document.activeElement.dataset.title") == "Write the 2.4 release notes"
+
+    # a change elsewhere on the board redraws the lanes by patching: the focus stays put
+    with daily.served.client() as c:
+        made = c.post(
+            "/api/tasks",
+            json={
+                "workflow": daily.office.workflow_id,
+                "title": "Arrives meanwhile",
+                "step": "Done",
+            },
+        )
+        assert made.status_code == 201, made.text
+    _card(page, "Arrives meanwhile").wait_for(timeout=5_000)
     assert page.evaluate("document.activeElement.dataset.title") == "Write the 2.4 release notes"
     assert page.errors == []
     page.context.close()
