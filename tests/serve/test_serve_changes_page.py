@@ -49,7 +49,7 @@ def test_the_changes_panel_shows_files_counts_and_the_patch_and_cuts_a_large_one
         _card(page, "Worked card").click()
         changes = page.locator(".panel-section", has_text="Changes")
         changes.locator(".patch").wait_for(timeout=10_000)
-        assert changes.locator("h4 .count").inner_text() == "2"
+        assert changes.locator("h3 .count").inner_text() == "2"
         rows = changes.locator(".changed-files li")
         assert rows.nth(0).locator(".path").inner_text() == "app.py"
         assert rows.nth(0).locator(".add").inner_text() == "+2"
@@ -77,7 +77,7 @@ def test_the_changes_panel_shows_files_counts_and_the_patch_and_cuts_a_large_one
         _card(page, "Fresh card").click()
         page.locator("#detail-title", has_text="Fresh card").wait_for(timeout=10_000)
         # (the headings are styled upper case)
-        headings = [h.casefold() for h in page.locator(".panel-section h4").all_inner_texts()]
+        headings = [h.casefold() for h in page.locator(".panel-section h3").all_inner_texts()]
         assert any(h.startswith("entries") for h in headings)
         assert not any(h.startswith("changes") for h in headings)
     finally:

@@ -71,7 +71,7 @@ def test_page_lanes_cards_drag_to_review_detail_markers_and_verdict(
     try:
         page = _open(browser, served)
         assert page.url.endswith("/")  # the token left the address bar
-        lanes = page.locator(".lane h3").all_inner_texts()
+        lanes = page.locator(".lane h2").all_inner_texts()
         assert [n.casefold() for n in lanes] == ["backlog", "work", "review", "approval", "done"]
         assert _card(page, "Fix the flaky login test").locator(".badge.running").count() == 1
         assert _card(page, "Move CI to the new runners").locator(".badge.dead").count() == 1
@@ -102,7 +102,7 @@ def test_page_lanes_cards_drag_to_review_detail_markers_and_verdict(
         states = entry.locator("table.markers tbody tr td:nth-child(3)").all_inner_texts()
         assert states == [m["state"].replace("_", " ") for m in entries[0]["markers"]]
         assert (
-            page.locator(".panel-section h4", has_text="Runs").locator(".count").inner_text() == "2"
+            page.locator(".panel-section h3", has_text="Runs").locator(".count").inner_text() == "2"
         )
 
         # a verdict by button

@@ -1,45 +1,65 @@
-// The board page: lanes per step, cards, the detail panel, moves by drag and drop, verdicts,
-// messages, and live updates from the event stream. Plain DOM, no framework, no build step.
-// Every text from the server goes in through textContent (never innerHTML).
+// The board page: lanes per step, cards that say who or what they wait for, the task panel
+// (the running turn's transcript live, permission requests, Cancel / Retry, comments, verdicts
+// with a reason, messages), moves by drag (mouse, touch or pen) and drop, search and filters
+// kept in the URL, and live updates from the event stream. Plain DOM, no framework, no build
+// step. Renders patch what changed (dom.js), so typing and focus survive events.
 
 import { ApiError, createApi } from "./api.js";
+import { h, patch } from "./dom.js";
 
 const TOKEN_KEY = "laneway.token";
 const WORKFLOW_KEY = "laneway.workflow";
+const UNDO_MS = 6000;
+/* How long an archive waits for Undo before it is sent (there is no unarchive route). */
+const FINISHED_STATES = new Set(["COMPLETED", "CANCELLED", "DONE", "ARCHIVED"]);
+const LIVE_RUN = new Set(["queued", "claimed"]);
+const RETRYABLE = new Set(["failed", "dead", "cancelled"]);
 
 const state = {
   api: null,
   workflows: [],
   workflowId: null,
   board: null, // { workflow, tasks, profiles }
+  pending: new Map(), // task id -> its pending permission requests
+  agentsByTask: null, // task id -> Set of profile ids with a run on it (read for the agent filter)
   openTaskId: null,
+  cameFrom: null, // the task whose card opened the panel: focus goes back to it
+  detail: null,
+  transcript: null, // { runId, sessionId, pinned, items: Map seq -> item, lastSeq }
+  runSessions: new Map(), // run id -> the session its items were kept in (from agent.item)
+  archiving: new Map(), // task id -> timer of an archive waiting out its undo
+  confirmArchive: false,
+  filters: { q: "", step: "", state: "", agent: "", person: false },
 };
-
-// -- small DOM helpers -----------------------------------------------------------------------
-
-function h(tag, attrs = {}, ...children) {
-  const el = document.createElement(tag);
-  for (const [key, value] of Object.entries(attrs)) {
-    if (value === null || value === undefined || value === false) continue;
-    if (key === "class") el.className = value;
-    else if (key === "dataset") Object.assign(el.dataset, value);
-    else if (key.startsWith("on")) el.addEventListener(key.slice(2), value);
-    else el.setAttribute(key, value === true ? "" : value);
-  }
-  for (const child of children.flat()) {
-    if (child === null || child === undefined || child === false) continue;
-    el.append(child instanceof Node ? child : document.createTextNode(String(child)));
-  }
-  return el;
-}
 
 const $ = (id) => document.getElementById(id);
 
-function toast(message, kind = "error") {
-  const el = h("div", { class: `toast ${kind}` }, message);
+// -- telling the person ----------------------------------------------------------------------
+
+// One polite live region for the whole page: what changed, said once.
+function announce(message) {
+  const line = $("status");
+  line.textContent = "";
+  requestAnimationFrame(() => { line.textContent = message; });
+}
+
+function toast(message, kind = "error", action = null) {
+  const el = h("div", { class: `toast ${kind}` }, h("span", {}, message),
+    action ? h("button", { type: "button", class: "toast-action", onclick: () => { action.run(); el.remove(); } }, action.label) : null);
   $("toasts").append(el);
-  setTimeout(() => el.classList.add("gone"), 4200);
-  setTimeout(() => el.remove(), 4800);
+  const life = action ? UNDO_MS : 4200;
+  setTimeout(() => el.classList.add("gone"), life);
+  setTimeout(() => el.remove(), life + 600);
+  announce(message);
+  return el;
+}
+
+function showError(error) {
+  if (error instanceof ApiError && error.status === 401) {
+    askToken("That token was refused. Paste the one laneway serve printed.");
+    return;
+  }
+  toast(error.message || String(error));
 }
 
 function ago(iso) {
@@ -61,7 +81,11 @@ function pretty(text) {
   return String(text || "").replaceAll("_", " ").toLowerCase();
 }
 
-// -- names, not ids ----------------------------------------------------------------------------
+function plural(n, one, many = `${one}s`) {
+  return `${n} ${n === 1 ? one : many}`;
+}
+
+// -- names, not ids --------------------------------------------------------------------------
 
 function steps() {
   return state.board ? [...state.board.workflow.steps].sort((a, b) => a.position - b.position) : [];
@@ -78,29 +102,64 @@ function profileName(id) {
   return profile ? profile.name : shortId(id);
 }
 
-// -- loading -----------------------------------------------------------------------------------
+// -- who or what a task waits for --------------------------------------------------------------
+
+function needsPerson(task) {
+  return Boolean(task.badges.waiting_for_person) || (state.pending.get(task.id) || []).length > 0;
+}
+
+function waitsFor(task) {
+  const b = task.badges;
+  if (needsPerson(task)) return { kind: "person", text: "Waits for a person: its agent asks for permission" };
+  if (b.running) return { kind: "agent", text: "An agent is working on it" };
+  if (b.last_error) return { kind: "failed", text: `Failed: ${b.last_error}` };
+  if (b.queued_behind) return { kind: "queued", text: `Queued behind ${plural(b.queued_behind, "run")} of its agent` };
+  if (!task.wip_admitted) return { kind: "queued", text: "Waits for room in this step" };
+  const left = b.decisions.required - b.decisions.approved;
+  if (b.decisions.required > 0 && left > 0) return { kind: "decision", text: `Waits for ${plural(left, "verdict")}` };
+  if (b.dead_run) return { kind: "failed", text: "Its run died on every attempt" };
+  if (b.dead_session) return { kind: "failed", text: "Its agent's last session failed" };
+  if (FINISHED_STATES.has(task.state)) return null;
+  return { kind: "nobody", text: "Nobody is on it yet: move it to a step with an agent to start one" };
+}
+
+// -- loading ---------------------------------------------------------------------------------
 
 async function loadWorkflows() {
   state.workflows = await state.api.get("/api/workflows");
   const select = $("workflow");
-  select.replaceChildren(
-    ...state.workflows.map((wf) => h("option", { value: wf.id }, wf.name)),
-  );
-  const remembered = sessionStorage.getItem(WORKFLOW_KEY);
-  const withTasks = state.workflows.find((wf) => wf.id === remembered) || state.workflows[0];
-  state.workflowId = withTasks ? withTasks.id : null;
+  patch(select, state.workflows.map((wf) => h("option", { value: wf.id, key: wf.id }, wf.name)));
+  const wanted = new URLSearchParams(location.search).get("workflow") || sessionStorage.getItem(WORKFLOW_KEY);
+  const picked = state.workflows.find((wf) => wf.id === wanted || wf.name === wanted) || state.workflows[0];
+  state.workflowId = picked ? picked.id : null;
   if (state.workflowId) select.value = state.workflowId;
 }
 
 async function loadBoard() {
   if (!state.workflowId) {
-    $("board").replaceChildren(
-      h("div", { class: "empty" }, "No workflow yet. Create one with ",
-        h("code", {}, "laneway workflow create --template office-default"), "."),
-    );
+    patch($("board"), h("div", { class: "empty" }, "No workflow yet. Create one with ",
+      h("code", {}, "laneway workflow create --template office-default"), "."));
     return;
   }
-  state.board = await state.api.get(`/api/board?workflow=${encodeURIComponent(state.workflowId)}`);
+  // A board read that says which tasks wait for a person (badges.waiting_for_person) makes the
+  // read of pending permission requests unneeded; an older one does not say it.
+  const sayer = state.board && state.board.tasks.find((t) => "waiting_for_person" in t.badges);
+  const [board, pending, runs] = await Promise.all([
+    state.api.get(`/api/board?workflow=${encodeURIComponent(state.workflowId)}`),
+    sayer ? [] : state.api.get("/api/permissions?state=pending"),
+    state.filters.agent ? state.api.get("/api/runs") : null,
+  ]);
+  state.board = board;
+  state.pending = new Map();
+  for (const p of pending) state.pending.set(p.task_id, [...(state.pending.get(p.task_id) || []), p]);
+  if (runs) {
+    state.agentsByTask = new Map();
+    for (const r of runs) {
+      if (!state.agentsByTask.has(r.task_id)) state.agentsByTask.set(r.task_id, new Set());
+      state.agentsByTask.get(r.task_id).add(r.agent_profile_id);
+    }
+  }
+  renderFilters();
   renderBoard();
 }
 
@@ -132,54 +191,136 @@ function throttled(load) {
 
 const scheduleRefresh = throttled(() => loadBoard());
 const detailRefresh = throttled(() => (state.openTaskId ? loadDetail(state.openTaskId) : null));
+const transcriptRefresh = throttled(() => loadTranscriptTail());
 
 function scheduleDetail(delay = 80) {
   if (state.openTaskId) detailRefresh(delay);
 }
 
-function showError(error) {
-  if (error instanceof ApiError && error.status === 401) {
-    askToken("That token was refused. Paste the one laneway serve printed.");
-    return;
-  }
-  toast(error.message || String(error));
+// -- search and filters (kept in the URL, so a view can be shared) ---------------------------
+
+function readFilters() {
+  const q = new URLSearchParams(location.search);
+  state.filters = {
+    q: q.get("q") || "",
+    step: q.get("step") || "",
+    state: q.get("state") || "",
+    agent: q.get("agent") || "",
+    person: q.get("person") === "1",
+  };
+  $("search").value = state.filters.q;
+  $("filter-person").checked = state.filters.person;
 }
 
-// -- the board ---------------------------------------------------------------------------------
+function writeFilters() {
+  const q = new URLSearchParams();
+  if (state.workflowId) q.set("workflow", state.workflowId);
+  const f = state.filters;
+  if (f.q) q.set("q", f.q);
+  if (f.step) q.set("step", f.step);
+  if (f.state) q.set("state", f.state);
+  if (f.agent) q.set("agent", f.agent);
+  if (f.person) q.set("person", "1");
+  history.replaceState(null, "", `${location.pathname}?${q}`);
+}
+
+function renderFilters() {
+  const f = state.filters;
+  // a shared view's step or agent this board does not have narrows nothing
+  if (f.step && !steps().some((s) => s.id === f.step)) f.step = "";
+  if (f.agent && !(f.agent in state.board.profiles)) f.agent = "";
+  const option = (value, label, selected) => h("option", { value, key: value || "any", selected: selected || null }, label);
+  patch($("filter-step"), option("", "Any step", !f.step), steps().map((s) => option(s.id, s.name, f.step === s.id)));
+  const states = [...new Set([...state.board.tasks.map((t) => t.state), f.state].filter(Boolean))].sort();
+  patch($("filter-state"), option("", "Any state", !f.state), states.map((s) => option(s, pretty(s), f.state === s)));
+  const profiles = Object.entries(state.board.profiles).sort((a, b) => a[1].name.localeCompare(b[1].name));
+  patch($("filter-agent"), option("", "Any agent", !f.agent), profiles.map(([id, p]) => option(id, p.name, f.agent === id)));
+  $("filter-step").value = f.step;
+  $("filter-state").value = f.state;
+  $("filter-agent").value = f.agent;
+}
+
+function shown(task) {
+  const f = state.filters;
+  if (state.archiving.has(task.id)) return false;
+  if (f.q) {
+    const q = f.q.toLowerCase();
+    const hay = `${task.title}\n${task.description || ""}`.toLowerCase();
+    if (!hay.includes(q) && !task.id.toLowerCase().endsWith(q)) return false;
+  }
+  if (f.state && task.state !== f.state) return false;
+  if (f.person && !needsPerson(task)) return false;
+  if (f.agent && !(state.agentsByTask && (state.agentsByTask.get(task.id) || new Set()).has(f.agent))) return false;
+  return true;
+}
+
+function onFilter() {
+  state.filters = {
+    q: $("search").value.trim(),
+    step: $("filter-step").value,
+    state: $("filter-state").value,
+    agent: $("filter-agent").value,
+    person: $("filter-person").checked,
+  };
+  writeFilters();
+  if (state.filters.agent && !state.agentsByTask) scheduleRefresh(0);
+  if (state.board) renderBoard();
+}
+
+// -- the board -------------------------------------------------------------------------------
 
 function renderBoard() {
   const board = state.board;
-  const tasks = board.tasks;
-  const lanes = steps().map((step) => renderLane(step, tasks.filter((t) => t.workflow_step_id === step.id)));
-  $("board").replaceChildren(...lanes);
-  const running = tasks.filter((t) => t.badges.running).length;
-  const waiting = tasks.filter((t) => t.badges.decisions.required > t.badges.decisions.approved && t.badges.decisions.required > 0).length;
-  $("summary").replaceChildren(
-    h("span", {}, h("b", {}, String(tasks.length)), tasks.length === 1 ? " task" : " tasks"),
-    h("span", {}, h("b", {}, String(running)), " running"),
-    h("span", {}, h("b", {}, String(waiting)), " awaiting decisions"),
+  const tasks = board.tasks.filter(shown);
+  const lanes = steps().filter((s) => !state.filters.step || s.id === state.filters.step)
+    .map((step) => renderLane(step, tasks.filter((t) => t.workflow_step_id === step.id)));
+  patch($("board"), lanes);
+  const all = board.tasks.filter((t) => !state.archiving.has(t.id));
+  const running = all.filter((t) => t.badges.running).length;
+  const waiting = all.filter((t) => t.badges.decisions.required > t.badges.decisions.approved && t.badges.decisions.required > 0).length;
+  const person = all.filter(needsPerson).length;
+  const narrowed = tasks.length !== all.length;
+  patch($("summary"),
+    h("span", { key: "tasks" }, h("b", {}, narrowed ? `${tasks.length}/${all.length}` : String(all.length)), all.length === 1 ? " task" : " tasks"),
+    h("span", { key: "running" }, h("b", {}, String(running)), " running"),
+    h("span", { key: "waiting" }, h("b", {}, String(waiting)), " awaiting decisions"),
+    person ? h("span", { key: "person", class: "needs" }, h("b", {}, String(person)), " need a person") : null,
   );
-  for (const card of document.querySelectorAll(".card")) {
-    card.classList.toggle("selected", card.dataset.taskId === state.openTaskId);
-  }
 }
 
 function renderLane(step, tasks) {
   const admitted = tasks.filter((t) => t.wip_admitted);
   const queued = tasks.filter((t) => !t.wip_admitted);
   const limit = step.wip_limit > 0 ? step.wip_limit : null;
-  const full = limit !== null && admitted.length >= limit;
+  const count = state.board.tasks.filter((t) => t.workflow_step_id === step.id && t.wip_admitted && !state.archiving.has(t.id)).length;
+  const full = limit !== null && count >= limit;
   const wip = h("span", { class: `wip${full ? " full" : ""}`, title: limit ? "in progress / WIP limit" : "tasks here (no WIP limit)" },
-    limit ? `${admitted.length} / ${limit}` : String(admitted.length));
-  const lane = h("section", {
+    limit ? `${count} / ${limit}` : String(count));
+  return h("section", {
+    key: `lane:${step.id}`,
     class: `lane${step.allow_manual_move ? "" : " locked"}`,
     dataset: { stepId: step.id, stepName: step.name },
     "aria-label": step.name,
+    ondragover: (event) => {
+      if (!event.dataTransfer.types.includes("text/laneway-task")) return;
+      event.preventDefault();
+      event.dataTransfer.dropEffect = "move";
+      event.currentTarget.classList.add("drop");
+    },
+    ondragleave: (event) => {
+      if (!event.currentTarget.contains(event.relatedTarget)) event.currentTarget.classList.remove("drop");
+    },
+    ondrop: (event) => {
+      event.preventDefault();
+      event.currentTarget.classList.remove("drop");
+      const taskId = event.dataTransfer.getData("text/laneway-task");
+      if (taskId) moveTask(taskId, step);
+    },
   },
   h("header", { class: "lane-head" },
     h("div", { class: "lane-title" },
       h("span", { class: `stage stage-${step.stage_type}` }),
-      h("h3", {}, step.name),
+      h("h2", {}, step.name),
     ),
     wip,
   ),
@@ -191,63 +332,123 @@ function renderLane(step, tasks) {
     queued.map(renderCard),
   ) : null,
   );
-  lane.addEventListener("dragover", (event) => {
-    if (!event.dataTransfer.types.includes("text/laneway-task")) return;
-    event.preventDefault();
-    event.dataTransfer.dropEffect = "move";
-    lane.classList.add("drop");
-  });
-  lane.addEventListener("dragleave", (event) => {
-    if (!lane.contains(event.relatedTarget)) lane.classList.remove("drop");
-  });
-  lane.addEventListener("drop", (event) => {
-    event.preventDefault();
-    lane.classList.remove("drop");
-    const taskId = event.dataTransfer.getData("text/laneway-task");
-    if (taskId) moveTask(taskId, step);
-  });
-  return lane;
 }
 
-function renderCard(task) {
+function renderBadges(task) {
   const b = task.badges;
   const badges = [];
+  if (needsPerson(task)) badges.push(h("span", { class: "badge person", title: "a permission request waits for an answer" }, "needs you"));
   if (b.running) badges.push(h("span", { class: "badge running", title: "an agent is working" }, h("i"), "running"));
   if (b.decisions.required > 0) {
     const done = b.decisions.approved >= b.decisions.required;
     badges.push(h("span", { class: `badge decisions${done ? " met" : ""}`, title: "approved / required decisions" },
       `✓ ${b.decisions.approved}/${b.decisions.required}`));
   }
+  if (b.queued_behind) badges.push(h("span", { class: "badge queued", title: "runs of its agent ahead of this one" }, `behind ${b.queued_behind}`));
   if (b.open_entry) badges.push(h("span", { class: "badge entry", title: "an entry sequence has not finished" }, "entry open"));
   if (b.failed_marker) badges.push(h("span", { class: "badge failed", title: "an entry action failed" }, "action failed"));
+  if (b.last_error) badges.push(h("span", { class: "badge failed", title: b.last_error }, "error"));
   if (b.dead_run) badges.push(h("span", { class: "badge dead", title: "a run's worker died on every attempt; it is not retried" }, "run dead"));
   if (b.dead_session) badges.push(h("span", { class: "badge dead", title: "the agent's last session failed" }, "agent failed"));
   if (!task.wip_admitted) badges.push(h("span", { class: "badge queued", title: "waiting for room in this step" }, "queued"));
-  const card = h("article", {
-    class: `card state-${task.state.toLowerCase()}`,
+  return badges;
+}
+
+function renderCard(task) {
+  const badges = renderBadges(task);
+  const waits = waitsFor(task);
+  return h("article", {
+    key: task.id,
+    class: `card state-${task.state.toLowerCase()}${task.id === state.openTaskId ? " selected" : ""}${waits && waits.kind === "person" ? " needs-person" : ""}`,
     draggable: "true",
     tabindex: "0",
+    "aria-label": task.title,
     dataset: { taskId: task.id, title: task.title },
-    onclick: () => openDetail(task.id),
-    onkeydown: (event) => { if (event.key === "Enter") openDetail(task.id); },
+    onclick: (event) => { if (!event.target.closest(".grip")) openDetail(task.id); },
+    onkeydown: (event) => {
+      if ((event.key === "Enter" || event.key === " ") && event.target === event.currentTarget) {
+        event.preventDefault();
+        openDetail(task.id);
+      }
+    },
+    ondragstart: (event) => {
+      event.dataTransfer.setData("text/laneway-task", task.id);
+      event.dataTransfer.effectAllowed = "move";
+      event.currentTarget.classList.add("dragging");
+    },
+    ondragend: (event) => event.currentTarget.classList.remove("dragging"),
   },
   h("div", { class: "card-top" },
     h("span", { class: "card-title" }, task.title),
+    h("button", {
+      type: "button", class: "grip", "aria-label": `Move ${task.title}`, title: "Drag to another lane (or press to choose a step)",
+      onpointerdown: (event) => startPointerDrag(event, task),
+      // a press by keyboard (no pointer): the panel, at its Move
+      onclick: (event) => { if (event.detail === 0) openDetail(task.id, { focus: "move-step" }); },
+    }, "⠿"),
   ),
   h("div", { class: "card-meta" },
-    h("span", { class: `pill state` }, pretty(task.state)),
+    h("span", { class: "pill state" }, pretty(task.state)),
     task.priority && task.priority !== "none" ? h("span", { class: `pill prio prio-${task.priority}` }, task.priority) : null,
     h("span", { class: "muted" }, ago(task.updated_at)),
   ),
   badges.length ? h("div", { class: "badges" }, badges) : null,
+  waits ? h("div", { class: `waits waits-${waits.kind}` }, waits.text) : null,
   );
-  card.addEventListener("dragstart", (event) => {
-    event.dataTransfer.setData("text/laneway-task", task.id);
-    event.dataTransfer.effectAllowed = "move";
-    card.classList.add("dragging");
-  });
-  card.addEventListener("dragend", () => card.classList.remove("dragging"));
-  return card;
+}
+
+// A drag by pointer events, so touch and pen move cards too (HTML5 drag and drop is mouse
+// only): from a card's grip, the lane under the pointer takes it; a press with no drag opens
+// the panel at its Move.
+function startPointerDrag(event, task) {
+  if (event.button !== undefined && event.button > 0) return;
+  event.preventDefault();
+  event.stopPropagation();
+  const grip = event.currentTarget;
+  const card = grip.closest(".card");
+  const start = { x: event.clientX, y: event.clientY };
+  let ghost = null;
+  let over = null;
+  const laneAt = (x, y) => {
+    const el = document.elementFromPoint(x, y);
+    return el ? el.closest(".lane") : null;
+  };
+  const move = (e) => {
+    if (!ghost && Math.hypot(e.clientX - start.x, e.clientY - start.y) < 8) return;
+    if (!ghost) {
+      const box = card.getBoundingClientRect();
+      ghost = card.cloneNode(true);
+      ghost.classList.add("ghost");
+      ghost.style.width = `${box.width}px`;
+      document.body.append(ghost);
+      card.classList.add("dragging");
+    }
+    ghost.style.transform = `translate(${e.clientX - 20}px, ${e.clientY - 20}px)`;
+    const lane = laneAt(e.clientX, e.clientY);
+    if (lane !== over) {
+      if (over) over.classList.remove("drop");
+      over = lane;
+      if (over) over.classList.add("drop");
+    }
+  };
+  const end = (e) => {
+    document.removeEventListener("pointermove", move);
+    document.removeEventListener("pointerup", end);
+    document.removeEventListener("pointercancel", end);
+    if (over) over.classList.remove("drop");
+    card.classList.remove("dragging");
+    if (!ghost) {
+      if (e.type === "pointerup") openDetail(task.id, { focus: "move-step" });
+      return;
+    }
+    ghost.remove();
+    const lane = e.type === "pointerup" ? laneAt(e.clientX, e.clientY) : null;
+    const step = lane && steps().find((s) => s.id === lane.dataset.stepId);
+    if (step) moveTask(task.id, step);
+  };
+  document.addEventListener("pointermove", move);
+  document.addEventListener("pointerup", end);
+  document.addEventListener("pointercancel", end);
 }
 
 async function moveTask(taskId, step) {
@@ -263,21 +464,42 @@ async function moveTask(taskId, step) {
   }
 }
 
-// -- the detail panel --------------------------------------------------------------------------
+// -- the task panel --------------------------------------------------------------------------
 
-async function openDetail(taskId) {
+async function openDetail(taskId, { focus = "detail-title" } = {}) {
+  const changed = state.openTaskId !== taskId;
   state.openTaskId = taskId;
+  state.cameFrom = taskId;
+  if (changed) {
+    state.detail = null;
+    state.transcript = null;
+    state.confirmArchive = false;
+    patch($("detail-body"));
+    // the title comes with the panel's content, so a title shown means the panel is read
+    $("detail-title").textContent = "";
+    $("detail-step").textContent = "";
+    patch($("detail-meta"));
+  }
   $("detail").hidden = false;
   document.body.classList.add("with-detail");
   renderBoard();
+  $("detail-title").focus();
   await loadDetail(taskId).catch(showError);
+  if (focus !== "detail-title" && $(focus)) $(focus).focus();
 }
 
-function closeDetail() {
+function closeDetail({ refocus = true } = {}) {
+  const from = state.cameFrom;
   state.openTaskId = null;
+  state.detail = null;
+  state.transcript = null;
   $("detail").hidden = true;
   document.body.classList.remove("with-detail");
   if (state.board) renderBoard();
+  if (refocus && from) {
+    const card = document.querySelector(`.card[data-task-id="${CSS.escape(from)}"]`);
+    if (card) card.focus();
+  }
 }
 
 async function loadDetail(taskId) {
@@ -293,83 +515,199 @@ async function loadDetail(taskId) {
     }
     throw error;
   }
-  const [entries, runs, sessions, decisions, diff] = await Promise.all([
+  const [entries, runs, sessions, decisions, permissions, comments, diff] = await Promise.all([
     api.get(`/api/tasks/${id}/entries`),
     api.get(`/api/runs?task=${id}`),
     api.get(`/api/sessions?task=${id}`),
     api.get(`/api/tasks/${id}/decisions`),
+    api.get(`/api/permissions?task=${id}&state=pending`),
+    api.get(`/api/tasks/${id}/comments`),
     // a task has a diff once its first turn made its worktree
     task.workspace ? api.get(`/api/tasks/${id}/diff`).catch((error) => ({ error: error.message })) : null,
   ]);
   if (state.openTaskId !== taskId) return;
-  renderDetail(task, entries, runs, sessions, decisions, diff);
+  state.detail = { task, entries, runs, sessions, decisions, permissions, comments, diff };
+  await followRun(runs);
+  if (state.openTaskId !== taskId) return;
+  renderDetail();
 }
 
-function section(title, count, ...body) {
-  return h("section", { class: "panel-section" },
-    h("h4", {}, title, count !== null ? h("span", { class: "count" }, String(count)) : null),
+// The transcript shown: the run a person picked, else the task's running (or latest) run.
+async function followRun(runs) {
+  const current = state.transcript;
+  let run = null;
+  if (current && current.pinned) run = runs.find((r) => r.id === current.runId) || null;
+  if (!run) {
+    // a claimed run may not name its session yet: the items' events did
+    const talked = runs.filter((r) => r.session_id || state.runSessions.has(r.id));
+    run = [...runs].reverse().find((r) => r.status === "claimed") || talked[talked.length - 1] || null;
+  }
+  if (!run) {
+    state.transcript = null;
+    return;
+  }
+  if (current && current.runId === run.id) {
+    await loadTranscriptTail();
+    return;
+  }
+  await showRun(run.id, Boolean(current && current.pinned && current.runId === run.id));
+}
+
+async function showRun(runId, pinned) {
+  const shownRun = await state.api.get(`/api/runs/${encodeURIComponent(runId)}`);
+  const items = new Map();
+  for (const item of shownRun.items) items.set(item.seq, item);
+  state.transcript = {
+    runId,
+    sessionId: shownRun.run.session_id || state.runSessions.get(runId) || (shownRun.items[0] || {}).session_id || null,
+    status: shownRun.run.status,
+    pinned,
+    items,
+    lastSeq: Math.max(0, ...shownRun.items.map((i) => i.seq)),
+  };
+}
+
+// What was kept after the last item drawn: `?after=SEQ`, so nothing is drawn twice.
+async function loadTranscriptTail() {
+  const t = state.transcript;
+  if (!t) return;
+  if (!t.sessionId) t.sessionId = state.runSessions.get(t.runId) || null;
+  if (!t.sessionId) return;
+  const q = `after=${t.lastSeq}&run=${encodeURIComponent(t.runId)}&limit=500`;
+  const items = await state.api.get(`/api/sessions/${encodeURIComponent(t.sessionId)}/transcript?${q}`);
+  if (state.transcript !== t) return;
+  for (const item of items) {
+    t.items.set(item.seq, item);
+    t.lastSeq = Math.max(t.lastSeq, item.seq);
+  }
+  if (!items.length || !state.detail) return;
+  // a reader at the end of the transcript stays at its end; one scrolled up stays put
+  const list = document.querySelector("ol.transcript");
+  const atEnd = !list || list.scrollHeight - list.scrollTop - list.clientHeight < 40;
+  renderDetail();
+  const drawn = document.querySelector("ol.transcript");
+  if (drawn && atEnd) drawn.scrollTop = drawn.scrollHeight;
+}
+
+function section(key, title, count, ...body) {
+  return h("section", { class: "panel-section", key: `sec:${key}`, "aria-label": title },
+    h("h3", {}, title, count !== null ? h("span", { class: "count" }, String(count)) : null),
     ...body,
   );
 }
 
-function renderDetail(task, entries, runs, sessions, decisions, diff) {
+function renderDetail() {
+  const { task, entries, runs, sessions, decisions, permissions, comments, diff } = state.detail;
+  const boardTask = state.board?.tasks.find((t) => t.id === task.id);
   $("detail-title").textContent = task.title;
   $("detail-step").textContent = task.wip_admitted ? stepName(task.workflow_step_id) : `${stepName(task.workflow_step_id)} · queued`;
-  $("detail-meta").replaceChildren(...[
+  patch($("detail-meta"),
     h("span", { class: "pill state" }, pretty(task.state)),
     h("span", { class: "muted mono", title: task.id }, shortId(task.id)),
     task.archived_at ? h("span", { class: "pill" }, "archived") : null,
-  ].filter(Boolean));
-  const body = [];
-  if (task.description) body.push(h("p", { class: "description" }, task.description));
-  body.push(renderActions(task, decisions, sessions));
-  if (diff) body.push(section("Changes", diff.files ? diff.files.length : null, renderChanges(task, diff)));
-  body.push(section("Entries", entries.length,
-    entries.length ? [...entries].reverse().map(renderEntry) : h("p", { class: "muted" }, "No entries yet: the task has not arrived at a step with durable actions.")));
-  body.push(section("Decisions", decisions.decisions.length, renderDecisions(decisions)));
-  body.push(section("Runs", runs.length,
-    runs.length ? h("ul", { class: "rows" }, [...runs].reverse().map(renderRun)) : h("p", { class: "muted" }, "No runs.")));
-  body.push(section("Sessions", sessions.length,
-    sessions.length ? h("ul", { class: "rows" }, [...sessions].reverse().map(renderSession)) : h("p", { class: "muted" }, "No sessions.")));
-  $("detail-body").replaceChildren(...body);
+  );
+  const waits = boardTask ? waitsFor(boardTask) : null;
+  patch($("detail-body"),
+    waits ? h("p", { key: "waits", class: `waits waits-${waits.kind}` }, waits.text) : null,
+    task.description ? h("p", { key: "description", class: "description" }, task.description) : null,
+    permissions.length ? renderPermissions(permissions) : null,
+    renderActions(task, runs, decisions, sessions),
+    renderTranscript(runs),
+    diff ? section("changes", "Changes", diff.files ? diff.files.length : null, renderChanges(task, diff)) : null,
+    section("comments", "Comments", comments.length, renderComments(task, comments)),
+    section("entries", "Entries", entries.length,
+      entries.length ? [...entries].reverse().map(renderEntry) : h("p", { class: "muted" }, "No entries yet: the task has not arrived at a step with durable actions.")),
+    section("decisions", "Decisions", decisions.decisions.length, renderDecisions(decisions)),
+    section("runs", "Runs", runs.length,
+      runs.length ? h("ul", { class: "rows" }, [...runs].reverse().map(renderRun)) : h("p", { class: "muted" }, "No runs.")),
+    section("sessions", "Sessions", sessions.length,
+      sessions.length ? h("ul", { class: "rows" }, [...sessions].reverse().map(renderSession)) : h("p", { class: "muted" }, "No sessions.")),
+  );
 }
 
-function renderActions(task, decisions, sessions) {
+function renderPermissions(permissions) {
+  return h("section", { key: "permissions", class: "permissions", role: "group", "aria-label": "Permission requests" },
+    h("h3", {}, "Waiting for you"),
+    permissions.map((p) => {
+      const call = p.tool_call || {};
+      const session = state.detail.sessions.find((s) => s.id === p.session_id);
+      const who = session && session.agent_profile_id ? profileName(session.agent_profile_id) : "The agent";
+      return h("div", { class: "permission", key: p.id, dataset: { permissionId: p.id } },
+        h("p", {}, h("b", {}, who), " asks to ", h("b", {}, call.title || "use a tool"),
+          call.kind ? h("span", { class: "muted" }, ` (${call.kind})`) : null),
+        h("div", { class: "seat-buttons" },
+          h("button", { type: "button", class: "approve", onclick: () => answerPermission(p, "allow") }, "Allow"),
+          h("button", { type: "button", class: "reject", onclick: () => answerPermission(p, "deny") }, "Deny"),
+        ),
+      );
+    }),
+  );
+}
+
+async function answerPermission(permission, outcome) {
+  try {
+    const answered = await state.api.post(`/api/permissions/${encodeURIComponent(permission.id)}`, { outcome });
+    toast(`Permission ${answered.state}: ${(permission.tool_call || {}).title || "tool call"}`, "ok");
+    scheduleRefresh(0);
+    scheduleDetail(0);
+  } catch (error) {
+    showError(error);
+  }
+}
+
+function renderActions(task, runs, decisions, sessions) {
   const select = h("select", { "aria-label": "Move to step", id: "move-step" },
-    steps().map((s) => h("option", { value: s.id, selected: s.id === task.workflow_step_id }, s.name)));
-  const move = h("div", { class: "action-row" },
+    steps().map((s) => h("option", { value: s.id, key: s.id, selected: s.id === task.workflow_step_id }, s.name)));
+  const live = runs.filter((r) => LIVE_RUN.has(r.status));
+  const move = h("div", { class: "action-row", key: "move" },
     select,
     h("button", {
+      type: "button",
       class: "primary",
       onclick: () => {
-        const step = steps().find((s) => s.id === select.value);
+        const step = steps().find((s) => s.id === $("move-step").value);
         if (step) moveTask(task.id, step);
       },
     }, "Move"),
   );
+  const other = h("div", { class: "action-row wrap", key: "other" },
+    live.length ? h("button", { type: "button", class: "reject", id: "cancel-task", onclick: () => cancelTask(task) },
+      `Cancel ${live.length === 1 ? "the run" : `${live.length} runs`}`) : null,
+    state.confirmArchive
+      ? h("span", { class: "confirm", role: "group", "aria-label": "Confirm archive" },
+        h("span", {}, "Archive this task?"),
+        h("button", { type: "button", class: "reject", id: "archive-confirm", onclick: () => archiveTask(task) }, "Archive"),
+        h("button", { type: "button", id: "archive-keep", onclick: () => { state.confirmArchive = false; renderDetail(); $("archive").focus(); } }, "Keep"))
+      : h("button", { type: "button", id: "archive", onclick: () => { state.confirmArchive = true; renderDetail(); $("archive-confirm").focus(); } }, "Archive…"),
+  );
   const waiting = decisions.seats.filter((s) => s.decision_required && s.verdict !== "approved");
-  const seats = waiting.length ? h("div", { class: "seats" }, waiting.map((seat) => h("div", { class: "seat" },
-    h("div", {},
-      h("b", {}, profileName(seat.agent_profile_id)),
-      h("span", { class: "muted" }, ` · ${seat.role}`),
-      seat.verdict ? h("span", { class: `pill verdict-${seat.verdict}` }, pretty(seat.verdict)) : h("span", { class: "pill waiting" }, "waiting"),
-    ),
-    h("div", { class: "seat-buttons" },
-      h("button", { class: "approve", onclick: () => verdict(task, decisions, seat, "approved") }, "Approve"),
-      h("button", { class: "reject", onclick: () => verdict(task, decisions, seat, "rejected") }, "Reject"),
-    ),
-  ))) : null;
-  const live = [...sessions].reverse().find((s) => ["CREATED", "STARTING", "RUNNING", "WAITING_FOR_INPUT"].includes(s.state));
+  const seats = waiting.length ? h("div", { class: "seats", key: "seats" },
+    h("label", { class: "field" }, h("span", {}, "Reason (optional)"),
+      h("textarea", { id: "verdict-comment", rows: "2", placeholder: "Why: goes with Approve or Reject" })),
+    waiting.map((seat) => h("div", { class: "seat", key: seat.id },
+      h("div", {},
+        h("b", {}, profileName(seat.agent_profile_id)),
+        h("span", { class: "muted" }, ` · ${seat.role}`),
+        seat.verdict ? h("span", { class: `pill verdict-${seat.verdict}` }, pretty(seat.verdict)) : h("span", { class: "pill waiting" }, "waiting"),
+      ),
+      h("div", { class: "seat-buttons" },
+        h("button", { type: "button", class: "approve", "aria-label": `Approve as ${profileName(seat.agent_profile_id)}`, onclick: () => verdict(task, decisions, seat, "approved") }, "Approve"),
+        h("button", { type: "button", class: "reject", "aria-label": `Reject as ${profileName(seat.agent_profile_id)}`, onclick: () => verdict(task, decisions, seat, "rejected") }, "Reject"),
+      ),
+    ))) : null;
+  const session = [...sessions].reverse().find((s) => ["CREATED", "STARTING", "RUNNING", "WAITING_FOR_INPUT"].includes(s.state));
   let message = null;
-  if (live) {
-    const text = h("textarea", { rows: "2", placeholder: `Message to ${live.agent_profile_id ? profileName(live.agent_profile_id) : "the agent"}…`, "aria-label": "Message" });
+  if (session) {
+    const to = session.agent_profile_id ? profileName(session.agent_profile_id) : "the agent";
     message = h("form", {
       class: "message",
+      key: `message:${session.id}`,
       onsubmit: async (event) => {
         event.preventDefault();
+        const text = event.currentTarget.querySelector("textarea");
         if (!text.value.trim()) return;
         try {
-          await state.api.post(`/api/sessions/${live.id}/send`, { text: text.value });
+          await state.api.post(`/api/sessions/${session.id}/send`, { text: text.value });
           text.value = "";
           toast("Message sent", "ok");
           scheduleDetail(0);
@@ -377,16 +715,82 @@ function renderActions(task, decisions, sessions) {
           showError(error);
         }
       },
-    }, text, h("button", { type: "submit" }, "Send"));
+    }, h("textarea", { id: "message-text", rows: "2", placeholder: `Message to ${to}…`, "aria-label": `Message to ${to}` }),
+    h("button", { type: "submit" }, "Send"));
   }
-  return h("div", { class: "actions" }, move, seats, message);
+  return h("div", { class: "actions", key: "actions" }, move, other, seats, message);
+}
+
+async function cancelTask(task) {
+  try {
+    const done = await state.api.post(`/api/tasks/${encodeURIComponent(task.id)}/cancel`);
+    toast(`Cancelled ${plural(done.cancelled.length, "run")} of “${task.title}”`, "ok");
+    scheduleRefresh(0);
+    scheduleDetail(0);
+  } catch (error) {
+    showError(error);
+  }
+}
+
+async function runAction(run, action) {
+  try {
+    const done = await state.api.post(`/api/runs/${encodeURIComponent(run.id)}/${action}`);
+    toast(action === "retry" ? `Retry queued (run ${shortId(done.id)})` : `Run ${shortId(run.id)} cancelled`, "ok");
+    if (action === "retry" && state.transcript) state.transcript.pinned = false;
+    scheduleRefresh(0);
+    scheduleDetail(0);
+  } catch (error) {
+    showError(error);
+  }
+}
+
+// Archive waits out an undo before it is sent: the card leaves the board at once, and Undo
+// puts it back (the API has no unarchive); leaving the page sends what is waiting.
+function archiveTask(task) {
+  state.confirmArchive = false;
+  closeDetail({ refocus: false });
+  const send = () => {
+    state.archiving.delete(task.id);
+    state.api.post(`/api/tasks/${encodeURIComponent(task.id)}/archive`)
+      .then(() => scheduleRefresh(0))
+      .catch((error) => { showError(error); scheduleRefresh(0); });
+  };
+  state.archiving.set(task.id, { timer: setTimeout(send, UNDO_MS), send });
+  renderBoard();
+  const undo = toast(`Archived “${task.title}”`, "ok", {
+    label: "Undo",
+    run: () => {
+      const waiting = state.archiving.get(task.id);
+      if (!waiting) return;
+      clearTimeout(waiting.timer);
+      state.archiving.delete(task.id);
+      renderBoard();
+      announce(`“${task.title}” is back`);
+      const card = document.querySelector(`.card[data-task-id="${CSS.escape(task.id)}"]`);
+      if (card) card.focus();
+    },
+  });
+  undo.querySelector("button").focus();
+}
+
+function flushArchives() {
+  for (const [taskId, waiting] of state.archiving) {
+    clearTimeout(waiting.timer);
+    state.archiving.delete(taskId);
+    fetch(`/api/tasks/${encodeURIComponent(taskId)}/archive`, {
+      method: "POST", keepalive: true, headers: { Authorization: `Bearer ${sessionStorage.getItem(TOKEN_KEY)}` },
+    });
+  }
 }
 
 async function verdict(task, decisions, seat, value) {
+  const box = $("verdict-comment");
+  const comment = box ? box.value.trim() : "";
   try {
-    const result = await state.api.post("/api/decisions", {
-      task: task.id, step: decisions.step_id, participant: seat.id, verdict: value,
-    });
+    const body = { task: task.id, step: decisions.step_id, participant: seat.id, verdict: value };
+    if (comment) body.comment = comment;
+    const result = await state.api.post("/api/decisions", body);
+    if (box) box.value = "";
     const moved = result.transitioned ? ` — moved to ${stepName(result.to_step_id)}` : "";
     toast(`${profileName(seat.agent_profile_id)}: ${pretty(value)}${moved}`, "ok");
     await loadBoard();
@@ -396,6 +800,110 @@ async function verdict(task, decisions, seat, value) {
   }
 }
 
+// -- the transcript --------------------------------------------------------------------------
+
+
+// Items in order, with a tool call's updates folded into its first row (its latest status
+// shown) and only the latest plan drawn, where it was last sent.
+function transcriptRows(items) {
+  const rows = [];
+  const tools = new Map();
+  let plan = null;
+  for (const item of [...items.values()].sort((a, b) => a.seq - b.seq)) {
+    const data = item.data || {};
+    if (item.kind === "usage") continue;
+    if (item.kind === "tool_call") {
+      const id = data.toolCallId || `seq${item.seq}`;
+      const known = tools.get(id);
+      if (known) {
+        if (data.title) known.title = data.title;
+        if (data.status) known.status = data.status;
+        if (data.kind) known.toolKind = data.kind;
+        continue;
+      }
+      const row = { key: `tool:${id}`, kind: "tool_call", title: data.title || item.text, status: data.status || "", toolKind: data.kind || "" };
+      tools.set(id, row);
+      rows.push(row);
+      continue;
+    }
+    if (item.kind === "plan") {
+      if (plan) rows.splice(rows.indexOf(plan), 1);
+      plan = { key: "plan", kind: "plan", entries: data.entries || [], text: item.text };
+      rows.push(plan);
+      continue;
+    }
+    rows.push({ key: `seq:${item.seq}`, kind: item.kind, text: item.text, data });
+  }
+  return rows;
+}
+
+function renderTranscriptRow(row) {
+  if (row.kind === "tool_call") {
+    return h("li", { key: row.key, class: `item tool_call tool-${row.status || "pending"}` },
+      h("span", { class: "tool-kind" }, row.toolKind || "tool"),
+      h("span", { class: "tool-title" }, row.title || "tool call"),
+      h("span", { class: `pill tool-status status-${row.status || "pending"}` }, pretty(row.status || "pending")),
+    );
+  }
+  if (row.kind === "plan") {
+    const entries = row.entries.length ? row.entries : row.text.split("\n").map((line) => ({ content: line }));
+    return h("li", { key: row.key, class: "item plan" },
+      h("div", { class: "item-label" }, "Plan"),
+      h("ol", {}, entries.map((e, i) => h("li", { key: `p${i}`, class: `plan-${e.status || "pending"}` },
+        h("span", { class: "plan-status" }, e.status === "completed" ? "✓" : e.status === "in_progress" ? "▸" : "○"),
+        " ", e.content || ""))),
+    );
+  }
+  const label = { prompt: "Prompt", thought: "Thinking", permission: "Permission", log: "Log", output: "Output", stderr: "Stderr" }[row.kind];
+  return h("li", { key: row.key, class: `item ${row.kind}` },
+    label ? h("div", { class: "item-label" }, label) : null,
+    h("div", { class: "item-text" }, row.text),
+  );
+}
+
+function renderTranscript(runs) {
+  const t = state.transcript;
+  if (!t) return section("transcript", "Transcript", null, h("p", { class: "muted" }, "No turn yet."));
+  const run = runs.find((r) => r.id === t.runId);
+  const status = run ? run.status : t.status;
+  const rows = transcriptRows(t.items);
+  const head = h("p", { class: "muted small transcript-head" },
+    `Run ${shortId(t.runId)} · `, h("span", { class: `pill run-${status}` }, status === "claimed" ? "running" : status),
+    run ? ` · ${profileName(run.agent_profile_id)}` : null,
+    t.pinned ? h("button", { type: "button", class: "link", onclick: () => { t.pinned = false; state.transcript = null; scheduleDetail(0); } }, "follow the latest") : null,
+  );
+  return section("transcript", "Transcript", null, head,
+    rows.length ? h("ol", { class: "transcript", tabindex: "0", "aria-label": `Transcript of run ${shortId(t.runId)}` }, rows.map(renderTranscriptRow))
+      : h("p", { class: "muted" }, status === "claimed" ? "The agent has said nothing yet." : "Nothing was kept for this run."));
+}
+
+// -- the other panel sections ----------------------------------------------------------------
+
+function renderComments(task, comments) {
+  const list = comments.length ? h("ul", { class: "rows comments" }, comments.map((c) => h("li", { key: c.id, class: "comment" },
+    h("div", {}, h("b", {}, c.author || "someone"), h("span", { class: "muted small" }, ` · ${ago(c.created_at)}`),
+      h("div", { class: "comment-body" }, c.body)),
+  ))) : h("p", { class: "muted" }, "No comments.");
+  const form = h("form", {
+    class: "comment-form", key: "comment-form",
+    onsubmit: async (event) => {
+      event.preventDefault();
+      const box = $("comment-text");
+      if (!box.value.trim()) return;
+      try {
+        await state.api.post(`/api/tasks/${encodeURIComponent(task.id)}/comments`, { body: box.value });
+        box.value = "";
+        toast("Comment added", "ok");
+        scheduleDetail(0);
+      } catch (error) {
+        showError(error);
+      }
+    },
+  }, h("textarea", { id: "comment-text", rows: "2", placeholder: "Add a comment…", "aria-label": "Comment" }),
+  h("button", { type: "submit" }, "Comment"));
+  return [list, form];
+}
+
 const PATCH_LINES = 2000;
 /* Lines of patch the page draws; the rest is cut, with a note (`task diff` has it all). */
 
@@ -403,7 +911,7 @@ function renderChanges(task, diff) {
   if (diff.error) return h("p", { class: "muted" }, diff.error);
   const where = h("p", { class: "muted mono" }, `${diff.branch} against ${diff.base.slice(0, 10)}`);
   if (!diff.files.length) return h("div", { class: "changes" }, where, h("p", { class: "muted" }, "No changes yet."));
-  const files = h("ul", { class: "rows changed-files" }, diff.files.map((f) => h("li", { class: `changed ${f.status}` },
+  const files = h("ul", { class: "rows changed-files" }, diff.files.map((f) => h("li", { class: `changed ${f.status}`, key: f.path },
     h("span", { class: "mono path" }, f.path),
     h("span", { class: "status" }, f.status),
     h("span", { class: "add" }, `+${f.additions}`),
@@ -411,7 +919,7 @@ function renderChanges(task, diff) {
   )));
   const lines = diff.patch.split("\n");
   if (lines.length && lines[lines.length - 1] === "") lines.pop();
-  const shown = lines.slice(0, PATCH_LINES).map((line) => {
+  const drawn = lines.slice(0, PATCH_LINES).map((line) => {
     let kind = "ctx";
     if (line.startsWith("diff --git") || line.startsWith("index ") || line.startsWith("+++") || line.startsWith("---")
       || line.startsWith("new file") || line.startsWith("deleted file")) kind = "meta";
@@ -425,21 +933,21 @@ function renderChanges(task, diff) {
     notes.push(h("p", { class: "muted cut" },
       `Large diff: cut here; \`laneway task diff ${task.id}\` shows it whole.`));
   }
-  return h("div", { class: "changes" }, where, files, h("pre", { class: "patch" }, ...shown), ...notes);
+  return h("div", { class: "changes" }, where, files, h("pre", { class: "patch", tabindex: "0", "aria-label": "Patch" }, ...drawn), ...notes);
 }
 
 function renderEntry(entry) {
   const markers = entry.markers.length
     ? h("table", { class: "markers" },
       h("thead", {}, h("tr", {}, h("th", {}, "#"), h("th", {}, "action"), h("th", {}, "state"), h("th", {}, "why"))),
-      h("tbody", {}, entry.markers.map((m) => h("tr", { class: `marker marker-${m.state}` },
+      h("tbody", {}, entry.markers.map((m) => h("tr", { class: `marker marker-${m.state}`, key: String(m.position) },
         h("td", { class: "mono" }, String(m.position)),
         h("td", {}, m.kind),
         h("td", {}, h("span", { class: `pill m-${m.state}` }, pretty(m.state))),
         h("td", { class: "cause" }, [m.reason ? pretty(m.reason) : null, m.cause !== null && m.cause !== undefined ? h("code", {}, typeof m.cause === "string" ? m.cause : JSON.stringify(m.cause)) : null].filter(Boolean)),
       ))))
     : h("p", { class: "muted" }, "No markers yet.");
-  return h("div", { class: `entry${entry.terminal ? "" : " open"}` },
+  return h("div", { class: `entry${entry.terminal ? "" : " open"}`, key: entry.id },
     h("div", { class: "entry-head" },
       h("b", {}, stepName(entry.step_id)),
       h("span", { class: "muted" }, ` #${entry.entry_seq} · ${entry.entry_path}`),
@@ -453,13 +961,18 @@ function renderDecisions(decisions) {
   if (!decisions.seats.length && !decisions.decisions.length) {
     return h("p", { class: "muted" }, "No seats at this step.");
   }
-  const seats = decisions.seats.map((seat) => h("li", {},
-    h("span", {}, h("b", {}, profileName(seat.agent_profile_id)), h("span", { class: "muted" }, ` · ${seat.role}${seat.decision_required ? "" : " (no decision)"}`)),
-    seat.verdict ? h("span", { class: `pill verdict-${seat.verdict}` }, pretty(seat.verdict)) : h("span", { class: "pill waiting" }, seat.decision_required ? "waiting" : "—"),
-  ));
+  const standing = new Map(decisions.decisions.filter((d) => !d.superseded_at).map((d) => [d.participant_id, d]));
+  const seats = decisions.seats.map((seat) => {
+    const said = standing.get(seat.id);
+    return h("li", { key: seat.id },
+      h("span", {}, h("b", {}, profileName(seat.agent_profile_id)), h("span", { class: "muted" }, ` · ${seat.role}${seat.decision_required ? "" : " (no decision)"}`),
+        said && said.comment ? h("div", { class: "muted small verdict-comment" }, said.comment) : null),
+      seat.verdict ? h("span", { class: `pill verdict-${seat.verdict}` }, pretty(seat.verdict)) : h("span", { class: "pill waiting" }, seat.decision_required ? "waiting" : "—"),
+    );
+  });
   const history = decisions.decisions.filter((d) => d.superseded_at).length;
   // The rounds a new entry cleared stay readable: the reasons a reviewer sent the task back.
-  const earlier = (decisions.earlier || []).slice().reverse().map((d) => h("li", { class: "earlier-verdict" },
+  const earlier = (decisions.earlier || []).slice().reverse().map((d) => h("li", { class: "earlier-verdict", key: d.id },
     h("span", {}, h("b", {}, `Round ${d.round}`), h("span", { class: "muted" }, ` · ${profileName(d.decider_id) || d.role}`),
       d.comment ? h("div", { class: "muted small" }, d.comment) : null),
     h("span", { class: `pill verdict-${d.decision}` }, pretty(d.decision)),
@@ -473,15 +986,37 @@ function renderDecisions(decisions) {
 }
 
 function renderRun(run) {
-  return h("li", {},
+  const viewing = state.transcript && state.transcript.runId === run.id;
+  const buttons = [];
+  if (run.session_id && !viewing) {
+    buttons.push(h("button", {
+      type: "button", class: "small-button show-transcript", "aria-label": `Show the transcript of run ${shortId(run.id)}`,
+      onclick: async () => {
+        try {
+          await showRun(run.id, true);
+          renderDetail();
+        } catch (error) {
+          showError(error);
+        }
+      },
+    }, "Transcript"));
+  }
+  if (LIVE_RUN.has(run.status)) {
+    buttons.push(h("button", { type: "button", class: "small-button reject cancel-run", "aria-label": `Cancel run ${shortId(run.id)}`, onclick: () => runAction(run, "cancel") }, "Cancel"));
+  }
+  if (RETRYABLE.has(run.status)) {
+    buttons.push(h("button", { type: "button", class: "small-button retry-run", "aria-label": `Retry run ${shortId(run.id)}`, onclick: () => runAction(run, "retry") }, "Retry"));
+  }
+  return h("li", { key: run.id, class: `run${viewing ? " viewing" : ""}`, dataset: { runId: run.id, status: run.status } },
     h("span", {}, h("b", {}, profileName(run.agent_profile_id)), h("span", { class: "muted" }, ` · ${pretty(run.reason)}`),
-      run.error_message ? h("div", { class: "error-text" }, run.error_message) : null),
+      run.error_message ? h("div", { class: "error-text" }, run.error_message) : null,
+      buttons.length ? h("div", { class: "run-buttons" }, buttons) : null),
     h("span", { class: "right" }, h("span", { class: `pill run-${run.status}` }, run.status), h("span", { class: "muted small" }, ago(run.finished_at || run.claimed_at || run.requested_at))),
   );
 }
 
 function renderSession(session) {
-  return h("li", {},
+  return h("li", { key: session.id },
     h("span", {}, h("b", {}, session.agent_profile_id ? profileName(session.agent_profile_id) : "external agent"),
       h("span", { class: "muted mono" }, ` · ${shortId(session.id)}`),
       session.error_message ? h("div", { class: "error-text" }, session.error_message) : null),
@@ -489,27 +1024,78 @@ function renderSession(session) {
   );
 }
 
-// -- live updates ------------------------------------------------------------------------------
+// -- creating a task -------------------------------------------------------------------------
+
+function openCreate() {
+  if (!state.board) return;
+  const dialog = $("create-dialog");
+  patch($("create-step"), steps().map((s) => h("option", { value: s.id, key: s.id }, s.name)));
+  $("create-form").reset();
+  dialog.showModal();
+  $("create-title").focus();
+}
+
+async function submitCreate(event) {
+  event.preventDefault();
+  const title = $("create-title").value.trim();
+  if (!title) return;
+  const body = { workflow: state.workflowId, title, step: $("create-step").value };
+  const description = $("create-description").value.trim();
+  if (description) body.description = description;
+  try {
+    const made = await state.api.post("/api/tasks", body);
+    $("create-dialog").close();
+    toast(`Created “${made.title}” in ${stepName(made.workflow_step_id)}`, "ok");
+    await loadBoard();
+    openDetail(made.id);
+  } catch (error) {
+    showError(error);
+  }
+}
+
+// -- live updates ----------------------------------------------------------------------------
+
+function taskTitle(taskId) {
+  const task = state.board && state.board.tasks.find((t) => t.id === taskId);
+  return task ? task.title : null;
+}
 
 function onEvent(event) {
   const data = event.data;
+  const type = event.type;
   if (state.board) {
     const mine = data.workflow_id === undefined || data.workflow_id === state.workflowId
       || state.board.tasks.some((t) => t.id === data.task_id);
-    if (mine) scheduleRefresh();
+    // a transcript item changes nothing on the board; its run's start and end do
+    if (mine && type !== "agent.item") scheduleRefresh();
+    const title = taskTitle(data.task_id);
+    if (title && type === "permission.requested") announce(`“${title}”: its agent waits for a person`);
+    if (title && type === "run.failed") announce(`“${title}”: a run failed`);
   }
-  if (state.openTaskId && data.task_id === state.openTaskId) scheduleDetail();
-  if (event.type === "task.deleted" && data.task_id === state.openTaskId) closeDetail();
+  if (state.openTaskId && data.task_id === state.openTaskId) {
+    const t = state.transcript;
+    if (type === "agent.item") {
+      state.runSessions.set(data.run_id, data.session_id);
+      if (t && data.run_id === t.runId) transcriptRefresh(30);
+      else if (!t || !t.pinned) scheduleDetail();
+    } else {
+      scheduleDetail();
+    }
+  }
+  if (type === "task.deleted" && data.task_id === state.openTaskId) closeDetail();
 }
 
 function onStreamState(value) {
   const live = $("live");
   live.dataset.state = value;
   live.querySelector(".label").textContent = { live: "live", reconnecting: "reconnecting…", unauthorized: "token refused" }[value] || value;
-  if (value === "live") scheduleRefresh(0); // catch up with anything missed while away
+  if (value === "live") {
+    scheduleRefresh(0); // catch up with anything missed while away
+    scheduleDetail(0);
+  }
 }
 
-// -- start -------------------------------------------------------------------------------------
+// -- start -----------------------------------------------------------------------------------
 
 function readToken() {
   const match = location.hash.match(/token=([^&]+)/);
@@ -539,16 +1125,28 @@ async function start(token) {
 }
 
 function init() {
+  readFilters();
   $("workflow").addEventListener("change", (event) => {
     state.workflowId = event.target.value;
     sessionStorage.setItem(WORKFLOW_KEY, state.workflowId);
-    closeDetail();
+    state.filters.step = "";
+    writeFilters();
+    closeDetail({ refocus: false });
     loadBoard().catch(showError);
   });
-  $("detail-close").addEventListener("click", closeDetail);
+  $("search").addEventListener("input", onFilter);
+  $("filters").addEventListener("submit", (event) => event.preventDefault());
+  for (const id of ["filter-step", "filter-state", "filter-agent", "filter-person"]) $(id).addEventListener("change", onFilter);
+  $("new-task").addEventListener("click", openCreate);
+  $("create-form").addEventListener("submit", submitCreate);
+  $("create-cancel").addEventListener("click", () => $("create-dialog").close());
+  $("detail-close").addEventListener("click", () => closeDetail());
   document.addEventListener("keydown", (event) => {
-    if (event.key === "Escape" && state.openTaskId) closeDetail();
+    if (event.key !== "Escape" || !state.openTaskId) return;
+    if (document.querySelector("dialog[open]")) return; // the dialog closes itself first
+    closeDetail();
   });
+  window.addEventListener("pagehide", flushArchives);
   $("token-form").addEventListener("submit", () => {
     const value = $("token-input").value.trim();
     if (!value) return;
