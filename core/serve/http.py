@@ -8,7 +8,9 @@ function on a worker thread (services block on the database) and answers JSON.
 
 from __future__ import annotations
 
+import asyncio
 import json
+import threading
 import time
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, Final
@@ -46,6 +48,10 @@ STATUS_CODES: Final = {
 
 def code_of_status(status: int) -> str:
     return STATUS_CODES.get(status, "error")
+
+
+class ClientGone(Exception):
+    """The client of a cancellable route disconnected while it was working."""
 
 
 class HttpError(Exception):
@@ -93,6 +99,13 @@ class Call:
     query: Mapping[str, str]
     body: Any
     raw: bytes
+    gone: threading.Event = attrs.field(factory=threading.Event)
+    """Set when the client went away (routes built with `cancellable=True` watch for it)."""
+
+    def check(self) -> None:
+        """Stop here if the client went away: nobody is left to read the answer."""
+        if self.gone.is_set():
+            raise ClientGone
 
     # -- the body's fields, each named when wrong ------------------------------------------------
 
@@ -176,12 +189,19 @@ def _parse_json(raw: bytes) -> Any:
 Route = Callable[[Call], Reply]
 
 
-def endpoint(route: Route, *, json_body: bool = True) -> Callable[[Request], Any]:
-    """A Starlette endpoint running `route` on a worker thread with HTTP.md's error rules."""
+def endpoint(
+    route: Route, *, json_body: bool = True, cancellable: bool = False
+) -> Callable[[Request], Any]:
+    """A Starlette endpoint running `route` on a worker thread with HTTP.md's error rules.
+
+    `cancellable` (a GET that may read for long): the connection is watched while the route
+    works, and a client that disconnects sets `Call.gone`, which the route's `check()` calls
+    turn into an early end, so an abandoned call stops taking a thread and the database."""
 
     async def handle(request: Request) -> Response:
         started = time.perf_counter()
         status = 500
+        watcher: asyncio.Task[None] | None = None
         try:
             raw = b""
             body: Any = None
@@ -196,10 +216,16 @@ def endpoint(route: Route, *, json_body: bool = True) -> Callable[[Request], Any
                 body=body,
                 raw=raw,
             )
-            reply = await run_in_threadpool(_run, route, call)
-            response = reply.response or JSONResponse(plain(reply.value), status_code=reply.status)
+            if cancellable:
+                watcher = asyncio.create_task(_watch_disconnect(request, call.gone))
+            # The answer is encoded on the worker thread too: a big board's JSON would
+            # otherwise hold the event loop (and every other connection) while it is written.
+            response = await run_in_threadpool(_answer, route, call)
         except HttpError as exc:
             response = error_response(exc.status, exc.message, code=exc.code)
+        finally:
+            if watcher is not None:
+                watcher.cancel()
         status = response.status_code
         logger.bind(
             method=request.method,
@@ -212,12 +238,28 @@ def endpoint(route: Route, *, json_body: bool = True) -> Callable[[Request], Any
     return handle
 
 
+async def _watch_disconnect(request: Request, gone: threading.Event) -> None:
+    while True:
+        message = await request.receive()
+        if message["type"] == "http.disconnect":
+            gone.set()
+            return
+
+
+def _answer(route: Route, call: Call) -> Response:
+    reply = _run(route, call)
+    return reply.response or JSONResponse(plain(reply.value), status_code=reply.status)
+
+
 def _run(route: Route, call: Call) -> Reply:
     """The route, with every exception turned into an answer (never a traceback to a client)."""
     try:
         return route(call)
     except HttpError:
         raise
+    except ClientGone:
+        logger.bind(route=route.__name__).debug("client went away; the call stopped")
+        raise HttpError(499, "client closed the request") from None
     except USER_ERRORS as exc:
         message = one_line(str(exc)) or type(exc).__name__
         raise HttpError(exc.http_status, message, exc.code) from None
