@@ -125,6 +125,7 @@ def build_app(
     token: str,
     read_only: bool = False,
     allow_origins: Sequence[str] = (),
+    body_timeout: float = 30.0,
 ) -> Starlette:
     """The application for `host`. CORS stays off unless `allow_origins` names origins."""
 
@@ -164,4 +165,5 @@ def build_app(
     app.state.host = host
     app.state.hub = hub
     app.state.read_only = read_only
+    app.state.body_timeout = body_timeout
     return app

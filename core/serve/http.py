@@ -39,6 +39,7 @@ STATUS_CODES: Final = {
     403: "forbidden",
     404: "not_found",
     405: "method_not_allowed",
+    408: "timeout",
     409: "conflict",
     413: "too_large",
     500: "internal",
@@ -167,11 +168,18 @@ async def read_body(request: Request) -> bytes:
             raise bad("Content-Length: not a number") from None
     chunks: list[bytes] = []
     size = 0
-    async for chunk in request.stream():
-        size += len(chunk)
-        if size > MAX_BODY:
-            raise HttpError(413, "request body is larger than 1 MiB")
-        chunks.append(chunk)
+    seconds = float(getattr(request.app.state, "body_timeout", 30.0))
+    try:
+        # A whole body within the timeout, however it is trickled: a client that opens a
+        # request and sends its body a byte a minute must not hold a connection for hours.
+        async with asyncio.timeout(seconds):
+            async for chunk in request.stream():
+                size += len(chunk)
+                if size > MAX_BODY:
+                    raise HttpError(413, "request body is larger than 1 MiB")
+                chunks.append(chunk)
+    except TimeoutError:
+        raise HttpError(408, f"request body: not received within {seconds:g} s") from None
     return b"".join(chunks)
 
 
