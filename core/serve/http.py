@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any, Final
 import attrs
 import sqlalchemy as sa
 from starlette.concurrency import run_in_threadpool
-from starlette.requests import Request
+from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse, Response
 
 from core.errors import LanewayError
@@ -29,6 +29,9 @@ if TYPE_CHECKING:
     from core.host import Host
 
 MAX_BODY: Final = 1024 * 1024
+MAX_DEPTH: Final = 64
+"""How deep a JSON body may nest: no route takes more than a few levels, and a deeper one
+would reach the parser's recursion limit (a traceback) long before it meant anything."""
 USER_ERRORS: Final = (LanewayError,)
 
 
@@ -187,11 +190,39 @@ def _parse_json(raw: bytes) -> Any:
     if not raw.strip():
         return None
     try:
-        return json.loads(raw)
+        value = json.loads(raw)
     except UnicodeDecodeError:
         raise bad("body: not UTF-8 text") from None
+    except RecursionError:
+        raise bad(f"body: JSON nested deeper than {MAX_DEPTH} levels") from None
     except ValueError as exc:
         raise bad(f"body: not valid JSON ({one_line(str(exc))})") from None
+    _check_value(value)
+    return value
+
+
+def _check_value(value: Any) -> None:
+    """A body no deeper than MAX_DEPTH, with no NUL in any text (PostgreSQL refuses NUL in a
+    string where SQLite stores it: the same 400 on both instead of a driver error on one)."""
+    stack = [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        if isinstance(item, str):
+            if "\x00" in item:
+                raise bad("body: text must not contain NUL characters")
+            continue
+        if not isinstance(item, dict | list):
+            continue
+        if depth > MAX_DEPTH:
+            raise bad(f"body: JSON nested deeper than {MAX_DEPTH} levels")
+        children = [*item.keys(), *item.values()] if isinstance(item, dict) else item
+        stack.extend((child, depth + 1) for child in children)
+
+
+def check_text(where: str, value: str) -> None:
+    """A path or query parameter: never with NUL (the same 400 on both databases)."""
+    if "\x00" in value:
+        raise bad(f"{where}: must not contain NUL characters")
 
 
 Route = Callable[[Call], Reply]
@@ -213,6 +244,10 @@ def endpoint(
         try:
             raw = b""
             body: Any = None
+            for name, value in request.path_params.items():
+                check_text(f"path {name!r}", str(value))
+            for name, value in request.query_params.multi_items():
+                check_text(f"query {name!r}", name + value)
             if request.method in ("POST", "PUT", "PATCH", "DELETE"):
                 raw = await read_body(request)
                 if json_body:
@@ -231,6 +266,12 @@ def endpoint(
             response = await run_in_threadpool(_answer, route, call)
         except HttpError as exc:
             response = error_response(exc.status, exc.message, code=exc.code)
+        except ClientDisconnect:
+            # Nobody is left to answer; an ordinary event on a network, not a fault.
+            logger.bind(method=request.method, path=request.url.path).debug(
+                "client went away mid-body"
+            )
+            return Response(status_code=400)
         finally:
             if watcher is not None:
                 watcher.cancel()
