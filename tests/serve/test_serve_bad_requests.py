@@ -5,7 +5,7 @@ in process over a real database; the log read through a list sink."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterator
+from collections.abc import Iterator, MutableMapping
 from pathlib import Path
 from typing import Any
 
@@ -114,17 +114,17 @@ def test_a_client_that_disconnects_mid_body_is_a_debug_record_not_a_traceback(
     app = build_app(host, token=TOKEN)
     before = host.tasks.get(built.task_id).workflow_step_id
 
-    async def one_client() -> list[dict[str, Any]]:
+    async def one_client() -> list[MutableMapping[str, Any]]:
         incoming: list[dict[str, Any]] = [
             {"type": "http.request", "body": b'{"step": "Wo', "more_body": True},
             {"type": "http.disconnect"},
         ]
-        sent: list[dict[str, Any]] = []
+        sent: list[MutableMapping[str, Any]] = []
 
         async def receive() -> dict[str, Any]:
             return incoming.pop(0) if incoming else {"type": "http.disconnect"}
 
-        async def send(message: dict[str, Any]) -> None:
+        async def send(message: MutableMapping[str, Any]) -> None:
             sent.append(message)
 
         scope = {
