@@ -23,7 +23,7 @@ import contextlib
 import json
 import os
 import threading
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator
 from typing import TYPE_CHECKING, Final
 
 import attrs
@@ -231,7 +231,7 @@ class Hub:
 
     # -- one connection -----------------------------------------------------------------------
 
-    async def stream(self, last_id: int | None, task_id: str | None) -> AsyncIterator[bytes]:
+    async def stream(self, last_id: int | None, task_id: str | None) -> AsyncGenerator[bytes, None]:
         """The SSE bytes of one connection: catch-up after `last_id`, then live events."""
         board = self.broadcast
         position = board.end  # subscribed first: nothing falls between catch-up and live
