@@ -114,53 +114,38 @@ def produce(db: str, rate: int, seconds: float, written: list[int]) -> None:
         written.append(n)
 
 
-async def run(args: argparse.Namespace, db: str) -> int:
-    serve = subprocess.Popen(
-        [LANEWAY, "--db", db, "--json", "serve", "--port", "0", "--token", TOKEN],
-        stdout=subprocess.PIPE,
-        text=True,
-    )
-    try:
-        assert serve.stdout is not None
-        url = json.loads(serve.stdout.readline())["url"].rstrip("/")
-        port = int(url.rsplit(":", 1)[1])
-        stop = asyncio.Event()
-        clients = [Client() for _ in range(args.clients)]
-        readies = [asyncio.Event() for _ in clients]
-        tasks = [
-            asyncio.create_task(follow(port, c, stop, r))
-            for c, r in zip(clients, readies, strict=True)
-        ]
-        holders: list[asyncio.StreamWriter] = []
-        for _ in range(args.slow):
-            await hold(port, holders)
-        async with asyncio.timeout(60):
-            for ready in readies:
-                await ready.wait()
-        rss = [rss_mb(serve.pid)]
-        written: list[int] = []
-        producer = threading.Thread(target=produce, args=(db, args.rate, args.seconds, written))
-        started = time.monotonic()
-        producer.start()
-        while producer.is_alive():
-            await asyncio.sleep(0.5)
-            rss.append(rss_mb(serve.pid))
-        produced_s = time.monotonic() - started
-        total = written[0]
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline and any(
-            c.count < total and not c.dropped for c in clients
-        ):
-            await asyncio.sleep(0.2)
-            rss.append(rss_mb(serve.pid))
-        delivered_s = time.monotonic() - started
-        stop.set()
-        await asyncio.gather(*tasks, return_exceptions=True)
-        for writer in holders:
-            writer.close()
-    finally:
-        serve.terminate()
-        serve.wait(30)
+async def run(args: argparse.Namespace, db: str, serve: subprocess.Popen[str], port: int) -> int:
+    stop = asyncio.Event()
+    clients = [Client() for _ in range(args.clients)]
+    readies = [asyncio.Event() for _ in clients]
+    tasks = [
+        asyncio.create_task(follow(port, c, stop, r)) for c, r in zip(clients, readies, strict=True)
+    ]
+    holders: list[asyncio.StreamWriter] = []
+    for _ in range(args.slow):
+        await hold(port, holders)
+    async with asyncio.timeout(60):
+        for ready in readies:
+            await ready.wait()
+    rss = [rss_mb(serve.pid)]
+    written: list[int] = []
+    producer = threading.Thread(target=produce, args=(db, args.rate, args.seconds, written))
+    started = time.monotonic()
+    producer.start()
+    while producer.is_alive():
+        await asyncio.sleep(0.5)
+        rss.append(rss_mb(serve.pid))
+    produced_s = time.monotonic() - started
+    total = written[0]
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline and any(c.count < total and not c.dropped for c in clients):
+        await asyncio.sleep(0.2)
+        rss.append(rss_mb(serve.pid))
+    delivered_s = time.monotonic() - started
+    stop.set()
+    await asyncio.gather(*tasks, return_exceptions=True)
+    for writer in holders:
+        writer.close()
     lags = sorted(lag for c in clients for lag in c.lags)
     deliveries = sum(c.count for c in clients)
     complete = sum(1 for c in clients if c.count == total)
@@ -197,7 +182,18 @@ def main() -> int:
     with tempfile.TemporaryDirectory() as scratch:
         db = args.db or f"sqlite:///{scratch}/stream.db"
         subprocess.run([LANEWAY, "--db", db, "init"], check=True, capture_output=True)
-        return asyncio.run(run(args, db))
+        serve = subprocess.Popen(
+            [LANEWAY, "--db", db, "--json", "serve", "--port", "0", "--token", TOKEN],
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        try:
+            assert serve.stdout is not None
+            url = json.loads(serve.stdout.readline())["url"].rstrip("/")
+            return asyncio.run(run(args, db, serve, int(url.rsplit(":", 1)[1])))
+        finally:
+            serve.terminate()
+            serve.wait(30)
 
 
 if __name__ == "__main__":
