@@ -5,8 +5,9 @@ client went away stops instead of reading on. In-process: the app over a real da
 
 from __future__ import annotations
 
+import asyncio
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterator, MutableMapping
 from pathlib import Path
 from typing import Any
 
@@ -16,6 +17,7 @@ from starlette.testclient import TestClient
 
 from core import ids
 from core.host import Host
+from core.logs import logger
 from core.model import WORKING_STATES, Task
 from core.serve import board_view
 from core.serve.app import build_app
@@ -248,3 +250,52 @@ def test_a_board_call_whose_client_went_away_stops_between_queries(
     with host.store.read() as conn, pytest.raises(ClientGone):
         board_view.read(conn, built.workflow, board_view.BoardQuery(), check)
     assert checks == 2
+
+
+def test_a_board_request_whose_client_disconnects_stops_with_a_debug_record(
+    board: tuple[Host, TestClient, Any],
+) -> None:
+    """Issue 28: a board call abandoned by its client stops instead of computing on; the
+    endpoint watches the connection while the read model works, and says so at DEBUG."""
+    host, _client, built = board
+    app = build_app(host, token=TOKEN)
+    seen: list[dict[str, Any]] = []
+    handler = logger.add(
+        lambda m: seen.append({"level": m.record["level"].name, "message": m.record["message"]}),
+        level="DEBUG",
+    )
+    logger.enable("core")
+
+    async def abandoned() -> list[MutableMapping[str, Any]]:
+        incoming: list[dict[str, Any]] = [{"type": "http.request", "body": b"", "more_body": False}]
+        sent: list[MutableMapping[str, Any]] = []
+
+        async def receive() -> dict[str, Any]:
+            return incoming.pop(0) if incoming else {"type": "http.disconnect"}
+
+        async def send(message: MutableMapping[str, Any]) -> None:
+            sent.append(message)
+
+        scope = {
+            "type": "http",
+            "asgi": {"version": "3.0"},
+            "http_version": "1.1",
+            "method": "GET",
+            "scheme": "http",
+            "path": "/api/board",
+            "raw_path": b"/api/board",
+            "query_string": f"workflow={built.workflow.id}".encode(),
+            "root_path": "",
+            "headers": [(b"authorization", AUTH["Authorization"].encode())],
+            "client": ("127.0.0.1", 5555),
+            "server": ("127.0.0.1", 8765),
+        }
+        await app(scope, receive, send)
+        return sent
+
+    try:
+        asyncio.run(abandoned())
+    finally:
+        logger.remove(handler)
+    assert {"level": "DEBUG", "message": "client went away; the call stopped"} in seen
+    assert not [r for r in seen if r["level"] in ("ERROR", "CRITICAL")]
