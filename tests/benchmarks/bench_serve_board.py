@@ -13,7 +13,9 @@ permission, a decision), spread over every step. Then, in the same run:
 - **read model**: `core.serve.board_view.read` in this process, the statements and the cards;
 - **GET /api/board**: the whole answer from a real `laneway serve` over loopback (the read
   model, the JSON encoding, the transfer, the client's parse), best of `--repeat`;
-- **first page**: `?limit=200` of one lane, what a page shows first.
+- **first page**: `?limit=200` of one lane, what a page shows first;
+- **small reads p99**: 100 small reads back to back, alone and just after a whole-board call
+  whose client hung up at once (serve stops reading for it at its next statement).
 
 Prints, per size, each time, the cost per task (µs) and the board's ratio to the bare SELECT;
 the issue's targets: 10,000 tasks under 1 s on both databases, a flat cost per task. The
@@ -27,6 +29,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import socket
 import subprocess
 import sys
 import tempfile
@@ -34,6 +37,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote
 
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
@@ -200,10 +204,38 @@ def measure(url: str, tasks: int, repeat: int, state_dir: Path) -> dict[str, flo
 
             figures["board"] = best(repeat, whole)
             figures["page"] = best(repeat, first_page)
+            figures["calm_p99"] = flood_p99(client, wf.id)
+            abandon(base, name)
+            figures["abandoned_p99"] = flood_p99(client, wf.id)
     finally:
         serve.terminate()
         serve.wait(30)
     return figures
+
+
+def abandon(base: str, workflow: str) -> None:
+    """Ask for the whole board and hang up at once: serve should stop working on it."""
+    host, port = base.removeprefix("http://").rsplit(":", 1)
+    with socket.create_connection((host, int(port))) as sock:
+        sock.sendall(
+            f"GET /api/board?workflow={quote(workflow)} HTTP/1.1\r\nHost: {host}\r\n"
+            f"Authorization: Bearer {TOKEN}\r\n\r\n".encode()
+        )
+    time.sleep(0.05)  # the request reached the route; the client is gone
+
+
+def flood_p99(client: httpx.Client, workflow_id: str, requests: int = 100) -> float:
+    """p99 of small reads sent back to back (`GET /api/info`, a lane's first 20 cards)."""
+    times = []
+    for n in range(requests):
+        started = time.perf_counter()
+        if n % 2:
+            answer = client.get("/api/info")
+        else:
+            answer = client.get("/api/board", params={"workflow": workflow_id, "limit": "20"})
+        assert answer.status_code == 200, answer.text
+        times.append(time.perf_counter() - started)
+    return sorted(times)[int(len(times) * 0.99) - 1]
 
 
 def report(db: str, tasks: int, got: dict[str, float]) -> None:
@@ -214,7 +246,8 @@ def report(db: str, tasks: int, got: dict[str, float]) -> None:
         f"({got['model'] / got['bare']:4.1f}x bare) | GET /api/board {got['board'] * 1000:8.1f} ms "
         f"({per:5.1f} µs/task, {got['board'] / got['bare']:4.1f}x bare) | "
         f"first lane page (200) {got['page'] * 1000:6.1f} ms | "
-        f"generated in {got['generate']:.1f} s",
+        f"generated in {got['generate']:.1f} s | small reads p99 {got['calm_p99'] * 1000:.0f} ms, "
+        f"with an abandoned whole-board call {got['abandoned_p99'] * 1000:.0f} ms",
         flush=True,
     )
 
