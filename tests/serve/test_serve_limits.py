@@ -49,6 +49,17 @@ def _answer(sock: socket.socket) -> bytes:
     return head + b"\r\n\r\n" + body
 
 
+def _still_open(sock: socket.socket) -> bool:
+    sock.setblocking(False)
+    try:
+        return sock.recv(1, socket.MSG_PEEK) != b""
+    except BlockingIOError:
+        return True
+    finally:
+        sock.setblocking(True)
+        sock.settimeout(10)
+
+
 def _closed_or_answered(sock: socket.socket, deadline: float) -> bytes:
     """What the server sent before closing the connection (b"" when it just closed it)."""
     got = b""
@@ -105,6 +116,7 @@ def test_slow_connections_neither_block_others_nor_stay_open(
                 moved = client.post(f"/api/tasks/{office.task_id}/move", json={"step": step})
                 assert moved.status_code == 200, moved.text
                 assert time.monotonic() - started < 1.0, "answers slowed by slow clients"
+            assert all(_still_open(sock) for sock in slow + trickling), "held while answering"
 
             # Past the cap: every extra connection is refused a JSON 503, at once.
             extra = [_connect(port) for _ in range(30)]
