@@ -41,6 +41,38 @@ def _token(given: str | None) -> str:
     metavar="ORIGIN",
     help="Turn CORS on for this origin (repeatable). Off by default.",
 )
+@click.option(
+    "--header-timeout",
+    default=10.0,
+    show_default=True,
+    type=click.FloatRange(0.1, 3600),
+    metavar="S",
+    help="Close a connection that has not sent a whole request head within S seconds.",
+)
+@click.option(
+    "--body-timeout",
+    default=30.0,
+    show_default=True,
+    type=click.FloatRange(0.1, 3600),
+    metavar="S",
+    help="Answer 408 to a request whose body has not arrived within S seconds.",
+)
+@click.option(
+    "--idle-timeout",
+    default=5.0,
+    show_default=True,
+    type=click.FloatRange(1, 3600),
+    metavar="S",
+    help="Close a keep-alive connection idle for S seconds.",
+)
+@click.option(
+    "--max-connections",
+    default=1000,
+    show_default=True,
+    type=click.IntRange(1, 1_000_000),
+    metavar="N",
+    help="Answer 503 to new requests while N connections are open.",
+)
 @pass_settings
 def serve(
     settings: Settings,
@@ -49,6 +81,10 @@ def serve(
     token: str | None,
     read_only: bool,
     allow_origins: tuple[str, ...],
+    header_timeout: float,
+    body_timeout: float,
+    idle_timeout: float,
+    max_connections: int,
 ) -> None:
     """Serve the HTTP API, the event stream and the board page until SIGINT/SIGTERM."""
     from core.serve import server
@@ -81,6 +117,12 @@ def serve(
                 read_only=read_only,
                 allow_origins=allow_origins,
                 on_ready=announce,
+                limits=server.Limits(
+                    header_timeout=header_timeout,
+                    body_timeout=body_timeout,
+                    idle_timeout=idle_timeout,
+                    max_connections=max_connections,
+                ),
             )
     finally:
         with contextlib.suppress(OSError):  # uvicorn closed it on shutdown

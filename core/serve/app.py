@@ -8,7 +8,7 @@ import hmac
 from collections.abc import AsyncIterator, Sequence
 from importlib import resources
 from pathlib import Path
-from typing import Any
+from typing import Any, Final
 
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
@@ -26,6 +26,7 @@ from core.serve import routes
 from core.serve.http import MAX_BODY, error_response, one_line
 from core.serve.stream import Hub
 
+MAX_EVENT_ID: Final = 2**63 - 1
 READS = frozenset({"GET", "HEAD", "OPTIONS"})
 PAGE_HEADERS = {
     # The page loads only its own files and talks only to this server.
@@ -58,7 +59,15 @@ class Guard:
         if scope["type"] != "http" or not str(scope.get("path", "")).startswith("/api"):
             await self.app(scope, receive, send)
             return
-        headers = dict(scope.get("headers") or [])
+        raw_headers = scope.get("headers") or []
+        headers = dict(raw_headers)
+        given = sum(1 for name, _value in raw_headers if name == b"authorization")
+        if given > 1:
+            # Which one would count is up to each proxy on the way: refuse to guess.
+            await error_response(400, f"Authorization: {given} headers; send one")(
+                scope, receive, send
+            )
+            return
         presented = headers.get(b"authorization", b"")
         if not hmac.compare_digest(presented, self._expected):
             answer = error_response(401, "unauthorized", {"WWW-Authenticate": "Bearer"})
@@ -95,8 +104,13 @@ async def events_stream(request: Request) -> Response:
             return error_response(400, f"Last-Event-ID: expected an event id, got {raw_last!r}")
         if last_id < 0:
             return error_response(400, "Last-Event-ID: must not be negative")
+        if last_id > MAX_EVENT_ID:
+            # Ids are 64-bit on PostgreSQL: a bigger one would fail in the query, mid-stream.
+            return error_response(400, f"Last-Event-ID: must be at most {MAX_EVENT_ID}")
     task_id: str | None = None
     task_ref = request.query_params.get("task")
+    if task_ref and "\x00" in task_ref:
+        return error_response(400, "query 'task': must not contain NUL characters")
     if task_ref:
         from starlette.concurrency import run_in_threadpool
 
@@ -125,6 +139,7 @@ def build_app(
     token: str,
     read_only: bool = False,
     allow_origins: Sequence[str] = (),
+    body_timeout: float = 30.0,
 ) -> Starlette:
     """The application for `host`. CORS stays off unless `allow_origins` names origins."""
 
@@ -164,4 +179,5 @@ def build_app(
     app.state.host = host
     app.state.hub = hub
     app.state.read_only = read_only
+    app.state.body_timeout = body_timeout
     return app

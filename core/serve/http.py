@@ -8,7 +8,9 @@ function on a worker thread (services block on the database) and answers JSON.
 
 from __future__ import annotations
 
+import asyncio
 import json
+import threading
 import time
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, Final
@@ -16,7 +18,7 @@ from typing import TYPE_CHECKING, Any, Final
 import attrs
 import sqlalchemy as sa
 from starlette.concurrency import run_in_threadpool
-from starlette.requests import Request
+from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse, Response
 
 from core.errors import LanewayError
@@ -27,6 +29,9 @@ if TYPE_CHECKING:
     from core.host import Host
 
 MAX_BODY: Final = 1024 * 1024
+MAX_DEPTH: Final = 64
+"""How deep a JSON body may nest: no route takes more than a few levels, and a deeper one
+would reach the parser's recursion limit (a traceback) long before it meant anything."""
 USER_ERRORS: Final = (LanewayError,)
 
 
@@ -37,6 +42,7 @@ STATUS_CODES: Final = {
     403: "forbidden",
     404: "not_found",
     405: "method_not_allowed",
+    408: "timeout",
     409: "conflict",
     413: "too_large",
     500: "internal",
@@ -46,6 +52,10 @@ STATUS_CODES: Final = {
 
 def code_of_status(status: int) -> str:
     return STATUS_CODES.get(status, "error")
+
+
+class ClientGone(Exception):
+    """The client of a cancellable route disconnected while it was working."""
 
 
 class HttpError(Exception):
@@ -93,6 +103,13 @@ class Call:
     query: Mapping[str, str]
     body: Any
     raw: bytes
+    gone: threading.Event = attrs.field(factory=threading.Event)
+    """Set when the client went away (routes built with `cancellable=True` watch for it)."""
+
+    def check(self) -> None:
+        """Stop here if the client went away: nobody is left to read the answer."""
+        if self.gone.is_set():
+            raise ClientGone
 
     # -- the body's fields, each named when wrong ------------------------------------------------
 
@@ -154,11 +171,18 @@ async def read_body(request: Request) -> bytes:
             raise bad("Content-Length: not a number") from None
     chunks: list[bytes] = []
     size = 0
-    async for chunk in request.stream():
-        size += len(chunk)
-        if size > MAX_BODY:
-            raise HttpError(413, "request body is larger than 1 MiB")
-        chunks.append(chunk)
+    seconds = float(getattr(request.app.state, "body_timeout", 30.0))
+    try:
+        # A whole body within the timeout, however it is trickled: a client that opens a
+        # request and sends its body a byte a minute must not hold a connection for hours.
+        async with asyncio.timeout(seconds):
+            async for chunk in request.stream():
+                size += len(chunk)
+                if size > MAX_BODY:
+                    raise HttpError(413, "request body is larger than 1 MiB")
+                chunks.append(chunk)
+    except TimeoutError:
+        raise HttpError(408, f"request body: not received within {seconds:g} s") from None
     return b"".join(chunks)
 
 
@@ -166,25 +190,64 @@ def _parse_json(raw: bytes) -> Any:
     if not raw.strip():
         return None
     try:
-        return json.loads(raw)
+        value = json.loads(raw)
     except UnicodeDecodeError:
         raise bad("body: not UTF-8 text") from None
+    except RecursionError:
+        raise bad(f"body: JSON nested deeper than {MAX_DEPTH} levels") from None
     except ValueError as exc:
         raise bad(f"body: not valid JSON ({one_line(str(exc))})") from None
+    _check_value(value)
+    return value
+
+
+def _check_value(value: Any) -> None:
+    """A body no deeper than MAX_DEPTH, with no NUL in any text (PostgreSQL refuses NUL in a
+    string where SQLite stores it: the same 400 on both instead of a driver error on one)."""
+    stack = [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        if isinstance(item, str):
+            if "\x00" in item:
+                raise bad("body: text must not contain NUL characters")
+            continue
+        if not isinstance(item, dict | list):
+            continue
+        if depth > MAX_DEPTH:
+            raise bad(f"body: JSON nested deeper than {MAX_DEPTH} levels")
+        children = [*item.keys(), *item.values()] if isinstance(item, dict) else item
+        stack.extend((child, depth + 1) for child in children)
+
+
+def check_text(where: str, value: str) -> None:
+    """A path or query parameter: never with NUL (the same 400 on both databases)."""
+    if "\x00" in value:
+        raise bad(f"{where}: must not contain NUL characters")
 
 
 Route = Callable[[Call], Reply]
 
 
-def endpoint(route: Route, *, json_body: bool = True) -> Callable[[Request], Any]:
-    """A Starlette endpoint running `route` on a worker thread with HTTP.md's error rules."""
+def endpoint(
+    route: Route, *, json_body: bool = True, cancellable: bool = False
+) -> Callable[[Request], Any]:
+    """A Starlette endpoint running `route` on a worker thread with HTTP.md's error rules.
+
+    `cancellable` (a GET that may read for long): the connection is watched while the route
+    works, and a client that disconnects sets `Call.gone`, which the route's `check()` calls
+    turn into an early end, so an abandoned call stops taking a thread and the database."""
 
     async def handle(request: Request) -> Response:
         started = time.perf_counter()
         status = 500
+        watcher: asyncio.Task[None] | None = None
         try:
             raw = b""
             body: Any = None
+            for name, value in request.path_params.items():
+                check_text(f"path {name!r}", str(value))
+            for name, value in request.query_params.multi_items():
+                check_text(f"query {name!r}", name + value)
             if request.method in ("POST", "PUT", "PATCH", "DELETE"):
                 raw = await read_body(request)
                 if json_body:
@@ -196,10 +259,22 @@ def endpoint(route: Route, *, json_body: bool = True) -> Callable[[Request], Any
                 body=body,
                 raw=raw,
             )
-            reply = await run_in_threadpool(_run, route, call)
-            response = reply.response or JSONResponse(plain(reply.value), status_code=reply.status)
+            if cancellable:
+                watcher = asyncio.create_task(_watch_disconnect(request, call.gone))
+            # The answer is encoded on the worker thread too: a big board's JSON would
+            # otherwise hold the event loop (and every other connection) while it is written.
+            response = await run_in_threadpool(_answer, route, call)
         except HttpError as exc:
             response = error_response(exc.status, exc.message, code=exc.code)
+        except ClientDisconnect:
+            # Nobody is left to answer; an ordinary event on a network, not a fault.
+            logger.bind(method=request.method, path=request.url.path).debug(
+                "client went away mid-body"
+            )
+            return Response(status_code=400)
+        finally:
+            if watcher is not None:
+                watcher.cancel()
         status = response.status_code
         logger.bind(
             method=request.method,
@@ -212,12 +287,28 @@ def endpoint(route: Route, *, json_body: bool = True) -> Callable[[Request], Any
     return handle
 
 
+async def _watch_disconnect(request: Request, gone: threading.Event) -> None:
+    while True:
+        message = await request.receive()
+        if message["type"] == "http.disconnect":
+            gone.set()
+            return
+
+
+def _answer(route: Route, call: Call) -> Response:
+    reply = _run(route, call)
+    return reply.response or JSONResponse(plain(reply.value), status_code=reply.status)
+
+
 def _run(route: Route, call: Call) -> Reply:
     """The route, with every exception turned into an answer (never a traceback to a client)."""
     try:
         return route(call)
     except HttpError:
         raise
+    except ClientGone:
+        logger.bind(route=route.__name__).debug("client went away; the call stopped")
+        raise HttpError(499, "client closed the request") from None
     except USER_ERRORS as exc:
         message = one_line(str(exc)) or type(exc).__name__
         raise HttpError(exc.http_status, message, exc.code) from None

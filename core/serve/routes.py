@@ -9,7 +9,7 @@ from typing import Any
 from starlette.responses import Response
 from starlette.routing import Route
 
-from core.model import WORKING_STATES, Decision, Participant, Task
+from core.model import Decision, Participant
 from core.serve.http import Call, Reply, bad, endpoint
 from core.shapes import (
     decision_result_json,
@@ -330,51 +330,35 @@ def session_cancel_retry(call: Call) -> Reply:
 
 
 def board(call: Call) -> Reply:
-    """A workflow with its tasks, each with the badges a card shows (`GET /api/board`)."""
+    """A workflow with its tasks, each with the badges a card shows (`GET /api/board`):
+    `?step=`, `?q=`, `?limit=` and `?cursor=` narrow it (docs/serve.md)."""
+    from core.serve import board_view
+
     host = call.host
     ref = call.query.get("workflow")
     if not ref:
         raise bad("query 'workflow': required")
     wf = host.workflows.get(ref)
-    tasks = [t for t in host.tasks.list(workflow=wf.id) if t.archived_at is None]
-    claimed = {r.task_id for r in host.runs.list(status="claimed")}
-    dead = {r.task_id for r in host.runs.list(status="dead")}
-    profiles = {p.id: {"name": p.name, "role": p.role} for p in host.profiles.list()}
-    cards = [_card(call, task, claimed, dead) for task in tasks]
-    return Reply({"workflow": workflow_json(wf), "tasks": cards, "profiles": profiles})
-
-
-def _card(
-    call: Call, task: Task, claimed: set[str | None], dead: set[str | None]
-) -> dict[str, Any]:
-    host = call.host
-    sessions = host.sessions.list(task=task.id)
-    entries = host.entries.list(task=task.id)
-    here = [(e, m) for e, m in entries if e.step_id == task.workflow_step_id]
-    latest = max(here, key=lambda pair: pair[0].entry_seq) if here else None
-    approved = required = 0
-    if task.workflow_step_id is not None:
-        standing = _standing(host.decisions.list(task.id, task.workflow_step_id))
-        deciding = [
-            s
-            for s in host.participants.seats_at(task.id, task.workflow_step_id)
-            if s.decision_required
-        ]
-        required = len(deciding)
-        approved = sum(
-            1 for s in deciding if s.id in standing and standing[s.id].decision == "approved"
-        )
-    return {
-        **plain(task),
-        "badges": {
-            "running": task.id in claimed or any(s.state in WORKING_STATES for s in sessions),
-            "decisions": {"approved": approved, "required": required},
-            "open_entry": any(not e.terminal for e, _m in entries),
-            "failed_marker": latest is not None and any(m.state == "failed" for m in latest[1]),
-            "dead_session": bool(sessions) and sessions[-1].state == "FAILED",
-            "dead_run": task.id in dead,
-        },
-    }
+    step_ref = call.query.get("step")
+    step_id = host.workflows.step(wf, step_ref).id if step_ref else None
+    limit = None
+    if call.query.get("limit") is not None:
+        limit = _count(call, "limit", 0)
+        if not 1 <= limit <= board_view.MAX_LIMIT:
+            raise bad(f"query 'limit': expected 1 to {board_view.MAX_LIMIT}, got {limit}")
+    after = None
+    cursor = call.query.get("cursor")
+    if cursor:
+        try:
+            after = board_view.decode_cursor(cursor)
+        except board_view.BadCursor:
+            raise bad("query 'cursor': not a cursor this server gave") from None
+    query = board_view.BoardQuery(
+        step_id=step_id, q=call.query.get("q") or None, limit=limit, after=after
+    )
+    call.check()
+    with host.store.read() as conn:
+        return Reply(board_view.read(conn, wf, query, call.check))
 
 
 ROUTES = [
@@ -413,5 +397,5 @@ ROUTES = [
     Route("/api/sessions/{s}/send", endpoint(session_send), methods=["POST"]),
     Route("/api/sessions/{s}/cancel-retry", endpoint(session_cancel_retry), methods=["POST"]),
     Route("/api/sessions/{s}/transcript", endpoint(session_transcript), methods=["GET"]),
-    Route("/api/board", endpoint(board), methods=["GET"]),
+    Route("/api/board", endpoint(board, cancellable=True), methods=["GET"]),
 ]

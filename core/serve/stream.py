@@ -1,13 +1,19 @@
 """The live event stream: one pump per process reads the event log, every SSE client gets it.
 
-The pump reads `board_events` after the last id it has seen and hands each event to the
-subscribed connections. It wakes on a PostgreSQL NOTIFY (sent in the transaction that wrote
-the events, so it arrives at their COMMIT), or on a short poll (SQLite, and PostgreSQL as a
-fallback). A connection first catches up from the table itself (`Last-Event-ID`), then takes
-the pump's events, skipping ids it already sent: every event once, in id order.
+The pump reads `board_events` after the last id it has seen, encodes each event once, and
+publishes the encoded bytes to a `Broadcast`: one bounded buffer shared by every connection.
+It wakes on a PostgreSQL NOTIFY (sent in the transaction that wrote the events, so it arrives
+at their COMMIT), or on a short poll (SQLite, and PostgreSQL as a fallback). A connection first
+catches up from the table itself (`Last-Event-ID`), then follows the buffer from where it
+subscribed, skipping ids it already sent: every event once, in id order. Each wake hands a
+connection everything new as one write (up to `CHUNK_BYTES`), the same bytes every other
+connection is handed.
 
-A connection whose queue overflows (a slow client) is not dropped: it is marked lagging and
-catches up from the table, which holds everything, so memory stays bounded and nothing is lost.
+A connection that falls more than `KEEP` events behind the buffer (a client too slow to
+read) is dropped: it is sent a last `stream.reconnect` event naming the last id it was sent,
+and the stream ends; the client reconnects with `Last-Event-ID` and catches up from the table.
+So serve's memory for the stream is the one buffer (at most `KEEP` events, shared), plus at
+most one chunk in flight per connection: it does not grow with a slow client.
 """
 
 from __future__ import annotations
@@ -17,12 +23,13 @@ import contextlib
 import json
 import os
 import threading
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator
 from typing import TYPE_CHECKING, Final
 
 import attrs
 from starlette.concurrency import run_in_threadpool
 
+from core import ids
 from core.logs import logger
 from core.store import events
 from core.store.events import Event
@@ -33,34 +40,77 @@ if TYPE_CHECKING:
 SQLITE_POLL_S: Final = 0.15
 PG_FALLBACK_POLL_S: Final = 1.0
 KEEPALIVE_S: Final = 15.0
-QUEUE_MAX: Final = 1000
 PAGE: Final = 500
 PRUNE_EVERY_S: Final = 600.0
+KEEP: Final = 10_000
+"""Events the shared buffer holds: how far behind a connection may fall before it is dropped
+(at a busy board's 1,000 events a second, ten seconds)."""
+CHUNK_BYTES: Final = 256 * 1024
+RECONNECT: Final = "stream.reconnect"
 
 
-@attrs.define(eq=False)
-class Subscriber:
+@attrs.frozen
+class Encoded:
+    id: int
     task_id: str | None
-    queue: asyncio.Queue[Event] = attrs.field(factory=lambda: asyncio.Queue(QUEUE_MAX))
-    lagging: bool = False
+    data: bytes
 
-    def offer(self, event: Event) -> None:
-        if self.task_id is not None and event.task_id != self.task_id:
+
+class Behind(Exception):
+    """The connection fell out of the buffer: it must reconnect and catch up from the table."""
+
+
+class Broadcast:
+    """The encoded events every connection reads, held once: a list with a moving start."""
+
+    def __init__(self, keep: int = KEEP) -> None:
+        self.keep = keep
+        self.items: list[Encoded] = []
+        self.first = 0
+        """The position (a count of everything published) of `items[0]`."""
+        self.changed = asyncio.Event()
+
+    @property
+    def end(self) -> int:
+        return self.first + len(self.items)
+
+    def publish(self, batch: list[Encoded]) -> None:
+        if not batch:
             return
-        if self.lagging:
-            return
-        try:
-            self.queue.put_nowait(event)
-        except asyncio.QueueFull:
-            self.lagging = True  # it catches up from the table
+        self.items.extend(batch)
+        if len(self.items) > 2 * self.keep:  # trim in steps: a cut costs a copy of the list
+            cut = len(self.items) - self.keep
+            del self.items[:cut]
+            self.first += cut
+        self.wake_all()
+
+    def wake_all(self) -> None:
+        changed, self.changed = self.changed, asyncio.Event()
+        changed.set()
+
+    def since(self, position: int, limit_bytes: int = CHUNK_BYTES) -> tuple[list[Encoded], int]:
+        """The events from `position` (up to about `limit_bytes`) and the position after."""
+        if position < self.end - self.keep or position < self.first:
+            raise Behind
+        out: list[Encoded] = []
+        size = 0
+        at = position
+        for item in self.items[position - self.first :]:
+            out.append(item)
+            size += len(item.data)
+            at += 1
+            if size >= limit_bytes:
+                break
+        return out, at
 
 
 class Hub:
     """The pump and its subscribers, for one `serve` process."""
 
-    def __init__(self, host: Host, *, prune: bool) -> None:
+    def __init__(self, host: Host, *, prune: bool, keep: int = KEEP) -> None:
         self.host = host
-        self.subscribers: set[Subscriber] = set()
+        self.broadcast = Broadcast(keep)
+        self.connections = 0
         self.stopping = asyncio.Event()
         self._wake = asyncio.Event()
         self._last_id = 0
@@ -88,11 +138,15 @@ class Hub:
         """Thread- and signal-safe: end every stream so the server can finish."""
         loop = self._loop
         if loop is not None and not loop.is_closed():
-            loop.call_soon_threadsafe(self.stopping.set)
+            loop.call_soon_threadsafe(self._stop)
         self._listener_stop.set()
 
-    async def close(self) -> None:
+    def _stop(self) -> None:
         self.stopping.set()
+        self.broadcast.wake_all()
+
+    async def close(self) -> None:
+        self._stop()
         self._listener_stop.set()
         for task in self._tasks:
             task.cancel()
@@ -117,6 +171,10 @@ class Hub:
         with self.host.store.read() as conn:
             return events.after(conn, after, task_id=task_id, limit=PAGE)
 
+    def _encoded_page(self, after: int) -> list[Encoded]:
+        # Encoded here, on the worker thread, once for every connection.
+        return [Encoded(e.id, e.task_id, sse(e).encode()) for e in self._page(after, None)]
+
     async def _pump(self) -> None:
         poll = SQLITE_POLL_S if self.host.store.is_sqlite else PG_FALLBACK_POLL_S
         with contextlib.suppress(ValueError):
@@ -128,10 +186,8 @@ class Hub:
             self._wake.clear()
             try:
                 while True:
-                    page = await run_in_threadpool(self._page, self._last_id, None)
-                    for event in page:
-                        for sub in self.subscribers:
-                            sub.offer(event)
+                    page = await run_in_threadpool(self._encoded_page, self._last_id)
+                    self.broadcast.publish(page)
                     if page:
                         self._last_id = page[-1].id
                     if len(page) < PAGE:
@@ -175,65 +231,64 @@ class Hub:
 
     # -- one connection -----------------------------------------------------------------------
 
-    async def stream(self, last_id: int | None, task_id: str | None) -> AsyncIterator[str]:
-        """The SSE text of one connection: catch-up after `last_id`, then live events."""
-        sub = Subscriber(task_id)
-        self.subscribers.add(sub)
+    async def stream(self, last_id: int | None, task_id: str | None) -> AsyncGenerator[bytes, None]:
+        """The SSE bytes of one connection: catch-up after `last_id`, then live events."""
+        board = self.broadcast
+        position = board.end  # subscribed first: nothing falls between catch-up and live
+        self.connections += 1
         try:
             if last_id is None:
                 last_id = await run_in_threadpool(self._latest)
                 catch_up = False
             else:
                 catch_up = True
-            yield "retry: 1000\n: laneway event stream\n\n"
+            yield b"retry: 1000\n: laneway event stream\n\n"
+            while catch_up and not self.stopping.is_set():
+                page = await run_in_threadpool(self._page, last_id, task_id)
+                if page:
+                    yield "".join(sse(e) for e in page).encode()
+                    last_id = page[-1].id
+                catch_up = len(page) == PAGE
             while not self.stopping.is_set():
-                if catch_up or sub.lagging:
-                    if sub.lagging:
-                        sub.lagging = False
-                        _drain(sub.queue)
-                    catch_up = False
-                    while True:
-                        page = await run_in_threadpool(self._page, last_id, task_id)
-                        for event in page:
-                            yield sse(event)
-                            last_id = event.id
-                        if len(page) < PAGE:
-                            break
+                try:
+                    found, position = board.since(position)
+                except Behind:
+                    logger.bind(last_event_id=last_id, task=task_id).info(
+                        "event stream: a client too slow to keep up was dropped"
+                    )
+                    yield reconnect(last_id)
+                    return
+                if not found:
+                    changed = board.changed
+                    try:
+                        async with asyncio.timeout(KEEPALIVE_S):
+                            await changed.wait()
+                    except TimeoutError:
+                        yield b": keepalive\n\n"
                     continue
-                live = await self._next(sub)
-                if live is None:
-                    if not self.stopping.is_set() and not sub.lagging:
-                        yield ": keepalive\n\n"
-                    continue
-                if live.id <= last_id:
-                    continue
-                yield sse(live)
-                last_id = live.id
+                wanted = [
+                    e for e in found if e.id > last_id and (task_id is None or e.task_id == task_id)
+                ]
+                if wanted:
+                    last_id = wanted[-1].id
+                    yield wanted[0].data if len(wanted) == 1 else b"".join(e.data for e in wanted)
         finally:
-            self.subscribers.discard(sub)
-
-    async def _next(self, sub: Subscriber) -> Event | None:
-        """The subscriber's next event; None on keepalive time, stop, or lag."""
-        if not sub.queue.empty():
-            return sub.queue.get_nowait()
-        getter = asyncio.ensure_future(sub.queue.get())
-        stopper = asyncio.ensure_future(self.stopping.wait())
-        try:
-            done, _pending = await asyncio.wait(
-                {getter, stopper}, timeout=KEEPALIVE_S, return_when=asyncio.FIRST_COMPLETED
-            )
-        finally:
-            stopper.cancel()
-            if not getter.done():
-                getter.cancel()
-        if getter in done and not getter.cancelled():
-            return getter.result()
-        return None
+            self.connections -= 1
 
 
-def _drain(queue: asyncio.Queue[Event]) -> None:
-    while not queue.empty():
-        queue.get_nowait()
+def reconnect(last_id: int) -> bytes:
+    """The last event a dropped connection is sent: its id is the last one it was sent, so a
+    client that resumes from the ids it saw resumes right."""
+    data = {
+        "id": last_id,
+        "type": RECONNECT,
+        "task_id": None,
+        "at": ids.now(),
+        "last_event_id": last_id,
+        "reason": "too slow to keep up: reconnect with Last-Event-ID",
+    }
+    body = json.dumps(data, separators=(",", ":"))
+    return f"id: {last_id}\nevent: {RECONNECT}\ndata: {body}\n\n".encode()
 
 
 def sse(event: Event) -> str:

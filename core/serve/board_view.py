@@ -1,0 +1,350 @@
+"""The board page's read model (`GET /api/board`): a workflow's tasks with the badges a card
+shows, read with one set-based query per badge, whatever the number of cards.
+
+Each query reads the same set of tasks (the page: the workflow's unarchived tasks, narrowed by
+`?step=`, `?q=` and a cursor) as a subquery, all in one read transaction, so a board of 10,000
+cards costs about ten statements instead of several per card. Between statements the caller's
+`check` runs: a request whose client went away stops there instead of reading on.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import bisect
+import json
+from collections.abc import Callable, Iterable
+from typing import Any, Final
+
+import attrs
+import sqlalchemy as sa
+
+from core.model import WORKING_STATES, Workflow
+from core.shapes import workflow_json
+from core.store import tables as t
+
+T = t.tasks
+R = t.runs
+S = t.task_sessions
+E = t.step_entries
+M = t.step_entry_markers
+P = t.workflow_step_participants
+D = t.workflow_step_decisions
+PERM = t.permissions
+
+MAX_LIMIT: Final = 1000
+RUN_STATES: Final = ("claimed", "dead", "failed", "queued")
+
+
+class BadCursor(ValueError):
+    """A `?cursor=` this server did not hand out."""
+
+
+@attrs.frozen
+class BoardQuery:
+    """What `GET /api/board` was asked for: a step (id), a search, a page size and where the
+    previous page ended."""
+
+    step_id: str | None = None
+    q: str | None = None
+    limit: int | None = None
+    after: tuple[str, str] | None = None
+
+
+def encode_cursor(created_at: str, task_id: str) -> str:
+    raw = json.dumps([created_at, task_id], separators=(",", ":")).encode()
+    return base64.urlsafe_b64encode(raw).decode().rstrip("=")
+
+
+def decode_cursor(text: str) -> tuple[str, str]:
+    try:
+        raw = base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))
+        value = json.loads(raw)
+    except (binascii.Error, ValueError):
+        raise BadCursor(text) from None
+    if (
+        not isinstance(value, list)
+        or len(value) != 2
+        or not all(isinstance(v, str) and "\x00" not in v for v in value)
+    ):
+        raise BadCursor(text)
+    return value[0], value[1]
+
+
+def _tasks_where(wf: Workflow, query: BoardQuery) -> list[sa.ColumnElement[bool]]:
+    where: list[sa.ColumnElement[bool]] = [T.c.workflow_id == wf.id, T.c.archived_at.is_(None)]
+    if query.step_id is not None:
+        where.append(T.c.workflow_step_id == query.step_id)
+    if query.q:
+        where.append(
+            sa.or_(
+                T.c.title.icontains(query.q, autoescape=True),
+                T.c.description.icontains(query.q, autoescape=True),
+                T.c.id.endswith(query.q.strip().lower(), autoescape=True),
+            )
+        )
+    return where
+
+
+def read(
+    conn: sa.Connection, wf: Workflow, query: BoardQuery, check: Callable[[], None]
+) -> dict[str, Any]:
+    """The board's answer: `{workflow, tasks, profiles, counts, next_cursor}`."""
+    where = _tasks_where(wf, query)
+    order = (T.c.created_at, T.c.id)
+    paged = list(where)
+    if query.after is not None:
+        at, last_id = query.after
+        paged.append(sa.or_(T.c.created_at > at, sa.and_(T.c.created_at == at, T.c.id > last_id)))
+    select = sa.select(T).where(*paged).order_by(*order)
+    ids = sa.select(T.c.id).where(*paged)
+    if query.limit is not None:
+        select = select.limit(query.limit + 1)
+        ids = ids.order_by(*order).limit(query.limit + 1)
+    result = conn.execute(select)
+    keys = list(result.keys())
+    # Plain dicts straight from the rows: building a Task and `plain` of it per card cost
+    # more than every query of the board together.
+    task_rows = [dict(zip(keys, row, strict=True)) for row in result]
+    next_cursor = None
+    if query.limit is not None and len(task_rows) > query.limit:
+        task_rows = task_rows[: query.limit]
+        last = task_rows[-1]
+        next_cursor = encode_cursor(last["created_at"], last["id"])
+        # The badge queries read exactly this page: the rows up to its last one.
+        ids = sa.select(T.c.id).where(
+            *paged,
+            sa.or_(
+                T.c.created_at < last["created_at"],
+                sa.and_(T.c.created_at == last["created_at"], T.c.id <= last["id"]),
+            ),
+        )
+    page = ids
+    check()
+    badges = {r["id"]: _empty_badges() for r in task_rows}
+    if task_rows:
+        _runs(conn, page, badges)
+        check()
+        _sessions(conn, page, badges)
+        check()
+        _entries(conn, page, badges)
+        check()
+        step_of = {r["id"]: r["workflow_step_id"] for r in task_rows if r["workflow_step_id"]}
+        _decisions(conn, wf, page, step_of, badges)
+        check()
+        _permissions(conn, page, badges)
+        check()
+    for card in task_rows:
+        card["wip_admitted"] = bool(card["wip_admitted"])
+        card["is_ephemeral"] = bool(card["is_ephemeral"])
+        card["workspace"] = json.loads(card["workspace"]) if card["workspace"] else None
+        card["badges"] = badges[card["id"]]
+    profiles = {
+        r["id"]: {"name": r["name"], "role": r["role"]}
+        for r in conn.execute(
+            sa.select(t.agent_profiles.c.id, t.agent_profiles.c.name, t.agent_profiles.c.role)
+        ).mappings()
+    }
+    return {
+        "workflow": workflow_json(wf),
+        "tasks": task_rows,
+        "profiles": profiles,
+        "counts": _counts(conn, wf, query),
+        "next_cursor": next_cursor,
+    }
+
+
+def _empty_badges() -> dict[str, Any]:
+    return {
+        "running": False,
+        "decisions": {"approved": 0, "required": 0},
+        "open_entry": False,
+        "failed_marker": False,
+        "dead_session": False,
+        "dead_run": False,
+        "waiting_for_person": False,
+        "queued_behind": 0,
+        "last_error": None,
+    }
+
+
+def _counts(conn: sa.Connection, wf: Workflow, query: BoardQuery) -> dict[str, dict[str, int]]:
+    """Per step, how many of the (searched) tasks stand there admitted and queued: the lane
+    headers' numbers, whichever page the client has loaded."""
+    where = _tasks_where(wf, attrs.evolve(query, step_id=None))
+    found = conn.execute(
+        sa.select(T.c.workflow_step_id, T.c.wip_admitted, sa.func.count())
+        .where(*where)
+        .group_by(T.c.workflow_step_id, T.c.wip_admitted)
+    )
+    counts: dict[str, dict[str, int]] = {}
+    for step_id, admitted, n in found:
+        if step_id is None:
+            continue
+        lane = counts.setdefault(step_id, {"admitted": 0, "queued": 0})
+        lane["admitted" if admitted else "queued"] += int(n)
+    return counts
+
+
+def _runs(conn: sa.Connection, page: sa.Select[Any], badges: dict[str, dict[str, Any]]) -> None:
+    found = conn.execute(
+        sa.select(
+            R.c.task_id,
+            R.c.status,
+            R.c.agent_profile_id,
+            R.c.requested_at,
+            R.c.id,
+            R.c.error_message,
+        )
+        .where(R.c.task_id.in_(page), R.c.status.in_(RUN_STATES))
+        .order_by(R.c.requested_at, R.c.id)
+    ).mappings()
+    first_queued: dict[str, tuple[str, str, str]] = {}
+    for r in found:
+        b = badges[r["task_id"]]
+        status = r["status"]
+        if status == "claimed":
+            b["running"] = True
+        elif status == "dead":
+            b["dead_run"] = True
+        elif status == "failed":
+            b["last_error"] = r["error_message"] or "run failed"
+        elif r["task_id"] not in first_queued:
+            first_queued[r["task_id"]] = (r["agent_profile_id"], r["requested_at"], r["id"])
+    if first_queued:
+        _queued_behind(conn, first_queued, badges)
+
+
+def _queued_behind(
+    conn: sa.Connection,
+    first_queued: dict[str, tuple[str, str, str]],
+    badges: dict[str, dict[str, Any]],
+) -> None:
+    """How many queued runs of the same agent stand ahead of each task's first queued run, in
+    the order workers claim them (requested_at, id): one read of the queue for those agents."""
+    agents = {agent for agent, _at, _id in first_queued.values()}
+    queue: dict[str, list[tuple[str, str]]] = {}
+    for agent, at, run_id in conn.execute(
+        sa.select(R.c.agent_profile_id, R.c.requested_at, R.c.id)
+        .where(R.c.status == "queued", R.c.agent_profile_id.in_(sorted(agents)))
+        .order_by(R.c.requested_at, R.c.id)
+    ):
+        queue.setdefault(agent, []).append((at, run_id))
+    for task_id, (agent, at, run_id) in first_queued.items():
+        badges[task_id]["queued_behind"] = bisect.bisect_left(queue.get(agent, []), (at, run_id))
+
+
+def _sessions(conn: sa.Connection, page: sa.Select[Any], badges: dict[str, dict[str, Any]]) -> None:
+    # The order `session list` gives; the last row of a task is its latest session.
+    found = conn.execute(
+        sa.select(S.c.task_id, S.c.state)
+        .where(S.c.task_id.in_(page))
+        .order_by(S.c.task_id, S.c.started_at, S.c.id)
+    )
+    latest: dict[str, str] = {}
+    for task_id, state in found:
+        if state in WORKING_STATES:
+            badges[task_id]["running"] = True
+        latest[task_id] = state
+    for task_id, state in latest.items():
+        badges[task_id]["dead_session"] = state == "FAILED"
+
+
+def _entries(conn: sa.Connection, page: sa.Select[Any], badges: dict[str, dict[str, Any]]) -> None:
+    # `terminal IS false` exactly: the partial index of pending entries answers it.
+    for (task_id,) in conn.execute(
+        sa.select(E.c.task_id).where(E.c.terminal.is_(False), E.c.task_id.in_(page)).distinct()
+    ):
+        badges[task_id]["open_entry"] = True
+    here = (
+        sa.select(E.c.id, E.c.task_id, E.c.entry_seq)
+        .join(T, sa.and_(T.c.id == E.c.task_id, T.c.workflow_step_id == E.c.step_id))
+        .where(E.c.task_id.in_(page))
+    )
+    latest: dict[str, tuple[int, str]] = {}
+    for entry_id, task_id, seq in conn.execute(here):
+        if task_id not in latest or seq > latest[task_id][0]:
+            latest[task_id] = (seq, entry_id)
+    if not latest:
+        return
+    failed = {
+        entry_id
+        for (entry_id,) in conn.execute(
+            sa.select(M.c.entry_id)
+            .where(M.c.state == "failed", M.c.entry_id.in_(here.with_only_columns(E.c.id)))
+            .distinct()
+        )
+    }
+    for task_id, (_seq, entry_id) in latest.items():
+        badges[task_id]["failed_marker"] = entry_id in failed
+
+
+def _decisions(
+    conn: sa.Connection,
+    wf: Workflow,
+    page: sa.Select[Any],
+    step_of: dict[str, str],
+    badges: dict[str, dict[str, Any]],
+) -> None:
+    """Approved / required at each task's current step over its merged seats (the template's
+    seats, each replaced by the task's own seat with the same role and agent)."""
+    template: dict[str, list[tuple[str, str, str, bool]]] = {}
+    for r in conn.execute(
+        sa.select(P.c.id, P.c.step_id, P.c.role, P.c.agent_profile_id, P.c.decision_required)
+        .where(P.c.task_id == "", P.c.step_id.in_([s.id for s in wf.steps]))
+        .order_by(P.c.id)
+    ).mappings():
+        template.setdefault(r["step_id"], []).append(
+            (r["id"], r["role"], r["agent_profile_id"], bool(r["decision_required"]))
+        )
+    own: dict[str, list[tuple[str, str, str, bool]]] = {}
+    for r in conn.execute(
+        sa.select(P.c.id, P.c.task_id, P.c.role, P.c.agent_profile_id, P.c.decision_required)
+        .join(T, sa.and_(T.c.id == P.c.task_id, T.c.workflow_step_id == P.c.step_id))
+        .where(P.c.task_id.in_(page))
+    ).mappings():
+        own.setdefault(r["task_id"], []).append(
+            (r["id"], r["role"], r["agent_profile_id"], bool(r["decision_required"]))
+        )
+    approved: dict[str, set[str]] = {}
+    for task_id, participant_id in conn.execute(
+        sa.select(D.c.task_id, D.c.participant_id)
+        .join(T, sa.and_(T.c.id == D.c.task_id, T.c.workflow_step_id == D.c.step_id))
+        .where(
+            D.c.task_id.in_(page),
+            D.c.cleared_at.is_(None),
+            D.c.superseded_at.is_(None),
+            D.c.decision == "approved",
+        )
+    ):
+        approved.setdefault(task_id, set()).add(participant_id)
+    for task_id, step_id in step_of.items():
+        if step_id not in template and task_id not in own:
+            continue
+        seats = _merged(template.get(step_id, ()), own.get(task_id, ()))
+        deciding = [seat_id for seat_id, required in seats if required]
+        yes = approved.get(task_id, set())
+        badges[task_id]["decisions"] = {
+            "approved": sum(1 for seat_id in deciding if seat_id in yes),
+            "required": len(deciding),
+        }
+
+
+def _merged(
+    template: Iterable[tuple[str, str, str, bool]], own: Iterable[tuple[str, str, str, bool]]
+) -> list[tuple[str, bool]]:
+    mine = list(own)
+    taken = {(role, agent) for _id, role, agent, _req in mine}
+    kept = [(i, req) for i, role, agent, req in template if (role, agent) not in taken]
+    return kept + [(i, req) for i, _role, _agent, req in mine]
+
+
+def _permissions(
+    conn: sa.Connection, page: sa.Select[Any], badges: dict[str, dict[str, Any]]
+) -> None:
+    for (task_id,) in conn.execute(
+        sa.select(PERM.c.task_id)
+        .where(PERM.c.state == "pending", PERM.c.task_id.in_(page))
+        .distinct()
+    ):
+        badges[task_id]["waiting_for_person"] = True

@@ -1,0 +1,301 @@
+"""`GET /api/board` as a read model (issue 28): the badges of every card from a few set-based
+queries, the same as the services say card by card, on SQLite and PostgreSQL; paged and
+filtered by `?step=`, `?q=`, `?limit=` and `?cursor=` (docs/serve.md); and a board call whose
+client went away stops instead of reading on. In-process: the app over a real database."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import Iterator, MutableMapping
+from pathlib import Path
+from typing import Any
+
+import pytest
+import sqlalchemy as sa
+from starlette.testclient import TestClient
+
+from core import ids
+from core.host import Host
+from core.logs import logger
+from core.model import WORKING_STATES, Task
+from core.serve import board_view
+from core.serve.app import build_app
+from core.serve.http import Call
+from core.store import tables as t
+from office_plugin import demo
+
+TOKEN = "board-view-token-0123456789"
+AUTH = {"Authorization": f"Bearer {TOKEN}"}
+
+
+@pytest.fixture
+def board(host: Host, tmp_path: Path) -> Iterator[tuple[Host, TestClient, Any]]:
+    built = demo.build_board(host, tmp_path / "agents")
+    with TestClient(build_app(host, token=TOKEN)) as client:
+        yield host, client, built
+
+
+def _insert_run(host: Host, task_id: str, agent: str, status: str, error: str | None = None) -> str:
+    run_id = ids.new_id()
+    with host.store.transaction() as uow:
+        uow.conn.execute(
+            sa.insert(t.runs).values(
+                id=run_id,
+                agent_profile_id=agent,
+                task_id=task_id,
+                reason="test",
+                status=status,
+                requested_at=ids.now(),
+                error_message=error,
+            )
+        )
+    return run_id
+
+
+def _reference_badges(host: Host, task: Task) -> dict[str, Any]:
+    """What the services say of one card: the per-card calls the read model replaced."""
+    sessions = host.sessions.list(task=task.id)
+    entries = host.entries.list(task=task.id)
+    here = [(e, m) for e, m in entries if e.step_id == task.workflow_step_id]
+    latest = max(here, key=lambda pair: pair[0].entry_seq) if here else None
+    runs = host.runs.list(task=task.id)
+    approved = required = 0
+    if task.workflow_step_id is not None:
+        standing = {
+            d.participant_id: d
+            for d in host.decisions.list(task.id, task.workflow_step_id)
+            if d.superseded_at is None
+        }
+        deciding = [
+            s
+            for s in host.participants.seats_at(task.id, task.workflow_step_id)
+            if s.decision_required
+        ]
+        required = len(deciding)
+        approved = sum(
+            1 for s in deciding if s.id in standing and standing[s.id].decision == "approved"
+        )
+    queued = [r for r in runs if r.status == "queued"]
+    behind = 0
+    if queued:
+        mine = queued[0]
+        behind = sum(
+            1
+            for r in host.runs.list(status="queued")
+            if r.agent_profile_id == mine.agent_profile_id
+            and (r.requested_at, r.id) < (mine.requested_at, mine.id)
+        )
+    failed = [r for r in runs if r.status == "failed"]
+    return {
+        "running": any(r.status == "claimed" for r in runs)
+        or any(s.state in WORKING_STATES for s in sessions),
+        "decisions": {"approved": approved, "required": required},
+        "open_entry": any(not e.terminal for e, _m in entries),
+        "failed_marker": latest is not None and any(m.state == "failed" for m in latest[1]),
+        "dead_session": bool(sessions) and sessions[-1].state == "FAILED",
+        "dead_run": any(r.status == "dead" for r in runs),
+        "waiting_for_person": bool(host.permissions.list(task=task.id, state="pending")),
+        "queued_behind": behind,
+        "last_error": failed[-1].error_message if failed else None,
+    }
+
+
+def test_board_badges_match_what_the_services_say_card_by_card(
+    board: tuple[Host, TestClient, Any],
+) -> None:
+    """Issue 28, a read model for the board: every badge the page shows today plus
+    waiting_for_person, queued_behind and last_error, from set-based queries, equal to the
+    per-card service calls on both databases."""
+    host, client, built = board
+    wf = built.workflow
+    agent = host.profiles.list()[0].id
+    made = [host.tasks.create(workflow=wf.id, title=f"Card {n}").id for n in range(8)]
+    running, failed_session, reviewed, asking, queued_a, queued_b, errored, dead = made
+    host.tasks.move(running, "Work")
+    session = host.sessions.start(running)
+    host.sessions.set_state(session.id, "RUNNING")
+    broken = host.sessions.start(failed_session)
+    host.sessions.set_state(broken.id, "FAILED", error="agent exited with status 2")
+    host.tasks.move(reviewed, "Review")
+    seats = host.participants.list(step="Review", workflow=wf.id)
+    host.decisions.record(reviewed, "Review", seats[0].id, "approved", comment="fine")
+    asked = host.sessions.start(asking)
+    host.permissions.request(asking, asked.id, run_id=None, tool_call={"title": "rm"}, options=[])
+    # The queue: another task's run first, then queued_a's, then queued_b's, one agent.
+    _insert_run(host, built.task_id, agent, "queued")
+    _insert_run(host, queued_a, agent, "queued")
+    _insert_run(host, queued_b, agent, "queued")
+    _insert_run(host, errored, agent, "failed", error="first failure")
+    _insert_run(host, errored, agent, "failed", error="the agent ran out of time")
+    _insert_run(host, dead, agent, "dead")
+    host.tasks.archive(host.tasks.create(workflow=wf.id, title="Archived").id)
+    with host.store.transaction() as uow:  # an entry action of the reviewed card failed
+        entries = sa.select(t.step_entries.c.id).where(t.step_entries.c.task_id == reviewed)
+        marked = t.step_entry_markers
+        uow.conn.execute(
+            sa.update(marked).where(marked.c.entry_id.in_(entries)).values(state="failed")
+        )
+        # ... and its entry is still open (no worker ran here to finish it)
+        uow.conn.execute(
+            sa.update(t.step_entries)
+            .where(t.step_entries.c.task_id == reviewed)
+            .values(terminal=False)
+        )
+
+    answer = client.get("/api/board", params={"workflow": wf.name}, headers=AUTH)
+    assert answer.status_code == 200, answer.text
+    body = answer.json()
+    cards = {c["id"]: c for c in body["tasks"]}
+    live = [x for x in host.tasks.list(workflow=wf.id) if x.archived_at is None]
+    assert [c["id"] for c in body["tasks"]] == [x.id for x in live]
+    for task in live:
+        assert cards[task.id]["badges"] == _reference_badges(host, task), task.title
+        assert cards[task.id]["title"] == task.title
+        assert cards[task.id]["wip_admitted"] == task.wip_admitted
+    # and the cases above say what they were built to say
+    assert cards[running]["badges"]["running"] is True
+    assert cards[reviewed]["badges"]["failed_marker"] is True
+    assert cards[reviewed]["badges"]["open_entry"] is True
+    assert cards[failed_session]["badges"]["dead_session"] is True
+    assert cards[reviewed]["badges"]["decisions"]["approved"] == 1
+    assert cards[reviewed]["badges"]["decisions"]["required"] >= 1
+    assert cards[asking]["badges"]["waiting_for_person"] is True
+    assert (
+        cards[queued_a]["badges"]["queued_behind"],
+        cards[queued_b]["badges"]["queued_behind"],
+    ) == (1, 2)
+    assert cards[errored]["badges"]["last_error"] == "the agent ran out of time"
+    assert cards[dead]["badges"]["dead_run"] is True
+    assert body["profiles"][agent]["name"]
+    assert body["next_cursor"] is None
+    lanes = body["counts"]
+    assert sum(n["admitted"] + n["queued"] for n in lanes.values()) == len(live)
+
+
+def test_board_pages_with_a_cursor_and_filters_by_step_and_search(
+    board: tuple[Host, TestClient, Any],
+) -> None:
+    """docs/serve.md, paging the board: `?limit=` pages in the unpaged order, the cursor
+    continues where a page ended, `?step=` keeps one lane, `?q=` searches the title, the
+    description and the id's end; bad values are one-line 400s."""
+    host, client, built = board
+    wf = built.workflow
+    for n in range(7):
+        made = host.tasks.create(
+            workflow=wf.id, title=f"Paged {n}", description="needle" if n == 3 else ""
+        )
+        if n % 2:
+            host.tasks.move(made.id, "Work")
+    whole = client.get("/api/board", params={"workflow": wf.id}, headers=AUTH).json()
+    seen: list[str] = []
+    cursor = None
+    while True:
+        params = {"workflow": wf.id, "limit": "3", **({"cursor": cursor} if cursor else {})}
+        page = client.get("/api/board", params=params, headers=AUTH).json()
+        assert len(page["tasks"]) <= 3
+        assert page["counts"] == whole["counts"]
+        seen += [c["id"] for c in page["tasks"]]
+        for card in page["tasks"]:
+            assert card in whole["tasks"]
+        cursor = page["next_cursor"]
+        if cursor is None:
+            break
+    assert seen == [c["id"] for c in whole["tasks"]]
+
+    work = client.get("/api/board", params={"workflow": wf.id, "step": "work"}, headers=AUTH).json()
+    work_id = next(s.id for s in wf.steps if s.name == "Work")
+    assert [c["id"] for c in work["tasks"]] == [
+        c["id"] for c in whole["tasks"] if c["workflow_step_id"] == work_id
+    ]
+    assert work["tasks"]
+    found = client.get("/api/board", params={"workflow": wf.id, "q": "NEEDLE"}, headers=AUTH).json()
+    assert [c["title"] for c in found["tasks"]] == ["Paged 3"]
+    one = whole["tasks"][0]["id"]
+    by_id = client.get("/api/board", params={"workflow": wf.id, "q": one[-8:]}, headers=AUTH).json()
+    assert [c["id"] for c in by_id["tasks"]] == [one]
+
+    for params, said in (
+        ({"limit": "0"}, "query 'limit': expected 1 to 1000, got 0"),
+        ({"limit": "many"}, "query 'limit': expected a whole number, got 'many'"),
+        ({"cursor": "not-a-cursor"}, "query 'cursor': not a cursor this server gave"),
+    ):
+        bad = client.get("/api/board", params={"workflow": wf.id, **params}, headers=AUTH)
+        assert (bad.status_code, bad.json()["error"]) == (400, said)
+    nostep = client.get("/api/board", params={"workflow": wf.id, "step": "Nowhere"}, headers=AUTH)
+    assert nostep.status_code == 404
+
+
+def test_a_board_call_whose_client_went_away_stops_between_queries(
+    board: tuple[Host, TestClient, Any],
+) -> None:
+    """Issue 28: work for a client that went away is cancelled. The read model checks between
+    its statements; once the client is gone the next check ends the call."""
+    host, _client, built = board
+    for n in range(3):
+        host.tasks.create(workflow=built.workflow.id, title=f"Gone {n}")
+    gone = threading.Event()
+    call = Call(host=host, path={}, query={}, body=None, raw=b"", gone=gone)
+    checks = 0
+
+    def check() -> None:
+        nonlocal checks
+        checks += 1
+        if checks == 2:
+            gone.set()
+        call.check()
+
+    from core.serve.http import ClientGone
+
+    with host.store.read() as conn, pytest.raises(ClientGone):
+        board_view.read(conn, built.workflow, board_view.BoardQuery(), check)
+    assert checks == 2
+
+
+def test_a_board_request_whose_client_disconnects_stops_with_a_debug_record(
+    board: tuple[Host, TestClient, Any],
+) -> None:
+    """Issue 28: a board call abandoned by its client stops instead of computing on; the
+    endpoint watches the connection while the read model works, and says so at DEBUG."""
+    host, _client, built = board
+    app = build_app(host, token=TOKEN)
+    seen: list[dict[str, Any]] = []
+    handler = logger.add(
+        lambda m: seen.append({"level": m.record["level"].name, "message": m.record["message"]}),
+        level="DEBUG",
+    )
+    logger.enable("core")
+
+    async def abandoned() -> list[MutableMapping[str, Any]]:
+        incoming: list[dict[str, Any]] = [{"type": "http.request", "body": b"", "more_body": False}]
+        sent: list[MutableMapping[str, Any]] = []
+
+        async def receive() -> dict[str, Any]:
+            return incoming.pop(0) if incoming else {"type": "http.disconnect"}
+
+        async def send(message: MutableMapping[str, Any]) -> None:
+            sent.append(message)
+
+        scope = {
+            "type": "http",
+            "asgi": {"version": "3.0"},
+            "http_version": "1.1",
+            "method": "GET",
+            "scheme": "http",
+            "path": "/api/board",
+            "raw_path": b"/api/board",
+            "query_string": f"workflow={built.workflow.id}".encode(),
+            "root_path": "",
+            "headers": [(b"authorization", AUTH["Authorization"].encode())],
+            "client": ("127.0.0.1", 5555),
+            "server": ("127.0.0.1", 8765),
+        }
+        await app(scope, receive, send)
+        return sent
+
+    try:
+        asyncio.run(abandoned())
+    finally:
+        logger.remove(handler)
+    assert {"level": "DEBUG", "message": "client went away; the call stopped"} in seen
+    assert not [r for r in seen if r["level"] in ("ERROR", "CRITICAL")]
