@@ -36,32 +36,35 @@ def demo(ctx: click.Context) -> None:
     settings = ctx.find_object(Settings)
     assert settings is not None
     if _db_given(ctx):
-        # the database is the user's; the agents' scratch files are the demo's own
-        with tempfile.TemporaryDirectory(prefix="laneway-demo-") as scratch:
-            _demo(settings, Path(scratch))
+        # The database is the user's, and so are the profiles the demo leaves there: their
+        # agents keep their counts in a directory nobody deletes under them (and they make it
+        # again when it is gone), so a later worker runs them as the demo did.
+        _demo(settings, Path(tempfile.gettempdir()) / "laneway-demo-agents")
         return
     workdir = Path(tempfile.mkdtemp(prefix="laneway-demo-"))  # kept: it holds demo.db
-    _demo(attrs.evolve(settings, db=f"sqlite:///{workdir / 'demo.db'}"), workdir)
+    _demo(attrs.evolve(settings, db=f"sqlite:///{workdir / 'demo.db'}"), workdir / "agents")
 
 
-def _demo(settings: Settings, workdir: Path) -> None:
+def _demo(settings: Settings, state_dir: Path) -> None:
     # the demo and the board's code load when the command runs, not when `--help` lists it
-    from office_plugin import demo as demo_module
+    from office_plugin.demo.board import build_board
+    from office_plugin.demo.output import event_line, summary_lines
+    from office_plugin.demo.walk import require_done, walk
     from plugins.app import emit, plain, writer
 
     def show(event: dict[str, Any]) -> None:
         if settings.json:
             click.echo(json.dumps(plain(event), ensure_ascii=False), err=True)
         else:
-            click.echo(demo_module.event_line(event))
+            click.echo(event_line(event))
 
     with writer(settings, init=True) as host:
         database = host.store.display_url
-        board = demo_module.build_board(host, workdir / "agents")
+        board = build_board(host, state_dir)
         if not settings.json:
             click.echo(f"laneway demo: {board.workflow.name} with scripted agents on {database}")
             click.echo("")
-        result = demo_module.require_done(demo_module.walk(host, board, on_event=show))
-    lines = ["", *demo_module.summary_lines(result), ""]
+        result = require_done(walk(host, board, on_event=show))
+    lines = ["", *summary_lines(result), ""]
     lines.append(f"look around: laneway --db {database} runs list --task {result.task_id}")
     emit(settings.json, result.as_json(), lines)
