@@ -144,6 +144,10 @@ def test_demo_reads_as_a_timeline_and_a_table(tmp_path: Path) -> None:
     assert any("FAILED" in line and "worker" in line for line in lines)
     assert any(line.split()[:2] == ["#", "agent"] for line in lines)
     assert any("reached Done (COMPLETED)" in line for line in lines)
+    # issue 25 item 9: the duration is measured, and printed last
+    took = lines[-1].removeprefix("the demo took ")
+    assert took.endswith("s")
+    assert 0 < float(took.removesuffix("s")) < WALL_LIMIT_S
     assert proc.stderr == ""
 
 
