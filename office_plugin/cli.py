@@ -38,10 +38,12 @@ def demo(ctx: click.Context) -> None:
     settings = ctx.find_object(Settings)
     assert settings is not None
     if _db_given(ctx):
-        # The database is the user's, and so are the profiles the demo leaves there: their
-        # agents keep their counts in a directory nobody deletes under them (and they make it
-        # again when it is gone), so a later worker runs them as the demo did.
-        _demo(settings, Path(tempfile.gettempdir()) / "laneway-demo-agents", began)
+        # The database is the user's, and so are the profiles the demo leaves there; the
+        # agents' counts are the demo's own and go with it. Only the demo's task needs them
+        # (an agent remakes the folder when a run there comes later), so a later worker runs
+        # these profiles without them.
+        with tempfile.TemporaryDirectory(prefix="laneway-demo-") as scratch:
+            _demo(settings, Path(scratch), began)
         return
     workdir = Path(tempfile.mkdtemp(prefix="laneway-demo-"))  # kept: it holds demo.db
     _demo(attrs.evolve(settings, db=f"sqlite:///{workdir / 'demo.db'}"), workdir / "agents", began)
