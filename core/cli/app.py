@@ -53,6 +53,7 @@ BUILTIN_COMMANDS: dict[str, tuple[str, str]] = {
     "serve": ("commands_serve", "serve"),
     "watch": ("commands_watch", "watch"),
     "events": ("commands_watch", "events_command"),
+    "prune": ("commands_prune", "prune"),
 }
 """Each built-in command: its module under `core.cli` and the attribute holding it. A command
 imports its module (and what that needs) only when it runs; `--help` reads `BUILTIN_HELP`."""
@@ -83,6 +84,7 @@ BUILTIN_HELP: dict[str, str] = {
     "serve": "Serve the HTTP API, the event stream and the board page until SIGINT/SIGTERM.",
     "watch": "Tail the board's events in the terminal, as `serve`'s stream sends them.",
     "events": "Tail the board's events in the terminal, as `serve`'s stream sends them.",
+    "prune": "Delete old transcript items, and nothing else.",
 }
 """Each built-in command's short help, as `laneway --help` lists it without importing the
 command modules (`tests/cli/test_cli_lazy.py` keeps it equal to the commands' own)."""
