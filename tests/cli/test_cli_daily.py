@@ -74,11 +74,12 @@ def test_lists_name_profiles_steps_and_workflows(laneway: Laneway) -> None:
 
 
 def test_the_eight_characters_the_page_shows_name_a_task_session_and_run_everywhere(
-    laneway: Laneway,
+    sqlite_laneway: Laneway,
 ) -> None:
     """Item 10 and CLI.md's naming rule: every command that takes a task, session or run
-    takes the last 8 characters of its id (and a task its exact title)."""
-    lw = laneway
+    takes the last 8 characters of its id (and a task its exact title). One dialect: the
+    lookup's SQL is the same on both, and test_cli_lookups runs it on PostgreSQL too."""
+    lw = sqlite_laneway
     lw.json("workflow", "create", "--template", "simple")
     lw.json("profile", "add", "coder", "--command", "true")
     lw.json("participant", "add", "--step", "In Progress", "--role", "runner", "--profile",
