@@ -285,6 +285,14 @@ class BudgetService(Service):
         with self.peers.store.read() as conn:
             return _sum(conn.execute(query).scalars())
 
+    def over_budget_tasks(self, task_ids: builtins.list[str]) -> set[str]:
+        """Which of the tasks a budget over them (their own, their workspace's) is spent to
+        its limit in the current period: one read when no budget is set at all."""
+        with self.peers.store.read() as conn:
+            if conn.execute(sa.select(B.c.id).limit(1)).first() is None:
+                return set()
+        return {task_id for task_id in task_ids if self.over_budget(task_id)}
+
     def over_budget(self, task_id: str) -> bool:
         """Whether a budget over the task (its own, or its workspace's) is spent to its limit
         in the current period."""
