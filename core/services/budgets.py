@@ -285,7 +285,7 @@ class BudgetService(Service):
         with self.peers.store.read() as conn:
             return _sum(conn.execute(query).scalars())
 
-    def over_budget_tasks(self, task_ids: builtins.list[str]) -> set[str]:
+    def over_budget_tasks(self, task_ids: builtins.list[str]) -> builtins.set[str]:
         """Which of the tasks a budget over them (their own, their workspace's) is spent to
         its limit in the current period: one read when no budget is set at all."""
         with self.peers.store.read() as conn:

@@ -30,9 +30,9 @@ def test_last_blocker_done_fires_on_blocker_resolved_once(laneway: Laneway) -> N
     laneway.json("task", "move", two["id"], "Done")
     (run,) = runs_of(laneway, blocked["id"], "blockers_resolved")
     assert sorted(run["payload"]["resolved_blocker_ids"]) == sorted([one["id"], two["id"]])
-    assert run["workflow_step_id"] == laneway.json("task", "show", blocked["id"])[
-        "workflow_step_id"
-    ]
+    assert (
+        run["workflow_step_id"] == laneway.json("task", "show", blocked["id"])["workflow_step_id"]
+    )
     assert len(applied(laneway.url, f"blockers_resolved:{blocked['id']}:")) == 1
     # a blocker that was done all along does not fire again by being touched
     laneway.json("task", "move", one["id"], "Done")

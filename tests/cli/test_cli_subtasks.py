@@ -65,9 +65,7 @@ def test_parent_gets_children_completed_once_per_completed_set(laneway: Laneway)
     made = runs_of(laneway, parent["id"], "children_completed")
     assert len(made) == before + 1
     run = made[-1]
-    assert run["workflow_step_id"] == laneway.json("task", "show", parent["id"])[
-        "workflow_step_id"
-    ]
+    assert run["workflow_step_id"] == laneway.json("task", "show", parent["id"])["workflow_step_id"]
     children = run["payload"]["children"]
     assert {(c["task_id"], c["state"]) for c in children} == {
         (first["id"], "COMPLETED"),
@@ -96,7 +94,9 @@ def test_archiving_the_last_unfinished_child_completes_the_set(laneway: Laneway)
     wf = office_board(laneway)
     parent = laneway.json("task", "create", "--workflow", wf, "--title", "epic")
     laneway.json("task", "move", parent["id"], "Work")
-    done = laneway.json("task", "create", "--workflow", wf, "--title", "a", "--parent", parent["id"])
+    done = laneway.json(
+        "task", "create", "--workflow", wf, "--title", "a", "--parent", parent["id"]
+    )
     dropped = laneway.json(
         "task", "create", "--workflow", wf, "--title", "b", "--parent", parent["id"]
     )
@@ -113,7 +113,9 @@ def test_parent_must_exist_and_deleting_it_frees_the_children(laneway: Laneway) 
         "task", "create", "--workflow", wf, "--title", "x", "--parent", "nope"
     )
     parent = laneway.json("task", "create", "--workflow", wf, "--title", "epic")
-    child = laneway.json("task", "create", "--workflow", wf, "--title", "c", "--parent", parent["id"])
+    child = laneway.json(
+        "task", "create", "--workflow", wf, "--title", "c", "--parent", parent["id"]
+    )
     laneway.json("task", "delete", parent["id"])
     assert laneway.json("task", "show", child["id"])["parent_id"] is None
     laneway.json("task", "move", child["id"], "Done")  # no parent: nothing to fire, no error

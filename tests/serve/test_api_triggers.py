@@ -42,7 +42,8 @@ def test_relations_costs_and_budgets_over_http(db_url: str) -> None:
         assert shown["blocked_by"] == [blocker["id"]]
         assert ok(c.get(f"/api/tasks/{parent['id']}"))["blocked_by"] == [blocker["id"]]
         cycle = c.post(f"/api/tasks/{blocker['id']}/block", json={"by": parent["id"]})
-        assert cycle.status_code == 409 and "cycle" in cycle.json()["error"]
+        assert cycle.status_code == 409
+        assert "cycle" in cycle.json()["error"]
 
         board = ok(c.get("/api/board", params={"workflow": wf}))
         cards = {t["id"]: t for t in board["tasks"]}
