@@ -57,4 +57,3 @@ def test_two_workers_fire_each_slot_once(board: Board) -> None:
     engine.dispose()
     slots = [int(op.rsplit(":", 1)[1]) for op in ops]
     assert len(set(slots)) == len(slots) == asked  # one evaluation per slot, never two
-    assert all(b - a >= 1 for a, b in zip(slots, slots[1:], strict=False))
