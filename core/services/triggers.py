@@ -24,7 +24,7 @@ from typing import Any
 import attrs
 import sqlalchemy as sa
 
-from core import outbox
+from core import faults, outbox
 from core.engine import TriggerResult
 from core.errors import NotFound
 from core.logs import logger
@@ -129,6 +129,7 @@ class TriggerService(Service):
                     continue  # a live peer holds it: its row stays until applied
                 else:
                     idempotent += 1
+                faults.reach("outbox.after_deliver")
                 with self.peers.store.transaction() as uow:
                     outbox.remove(uow, row.operation_id)
                 progress = True
