@@ -96,3 +96,17 @@ def test_budget_alert_fires_once_per_threshold_and_period(db_url: str) -> None:
                 sa.select(t.budget_alerts.c.budget_id, t.budget_alerts.c.threshold)
             ).all()
         assert sorted(th for _b, th in fired) == [50, 100]
+
+
+def test_workflow_check_names_a_budget_alert_no_budget_can_fire(db_url: str) -> None:
+    """Item 6: `workflow check` says why a declared on_budget_alert cannot fire on this board
+    (no budget is set), and stops saying it once one is."""
+    with open_host(db_url) as host:
+        [wf] = host.workflows.import_text(WATCHED, source="spend.yml")
+        problems = host.workflows.check(wf.id)
+        assert problems == [
+            "workflow 'Spend', step 'Work', events.on_budget_alert: on_budget_alert never "
+            "fires: no budget is set on this board (budget set)"
+        ]
+        host.budgets.set(scope="workspace", limit_usd=5.0)
+        assert host.workflows.check(wf.id) == []
