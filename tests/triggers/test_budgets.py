@@ -105,8 +105,10 @@ def test_workflow_check_names_a_budget_alert_no_budget_can_fire(db_url: str) -> 
         [wf] = host.workflows.import_text(WATCHED, source="spend.yml")
         problems = host.workflows.check(wf.id)
         assert problems == [
-            "workflow 'Spend', step 'Work', events.on_budget_alert: on_budget_alert never "
-            "fires: no budget is set on this board (budget set)"
+            (
+                "workflow 'Spend', step 'Work', events.on_budget_alert: on_budget_alert never "
+                "fires: no budget is set on this board (budget set)"
+            )
         ]
         host.budgets.set(scope="workspace", limit_usd=5.0)
         assert host.workflows.check(wf.id) == []
