@@ -214,14 +214,18 @@ class TriggerService(Service):
         self._require_writer()
         fired = idempotent = failed = 0
         for task_id, step_id, slot in self.due_heartbeats(now):
-            live = self.peers.sessions.live(task_id)
             try:
+                task = self.peers.repository.task(task_id)
+                if task.workflow_step_id != step_id or task.archived_at is not None:
+                    continue  # it moved on since the query read it: that step's slot is not its
+                live = self.peers.sessions.live(task_id)
                 result = self.peers.engine.handle_trigger(
                     task_id,
                     "on_heartbeat",
                     session_id=live.id if live is not None else None,
                     operation_id=heartbeat_operation(task_id, step_id, slot),
                     payload={"slot_start": slot},
+                    task=task,
                 )
             except NotFound:
                 continue  # deleted since the query read it
