@@ -46,7 +46,6 @@ def plain(value: Any) -> Any:
 def step_json(step: Step) -> dict[str, Any]:
     out = {key: getattr(step, key) for key in STEP_KEYS}
     out["events"] = encode_events(step.events)
-    out["heartbeat_seconds"] = step.heartbeat_seconds
     return out
 
 
