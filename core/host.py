@@ -49,6 +49,8 @@ if TYPE_CHECKING:
     from core.plugin.registry import Registry
     from core.runtime.runtime import AgentRuntime
     from core.services import (
+        BlockerService,
+        BudgetService,
         CommentService,
         DecisionService,
         EntryService,
@@ -59,6 +61,7 @@ if TYPE_CHECKING:
         RunService,
         SessionService,
         TaskService,
+        TriggerService,
         TurnService,
         WorkflowService,
         WorkspaceService,
@@ -208,6 +211,9 @@ class Host:
     plugins: _Built[PluginService] = _Built(_service("PluginService"))
     comments: _Built[CommentService] = _Built(_service("CommentService"))
     permissions: _Built[PermissionService] = _Built(_service("PermissionService"))
+    blockers: _Built[BlockerService] = _Built(_service("BlockerService"))
+    budgets: _Built[BudgetService] = _Built(_service("BudgetService"))
+    triggers: _Built[TriggerService] = _Built(_service("TriggerService"))
 
     @property
     def selection(self) -> PluginSelection:

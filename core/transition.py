@@ -21,7 +21,7 @@ from typing import Any, ClassVar
 import attrs
 import sqlalchemy as sa
 
-from core import faults, ids, ledger
+from core import faults, ids, ledger, outbox
 from core.board import ROW_ID as BOARD_ROW
 from core.entry import Arrival  # the value `move` returns, defined beside its consumer
 from core.errors import LanewayError, NotFound
@@ -216,6 +216,9 @@ def _admit(
     _write_history(uow, task.id, session_id, from_step_id, step.id, label, actor)
     if path == TRIGGER_PATH:
         _count_arrival(uow, task, step.id)
+    if state == "COMPLETED":
+        # a parent's last child, a task's last blocker: their triggers commit with the arrival
+        outbox.note_terminal(uow, task.id, task.parent_id, entry.id if entry else ids.new_id())
     events.record(
         uow,
         "task.moved",

@@ -15,6 +15,9 @@ if TYPE_CHECKING:
     from core.bundle import Bundle
     from core.engine import Engine
     from core.kernel import Kernel
+    from core.operations import Operations
+    from core.services.blockers import BlockerService
+    from core.services.budgets import BudgetService
     from core.services.comments import CommentService
     from core.services.decisions import DecisionService
     from core.services.entries import EntryService
@@ -24,6 +27,7 @@ if TYPE_CHECKING:
     from core.services.runs import RunService
     from core.services.sessions import SessionService
     from core.services.tasks import TaskService
+    from core.services.triggers import TriggerService
     from core.services.turns import TurnService
     from core.services.workflows import WorkflowService
     from core.services.workspace import WorkspaceService
@@ -96,3 +100,15 @@ class Peers(Protocol):
 
     @property
     def permissions(self) -> PermissionService: ...
+
+    @property
+    def operations(self) -> Operations: ...
+
+    @property
+    def blockers(self) -> BlockerService: ...
+
+    @property
+    def budgets(self) -> BudgetService: ...
+
+    @property
+    def triggers(self) -> TriggerService: ...
