@@ -45,6 +45,9 @@ class RunRequest:
     payload: Mapping[str, Any] | None = None
     idempotency_key: str | None = None
     coalesce_exempt: bool = False
+    entry_id: str | None = None
+    """The step entry whose on_enter action asks for the run: once that entry is no longer its
+    task's current entry of the step, the run is superseded ("newer entries win")."""
 
 
 @attrs.frozen
@@ -100,6 +103,7 @@ _RUN_KEYS = (
     "status",
     "coalesced_count",
     "requested_at",
+    "entry_id",
 )
 _INSERT_RUN = insert_of(R, _RUN_KEYS)
 
@@ -182,6 +186,7 @@ def _row(run_id: str, request: RunRequest, payload: str | None, stamp: str) -> d
         "status": "queued",
         "coalesced_count": 1,
         "requested_at": stamp,
+        "entry_id": request.entry_id,
     }
 
 
@@ -370,6 +375,71 @@ def give_back(uow: UnitOfWork, run: Run, epoch: str) -> bool:
     return True
 
 
+# -- fencing: a run's outcome is written only under its claim, and only while its entry holds ---
+
+_E = t.step_entries
+_NEWER_ENTRY = t.step_entries.alias("newer_entry")
+_ENTRY_CURRENT = sa.exists().where(
+    _E.c.id == R.c.entry_id,
+    t.tasks.c.id == _E.c.task_id,
+    t.tasks.c.workflow_step_id == _E.c.step_id,
+    t.tasks.c.wip_admitted.is_(True),
+    ~sa.exists().where(
+        _NEWER_ENTRY.c.task_id == _E.c.task_id,
+        _NEWER_ENTRY.c.step_id == _E.c.step_id,
+        _NEWER_ENTRY.c.entry_seq > _E.c.entry_seq,
+    ),
+)
+"""The run's entry is still its task's current occupancy of the entry's step: the task stands
+there admitted and no newer entry exists for the pair (the ledger's own rule, core.ledger)."""
+# A write of the run's outcome as one conditional statement: the run is claimed under `epoch`
+# and its entry (when it has one) is still current. It writes nothing the run did not have, but
+# on PostgreSQL it locks the run's row until the caller's transaction ends, so no re-queue by
+# another process can fall between this decision and the write it guards (SQLite's writers are
+# serialised already). Its row count decides.
+_FENCE = (
+    sa.update(R)
+    .where(R.c.id == sa.bindparam("b_run_id"), R.c.status == CLAIMED)
+    .where(R.c.claimed_epoch == sa.bindparam("b_epoch"))
+    .where(sa.or_(R.c.entry_id.is_(None), _ENTRY_CURRENT))
+    .values(claimed_epoch=R.c.claimed_epoch)
+)
+_WHY_FENCED = sa.select(
+    R.c.status,
+    R.c.claimed_epoch,
+    R.c.entry_id,
+    sa.or_(R.c.entry_id.is_(None), _ENTRY_CURRENT).label("current"),
+).where(R.c.id == sa.bindparam("b_run_id"))
+
+
+def fence(uow: UnitOfWork, run_id: str, epoch: str | None) -> str | None:
+    """Hold run `run_id` for a write its outcome makes, in `uow`'s transaction: None when the
+    write may go ahead (the run is claimed under `epoch` and its entry is current), else why
+    not: `claim_lost` (the claim is no longer `epoch`'s: it was re-queued, re-claimed, ended)
+    or `superseded` (the run's entry is no longer its task's current entry of its step). A run
+    id naming no run fences nothing (a turn outside the queue)."""
+    if (
+        epoch is not None
+        and uow.conn.execute(_FENCE, {"b_run_id": run_id, "b_epoch": epoch}).rowcount
+    ):
+        return None
+    row = uow.conn.execute(_WHY_FENCED, {"b_run_id": run_id}).first()
+    if row is None:
+        return None
+    if row.status != CLAIMED or row.claimed_epoch != epoch:
+        return "claim_lost"
+    return None if row.current else "superseded"
+
+
+def superseded(conn: sa.Connection, run: Run) -> bool:
+    """Whether `run` was queued by an entry that is no longer its task's current entry of the
+    step: the task left and came back (a newer entry), or stands elsewhere."""
+    if run.entry_id is None:
+        return False
+    row = conn.execute(_WHY_FENCED, {"b_run_id": run.id}).first()
+    return row is not None and not row.current
+
+
 # -- cancelling and retrying ------------------------------------------------------------------
 
 _CANCEL_QUEUED = (
@@ -432,6 +502,7 @@ def retry(uow: UnitOfWork, run: Run) -> str:
         reason=run.reason,
         payload=run.payload,
         coalesce_exempt=True,
+        entry_id=run.entry_id,
     )
     payload = rows.dumps(dict(run.payload)) if run.payload is not None else None
     values = _row(run_id, request, payload, ids.now())

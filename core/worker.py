@@ -90,6 +90,14 @@ def finish(host: RuntimePeers, run: Run, outcome: TurnOutcome) -> None:
     with host.store.transaction() as uow:
         if outcome.cancelled and outcome.stopped == "shutdown":
             ended = runs.give_back(uow, run, epoch)
+        elif runs.fence(uow, run.id, epoch) == "superseded":
+            # its round is over: it ends cancelled, whatever its agent said (newer entries win)
+            uow.conn.execute(
+                sa.update(R)
+                .where(R.c.id == run.id, R.c.status == runs.CLAIMED)
+                .values(cancel_reason=sa.func.coalesce(R.c.cancel_reason, "superseded"))
+            )
+            ended = runs.release(uow, run, epoch, ok=False, error=outcome.error, cancelled=True)
         else:
             wanted = not outcome.ok and runs.cancel_requested(uow.conn, run.id) is not None
             ended = runs.release(
@@ -164,14 +172,29 @@ class CancelWatch:
                 self._host.runtime.stop_run(self._run.id)
 
 
-def _step_left(host: RuntimePeers, run: Run) -> bool:
-    """The run's task is no longer at the run's step (moved on, or archived): its turn would
-    work on a step the card has left. The run is cancelled (`step_left`). A person's message
-    is for the session, wherever the card stands, and is delivered all the same."""
+def _vacated(host: RuntimePeers, run: Run) -> str | None:
+    """Why the run's turn would be for a round that is over, or None: `step_left` when its
+    task is no longer at the run's step (moved on, or archived); `superseded` when the entry
+    that queued it is no longer the task's current entry of the step (the task left and came
+    back: newer entries win, for runs as for markers). The run is cancelled with that reason.
+    A person's message is for the session, wherever the card stands, and is delivered all
+    the same."""
     if run.task_id is None or run.workflow_step_id is None or run.reason == "user_message":
-        return False
+        return None
     task = host.tasks.get(run.task_id)
-    return task.workflow_step_id != run.workflow_step_id or task.archived_at is not None
+    if task.workflow_step_id != run.workflow_step_id or task.archived_at is not None:
+        return "step_left"
+    with host.store.read() as conn:
+        return "superseded" if runs.superseded(conn, run) else None
+
+
+_WHY_VACATED = {
+    "step_left": ("the task has left the run's step", "its task has left the run's step"),
+    "superseded": (
+        "the entry that queued the run is superseded",
+        "the step entry that queued it is superseded by a newer one",
+    ),
+}
 
 
 def execute(host: RuntimePeers, run: Run) -> TurnOutcome:
@@ -182,19 +205,19 @@ def execute(host: RuntimePeers, run: Run) -> TurnOutcome:
     )
     outcome = TurnOutcome("", ok=False, error="the run names no task")
     try:
-        if run.task_id is not None and _step_left(host, run):
+        vacated = _vacated(host, run) if run.task_id is not None else None
+        if vacated is not None:
             with host.store.transaction() as uow:
                 uow.conn.execute(
                     sa.update(R)
                     .where(R.c.id == run.id, R.c.status == runs.CLAIMED)
-                    .values(cancel_reason="step_left")
+                    .values(cancel_reason=vacated)
                 )
-            log.bind(step_id=run.workflow_step_id).info(
-                "run cancelled: its task has left the run's step; no agent launched"
+            error, why = _WHY_VACATED[vacated]
+            log.bind(step_id=run.workflow_step_id, cancel_reason=vacated).info(
+                f"run cancelled: {why}; no agent launched"
             )
-            outcome = TurnOutcome(
-                "", ok=False, error="the task has left the run's step", cancelled=True
-            )
+            outcome = TurnOutcome("", ok=False, error=error, cancelled=True)
             return outcome
         if run.task_id is not None:
             task = host.tasks.get(run.task_id)

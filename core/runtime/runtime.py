@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any, Final, Protocol
 
 import attrs
 
-from core import ids
+from core import ids, runs
 from core.errors import LanewayError
 from core.logs import logger
 from core.model import ACTIVE_SESSION_STATES, AgentProfile, Session, Task
@@ -513,6 +513,14 @@ class AgentRuntime:
             self._broker = None
             self._tool_tokens.clear()
 
+    def fenced(self, run_id: str | None) -> str | None:
+        """Why a write run `run_id`'s outcome makes is refused now (`claim_lost`,
+        `superseded`; core.runs.fence), or None (also for a turn of no run)."""
+        if run_id is None:
+            return None
+        with self.peers.store.transaction() as uow:
+            return runs.fence(uow, run_id, uow.store.liveness.own())
+
     def turn_in_flight(self, session_id: str) -> bool:
         return session_id in self._turns
 
@@ -557,7 +565,9 @@ class AgentRuntime:
                     run_id=turn.run_id,
                 )
             except LanewayError as exc:
-                log.bind(cause=str(exc)).warning("agent decision not recorded")
+                log.bind(cause=str(exc), reason=getattr(exc, "reason", None)).warning(
+                    "agent decision not recorded"
+                )
 
     def _stopped(self, turn: _Turn, session_id: str, message: str | None) -> TurnOutcome:
         """laneway stopped the turn: no failure, no on_agent_error; the session waits for
@@ -580,7 +590,15 @@ class AgentRuntime:
         moved on since the turn began (another agent's decision moved it) or the step needs
         an explicit completion signal the agent did not give."""
         host = self.peers
+        refused = self.fenced(turn.run_id)
+        if refused == "claim_lost":
+            return  # another worker has the run and the session now: nothing here is ours
         host.sessions.set_state(session_id, "WAITING_FOR_INPUT")
+        if refused is not None:
+            logger.bind(task_id=turn.task_id, run_id=turn.run_id, reason=refused).warning(
+                "turn's outcome not applied: the step entry that queued its run is superseded"
+            )
+            return
         task = host.tasks.get(turn.task_id)
         if task.workflow_step_id is None or task.workflow_step_id != turn.step_id:
             return

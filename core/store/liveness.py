@@ -181,6 +181,10 @@ class Liveness:
         """Tell the checker this process's own epoch (never dead to itself)."""
         self._own = own
 
+    def own(self) -> str | None:
+        """This process's epoch as last minted (no lock check), or None (read-only)."""
+        return self._own()
+
     def is_dead(self, epoch: str | None, conn: Connection | None = None) -> bool:
         if epoch is None or epoch in self._dead:
             return True
