@@ -440,6 +440,22 @@ def superseded(conn: sa.Connection, run: Run) -> bool:
     return row is not None and not row.current
 
 
+_S = t.task_sessions
+_CLAIMED_FOR_SESSION = (
+    sa.select(R.c.claimed_epoch)
+    .join(_S, sa.and_(_S.c.task_id == R.c.task_id, _S.c.agent_profile_id == R.c.agent_profile_id))
+    .where(_S.c.id == sa.bindparam("b_session_id"), R.c.status == CLAIMED)
+    .distinct()
+)
+
+
+def claimed_for_session(conn: sa.Connection, session_id: str) -> list[str | None]:
+    """The epochs holding claimed runs of the session's task and agent: a turn of the
+    session is in flight wherever one of them is alive (a worker runs a run on the task's
+    session for its agent, core.worker)."""
+    return [e for e in conn.execute(_CLAIMED_FOR_SESSION, {"b_session_id": session_id}).scalars()]
+
+
 # -- cancelling and retrying ------------------------------------------------------------------
 
 _CANCEL_QUEUED = (

@@ -522,7 +522,16 @@ class AgentRuntime:
             return runs.fence(uow, run_id, uow.store.liveness.own())
 
     def turn_in_flight(self, session_id: str) -> bool:
-        return session_id in self._turns
+        """Whether a turn of `session_id` is running now, in any process: one of this
+        process's, or a run of the session's task and agent claimed by a live epoch (a worker
+        elsewhere is working it). Read from the database, never from this process's memory
+        alone: a move made by another process must not flip a working agent's session."""
+        if session_id in self._turns:
+            return True
+        store = self.peers.store
+        with store.read() as conn:
+            epochs = runs.claimed_for_session(conn, session_id)
+            return any(not store.liveness.is_dead(e, conn) for e in epochs)
 
     def cancel_retry(self, session_id: str) -> bool:
         """The user cancels a transient retry loop (route R6). False: no loop is waiting."""
