@@ -381,17 +381,15 @@ _E = t.step_entries
 _NEWER_ENTRY = t.step_entries.alias("newer_entry")
 _ENTRY_CURRENT = sa.exists().where(
     _E.c.id == R.c.entry_id,
-    t.tasks.c.id == _E.c.task_id,
-    t.tasks.c.workflow_step_id == _E.c.step_id,
-    t.tasks.c.wip_admitted.is_(True),
     ~sa.exists().where(
         _NEWER_ENTRY.c.task_id == _E.c.task_id,
         _NEWER_ENTRY.c.step_id == _E.c.step_id,
         _NEWER_ENTRY.c.entry_seq > _E.c.entry_seq,
     ),
 )
-"""The run's entry is still its task's current occupancy of the entry's step: the task stands
-there admitted and no newer entry exists for the pair (the ledger's own rule, core.ledger)."""
+"""The run's entry is not superseded: no newer entry exists for its (task, step) pair, i.e. the
+task has not left the step and come back since (the ledger's "newer entries win"). A task that
+only moved on (its run's own verdict may have moved it) supersedes nothing."""
 # A write of the run's outcome as one conditional statement: the run is claimed under `epoch`
 # and its entry (when it has one) is still current. It writes nothing the run did not have, but
 # on PostgreSQL it locks the run's row until the caller's transaction ends, so no re-queue by
@@ -416,8 +414,8 @@ def fence(uow: UnitOfWork, run_id: str, epoch: str | None) -> str | None:
     """Hold run `run_id` for a write its outcome makes, in `uow`'s transaction: None when the
     write may go ahead (the run is claimed under `epoch` and its entry is current), else why
     not: `claim_lost` (the claim is no longer `epoch`'s: it was re-queued, re-claimed, ended)
-    or `superseded` (the run's entry is no longer its task's current entry of its step). A run
-    id naming no run fences nothing (a turn outside the queue)."""
+    or `superseded` (a newer entry of the run's entry's step exists: the task left and came
+    back). A run id naming no run fences nothing (a turn outside the queue)."""
     if (
         epoch is not None
         and uow.conn.execute(_FENCE, {"b_run_id": run_id, "b_epoch": epoch}).rowcount
@@ -432,8 +430,8 @@ def fence(uow: UnitOfWork, run_id: str, epoch: str | None) -> str | None:
 
 
 def superseded(conn: sa.Connection, run: Run) -> bool:
-    """Whether `run` was queued by an entry that is no longer its task's current entry of the
-    step: the task left and came back (a newer entry), or stands elsewhere."""
+    """Whether `run` was queued by an entry a newer entry of the same step superseded (the
+    task left the step and came back)."""
     if run.entry_id is None:
         return False
     row = conn.execute(_WHY_FENCED, {"b_run_id": run.id}).first()

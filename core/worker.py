@@ -87,6 +87,14 @@ def finish(host: RuntimePeers, run: Run, outcome: TurnOutcome) -> None:
     while a cancel was requested (the turn stopped, or its task deleted under it) ends
     `cancelled`."""
     epoch = run.claimed_epoch or host.live_epoch()
+    if outcome.cancelled and outcome.stopped == "fenced":
+        # the claim's epoch is dead: the run is re-queued by whoever finds it so (this
+        # process included, under its new epoch), and nothing of this turn's is written
+        logger.bind(run_id=run.id, epoch=epoch).warning(
+            "run given up: this worker lost the liveness lock it claimed the run under; "
+            "the run goes back to the queue"
+        )
+        return
     with host.store.transaction() as uow:
         if outcome.cancelled and outcome.stopped == "shutdown":
             ended = runs.give_back(uow, run, epoch)
@@ -266,9 +274,13 @@ def work(
     or `max_runs` were claimed. Stopping claims nothing more and lets running turns end.
     """
     stop = stop or threading.Event()
+    # The holder hears of its lock's loss first: its agents stop before another worker can
+    # find the epoch dead and take their runs (docs/guarantees.md "Many processes").
+    unwatch = host.watch_epoch(host.runtime.stop_fenced)
     try:
         return _work(host, once, max_runs, concurrency, stop, progress, idle_wait)
     finally:
+        unwatch()
         host.runtime.close()
 
 
