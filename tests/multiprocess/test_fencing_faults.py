@@ -55,8 +55,8 @@ def test_item1_sigstop_past_a_reclaim_then_sigcont(db_url: str, tmp_path: Path) 
     """Item 1 / SIGSTOP-SIGCONT: counts the run's executions (2: one per claim), the overlap
     the pause allowed, and checks the woken worker's late writes never land."""
     pids = tmp_path / "pids"
-    # The first execution notes its pid, then says `late` after 1 s (while its worker is paused) and naps; a later one
-    # says `second` and ends.
+    # The first execution notes its pid, then says `late` after 1 s (while its worker is
+    # paused) and naps; a later one says `second` and ends.
     code = (
         "import os, sys, time, json\n"
         "sys.stdin.read()\n"
