@@ -16,6 +16,7 @@ without launching its agent. A turn a stopping worker kills goes back to the que
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Callable
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from typing import TYPE_CHECKING, Any, Self
@@ -29,6 +30,7 @@ from core.model import Run
 from core.prompts import build_prompt
 from core.runtime.runtime import TurnOutcome, profile_session
 from core.store import tables as t
+from core.store.database import database_away
 
 if TYPE_CHECKING:
     from core.runtime.runtime import RuntimePeers
@@ -95,8 +97,51 @@ def finish(host: RuntimePeers, run: Run, outcome: TurnOutcome) -> None:
             "the run goes back to the queue"
         )
         return
+    ended = _while_away(host, run, epoch, lambda: _end(host, run, outcome, epoch))
+    if ended is None:
+        return  # fenced while the database was away: given up (logged)
+    if not ended:
+        logger.bind(run_id=run.id, epoch=epoch).warning(
+            "run not finished: its claim was given up after this process was declared dead"
+        )
+
+
+def _while_away(host: RuntimePeers, run: Run, epoch: str, write: Callable[[], bool]) -> bool | None:
+    """`write()`, tried again while the database is away (a restart, a lock held past
+    busy_timeout, a full disk: `database_away`), with one WARNING for the wait and a backoff:
+    a turn that ended while the database was away is recorded when it comes back. None when
+    this process lost the claim's epoch meanwhile: the run is not ours to end any more."""
+    delay, warned = AWAY_FIRST_S, False
+    while True:
+        try:
+            return write()
+        except Exception as exc:
+            if not database_away(exc):
+                raise
+            if not warned:
+                warned = True
+                logger.bind(run_id=run.id, cause=_one_line(exc)).warning(
+                    "database unavailable; the run's end is recorded when it is back"
+                )
+        time.sleep(delay)
+        delay = min(delay * 2, AWAY_MAX_S)
+        if host.store.liveness.own() != epoch:
+            logger.bind(run_id=run.id, epoch=epoch).warning(
+                "run given up: this worker lost the liveness lock it claimed the run under; "
+                "the run goes back to the queue"
+            )
+            return None
+
+
+def _one_line(exc: BaseException) -> str:
+    orig = getattr(exc, "orig", None) or exc
+    lines = str(orig).strip().splitlines() or [type(orig).__name__]
+    return f"{type(orig).__name__}: {lines[0]}"
+
+
+def _end(host: RuntimePeers, run: Run, outcome: TurnOutcome, epoch: str) -> bool:
     with host.store.transaction() as uow:
-        if outcome.cancelled and outcome.stopped == "shutdown":
+        if outcome.cancelled and outcome.stopped in ("shutdown", "db_away"):
             ended = runs.give_back(uow, run, epoch)
         elif runs.fence(uow, run.id, epoch) == "superseded":
             # its round is over: it ends cancelled, whatever its agent said (newer entries win)
@@ -117,10 +162,7 @@ def finish(host: RuntimePeers, run: Run, outcome: TurnOutcome) -> None:
                 error=outcome.error,
                 cancelled=outcome.cancelled or wanted,
             )
-    if not ended:
-        logger.bind(run_id=run.id, epoch=epoch).warning(
-            "run not finished: its claim was given up after this process was declared dead"
-        )
+    return ended
 
 
 def prompt_for(host: RuntimePeers, run: Run) -> str:
@@ -250,8 +292,18 @@ def execute(host: RuntimePeers, run: Run) -> TurnOutcome:
                     step_id=run.workflow_step_id,
                 )
     except Exception as exc:  # noqa: BLE001 - the run is finished as failed, never left claimed
-        outcome = TurnOutcome("", ok=False, error=f"{type(exc).__name__}: {exc}")
-        log.bind(cause=outcome.error).opt(exception=exc).error("run could not be executed")
+        if database_away(exc):
+            # not the agent's failure: the run goes back to the queue once the database is
+            # back (never silently failed), and no on_agent_error runs for it
+            outcome = TurnOutcome(
+                "", ok=False, error=_one_line(exc), cancelled=True, stopped="db_away"
+            )
+            log.bind(cause=outcome.error).warning(
+                "database unavailable during the run; it goes back to the queue"
+            )
+        else:
+            outcome = TurnOutcome("", ok=False, error=f"{type(exc).__name__}: {exc}")
+            log.bind(cause=outcome.error).opt(exception=exc).error("run could not be executed")
     finally:
         finish(host, run, outcome)
     log.bind(ok=outcome.ok, error=outcome.error).info("run finished")
@@ -295,22 +347,32 @@ def _work(
 ) -> WorkerSummary:
     claimed = finished = failed = 0
     running: dict[Future[TurnOutcome], Run] = {}
+    away = _Away()
     with ThreadPoolExecutor(max_workers=max(1, concurrency), thread_name_prefix="run") as pool:
         while True:
-            if not stop.is_set() and len(running) < concurrency:
-                requeue_orphans(host)  # "the next time any worker looks"
-            while (
-                not stop.is_set()
-                and len(running) < concurrency
-                and (max_runs is None or claimed < max_runs)
-            ):
-                run = claim_next(host)
-                if run is None:
-                    break
-                claimed += 1
-                if progress:
-                    progress("claimed", run, None)
-                running[pool.submit(execute, host, run)] = run
+            try:
+                if not stop.is_set() and len(running) < concurrency:
+                    requeue_orphans(host)  # "the next time any worker looks"
+                while (
+                    not stop.is_set()
+                    and len(running) < concurrency
+                    and (max_runs is None or claimed < max_runs)
+                ):
+                    run = claim_next(host)
+                    if run is None:
+                        break
+                    claimed += 1
+                    if progress:
+                        progress("claimed", run, None)
+                    running[pool.submit(execute, host, run)] = run
+            except Exception as exc:
+                if not database_away(exc):
+                    raise
+                # waited out, never fatal: the worker claims again once the database is back
+                # (under a new epoch, when its lock went with the connection)
+                stop.wait(away.wait(exc))
+                continue
+            away.back()
             if not running:
                 if once or stop.is_set() or (max_runs is not None and claimed >= max_runs):
                     break
@@ -330,13 +392,41 @@ def _work(
     return WorkerSummary(claimed, finished, failed)
 
 
+AWAY_FIRST_S = 0.2
+AWAY_MAX_S = 5.0
+"""The backoff while the database is away: from a fifth of a second, doubling, to 5 s."""
+
+
+class _Away:
+    """The worker loop's view of a database outage: one WARNING when it begins, one INFO when
+    it ends, and the backoff between tries."""
+
+    def __init__(self) -> None:
+        self.delay = 0.0
+
+    def wait(self, exc: BaseException) -> float:
+        if not self.delay:
+            logger.bind(cause=_one_line(exc)).warning(
+                "database unavailable; the worker waits for it and claims again when it is back"
+            )
+            self.delay = AWAY_FIRST_S
+        else:
+            self.delay = min(self.delay * 2, AWAY_MAX_S)
+        return self.delay
+
+    def back(self) -> None:
+        if self.delay:
+            logger.info("database available again; the worker claims again")
+            self.delay = 0.0
+
+
 def _kind(outcome: TurnOutcome) -> str:
     """How a run ended, for the summary and the progress lines: a stopped turn is neither
     finished nor failed (`cancelled`, or `requeued` when this worker's shutdown stopped it)."""
     if outcome.ok:
         return "finished"
     if outcome.cancelled:
-        return "requeued" if outcome.stopped == "shutdown" else "cancelled"
+        return "requeued" if outcome.stopped in ("shutdown", "db_away", "fenced") else "cancelled"
     return "failed"
 
 

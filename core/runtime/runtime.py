@@ -52,10 +52,11 @@ WATCH_POLL_S = 0.25
 RESEND_CANCEL_S = 2.0
 """A stop request is said to a turn again this often until it ends (the ACP agent may have
 been between `session/new` and `session/prompt` when it first came)."""
-STOPS: Final = ("cancel", "shutdown", "fenced")
+STOPS: Final = ("cancel", "shutdown", "fenced", "db_away")
 """Why laneway stops a turn: the run was cancelled, or its worker is stopping (the run goes
 back to the queue), or its worker lost the liveness lock it claimed the run under (another
-worker may run it now: nothing of this turn's is written any more)."""
+worker may run it now: nothing of this turn's is written any more), or the database went away
+during the turn (the run goes back to the queue when it is back)."""
 
 
 def retry_delays_from_env() -> tuple[float, ...]:

@@ -12,6 +12,7 @@ The writer mutex is held for one transaction, never across action execution.
 
 from __future__ import annotations
 
+import contextlib
 import threading
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import AbstractContextManager, contextmanager
@@ -45,6 +46,36 @@ def refused_value(exc: BaseException) -> ValueRefused | None:
         return None
     lines = str(cause).strip().splitlines() or [type(cause).__name__]
     return ValueRefused(f"the database refused a value: {lines[0]}")
+
+
+_AWAY_WORDS = (
+    "database is locked",
+    "database or disk is full",
+    "disk i/o error",
+    "unable to open database file",
+)
+"""SQLite's words for a database that is there but cannot be written now."""
+
+
+def database_away(exc: BaseException) -> bool:
+    """Whether `exc` says the database cannot be reached or written for now - the connection
+    is lost (a server restart, a terminated session), SQLite's lock is held past its
+    busy_timeout, the disk is full - rather than that a statement was wrong: a worker waits
+    such a fault out instead of exiting, and a run in hand is not failed for it."""
+    if isinstance(exc, sa.exc.DBAPIError):
+        if exc.connection_invalidated:
+            return True
+        if isinstance(exc, sa.exc.OperationalError | sa.exc.InterfaceError):
+            if "sqlite" not in type(exc.orig).__module__:
+                return True  # the server's driver: a lost or refused connection
+            text = str(exc.orig).lower()
+            return any(word in text for word in _AWAY_WORDS)
+        return False
+    if isinstance(exc, OSError):
+        import errno
+
+        return exc.errno in (errno.ENOSPC, errno.EDQUOT)
+    return False
 
 
 @contextmanager
@@ -121,6 +152,13 @@ class Store:
         return self.url.render_as_string(hide_password=True).replace("+psycopg", "")
 
     def _writer_conn(self) -> Connection:
+        # A writer the driver found broken (the server restarted, or ended the session) is
+        # replaced, not reused: the pool pre-pings the new one (PostgreSQL), so the first
+        # transaction after a restart works instead of failing on the dead socket.
+        if self._writer is not None and self._writer.invalidated:
+            with contextlib.suppress(sa.exc.SQLAlchemyError):
+                self._writer.close()
+            self._writer = None
         if self._writer is None or self._writer.closed:
             self._writer = self.engine.connect().execution_options(**{dialect.WRITER_OPTION: True})
         return self._writer
