@@ -12,6 +12,7 @@ with a reason, except under CI (`CI` set), where it fails.
 
 from __future__ import annotations
 
+import contextlib
 import glob
 import os
 import shutil
@@ -93,10 +94,8 @@ def restartable_pg() -> Iterator[Cluster]:
     try:
         yield cluster
     finally:
-        try:
+        with contextlib.suppress(subprocess.CalledProcessError):
             cluster.pg_ctl("-m", "immediate", "stop")
-        except subprocess.CalledProcessError:
-            pass
         shutil.rmtree(data, ignore_errors=True)
 
 
