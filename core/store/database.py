@@ -13,16 +13,19 @@ The writer mutex is held for one transaction, never across action execution.
 from __future__ import annotations
 
 import contextlib
+import os
 import threading
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import AbstractContextManager, contextmanager
+from pathlib import Path
 from typing import Any, Generic, TypeVar
 
 import attrs
 import sqlalchemy as sa
 from sqlalchemy.engine import URL, Connection, Engine
 
-from core.errors import ValueRefused
+from core.errors import DatabaseUnusable, ValueRefused
+from core.logs import logger
 from core.store import dialect, events, prepared
 from core.store.liveness import Liveness
 
@@ -121,6 +124,48 @@ class _Joined(Generic[T]):
         return None
 
 
+@attrs.define(eq=False)
+class _FileIdentity:
+    """The SQLite file a store opened, by device and inode: a file deleted or replaced under
+    the process (`rm`, a restore that renames a copy over it) is noticed before the next
+    write, which would otherwise land in the unlinked file and vanish with it."""
+
+    path: Path
+    identity: tuple[int, int]
+    gone: bool = False
+
+    @classmethod
+    def of(cls, url: URL) -> _FileIdentity | None:
+        path = dialect.sqlite_path(url)
+        if path is None:
+            return None
+        try:
+            info = os.stat(path)
+        except OSError:
+            return None
+        return cls(path.resolve(), (info.st_dev, info.st_ino))
+
+    def check(self) -> None:
+        """Raise DatabaseUnusable (one ERROR the first time) when the file at the path is no
+        longer the one opened: this process writes no more."""
+        if not self.gone:
+            try:
+                info = os.stat(self.path)
+                same = (info.st_dev, info.st_ino) == self.identity
+            except OSError:
+                same = False
+            if same:
+                return
+            self.gone = True
+            logger.bind(database=str(self.path)).error(
+                "the database file was deleted or replaced under this process; it writes no more"
+            )
+        raise DatabaseUnusable(
+            f"database {self.path} was deleted or replaced under this process; "
+            "it writes no more (restart it)"
+        )
+
+
 class Store:
     def __init__(self, url: str) -> None:
         self.url: URL = dialect.normalise_url(url)
@@ -135,6 +180,7 @@ class Store:
             sa.event.listen(self.engine, "before_cursor_execute", prepared.follow_deferred)
         self.liveness = Liveness(self.url, self.engine)
         """Which epochs are dead on this database (see `core.store.liveness`)."""
+        self._file = _FileIdentity.of(self.url) if self.is_sqlite else None
         self.observer: events.Observer | None = None
         """Gets each transaction's events after its COMMIT (the host installs it)."""
         self.on_begin: Callable[[Connection], None] | None = None
@@ -180,6 +226,8 @@ class Store:
         committed: list[events.Event] = []
         try:
             with self._lock:
+                if self._file is not None:
+                    self._file.check()
                 conn = self._writer_conn()
                 uow = UnitOfWork(conn, self)
                 self._local.uow = uow

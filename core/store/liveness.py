@@ -36,6 +36,7 @@ import sqlalchemy as sa
 from sqlalchemy.engine import URL, Connection, Engine
 
 from core import ids
+from core.errors import DatabaseUnusable
 from core.logs import logger
 from core.store import dialect
 from core.store import tables as t
@@ -378,7 +379,11 @@ class EpochKeeper:
             if self._lock is None:
                 return
             epoch = self._lock.epoch
-            with contextlib.suppress(sa.exc.SQLAlchemyError), self._begin() as conn:
+            # a database gone from under us (DatabaseUnusable) has no row to close
+            with (
+                contextlib.suppress(sa.exc.SQLAlchemyError, DatabaseUnusable),
+                self._begin() as conn,
+            ):
                 conn.execute(
                     sa.update(t.host_epochs)
                     .where(t.host_epochs.c.epoch == epoch)
