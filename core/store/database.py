@@ -181,6 +181,8 @@ class Store:
         self.liveness = Liveness(self.url, self.engine)
         """Which epochs are dead on this database (see `core.store.liveness`)."""
         self._file = _FileIdentity.of(self.url) if self.is_sqlite else None
+        if self._file is not None:
+            dialect.hold_open(self._file.identity)
         self.observer: events.Observer | None = None
         """Gets each transaction's events after its COMMIT (the host installs it)."""
         self.on_begin: Callable[[Connection], None] | None = None
@@ -330,3 +332,6 @@ class Store:
                 self._writer.close()
                 self._writer = None
         self.engine.dispose()
+        if self._file is not None:
+            dialect.let_go(self._file.identity)
+            self._file = None
