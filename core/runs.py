@@ -405,6 +405,7 @@ _FENCE = (
 _WHY_FENCED = sa.select(
     R.c.status,
     R.c.claimed_epoch,
+    R.c.attempts,
     R.c.entry_id,
     sa.or_(R.c.entry_id.is_(None), _ENTRY_CURRENT).label("current"),
 ).where(R.c.id == sa.bindparam("b_run_id"))
@@ -415,7 +416,8 @@ def fence(uow: UnitOfWork, run_id: str, epoch: str | None) -> str | None:
     write may go ahead (the run is claimed under `epoch` and its entry is current), else why
     not: `claim_lost` (the claim is no longer `epoch`'s: it was re-queued, re-claimed, ended)
     or `superseded` (a newer entry of the run's entry's step exists: the task left and came
-    back). A run id naming no run fences nothing (a turn outside the queue)."""
+    back). A run id naming no run, or a run never claimed, fences nothing but supersession (a
+    turn outside the queue); a run claimed once and re-queued since is `claim_lost`."""
     if (
         epoch is not None
         and uow.conn.execute(_FENCE, {"b_run_id": run_id, "b_epoch": epoch}).rowcount
@@ -424,6 +426,9 @@ def fence(uow: UnitOfWork, run_id: str, epoch: str | None) -> str | None:
     row = uow.conn.execute(_WHY_FENCED, {"b_run_id": run_id}).first()
     if row is None:
         return None
+    if row.status == "queued" and not row.attempts:
+        # never claimed: a turn given the run by hand, outside the queue (no claim to lose)
+        return None if row.current else "superseded"
     if row.status != CLAIMED or row.claimed_epoch != epoch:
         return "claim_lost"
     return None if row.current else "superseded"
