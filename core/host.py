@@ -353,6 +353,14 @@ class Host:
             raise NotInitialised("a read-only host claims nothing")
         return self._keeper.current()
 
+    def watch_epoch(self, on_lost: Callable[[str], object]) -> Callable[[], None]:
+        """Have `on_lost(old_epoch)` called the moment this host's liveness lock is found lost
+        (a watcher thread; `core.store.liveness.EpochKeeper.watch`); returns the watch's stop.
+        A worker stops the agents of the runs it claimed under the lost epoch there."""
+        if self._keeper is None:
+            raise NotInitialised("a read-only host holds no liveness lock")
+        return self._keeper.watch(on_lost)
+
     def close(self) -> None:
         if self._keeper is not None:
             self._closed_epoch = self._keeper.epoch

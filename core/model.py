@@ -401,6 +401,9 @@ class Run:
     """Why it was cancelled (`user`, `step_left`, ...); on a claimed run, a pending request."""
     retry_of: str | None = None
     """The run `runs retry` queued this one after."""
+    entry_id: str | None = None
+    """The step entry whose on_enter action queued it; superseded once that entry is not the
+    task's current entry of the step."""
 
 
 @attrs.frozen
@@ -413,6 +416,8 @@ class StepEntry:
     declaration_digest: str
     terminal: bool
     created_at: str = ""
+    epoch: str | None = None
+    """The epoch dispatching it; the recovery scan resumes it only once that epoch is dead."""
 
 
 @attrs.frozen

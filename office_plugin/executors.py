@@ -121,6 +121,7 @@ def _fan_out(
             payload=payload,
             idempotency_key=key_for(seat.agent_profile_id),
             coalesce_exempt=exempt,
+            entry_id=ctx.entry_id,
         )
         try:
             if first_pass:
@@ -169,6 +170,8 @@ def queue_run(ctx: ActionContext, config: QueueRunConfig) -> Outcome:
                 payload=_run_payload(ctx.payload, config.payload),
                 idempotency_key=key_for(agent),
                 coalesce_exempt=ctx.entry_id is not None,
+                # a run for this task's entry ends with that entry; one for another task does not
+                entry_id=ctx.entry_id if task.id == ctx.task.id else None,
             )
         )
     ctx.logger.bind(target=config.target, enqueued=len(agents)).debug("queue_run done")

@@ -11,6 +11,8 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Protocol
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from core.arrival import Arrivals
     from core.bundle import Bundle
     from core.engine import Engine
@@ -62,6 +64,8 @@ class Peers(Protocol):
     def arrivals(self) -> Arrivals: ...
 
     def live_epoch(self) -> str: ...
+
+    def watch_epoch(self, on_lost: Callable[[str], object]) -> Callable[[], None]: ...
 
     def follow_board(self) -> None: ...
 

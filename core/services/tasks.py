@@ -267,14 +267,17 @@ class TaskService(Service):
         self._require_writer()
         task, _wf = self._placed(ref)
         try:
-            self.enter_workflow(task.id, workflow=workflow, step=step)
+            self.enter_workflow(task.id, workflow=workflow, step=step, by_trigger=False)
         except LanewayError as exc:
             raise LanewayError(f"{SWITCH_LABEL}: {exc}") from None
         return self.get(task.id)
 
-    def enter_workflow(self, task_id: str, *, workflow: str, step: str | None = None) -> None:
+    def enter_workflow(
+        self, task_id: str, *, workflow: str, step: str | None = None, by_trigger: bool = True
+    ) -> None:
         """Entry path E4: into another workflow's step (default its start step). The effect
-        of core's switch_workflow kind."""
+        of core's switch_workflow kind: a trigger's move, so counted by the runaway-loop limit
+        of the workflow it enters and stopped by it (`by_trigger`; a person's switch is not)."""
         from core import arrival
         from core.structural import SWITCH_LABEL
 
@@ -283,7 +286,14 @@ class TaskService(Service):
         target = self.peers.workflows.step(wf, step) if step else wf.start_step
         if target is None:
             raise LanewayError(f"workflow {wf.name!r} has no steps")
-        arrival.move(self.peers.arrivals, task_id, target.id, path="E4", label=SWITCH_LABEL)
+        arrival.move(
+            self.peers.arrivals,
+            task_id,
+            target.id,
+            path="E4",
+            label=SWITCH_LABEL,
+            by_trigger=by_trigger,
+        )
 
     def restore_step(self, ref: str, step_id: str) -> Task:
         """Undo history: put the task back at a step without running any entry work."""

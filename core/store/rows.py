@@ -243,6 +243,7 @@ def run(row: RowLike) -> Run:
         usage=json.loads(usage) if (usage := row["usage"]) is not None else None,
         cancel_reason=row["cancel_reason"],
         retry_of=row["retry_of"],
+        entry_id=row["entry_id"],
     )
 
 
@@ -256,6 +257,7 @@ def entry(row: RowLike) -> StepEntry:
         declaration_digest=row["declaration_digest"],
         terminal=bool(row["terminal"]),
         created_at=row["created_at"],
+        epoch=row["epoch"],
     )
 
 

@@ -347,6 +347,9 @@ runs = sa.Table(
     sa.Column("cancel_reason", sa.String(40), nullable=True),
     # The run a `runs retry` queued this one after (a new attempt is a new row)
     sa.Column("retry_of", sa.String(64), nullable=True),
+    # The step entry whose on_enter action queued the run: once that entry is no longer its
+    # task's current entry of the step, the run is superseded (core.runs, migration 0017)
+    sa.Column("entry_id", sa.String(64), nullable=True),
     # The claim's order (core.runs): read in index order, it stops at the first eligible run.
     sa.Index("ix_runs_queue", "status", "requested_at", "id"),
     sa.Index("ix_runs_idempotency_key", "idempotency_key"),
@@ -379,6 +382,9 @@ step_entries = sa.Table(
     sa.Column("declaration_digest", sa.String(64), nullable=False),
     sa.Column("terminal", sa.Boolean, nullable=False, server_default=sa.false()),
     sa.Column("created_at", sa.String(40), nullable=False),
+    # The epoch of the process dispatching the entry: the recovery scan resumes it only once
+    # that epoch is dead (NULL, from before migration 0017: dead)
+    sa.Column("epoch", sa.String(64), nullable=True),
     sa.UniqueConstraint("task_id", "step_id", "entry_seq", name="uq_step_entries_seq"),
 )
 # Recovery asks "non-terminal entries in (task, step, seq) order": one range scan. Partial
