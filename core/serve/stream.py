@@ -24,6 +24,7 @@ import json
 import os
 import threading
 from collections.abc import AsyncGenerator
+from pathlib import Path
 from typing import TYPE_CHECKING, Final
 
 import attrs
@@ -32,12 +33,16 @@ from starlette.concurrency import run_in_threadpool
 from core import ids
 from core.logs import logger
 from core.store import events
+from core.store.dialect import sqlite_path
 from core.store.events import Event
 
 if TYPE_CHECKING:
     from core.host import Host
 
 SQLITE_POLL_S: Final = 0.15
+SQLITE_WATCH_S: Final = 0.02
+"""How often the pump looks at a SQLite board's write-ahead log: a commit changes the file, so
+a stat (no query) tells the pump to read at once; the poll stays as the fallback."""
 PG_FALLBACK_POLL_S: Final = 1.0
 KEEPALIVE_S: Final = 15.0
 PAGE: Final = 500
@@ -128,7 +133,11 @@ class Hub:
         self._tasks.append(asyncio.create_task(self._pump()))
         if self._prune:
             self._tasks.append(asyncio.create_task(self._pruner()))
-        if not self.host.store.is_sqlite:
+        if self.host.store.is_sqlite:
+            wal = sqlite_path(self.host.store.url)
+            if wal is not None:
+                self._tasks.append(asyncio.create_task(self._watch(Path(f"{wal}-wal"))))
+        else:
             self._listener = threading.Thread(
                 target=self._listen, name="laneway-serve-listen", daemon=True
             )
@@ -155,6 +164,20 @@ class Hub:
                 await task
         if self._listener is not None:
             await run_in_threadpool(self._listener.join, 3.0)
+
+    async def _watch(self, wal: Path) -> None:
+        """Wake the pump when the write-ahead log changed (any process's commit)."""
+        seen: tuple[int, int] | None = None
+        while not self.stopping.is_set():
+            try:
+                found = wal.stat()
+                now = (found.st_mtime_ns, found.st_size)
+            except OSError:
+                now = None  # checkpointed away, or not made yet: the poll covers it
+            if now != seen and seen is not None:
+                self._wake.set()
+            seen = now
+            await asyncio.sleep(SQLITE_WATCH_S)
 
     def wake(self) -> None:
         loop = self._loop

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import time
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -16,6 +17,7 @@ from starlette.concurrency import run_in_threadpool
 from core.host import Host
 from core.serve import stream
 from core.serve.stream import Hub
+from tests.conftest import open_host
 
 KEEP = 20
 LATER = 30
@@ -103,3 +105,32 @@ def test_events_are_encoded_once_and_a_slow_client_is_dropped_then_resumes(
             await hub.close()
 
     asyncio.run(scenario())
+
+
+def test_a_commit_to_a_sqlite_board_wakes_the_stream_before_the_poll(
+    sqlite_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 22, agent output seen as it happens: on SQLite a commit by another connection (any
+    process) changes the write-ahead log, and the pump reads at once - with the poll set to a
+    minute, the event still reaches a connection in well under a second."""
+    monkeypatch.setenv("LANEWAY_SERVE_POLL_S", "60")
+    with open_host(sqlite_url) as serving, open_host(sqlite_url) as writer:
+        wf = writer.workflows.create_from_template("simple")
+
+        async def scenario() -> float:
+            hub = Hub(serving, prune=False)
+            await hub.start()
+            try:
+                connection = hub.stream(None, None)
+                assert (await anext(connection)).startswith(b"retry: 1000\n")
+                await asyncio.sleep(0.1)  # the watch has seen the log as it stands
+                began = time.monotonic()
+                await run_in_threadpool(writer.tasks.create, workflow=wf.id, title="Woken")
+                (event,) = await asyncio.wait_for(_take(connection, 1), timeout=10)
+                assert event["type"] == "task.created"
+                await connection.aclose()
+                return time.monotonic() - began
+            finally:
+                await hub.close()
+
+        assert asyncio.run(scenario()) < 1.0
