@@ -10,7 +10,6 @@ import { h, patch } from "./dom.js";
 const TOKEN_KEY = "laneway.token";
 const WORKFLOW_KEY = "laneway.workflow";
 const UNDO_MS = 6000;
-/* How long an archive waits for Undo before it is sent (there is no unarchive route). */
 const FINISHED_STATES = new Set(["COMPLETED", "CANCELLED", "DONE", "ARCHIVED"]);
 const LIVE_RUN = new Set(["queued", "claimed"]);
 const RETRYABLE = new Set(["failed", "dead", "cancelled"]);
@@ -27,8 +26,8 @@ const state = {
   detail: null,
   transcript: null, // { runId, sessionId, pinned, items: Map seq -> item, lastSeq }
   runSessions: new Map(), // run id -> the session its items were kept in (from agent.item)
-  archiving: new Map(), // task id -> timer of an archive waiting out its undo
   confirmArchive: false,
+  editing: false, // the panel shows the title/description form
   filters: { q: "", step: "", state: "", agent: "", person: false },
 };
 
@@ -242,7 +241,6 @@ function renderFilters() {
 
 function shown(task) {
   const f = state.filters;
-  if (state.archiving.has(task.id)) return false;
   if (f.q) {
     const q = f.q.toLowerCase();
     const hay = `${task.title}\n${task.description || ""}`.toLowerCase();
@@ -275,7 +273,7 @@ function renderBoard() {
   const lanes = steps().filter((s) => !state.filters.step || s.id === state.filters.step)
     .map((step) => renderLane(step, tasks.filter((t) => t.workflow_step_id === step.id)));
   patch($("board"), lanes);
-  const all = board.tasks.filter((t) => !state.archiving.has(t.id));
+  const all = board.tasks;
   const running = all.filter((t) => t.badges.running).length;
   const waiting = all.filter((t) => t.badges.decisions.required > t.badges.decisions.approved && t.badges.decisions.required > 0).length;
   const person = all.filter(needsPerson).length;
@@ -292,7 +290,7 @@ function renderLane(step, tasks) {
   const admitted = tasks.filter((t) => t.wip_admitted);
   const queued = tasks.filter((t) => !t.wip_admitted);
   const limit = step.wip_limit > 0 ? step.wip_limit : null;
-  const count = state.board.tasks.filter((t) => t.workflow_step_id === step.id && t.wip_admitted && !state.archiving.has(t.id)).length;
+  const count = state.board.tasks.filter((t) => t.workflow_step_id === step.id && t.wip_admitted).length;
   const full = limit !== null && count >= limit;
   const wip = h("span", { class: `wip${full ? " full" : ""}`, title: limit ? "in progress / WIP limit" : "tasks here (no WIP limit)" },
     limit ? `${count} / ${limit}` : String(count));
@@ -474,6 +472,7 @@ async function openDetail(taskId, { focus = "detail-title" } = {}) {
     state.detail = null;
     state.transcript = null;
     state.confirmArchive = false;
+    state.editing = false;
     patch($("detail-body"));
     // the title comes with the panel's content, so a title shown means the panel is read
     $("detail-title").textContent = "";
@@ -609,7 +608,8 @@ function renderDetail() {
   const waits = boardTask ? waitsFor(boardTask) : null;
   patch($("detail-body"),
     waits ? h("p", { key: "waits", class: `waits waits-${waits.kind}` }, waits.text) : null,
-    task.description ? h("p", { key: "description", class: "description" }, task.description) : null,
+    state.editing ? renderEdit(task)
+      : task.description ? h("p", { key: "description", class: "description" }, task.description) : null,
     permissions.length ? renderPermissions(permissions) : null,
     renderActions(task, runs, decisions, sessions),
     renderTranscript(runs),
@@ -623,6 +623,54 @@ function renderDetail() {
     section("sessions", "Sessions", sessions.length,
       sessions.length ? h("ul", { class: "rows" }, [...sessions].reverse().map(renderSession)) : h("p", { class: "muted" }, "No sessions.")),
   );
+}
+
+// The edit form keeps what is typed across the panel's re-renders (keyed, patched in place);
+// its fields start from the task as it was when Edit was pressed.
+function renderEdit(task) {
+  return h("form", {
+    key: "edit",
+    class: "edit",
+    "aria-label": "Edit the task",
+    onsubmit: (event) => { event.preventDefault(); saveEdit(task); },
+  },
+  h("label", { class: "field" }, h("span", {}, "Title"),
+    h("input", { id: "edit-title", type: "text", required: true, value: task.title })),
+  h("label", { class: "field" }, h("span", {}, "Description"),
+    h("textarea", { id: "edit-description", rows: "4" })),
+  h("div", { class: "action-row" },
+    h("button", { type: "submit", class: "primary", id: "edit-save" }, "Save"),
+    h("button", { type: "button", id: "edit-cancel", onclick: () => { state.editing = false; renderDetail(); $("edit").focus(); } }, "Cancel")),
+  );
+}
+
+function startEdit() {
+  state.editing = true;
+  renderDetail();
+  const title = $("edit-title");
+  title.value = state.detail.task.title;
+  $("edit-description").value = state.detail.task.description || "";
+  title.focus();
+}
+
+async function saveEdit(task) {
+  const title = $("edit-title").value;
+  const description = $("edit-description").value;
+  if (!title.trim()) {
+    showError(new Error("A task needs a title"));
+    $("edit-title").focus();
+    return;
+  }
+  try {
+    const saved = await state.api.patch(`/api/tasks/${encodeURIComponent(task.id)}`, { title, description });
+    state.editing = false;
+    toast(`Saved “${saved.title}”`, "ok");
+    scheduleRefresh(0);
+    await loadDetail(task.id);
+    if ($("edit")) $("edit").focus();
+  } catch (error) {
+    showError(error);
+  }
 }
 
 function renderPermissions(permissions) {
@@ -673,6 +721,7 @@ function renderActions(task, runs, decisions, sessions) {
   const other = h("div", { class: "action-row wrap", key: "other" },
     live.length ? h("button", { type: "button", class: "reject", id: "cancel-task", onclick: () => cancelTask(task) },
       `Cancel ${live.length === 1 ? "the run" : `${live.length} runs`}`) : null,
+    state.editing ? null : h("button", { type: "button", id: "edit", onclick: startEdit }, "Edit"),
     state.confirmArchive
       ? h("span", { class: "confirm", role: "group", "aria-label": "Confirm archive" },
         h("span", {}, "Archive this task?"),
@@ -744,43 +793,39 @@ async function runAction(run, action) {
   }
 }
 
-// Archive waits out an undo before it is sent: the card leaves the board at once, and Undo
-// puts it back (the API has no unarchive); leaving the page sends what is waiting.
-function archiveTask(task) {
+// Archive is sent at once; Undo unarchives (the task goes back to the step it left, with no
+// entry work run and no agent started).
+async function archiveTask(task) {
   state.confirmArchive = false;
   closeDetail({ refocus: false });
-  const send = () => {
-    state.archiving.delete(task.id);
-    state.api.post(`/api/tasks/${encodeURIComponent(task.id)}/archive`)
-      .then(() => scheduleRefresh(0))
-      .catch((error) => { showError(error); scheduleRefresh(0); });
-  };
-  state.archiving.set(task.id, { timer: setTimeout(send, UNDO_MS), send });
-  renderBoard();
+  const id = encodeURIComponent(task.id);
+  try {
+    await state.api.post(`/api/tasks/${id}/archive`);
+  } catch (error) {
+    showError(error);
+    scheduleRefresh(0);
+    return;
+  }
+  if (state.board) {
+    state.board.tasks = state.board.tasks.filter((t) => t.id !== task.id);
+    renderBoard();
+  }
+  scheduleRefresh(0);
   const undo = toast(`Archived “${task.title}”`, "ok", {
     label: "Undo",
-    run: () => {
-      const waiting = state.archiving.get(task.id);
-      if (!waiting) return;
-      clearTimeout(waiting.timer);
-      state.archiving.delete(task.id);
-      renderBoard();
-      announce(`“${task.title}” is back`);
-      const card = document.querySelector(`.card[data-task-id="${CSS.escape(task.id)}"]`);
-      if (card) card.focus();
+    run: async () => {
+      try {
+        await state.api.post(`/api/tasks/${id}/unarchive`);
+        await loadBoard();
+        announce(`“${task.title}” is back`);
+        const card = document.querySelector(`.card[data-task-id="${CSS.escape(task.id)}"]`);
+        if (card) card.focus();
+      } catch (error) {
+        showError(error);
+      }
     },
   });
   undo.querySelector("button").focus();
-}
-
-function flushArchives() {
-  for (const [taskId, waiting] of state.archiving) {
-    clearTimeout(waiting.timer);
-    state.archiving.delete(taskId);
-    fetch(`/api/tasks/${encodeURIComponent(taskId)}/archive`, {
-      method: "POST", keepalive: true, headers: { Authorization: `Bearer ${sessionStorage.getItem(TOKEN_KEY)}` },
-    });
-  }
 }
 
 async function verdict(task, decisions, seat, value) {
@@ -1146,7 +1191,6 @@ function init() {
     if (document.querySelector("dialog[open]")) return; // the dialog closes itself first
     closeDetail();
   });
-  window.addEventListener("pagehide", flushArchives);
   $("token-form").addEventListener("submit", () => {
     const value = $("token-input").value.trim();
     if (!value) return;
