@@ -96,6 +96,7 @@ def _reference_badges(host: Host, task: Task) -> dict[str, Any]:
         "dead_session": bool(sessions) and sessions[-1].state == "FAILED",
         "dead_run": any(r.status == "dead" for r in runs),
         "waiting_for_person": bool(host.permissions.list(task=task.id, state="pending")),
+        "queued": bool(queued),
         "queued_behind": behind,
         "last_error": failed[-1].error_message if failed else None,
     }

@@ -22,6 +22,7 @@ from typing import Any
 import attrs
 import pytest
 
+from tests.conftest import open_host
 from tests.serve.board_data import populate
 from tests.serve.conftest import OfficeBoard, Served, build_office, laneway, start_serve
 from tests.serve.page_kit import browser, need_axe, open_page, serious_violations
@@ -330,5 +331,52 @@ def test_create_edit_archive_and_undo_a_task_from_the_page(browser: Any, daily: 
     assert back["archived_at"] is None
     assert back["workflow_step_id"] == daily.office.steps["Backlog"]
     assert page.evaluate("document.activeElement.dataset.taskId") == task_id
+    assert page.errors == []
+    page.context.close()
+
+
+def test_a_drop_on_a_step_with_an_agent_asks_to_start_it_and_yes_starts_it(
+    browser: Any, daily: Daily
+) -> None:
+    """Issue 25 item 4: a card dropped on a step whose agent nothing started (here a runner
+    seat at Backlog, added for this test: last in the module, the others never see it) asks
+    "Start <agent> on it?"; Not now starts nothing, Start does what `task start` does (a run
+    of that agent queued for the task at that step)."""
+    office = daily.office
+    worker = next(pid for pid, name in office.profiles.items() if name == "worker")
+    with open_host(office.db) as host:
+        host.participants.add(
+            step=office.steps["Backlog"], role="runner", profile=worker, workflow=office.workflow_id
+        )
+    with daily.served.client() as c:
+        made = [
+            c.post(
+                "/api/tasks",
+                json={"workflow": office.workflow_id, "title": title, "step": "Review"},
+            ).json()
+            for title in ("Sort the shared drive", "Renew the TLS certificate")
+        ]
+    page = page_of(browser, daily)
+    backlog = _lane(page, "Backlog")
+    asked = page.locator(".toast.ask")
+
+    page.drag_and_drop(f".card[data-task-id='{made[0]['id']}']", ".lane[data-step-name='Backlog']")
+    asked.wait_for(timeout=5_000)
+    assert asked.locator("span").text_content() == "Start worker on it?"
+    assert backlog.locator(f".card[data-task-id='{made[0]['id']}']").count() == 1  # moved first
+    page.locator("#start-no").click()
+    assert asked.count() == 0
+    with daily.served.client() as c:
+        assert c.get(f"/api/runs?task={made[0]['id']}").json() == []
+
+    page.drag_and_drop(f".card[data-task-id='{made[1]['id']}']", ".lane[data-step-name='Backlog']")
+    asked.wait_for(timeout=5_000)
+    page.locator("#start-yes").click()
+    with daily.served.client() as c:
+        runs = poll("a run", lambda: c.get(f"/api/runs?task={made[1]['id']}").json())
+        assert [(r["agent_profile_id"], r["status"]) for r in runs] == [(worker, "queued")]
+        started = c.get(f"/api/tasks/{made[1]['id']}").json()
+    assert started["workflow_step_id"] == office.steps["Backlog"]
+    assert started["state"] == "IN_PROGRESS"
     assert page.errors == []
     page.context.close()

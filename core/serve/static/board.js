@@ -457,9 +457,41 @@ async function moveTask(taskId, step) {
     toast(`Moved “${task.title}” to ${step.name}`, "ok");
     await loadBoard();
     if (state.openTaskId === taskId) await loadDetail(taskId);
+    offerStart(taskId, step);
   } catch (error) {
     showError(error);
   }
+}
+
+// A card moved to a step with an agent that nothing started (no run queued or running: the
+// step's entry did not start it itself) asks whether to do what `task start` does.
+function offerStart(taskId, step) {
+  const moved = state.board.tasks.find((t) => t.id === taskId);
+  const agent = (state.board.step_agents || {})[step.id];
+  if (!moved || !agent || moved.workflow_step_id !== step.id) return;
+  if (moved.badges.running || moved.badges.queued || FINISHED_STATES.has(moved.state)) return;
+  const name = profileName(agent);
+  const el = h("div", { class: "toast ask", role: "group", "aria-label": `Start ${name}?` },
+    h("span", {}, `Start ${name} on it?`),
+    h("button", {
+      type: "button", class: "toast-action", id: "start-yes",
+      onclick: async () => {
+        el.remove();
+        try {
+          await state.api.post(`/api/tasks/${encodeURIComponent(taskId)}/start`, { step: step.id });
+          toast(`Started ${name} on “${moved.title}”`, "ok");
+          scheduleRefresh(0);
+          scheduleDetail(0);
+        } catch (error) {
+          showError(error);
+        }
+      },
+    }, "Start"),
+    h("button", { type: "button", class: "toast-action", id: "start-no", onclick: () => el.remove() }, "Not now"),
+  );
+  $("toasts").append(el);
+  announce(`Start ${name} on “${moved.title}”?`);
+  el.querySelector("#start-yes").focus();
 }
 
 // -- the task panel --------------------------------------------------------------------------
