@@ -153,6 +153,9 @@ tasks = sa.Table(
     sa.Column("workspace", sa.Text, nullable=True),
     sa.Index("ix_tasks_step", "workflow_step_id", "wip_admitted"),
     sa.Index("ix_tasks_queued_for", "queued_for_step_id"),
+    # the board's pages, oldest first from a cursor, per workflow and per lane (0018)
+    sa.Index("ix_tasks_workflow_created", "workflow_id", "created_at", "id"),
+    sa.Index("ix_tasks_step_created", "workflow_step_id", "created_at", "id"),
 )
 
 task_sessions = sa.Table(
