@@ -10,6 +10,9 @@ import { h, patch } from "./dom.js";
 const TOKEN_KEY = "laneway.token";
 const WORKFLOW_KEY = "laneway.workflow";
 const UNDO_MS = 6000;
+/* Cards per lane per read: the first page of every lane comes first, the rest on scroll. */
+const PAGE = 100;
+const MAX_PAGE = 1000; // the server's cap on ?limit=
 const FINISHED_STATES = new Set(["COMPLETED", "CANCELLED", "DONE", "ARCHIVED"]);
 const LIVE_RUN = new Set(["queued", "claimed"]);
 const RETRYABLE = new Set(["failed", "dead", "cancelled"]);
@@ -18,7 +21,10 @@ const state = {
   api: null,
   workflows: [],
   workflowId: null,
-  board: null, // { workflow, tasks, profiles }
+  board: null, // { workflow, tasks (every lane's loaded cards), profiles, counts, step_agents }
+  lanes: new Map(), // step id -> { tasks, cursor, loading }: what of the lane is loaded
+  boardGen: 0, // a whole-board read bumps it: a lane's page read before it is dropped
+  visibleEnds: new Set(), // step ids whose lane end is in view (load on)
   pending: new Map(), // task id -> its pending permission requests
   agentsByTask: null, // task id -> Set of profile ids with a run on it (read for the agent filter)
   openTaskId: null,
@@ -134,6 +140,31 @@ async function loadWorkflows() {
   if (state.workflowId) select.value = state.workflowId;
 }
 
+function boardUrl(stepId, limit, cursor) {
+  const q = new URLSearchParams({ workflow: state.workflowId, step: stepId, limit: String(limit) });
+  if (state.filters.q) q.set("q", state.filters.q);
+  if (cursor) q.set("cursor", cursor);
+  return `/api/board?${q}`;
+}
+
+// A lane's first `want` cards (at least a page), read page after page from the cursor.
+async function readLane(stepId, want) {
+  let tasks = [];
+  let cursor = null;
+  let answer;
+  do {
+    const limit = Math.min(Math.max(want - tasks.length, PAGE), MAX_PAGE);
+    answer = await state.api.get(boardUrl(stepId, limit, cursor));
+    tasks = tasks.concat(answer.tasks);
+    cursor = answer.next_cursor;
+  } while (cursor && tasks.length < want);
+  return { answer, lane: { tasks, cursor, loading: false } };
+}
+
+function loadedTasks() {
+  return [...state.lanes.values()].flatMap((lane) => lane.tasks);
+}
+
 async function loadBoard() {
   if (!state.workflowId) {
     patch($("board"), h("div", { class: "empty" }, "No workflow yet. Create one with ",
@@ -143,12 +174,27 @@ async function loadBoard() {
   // A board read that says which tasks wait for a person (badges.waiting_for_person) makes the
   // read of pending permission requests unneeded; an older one does not say it.
   const sayer = state.board && state.board.tasks.find((t) => "waiting_for_person" in t.badges);
-  const [board, pending, runs] = await Promise.all([
-    state.api.get(`/api/board?workflow=${encodeURIComponent(state.workflowId)}`),
+  const known = state.board && state.board.workflow.id === state.workflowId
+    ? state.board.workflow : state.workflows.find((wf) => wf.id === state.workflowId);
+  const stepIds = known ? known.steps.map((s) => s.id) : [];
+  const gen = ++state.boardGen;
+  // every lane's first page (or as much as was loaded of it) at once: the lanes in view first
+  const [lanes, whole, pending, runs] = await Promise.all([
+    Promise.all(stepIds.map((id) => readLane(id, Math.max(PAGE, state.lanes.get(id)?.tasks.length || 0)))),
+    stepIds.length ? null : state.api.get(`/api/board?workflow=${encodeURIComponent(state.workflowId)}&limit=1`),
     sayer ? [] : state.api.get("/api/permissions?state=pending"),
     state.filters.agent ? state.api.get("/api/runs") : null,
   ]);
-  state.board = board;
+  if (gen !== state.boardGen) return;
+  const answer = lanes.length ? lanes[0].answer : whole;
+  state.lanes = new Map(stepIds.map((id, n) => [id, lanes[n].lane]));
+  state.board = {
+    workflow: answer.workflow,
+    profiles: answer.profiles,
+    counts: answer.counts || {},
+    step_agents: answer.step_agents || {},
+    tasks: loadedTasks(),
+  };
   state.pending = new Map();
   for (const p of pending) state.pending.set(p.task_id, [...(state.pending.get(p.task_id) || []), p]);
   if (runs) {
@@ -160,7 +206,46 @@ async function loadBoard() {
   }
   renderFilters();
   renderBoard();
+  // a step added since the last read has no lane read yet
+  const now = answer.workflow.steps.map((s) => s.id);
+  if (now.length !== stepIds.length || now.some((id) => !stepIds.includes(id))) scheduleRefresh(0);
 }
+
+// The next page of one lane, when its end comes into view; again while it stays in view.
+async function loadMore(stepId) {
+  const lane = state.lanes.get(stepId);
+  if (!lane || !lane.cursor || lane.loading) return;
+  lane.loading = true;
+  const gen = state.boardGen;
+  let more = false;
+  try {
+    const answer = await state.api.get(boardUrl(stepId, PAGE, lane.cursor));
+    if (gen !== state.boardGen || state.lanes.get(stepId) !== lane) return;
+    const had = new Set(lane.tasks.map((t) => t.id));
+    lane.tasks.push(...answer.tasks.filter((t) => !had.has(t.id)));
+    lane.cursor = answer.next_cursor;
+    state.board.tasks = loadedTasks();
+    renderBoard();
+    more = Boolean(lane.cursor);
+  } catch (error) {
+    showError(error);
+  } finally {
+    lane.loading = false;
+  }
+  if (more && state.visibleEnds.has(stepId)) requestAnimationFrame(() => loadMore(stepId));
+}
+
+const laneEnds = typeof IntersectionObserver === "function" ? new IntersectionObserver((entries) => {
+  for (const entry of entries) {
+    const id = entry.target.dataset.stepId;
+    if (entry.isIntersecting) {
+      state.visibleEnds.add(id);
+      loadMore(id);
+    } else {
+      state.visibleEnds.delete(id);
+    }
+  }
+}, { rootMargin: "600px 0px" }) : null;
 
 // Events can come faster than a board can be read: at most one read of each kind is in
 // flight, and changes that arrive meanwhile are folded into one more read after it.
@@ -253,6 +338,7 @@ function shown(task) {
 }
 
 function onFilter() {
+  const before = state.filters.q;
   state.filters = {
     q: $("search").value.trim(),
     step: $("filter-step").value,
@@ -261,7 +347,11 @@ function onFilter() {
     person: $("filter-person").checked,
   };
   writeFilters();
-  if (state.filters.agent && !state.agentsByTask) scheduleRefresh(0);
+  if (state.filters.q !== before) {
+    // the server searches every card, not just the loaded ones: lanes read again from the top
+    state.lanes = new Map();
+    scheduleRefresh(0);
+  } else if (state.filters.agent && !state.agentsByTask) scheduleRefresh(0);
   if (state.board) renderBoard();
 }
 
@@ -273,13 +363,16 @@ function renderBoard() {
   const lanes = steps().filter((s) => !state.filters.step || s.id === state.filters.step)
     .map((step) => renderLane(step, tasks.filter((t) => t.workflow_step_id === step.id)));
   patch($("board"), lanes);
+  if (laneEnds) for (const end of document.querySelectorAll(".lane-more")) laneEnds.observe(end);
   const all = board.tasks;
   const running = all.filter((t) => t.badges.running).length;
   const waiting = all.filter((t) => t.badges.decisions.required > t.badges.decisions.approved && t.badges.decisions.required > 0).length;
   const person = all.filter(needsPerson).length;
+  const total = Math.max(all.length,
+    Object.values(board.counts || {}).reduce((n, c) => n + c.admitted + c.queued, 0));
   const narrowed = tasks.length !== all.length;
   patch($("summary"),
-    h("span", { key: "tasks" }, h("b", {}, narrowed ? `${tasks.length}/${all.length}` : String(all.length)), all.length === 1 ? " task" : " tasks"),
+    h("span", { key: "tasks" }, h("b", {}, narrowed ? `${tasks.length}/${total}` : String(total)), total === 1 ? " task" : " tasks"),
     h("span", { key: "running" }, h("b", {}, String(running)), " running"),
     h("span", { key: "waiting" }, h("b", {}, String(waiting)), " awaiting decisions"),
     person ? h("span", { key: "person", class: "needs" }, h("b", {}, String(person)), " need a person") : null,
@@ -290,7 +383,11 @@ function renderLane(step, tasks) {
   const admitted = tasks.filter((t) => t.wip_admitted);
   const queued = tasks.filter((t) => !t.wip_admitted);
   const limit = step.wip_limit > 0 ? step.wip_limit : null;
-  const count = state.board.tasks.filter((t) => t.workflow_step_id === step.id && t.wip_admitted).length;
+  const counted = (state.board.counts || {})[step.id];
+  const count = counted ? counted.admitted
+    : state.board.tasks.filter((t) => t.workflow_step_id === step.id && t.wip_admitted).length;
+  const lane = state.lanes.get(step.id);
+  const total = counted ? counted.admitted + counted.queued : tasks.length;
   const full = limit !== null && count >= limit;
   const wip = h("span", { class: `wip${full ? " full" : ""}`, title: limit ? "in progress / WIP limit" : "tasks here (no WIP limit)" },
     limit ? `${count} / ${limit}` : String(count));
@@ -326,9 +423,11 @@ function renderLane(step, tasks) {
     admitted.length ? admitted.map(renderCard) : h("div", { class: "lane-empty" }, "No tasks"),
   ),
   queued.length ? h("div", { class: "queued" },
-    h("div", { class: "queued-head" }, `Queued · ${queued.length}`),
+    h("div", { class: "queued-head" }, `Queued · ${counted ? counted.queued : queued.length}`),
     queued.map(renderCard),
   ) : null,
+  lane && lane.cursor ? h("div", { class: "lane-more", key: `more:${step.id}`, dataset: { stepId: step.id } },
+    `Showing ${lane.tasks.length} of ${total}; more load as you scroll`) : null,
   );
 }
 
