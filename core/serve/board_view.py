@@ -95,7 +95,9 @@ def read(
     paged = list(where)
     if query.after is not None:
         at, last_id = query.after
-        paged.append(sa.or_(T.c.created_at > at, sa.and_(T.c.created_at == at, T.c.id > last_id)))
+        # a row-value comparison, so both databases seek the (…, created_at, id) index to the
+        # cursor instead of walking every earlier row of the lane (migration 0018)
+        paged.append(sa.tuple_(T.c.created_at, T.c.id) > sa.tuple_(at, last_id))
     select = sa.select(T).where(*paged).order_by(*order)
     ids = sa.select(T.c.id).where(*paged)
     if query.limit is not None:
