@@ -51,6 +51,9 @@ BUILTIN_COMMANDS: dict[str, tuple[str, str]] = {
     "agent": ("commands_agents", "agent"),
     "worker": ("commands_agents", "worker_command"),
     "serve": ("commands_serve", "serve"),
+    "watch": ("commands_watch", "watch"),
+    "events": ("commands_watch", "events_command"),
+    "prune": ("commands_prune", "prune"),
 }
 """Each built-in command: its module under `core.cli` and the attribute holding it. A command
 imports its module (and what that needs) only when it runs; `--help` reads `BUILTIN_HELP`."""
@@ -79,6 +82,9 @@ BUILTIN_HELP: dict[str, str] = {
     "agent": "Agents that run outside laneway.",
     "worker": "Claim and execute queued runs.",
     "serve": "Serve the HTTP API, the event stream and the board page until SIGINT/SIGTERM.",
+    "watch": "Tail the board's events in the terminal, as `serve`'s stream sends them.",
+    "events": "Tail the board's events in the terminal, as `serve`'s stream sends them.",
+    "prune": "Delete old transcript items, and nothing else.",
 }
 """Each built-in command's short help, as `laneway --help` lists it without importing the
 command modules (`tests/cli/test_cli_lazy.py` keeps it equal to the commands' own)."""

@@ -111,10 +111,11 @@ def entries_list(settings: Settings, task_ref: str | None, non_terminal: bool) -
     """List step entries with their markers."""
     with reader(settings) as host:
         found = host.entries.list(task=task_ref, non_terminal=non_terminal)
+        names = names_of(host, {e.step_id for e, _markers in found}, ())
     emit(
         settings.json,
         [entry_json(e, markers) for e, markers in found],
-        [line for e, markers in found for line in entry_lines(e, markers)],
+        [line for e, markers in found for line in entry_lines(e, markers, names)],
     )
 
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 import click
@@ -12,12 +12,13 @@ from core.cli.output import (
     decision_result_json,
     emit,
     names_of,
+    session_line,
     step_names,
     task_line,
     trigger_json,
     why_not,
 )
-from core.model import Participant, Session, Task
+from core.model import AgentProfile, Participant, Session, Task
 from core.shapes import session_json
 
 
@@ -349,11 +350,8 @@ def participant_list(
 # -- sessions and turns --------------------------------------------------------------------
 
 
-def _session_line(session: Session) -> str:
-    return (
-        f"{session.id}  task={session.task_id}  state={session.state}  "
-        f"profile={session.agent_profile_id or '-'}"
-    )
+def _session_line(session: Session, profiles: Iterable[AgentProfile] = ()) -> str:
+    return session_line(session, {p.id: p.name for p in profiles})
 
 
 class _SessionGroup(click.Group):
@@ -393,8 +391,8 @@ def session_start(settings: Settings, ref: str, profile: str | None) -> None:
     """Open a session for an agent that runs outside laneway."""
     with writer(settings) as host:
         started = host.sessions.start(ref, profile=profile)
-        shaped = session_json(started, host.profiles.list())
-    emit(settings.json, shaped, [_session_line(started)])
+        profiles = host.profiles.list()
+    emit(settings.json, session_json(started, profiles), [_session_line(started, profiles)])
 
 
 @session.command("list")
@@ -406,7 +404,9 @@ def session_list(settings: Settings, task_ref: str) -> None:
         found = host.sessions.list(task=task_ref)
         profiles = host.profiles.list()
     emit(
-        settings.json, [session_json(s, profiles) for s in found], [_session_line(s) for s in found]
+        settings.json,
+        [session_json(s, profiles) for s in found],
+        [_session_line(s, profiles) for s in found],
     )
 
 

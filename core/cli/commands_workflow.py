@@ -22,9 +22,11 @@ def workflow() -> None:
 @workflow.command("templates")
 @pass_settings
 def workflow_templates(settings: Settings) -> None:
-    """List the shipped templates, hidden ones included."""
-    with reader(settings) as host:
-        decls = host.workflows.templates()
+    """List the shipped templates, hidden ones included (no database needed)."""
+    from core.workflows import shipped_templates
+
+    # shipped with the code, so read without a host: no database is opened, made or required
+    decls = shipped_templates()
     found = [template_json(d) for d in decls]
     lines = [
         f"{t['id']}  {t['name']}  ({t['steps']} steps){' [hidden]' if t['hidden'] else ''}"
@@ -152,18 +154,27 @@ def workflow_export(settings: Settings, ref: str) -> None:
 @pass_settings
 def workflow_check(settings: Settings, ref: str) -> None:
     """Report declarations the loaded plugins cannot run and profile names that resolve to
-    nothing, and list every agent the workflow can start or seat. Exits 0 even with problems.
+    nothing, warn where a task would wait for nobody (a step whose auto_start_agent finds no
+    agent, a board where no agent can start), and list every agent the workflow can start or
+    seat. Exits 0 even with problems.
 
     A workflow file can start the board's agents: review one like code before importing it.
     """
     with reader(settings) as host:
         workflow = host.workflows.get(ref)
         problems = host.workflows.check(workflow.id)
+        warnings = host.workflows.warnings(workflow)
         agents = host.workflows.agents_of(workflow)
     lines = list(problems) or ["no problems"]
+    lines += [f"warning: {w}" for w in warnings]
     lines.append(f"agents this workflow can start or seat: {len(agents) or 'none'}")
     lines += [f"  {a.line(workflow.name)}" for a in agents]
-    emit(settings.json, {"problems": problems, "agents": [a.as_dict() for a in agents]}, lines)
+    result = {
+        "problems": problems,
+        "warnings": warnings,
+        "agents": [a.as_dict() for a in agents],
+    }
+    emit(settings.json, result, lines)
 
 
 @click.group()

@@ -14,7 +14,7 @@ from typing import Any
 import click
 
 from core.errors import LanewayError
-from core.model import AgentProfile, Item, Marker, StepEntry, Task, Workflow
+from core.model import AgentProfile, Item, Marker, Session, StepEntry, Task, Workflow
 from core.shapes import (
     STEP_KEYS,
     decision_result_json,
@@ -35,6 +35,7 @@ __all__ = [
     "item_line",
     "plain",
     "profile_line",
+    "session_line",
     "step_json",
     "task_line",
     "template_json",
@@ -84,6 +85,7 @@ def step_names(host: Any, *tasks: Task) -> dict[str, str]:
             except LanewayError:  # a name is a nicety; the id still prints
                 continue
             names.update({s.id: s.name for s in workflow.steps})
+            names[workflow.id] = workflow.name
     return names
 
 
@@ -117,9 +119,16 @@ def task_line(task: Task, names: StepNames | None = None) -> str:
             f" HALTED: runaway loop at {name(task.loop_halted_step_id)}; "
             "triggers no longer move it until a person does"
         )
+    workflow = names.get(task.workflow_id, task.workflow_id) if task.workflow_id else "-"
     return (
-        f"{task.id}  {task.title!r}  step={name(task.workflow_step_id)} state={task.state}{flags}"
+        f"{task.id}  {task.title!r}  workflow={_word(workflow)} "
+        f"step={_word(name(task.workflow_step_id))} state={task.state}{flags}"
     )
+
+
+def _word(name: str) -> str:
+    """A name as one word of a line: quoted when it has spaces (`'Office Default'`)."""
+    return shlex.quote(name) if any(c.isspace() for c in name) else name
 
 
 def workflow_lines(workflow: Workflow, *, with_steps: bool) -> list[str]:
@@ -147,10 +156,21 @@ def item_line(item: Item) -> str:
     return f"#{item.seq}  {item.at}  {item.kind}{run}  {first}{more}"
 
 
-def entry_lines(entry: StepEntry, markers: Iterable[Marker]) -> list[str]:
+def session_line(session: Session, names: Mapping[str, str] | None = None) -> str:
+    """A session as one line, naming its agent profile (`names`: profile id -> name)."""
+    profile = session.agent_profile_id
+    agent = (names or {}).get(profile, profile) if profile else "-"
+    return f"{session.id}  task={session.task_id}  state={session.state}  profile={_word(agent)}"
+
+
+def entry_lines(
+    entry: StepEntry, markers: Iterable[Marker], names: Mapping[str, str] | None = None
+) -> list[str]:
+    """An entry and its markers, naming its step (`names`: step id -> name)."""
     state = "terminal" if entry.terminal else "open"
+    step = (names or {}).get(entry.step_id, entry.step_id)
     head = (
-        f"{entry.id}  task={entry.task_id}  step={entry.step_id}  "
+        f"{entry.id}  task={entry.task_id}  step={_word(step)}  "
         f"#{entry.entry_seq} {entry.entry_path} {state}"
     )
     lines = [head]

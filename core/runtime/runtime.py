@@ -171,6 +171,8 @@ class AgentRuntime:
         self._broker: ToolBroker | None = None
         self._tool_tokens: dict[str, str] = {}
         """The tool-server token each live conversation was opened with, by session."""
+        self._cannot_start: set[tuple[str, tuple[str, ...]]] = set()
+        """(profile id, command) pairs already reported as impossible to start."""
         self._shut_down = False
         """`kill_all` ran: a turn that begins now (its run claimed just before) is stopped
         before it launches anything."""
@@ -304,6 +306,8 @@ class AgentRuntime:
                     record.items([item("stderr", end.stderr_tail)])
                 if end.outcome == "failed":
                     route = "R5" if attempt and end.route == "R2" else end.route or "R1"
+                    if end.route == "R2":
+                        self._warn_cannot_start(profile, end.message)
                     return self.fail_and_dispatch(failure(route, end.message))
                 if attempt >= len(self.retry_delays):
                     return self.fail_and_dispatch(
@@ -325,6 +329,17 @@ class AgentRuntime:
                     )
         finally:
             self._turns.pop(session_id, None)
+
+    def _warn_cannot_start(self, profile: AgentProfile, message: str) -> None:
+        """One WARNING per profile and command for this process: a worker whose agent cannot
+        start fails every run of it alike, and one line says why (each run keeps its error)."""
+        key = (profile.id, tuple(profile.command))
+        if key in self._cannot_start:
+            return
+        self._cannot_start.add(key)
+        logger.bind(
+            agent_profile_id=profile.id, profile=profile.name, command=list(profile.command)
+        ).warning(f"agent profile {profile.name!r} cannot start: {message}")
 
     def _attempt(
         self,

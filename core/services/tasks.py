@@ -174,7 +174,15 @@ class TaskService(Service):
                 raise LanewayError(f"step {chosen.name!r} does not allow manual moves")
             return chosen.id
 
-        return arrival.move(self.peers.arrivals, ref, target, path="E2", label="manual")
+        try:
+            # an id, as nearly every caller gives: the move's own read is the only one
+            return arrival.move(self.peers.arrivals, ref, target, path="E2", label="manual")
+        except NotFound:
+            with self.peers.store.read() as conn:
+                task_id = resolve_task(conn, TASKS, ref)  # NotFound naming the rule if none
+            if task_id == ref:
+                raise  # the task exists: what was not found is the step
+        return arrival.move(self.peers.arrivals, task_id, target, path="E2", label="manual")
 
     def update(
         self,

@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import builtins
+from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -10,7 +11,7 @@ import sqlalchemy as sa
 from core import board, ids
 from core.errors import Conflict, LanewayError, NotFound
 from core.logs import logger
-from core.model import Step, Workflow
+from core.model import AgentProfile, Step, Workflow
 from core.services.base import Service
 from core.store import rows
 from core.store import tables as t
@@ -312,6 +313,61 @@ class WorkflowService(Service):
                 problems.append(agent.problem(workflow.name))
         return problems
 
+    def warnings(self, workflow: Workflow) -> builtins.list[str]:
+        """What would leave the workflow's tasks waiting for nobody: a step whose
+        `auto_start_agent` finds no agent today (no runner seat there, and neither the step nor
+        the workflow names a profile), and a board where none of its actions can start any."""
+        from core.workflows import WorkflowFileError
+
+        agents = self.agents_of(workflow)
+        found: builtins.list[str] = []
+        for agent in agents:
+            if agent.at.use.target == "primary" and not agent.profiles:
+                step = agent.at.step
+                found.append(
+                    str(
+                        WorkflowFileError(
+                            f"{agent.at.kind} finds no agent: no runner seat at the step and "
+                            "no profile on it or on the workflow (`participant add --step "
+                            f"{step!r} --role runner --profile P --workflow {workflow.name!r}`)",
+                            workflow=workflow.name,
+                            step=step,
+                            field=agent.at.field,
+                        )
+                    )
+                )
+        starts = [a for a in agents if a.at.use.verb == "starts"]
+        if not self.peers.profiles.list():
+            found.append(
+                f"workflow {workflow.name!r}: no agent can start on this board: it has no agent "
+                "profiles (`laneway profile add NAME --command CMD`)"
+            )
+        elif not any(a.profiles for a in starts):
+            found.append(
+                f"workflow {workflow.name!r}: no agent can start on it: "
+                + (
+                    "none of its actions resolves to an agent profile today"
+                    if starts
+                    else "none of its actions starts an agent"
+                )
+            )
+        return found
+
+    def _primary(
+        self, workflow: Workflow, step_name: str, by_ref: Mapping[str, AgentProfile]
+    ) -> builtins.list[str]:
+        """Who `auto_start_agent` starts at the step for any task: its first runner seat,
+        else the step's profile, else the workflow's (a task's own seats come on top)."""
+        step = workflow.step(step_name)
+        if step is None:
+            return []
+        seats = self.peers.participants.seats_at("", step.id)
+        runner = [s.agent_profile_id for s in seats if s.role == "runner"]
+        for ref in (*runner[:1], step.agent_profile_id, workflow.agent_profile_id):
+            if ref:
+                return [by_ref[ref].name if ref in by_ref else ref]
+        return []
+
     def agents_of(self, declared: Workflow | WorkflowDecl) -> builtins.list[AgentReach]:
         """Every agent `declared` can start or seat, each resolved against today's profiles
         (and, for a stored workflow, its steps' template seats)."""
@@ -331,6 +387,8 @@ class WorkflowService(Service):
                 names = [] if profile is None else [profile.name]
             elif use.target == "workspace.ceo_agent":
                 names = [p.name for p in profiles if p.role == use.role][:1]
+            elif use.target == "primary" and isinstance(declared, Workflow):
+                names = self._primary(declared, at.step, by_ref)
             elif use.role is not None and at.step in step_ids:
                 seats = self.peers.participants.seats_at("", step_ids[at.step])
                 ids_ = [s.agent_profile_id for s in seats if s.role == use.role]

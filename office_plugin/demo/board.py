@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, ClassVar, Final
 
 import attrs
 
+from office_plugin.demo import agents as demo_agents
 from plugins.api import LanewayError, Workflow
 from plugins.app import scripted
 
@@ -55,13 +56,25 @@ class Board:
 
 
 def agent_command(role: str, *args: str) -> tuple[str, ...]:
-    """A scripted agent's command line.
+    """A `core.runtime.scripted` agent's command line (tests of the agent runtime).
 
     The script is run by its path rather than with `-m core.runtime.scripted`: `-m` imports
     the `core` package first (the host, SQLAlchemy, alembic), which costs about a second per
     agent turn; the script itself needs only the standard library.
     """
     return (sys.executable, str(Path(scripted.__file__).resolve()), role, *args)
+
+
+def demo_agent_command(role: str, *args: str) -> tuple[str, ...]:
+    """The command of one of the demo's profiles: its agent, a module of the installed package
+    (:mod:`office_plugin.demo.agents`), run by the Python that ran the demo, so the profile
+    outlives the demo.
+
+    By the module's path, which runs the same program as ``python -m
+    office_plugin.demo.agents``: `-m` imports the `office_plugin` package first (the plugin,
+    loguru, the plugin API), about a third of a second on every agent turn.
+    """
+    return (sys.executable, str(Path(demo_agents.__file__).resolve()), role, *args)
 
 
 def _free_name(taken: set[str], base: str) -> str:
@@ -84,21 +97,19 @@ def build_board(host: Host, state_dir: Path) -> Board:
             "the board's office on with `laneway features set office=on`, and allow the "
             "office plugin)"
         )
-    state_dir.mkdir(parents=True, exist_ok=True)
     workflows = {w.name.casefold() for w in host.workflows.list()}
     workflow = host.workflows.create_from_template(
         TEMPLATE, name=_free_name(workflows, "Office Default")
     )
     host.workspace.set(office_workflow=workflow.id)
+    # the task first: the agents act out the demo's story on this task alone
+    task = host.tasks.create(workflow=workflow.id, title=TITLE, description=DESCRIPTION)
     taken = {p.name.casefold() for p in host.profiles.list()}
+    state = ("--script-task", task.id, "--state", str(state_dir))
     plan = [
-        ("worker", "worker", ("worker", "--fail-first", str(state_dir / "worker-failed"))),
-        (
-            "reviewer-1",
-            "reviewer",
-            ("reviewer", "--verdicts", "rejected,approved", "--state", str(state_dir / "r1")),
-        ),
-        ("reviewer-2", "reviewer", ("reviewer", "--state", str(state_dir / "r2"))),
+        ("worker", "worker", ("worker", *state, "--fail-first")),
+        ("reviewer-1", "reviewer", ("reviewer", *state, "--verdicts", "rejected,approved")),
+        ("reviewer-2", "reviewer", ("reviewer",)),
         ("approver", "approver", ("approver",)),
         ("ceo", "ceo", ("ceo",)),
     ]
@@ -106,7 +117,7 @@ def build_board(host: Host, state_dir: Path) -> Board:
     names: dict[str, str] = {}
     for base, role, command in plan:
         profile = host.profiles.add(
-            _free_name(taken, base), command=agent_command(*command), role=role
+            _free_name(taken, base), command=demo_agent_command(*command), role=role
         )
         made[base] = profile.id
         names[profile.id] = profile.name
@@ -118,7 +129,6 @@ def build_board(host: Host, state_dir: Path) -> Board:
     ]
     for step, role, base in seats:
         host.participants.add(step=step, role=role, profile=made[base], workflow=workflow.id)
-    task = host.tasks.create(workflow=workflow.id, title=TITLE, description=DESCRIPTION)
     built = host.workflows.by_id(workflow.id)
     by_name = {s.name: s.id for s in built.steps}
     counts: dict[tuple[str, str], int] = {}

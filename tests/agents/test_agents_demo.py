@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 
 from tests.agents.conftest import inspect_host, laneway
+from tests.conftest import open_host
 
 pytestmark = pytest.mark.slow
 
@@ -108,6 +109,26 @@ def test_demo_on_the_given_database(db_url: str, tmp_path: Path) -> None:
         assert cancelled in (0, 1)
         assert statuses == ["cancelled"] * cancelled + ["failed"] + ["finished"] * (7 - cancelled)
 
+    # Issue 25 item 8: the board the demo leaves works for a later worker on that database.
+    # Its profiles' agents live in the installed package (never in a directory the demo
+    # deleted); on a task a person adds they simply do their job: no run fails.
+    with open_host(db_url) as host:
+        later = host.tasks.create(workflow=workflow.id, title="after the demo")
+        host.tasks.start(later.id)
+        commands = [p.command for p in host.profiles.list()]
+    assert all(Path(c[1]).name == "agents.py" and Path(c[1]).exists() for c in commands)
+    worker = laneway(
+        "--db", db_url, "--json", "worker", "--once", cwd=tmp_path, env={"TMPDIR": str(tmp_path)}
+    )
+    assert worker.returncode == 0, worker.stderr
+    assert json.loads(worker.stdout) == {"claimed": 4, "finished": 4, "failed": 0}
+    assert "Traceback" not in worker.stderr
+    assert "WARNING" not in worker.stderr
+    with inspect_host(db_url) as host:
+        done = host.tasks.get(later.id)
+    step = workflow.step(done.workflow_step_id or "")
+    assert (done.state, step.name if step else None) == ("COMPLETED", "Done")
+
     # A second demo on the same database builds its own board beside the first.
     again = laneway("--db", db_url, "--json", "demo", cwd=tmp_path, env={"TMPDIR": str(tmp_path)})
     assert again.returncode == 0, again.stderr
@@ -123,6 +144,10 @@ def test_demo_reads_as_a_timeline_and_a_table(tmp_path: Path) -> None:
     assert any("FAILED" in line and "worker" in line for line in lines)
     assert any(line.split()[:2] == ["#", "agent"] for line in lines)
     assert any("reached Done (COMPLETED)" in line for line in lines)
+    # issue 25 item 9: the duration is measured, and printed last
+    took = lines[-1].removeprefix("the demo took ")
+    assert took.endswith("s")
+    assert 0 < float(took.removesuffix("s")) < WALL_LIMIT_S
     assert proc.stderr == ""
 
 

@@ -228,7 +228,10 @@ def test_workflow_check_reports_problems_and_still_exits_0(sqlite_laneway: Lanew
     assert text.exit_code == 0
     lines = text.stdout.splitlines()
     assert lines[: len(off["problems"])] == off["problems"]
-    assert lines[len(off["problems"])] == "agents this workflow can start or seat: 8"
+    # then the warnings (issue 25 item 9), then the agents
+    after = len(off["problems"]) + len(off["warnings"])
+    assert lines[len(off["problems"]) : after] == [f"warning: {w}" for w in off["warnings"]]
+    assert lines[after] == "agents this workflow can start or seat: 8"
 
 
 # -- profiles -----------------------------------------------------------------------------

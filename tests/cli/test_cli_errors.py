@@ -136,7 +136,6 @@ def test_usage_errors_exit_2(sqlite_laneway: Laneway, args: tuple[str, ...]) -> 
     "args",
     [
         ("task", "list"),  # read-only
-        ("workflow", "templates"),  # read-only
         ("task", "create", "--workflow", "w", "--title", "t"),  # writer
         ("recover",),  # writer
     ],
