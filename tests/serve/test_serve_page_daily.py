@@ -330,7 +330,11 @@ def test_create_edit_archive_and_undo_a_task_from_the_page(browser: Any, daily: 
         back = c.get(f"/api/tasks/{task_id}").json()
     assert back["archived_at"] is None
     assert back["workflow_step_id"] == daily.office.steps["Backlog"]
-    assert page.evaluate("document.activeElement.dataset.taskId") == task_id
+    poll(  # the focus goes to the card that came back
+        "the card focused",
+        lambda: page.evaluate("document.activeElement.dataset.taskId") == task_id,
+        5.0,
+    )
     assert page.errors == []
     page.context.close()
 

@@ -25,6 +25,7 @@ const state = {
   lanes: new Map(), // step id -> { tasks, cursor, loading }: what of the lane is loaded
   boardGen: 0, // a whole-board read bumps it: a lane's page read before it is dropped
   visibleEnds: new Set(), // step ids whose lane end is in view (load on)
+  focusTask: null, // a card to focus once a board read draws it (an undone archive's)
   pending: new Map(), // task id -> its pending permission requests
   agentsByTask: null, // task id -> Set of profile ids with a run on it (read for the agent filter)
   openTaskId: null,
@@ -364,6 +365,13 @@ function renderBoard() {
     .map((step) => renderLane(step, tasks.filter((t) => t.workflow_step_id === step.id)));
   patch($("board"), lanes);
   if (laneEnds) for (const end of document.querySelectorAll(".lane-more")) laneEnds.observe(end);
+  if (state.focusTask) {
+    const card = document.querySelector(`.card[data-task-id="${CSS.escape(state.focusTask)}"]`);
+    if (card) {
+      state.focusTask = null;
+      card.focus();
+    }
+  }
   const all = board.tasks;
   const running = all.filter((t) => t.badges.running).length;
   const waiting = all.filter((t) => t.badges.decisions.required > t.badges.decisions.approved && t.badges.decisions.required > 0).length;
@@ -556,7 +564,7 @@ async function moveTask(taskId, step) {
     toast(`Moved “${task.title}” to ${step.name}`, "ok");
     await loadBoard();
     if (state.openTaskId === taskId) await loadDetail(taskId);
-    offerStart(taskId, step);
+    await offerStart(taskId, step);
   } catch (error) {
     showError(error);
   }
@@ -564,10 +572,13 @@ async function moveTask(taskId, step) {
 
 // A card moved to a step with an agent that nothing started (no run queued or running: the
 // step's entry did not start it itself) asks whether to do what `task start` does.
-function offerStart(taskId, step) {
-  const moved = state.board.tasks.find((t) => t.id === taskId);
+async function offerStart(taskId, step) {
   const agent = (state.board.step_agents || {})[step.id];
-  if (!moved || !agent || moved.workflow_step_id !== step.id) return;
+  if (!agent) return;
+  // the card as it is now, read for itself (it may sit beyond the lane's loaded pages)
+  const q = new URLSearchParams({ workflow: state.workflowId, step: step.id, q: taskId, limit: "1" });
+  const moved = (await state.api.get(`/api/board?${q}`)).tasks.find((t) => t.id === taskId);
+  if (!moved || moved.workflow_step_id !== step.id) return;
   if (moved.badges.running || moved.badges.queued || FINISHED_STATES.has(moved.state)) return;
   const name = profileName(agent);
   const el = h("div", { class: "toast ask", role: "group", "aria-label": `Start ${name}?` },
@@ -947,10 +958,10 @@ async function archiveTask(task) {
     run: async () => {
       try {
         await state.api.post(`/api/tasks/${id}/unarchive`);
+        // whichever board read draws the card first focuses it (an event's read may overtake ours)
+        state.focusTask = task.id;
         await loadBoard();
         announce(`“${task.title}” is back`);
-        const card = document.querySelector(`.card[data-task-id="${CSS.escape(task.id)}"]`);
-        if (card) card.focus();
       } catch (error) {
         showError(error);
       }
