@@ -49,6 +49,7 @@ def move(
     label: str,
     expected_step_id: str | None = None,
     actor: str = "",
+    by_trigger: bool | None = None,
 ) -> Change:
     """`core.transition.move`, then what follows its commit (see the module)."""
     change = transition.move(
@@ -59,6 +60,7 @@ def move(
         label=label,
         expected_step_id=expected_step_id,
         actor=actor,
+        by_trigger=by_trigger,
     )
     if change.changed and change.left is not None:
         follow(arrivals, change.left, change.from_step_id, change.arrival)

@@ -55,3 +55,22 @@ class ReadOnly(LanewayError):
 
     code: ClassVar[str] = "read_only"
     http_status: ClassVar[int] = 403
+
+
+class RunFenced(Conflict):
+    """A write a run's outcome makes (its finish, a decision, a step signal, a transcript
+    item) refused: the run's claim is no longer this process's epoch (`claim_lost`: it was
+    declared dead and the run re-queued), or the entry that queued the run is no longer its
+    task's current entry of the step (`superseded`). `reason` says which."""
+
+    code: ClassVar[str] = "run_fenced"
+
+    def __init__(self, run_id: str, reason: str) -> None:
+        what = (
+            "its claim was taken from this process"
+            if reason == "claim_lost"
+            else "the step entry that queued it is superseded"
+        )
+        super().__init__(f"run {run_id}: not recorded, {what}")
+        self.run_id = run_id
+        self.reason = reason

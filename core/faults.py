@@ -24,6 +24,7 @@ POINTS = frozenset(
         "clear_decisions.before_commit",
         "fan_out.before_commit",
         "worker.after_claim",
+        "outbox.after_deliver",
     }
 )
 EXIT_STATUS = 99

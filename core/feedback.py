@@ -52,7 +52,7 @@ def since_last_turn(host: Peers, run: Run) -> Feedback | None:
         return None
     since = last_turn_start(host.runs.list(task=run.task_id), run)
     if since is None:
-        return None
+        return _woken_by_comment(host, run)
     me = host.profiles.get(run.agent_profile_id).name
     verdicts = tuple(
         d
@@ -69,6 +69,17 @@ def since_last_turn(host: Peers, run: Run) -> Feedback | None:
     if not verdicts and not comments:
         return None
     return Feedback(since, verdicts, comments)
+
+
+def _woken_by_comment(host: Peers, run: Run) -> Feedback | None:
+    """A first run a comment queued (on_comment's payload names it, issue 24): the comments
+    others wrote on the task so far, the waking one among them, are all new to the agent.
+    Any other first run has no feedback."""
+    if run.task_id is None or not (run.payload or {}).get("comment_id"):
+        return None
+    me = host.profiles.get(run.agent_profile_id).name
+    comments = tuple(c for c in host.comments.list(run.task_id) if c.author != me)
+    return Feedback("", (), comments) if comments else None
 
 
 def _indented(text: str) -> str:

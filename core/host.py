@@ -49,6 +49,8 @@ if TYPE_CHECKING:
     from core.plugin.registry import Registry
     from core.runtime.runtime import AgentRuntime
     from core.services import (
+        BlockerService,
+        BudgetService,
         CommentService,
         DecisionService,
         EntryService,
@@ -59,6 +61,7 @@ if TYPE_CHECKING:
         RunService,
         SessionService,
         TaskService,
+        TriggerService,
         TurnService,
         WorkflowService,
         WorkspaceService,
@@ -208,6 +211,9 @@ class Host:
     plugins: _Built[PluginService] = _Built(_service("PluginService"))
     comments: _Built[CommentService] = _Built(_service("CommentService"))
     permissions: _Built[PermissionService] = _Built(_service("PermissionService"))
+    blockers: _Built[BlockerService] = _Built(_service("BlockerService"))
+    budgets: _Built[BudgetService] = _Built(_service("BudgetService"))
+    triggers: _Built[TriggerService] = _Built(_service("TriggerService"))
 
     @property
     def selection(self) -> PluginSelection:
@@ -346,6 +352,14 @@ class Host:
         if self._keeper is None:
             raise NotInitialised("a read-only host claims nothing")
         return self._keeper.current()
+
+    def watch_epoch(self, on_lost: Callable[[str], object]) -> Callable[[], None]:
+        """Have `on_lost(old_epoch)` called the moment this host's liveness lock is found lost
+        (a watcher thread; `core.store.liveness.EpochKeeper.watch`); returns the watch's stop.
+        A worker stops the agents of the runs it claimed under the lost epoch there."""
+        if self._keeper is None:
+            raise NotInitialised("a read-only host holds no liveness lock")
+        return self._keeper.watch(on_lost)
 
     def close(self) -> None:
         if self._keeper is not None:

@@ -48,6 +48,7 @@ _ALLOCATE = (
             sa.bindparam("declaration_digest", type_=E.c.declaration_digest.type),
             sa.literal(False, E.c.terminal.type),
             sa.bindparam("created_at", type_=E.c.created_at.type),
+            sa.bindparam("epoch", type_=E.c.epoch.type),
         ).where(
             E.c.task_id == sa.bindparam("task_id", type_=E.c.task_id.type),
             E.c.step_id == sa.bindparam("step_id", type_=E.c.step_id.type),
@@ -199,6 +200,8 @@ def allocate(
     if not durable_positions(registry, actions):
         return None
     entry_id, stamp, digest = ids.new_id(), ids.now(), declaration_digest(actions)
+    # the mover dispatches what it allocates: its epoch tells the recovery scan to keep off
+    epoch = uow.store.liveness.own()
     seq = uow.run(
         _ALLOCATE,
         {
@@ -208,6 +211,7 @@ def allocate(
             "entry_path": path,
             "declaration_digest": digest,
             "created_at": stamp,
+            "epoch": epoch,
         },
     ).scalar_one()
     entry = StepEntry(
@@ -219,6 +223,7 @@ def allocate(
         declaration_digest=digest,
         terminal=False,
         created_at=stamp,
+        epoch=epoch,
     )
     events.know_entry(entry.id, task_id)
     return entry

@@ -178,6 +178,9 @@ class Step:
     auto_advance_requires_signal: bool = False
     cancel_triggers_turn_complete: bool = False
     events: Events = attrs.field(factory=dict)
+    heartbeat_seconds: int | None = None
+    """on_heartbeat once per slot of this many seconds for each task at the step (None:
+    never; `core.services.heartbeats`)."""
 
     def actions(self, trigger: str) -> tuple[ActionDecl, ...]:
         return self.events.get(trigger, ())
@@ -265,6 +268,10 @@ class Task:
     )
     """The task's git worktree once its first run made it: repository, base_branch, branch,
     path, base_commit, host (`core.services.worktrees`)."""
+    parent_id: str | None = None
+    """The task this one is a subtask of (`task create --parent`)."""
+    blocked_by: tuple[str, ...] = ()
+    """The tasks blocking this one (`task block T --by B`), oldest first."""
 
 
 @attrs.frozen
@@ -394,6 +401,9 @@ class Run:
     """Why it was cancelled (`user`, `step_left`, ...); on a claimed run, a pending request."""
     retry_of: str | None = None
     """The run `runs retry` queued this one after."""
+    entry_id: str | None = None
+    """The step entry whose on_enter action queued it; superseded once that entry is not the
+    task's current entry of the step."""
 
 
 @attrs.frozen
@@ -406,6 +416,8 @@ class StepEntry:
     declaration_digest: str
     terminal: bool
     created_at: str = ""
+    epoch: str | None = None
+    """The epoch dispatching it; the recovery scan resumes it only once that epoch is dead."""
 
 
 @attrs.frozen

@@ -15,8 +15,10 @@ For each non-terminal entry, in (task_id, step_id, entry_seq) order:
 - (d) the declaration changed: skipped(declaration_changed) (decided by the walk itself);
 - otherwise it is re-dispatched from its first non-terminal position, re-claiming markers
   left in_progress by a dead epoch. Session kinds are never re-run.
-- a position held in_progress by a live epoch (another process at work on it right now) is
-  that process's: the entry is left to it, silently.
+- an entry whose dispatching epoch (`step_entries.epoch`, the mover's) is alive, or a position
+  held in_progress by a live epoch (another process at work on it right now), is that
+  process's: the entry is left to it, silently. Resuming one a dead epoch left first makes it
+  ours by a compare-and-set on that column.
 - (f) nothing here prevents the host from starting: a record that fails is logged at ERROR
   and left for the next start; a failing query is logged and the host opens anyway.
 
@@ -345,11 +347,34 @@ def _recover_one(host: Kernel, record: StepEntry, newest: int, skipped: Counter[
                 ledger.set_terminal(uow, record.id)
             log.bind(action_type=decl.kind).info("entry halted by a failed action; closed")
             return None
+    if not _take_over(host, record):
+        return None  # its dispatcher lives: the entry is that process's, silently
     end = entry.redispatch(host, task, step, record)
     if end == "declaration_changed":
         return end
     _count_position_skips(host, record.id, markers, skipped)
     return "redispatched"
+
+
+_TAKE_OVER = (
+    sa.update(E)
+    .where(E.c.id == sa.bindparam("b_id"), E.c.terminal.is_not(True))
+    .values(epoch=sa.bindparam("b_epoch"))
+)
+
+
+def _take_over(host: Kernel, record: StepEntry) -> bool:
+    """Whether this process may resume `record`: only when the epoch dispatching it is dead
+    (CLI.md: the scan "resumes only what dead epochs left"), then made ours by one
+    compare-and-set naming the dead epoch, so of two scans at once one resumes it."""
+    if not host.store.liveness.is_dead(record.epoch):
+        return False
+    held = E.c.epoch.is_(None) if record.epoch is None else E.c.epoch == record.epoch
+    with host.store.transaction() as uow:
+        taken = uow.conn.execute(
+            _TAKE_OVER.where(held), {"b_id": record.id, "b_epoch": host.live_epoch()}
+        ).rowcount
+    return taken == 1
 
 
 def _count_position_skips(

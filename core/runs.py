@@ -45,6 +45,9 @@ class RunRequest:
     payload: Mapping[str, Any] | None = None
     idempotency_key: str | None = None
     coalesce_exempt: bool = False
+    entry_id: str | None = None
+    """The step entry whose on_enter action asks for the run: once that entry is no longer its
+    task's current entry of the step, the run is superseded ("newer entries win")."""
 
 
 @attrs.frozen
@@ -100,6 +103,7 @@ _RUN_KEYS = (
     "status",
     "coalesced_count",
     "requested_at",
+    "entry_id",
 )
 _INSERT_RUN = insert_of(R, _RUN_KEYS)
 
@@ -182,6 +186,7 @@ def _row(run_id: str, request: RunRequest, payload: str | None, stamp: str) -> d
         "status": "queued",
         "coalesced_count": 1,
         "requested_at": stamp,
+        "entry_id": request.entry_id,
     }
 
 
@@ -370,6 +375,90 @@ def give_back(uow: UnitOfWork, run: Run, epoch: str) -> bool:
     return True
 
 
+# -- fencing: a run's outcome is written only under its claim, and only while its entry holds ---
+
+_E = t.step_entries
+_NEWER_ENTRY = t.step_entries.alias("newer_entry")
+_ENTRY_CURRENT = sa.exists().where(
+    _E.c.id == R.c.entry_id,
+    ~sa.exists().where(
+        _NEWER_ENTRY.c.task_id == _E.c.task_id,
+        _NEWER_ENTRY.c.step_id == _E.c.step_id,
+        _NEWER_ENTRY.c.entry_seq > _E.c.entry_seq,
+    ),
+)
+"""The run's entry is not superseded: no newer entry exists for its (task, step) pair, i.e. the
+task has not left the step and come back since (the ledger's "newer entries win"). A task that
+only moved on (its run's own verdict may have moved it) supersedes nothing."""
+# A write of the run's outcome as one conditional statement: the run is claimed under `epoch`
+# and its entry (when it has one) is still current. It writes nothing the run did not have, but
+# on PostgreSQL it locks the run's row until the caller's transaction ends, so no re-queue by
+# another process can fall between this decision and the write it guards (SQLite's writers are
+# serialised already). Its row count decides.
+_FENCE = (
+    sa.update(R)
+    .where(R.c.id == sa.bindparam("b_run_id"), R.c.status == CLAIMED)
+    .where(R.c.claimed_epoch == sa.bindparam("b_epoch"))
+    .where(sa.or_(R.c.entry_id.is_(None), _ENTRY_CURRENT))
+    .values(claimed_epoch=R.c.claimed_epoch)
+)
+_WHY_FENCED = sa.select(
+    R.c.status,
+    R.c.claimed_epoch,
+    R.c.attempts,
+    R.c.entry_id,
+    sa.or_(R.c.entry_id.is_(None), _ENTRY_CURRENT).label("current"),
+).where(R.c.id == sa.bindparam("b_run_id"))
+
+
+def fence(uow: UnitOfWork, run_id: str, epoch: str | None) -> str | None:
+    """Hold run `run_id` for a write its outcome makes, in `uow`'s transaction: None when the
+    write may go ahead (the run is claimed under `epoch` and its entry is current), else why
+    not: `claim_lost` (the claim is no longer `epoch`'s: it was re-queued, re-claimed, ended)
+    or `superseded` (a newer entry of the run's entry's step exists: the task left and came
+    back). A run id naming no run, or a run never claimed, fences nothing but supersession (a
+    turn outside the queue); a run claimed once and re-queued since is `claim_lost`."""
+    if (
+        epoch is not None
+        and uow.conn.execute(_FENCE, {"b_run_id": run_id, "b_epoch": epoch}).rowcount
+    ):
+        return None
+    row = uow.conn.execute(_WHY_FENCED, {"b_run_id": run_id}).first()
+    if row is None:
+        return None
+    if row.status == "queued" and not row.attempts:
+        # never claimed: a turn given the run by hand, outside the queue (no claim to lose)
+        return None if row.current else "superseded"
+    if row.status != CLAIMED or row.claimed_epoch != epoch:
+        return "claim_lost"
+    return None if row.current else "superseded"
+
+
+def superseded(conn: sa.Connection, run: Run) -> bool:
+    """Whether `run` was queued by an entry a newer entry of the same step superseded (the
+    task left the step and came back)."""
+    if run.entry_id is None:
+        return False
+    row = conn.execute(_WHY_FENCED, {"b_run_id": run.id}).first()
+    return row is not None and not row.current
+
+
+_S = t.task_sessions
+_CLAIMED_FOR_SESSION = (
+    sa.select(R.c.claimed_epoch)
+    .join(_S, sa.and_(_S.c.task_id == R.c.task_id, _S.c.agent_profile_id == R.c.agent_profile_id))
+    .where(_S.c.id == sa.bindparam("b_session_id"), R.c.status == CLAIMED)
+    .distinct()
+)
+
+
+def claimed_for_session(conn: sa.Connection, session_id: str) -> list[str | None]:
+    """The epochs holding claimed runs of the session's task and agent: a turn of the
+    session is in flight wherever one of them is alive (a worker runs a run on the task's
+    session for its agent, core.worker)."""
+    return [e for e in conn.execute(_CLAIMED_FOR_SESSION, {"b_session_id": session_id}).scalars()]
+
+
 # -- cancelling and retrying ------------------------------------------------------------------
 
 _CANCEL_QUEUED = (
@@ -432,6 +521,7 @@ def retry(uow: UnitOfWork, run: Run) -> str:
         reason=run.reason,
         payload=run.payload,
         coalesce_exempt=True,
+        entry_id=run.entry_id,
     )
     payload = rows.dumps(dict(run.payload)) if run.payload is not None else None
     values = _row(run_id, request, payload, ids.now())

@@ -21,7 +21,7 @@ from typing import Any, ClassVar
 import attrs
 import sqlalchemy as sa
 
-from core import faults, ids, ledger
+from core import faults, ids, ledger, outbox
 from core.board import ROW_ID as BOARD_ROW
 from core.entry import Arrival  # the value `move` returns, defined beside its consumer
 from core.errors import LanewayError, NotFound
@@ -177,6 +177,7 @@ def _admit(
     actor: str,
     from_step_id: str | None,
     session_id: str | None,
+    counted: bool = False,
 ) -> Arrival:
     """Write an admission and everything that commits with it; return the arrival."""
     stamp = ids.now()
@@ -214,8 +215,11 @@ def _admit(
         },
     )
     _write_history(uow, task.id, session_id, from_step_id, step.id, label, actor)
-    if path == TRIGGER_PATH:
+    if counted:
         _count_arrival(uow, task, step.id)
+    if state == "COMPLETED":
+        # a parent's last child, a task's last blocker: their triggers commit with the arrival
+        outbox.note_terminal(uow, task.id, task.parent_id, entry.id if entry else ids.new_id())
     events.record(
         uow,
         "task.moved",
@@ -260,10 +264,13 @@ def move(
     label: str,
     expected_step_id: str | None = None,
     actor: str = "",
+    by_trigger: bool | None = None,
 ) -> Change:
     """Put the task at `to_step` (possibly in another workflow), as entry path `path`.
 
     :param label: the `session_step_history.trigger` for this route.
+    :param by_trigger: a trigger's move, counted by the runaway-loop limit and stopped by it:
+        default, the engine's transitions (E1); a trigger's `switch_workflow` (E4) says so.
     :param expected_step_id: compare-and-set: change nothing unless the task stands there.
     A LanewayError raised by a `to_step` function aborts the move with nothing written.
     Commits and returns: what follows the commit is `core.arrival.move`'s.
@@ -283,7 +290,8 @@ def move(
             if path == PERSON_PATH:
                 task = _reset_loop_count(uow, task)
             return Change(task, source, changed=False, queued=not task.wip_admitted)
-        if path == TRIGGER_PATH and _loop_halted(uow, task, workflow, step):
+        counted = path == TRIGGER_PATH if by_trigger is None else by_trigger
+        if counted and _loop_halted(uow, task, workflow, step):
             # returning commits the flag _loop_halted may have set
             return Change(task, source, changed=False, halted=True)
         if has_room(uow.conn, step, task.id, task.is_ephemeral):
@@ -298,6 +306,7 @@ def move(
                 actor=actor,
                 from_step_id=source,
                 session_id=session_id,
+                counted=counted,
             )
             arrival: Arrival | None = admitted
             committed = admitted.task

@@ -16,6 +16,7 @@ without launching its agent. A turn a stopping worker kills goes back to the que
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Callable
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from typing import TYPE_CHECKING, Any, Self
@@ -29,6 +30,7 @@ from core.model import Run
 from core.prompts import build_prompt
 from core.runtime.runtime import TurnOutcome, profile_session
 from core.store import tables as t
+from core.store.database import database_away
 
 if TYPE_CHECKING:
     from core.runtime.runtime import RuntimePeers
@@ -87,9 +89,68 @@ def finish(host: RuntimePeers, run: Run, outcome: TurnOutcome) -> None:
     while a cancel was requested (the turn stopped, or its task deleted under it) ends
     `cancelled`."""
     epoch = run.claimed_epoch or host.live_epoch()
+    if outcome.cancelled and outcome.stopped == "fenced":
+        # the claim's epoch is dead: the run is re-queued by whoever finds it so (this
+        # process included, under its new epoch), and nothing of this turn's is written
+        logger.bind(run_id=run.id, epoch=epoch).warning(
+            "run given up: this worker lost the liveness lock it claimed the run under; "
+            "the run goes back to the queue"
+        )
+        return
+    ended = _while_away(host, run, epoch, lambda: _end(host, run, outcome, epoch))
+    if ended is None:
+        return  # fenced while the database was away: given up (logged)
+    if not ended:
+        logger.bind(run_id=run.id, epoch=epoch).warning(
+            "run not finished: its claim was given up after this process was declared dead"
+        )
+
+
+def _while_away(host: RuntimePeers, run: Run, epoch: str, write: Callable[[], bool]) -> bool | None:
+    """`write()`, tried again while the database is away (a restart, a lock held past
+    busy_timeout, a full disk: `database_away`), with one WARNING for the wait and a backoff:
+    a turn that ended while the database was away is recorded when it comes back. None when
+    this process lost the claim's epoch meanwhile: the run is not ours to end any more."""
+    delay, warned = AWAY_FIRST_S, False
+    while True:
+        try:
+            return write()
+        except Exception as exc:
+            if not database_away(exc):
+                raise
+            if not warned:
+                warned = True
+                logger.bind(run_id=run.id, cause=_one_line(exc)).warning(
+                    "database unavailable; the run's end is recorded when it is back"
+                )
+        time.sleep(delay)
+        delay = min(delay * 2, AWAY_MAX_S)
+        if host.store.liveness.own() != epoch:
+            logger.bind(run_id=run.id, epoch=epoch).warning(
+                "run given up: this worker lost the liveness lock it claimed the run under; "
+                "the run goes back to the queue"
+            )
+            return None
+
+
+def _one_line(exc: BaseException) -> str:
+    orig = getattr(exc, "orig", None) or exc
+    lines = str(orig).strip().splitlines() or [type(orig).__name__]
+    return f"{type(orig).__name__}: {lines[0]}"
+
+
+def _end(host: RuntimePeers, run: Run, outcome: TurnOutcome, epoch: str) -> bool:
     with host.store.transaction() as uow:
-        if outcome.cancelled and outcome.stopped == "shutdown":
+        if outcome.cancelled and outcome.stopped in ("shutdown", "db_away"):
             ended = runs.give_back(uow, run, epoch)
+        elif runs.fence(uow, run.id, epoch) == "superseded":
+            # its round is over: it ends cancelled, whatever its agent said (newer entries win)
+            uow.conn.execute(
+                sa.update(R)
+                .where(R.c.id == run.id, R.c.status == runs.CLAIMED)
+                .values(cancel_reason=sa.func.coalesce(R.c.cancel_reason, "superseded"))
+            )
+            ended = runs.release(uow, run, epoch, ok=False, error=outcome.error, cancelled=True)
         else:
             wanted = not outcome.ok and runs.cancel_requested(uow.conn, run.id) is not None
             ended = runs.release(
@@ -101,10 +162,7 @@ def finish(host: RuntimePeers, run: Run, outcome: TurnOutcome) -> None:
                 error=outcome.error,
                 cancelled=outcome.cancelled or wanted,
             )
-    if not ended:
-        logger.bind(run_id=run.id, epoch=epoch).warning(
-            "run not finished: its claim was given up after this process was declared dead"
-        )
+    return ended
 
 
 def prompt_for(host: RuntimePeers, run: Run) -> str:
@@ -164,14 +222,29 @@ class CancelWatch:
                 self._host.runtime.stop_run(self._run.id)
 
 
-def _step_left(host: RuntimePeers, run: Run) -> bool:
-    """The run's task is no longer at the run's step (moved on, or archived): its turn would
-    work on a step the card has left. The run is cancelled (`step_left`). A person's message
-    is for the session, wherever the card stands, and is delivered all the same."""
+def _vacated(host: RuntimePeers, run: Run) -> str | None:
+    """Why the run's turn would be for a round that is over, or None: `step_left` when its
+    task is no longer at the run's step (moved on, or archived); `superseded` when the entry
+    that queued it is no longer the task's current entry of the step (the task left and came
+    back: newer entries win, for runs as for markers). The run is cancelled with that reason.
+    A person's message is for the session, wherever the card stands, and is delivered all
+    the same."""
     if run.task_id is None or run.workflow_step_id is None or run.reason == "user_message":
-        return False
+        return None
     task = host.tasks.get(run.task_id)
-    return task.workflow_step_id != run.workflow_step_id or task.archived_at is not None
+    if task.workflow_step_id != run.workflow_step_id or task.archived_at is not None:
+        return "step_left"
+    with host.store.read() as conn:
+        return "superseded" if runs.superseded(conn, run) else None
+
+
+_WHY_VACATED = {
+    "step_left": ("the task has left the run's step", "its task has left the run's step"),
+    "superseded": (
+        "the entry that queued the run is superseded",
+        "the step entry that queued it is superseded by a newer one",
+    ),
+}
 
 
 def execute(host: RuntimePeers, run: Run) -> TurnOutcome:
@@ -182,19 +255,19 @@ def execute(host: RuntimePeers, run: Run) -> TurnOutcome:
     )
     outcome = TurnOutcome("", ok=False, error="the run names no task")
     try:
-        if run.task_id is not None and _step_left(host, run):
+        vacated = _vacated(host, run) if run.task_id is not None else None
+        if vacated is not None:
             with host.store.transaction() as uow:
                 uow.conn.execute(
                     sa.update(R)
                     .where(R.c.id == run.id, R.c.status == runs.CLAIMED)
-                    .values(cancel_reason="step_left")
+                    .values(cancel_reason=vacated)
                 )
-            log.bind(step_id=run.workflow_step_id).info(
-                "run cancelled: its task has left the run's step; no agent launched"
+            error, why = _WHY_VACATED[vacated]
+            log.bind(step_id=run.workflow_step_id, cancel_reason=vacated).info(
+                f"run cancelled: {why}; no agent launched"
             )
-            outcome = TurnOutcome(
-                "", ok=False, error="the task has left the run's step", cancelled=True
-            )
+            outcome = TurnOutcome("", ok=False, error=error, cancelled=True)
             return outcome
         if run.task_id is not None:
             task = host.tasks.get(run.task_id)
@@ -219,8 +292,18 @@ def execute(host: RuntimePeers, run: Run) -> TurnOutcome:
                     step_id=run.workflow_step_id,
                 )
     except Exception as exc:  # noqa: BLE001 - the run is finished as failed, never left claimed
-        outcome = TurnOutcome("", ok=False, error=f"{type(exc).__name__}: {exc}")
-        log.bind(cause=outcome.error).opt(exception=exc).error("run could not be executed")
+        if database_away(exc):
+            # not the agent's failure: the run goes back to the queue once the database is
+            # back (never silently failed), and no on_agent_error runs for it
+            outcome = TurnOutcome(
+                "", ok=False, error=_one_line(exc), cancelled=True, stopped="db_away"
+            )
+            log.bind(cause=outcome.error).warning(
+                "database unavailable during the run; it goes back to the queue"
+            )
+        else:
+            outcome = TurnOutcome("", ok=False, error=f"{type(exc).__name__}: {exc}")
+            log.bind(cause=outcome.error).opt(exception=exc).error("run could not be executed")
     finally:
         finish(host, run, outcome)
     log.bind(ok=outcome.ok, error=outcome.error).info("run finished")
@@ -243,9 +326,13 @@ def work(
     or `max_runs` were claimed. Stopping claims nothing more and lets running turns end.
     """
     stop = stop or threading.Event()
+    # The holder hears of its lock's loss first: its agents stop before another worker can
+    # find the epoch dead and take their runs (docs/guarantees.md "Many processes").
+    unwatch = host.watch_epoch(host.runtime.stop_fenced)
     try:
         return _work(host, once, max_runs, concurrency, stop, progress, idle_wait)
     finally:
+        unwatch()
         host.runtime.close()
 
 
@@ -260,22 +347,32 @@ def _work(
 ) -> WorkerSummary:
     claimed = finished = failed = 0
     running: dict[Future[TurnOutcome], Run] = {}
+    away = _Away()
     with ThreadPoolExecutor(max_workers=max(1, concurrency), thread_name_prefix="run") as pool:
         while True:
-            if not stop.is_set() and len(running) < concurrency:
-                requeue_orphans(host)  # "the next time any worker looks"
-            while (
-                not stop.is_set()
-                and len(running) < concurrency
-                and (max_runs is None or claimed < max_runs)
-            ):
-                run = claim_next(host)
-                if run is None:
-                    break
-                claimed += 1
-                if progress:
-                    progress("claimed", run, None)
-                running[pool.submit(execute, host, run)] = run
+            try:
+                if not stop.is_set() and len(running) < concurrency:
+                    requeue_orphans(host)  # "the next time any worker looks"
+                while (
+                    not stop.is_set()
+                    and len(running) < concurrency
+                    and (max_runs is None or claimed < max_runs)
+                ):
+                    run = claim_next(host)
+                    if run is None:
+                        break
+                    claimed += 1
+                    if progress:
+                        progress("claimed", run, None)
+                    running[pool.submit(execute, host, run)] = run
+            except Exception as exc:
+                if not database_away(exc):
+                    raise
+                # waited out, never fatal: the worker claims again once the database is back
+                # (under a new epoch, when its lock went with the connection)
+                stop.wait(away.wait(exc))
+                continue
+            away.back()
             if not running:
                 if once or stop.is_set() or (max_runs is not None and claimed >= max_runs):
                     break
@@ -295,13 +392,41 @@ def _work(
     return WorkerSummary(claimed, finished, failed)
 
 
+AWAY_FIRST_S = 0.2
+AWAY_MAX_S = 5.0
+"""The backoff while the database is away: from a fifth of a second, doubling, to 5 s."""
+
+
+class _Away:
+    """The worker loop's view of a database outage: one WARNING when it begins, one INFO when
+    it ends, and the backoff between tries."""
+
+    def __init__(self) -> None:
+        self.delay = 0.0
+
+    def wait(self, exc: BaseException) -> float:
+        if not self.delay:
+            logger.bind(cause=_one_line(exc)).warning(
+                "database unavailable; the worker waits for it and claims again when it is back"
+            )
+            self.delay = AWAY_FIRST_S
+        else:
+            self.delay = min(self.delay * 2, AWAY_MAX_S)
+        return self.delay
+
+    def back(self) -> None:
+        if self.delay:
+            logger.info("database available again; the worker claims again")
+            self.delay = 0.0
+
+
 def _kind(outcome: TurnOutcome) -> str:
     """How a run ended, for the summary and the progress lines: a stopped turn is neither
     finished nor failed (`cancelled`, or `requeued` when this worker's shutdown stopped it)."""
     if outcome.ok:
         return "finished"
     if outcome.cancelled:
-        return "requeued" if outcome.stopped == "shutdown" else "cancelled"
+        return "requeued" if outcome.stopped in ("shutdown", "db_away", "fenced") else "cancelled"
     return "failed"
 
 

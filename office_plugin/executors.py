@@ -8,6 +8,7 @@ enqueues nothing twice while a re-entry, or a second declaration, enqueues afres
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from typing import Any
 
 from office_plugin.configs import FanOutConfig, QueueRunConfig, SeatConfig
@@ -120,6 +121,7 @@ def _fan_out(
             payload=payload,
             idempotency_key=key_for(seat.agent_profile_id),
             coalesce_exempt=exempt,
+            entry_id=ctx.entry_id,
         )
         try:
             if first_pass:
@@ -165,13 +167,25 @@ def queue_run(ctx: ActionContext, config: QueueRunConfig) -> Outcome:
                 task_id=task.id,
                 workflow_step_id=step_id,
                 reason=reason,
-                payload=config.payload,
+                payload=_run_payload(ctx.payload, config.payload),
                 idempotency_key=key_for(agent),
                 coalesce_exempt=ctx.entry_id is not None,
+                # a run for this task's entry ends with that entry; one for another task does not
+                entry_id=ctx.entry_id if task.id == ctx.task.id else None,
             )
         )
     ctx.logger.bind(target=config.target, enqueued=len(agents)).debug("queue_run done")
     return Outcome.done()
+
+
+def _run_payload(
+    fired: Mapping[str, Any] | None, declared: Mapping[str, Any] | None
+) -> Mapping[str, Any] | None:
+    """The run's payload: the trigger's (a comment's id, the children's summaries, the
+    budget's percentage; its `message` reaches the prompt), the action's keys winning, as
+    the reference merges them. Nothing at all stays None."""
+    merged = {**(fired or {}), **(declared or {})}
+    return merged or None
 
 
 def run_code_review(ctx: ActionContext, agent_profile_id: str | None) -> Outcome:

@@ -239,6 +239,15 @@ def tier_of(item: pytest.Item) -> str:
     return "unit"
 
 
+@pytest.hookimpl(tryfirst=True)  # before the fixture's own params are applied
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    # `one_database`: what the test proves is the agent's protocol, a file's shape, a prompt's
+    # text - the same whichever database keeps the board - so it runs on SQLite alone. What two
+    # processes, a crash or a notification across processes decide stays on both.
+    if "db_url" in metafunc.fixturenames and metafunc.definition.get_closest_marker("one_database"):
+        metafunc.definition.add_marker(pytest.mark.parametrize("db_url", ["sqlite"], indirect=True))
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     for item in items:
         item.add_marker(getattr(pytest.mark, tier_of(item)))

@@ -8,6 +8,7 @@ stderr and exit 1, a usage error stays click's exit 2, and anything unexpected b
 
 from __future__ import annotations
 
+import errno
 import gc
 import importlib
 import importlib.util
@@ -48,6 +49,8 @@ BUILTIN_COMMANDS: dict[str, tuple[str, str]] = {
     "runs": ("commands_ledger", "runs"),
     "entries": ("commands_ledger", "entries"),
     "permission": ("commands_permissions", "permission"),
+    "budget": ("commands_budget", "budget"),
+    "costs": ("commands_budget", "costs"),
     "agent": ("commands_agents", "agent"),
     "worker": ("commands_agents", "worker_command"),
     "serve": ("commands_serve", "serve"),
@@ -79,6 +82,8 @@ BUILTIN_HELP: dict[str, str] = {
     "runs": "The runs queue.",
     "entries": "The entry ledger.",
     "permission": "Permission requests of ACP agents, answered by a person.",
+    "budget": "Spending limits: on_budget_alert fires as a scope's spending crosses them.",
+    "costs": "What agents reported they spent.",
     "agent": "Agents that run outside laneway.",
     "worker": "Claim and execute queued runs.",
     "serve": "Serve the HTTP API, the event stream and the board page until SIGINT/SIGTERM.",
@@ -290,12 +295,19 @@ def _code_of(exc: Exception) -> str:
     return "unavailable"
 
 
+_DISK_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EROFS})
+
+
 def _user_message(exc: Exception) -> str | None:
     """The one line a user should read for `exc`, or None: not the user's to fix."""
     for module, name in _USER_ERRORS:
         cls = getattr(sys.modules.get(module), name, None)
         if isinstance(cls, type) and isinstance(exc, cls):
             return str(exc)
+    if isinstance(exc, OSError) and exc.errno in _DISK_ERRNOS:
+        # a full disk or a read-only mount where laneway keeps its files: the machine's to fix
+        where = f": {exc.filename}" if exc.filename else ""
+        return f"disk error: {exc.strerror or exc}{where}"
     sa_exc = sys.modules.get("sqlalchemy.exc")
     if sa_exc is not None:
         if isinstance(exc, sa_exc.ArgumentError):

@@ -388,7 +388,7 @@ def worker_command(
         )
         progress = WorkerProgress(host, as_json=settings.json)
         try:
-            with shutdown.installed():
+            with shutdown.installed(), _scheduling(host, once):
                 summary = worker.work(
                     host,
                     once=once,
@@ -405,6 +405,20 @@ def worker_command(
         c,
         [f"claimed {c['claimed']}, finished {c['finished']}, failed {c['failed']}"],
     )
+
+
+@contextlib.contextmanager
+def _scheduling(host: Host, once: bool) -> Iterator[None]:
+    """The trigger scheduler beside the worker (core.services.scheduler): one pass first, so
+    that `--once` works what it delivered too, then, without `--once`, a pass a second."""
+    from core.services import scheduler
+
+    scheduler.run_pass(host)
+    if once:
+        yield
+        return
+    with scheduler.Scheduler(host):
+        yield
 
 
 COMMANDS: tuple[click.Command, ...] = (agent, worker_command)

@@ -7,12 +7,17 @@ import json
 import os
 import re
 import secrets
+from collections.abc import Iterator
+from typing import TYPE_CHECKING
 
 import click
 
 from core.cli.app import Settings, pass_settings, reader, writer
 from core.errors import LanewayError
 from core.logs import logger
+
+if TYPE_CHECKING:
+    from core.host import Host
 
 _TOKEN_OK = re.compile(r"[A-Za-z0-9._~+/=-]{16,512}")
 
@@ -109,7 +114,7 @@ def serve(
 
     opened = reader(settings) if read_only else writer(settings)
     try:
-        with opened as host:
+        with opened as host, _scheduling(host, read_only):
             server.run(
                 host,
                 sock,
@@ -127,6 +132,18 @@ def serve(
     finally:
         with contextlib.suppress(OSError):  # uvicorn closed it on shutdown
             sock.close()
+
+
+@contextlib.contextmanager
+def _scheduling(host: Host, read_only: bool) -> Iterator[None]:
+    """The trigger scheduler beside the server (core.services.scheduler); none read-only."""
+    if read_only:
+        yield
+        return
+    from core.services.scheduler import Scheduler
+
+    with Scheduler(host):
+        yield
 
 
 COMMANDS: tuple[click.Command, ...] = (serve,)

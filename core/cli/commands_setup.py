@@ -124,8 +124,11 @@ def recover(settings: Settings) -> None:
     with writer(settings) as host:
         report = host.recovery_report.as_dict()
         runs = worker.requeue_orphans(host)
+        # triggers whose cause committed before a crash and were never delivered (core.outbox)
+        delivered = host.triggers.drain()
     report["runs_requeued"] = len(runs.requeued)
     report["runs_dead"] = len(runs.dead)
+    report["triggers_delivered"] = delivered.delivered
     skipped = report["skipped"]
     assert isinstance(skipped, dict)
     skipped_text = ", ".join(f"{k}={v}" for k, v in skipped.items()) or "none"
@@ -136,7 +139,8 @@ def recover(settings: Settings) -> None:
             (
                 f"scanned {report['scanned']}, redispatched {report['redispatched']}, "
                 f"errors {report['errors']}, skipped: {skipped_text}; runs re-queued "
-                f"{report['runs_requeued']}, dead {report['runs_dead']}"
+                f"{report['runs_requeued']}, dead {report['runs_dead']}; triggers delivered "
+                f"{report['triggers_delivered']}"
             )
         ],
     )

@@ -43,6 +43,11 @@ def task() -> None:
     help="A git repository for this task alone (over its workflow's).",
 )
 @click.option("--base-branch", metavar="B", help="The branch its worktree starts from.")
+@click.option(
+    "--parent",
+    metavar="P",
+    help="Make it a subtask of P (P gets on_children_completed when all are done).",
+)
 @pass_settings
 def task_create(
     settings: Settings,
@@ -53,6 +58,7 @@ def task_create(
     project: str | None,
     repository: str | None,
     base_branch: str | None,
+    parent: str | None,
 ) -> None:
     """Create a task (creation is not an arrival)."""
     with writer(settings) as host:
@@ -64,6 +70,7 @@ def task_create(
             project=project,
             repository=repository,
             base_branch=base_branch,
+            parent=parent,
         )
         names = step_names(host, created)
     _emit_task(settings, created, names)
@@ -265,6 +272,30 @@ def task_comments(settings: Settings, ref: str) -> None:
         found,
         [f"{c.created_at}  {c.author}: {c.body}" for c in found] or ["no comments"],
     )
+
+
+@task.command("block")
+@click.argument("ref", metavar="T")
+@click.option("--by", "by", required=True, metavar="B", help="The task blocking T.")
+@pass_settings
+def task_block(settings: Settings, ref: str, by: str) -> None:
+    """B blocks T: T gets on_blocker_resolved when its last blocker reaches a terminal step."""
+    with writer(settings) as host:
+        blocked = host.blockers.block(ref, by)
+        names = step_names(host, blocked)
+    _emit_task(settings, blocked, names)
+
+
+@task.command("unblock")
+@click.argument("ref", metavar="T")
+@click.option("--by", "by", required=True, metavar="B", help="The task that blocked T.")
+@pass_settings
+def task_unblock(settings: Settings, ref: str, by: str) -> None:
+    """B no longer blocks T."""
+    with writer(settings) as host:
+        unblocked = host.blockers.unblock(ref, by)
+        names = step_names(host, unblocked)
+    _emit_task(settings, unblocked, names)
 
 
 # -- participants --------------------------------------------------------------------------

@@ -27,8 +27,8 @@ from typing import TYPE_CHECKING, Any, Final, Protocol
 
 import attrs
 
-from core import ids
-from core.errors import LanewayError
+from core import ids, runs
+from core.errors import LanewayError, RunFenced
 from core.logs import logger
 from core.model import ACTIVE_SESSION_STATES, AgentProfile, Session, Task
 from core.runtime import process
@@ -53,9 +53,11 @@ WATCH_POLL_S = 0.25
 RESEND_CANCEL_S = 2.0
 """A stop request is said to a turn again this often until it ends (the ACP agent may have
 been between `session/new` and `session/prompt` when it first came)."""
-STOPS: Final = ("cancel", "shutdown")
+STOPS: Final = ("cancel", "shutdown", "fenced", "db_away")
 """Why laneway stops a turn: the run was cancelled, or its worker is stopping (the run goes
-back to the queue)."""
+back to the queue), or its worker lost the liveness lock it claimed the run under (another
+worker may run it now: nothing of this turn's is written any more), or the database went away
+during the turn (the run goes back to the queue when it is back)."""
 
 
 def retry_delays_from_env() -> tuple[float, ...]:
@@ -88,12 +90,20 @@ class BoardRecord:
     task_id: str
     session_id: str
     run_id: str | None
+    on_refused: Callable[[str], None] | None = None
+    """Told the reason when the board refuses the run's transcript (core.runs.fence)."""
 
     def items(self, items: Sequence[TranscriptItem]) -> None:
         if items:
-            self.peers.sessions.append_items(
-                self.session_id, [(i.kind, i.text, dict(i.data)) for i in items], run_id=self.run_id
-            )
+            try:
+                self.peers.sessions.append_items(
+                    self.session_id,
+                    [(i.kind, i.text, dict(i.data)) for i in items],
+                    run_id=self.run_id,
+                )
+            except RunFenced as exc:
+                if self.on_refused is not None:
+                    self.on_refused(exc.reason)
 
     def agent(self, **fields: Any) -> None:
         self.peers.sessions.record_agent(self.session_id, **fields)
@@ -149,6 +159,8 @@ class _Turn:
     said_at: float = 0.0
     timed_out: str | None = None
     """An exec turn's deadline passed: the failure's message."""
+    refused: str | None = None
+    """The board refused this turn's transcript (core.runs.fence): why."""
 
 
 class RuntimePeers(Peers, Protocol):
@@ -280,7 +292,9 @@ class AgentRuntime:
                         run_id=run_id,
                     )
                 )
-            record = BoardRecord(host, task.id, session_id, run_id)
+            record = BoardRecord(
+                host, task.id, session_id, run_id, functools.partial(self._refused_once, turn)
+            )
             attempt = 0
             while True:
                 execution_id = ids.new_id()
@@ -420,6 +434,8 @@ class AgentRuntime:
             raise
         finally:
             watch.stop()
+        if turn.stopped == "fenced":
+            return TurnEnd("cancelled", "the worker lost the run's claim")
         self.peers.sessions.append_transcript(session_id, result.transcript)
         record.agent(
             protocol="exec",
@@ -527,6 +543,20 @@ class AgentRuntime:
             self._conversations.cancel(session_id)
         return True
 
+    def stop_fenced(self, epoch: str) -> list[str]:
+        """This process's liveness lock `epoch` is lost: every turn of a run it claimed is
+        stopped at once (an ACP agent gets `session/cancel`, its process group killed), for
+        another worker may take the run the moment others find the epoch dead. The runs'
+        ids."""
+        stopped = [t.run_id for t in list(self._turns.values()) if t.run_id is not None]
+        for run_id in stopped:
+            self.stop_run(run_id, "fenced")
+        if stopped:
+            logger.bind(epoch=epoch, runs=stopped).warning(
+                "liveness lock lost: stopping the agents of the runs claimed under it"
+            )
+        return stopped
+
     def close(self) -> None:
         """The worker is done: the conversations it kept end (their agents' process groups)."""
         if self._conversations is not None:
@@ -536,8 +566,47 @@ class AgentRuntime:
             self._broker = None
             self._tool_tokens.clear()
 
+    def refused(self, run_id: str | None, reason: str, what: str) -> None:
+        """A write of run `run_id`'s outcome was refused (`reason`, core.runs.fence): one
+        WARNING, and a run whose claim was taken from this process has its agent stopped
+        (another worker may be running it)."""
+        logger.bind(run_id=run_id, reason=reason, write=what).warning(
+            f"run's {what} not recorded: "
+            + (
+                "its claim was taken from this process"
+                if reason == "claim_lost"
+                else "the step entry that queued it is superseded"
+            )
+        )
+        if run_id is not None and reason == "claim_lost":
+            self.stop_run(run_id, "fenced")
+
+    def _refused_once(self, turn: _Turn, reason: str) -> None:
+        """A turn's transcript refused: told once per turn (its items keep coming until the
+        agent stops)."""
+        if turn.refused is None:
+            turn.refused = reason
+            self.refused(turn.run_id, reason, "transcript")
+
+    def fenced(self, run_id: str | None) -> str | None:
+        """Why a write run `run_id`'s outcome makes is refused now (`claim_lost`,
+        `superseded`; core.runs.fence), or None (also for a turn of no run)."""
+        if run_id is None:
+            return None
+        with self.peers.store.transaction() as uow:
+            return runs.fence(uow, run_id, uow.store.liveness.own())
+
     def turn_in_flight(self, session_id: str) -> bool:
-        return session_id in self._turns
+        """Whether a turn of `session_id` is running now, in any process: one of this
+        process's, or a run of the session's task and agent claimed by a live epoch (a worker
+        elsewhere is working it). Read from the database, never from this process's memory
+        alone: a move made by another process must not flip a working agent's session."""
+        if session_id in self._turns:
+            return True
+        store = self.peers.store
+        with store.read() as conn:
+            epochs = runs.claimed_for_session(conn, session_id)
+            return any(not store.liveness.is_dead(e, conn) for e in epochs)
 
     def cancel_retry(self, session_id: str) -> bool:
         """The user cancels a transient retry loop (route R6). False: no loop is waiting."""
@@ -571,7 +640,11 @@ class AgentRuntime:
         if isinstance(usage, Mapping):
             record.usage(_exec_usage(usage))
         if message.get("step_complete") and turn.step_id:
-            host.sessions.record_effect(session_id, pending_step_signal=turn.step_id)
+            refused = self.fenced(turn.run_id)
+            if refused is not None:
+                self.refused(turn.run_id, refused, "step signal")
+            else:
+                host.sessions.record_effect(session_id, pending_step_signal=turn.step_id)
         verdict = message.get("decision")
         if verdict:
             try:
@@ -583,15 +656,19 @@ class AgentRuntime:
                     comment=str(message.get("comment", "")),
                     run_id=turn.run_id,
                 )
+            except RunFenced as exc:
+                self.refused(turn.run_id, exc.reason, "decision")
             except LanewayError as exc:
                 log.bind(cause=str(exc)).warning("agent decision not recorded")
 
     def _stopped(self, turn: _Turn, session_id: str, message: str | None) -> TurnOutcome:
         """laneway stopped the turn: no failure, no on_agent_error; the session waits for
         input, and what the agent said so far stays in its transcript. The session may be
-        gone with its task (a deleted task's runs are stopped)."""
+        gone with its task (a deleted task's runs are stopped). A fenced turn writes nothing:
+        its session is another worker's now."""
         try:
-            self.peers.sessions.set_state(session_id, "WAITING_FOR_INPUT")
+            if turn.stopped != "fenced":
+                self.peers.sessions.set_state(session_id, "WAITING_FOR_INPUT")
         except LanewayError as exc:
             logger.bind(session_id=session_id, cause=str(exc)).info("stopped turn's session gone")
         return TurnOutcome(
@@ -607,7 +684,15 @@ class AgentRuntime:
         moved on since the turn began (another agent's decision moved it) or the step needs
         an explicit completion signal the agent did not give."""
         host = self.peers
+        refused = self.fenced(turn.run_id)
+        if refused == "claim_lost":
+            return  # another worker has the run and the session now: nothing here is ours
         host.sessions.set_state(session_id, "WAITING_FOR_INPUT")
+        if refused is not None:
+            logger.bind(task_id=turn.task_id, run_id=turn.run_id, reason=refused).warning(
+                "turn's outcome not applied: the step entry that queued its run is superseded"
+            )
+            return
         task = host.tasks.get(turn.task_id)
         if task.workflow_step_id is None or task.workflow_step_id != turn.step_id:
             return
@@ -635,6 +720,13 @@ class AgentRuntime:
         released the guard; it answers whether on_agent_error was dispatched (a sessionless
         failure has no guard and dispatches nothing)."""
         if not failure.session_id:
+            return lambda: False
+        refused = self.fenced(failure.run_id)
+        if refused == "claim_lost":
+            # the run is another worker's now: its failure is not this process's to handle
+            logger.bind(task_id=failure.task_id, run_id=failure.run_id, reason=refused).warning(
+                "agent failure not handled: the run's claim was taken from this process"
+            )
             return lambda: False
         with self.guard(failure.session_id):
             self._bookkeeping(failure)

@@ -102,6 +102,7 @@ def task_create(call: Call) -> Reply:
         project=call.opt_text("project"),
         repository=call.opt_text("repository"),
         base_branch=call.opt_text("base_branch"),
+        parent=call.opt_text("parent"),
     )
     return Reply(created, status=201)
 
@@ -370,7 +371,67 @@ def board(call: Call) -> Reply:
     )
     call.check()
     with host.store.read() as conn:
-        return Reply(board_view.read(conn, wf, query, call.check))
+        view = board_view.read(conn, wf, query, call.check)
+    over = host.budgets.over_budget_tasks([card["id"] for card in view["tasks"]])
+    for card in view["tasks"]:
+        card["over_budget"] = card["id"] in over
+    return Reply(view)
+
+
+# -- triggers: blockers, budgets, costs (issue 24) ----------------------------------------------
+
+
+def task_block(call: Call) -> Reply:
+    """As `task block T --by B`: body `{"by"}`."""
+    return Reply(call.host.blockers.block(call.path["t"], call.text("by")))
+
+
+def task_unblock(call: Call) -> Reply:
+    """As `task unblock T --by B`: body `{"by"}`."""
+    return Reply(call.host.blockers.unblock(call.path["t"], call.text("by")))
+
+
+def costs(call: Call) -> Reply:
+    """As `costs [--task T] [--profile P]`: `?task=T&profile=P`."""
+    return Reply(
+        call.host.budgets.costs(task=call.query.get("task"), profile=call.query.get("profile"))
+    )
+
+
+def budgets_list(call: Call) -> Reply:
+    """As `budget list`."""
+    return Reply(call.host.budgets.list())
+
+
+def budget_set(call: Call) -> Reply:
+    """As `budget set`: body `{"scope", "limit_usd", "ref"?, "period"?, "thresholds"?}`."""
+    body = call.obj()
+    limit = body.get("limit_usd")
+    if isinstance(limit, bool) or not isinstance(limit, int | float):
+        raise bad("field 'limit_usd': expected a number")
+    thresholds = body.get("thresholds")
+    if thresholds is not None and (
+        not isinstance(thresholds, list)
+        or any(isinstance(p, bool) or not isinstance(p, int) for p in thresholds)
+    ):
+        raise bad("field 'thresholds': expected a list of whole percentages")
+    found = call.host.budgets.set(
+        scope=call.text("scope"),
+        ref=call.opt_text("ref"),
+        limit_usd=float(limit),
+        period=call.opt_text("period") or "total",
+        thresholds=thresholds,
+    )
+    return Reply(found, status=201)
+
+
+TRIGGER_ROUTES = [
+    Route("/api/tasks/{t}/block", endpoint(task_block), methods=["POST"]),
+    Route("/api/tasks/{t}/unblock", endpoint(task_unblock), methods=["POST"]),
+    Route("/api/costs", endpoint(costs), methods=["GET"]),
+    Route("/api/budgets", endpoint(budgets_list), methods=["GET"]),
+    Route("/api/budgets", endpoint(budget_set), methods=["POST"]),
+]
 
 
 ROUTES = [
@@ -412,4 +473,5 @@ ROUTES = [
     Route("/api/sessions/{s}/cancel-retry", endpoint(session_cancel_retry), methods=["POST"]),
     Route("/api/sessions/{s}/transcript", endpoint(session_transcript), methods=["GET"]),
     Route("/api/board", endpoint(board, cancellable=True), methods=["GET"]),
+    *TRIGGER_ROUTES,
 ]

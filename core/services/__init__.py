@@ -10,6 +10,8 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from core.services.blockers import BlockerService
+    from core.services.budgets import BudgetService
     from core.services.comments import CommentService
     from core.services.decisions import DecisionService
     from core.services.entries import EntryService
@@ -20,11 +22,14 @@ if TYPE_CHECKING:
     from core.services.runs import RunService
     from core.services.sessions import SessionService
     from core.services.tasks import TaskService
+    from core.services.triggers import TriggerService
     from core.services.turns import TurnService
     from core.services.workflows import WorkflowService
     from core.services.workspace import WorkspaceService
 
 MODULES = {
+    "BlockerService": "blockers",
+    "BudgetService": "budgets",
     "CommentService": "comments",
     "DecisionService": "decisions",
     "EntryService": "entries",
@@ -35,6 +40,7 @@ MODULES = {
     "RunService": "runs",
     "SessionService": "sessions",
     "TaskService": "tasks",
+    "TriggerService": "triggers",
     "TurnService": "turns",
     "WorkflowService": "workflows",
     "WorkspaceService": "workspace",
@@ -42,6 +48,8 @@ MODULES = {
 """Each service class and its module under `core.services`."""
 
 __all__ = [
+    "BlockerService",
+    "BudgetService",
     "CommentService",
     "DecisionService",
     "EntryService",
@@ -52,6 +60,7 @@ __all__ = [
     "RunService",
     "SessionService",
     "TaskService",
+    "TriggerService",
     "TurnService",
     "WorkflowService",
     "WorkspaceService",

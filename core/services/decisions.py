@@ -6,8 +6,8 @@ from typing import Any
 import attrs
 import sqlalchemy as sa
 
-from core import ids
-from core.errors import LanewayError
+from core import ids, runs
+from core.errors import LanewayError, RunFenced
 from core.model import VERDICTS, Decision
 from core.services.base import Service
 from core.store import events, rows
@@ -59,7 +59,9 @@ class DecisionService(Service):
         With `run_id` (an agent's verdict, given during a run), the seat records at most one
         verdict for that run: a re-run of the run (its worker died after the verdict) replaces
         nothing and adds nothing, decided by the unique (run_id, participant_id) index. The
-        result's `recorded` says whether this call added the decision."""
+        result's `recorded` says whether this call added the decision. A run's verdict is
+        refused (`RunFenced`) when the run's claim is no longer this process's or the entry
+        that queued it is superseded (core.runs.fence)."""
         self._require_writer()
         if verdict not in VERDICTS:
             raise LanewayError(f"verdict {verdict!r}: must be one of {', '.join(VERDICTS)}")
@@ -88,6 +90,11 @@ class DecisionService(Service):
             run_id=run_id,
         )
         with self.peers.store.transaction() as uow:
+            if run_id is not None:
+                # a verdict is the run's outcome: only its live claim, in its own round, gives it
+                refused = runs.fence(uow, run_id, uow.store.liveness.own())
+                if refused is not None:
+                    raise RunFenced(run_id, refused)
             try:
                 with self.peers.store.isolated():
                     uow.conn.execute(

@@ -11,10 +11,15 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Protocol
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from core.arrival import Arrivals
     from core.bundle import Bundle
     from core.engine import Engine
     from core.kernel import Kernel
+    from core.operations import Operations
+    from core.services.blockers import BlockerService
+    from core.services.budgets import BudgetService
     from core.services.comments import CommentService
     from core.services.decisions import DecisionService
     from core.services.entries import EntryService
@@ -24,6 +29,7 @@ if TYPE_CHECKING:
     from core.services.runs import RunService
     from core.services.sessions import SessionService
     from core.services.tasks import TaskService
+    from core.services.triggers import TriggerService
     from core.services.turns import TurnService
     from core.services.workflows import WorkflowService
     from core.services.workspace import WorkspaceService
@@ -58,6 +64,8 @@ class Peers(Protocol):
     def arrivals(self) -> Arrivals: ...
 
     def live_epoch(self) -> str: ...
+
+    def watch_epoch(self, on_lost: Callable[[str], object]) -> Callable[[], None]: ...
 
     def follow_board(self) -> None: ...
 
@@ -96,3 +104,15 @@ class Peers(Protocol):
 
     @property
     def permissions(self) -> PermissionService: ...
+
+    @property
+    def operations(self) -> Operations: ...
+
+    @property
+    def blockers(self) -> BlockerService: ...
+
+    @property
+    def budgets(self) -> BudgetService: ...
+
+    @property
+    def triggers(self) -> TriggerService: ...

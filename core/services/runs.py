@@ -124,6 +124,12 @@ class RunService(Service):
             for key, amount in amounts.items():
                 total[key] = total.get(key, 0) + amount
             uow.conn.execute(sa.update(R).where(R.c.id == run_id).values(usage=rows.dumps(total)))
+            if "cost_usd" in amounts:
+                # a threshold this report crossed: its alert commits with the report
+                # (core.services.budgets), delivered by the next scheduler pass
+                from core.services import budgets
+
+                budgets.check_run(uow, run_id)
 
     def list(self, *, task: str | None = None, status: str | None = None) -> builtins.list[Run]:
         query = sa.select(R).order_by(R.c.requested_at, R.c.id)

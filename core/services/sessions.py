@@ -8,7 +8,7 @@ from typing import Any, Final
 import sqlalchemy as sa
 
 from core import ids, runs
-from core.errors import LanewayError, NotFound
+from core.errors import LanewayError, NotFound, RunFenced
 from core.model import (
     ACTIVE_SESSION_STATES,
     ITEM_KINDS,
@@ -286,6 +286,11 @@ class SessionService(Service):
             ).scalar()
             if task_id is None:
                 raise NotFound(f"no session {session_id!r}")
+            if run_id is not None:
+                # a run's transcript is its outcome: written only under its live claim
+                refused = runs.fence(uow, run_id, uow.store.liveness.own())
+                if refused == "claim_lost":
+                    raise RunFenced(run_id, refused)
             stamp = ids.now()
             for kind, text, encoded in checked:
                 seq = int(

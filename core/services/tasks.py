@@ -5,7 +5,7 @@ from typing import TYPE_CHECKING
 
 import sqlalchemy as sa
 
-from core import ids
+from core import ids, outbox
 from core.errors import LanewayError, NotFound
 from core.logs import logger
 from core.model import TASK_STATES, Step, Task, Workflow
@@ -13,6 +13,7 @@ from core.services.base import Service
 from core.services.refs import resolve_task
 from core.store import events, rows
 from core.store import tables as t
+from core.store.database import UnitOfWork
 from core.text import require_text
 
 if TYPE_CHECKING:
@@ -37,8 +38,13 @@ class TaskService(Service):
         priority: str = "none",
         repository: str | None = None,
         base_branch: str | None = None,
+        parent: str | None = None,
     ) -> Task:
         """Create a task at `step` (default: the workflow's start step). Not an arrival.
+
+        :param parent: the task this one is a subtask of (CLI.md `task create --parent`):
+            the parent gets on_children_completed once all its non-archived children are at
+            a terminal step.
 
         :param repository: a git repository for this task alone (over its workflow's): its
             agents work in a worktree of it (`core.services.worktrees`), from `base_branch`.
@@ -59,9 +65,11 @@ class TaskService(Service):
             repository, base_branch = worktrees.checked(repository, base_branch)
         elif base_branch:
             repository, base_branch = worktrees.checked(wf.repository, base_branch)
+        parent_id = self.get(parent).id if parent is not None else None
         task_id = ids.new_id()
         values = {
             "id": task_id,
+            "parent_id": parent_id,
             "workspace_id": wf.workspace_id,
             "title": title,
             "description": description,
@@ -176,13 +184,33 @@ class TaskService(Service):
 
         try:
             # an id, as nearly every caller gives: the move's own read is the only one
-            return arrival.move(self.peers.arrivals, ref, target, path="E2", label="manual")
+            change = arrival.move(self.peers.arrivals, ref, target, path="E2", label="manual")
         except NotFound:
             with self.peers.store.read() as conn:
                 task_id = resolve_task(conn, TASKS, ref)  # NotFound naming the rule if none
             if task_id == ref:
                 raise  # the task exists: what was not found is the step
-        return arrival.move(self.peers.arrivals, task_id, target, path="E2", label="manual")
+            change = arrival.move(self.peers.arrivals, task_id, target, path="E2", label="manual")
+        self._deliver_after(change.task)
+        return change
+
+    def _deliver_after(self, task: Task) -> None:
+        """A move that brought a task to its terminal step may have queued its parent's or
+        the tasks it blocked triggers (`core.outbox`): delivered now, in this process, rather
+        than at the next scheduler pass of a worker or serve."""
+        if task.state == "COMPLETED" and (task.parent_id is not None or self._blocks(task.id)):
+            self.peers.triggers.drain()
+
+    def _blocks(self, task_id: str) -> bool:
+        with self.peers.store.read() as conn:
+            return (
+                conn.execute(
+                    sa.select(t.task_blockers.c.task_id)
+                    .where(t.task_blockers.c.blocker_id == task_id)
+                    .limit(1)
+                ).first()
+                is not None
+            )
 
     def update(
         self,
@@ -225,7 +253,10 @@ class TaskService(Service):
                 )
         if step is not None:
             target = self._step(wf, step)
-            arrival.move(self.peers.arrivals, task.id, target.id, path="E5", label="task_update")
+            change = arrival.move(
+                self.peers.arrivals, task.id, target.id, path="E5", label="task_update"
+            )
+            self._deliver_after(change.task)
         return self.get(task.id)
 
     def start(self, ref: str, *, step: str | None = None) -> Task:
@@ -262,14 +293,17 @@ class TaskService(Service):
         self._require_writer()
         task, _wf = self._placed(ref)
         try:
-            self.enter_workflow(task.id, workflow=workflow, step=step)
+            self.enter_workflow(task.id, workflow=workflow, step=step, by_trigger=False)
         except LanewayError as exc:
             raise LanewayError(f"{SWITCH_LABEL}: {exc}") from None
         return self.get(task.id)
 
-    def enter_workflow(self, task_id: str, *, workflow: str, step: str | None = None) -> None:
+    def enter_workflow(
+        self, task_id: str, *, workflow: str, step: str | None = None, by_trigger: bool = True
+    ) -> None:
         """Entry path E4: into another workflow's step (default its start step). The effect
-        of core's switch_workflow kind."""
+        of core's switch_workflow kind: a trigger's move, so counted by the runaway-loop limit
+        of the workflow it enters and stopped by it (`by_trigger`; a person's switch is not)."""
         from core import arrival
         from core.structural import SWITCH_LABEL
 
@@ -278,7 +312,14 @@ class TaskService(Service):
         target = self.peers.workflows.step(wf, step) if step else wf.start_step
         if target is None:
             raise LanewayError(f"workflow {wf.name!r} has no steps")
-        arrival.move(self.peers.arrivals, task_id, target.id, path="E4", label=SWITCH_LABEL)
+        arrival.move(
+            self.peers.arrivals,
+            task_id,
+            target.id,
+            path="E4",
+            label=SWITCH_LABEL,
+            by_trigger=by_trigger,
+        )
 
     def restore_step(self, ref: str, step_id: str) -> Task:
         """Undo history: put the task back at a step without running any entry work."""
@@ -326,10 +367,15 @@ class TaskService(Service):
             ).rowcount
             if archived == 1:
                 events.record(uow, "task.archived", task.id, workflow_id=task.workflow_id)
+                if task.parent_id is not None:
+                    # the child left out of the set may have been the last one unfinished
+                    outbox.note_children(uow, task.parent_id)
         if task.workflow_step_id and task.archived_at is None:
             arrival.promote(self.peers.arrivals, task.workflow_step_id)
         if archived == 1:
             worktrees.retire(self.peers, task, "archived")
+            if task.parent_id is not None:
+                self.peers.triggers.drain()
         return self.get(task.id)
 
     def unarchive(self, ref: str) -> Task:
@@ -375,6 +421,7 @@ class TaskService(Service):
                     t.workflow_step_participants.c.task_id == task.id
                 )
             )
+            _forget_relations(uow, task.id)
             gone = uow.conn.execute(
                 sa.delete(TASKS)
                 .where(TASKS.c.id == task.id)
@@ -385,3 +432,21 @@ class TaskService(Service):
         if task.workflow_step_id and task.archived_at is None:
             arrival.promote(self.peers.arrivals, task.workflow_step_id)
         return task.id
+
+
+def _forget_relations(uow: UnitOfWork, task_id: str) -> None:
+    """A task being deleted is no one's parent and no one's blocker any more (its
+    `task_blockers` rows go by the foreign key's cascade; the copies on the rows of the
+    tasks it blocked are rewritten here)."""
+    from core.services.blockers import write_blocked_by
+
+    uow.conn.execute(sa.update(TASKS).where(TASKS.c.parent_id == task_id).values(parent_id=None))
+    blocked = [
+        str(r)
+        for r in uow.conn.execute(
+            sa.select(t.task_blockers.c.task_id).where(t.task_blockers.c.blocker_id == task_id)
+        ).scalars()
+    ]
+    uow.conn.execute(sa.delete(t.task_blockers).where(t.task_blockers.c.blocker_id == task_id))
+    for other in blocked:
+        write_blocked_by(uow, other)

@@ -36,4 +36,8 @@ class TurnService(Service):
             # a message sent while the turn ran starts the next turn now that it ended
             self.peers.sessions.set_state(live.id, "RUNNING")
             self.start_internal(live.id)
+        if result.transitioned:
+            # a task brought to its terminal step may have queued its parent's or the tasks
+            # it blocked triggers (core.outbox): delivered now rather than at the next pass
+            self.peers.triggers.drain()
         return result.as_dict(self.peers.tasks.get(task_row.id))

@@ -311,7 +311,30 @@ class WorkflowService(Service):
         for agent in self.agents_of(workflow):
             if agent.unknown_profile:
                 problems.append(agent.problem(workflow.name))
-        return problems
+        return problems + self._board_sources(workflow)
+
+    def _board_sources(self, workflow: Workflow) -> builtins.list[str]:
+        """Declared triggers whose source this board lacks (docs/workflow-format.md, "What
+        fires where"): on_budget_alert while no budget is set."""
+        from core.workflows.decl import WorkflowFileError
+
+        declaring = [s for s in workflow.steps if s.events.get("on_budget_alert")]
+        if not declaring:
+            return []
+        with self.peers.store.read() as conn:
+            if conn.execute(sa.select(t.budgets.c.id).limit(1)).first() is not None:
+                return []
+        return [
+            str(
+                WorkflowFileError(
+                    "on_budget_alert never fires: no budget is set on this board (budget set)",
+                    workflow=workflow.name,
+                    step=step.name,
+                    field="events.on_budget_alert",
+                )
+            )
+            for step in sorted(declaring, key=lambda s: s.position)
+        ]
 
     def warnings(self, workflow: Workflow) -> builtins.list[str]:
         """What would leave the workflow's tasks waiting for nobody: a step whose

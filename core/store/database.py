@@ -12,16 +12,20 @@ The writer mutex is held for one transaction, never across action execution.
 
 from __future__ import annotations
 
+import contextlib
+import os
 import threading
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import AbstractContextManager, contextmanager
+from pathlib import Path
 from typing import Any, Generic, TypeVar
 
 import attrs
 import sqlalchemy as sa
 from sqlalchemy.engine import URL, Connection, Engine
 
-from core.errors import ValueRefused
+from core.errors import DatabaseUnusable, ValueRefused
+from core.logs import logger
 from core.store import dialect, events, prepared
 from core.store.liveness import Liveness
 
@@ -45,6 +49,36 @@ def refused_value(exc: BaseException) -> ValueRefused | None:
         return None
     lines = str(cause).strip().splitlines() or [type(cause).__name__]
     return ValueRefused(f"the database refused a value: {lines[0]}")
+
+
+_AWAY_WORDS = (
+    "database is locked",
+    "database or disk is full",
+    "disk i/o error",
+    "unable to open database file",
+)
+"""SQLite's words for a database that is there but cannot be written now."""
+
+
+def database_away(exc: BaseException) -> bool:
+    """Whether `exc` says the database cannot be reached or written for now - the connection
+    is lost (a server restart, a terminated session), SQLite's lock is held past its
+    busy_timeout, the disk is full - rather than that a statement was wrong: a worker waits
+    such a fault out instead of exiting, and a run in hand is not failed for it."""
+    if isinstance(exc, sa.exc.DBAPIError):
+        if exc.connection_invalidated:
+            return True
+        if isinstance(exc, sa.exc.OperationalError | sa.exc.InterfaceError):
+            if "sqlite" not in type(exc.orig).__module__:
+                return True  # the server's driver: a lost or refused connection
+            text = str(exc.orig).lower()
+            return any(word in text for word in _AWAY_WORDS)
+        return False
+    if isinstance(exc, OSError):
+        import errno
+
+        return exc.errno in (errno.ENOSPC, errno.EDQUOT)
+    return False
 
 
 @contextmanager
@@ -90,6 +124,48 @@ class _Joined(Generic[T]):
         return None
 
 
+@attrs.define(eq=False)
+class _FileIdentity:
+    """The SQLite file a store opened, by device and inode: a file deleted or replaced under
+    the process (`rm`, a restore that renames a copy over it) is noticed before the next
+    write, which would otherwise land in the unlinked file and vanish with it."""
+
+    path: Path
+    identity: tuple[int, int]
+    gone: bool = False
+
+    @classmethod
+    def of(cls, url: URL) -> _FileIdentity | None:
+        path = dialect.sqlite_path(url)
+        if path is None:
+            return None
+        try:
+            info = os.stat(path)
+        except OSError:
+            return None
+        return cls(path.resolve(), (info.st_dev, info.st_ino))
+
+    def check(self) -> None:
+        """Raise DatabaseUnusable (one ERROR the first time) when the file at the path is no
+        longer the one opened: this process writes no more."""
+        if not self.gone:
+            try:
+                info = os.stat(self.path)
+                same = (info.st_dev, info.st_ino) == self.identity
+            except OSError:
+                same = False
+            if same:
+                return
+            self.gone = True
+            logger.bind(database=str(self.path)).error(
+                "the database file was deleted or replaced under this process; it writes no more"
+            )
+        raise DatabaseUnusable(
+            f"database {self.path} was deleted or replaced under this process; "
+            "it writes no more (restart it)"
+        )
+
+
 class Store:
     def __init__(self, url: str) -> None:
         self.url: URL = dialect.normalise_url(url)
@@ -104,6 +180,9 @@ class Store:
             sa.event.listen(self.engine, "before_cursor_execute", prepared.follow_deferred)
         self.liveness = Liveness(self.url, self.engine)
         """Which epochs are dead on this database (see `core.store.liveness`)."""
+        self._file = _FileIdentity.of(self.url) if self.is_sqlite else None
+        if self._file is not None:
+            dialect.hold_open(self._file.identity)
         self.observer: events.Observer | None = None
         """Gets each transaction's events after its COMMIT (the host installs it)."""
         self.on_begin: Callable[[Connection], None] | None = None
@@ -121,6 +200,13 @@ class Store:
         return self.url.render_as_string(hide_password=True).replace("+psycopg", "")
 
     def _writer_conn(self) -> Connection:
+        # A writer the driver found broken (the server restarted, or ended the session) is
+        # replaced, not reused: the pool pre-pings the new one (PostgreSQL), so the first
+        # transaction after a restart works instead of failing on the dead socket.
+        if self._writer is not None and self._writer.invalidated:
+            with contextlib.suppress(sa.exc.SQLAlchemyError):
+                self._writer.close()
+            self._writer = None
         if self._writer is None or self._writer.closed:
             self._writer = self.engine.connect().execution_options(**{dialect.WRITER_OPTION: True})
         return self._writer
@@ -142,6 +228,8 @@ class Store:
         committed: list[events.Event] = []
         try:
             with self._lock:
+                if self._file is not None:
+                    self._file.check()
                 conn = self._writer_conn()
                 uow = UnitOfWork(conn, self)
                 self._local.uow = uow
@@ -244,3 +332,6 @@ class Store:
                 self._writer.close()
                 self._writer = None
         self.engine.dispose()
+        if self._file is not None:
+            dialect.let_go(self._file.identity)
+            self._file = None

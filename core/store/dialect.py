@@ -11,6 +11,7 @@
 from __future__ import annotations
 
 import os
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -77,6 +78,16 @@ def sqlite_file_problem(path: Path, *, writing: bool) -> str | None:
     if path.exists():
         if not path.is_file():
             return f"{path} is not a database file"
+        if _opened_here(path):
+            # Checked when this process first opened it. Opening and closing the file again
+            # would drop every POSIX lock this process holds on it (a close releases them
+            # all, whichever descriptor took them): another process could then take this
+            # process's live connection for gone and delete its -wal and -shm.
+            return (
+                f"{path} is read-only; laneway needs to write it"
+                if (writing and not os.access(path, os.W_OK))
+                else None
+            )
         try:
             with open(path, "rb") as handle:
                 header = handle.read(len(SQLITE_HEADER))
@@ -90,6 +101,41 @@ def sqlite_file_problem(path: Path, *, writing: bool) -> str | None:
         # SQLite writes its journal and laneway its lock file beside the database
         return f"directory {folder} is read-only; laneway needs to write there"
     return None
+
+
+_OPEN: dict[tuple[int, int], int] = {}
+"""SQLite files a store of this process has open, by (device, inode): how many stores."""
+_OPEN_LOCK = threading.Lock()
+
+
+def _identity(path: Path) -> tuple[int, int] | None:
+    try:
+        info = os.stat(path)
+    except OSError:
+        return None
+    return (info.st_dev, info.st_ino)
+
+
+def _opened_here(path: Path) -> bool:
+    identity = _identity(path)
+    with _OPEN_LOCK:
+        return identity is not None and identity in _OPEN
+
+
+def hold_open(identity: tuple[int, int]) -> None:
+    """A store of this process opened the SQLite file `identity` (`sqlite_file_problem` then
+    never opens it again while it is open here)."""
+    with _OPEN_LOCK:
+        _OPEN[identity] = _OPEN.get(identity, 0) + 1
+
+
+def let_go(identity: tuple[int, int]) -> None:
+    with _OPEN_LOCK:
+        left = _OPEN.get(identity, 0) - 1
+        if left > 0:
+            _OPEN[identity] = left
+        else:
+            _OPEN.pop(identity, None)
 
 
 def create_engine(url: URL) -> Engine:

@@ -24,8 +24,10 @@ import fcntl
 import hashlib
 import os
 import secrets
+import select
 import socket
 import threading
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -34,10 +36,14 @@ import sqlalchemy as sa
 from sqlalchemy.engine import URL, Connection, Engine
 
 from core import ids
+from core.errors import DatabaseUnusable
 from core.logs import logger
 from core.store import dialect
 from core.store import tables as t
 
+WATCH_POLL_S = 0.25
+"""How often a watched lock is checked when nothing signals its loss sooner (`EpochKeeper.watch`):
+well under the half second a worker waits between looks for dead epochs' runs."""
 # "laneway" as an integer: the schema lock, held only while a process migrates.
 SCHEMA_LOCK_KEY = 0x6C616E65776179
 _PG_HELD = sa.text(
@@ -143,6 +149,30 @@ class EpochLock:
             return not self._connection.closed
         return True
 
+    def wait_signal(self, timeout: float) -> None:
+        """Wait up to `timeout` for a sign the lock may be gone; the caller then asks `holds`.
+
+        PostgreSQL: the lock connection's socket turning readable while nobody uses it is the
+        server speaking unasked - a terminated backend, a shut-down server - so the loss is
+        seen the moment the server says it, not at the next claim. SQLite: nothing signals a
+        lock file deleted or replaced; the wait is the poll of its inode."""
+        fd = self._socket()
+        if fd is None:
+            time.sleep(timeout)
+            return
+        with contextlib.suppress(OSError, ValueError):
+            select.select([fd], [], [], timeout)
+
+    def _socket(self) -> int | None:
+        if self._connection is None or self._connection.closed:
+            return None
+        try:
+            raw = self._connection.connection.dbapi_connection
+            fileno = getattr(raw, "fileno", None)
+            return int(fileno()) if fileno is not None else None
+        except (sa.exc.SQLAlchemyError, OSError, ValueError, TypeError, AttributeError):
+            return None
+
     def release(self) -> None:
         if self._fd is not None:
             # Unlink while still holding the lock, so nobody finds a free file mid-way.
@@ -180,6 +210,10 @@ class Liveness:
     def follow(self, own: Callable[[], str | None]) -> None:
         """Tell the checker this process's own epoch (never dead to itself)."""
         self._own = own
+
+    def own(self) -> str | None:
+        """This process's epoch as last minted (no lock check), or None (read-only)."""
+        return self._own()
 
     def is_dead(self, epoch: str | None, conn: Connection | None = None) -> bool:
         if epoch is None or epoch in self._dead:
@@ -233,7 +267,9 @@ class EpochKeeper:
         self._url = url
         self._engine = engine
         self._begin = begin
-        self._mutex = threading.Lock()
+        self._mutex = threading.RLock()
+        self._on_lost: list[Callable[[str], object]] = []
+        self._told: set[str] = set()
         self._lock: EpochLock | None = None
         self._lock = self._mint()
 
@@ -248,13 +284,74 @@ class EpochKeeper:
             assert self._lock is not None
             if self._lock.holds():
                 return self._lock.epoch
-            old = self._lock
-            old.release()
-            self._lock = self._mint()
-            logger.bind(old_epoch=old.epoch, epoch=self._lock.epoch).warning(
-                "liveness lock lost; this process fenced itself and continues under a new epoch"
-            )
-            return self._lock.epoch
+            return self._refence()
+
+    def _refence(self) -> str:
+        """Under the mutex: the lock is lost; tell the watchers (they stop what ran under the
+        old epoch) before minting the new one, so nothing of the old epoch's goes on while
+        this process carries on under the new. When the database cannot be reached to mint,
+        the lost lock stays in place and the next `current` tries again."""
+        assert self._lock is not None
+        old = self._lock
+        if old.epoch not in self._told:
+            self._told.add(old.epoch)
+            for lost in list(self._on_lost):
+                try:
+                    lost(old.epoch)
+                except Exception as exc:  # noqa: BLE001 - one watcher's failure stops no other
+                    logger.bind(epoch=old.epoch, cause=f"{type(exc).__name__}: {exc}").error(
+                        "a watcher of the liveness lock failed"
+                    )
+        new = self._mint()
+        old.release()
+        self._lock = new
+        logger.bind(old_epoch=old.epoch, epoch=new.epoch).warning(
+            "liveness lock lost; this process fenced itself and continues under a new epoch"
+        )
+        return new.epoch
+
+    def watch(
+        self, on_lost: Callable[[str], object], poll: float = WATCH_POLL_S
+    ) -> Callable[[], None]:
+        """Call `on_lost(old_epoch)` the moment this process's lock is found lost (before the
+        new epoch is minted), from a thread that watches the lock (`EpochLock.wait_lost`): the
+        holder learns of the loss at least as soon as anyone who tests it. Returns the stop of
+        the watch."""
+        stop = threading.Event()
+        self._on_lost.append(on_lost)
+
+        def run() -> None:
+            warned: set[str] = set()
+            while not stop.is_set():
+                lock = self._lock
+                if lock is None:
+                    return
+                lock.wait_signal(poll)
+                if stop.is_set():
+                    return
+                with self._mutex:
+                    if self._lock is not lock or lock.holds():
+                        continue  # holds, or fenced already by a claim that looked first
+                    try:
+                        self._refence()
+                    except Exception as exc:  # noqa: BLE001 - the database is away: try again
+                        if lock.epoch not in warned:  # once per lost lock, not once per try
+                            warned.add(lock.epoch)
+                            logger.bind(cause=f"{type(exc).__name__}: {exc}").warning(
+                                "liveness lock lost and no new epoch could be taken yet; retrying"
+                            )
+                stop.wait(poll)
+
+        thread = threading.Thread(target=run, name="laneway-epoch-watch", daemon=True)
+        thread.start()
+
+        def end() -> None:
+            stop.set()
+            with contextlib.suppress(ValueError):
+                self._on_lost.remove(on_lost)
+            thread.join(timeout=poll * 4 + 1)
+
+        return end
 
     def _mint(self) -> EpochLock:
         for _ in range(5):
@@ -282,7 +379,11 @@ class EpochKeeper:
             if self._lock is None:
                 return
             epoch = self._lock.epoch
-            with contextlib.suppress(sa.exc.SQLAlchemyError), self._begin() as conn:
+            # a database gone from under us (DatabaseUnusable) has no row to close
+            with (
+                contextlib.suppress(sa.exc.SQLAlchemyError, DatabaseUnusable),
+                self._begin() as conn,
+            ):
                 conn.execute(
                     sa.update(t.host_epochs)
                     .where(t.host_epochs.c.epoch == epoch)

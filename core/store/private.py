@@ -35,7 +35,10 @@ def open_private(path: Path) -> int:
 
 
 def _tighten(path: Path) -> None:
+    """Take group and other access away; the owner's own bits stay as the owner set them (a
+    database its owner made read-only, 0400, is not made writable)."""
     with contextlib.suppress(OSError):
         info = path.stat()
-        if info.st_uid == os.geteuid() and info.st_mode & 0o777 != MODE:
-            path.chmod(MODE)
+        mode = info.st_mode & 0o777
+        if info.st_uid == os.geteuid() and mode & 0o077:
+            path.chmod(mode & 0o700)

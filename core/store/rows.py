@@ -94,6 +94,7 @@ STEP_FIELDS = (
     "auto_archive_after_hours",
     "auto_advance_requires_signal",
     "cancel_triggers_turn_complete",
+    "heartbeat_seconds",
 )
 
 
@@ -147,6 +148,7 @@ def task(row: RowLike) -> Task:
     values["wip_admitted"] = bool(values["wip_admitted"])
     values["is_ephemeral"] = bool(values["is_ephemeral"])
     values["workspace"] = json.loads(values["workspace"]) if values["workspace"] else None
+    values["blocked_by"] = tuple(json.loads(values["blocked_by"])) if values["blocked_by"] else ()
     return Task(**values)
 
 
@@ -241,6 +243,7 @@ def run(row: RowLike) -> Run:
         usage=json.loads(usage) if (usage := row["usage"]) is not None else None,
         cancel_reason=row["cancel_reason"],
         retry_of=row["retry_of"],
+        entry_id=row["entry_id"],
     )
 
 
@@ -254,6 +257,7 @@ def entry(row: RowLike) -> StepEntry:
         declaration_digest=row["declaration_digest"],
         terminal=bool(row["terminal"]),
         created_at=row["created_at"],
+        epoch=row["epoch"],
     )
 
 

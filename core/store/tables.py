@@ -115,6 +115,8 @@ workflow_steps = sa.Table(
         "cancel_triggers_turn_complete", sa.Boolean, nullable=False, server_default=sa.false()
     ),
     sa.Column("events", sa.Text, nullable=False, server_default="{}"),
+    # on_heartbeat once per slot of this many seconds for each task at the step (None: never)
+    sa.Column("heartbeat_seconds", sa.Integer, nullable=True),
     sa.UniqueConstraint("workflow_id", "position", name="uq_workflow_steps_position"),
 )
 
@@ -151,11 +153,32 @@ tasks = sa.Table(
     sa.Column("repository", sa.String(4000), nullable=True),
     sa.Column("base_branch", sa.String(255), nullable=True),
     sa.Column("workspace", sa.Text, nullable=True),
+    # the task this one is a subtask of (`task create --parent`); cleared when it is deleted
+    sa.Column("parent_id", sa.String(64), nullable=True),
+    # the ids of the tasks blocking this one (JSON list), kept with `task_blockers` in the
+    # same transaction so that every read of a task carries it without a join
+    sa.Column("blocked_by", sa.Text, nullable=True),
     sa.Index("ix_tasks_step", "workflow_step_id", "wip_admitted"),
     sa.Index("ix_tasks_queued_for", "queued_for_step_id"),
+    sa.Index("ix_tasks_parent", "parent_id"),
     # the board's pages, oldest first from a cursor, per workflow and per lane (0018)
     sa.Index("ix_tasks_workflow_created", "workflow_id", "created_at", "id"),
     sa.Index("ix_tasks_step_created", "workflow_step_id", "created_at", "id"),
+)
+
+# B blocks T (`task block T --by B`): the relation the on_blocker_resolved trigger reads, by
+# the blocker (which tasks does the one that just finished block?).
+task_blockers = sa.Table(
+    "task_blockers",
+    metadata,
+    sa.Column(
+        "task_id", sa.String(64), sa.ForeignKey("tasks.id", ondelete=CASCADE), primary_key=True
+    ),
+    sa.Column(
+        "blocker_id", sa.String(64), sa.ForeignKey("tasks.id", ondelete=CASCADE), primary_key=True
+    ),
+    sa.Column("created_at", sa.String(40), nullable=False),
+    sa.Index("ix_task_blockers_blocker", "blocker_id"),
 )
 
 task_sessions = sa.Table(
@@ -327,6 +350,9 @@ runs = sa.Table(
     sa.Column("cancel_reason", sa.String(40), nullable=True),
     # The run a `runs retry` queued this one after (a new attempt is a new row)
     sa.Column("retry_of", sa.String(64), nullable=True),
+    # The step entry whose on_enter action queued the run: once that entry is no longer its
+    # task's current entry of the step, the run is superseded (core.runs, migration 0017)
+    sa.Column("entry_id", sa.String(64), nullable=True),
     # The claim's order (core.runs): read in index order, it stops at the first eligible run.
     sa.Index("ix_runs_queue", "status", "requested_at", "id"),
     sa.Index("ix_runs_idempotency_key", "idempotency_key"),
@@ -359,6 +385,9 @@ step_entries = sa.Table(
     sa.Column("declaration_digest", sa.String(64), nullable=False),
     sa.Column("terminal", sa.Boolean, nullable=False, server_default=sa.false()),
     sa.Column("created_at", sa.String(40), nullable=False),
+    # The epoch of the process dispatching the entry: the recovery scan resumes it only once
+    # that epoch is dead (NULL, from before migration 0017: dead)
+    sa.Column("epoch", sa.String(64), nullable=True),
     sa.UniqueConstraint("task_id", "step_id", "entry_seq", name="uq_step_entries_seq"),
 )
 # Recovery asks "non-terminal entries in (task, step, seq) order": one range scan. Partial
@@ -464,6 +493,56 @@ applied_operations = sa.Table(
     sa.Column("epoch", sa.String(64), nullable=True),
     sa.Column("created_at", sa.String(40), nullable=False),
     sa.Index("ix_applied_operations_created", "created_at"),
+)
+
+
+# Triggers whose cause committed and whose dispatch has not yet run (a transactional outbox):
+# written in the cause's own transaction (a child's arrival at the terminal step, a budget
+# threshold crossed), deleted once the trigger was delivered under its operation id. A crash
+# between the two leaves the row, and the next scheduler pass in any process delivers it; the
+# operation id's claim makes a second delivery idempotent.
+trigger_outbox = sa.Table(
+    "trigger_outbox",
+    metadata,
+    sa.Column("operation_id", sa.String(400), primary_key=True),
+    sa.Column("task_id", sa.String(64), nullable=False),
+    sa.Column("trigger", sa.String(40), nullable=False),
+    sa.Column("payload", sa.Text, nullable=False, server_default="{}"),
+    sa.Column("created_at", sa.String(40), nullable=False),
+)
+
+# Spending limits (`budget set`): a scope (workspace, profile or task; `ref` its id), a limit
+# in USD per period, and the percentages of it at which on_budget_alert fires.
+budgets = sa.Table(
+    "budgets",
+    metadata,
+    sa.Column("id", sa.String(64), primary_key=True),
+    sa.Column("workspace_id", sa.String(64), nullable=False),
+    sa.Column("scope", sa.String(20), nullable=False),
+    sa.Column("ref", sa.String(64), nullable=False),
+    sa.Column("limit_usd", sa.Float, nullable=False),
+    sa.Column("period", sa.String(20), nullable=False, server_default="total"),
+    sa.Column("thresholds", sa.Text, nullable=False, server_default="[80, 100]"),
+    sa.Column("created_at", sa.String(40), nullable=False),
+    sa.Column("updated_at", sa.String(40), nullable=False),
+    sa.UniqueConstraint("scope", "ref", "period", name="uq_budgets_scope"),
+)
+
+# One row per alert that fired: the primary key is the decision (once per budget, threshold
+# and period), kept for good (unlike applied_operations, which is pruned after a week).
+budget_alerts = sa.Table(
+    "budget_alerts",
+    metadata,
+    sa.Column(
+        "budget_id",
+        sa.String(64),
+        sa.ForeignKey("budgets.id", ondelete=CASCADE),
+        primary_key=True,
+    ),
+    sa.Column("threshold", sa.Integer, primary_key=True),
+    sa.Column("period_start", sa.String(40), primary_key=True),
+    sa.Column("task_id", sa.String(64), nullable=True),
+    sa.Column("created_at", sa.String(40), nullable=False),
 )
 
 

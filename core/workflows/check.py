@@ -100,11 +100,31 @@ def validate_with_registry(declared: WorkflowDecl | Workflow, registry: Registry
 
 def _problems(steps: Iterable[Step | StepDecl], registry: Registry) -> Iterator[_Problem]:
     for step in sorted(steps, key=lambda s: s.position):
+        yield from _source_problems(step)
         for trigger in _triggers(step.events):
             for action in step.events[trigger]:
                 at = f"events.{trigger}[{action.position}]"
                 yield from _kind_problems(step.name, at, trigger, action, registry)
                 yield from _guard_problems(step.name, at, action, registry)
+
+
+def _source_problems(step: Step | StepDecl) -> Iterator[_Problem]:
+    """A declared trigger the step itself keeps from ever firing (docs/workflow-format.md,
+    "What fires where"): on_heartbeat needs the step's `heartbeat_seconds`."""
+    if step.events.get("on_heartbeat") and step.heartbeat_seconds is None:
+        yield _Problem(
+            step.name,
+            "events.on_heartbeat",
+            "on_heartbeat never fires here: the step has no heartbeat_seconds",
+            False,
+        )
+    if step.heartbeat_seconds is not None and not step.events.get("on_heartbeat"):
+        yield _Problem(
+            step.name,
+            "heartbeat_seconds",
+            "the heartbeat fires nothing: the step declares no on_heartbeat actions",
+            False,
+        )
 
 
 def _triggers(events: Events) -> list[str]:

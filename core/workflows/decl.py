@@ -99,6 +99,7 @@ class StepDecl:
     auto_advance_requires_signal: bool = False
     cancel_triggers_turn_complete: bool = False
     events: Events = attrs.field(factory=dict)
+    heartbeat_seconds: int | None = None
 
 
 @attrs.frozen
@@ -167,6 +168,7 @@ def instantiate(
             auto_advance_requires_signal=s.auto_advance_requires_signal,
             cancel_triggers_turn_complete=s.cancel_triggers_turn_complete,
             events=remap_step_refs(s.events, target),
+            heartbeat_seconds=s.heartbeat_seconds,
         )
 
     steps = tuple(build(s) for s in decl.steps)

@@ -76,6 +76,8 @@ def _step(step: Step, position_of: _PositionOf) -> dict[str, Any]:
         )
     if step.prompt:
         out["prompt"] = step.prompt
+    if step.heartbeat_seconds is not None:
+        out["heartbeat_seconds"] = step.heartbeat_seconds
     events: dict[str, list[dict[str, Any]]] = {}
     # Triggers in the canonical order, then any the declaration holds that we do not know
     # (a store written by a newer laneway): exporting them is better than losing them.

@@ -60,6 +60,7 @@ _COMMON_STEP_KEYS: Final = (
     "auto_archive_after_hours",
     "auto_advance_requires_signal",
     "cancel_triggers_turn_complete",
+    "heartbeat_seconds",
     "events",
 )
 
@@ -193,6 +194,7 @@ def _step(raw: Any, index: int, wf_at: At, fmt: _Format) -> linking.ParsedStep:
         "auto_archive_after_hours": integer(at, raw, "auto_archive_after_hours", 0, minimum=0),
         "auto_advance_requires_signal": boolean(at, raw, "auto_advance_requires_signal", False),
         "cancel_triggers_turn_complete": boolean(at, raw, "cancel_triggers_turn_complete", False),
+        "heartbeat_seconds": _heartbeat(at, raw),
     }
     pull_from = None
     if raw.get("pull_from_step_position") is not None:
@@ -208,6 +210,13 @@ def _step(raw: Any, index: int, wf_at: At, fmt: _Format) -> linking.ParsedStep:
         pull_from=pull_from,
         actions=_events(at, raw.get("events"), fmt),
     )
+
+
+def _heartbeat(at: At, raw: Mapping[Any, Any]) -> int | None:
+    """`heartbeat_seconds`: a positive whole number of seconds, or absent (no heartbeat)."""
+    if raw.get("heartbeat_seconds") is None:
+        return None
+    return integer(at, raw, "heartbeat_seconds", None, minimum=1)
 
 
 # --- events -------------------------------------------------------------------------------------

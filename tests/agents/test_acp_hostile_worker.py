@@ -56,6 +56,7 @@ def baseline_rss(tmp_path_factory: pytest.TempPathFactory) -> int:
     return peak
 
 
+@pytest.mark.one_database
 @pytest.mark.parametrize(
     ("script", "route", "words"),
     [
@@ -80,6 +81,7 @@ def test_a_broken_agent_is_one_terminal_failure_in_bounded_time_and_memory(
     assert peak < baseline_rss + 64 * MIB, (peak, baseline_rss)
 
 
+@pytest.mark.one_database
 def test_a_read_outside_the_working_directory_and_an_unserved_request_are_errors_to_the_agent(
     db_url: str, tmp_path: Path
 ) -> None:

@@ -199,6 +199,7 @@ def test_ask_waits_for_a_person_and_a_separate_permission_allow_process_answers(
         assert host.permissions.fire(host.permissions.get(asked["id"])).idempotent
 
 
+@pytest.mark.one_database
 def test_permission_deny_answers_with_the_reject_option(db_url: str, tmp_path: Path) -> None:
     """CLI.md `permission deny ID`: the request's first reject option goes to the agent."""
     board = Board(db_url, tmp_path, {"turns": [[ASK], []]})
@@ -217,6 +218,7 @@ def test_permission_deny_answers_with_the_reject_option(db_url: str, tmp_path: P
     assert cli_json(board, "permission", "list", "--state", "denied") == [denied]
 
 
+@pytest.mark.one_database
 def test_allow_always_picks_the_allow_always_option(db_url: str, tmp_path: Path) -> None:
     """CLI.md `permission allow ID --always`."""
     board = Board(db_url, tmp_path, {"turns": [[ASK], []]})
@@ -233,6 +235,7 @@ def test_allow_always_picks_the_allow_always_option(db_url: str, tmp_path: Path)
     assert "permission: always" in messages(board.read()[2])
 
 
+@pytest.mark.one_database
 @pytest.mark.parametrize(
     "profile",
     [{"permissions": "deny"}, {"permissions": "allow"}, {"auto_allow": ["edit"]}],
@@ -253,6 +256,7 @@ def test_policies_answer_without_a_person_and_put_nothing_on_the_board(
     assert board_events(db_url, "permission.") == []
 
 
+@pytest.mark.one_database
 def test_waiting_for_a_person_is_not_the_agents_silence(db_url: str, tmp_path: Path) -> None:
     """AGENTS.md `--idle-timeout`: nothing heard from the agent for that long ends the turn,
     but a turn waiting on a person's answer is not silent: answered after 3 idle timeouts,
@@ -274,6 +278,7 @@ def test_waiting_for_a_person_is_not_the_agents_silence(db_url: str, tmp_path: P
     assert step == "Done"
 
 
+@pytest.mark.one_database
 def test_a_turn_that_times_out_while_waiting_cancels_its_request(
     db_url: str, tmp_path: Path
 ) -> None:

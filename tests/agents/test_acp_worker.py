@@ -157,6 +157,7 @@ def warnings(items: list[dict[str, Any]]) -> list[str]:
 STATE = [{"state": True}]
 
 
+@pytest.mark.one_database
 def test_set_session_mode_reaches_an_acp_agent_before_its_first_turn(
     db_url: str, tmp_path: Path
 ) -> None:
@@ -181,6 +182,7 @@ def test_set_session_mode_reaches_an_acp_agent_before_its_first_turn(
     assert items[0]["kind"] == "prompt"
 
 
+@pytest.mark.one_database
 def test_a_mode_the_agent_does_not_offer_is_one_warning_naming_its_modes_and_the_turn_runs(
     db_url: str, tmp_path: Path
 ) -> None:
@@ -199,6 +201,7 @@ def test_a_mode_the_agent_does_not_offer_is_one_warning_naming_its_modes_and_the
     assert step == "Done"
 
 
+@pytest.mark.one_database
 def test_plan_mode_uses_the_agents_plan_mode_and_goes_back_when_disabled(
     db_url: str, tmp_path: Path
 ) -> None:
@@ -221,6 +224,7 @@ def test_plan_mode_uses_the_agents_plan_mode_and_goes_back_when_disabled(
     assert session.agent["plan_mode"] is False
 
 
+@pytest.mark.one_database
 def test_plan_mode_without_a_plan_mode_heads_every_prompt_with_the_instruction(
     db_url: str, tmp_path: Path
 ) -> None:
@@ -244,6 +248,7 @@ def test_plan_mode_without_a_plan_mode_heads_every_prompt_with_the_instruction(
     assert PLAN_INSTRUCTION in echoes(items)[0]  # the agent was sent it
 
 
+@pytest.mark.one_database
 def test_configure_session_sets_the_agents_options_and_model(db_url: str, tmp_path: Path) -> None:
     """AGENTS.md: configure_session -> session/set_config_option per option; the model through
     the agent's model option."""
@@ -290,6 +295,7 @@ def test_configure_session_sets_the_agents_options_and_model(db_url: str, tmp_pa
     assert session.agent["model"] == "small"
 
 
+@pytest.mark.one_database
 def test_reset_agent_context_opens_a_new_acp_session_and_applies_the_mode_again(
     db_url: str, tmp_path: Path
 ) -> None:
@@ -310,6 +316,7 @@ def test_reset_agent_context_opens_a_new_acp_session_and_applies_the_mode_again(
     assert messages(items).count("state: mode=review options={}") == 2
 
 
+@pytest.mark.one_database
 def test_a_conversation_continues_in_the_live_process(db_url: str, tmp_path: Path) -> None:
     """AGENTS.md: a conversation continues across turns: the live process when it is there."""
     board = Board(db_url, tmp_path, {"turns": [[]]})
@@ -337,6 +344,7 @@ def test_a_new_worker_continues_the_conversation_by_session_load(
     assert not [w for w in warnings(items) if "conversation lost" in w]
 
 
+@pytest.mark.one_database
 def test_without_session_load_a_new_worker_says_the_conversation_was_lost(
     db_url: str, tmp_path: Path
 ) -> None:
@@ -349,6 +357,7 @@ def test_without_session_load_a_new_worker_says_the_conversation_was_lost(
     assert echoes(items)[1].endswith("(previous: None)")
 
 
+@pytest.mark.one_database
 @pytest.mark.parametrize(
     ("steps", "route", "message"),
     [
@@ -378,6 +387,7 @@ def test_how_an_acp_turn_ends_routes_it(
     assert [r["status"] for r in run_rows(db_url)] == ["failed"]
 
 
+@pytest.mark.one_database
 @pytest.mark.parametrize(
     ("script", "route", "message"),
     [
@@ -400,6 +410,7 @@ def test_an_authentication_error_before_the_prompt_is_r3_with_the_agents_message
     assert error["message"].startswith("authentication failed")
 
 
+@pytest.mark.one_database
 def test_an_agent_that_cannot_be_started_is_r2(db_url: str, tmp_path: Path) -> None:
     """AGENTS.md "How a turn ends (ACP)": the process cannot be started -> R2."""
     board = Board(db_url, tmp_path, {}, command=[str(tmp_path / "no-such-agent")])
@@ -410,6 +421,7 @@ def test_an_agent_that_cannot_be_started_is_r2(db_url: str, tmp_path: Path) -> N
     assert "no-such-agent" in error["message"]
 
 
+@pytest.mark.one_database
 def test_an_authentication_error_at_session_load_is_r3(db_url: str, tmp_path: Path) -> None:
     """AGENTS.md: ... at `session/load` too (a second worker loads the conversation)."""
     state = tmp_path / "conversations"
@@ -425,6 +437,7 @@ def test_an_authentication_error_at_session_load_is_r3(db_url: str, tmp_path: Pa
     assert "session expired: log in again" in error["message"]
 
 
+@pytest.mark.one_database
 def test_max_tokens_ends_the_turn_with_a_warning(db_url: str, tmp_path: Path) -> None:
     """AGENTS.md: max_tokens (and max_turn_requests) end the turn, with a WARNING."""
     board = Board(db_url, tmp_path, {"turns": [[{"stop": "max_tokens"}], []]})
@@ -434,6 +447,7 @@ def test_max_tokens_ends_the_turn_with_a_warning(db_url: str, tmp_path: Path) ->
     assert any("max_tokens" in w for w in warnings(items))
 
 
+@pytest.mark.one_database
 def test_a_busy_provider_is_retried_after_the_delay_it_names(db_url: str, tmp_path: Path) -> None:
     """AGENTS.md: rate limit -> transient (R4 ladder); the delay the error names is honoured."""
     busy = {"error": {"code": -32603, "message": "rate limited", "data": {"retryAfterMs": 300}}}
@@ -454,6 +468,7 @@ def test_usage_the_agent_reports_is_kept_per_run(db_url: str, tmp_path: Path) ->
     assert json.loads(costs[0])["cost_usd"] == pytest.approx(0.25)
 
 
+@pytest.mark.one_database
 def test_deny_answers_a_permission_request_with_a_reject_option(
     db_url: str, tmp_path: Path
 ) -> None:
@@ -471,6 +486,7 @@ def test_deny_answers_a_permission_request_with_a_reject_option(
     assert permission["data"]["decided_by"] == "policy:deny"
 
 
+@pytest.mark.one_database
 def test_an_exec_agent_is_told_the_desired_state_in_its_environment(
     db_url: str, tmp_path: Path
 ) -> None:
@@ -619,6 +635,7 @@ def test_a_reviewer_decides_through_the_tool_server_and_the_quorum_moves_the_tas
     assert "sync the repos" in said
 
 
+@pytest.mark.one_database
 def test_a_conversation_the_agent_no_longer_has_is_lost_not_failed(
     db_url: str, tmp_path: Path
 ) -> None:

@@ -354,6 +354,7 @@ def test_a_cancelled_run_retried_runs_again_as_a_new_attempt(
     )
 
 
+@pytest.mark.one_database
 def test_a_failed_run_can_be_retried(db_url: str, tmp_path: Path) -> None:
     """CLI.md `runs retry R`: a failed run (the agent exited 3) is queued again."""
     board = StopBoard(db_url, tmp_path, [sys.executable, "-c", "import sys; sys.exit(3)"])
@@ -416,6 +417,7 @@ CHATTY_EXEC = (
 )
 
 
+@pytest.mark.one_database
 @pytest.mark.parametrize(
     ("protocol", "limits", "message"),
     [

@@ -124,6 +124,7 @@ def test_get_task_lists_the_steps_previous_rounds_and_the_feedback(host: Host) -
     ]
 
 
+@pytest.mark.one_database
 @pytest.mark.slow
 def test_a_rejecting_reviewers_comment_reaches_the_workers_next_prompt(
     db_url: str, tmp_path: Path

@@ -71,6 +71,7 @@ def lw(url: str, *args: str, env: dict[str, str], cwd: Path) -> Any:
     return json.loads(done.stdout)
 
 
+@pytest.mark.one_database
 def test_cli_workflow_set_task_create_and_task_diff(db_url: str, tmp_path: Path) -> None:
     """CLI.md rows: `workflow set --repository --base-branch`, `task create --repository`
     (the task's `workspace`), `task diff`; a bad path is one line naming it, exit 1."""
@@ -214,6 +215,7 @@ def test_a_worker_killed_mid_creation_then_a_new_one_makes_a_sound_worktree(
     assert not any("locked" in e or "prunable" in e for e in entries)
 
 
+@pytest.mark.one_database
 def test_an_acp_agents_session_cwd_is_its_tasks_worktree_and_its_files_are_confined_to_it(
     db_url: str, tmp_path: Path
 ) -> None:
@@ -252,6 +254,7 @@ def test_an_acp_agents_session_cwd_is_its_tasks_worktree_and_its_files_are_confi
     ]
 
 
+@pytest.mark.one_database
 def test_the_http_diff_route_answers_as_task_diff(db_url: str, tmp_path: Path) -> None:
     """HTTP.md `GET /api/tasks/{t}/diff`: as `task diff`; a task without a worktree is 4xx."""
     from tests.serve.conftest import start_serve

@@ -624,8 +624,10 @@ def test_recover_reports_the_scan(laneway: Laneway) -> None:
         "errors",
         "runs_requeued",
         "runs_dead",
+        "triggers_delivered",
     }
     counts = ("scanned", "redispatched", "errors", "runs_requeued", "runs_dead")
+    counts += ("triggers_delivered",)
     assert all(isinstance(report[k], int) for k in counts)
     assert isinstance(report["skipped"], dict)
     assert report["scanned"] == 0

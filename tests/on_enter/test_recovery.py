@@ -818,7 +818,8 @@ def test_ac_b9_recover_json_reports_the_scan(db_url: str) -> None:
         report: dict[str, Any] = json.loads(done.stdout)
         return report
 
-    # `runs_requeued` / `runs_dead` extend CLI.md's shape: runs of dead workers re-queued.
+    # `runs_requeued` / `runs_dead` extend CLI.md's shape: runs of dead workers re-queued;
+    # `triggers_delivered`: what the trigger outbox held (issue 24).
     assert recover() == {
         "scanned": 5,
         "redispatched": 1,
@@ -826,6 +827,7 @@ def test_ac_b9_recover_json_reports_the_scan(db_url: str) -> None:
         "errors": 0,
         "runs_requeued": 0,
         "runs_dead": 0,
+        "triggers_delivered": 0,
     }
     assert recover() == {
         "scanned": 0,
@@ -834,6 +836,7 @@ def test_ac_b9_recover_json_reports_the_scan(db_url: str) -> None:
         "errors": 0,
         "runs_requeued": 0,
         "runs_dead": 0,
+        "triggers_delivered": 0,
     }
 
 

@@ -152,15 +152,15 @@ def test_reports_kinds_a_trigger_cannot_run() -> None:
 
 
 def test_reports_config_errors_with_the_field() -> None:
-    problems = _check("      on_heartbeat: [{type: greet, config: {name: 3}}, {type: strict}]")
+    problems = _check("      on_comment: [{type: greet, config: {name: 3}}, {type: strict}]")
 
     assert problems == [
         alpha(
-            "events.on_heartbeat[0].config.name",
+            "events.on_comment[0].config.name",
             "invalid config for kind 'greet': name must be a string",
         ),
         alpha(
-            "events.on_heartbeat[1].config",
+            "events.on_comment[1].config",
             "invalid config for kind 'strict': KeyError: 'required_key'",
         ),
     ]

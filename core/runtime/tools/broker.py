@@ -289,6 +289,17 @@ class ToolBroker:
     def _complete_step(self, grant: Grant, args: Mapping[str, Any]) -> dict[str, Any]:
         if not grant.step_id or not grant.session_id:
             raise ToolRefused("complete_step: this run works no step of a session")
+        if grant.run_id:
+            from core import runs
+
+            with self._peers.store.transaction() as uow:
+                refused = runs.fence(uow, grant.run_id, uow.store.liveness.own())
+            if refused is not None:
+                logger.bind(run_id=grant.run_id, reason=refused, write="step signal").warning(
+                    "run's step signal not recorded: its claim or its step entry is no longer"
+                    " current"
+                )
+                raise ToolRefused(f"complete_step: not recorded ({refused})")
         self._peers.sessions.record_effect(grant.session_id, pending_step_signal=grant.step_id)
         return {"step_complete": True, "step_id": grant.step_id}
 

@@ -3,7 +3,7 @@
 ended; with these a page at 100,000 tasks is an index range read, not a scan and a sort.
 
 Revision ID: 0018
-Revises: 0015
+Revises: 0017
 Create Date: 2026-12-02
 """
 
@@ -12,8 +12,7 @@ from __future__ import annotations
 from alembic import op
 
 revision = "0018"
-# 0016 and 0017 are written beside this one against 0015; the merge re-chains them.
-down_revision = "0015"
+down_revision = "0017"
 branch_labels = None
 depends_on = None
 

@@ -1,0 +1,129 @@
+"""Blockers (CLI.md `task block T --by B` / `task unblock T --by B`): B blocks T until B
+reaches a terminal step; when T's last blocker does, T gets on_blocker_resolved (queued in
+that arrival's own transaction, `core.outbox`).
+
+`task_blockers` is the relation; `tasks.blocked_by` a copy of T's rows as a JSON list, written
+in the same transaction, so every read of a task carries it. A block that would close a cycle
+(B already waits, directly or through others, on T) is refused with one line.
+"""
+
+from __future__ import annotations
+
+import json
+
+import sqlalchemy as sa
+
+from core import ids
+from core.errors import Conflict, LanewayError
+from core.model import Task
+from core.services.base import Service
+from core.store import events
+from core.store import tables as t
+from core.store.database import UnitOfWork
+
+TASKS = t.tasks
+BLOCKERS = t.task_blockers
+
+
+def write_blocked_by(uow: UnitOfWork, task_id: str) -> None:
+    """Copy the task's blockers (oldest first) onto its row."""
+    found = [
+        str(b)
+        for b in uow.conn.execute(
+            sa.select(BLOCKERS.c.blocker_id)
+            .where(BLOCKERS.c.task_id == task_id)
+            .order_by(BLOCKERS.c.created_at, BLOCKERS.c.blocker_id)
+        ).scalars()
+    ]
+    uow.conn.execute(
+        sa.update(TASKS)
+        .where(TASKS.c.id == task_id)
+        .values(blocked_by=json.dumps(found) if found else None, updated_at=ids.now())
+    )
+
+
+def _waits_on(uow: UnitOfWork, start: str, target: str) -> list[str] | None:
+    """The chain of blockers by which `start` waits on `target` (start first, target last),
+    or None when it does not."""
+    seen = {start: ""}
+    frontier = [start]
+    while frontier:
+        found = uow.conn.execute(
+            sa.select(BLOCKERS.c.task_id, BLOCKERS.c.blocker_id).where(
+                BLOCKERS.c.task_id.in_(frontier)
+            )
+        ).all()
+        frontier = []
+        for task_id, blocker in found:
+            if blocker in seen:
+                continue
+            seen[str(blocker)] = str(task_id)
+            if blocker == target:
+                chain = [str(blocker)]
+                while seen[chain[-1]]:
+                    chain.append(seen[chain[-1]])
+                return list(reversed(chain))
+            frontier.append(str(blocker))
+    return None
+
+
+class BlockerService(Service):
+    """Which tasks block which."""
+
+    def block(self, task_ref: str, by: str) -> Task:
+        """B (`by`) blocks the task. Blocking a task on itself, or on a task that already
+        waits on it, is refused; blocking it again by the same task changes nothing."""
+        self._require_writer()
+        task = self.peers.tasks.get(task_ref)
+        blocker = self.peers.tasks.get(by)
+        if blocker.id == task.id:
+            raise LanewayError(f"task {task.id}: a task cannot block itself")
+        with self.peers.store.transaction() as uow:
+            chain = _waits_on(uow, blocker.id, task.id)
+            if chain is not None:
+                raise Conflict(
+                    f"task {task.id} cannot be blocked by {blocker.id}: that would make a cycle "
+                    f"({' -> '.join([task.id, *chain])})"
+                )
+            added = uow.conn.execute(
+                sa.text(
+                    "INSERT INTO task_blockers (task_id, blocker_id, created_at) "
+                    "VALUES (:b_task, :b_blocker, :b_at) "
+                    "ON CONFLICT (task_id, blocker_id) DO NOTHING"
+                ),
+                {"b_task": task.id, "b_blocker": blocker.id, "b_at": ids.now()},
+            ).rowcount
+            if added == 1:
+                write_blocked_by(uow, task.id)
+                events.record(uow, "task.updated", task.id, blocked_by=blocker.id)
+        return self.peers.tasks.get(task.id)
+
+    def unblock(self, task_ref: str, by: str) -> Task:
+        """B no longer blocks the task (an error when it did not)."""
+        self._require_writer()
+        task = self.peers.tasks.get(task_ref)
+        blocker = self.peers.tasks.get(by)
+        with self.peers.store.transaction() as uow:
+            gone = uow.conn.execute(
+                sa.delete(BLOCKERS)
+                .where(BLOCKERS.c.task_id == task.id, BLOCKERS.c.blocker_id == blocker.id)
+                .execution_options(preserve_rowcount=True)
+            ).rowcount
+            if gone != 1:
+                raise LanewayError(f"task {task.id} is not blocked by {blocker.id}")
+            write_blocked_by(uow, task.id)
+            events.record(uow, "task.updated", task.id, unblocked_by=blocker.id)
+        return self.peers.tasks.get(task.id)
+
+    def blocking(self, task_ref: str) -> list[str]:
+        """The ids of the tasks the task blocks."""
+        task = self.peers.tasks.get(task_ref)
+        with self.peers.store.read() as conn:
+            return [
+                str(r)
+                for r in conn.execute(
+                    sa.select(BLOCKERS.c.task_id)
+                    .where(BLOCKERS.c.blocker_id == task.id)
+                    .order_by(BLOCKERS.c.created_at, BLOCKERS.c.task_id)
+                ).scalars()
+            ]

@@ -1,0 +1,57 @@
+"""The scheduler every `worker` and `serve` runs: a thread making a trigger pass
+(`TriggerService.run_pass`: the outbox's triggers, then the heartbeats due) every
+`interval` seconds until stopped.
+
+No leader is elected: passes in any number of processes overlap freely, and the operation
+ids decide which of them evaluates each trigger (`core.services.triggers`). A pass that
+fails is logged and the next one runs as usual: a trigger left undelivered stays in the
+outbox, a heartbeat stays due until its slot ends.
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import TYPE_CHECKING, Self
+
+from core.logs import logger
+
+if TYPE_CHECKING:
+    from core.services.peers import Peers
+
+INTERVAL_S = 1.0
+"""Seconds between passes: a heartbeat's slot is at least one second long."""
+
+
+class Scheduler:
+    """`with Scheduler(host):` runs passes in a daemon thread for the block's duration."""
+
+    def __init__(self, host: Peers, interval: float = INTERVAL_S) -> None:
+        self.host = host
+        self.interval = interval
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, name="laneway-scheduler", daemon=True)
+
+    def __enter__(self) -> Self:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        self._stop.set()
+        self._thread.join(timeout=30)
+
+    def _loop(self) -> None:
+        while True:
+            run_pass(self.host)
+            if self._stop.wait(self.interval):
+                return
+
+
+def run_pass(host: Peers) -> None:
+    """One pass; what it raises is logged, never propagated (the next pass tries again)."""
+    try:
+        report = host.triggers.run_pass()
+    except Exception as exc:  # noqa: BLE001 - the scheduler outlives one bad pass
+        logger.bind(cause=f"{type(exc).__name__}: {exc}").error("scheduler pass failed")
+        return
+    if report.delivered or report.heartbeats or report.failed:
+        logger.bind(**report.as_dict()).debug("scheduler pass")
