@@ -140,6 +140,7 @@ def read(
         card["wip_admitted"] = bool(card["wip_admitted"])
         card["is_ephemeral"] = bool(card["is_ephemeral"])
         card["workspace"] = json.loads(card["workspace"]) if card["workspace"] else None
+        card["blocked_by"] = json.loads(card["blocked_by"]) if card["blocked_by"] else []
         card["badges"] = badges[card["id"]]
     profiles = {
         r["id"]: {"name": r["name"], "role": r["role"]}
