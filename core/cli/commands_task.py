@@ -153,12 +153,22 @@ def _move_line(source: str | None, after: Task, names: Mapping[str, str]) -> str
 
 @task.command("update")
 @click.argument("ref", metavar="T")
-@click.option("--step", required=True, metavar="STEP")
+@click.option("--step", metavar="STEP", help="Move it there (entry path E5).")
+@click.option("--title", metavar="TITLE", help="A new title (not empty).")
+@click.option("--description", metavar="D", help="A new description (empty clears it).")
 @pass_settings
-def task_update(settings: Settings, ref: str, step: str) -> None:
-    """Generic update (E5)."""
+def task_update(
+    settings: Settings,
+    ref: str,
+    step: str | None,
+    title: str | None,
+    description: str | None,
+) -> None:
+    """Generic update: title, description, step (E5)."""
+    if step is None and title is None and description is None:
+        raise click.UsageError("task update: give --step, --title or --description")
     with writer(settings) as host:
-        updated = host.tasks.update(ref, step=step)
+        updated = host.tasks.update(ref, step=step, title=title, description=description)
         names = step_names(host, updated)
     _emit_task(settings, updated, names)
 
@@ -215,6 +225,17 @@ def task_archive(settings: Settings, ref: str) -> None:
         archived = host.tasks.archive(ref)
         names = step_names(host, archived)
     _emit_task(settings, archived, names)
+
+
+@task.command("unarchive")
+@click.argument("ref", metavar="T")
+@pass_settings
+def task_unarchive(settings: Settings, ref: str) -> None:
+    """Put an archived task back at its step (not an arrival)."""
+    with writer(settings) as host:
+        restored = host.tasks.unarchive(ref)
+        names = step_names(host, restored)
+    _emit_task(settings, restored, names)
 
 
 @task.command("delete")

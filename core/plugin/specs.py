@@ -113,7 +113,9 @@ def laneway_event(event: Event) -> None:
         (ISO time it was recorded) and ``data``, the type's fields (ids, never names):
 
         - ``task.created`` ``{workflow_id, step_id, queued}``; ``task.archived``,
-          ``task.deleted`` ``{workflow_id}``;
+          ``task.deleted`` ``{workflow_id}``; ``task.updated`` ``{workflow_id, fields}``
+          (the names of what changed: ``title``, ``description``); ``task.unarchived``
+          ``{workflow_id, step_id}``;
         - ``task.moved`` ``{workflow_id, from_step_id, to_step_id, entry_path, queued,
           entry_id, entry_seq}`` (``queued``: waiting for a WIP slot, no arrival yet);
         - ``entry.marker`` ``{entry_id, position, kind, state, reason}``: an entry action

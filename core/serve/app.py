@@ -159,7 +159,7 @@ def build_app(
             Middleware(
                 CORSMiddleware,
                 allow_origins=list(allow_origins),
-                allow_methods=["GET", "POST", "DELETE"],
+                allow_methods=["GET", "POST", "PATCH", "DELETE"],
                 allow_headers=["Authorization", "Content-Type", "Last-Event-ID"],
             ),
         )

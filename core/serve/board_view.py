@@ -95,7 +95,9 @@ def read(
     paged = list(where)
     if query.after is not None:
         at, last_id = query.after
-        paged.append(sa.or_(T.c.created_at > at, sa.and_(T.c.created_at == at, T.c.id > last_id)))
+        # a row-value comparison, so both databases seek the (…, created_at, id) index to the
+        # cursor instead of walking every earlier row of the lane (migration 0018)
+        paged.append(sa.tuple_(T.c.created_at, T.c.id) > sa.tuple_(at, last_id))
     select = sa.select(T).where(*paged).order_by(*order)
     ids = sa.select(T.c.id).where(*paged)
     if query.limit is not None:
@@ -152,6 +154,28 @@ def read(
         "profiles": profiles,
         "counts": _counts(conn, wf, query),
         "next_cursor": next_cursor,
+        "step_agents": _step_agents(conn, wf),
+    }
+
+
+def _step_agents(conn: sa.Connection, wf: Workflow) -> dict[str, str | None]:
+    """Per step, the agent `task start` would put on a task arriving there with no seats of
+    its own: the step's first runner seat, else the step's agent, else the workflow's (as
+    `RunService.primary_agent` resolves it). The page asks whether to start it after a drop."""
+    runners: dict[str, str] = {}
+    for step_id, agent in conn.execute(
+        sa.select(P.c.step_id, P.c.agent_profile_id)
+        .where(
+            P.c.step_id.in_([s.id for s in wf.steps]),
+            P.c.task_id == "",
+            P.c.role == "runner",
+        )
+        .order_by(P.c.position, P.c.id)
+    ):
+        runners.setdefault(step_id, agent)
+    return {
+        s.id: runners.get(s.id) or s.agent_profile_id or wf.agent_profile_id or None
+        for s in wf.steps
     }
 
 
@@ -164,6 +188,7 @@ def _empty_badges() -> dict[str, Any]:
         "dead_session": False,
         "dead_run": False,
         "waiting_for_person": False,
+        "queued": False,
         "queued_behind": 0,
         "last_error": None,
     }
@@ -210,7 +235,9 @@ def _runs(conn: sa.Connection, page: sa.Select[Any], badges: dict[str, dict[str,
             b["dead_run"] = True
         elif status == "failed":
             b["last_error"] = r["error_message"] or "run failed"
-        elif r["task_id"] not in first_queued:
+        elif status == "queued":
+            b["queued"] = True
+        if status == "queued" and r["task_id"] not in first_queued:
             first_queued[r["task_id"]] = (r["agent_profile_id"], r["requested_at"], r["id"])
     if first_queued:
         _queued_behind(conn, first_queued, badges)

@@ -137,6 +137,18 @@ def task_archive(call: Call) -> Reply:
     return Reply(call.host.tasks.archive(call.path["t"]))
 
 
+def task_update(call: Call) -> Reply:
+    """PATCH: a new title or description, or both (a step moves through /move or /start)."""
+    title, description = call.opt_text("title"), call.opt_text("description")
+    if title is None and description is None:
+        raise bad("body: give 'title' or 'description'")
+    return Reply(call.host.tasks.update(call.path["t"], title=title, description=description))
+
+
+def task_unarchive(call: Call) -> Reply:
+    return Reply(call.host.tasks.unarchive(call.path["t"]))
+
+
 def task_delete(call: Call) -> Reply:
     return Reply({"deleted": call.host.tasks.delete(call.path["t"])})
 
@@ -434,10 +446,12 @@ ROUTES = [
     Route("/api/tasks", endpoint(task_create), methods=["POST"]),
     Route("/api/tasks/{t}", endpoint(task_show), methods=["GET"]),
     Route("/api/tasks/{t}", endpoint(task_delete), methods=["DELETE"]),
+    Route("/api/tasks/{t}", endpoint(task_update), methods=["PATCH"]),
     Route("/api/tasks/{t}/move", endpoint(task_move), methods=["POST"]),
     Route("/api/tasks/{t}/start", endpoint(task_start), methods=["POST"]),
     Route("/api/tasks/{t}/switch-workflow", endpoint(task_switch_workflow), methods=["POST"]),
     Route("/api/tasks/{t}/archive", endpoint(task_archive), methods=["POST"]),
+    Route("/api/tasks/{t}/unarchive", endpoint(task_unarchive), methods=["POST"]),
     Route("/api/tasks/{t}/cancel", endpoint(task_cancel), methods=["POST"]),
     Route("/api/tasks/{t}/turn-complete", endpoint(task_turn_complete), methods=["POST"]),
     Route("/api/tasks/{t}/comments", endpoint(task_comments), methods=["GET"]),

@@ -212,18 +212,44 @@ class TaskService(Service):
                 is not None
             )
 
-    def update(self, ref: str, *, step: str | None = None, title: str | None = None) -> Task:
-        """Generic update (entry path E5 when the step changes)."""
+    def update(
+        self,
+        ref: str,
+        *,
+        step: str | None = None,
+        title: str | None = None,
+        description: str | None = None,
+    ) -> Task:
+        """Generic update: a new title or description (one `task.updated` event naming the
+        fields that changed), and a step (entry path E5) when one is given."""
         from core import arrival
 
         self._require_writer()
         task, wf = self._placed(ref)
+        values: dict[str, str] = {}
         if title is not None:
+            if not title.strip():
+                raise LanewayError(f"task {task.id} title: must not be empty")
+            require_text(title, "task title", t.column_length(TASKS.c.title))
+            if title != task.title:
+                values["title"] = title
+        if description is not None:
+            require_text(description, "task description")
+            if description != task.description:
+                values["description"] = description
+        if values:
             with self.peers.store.transaction() as uow:
                 uow.conn.execute(
                     sa.update(TASKS)
                     .where(TASKS.c.id == task.id)
-                    .values(title=title, updated_at=ids.now())
+                    .values(**values, updated_at=ids.now())
+                )
+                events.record(
+                    uow,
+                    "task.updated",
+                    task.id,
+                    workflow_id=task.workflow_id,
+                    fields=sorted(values),
                 )
         if step is not None:
             target = self._step(wf, step)
@@ -350,6 +376,31 @@ class TaskService(Service):
             worktrees.retire(self.peers, task, "archived")
             if task.parent_id is not None:
                 self.peers.triggers.drain()
+        return self.get(task.id)
+
+    def unarchive(self, ref: str) -> Task:
+        """Put an archived task back on its board, at the step it was archived at. Not an
+        arrival: no entry work runs and no agent is started (the page's Undo, `task start` to
+        start one). It takes its place whatever the step's WIP limit: it held it before."""
+        self._require_writer()
+        task = self.get(ref)
+        with self.peers.store.transaction() as uow:
+            restored = uow.conn.execute(
+                sa.update(TASKS)
+                .where(TASKS.c.id == task.id, TASKS.c.archived_at.is_not(None))
+                .values(archived_at=None, updated_at=ids.now())
+                .execution_options(preserve_rowcount=True)
+            ).rowcount
+            if restored == 1:
+                events.record(
+                    uow,
+                    "task.unarchived",
+                    task.id,
+                    workflow_id=task.workflow_id,
+                    step_id=task.workflow_step_id,
+                )
+        if restored != 1:
+            raise LanewayError(f"task {task.id} is not archived")
         return self.get(task.id)
 
     def delete(self, ref: str) -> str:

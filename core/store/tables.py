@@ -161,6 +161,9 @@ tasks = sa.Table(
     sa.Index("ix_tasks_step", "workflow_step_id", "wip_admitted"),
     sa.Index("ix_tasks_queued_for", "queued_for_step_id"),
     sa.Index("ix_tasks_parent", "parent_id"),
+    # the board's pages, oldest first from a cursor, per workflow and per lane (0018)
+    sa.Index("ix_tasks_workflow_created", "workflow_id", "created_at", "id"),
+    sa.Index("ix_tasks_step_created", "workflow_step_id", "created_at", "id"),
 )
 
 # B blocks T (`task block T --by B`): the relation the on_blocker_resolved trigger reads, by

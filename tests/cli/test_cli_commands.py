@@ -333,6 +333,36 @@ def test_task_archive_and_delete(laneway: Laneway) -> None:
     assert task["id"] in laneway.fails("task", "show", task["id"])
 
 
+def test_task_update_title_description_and_unarchive(laneway: Laneway) -> None:
+    """Issue 25 item 6 (CLI.md `task update`, extended): a new title and description, an empty
+    title refused in one line, and `task unarchive` puts an archived task back at its step."""
+    wf = office(laneway)
+    task = laneway.json("task", "create", "--workflow", "office default", "--title", "old")
+    edited = laneway.json(
+        "task", "update", task["id"], "--title", "new title", "--description", "why and how"
+    )
+    assert (edited["title"], edited["description"]) == ("new title", "why and how")
+    assert edited["workflow_step_id"] == task["workflow_step_id"]
+    assert laneway.json("task", "show", task["id"])["title"] == "new title"
+    said = laneway.fails("task", "update", task["id"], "--title", "  ")
+    assert said == f"laneway: task {task['id']} title: must not be empty"
+    assert "--step, --title or --description" in laneway.fails("task", "update", task["id"], code=2)
+    cleared = laneway.json("task", "update", task["id"], "--description", "")
+    assert cleared["description"] == ""
+    moved = laneway.json("task", "update", task["id"], "--step", "review", "--title", "both")
+    assert moved["workflow_step_id"] == step_named(wf, "Review")["id"]
+    assert moved["title"] == "both"
+
+    assert laneway.json("task", "archive", task["id"])["archived_at"] is not None
+    said = laneway.fails("task", "update", task["id"], "--title", "x")
+    assert said == f"laneway: task {task['id']} is archived"
+    back = laneway.json("task", "unarchive", task["id"])
+    assert back["archived_at"] is None
+    assert back["workflow_step_id"] == step_named(wf, "Review")["id"]
+    said = laneway.fails("task", "unarchive", task["id"])
+    assert said == f"laneway: task {task['id']} is not archived"
+
+
 # -- seats, sessions, turns, decisions ----------------------------------------------------
 
 

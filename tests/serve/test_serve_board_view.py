@@ -6,6 +6,7 @@ client went away stops instead of reading on. In-process: the app over a real da
 from __future__ import annotations
 
 import asyncio
+import re
 import threading
 from collections.abc import Iterator, MutableMapping
 from pathlib import Path
@@ -96,6 +97,7 @@ def _reference_badges(host: Host, task: Task) -> dict[str, Any]:
         "dead_session": bool(sessions) and sessions[-1].state == "FAILED",
         "dead_run": any(r.status == "dead" for r in runs),
         "waiting_for_person": bool(host.permissions.list(task=task.id, state="pending")),
+        "queued": bool(queued),
         "queued_behind": behind,
         "last_error": failed[-1].error_message if failed else None,
     }
@@ -299,3 +301,59 @@ def test_a_board_request_whose_client_disconnects_stops_with_a_debug_record(
         logger.remove(handler)
     assert {"level": "DEBUG", "message": "client went away; the call stopped"} in seen
     assert not [r for r in seen if r["level"] in ("ERROR", "CRITICAL")]
+
+
+def test_a_page_from_a_cursor_seeks_the_board_index_on_both_databases(
+    host: Host, tmp_path: Path
+) -> None:
+    """Issue 28 (cost per task flat to 100,000): a lane's page and a workflow's page from a
+    cursor read migration 0018's indexes from the cursor on (a range seek, no sort), as each
+    database plans them (PostgreSQL told not to prefer a scan of this small table)."""
+    built = demo.build_board(host, tmp_path / "agents")
+    wf = built.workflow
+    for n in range(5):
+        host.tasks.create(workflow=wf.id, title=f"t{n}")
+    assert wf.start_step is not None
+    step = wf.start_step.id
+    seen: list[tuple[str, Any]] = []
+
+    def keep(_c: Any, _cur: Any, statement: str, parameters: Any, _ctx: Any, _many: Any) -> None:
+        if statement.startswith("SELECT tasks.") and "LIMIT" in statement:
+            seen.append((statement, parameters))
+
+    with host.store.read() as conn:
+        first = board_view.read(conn, wf, board_view.BoardQuery(step_id=step, limit=2), _go_on)
+        assert first["next_cursor"] is not None
+        after = board_view.decode_cursor(first["next_cursor"])
+        sa.event.listen(host.store.engine, "before_cursor_execute", keep)
+        try:
+            for query in (
+                board_view.BoardQuery(step_id=step, limit=2, after=after),
+                board_view.BoardQuery(limit=2, after=after),
+            ):
+                board_view.read(conn, wf, query, _go_on)
+        finally:
+            sa.event.remove(host.store.engine, "before_cursor_execute", keep)
+    assert len(seen) == 2
+    plans = []
+    with host.store.read() as conn:
+        if not host.store.is_sqlite:
+            conn.exec_driver_sql("SET LOCAL enable_seqscan = off")
+        for statement, parameters in seen:
+            explain = "EXPLAIN QUERY PLAN" if host.store.is_sqlite else "EXPLAIN"
+            rows = conn.exec_driver_sql(f"{explain} {statement}", parameters).all()
+            plans.append(" ".join(str(cell) for row in rows for cell in row))
+    lane, whole = plans
+    assert "ix_tasks_step_created" in lane, lane
+    assert "ix_tasks_workflow_created" in whole, whole
+    for plan in plans:
+        assert "TEMP B-TREE" not in plan.upper(), plan
+        assert "Sort" not in plan, plan
+        if host.store.is_sqlite:
+            assert "(created_at,id)>(?,?)" in plan, plan
+        else:
+            assert re.search(r"Index Cond: .*ROW\(\(?created_at\)?[^)]*, \(?id\)?", plan), plan
+
+
+def _go_on() -> None:
+    return None

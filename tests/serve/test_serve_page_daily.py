@@ -4,7 +4,7 @@ finds no serious or critical violation on the board and on an open panel; focus 
 the card after Esc; every card says who or what it waits for), search and filters kept in the
 URL, a verdict with a reason, the phone layout (390x844: the panel a full-width sheet with its
 buttons in view, the header not overflowing, a touch drag moving a card), and creating and
-archiving a task with Undo. One serve and one browser for the module.
+editing it, archiving it and undoing that. One serve and one browser for the module.
 
 axe-core comes from npm (`.ci/browser`, installed by .ci/run): LANEWAY_AXE names its
 axe.min.js; without it the axe test skips, and fails under CI or LANEWAY_ACP_REQUIRED.
@@ -22,6 +22,7 @@ from typing import Any
 import attrs
 import pytest
 
+from tests.conftest import open_host
 from tests.serve.board_data import populate
 from tests.serve.conftest import OfficeBoard, Served, build_office, laneway, start_serve
 from tests.serve.page_kit import browser, need_axe, open_page, serious_violations
@@ -273,12 +274,10 @@ def test_phone_layout_keeps_the_panel_in_view_and_a_touch_drag_moves_a_card(
     page.context.close()
 
 
-def test_create_a_task_then_archive_it_with_undo_and_again_for_good(
-    browser: Any, daily: Daily
-) -> None:
-    """Issue 25 item 6: New task (title, description, step) creates it; Archive asks first,
-    takes the card off the board with an Undo that puts it back; archived for good, the page
-    sends it (here: when the page is left, before the undo time is up)."""
+def test_create_edit_archive_and_undo_a_task_from_the_page(browser: Any, daily: Daily) -> None:
+    """Issue 25 item 6: New task (title, description, step) creates it; Edit changes its title
+    and description (PATCH); Archive asks first, archives at once and offers an Undo that
+    unarchives it (the card comes back, at its step)."""
     page = page_of(browser, daily)
     page.locator("#new-task").click()
     page.locator("#create-title").fill("Write the onboarding guide")
@@ -294,24 +293,94 @@ def test_create_a_task_then_archive_it_with_undo_and_again_for_good(
     assert made["description"] == "For the two people joining in March."
     assert made["workflow_step_id"] == daily.office.steps["Backlog"]
 
+    page.locator("#edit").click()
+    assert page.locator("#edit-title").input_value() == "Write the onboarding guide"
+    page.locator("#edit-title").fill("Write the onboarding guide, v2")
+    page.locator("#edit-description").fill("For the <b>three</b> people joining in March.")
+    page.locator("#edit-save").click()
+    page.locator("#detail-title", has_text="Write the onboarding guide, v2").wait_for(timeout=5_000)
+    shown = page.locator("#detail-body .description")
+    assert shown.text_content() == "For the <b>three</b> people joining in March."  # text, not HTML
+    card = _lane(page, "Backlog").locator(".card[data-title='Write the onboarding guide, v2']")
+    card.wait_for(timeout=5_000)
+    with daily.served.client() as c:
+        edited = c.get(f"/api/tasks/{task_id}").json()
+    assert edited["title"] == "Write the onboarding guide, v2"
+    assert edited["description"] == "For the <b>three</b> people joining in March."
+    page.locator("#edit").click()
+    page.locator("#edit-title").fill("  ")
+    page.locator("#edit-save").click()
+    page.locator(".toast.error").first.wait_for(timeout=5_000)
+    page.locator("#edit-cancel").click()
+    with daily.served.client() as c:
+        assert c.get(f"/api/tasks/{task_id}").json()["title"] == "Write the onboarding guide, v2"
+
     page.locator("#archive").click()
     assert page.locator("#archive-confirm").is_visible()  # asks first
     page.locator("#archive-keep").click()
     assert page.locator("#archive").is_visible()
     page.locator("#archive").click()
     page.locator("#archive-confirm").click()
-    assert card.count() == 0
+    card.wait_for(state="detached", timeout=5_000)
+    with daily.served.client() as c:  # sent at once, not after the undo time
+        poll("archived", lambda: c.get(f"/api/tasks/{task_id}").json()["archived_at"], 3.0)
     page.locator(".toast button", has_text="Undo").click()
     card.wait_for(timeout=5_000)
     with daily.served.client() as c:
-        assert c.get(f"/api/tasks/{task_id}").json()["archived_at"] is None
+        back = c.get(f"/api/tasks/{task_id}").json()
+    assert back["archived_at"] is None
+    assert back["workflow_step_id"] == daily.office.steps["Backlog"]
+    poll(  # the focus goes to the card that came back
+        "the card focused",
+        lambda: page.evaluate("document.activeElement.dataset.taskId") == task_id,
+        5.0,
+    )
+    assert page.errors == []
+    page.context.close()
 
-    card.click()
-    page.locator("#archive").click()
-    page.locator("#archive-confirm").click()
-    assert card.count() == 0
-    page.goto("about:blank")  # leaving the page sends the archive waiting out its undo
+
+def test_a_drop_on_a_step_with_an_agent_asks_to_start_it_and_yes_starts_it(
+    browser: Any, daily: Daily
+) -> None:
+    """Issue 25 item 4: a card dropped on a step whose agent nothing started (here a runner
+    seat at Backlog, added for this test: last in the module, the others never see it) asks
+    "Start <agent> on it?"; Not now starts nothing, Start does what `task start` does (a run
+    of that agent queued for the task at that step)."""
+    office = daily.office
+    worker = next(pid for pid, name in office.profiles.items() if name == "worker")
+    with open_host(office.db) as host:
+        host.participants.add(
+            step=office.steps["Backlog"], role="runner", profile=worker, workflow=office.workflow_id
+        )
     with daily.served.client() as c:
-        poll("archived", lambda: c.get(f"/api/tasks/{task_id}").json()["archived_at"])
+        made = [
+            c.post(
+                "/api/tasks",
+                json={"workflow": office.workflow_id, "title": title, "step": "Review"},
+            ).json()
+            for title in ("Sort the shared drive", "Renew the TLS certificate")
+        ]
+    page = page_of(browser, daily)
+    backlog = _lane(page, "Backlog")
+    asked = page.locator(".toast.ask")
+
+    page.drag_and_drop(f".card[data-task-id='{made[0]['id']}']", ".lane[data-step-name='Backlog']")
+    asked.wait_for(timeout=5_000)
+    assert asked.locator("span").text_content() == "Start worker on it?"
+    assert backlog.locator(f".card[data-task-id='{made[0]['id']}']").count() == 1  # moved first
+    page.locator("#start-no").click()
+    assert asked.count() == 0
+    with daily.served.client() as c:
+        assert c.get(f"/api/runs?task={made[0]['id']}").json() == []
+
+    page.drag_and_drop(f".card[data-task-id='{made[1]['id']}']", ".lane[data-step-name='Backlog']")
+    asked.wait_for(timeout=5_000)
+    page.locator("#start-yes").click()
+    with daily.served.client() as c:
+        runs = poll("a run", lambda: c.get(f"/api/runs?task={made[1]['id']}").json())
+        assert [(r["agent_profile_id"], r["status"]) for r in runs] == [(worker, "queued")]
+        started = c.get(f"/api/tasks/{made[1]['id']}").json()
+    assert started["workflow_step_id"] == office.steps["Backlog"]
+    assert started["state"] == "IN_PROGRESS"
     assert page.errors == []
     page.context.close()

@@ -83,9 +83,10 @@ class Steer:
 
 @pytest.fixture(scope="module")
 def steer(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Steer]:
-    """A board with three tasks in Backlog, each seated with its own agent at Work: the fake
-    ACP agent streaming a turn, the fake ACP agent asking permission (`--permissions ask`),
-    and an exec agent printing a log line every 0.1 s until it is stopped."""
+    """A board with four tasks in Backlog, each seated with its own agent at Work: the fake
+    ACP agent streaming a turn, the fake ACP agent asking permission (`--permissions ask`;
+    twice: one to allow, one to deny), and an exec agent printing a log line every 0.1 s
+    until it is stopped."""
     tmp = tmp_path_factory.mktemp("steer")
     db = f"sqlite:///{tmp / 'board.db'}"
     laneway(db, "init")
@@ -94,7 +95,7 @@ def steer(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Steer]:
     with open_host(db) as host:
         (wf,) = host.workflows.import_file(tmp / "steer.yml")
         agents: dict[str, dict[str, Any]] = {}
-        for name, script in (("streamer", STREAMER), ("asker", ASKER)):
+        for name, script in (("streamer", STREAMER), ("asker", ASKER), ("denied", ASKER)):
             (tmp / f"{name}.json").write_text(json.dumps(script))
             agents[name] = {
                 "command": [sys.executable, FAKE_ACP],
@@ -105,7 +106,12 @@ def steer(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Steer]:
         agents["ticker"] = {"command": [sys.executable, "-c", TICKER]}
         for (name, spec), title in zip(
             agents.items(),
-            ("Fix the flaky login test", "Tidy the login module", "Watch the nightly job"),
+            (
+                "Fix the flaky login test",
+                "Tidy the login module",
+                "Rename the login flags",
+                "Watch the nightly job",
+            ),
             strict=True,
         ):
             host.profiles.add(name, **spec)
@@ -241,6 +247,32 @@ def test_allow_on_a_pending_permission_request_lets_the_turn_finish(
         (answered,) = c.get(f"/api/permissions?task={steer.tasks[title]}").json()
     assert (answered["state"], answered["option_id"]) == ("allowed", "yes")
     assert [r["status"] for r in runs(steer, title)] == ["finished"]
+    assert page.errors == []
+    page.context.close()
+
+
+def test_deny_on_a_pending_permission_request_tells_the_agent_no(
+    browser: Any, steer: Steer
+) -> None:
+    """Issue 22 (steer), HTTP.md `POST /api/permissions/{p}` with deny: Deny answers the
+    request with the agent's reject option, the agent hears it (its message says `no`), the
+    request leaves the panel and the card's badge goes."""
+    title = "Rename the login flags"
+    page = open_panel(browser, steer, title)
+    start(steer, title)
+    request = page.locator(".permissions .permission", has_text="Edit src/login.py")
+    request.wait_for(timeout=20_000)
+    card = _card(page, title)
+    card.locator(".badge.person").wait_for(timeout=5_000)
+
+    request.locator("button", has_text="Deny").click()
+    page.locator(".toast.ok", has_text="Permission denied").wait_for(timeout=5_000)
+    page.locator("ol.transcript li.message", has_text="permission: no").wait_for(timeout=20_000)
+    page.locator(".permissions").wait_for(state="detached", timeout=10_000)
+    card.locator(".badge.person").wait_for(state="detached", timeout=10_000)
+    with steer.served.client() as c:
+        (answered,) = c.get(f"/api/permissions?task={steer.tasks[title]}").json()
+    assert (answered["state"], answered["option_id"]) == ("denied", "no")
     assert page.errors == []
     page.context.close()
 

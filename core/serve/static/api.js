@@ -36,6 +36,7 @@ export function createApi(token) {
   return {
     get: (path) => call("GET", path),
     post: (path, body) => call("POST", path, body ?? {}),
+    patch: (path, body) => call("PATCH", path, body),
     del: (path) => call("DELETE", path),
     stream: (onEvent, onState) => openStream(headers, onEvent, onState),
   };

@@ -10,7 +10,9 @@ import { h, patch } from "./dom.js";
 const TOKEN_KEY = "laneway.token";
 const WORKFLOW_KEY = "laneway.workflow";
 const UNDO_MS = 6000;
-/* How long an archive waits for Undo before it is sent (there is no unarchive route). */
+/* Cards per lane per read: the first page of every lane comes first, the rest on scroll. */
+const PAGE = 100;
+const MAX_PAGE = 1000; // the server's cap on ?limit=
 const FINISHED_STATES = new Set(["COMPLETED", "CANCELLED", "DONE", "ARCHIVED"]);
 const LIVE_RUN = new Set(["queued", "claimed"]);
 const RETRYABLE = new Set(["failed", "dead", "cancelled"]);
@@ -19,7 +21,11 @@ const state = {
   api: null,
   workflows: [],
   workflowId: null,
-  board: null, // { workflow, tasks, profiles }
+  board: null, // { workflow, tasks (every lane's loaded cards), profiles, counts, step_agents }
+  lanes: new Map(), // step id -> { tasks, cursor, loading }: what of the lane is loaded
+  boardGen: 0, // a whole-board read bumps it: a lane's page read before it is dropped
+  visibleEnds: new Set(), // step ids whose lane end is in view (load on)
+  focusTask: null, // a card to focus once a board read draws it (an undone archive's)
   pending: new Map(), // task id -> its pending permission requests
   agentsByTask: null, // task id -> Set of profile ids with a run on it (read for the agent filter)
   openTaskId: null,
@@ -27,8 +33,8 @@ const state = {
   detail: null,
   transcript: null, // { runId, sessionId, pinned, items: Map seq -> item, lastSeq }
   runSessions: new Map(), // run id -> the session its items were kept in (from agent.item)
-  archiving: new Map(), // task id -> timer of an archive waiting out its undo
   confirmArchive: false,
+  editing: false, // the panel shows the title/description form
   filters: { q: "", step: "", state: "", agent: "", person: false },
 };
 
@@ -135,6 +141,31 @@ async function loadWorkflows() {
   if (state.workflowId) select.value = state.workflowId;
 }
 
+function boardUrl(stepId, limit, cursor) {
+  const q = new URLSearchParams({ workflow: state.workflowId, step: stepId, limit: String(limit) });
+  if (state.filters.q) q.set("q", state.filters.q);
+  if (cursor) q.set("cursor", cursor);
+  return `/api/board?${q}`;
+}
+
+// A lane's first `want` cards (at least a page), read page after page from the cursor.
+async function readLane(stepId, want) {
+  let tasks = [];
+  let cursor = null;
+  let answer;
+  do {
+    const limit = Math.min(Math.max(want - tasks.length, PAGE), MAX_PAGE);
+    answer = await state.api.get(boardUrl(stepId, limit, cursor));
+    tasks = tasks.concat(answer.tasks);
+    cursor = answer.next_cursor;
+  } while (cursor && tasks.length < want);
+  return { answer, lane: { tasks, cursor, loading: false } };
+}
+
+function loadedTasks() {
+  return [...state.lanes.values()].flatMap((lane) => lane.tasks);
+}
+
 async function loadBoard() {
   if (!state.workflowId) {
     patch($("board"), h("div", { class: "empty" }, "No workflow yet. Create one with ",
@@ -144,12 +175,27 @@ async function loadBoard() {
   // A board read that says which tasks wait for a person (badges.waiting_for_person) makes the
   // read of pending permission requests unneeded; an older one does not say it.
   const sayer = state.board && state.board.tasks.find((t) => "waiting_for_person" in t.badges);
-  const [board, pending, runs] = await Promise.all([
-    state.api.get(`/api/board?workflow=${encodeURIComponent(state.workflowId)}`),
+  const known = state.board && state.board.workflow.id === state.workflowId
+    ? state.board.workflow : state.workflows.find((wf) => wf.id === state.workflowId);
+  const stepIds = known ? known.steps.map((s) => s.id) : [];
+  const gen = ++state.boardGen;
+  // every lane's first page (or as much as was loaded of it) at once: the lanes in view first
+  const [lanes, whole, pending, runs] = await Promise.all([
+    Promise.all(stepIds.map((id) => readLane(id, Math.max(PAGE, state.lanes.get(id)?.tasks.length || 0)))),
+    stepIds.length ? null : state.api.get(`/api/board?workflow=${encodeURIComponent(state.workflowId)}&limit=1`),
     sayer ? [] : state.api.get("/api/permissions?state=pending"),
     state.filters.agent ? state.api.get("/api/runs") : null,
   ]);
-  state.board = board;
+  if (gen !== state.boardGen) return;
+  const answer = lanes.length ? lanes[0].answer : whole;
+  state.lanes = new Map(stepIds.map((id, n) => [id, lanes[n].lane]));
+  state.board = {
+    workflow: answer.workflow,
+    profiles: answer.profiles,
+    counts: answer.counts || {},
+    step_agents: answer.step_agents || {},
+    tasks: loadedTasks(),
+  };
   state.pending = new Map();
   for (const p of pending) state.pending.set(p.task_id, [...(state.pending.get(p.task_id) || []), p]);
   if (runs) {
@@ -161,7 +207,46 @@ async function loadBoard() {
   }
   renderFilters();
   renderBoard();
+  // a step added since the last read has no lane read yet
+  const now = answer.workflow.steps.map((s) => s.id);
+  if (now.length !== stepIds.length || now.some((id) => !stepIds.includes(id))) scheduleRefresh(0);
 }
+
+// The next page of one lane, when its end comes into view; again while it stays in view.
+async function loadMore(stepId) {
+  const lane = state.lanes.get(stepId);
+  if (!lane || !lane.cursor || lane.loading) return;
+  lane.loading = true;
+  const gen = state.boardGen;
+  let more = false;
+  try {
+    const answer = await state.api.get(boardUrl(stepId, PAGE, lane.cursor));
+    if (gen !== state.boardGen || state.lanes.get(stepId) !== lane) return;
+    const had = new Set(lane.tasks.map((t) => t.id));
+    lane.tasks.push(...answer.tasks.filter((t) => !had.has(t.id)));
+    lane.cursor = answer.next_cursor;
+    state.board.tasks = loadedTasks();
+    renderBoard();
+    more = Boolean(lane.cursor);
+  } catch (error) {
+    showError(error);
+  } finally {
+    lane.loading = false;
+  }
+  if (more && state.visibleEnds.has(stepId)) requestAnimationFrame(() => loadMore(stepId));
+}
+
+const laneEnds = typeof IntersectionObserver === "function" ? new IntersectionObserver((entries) => {
+  for (const entry of entries) {
+    const id = entry.target.dataset.stepId;
+    if (entry.isIntersecting) {
+      state.visibleEnds.add(id);
+      loadMore(id);
+    } else {
+      state.visibleEnds.delete(id);
+    }
+  }
+}, { rootMargin: "600px 0px" }) : null;
 
 // Events can come faster than a board can be read: at most one read of each kind is in
 // flight, and changes that arrive meanwhile are folded into one more read after it.
@@ -242,7 +327,6 @@ function renderFilters() {
 
 function shown(task) {
   const f = state.filters;
-  if (state.archiving.has(task.id)) return false;
   if (f.q) {
     const q = f.q.toLowerCase();
     const hay = `${task.title}\n${task.description || ""}`.toLowerCase();
@@ -255,6 +339,7 @@ function shown(task) {
 }
 
 function onFilter() {
+  const before = state.filters.q;
   state.filters = {
     q: $("search").value.trim(),
     step: $("filter-step").value,
@@ -263,7 +348,11 @@ function onFilter() {
     person: $("filter-person").checked,
   };
   writeFilters();
-  if (state.filters.agent && !state.agentsByTask) scheduleRefresh(0);
+  if (state.filters.q !== before) {
+    // the server searches every card, not just the loaded ones: lanes read again from the top
+    state.lanes = new Map();
+    scheduleRefresh(0);
+  } else if (state.filters.agent && !state.agentsByTask) scheduleRefresh(0);
   if (state.board) renderBoard();
 }
 
@@ -275,13 +364,23 @@ function renderBoard() {
   const lanes = steps().filter((s) => !state.filters.step || s.id === state.filters.step)
     .map((step) => renderLane(step, tasks.filter((t) => t.workflow_step_id === step.id)));
   patch($("board"), lanes);
-  const all = board.tasks.filter((t) => !state.archiving.has(t.id));
+  if (laneEnds) for (const end of document.querySelectorAll(".lane-more")) laneEnds.observe(end);
+  if (state.focusTask) {
+    const card = document.querySelector(`.card[data-task-id="${CSS.escape(state.focusTask)}"]`);
+    if (card) {
+      state.focusTask = null;
+      card.focus();
+    }
+  }
+  const all = board.tasks;
   const running = all.filter((t) => t.badges.running).length;
   const waiting = all.filter((t) => t.badges.decisions.required > t.badges.decisions.approved && t.badges.decisions.required > 0).length;
   const person = all.filter(needsPerson).length;
+  const total = Math.max(all.length,
+    Object.values(board.counts || {}).reduce((n, c) => n + c.admitted + c.queued, 0));
   const narrowed = tasks.length !== all.length;
   patch($("summary"),
-    h("span", { key: "tasks" }, h("b", {}, narrowed ? `${tasks.length}/${all.length}` : String(all.length)), all.length === 1 ? " task" : " tasks"),
+    h("span", { key: "tasks" }, h("b", {}, narrowed ? `${tasks.length}/${total}` : String(total)), total === 1 ? " task" : " tasks"),
     h("span", { key: "running" }, h("b", {}, String(running)), " running"),
     h("span", { key: "waiting" }, h("b", {}, String(waiting)), " awaiting decisions"),
     person ? h("span", { key: "person", class: "needs" }, h("b", {}, String(person)), " need a person") : null,
@@ -292,7 +391,11 @@ function renderLane(step, tasks) {
   const admitted = tasks.filter((t) => t.wip_admitted);
   const queued = tasks.filter((t) => !t.wip_admitted);
   const limit = step.wip_limit > 0 ? step.wip_limit : null;
-  const count = state.board.tasks.filter((t) => t.workflow_step_id === step.id && t.wip_admitted && !state.archiving.has(t.id)).length;
+  const counted = (state.board.counts || {})[step.id];
+  const count = counted ? counted.admitted
+    : state.board.tasks.filter((t) => t.workflow_step_id === step.id && t.wip_admitted).length;
+  const lane = state.lanes.get(step.id);
+  const total = counted ? counted.admitted + counted.queued : tasks.length;
   const full = limit !== null && count >= limit;
   const wip = h("span", { class: `wip${full ? " full" : ""}`, title: limit ? "in progress / WIP limit" : "tasks here (no WIP limit)" },
     limit ? `${count} / ${limit}` : String(count));
@@ -328,9 +431,11 @@ function renderLane(step, tasks) {
     admitted.length ? admitted.map(renderCard) : h("div", { class: "lane-empty" }, "No tasks"),
   ),
   queued.length ? h("div", { class: "queued" },
-    h("div", { class: "queued-head" }, `Queued · ${queued.length}`),
+    h("div", { class: "queued-head" }, `Queued · ${counted ? counted.queued : queued.length}`),
     queued.map(renderCard),
   ) : null,
+  lane && lane.cursor ? h("div", { class: "lane-more", key: `more:${step.id}`, dataset: { stepId: step.id } },
+    `Showing ${lane.tasks.length} of ${total}; more load as you scroll`) : null,
   );
 }
 
@@ -459,9 +564,44 @@ async function moveTask(taskId, step) {
     toast(`Moved “${task.title}” to ${step.name}`, "ok");
     await loadBoard();
     if (state.openTaskId === taskId) await loadDetail(taskId);
+    await offerStart(taskId, step);
   } catch (error) {
     showError(error);
   }
+}
+
+// A card moved to a step with an agent that nothing started (no run queued or running: the
+// step's entry did not start it itself) asks whether to do what `task start` does.
+async function offerStart(taskId, step) {
+  const agent = (state.board.step_agents || {})[step.id];
+  if (!agent) return;
+  // the card as it is now, read for itself (it may sit beyond the lane's loaded pages)
+  const q = new URLSearchParams({ workflow: state.workflowId, step: step.id, q: taskId, limit: "1" });
+  const moved = (await state.api.get(`/api/board?${q}`)).tasks.find((t) => t.id === taskId);
+  if (!moved || moved.workflow_step_id !== step.id) return;
+  if (moved.badges.running || moved.badges.queued || FINISHED_STATES.has(moved.state)) return;
+  const name = profileName(agent);
+  const el = h("div", { class: "toast ask", role: "group", "aria-label": `Start ${name}?` },
+    h("span", {}, `Start ${name} on it?`),
+    h("button", {
+      type: "button", class: "toast-action", id: "start-yes",
+      onclick: async () => {
+        el.remove();
+        try {
+          await state.api.post(`/api/tasks/${encodeURIComponent(taskId)}/start`, { step: step.id });
+          toast(`Started ${name} on “${moved.title}”`, "ok");
+          scheduleRefresh(0);
+          scheduleDetail(0);
+        } catch (error) {
+          showError(error);
+        }
+      },
+    }, "Start"),
+    h("button", { type: "button", class: "toast-action", id: "start-no", onclick: () => el.remove() }, "Not now"),
+  );
+  $("toasts").append(el);
+  announce(`Start ${name} on “${moved.title}”?`);
+  el.querySelector("#start-yes").focus();
 }
 
 // -- the task panel --------------------------------------------------------------------------
@@ -474,6 +614,7 @@ async function openDetail(taskId, { focus = "detail-title" } = {}) {
     state.detail = null;
     state.transcript = null;
     state.confirmArchive = false;
+    state.editing = false;
     patch($("detail-body"));
     // the title comes with the panel's content, so a title shown means the panel is read
     $("detail-title").textContent = "";
@@ -609,7 +750,8 @@ function renderDetail() {
   const waits = boardTask ? waitsFor(boardTask) : null;
   patch($("detail-body"),
     waits ? h("p", { key: "waits", class: `waits waits-${waits.kind}` }, waits.text) : null,
-    task.description ? h("p", { key: "description", class: "description" }, task.description) : null,
+    state.editing ? renderEdit(task)
+      : task.description ? h("p", { key: "description", class: "description" }, task.description) : null,
     permissions.length ? renderPermissions(permissions) : null,
     renderActions(task, runs, decisions, sessions),
     renderTranscript(runs),
@@ -623,6 +765,54 @@ function renderDetail() {
     section("sessions", "Sessions", sessions.length,
       sessions.length ? h("ul", { class: "rows" }, [...sessions].reverse().map(renderSession)) : h("p", { class: "muted" }, "No sessions.")),
   );
+}
+
+// The edit form keeps what is typed across the panel's re-renders (keyed, patched in place);
+// its fields start from the task as it was when Edit was pressed.
+function renderEdit(task) {
+  return h("form", {
+    key: "edit",
+    class: "edit",
+    "aria-label": "Edit the task",
+    onsubmit: (event) => { event.preventDefault(); saveEdit(task); },
+  },
+  h("label", { class: "field" }, h("span", {}, "Title"),
+    h("input", { id: "edit-title", type: "text", required: true, value: task.title })),
+  h("label", { class: "field" }, h("span", {}, "Description"),
+    h("textarea", { id: "edit-description", rows: "4" })),
+  h("div", { class: "action-row" },
+    h("button", { type: "submit", class: "primary", id: "edit-save" }, "Save"),
+    h("button", { type: "button", id: "edit-cancel", onclick: () => { state.editing = false; renderDetail(); $("edit").focus(); } }, "Cancel")),
+  );
+}
+
+function startEdit() {
+  state.editing = true;
+  renderDetail();
+  const title = $("edit-title");
+  title.value = state.detail.task.title;
+  $("edit-description").value = state.detail.task.description || "";
+  title.focus();
+}
+
+async function saveEdit(task) {
+  const title = $("edit-title").value;
+  const description = $("edit-description").value;
+  if (!title.trim()) {
+    showError(new Error("A task needs a title"));
+    $("edit-title").focus();
+    return;
+  }
+  try {
+    const saved = await state.api.patch(`/api/tasks/${encodeURIComponent(task.id)}`, { title, description });
+    state.editing = false;
+    toast(`Saved “${saved.title}”`, "ok");
+    scheduleRefresh(0);
+    await loadDetail(task.id);
+    if ($("edit")) $("edit").focus();
+  } catch (error) {
+    showError(error);
+  }
 }
 
 function renderPermissions(permissions) {
@@ -673,6 +863,7 @@ function renderActions(task, runs, decisions, sessions) {
   const other = h("div", { class: "action-row wrap", key: "other" },
     live.length ? h("button", { type: "button", class: "reject", id: "cancel-task", onclick: () => cancelTask(task) },
       `Cancel ${live.length === 1 ? "the run" : `${live.length} runs`}`) : null,
+    state.editing ? null : h("button", { type: "button", id: "edit", onclick: startEdit }, "Edit"),
     state.confirmArchive
       ? h("span", { class: "confirm", role: "group", "aria-label": "Confirm archive" },
         h("span", {}, "Archive this task?"),
@@ -744,43 +935,39 @@ async function runAction(run, action) {
   }
 }
 
-// Archive waits out an undo before it is sent: the card leaves the board at once, and Undo
-// puts it back (the API has no unarchive); leaving the page sends what is waiting.
-function archiveTask(task) {
+// Archive is sent at once; Undo unarchives (the task goes back to the step it left, with no
+// entry work run and no agent started).
+async function archiveTask(task) {
   state.confirmArchive = false;
   closeDetail({ refocus: false });
-  const send = () => {
-    state.archiving.delete(task.id);
-    state.api.post(`/api/tasks/${encodeURIComponent(task.id)}/archive`)
-      .then(() => scheduleRefresh(0))
-      .catch((error) => { showError(error); scheduleRefresh(0); });
-  };
-  state.archiving.set(task.id, { timer: setTimeout(send, UNDO_MS), send });
-  renderBoard();
+  const id = encodeURIComponent(task.id);
+  try {
+    await state.api.post(`/api/tasks/${id}/archive`);
+  } catch (error) {
+    showError(error);
+    scheduleRefresh(0);
+    return;
+  }
+  if (state.board) {
+    state.board.tasks = state.board.tasks.filter((t) => t.id !== task.id);
+    renderBoard();
+  }
+  scheduleRefresh(0);
   const undo = toast(`Archived “${task.title}”`, "ok", {
     label: "Undo",
-    run: () => {
-      const waiting = state.archiving.get(task.id);
-      if (!waiting) return;
-      clearTimeout(waiting.timer);
-      state.archiving.delete(task.id);
-      renderBoard();
-      announce(`“${task.title}” is back`);
-      const card = document.querySelector(`.card[data-task-id="${CSS.escape(task.id)}"]`);
-      if (card) card.focus();
+    run: async () => {
+      try {
+        await state.api.post(`/api/tasks/${id}/unarchive`);
+        // whichever board read draws the card first focuses it (an event's read may overtake ours)
+        state.focusTask = task.id;
+        await loadBoard();
+        announce(`“${task.title}” is back`);
+      } catch (error) {
+        showError(error);
+      }
     },
   });
   undo.querySelector("button").focus();
-}
-
-function flushArchives() {
-  for (const [taskId, waiting] of state.archiving) {
-    clearTimeout(waiting.timer);
-    state.archiving.delete(taskId);
-    fetch(`/api/tasks/${encodeURIComponent(taskId)}/archive`, {
-      method: "POST", keepalive: true, headers: { Authorization: `Bearer ${sessionStorage.getItem(TOKEN_KEY)}` },
-    });
-  }
 }
 
 async function verdict(task, decisions, seat, value) {
@@ -1146,7 +1333,6 @@ function init() {
     if (document.querySelector("dialog[open]")) return; // the dialog closes itself first
     closeDetail();
   });
-  window.addEventListener("pagehide", flushArchives);
   $("token-form").addEventListener("submit", () => {
     const value = $("token-input").value.trim();
     if (!value) return;
