@@ -5,9 +5,10 @@ from __future__ import annotations
 
 import os
 import sqlite3
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import pytest
 import sqlalchemy as sa
@@ -16,6 +17,8 @@ from core import Host
 from core.plugin.selection import PluginSelection
 from core.store import dialect
 from core.store.database import Store
+
+T = TypeVar("T")
 
 PG_URL = os.environ.get("LANEWAY_TEST_PG_URL")
 REPO = Path(__file__).resolve().parents[1]
@@ -251,3 +254,18 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     for item in items:
         item.add_marker(getattr(pytest.mark, tier_of(item)))
+
+
+def eventually(
+    probe: Callable[[], T | None], *, timeout: float = 60.0, what: str = "", every: float = 0.1
+) -> T:
+    """Poll `probe` every `every` seconds until it returns something truthy; fail after
+    `timeout` seconds (a wait on a condition, never a fixed sleep)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        found = probe()
+        if found:
+            return found
+        if time.monotonic() > deadline:
+            pytest.fail(f"timed out waiting for {what or probe}")
+        time.sleep(every)

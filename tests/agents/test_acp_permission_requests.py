@@ -28,7 +28,7 @@ import sqlalchemy as sa
 from core.store import tables as t
 from tests.agents.conftest import laneway, laneway_script, run_rows, script_env
 from tests.agents.test_acp_worker import Board, messages, workflow_yaml
-from tests.conftest import open_host, wait_for_dead_processes
+from tests.conftest import eventually, open_host, wait_for_dead_processes
 
 pytestmark = pytest.mark.slow
 
@@ -86,13 +86,7 @@ def start_worker(board: Board, env: dict[str, str] | None = None) -> subprocess.
 
 
 def wait_for(what: str, found: Callable[[], Any], timeout: float = 60.0) -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        value = found()
-        if value:
-            return value
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.2)
+    return eventually(found, timeout=timeout, what=what, every=0.2)
 
 
 def pending(board: Board) -> list[dict[str, Any]]:

@@ -23,9 +23,7 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import statistics
-import subprocess
 import sys
 import tempfile
 import threading
@@ -37,10 +35,10 @@ import sqlalchemy as sa
 from core import ids
 from core.host import Host
 from core.store import tables as t
+from tests.benchmarks.bench_acp_turns import _session
+from tests.benchmarks.bench_serve_load import TOKEN
+from tests.benchmarks.bench_serve_load import _start_serve as _serve
 from tests.conftest import open_host
-
-TOKEN = "bench-transcripts-token-0123456789"
-LANEWAY = str(Path(sys.executable).with_name("laneway"))
 
 
 def _chatty(lines: int, interval: float) -> list[str]:
@@ -52,20 +50,6 @@ def _chatty(lines: int, interval: float) -> list[str]:
         f"    if {interval}: time.sleep({interval})\n"
     )
     return [sys.executable, "-c", code]
-
-
-def _session(host: Host, tmp: Path, name: str, command: list[str]) -> str:
-    workflow = tmp / "plain.yml"
-    if not workflow.exists():
-        workflow.write_text(
-            "id: plain\nname: Plain\nsteps:\n  - id: todo\n    name: Todo\n    position: 0\n"
-            "    is_start_step: true\n"
-        )
-        host.workflows.import_file(workflow)
-    wf = host.workflows.list()[0]
-    host.profiles.add(name, command=command)
-    task = host.tasks.create(workflow=wf.id, title=name)
-    return host.sessions.start(task.id, profile=name, external=False).id
 
 
 def _count(host: Host, session: str) -> int:
@@ -113,31 +97,6 @@ def _bare_rate(host: Host, session: str, lines: int) -> float:
     return lines / elapsed
 
 
-def _env() -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("LANEWAY_")}
-    env["LANEWAY_PLUGINS_ALLOW"] = "kanban,office"
-    return env
-
-
-def _serve(db: str) -> tuple[subprocess.Popen[str], str]:
-    proc = subprocess.Popen(
-        [LANEWAY, "--db", db, "--json", "serve", "--port", "0", "--token", TOKEN],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.DEVNULL,
-        text=True,
-        env=_env(),
-    )
-    assert proc.stdout is not None
-    got: list[str] = []
-    reader = threading.Thread(target=lambda: got.append(proc.stdout.readline()), daemon=True)  # type: ignore[union-attr]
-    reader.start()
-    reader.join(60)
-    if not got or not got[0].strip():
-        proc.kill()
-        raise SystemExit("laneway serve did not start")
-    return proc, json.loads(got[0])["url"].rstrip("/")
-
-
 def _listen(url: str, session: str, want: int, seen: list[float], ready: threading.Event) -> None:
     import httpx
 
@@ -165,7 +124,7 @@ def _listen(url: str, session: str, want: int, seen: list[float], ready: threadi
 
 
 def _latency(db: str, host: Host, tmp: Path, lines: int, interval: float) -> list[float]:
-    session = _session(host, tmp, "paced", _chatty(lines, interval))
+    session = _session(host, tmp, "paced", command=_chatty(lines, interval))
     proc, url = _serve(db)
     seen: list[float] = []
     ready = threading.Event()
@@ -191,7 +150,7 @@ def _pct(values: list[float], q: float) -> float:
 
 def bench(db: str, tmp: Path, lines: int, latency_lines: int, interval: float) -> None:
     with open_host(db) as host:
-        fast = _session(host, tmp, "chatty", _chatty(lines, 0))
+        fast = _session(host, tmp, "chatty", command=_chatty(lines, 0))
         host.runtime.run_turn(fast, "warm up")
         laneway = _laneway_rate(host, fast, lines)
         bare = _bare_rate(host, fast, lines)

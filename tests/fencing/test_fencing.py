@@ -29,7 +29,7 @@ from core.runs import RunRequest
 from core.runtime.runtime import TurnOutcome
 from core.store import liveness
 from core.store import tables as t
-from tests.conftest import open_host
+from tests.conftest import eventually, open_host
 from tests.on_enter.conftest import build_office, raw
 
 WAIT_S = 30.0
@@ -60,13 +60,7 @@ def take_lock_away(host: Host) -> str:
 
 
 def _until(probe: Any, what: str) -> Any:
-    deadline = time.monotonic() + WAIT_S
-    while True:
-        found = probe()
-        if found:
-            return found
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.05)
+    return eventually(probe, timeout=WAIT_S, what=what, every=0.05)
 
 
 def _warnings(logs: list[dict[str, Any]], run_id: str) -> list[str]:

@@ -6,8 +6,7 @@ import json
 import os
 import subprocess
 import sys
-import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -62,18 +61,6 @@ class Board:
             stderr=subprocess.STDOUT if log is not None else subprocess.DEVNULL,
             text=True,
         )
-
-
-def eventually(probe: Callable[[], T | None], *, timeout: float = 60.0, what: str = "") -> T:
-    """Poll `probe` until it returns something truthy; fail after `timeout` seconds."""
-    deadline = time.monotonic() + timeout
-    while True:
-        found = probe()
-        if found:
-            return found
-        if time.monotonic() > deadline:
-            pytest.fail(f"timed out waiting for {what or probe}")
-        time.sleep(0.1)
 
 
 @pytest.fixture

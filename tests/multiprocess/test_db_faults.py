@@ -21,7 +21,6 @@ import socket
 import subprocess
 import sys
 import tempfile
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -32,7 +31,7 @@ import sqlalchemy as sa
 
 from core.runs import RunRequest
 from core.store import tables as t
-from tests.conftest import open_host
+from tests.conftest import eventually, open_host
 from tests.multiprocess.conftest import LANEWAY, child_env
 from tests.on_enter.conftest import raw
 
@@ -100,13 +99,7 @@ def restartable_pg() -> Iterator[Cluster]:
 
 
 def _until(probe: Any, what: str, timeout: float = WAIT_S) -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        found = probe()
-        if found:
-            return found
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.1)
+    return eventually(probe, timeout=timeout, what=what, every=0.1)
 
 
 def _run(url: str, run_id: str) -> dict[str, Any] | None:

@@ -25,7 +25,7 @@ import sqlalchemy as sa
 from core import worker
 from core.runs import RunRequest
 from core.store import tables as t
-from tests.conftest import open_host
+from tests.conftest import eventually, open_host
 from tests.fencing.test_fencing import take_lock_away
 from tests.multiprocess.conftest import LANEWAY, child_env
 from tests.on_enter.conftest import raw
@@ -34,13 +34,7 @@ WAIT_S = 30.0
 
 
 def _until(probe: Any, what: str, timeout: float = WAIT_S) -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        found = probe()
-        if found:
-            return found
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.05)
+    return eventually(probe, timeout=timeout, what=what, every=0.05)
 
 
 def _alive(pid: int) -> bool:

@@ -14,7 +14,6 @@ docs/board-desktop.png (1440x900) and docs/board-phone.png (390x844)."""
 from __future__ import annotations
 
 import os
-import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -22,7 +21,7 @@ from typing import Any
 import attrs
 import pytest
 
-from tests.conftest import open_host
+from tests.conftest import eventually, open_host
 from tests.serve.board_data import populate
 from tests.serve.conftest import OfficeBoard, Served, build_office, laneway, start_serve
 from tests.serve.page_kit import browser, need_axe, open_page, serious_violations
@@ -61,13 +60,7 @@ def page_of(browser: Any, daily: Daily, query: str = "", **context: Any) -> Any:
 
 
 def poll(what: str, found: Callable[[], Any], timeout: float = 15.0) -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        value = found()
-        if value:
-            return value
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.1)
+    return eventually(found, timeout=timeout, what=what, every=0.1)
 
 
 def test_axe_finds_no_serious_violation_on_the_board_or_an_open_panel_and_cards_say_why(

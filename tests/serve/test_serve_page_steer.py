@@ -25,7 +25,7 @@ from typing import Any
 import attrs
 import pytest
 
-from tests.conftest import open_host
+from tests.conftest import eventually, open_host
 from tests.serve.conftest import LANEWAY, Served, cli_env, laneway, start_serve
 from tests.serve.page_kit import browser, open_page, serious_violations
 from tests.serve.test_serve_page import _card, _lane
@@ -159,13 +159,7 @@ def kept_lines(steer: Steer, run_id: str) -> int:
 
 
 def poll(what: str, found: Callable[[], Any], timeout: float = 30.0) -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        value = found()
-        if value:
-            return value
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.1)
+    return eventually(found, timeout=timeout, what=what, every=0.1)
 
 
 def open_panel(browser: Any, steer: Steer, title: str) -> Any:
