@@ -13,7 +13,8 @@ from typing import Any
 
 import pytest
 
-from tests.multiprocess.conftest import Board, eventually
+from tests.conftest import eventually
+from tests.multiprocess.conftest import Board
 
 pytestmark = pytest.mark.slow
 

@@ -11,8 +11,8 @@ import pytest
 import sqlalchemy as sa
 
 from core.store import tables as t
-from tests.conftest import open_host
-from tests.multiprocess.conftest import Board, eventually
+from tests.conftest import eventually, open_host
+from tests.multiprocess.conftest import Board
 from tests.triggers.boards import heartbeat_board
 
 pytestmark = pytest.mark.slow
