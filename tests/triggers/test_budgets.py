@@ -112,3 +112,23 @@ def test_workflow_check_names_a_budget_alert_no_budget_can_fire(db_url: str) -> 
         ]
         host.budgets.set(scope="workspace", limit_usd=5.0)
         assert host.workflows.check(wf.id) == []
+
+
+def test_the_board_asks_which_tasks_are_over_budget_at_once(db_url: str) -> None:
+    """Issue 24, the board's over-budget badge: `over_budget_tasks` answers for many cards at
+    once exactly as `over_budget` does for each — a task's own spent budget marks that task, a
+    spent workspace budget marks every task of the workspace, an unspent one none."""
+    with open_host(db_url) as host:
+        task, _profile, run_id = board(host)
+        wf = host.workflows.get(task.workflow_id)
+        other = host.tasks.create(workflow=wf.id, title="cheap")
+        cards = [task.id, other.id]
+        host.runs.record_usage(run_id, {"cost_usd": 1.5})
+        assert host.budgets.over_budget_tasks(cards) == set()
+        host.budgets.set(scope="task", ref=task.id, limit_usd=1.0)
+        assert host.budgets.over_budget_tasks(cards) == {task.id}
+        host.budgets.set(scope="workspace", limit_usd=5.0)
+        assert host.budgets.over_budget_tasks(cards) == {task.id}
+        host.budgets.set(scope="workspace", limit_usd=1.2)
+        assert host.budgets.over_budget_tasks(cards) == {task.id, other.id}
+        assert {c for c in cards if host.budgets.over_budget(c)} == {task.id, other.id}
