@@ -33,6 +33,15 @@ pages in all (issue 14: about +7% Office arrivals/s on SQLite, measured alternat
 stays below 4,096 frames, the span of one hash table of SQLite's WAL index, so a reader still
 finds a page's newest frame in one table, as with the default."""
 WRITER_OPTION = "laneway_writer"
+TCP_USER_TIMEOUT_MS = 5_000
+"""How long a PostgreSQL connection's sent data may go unacknowledged before the kernel gives
+the connection up (libpq `tcp_user_timeout`, TCP_USER_TIMEOUT), unless the URL names its own:
+a partition that silences the server is then an error within this bound instead of a wait of
+the kernel's ~15 minutes of retransmissions. It bounds above all the liveness lock connection,
+asked every quarter second (core.store.liveness): a worker cut off from the server declares its
+own lock lost and stops its agents within this bound plus that quarter second, which must be
+shorter than the time the server takes to drop the connection and free the lock
+(docs/operations.md "Network faults")."""
 
 
 def normalise_url(url: str) -> URL:
@@ -154,7 +163,13 @@ def create_engine(url: URL) -> Engine:
         return engine
     # No HSTORE column anywhere: without this, the driver's first connection asks the server
     # for the hstore type (a round trip on every command).
-    return sa.create_engine(url, pool_pre_ping=True, use_native_hstore=False)
+    return sa.create_engine(
+        url, pool_pre_ping=True, use_native_hstore=False, connect_args=_pg_connect_args(url)
+    )
+
+
+def _pg_connect_args(url: URL) -> dict[str, Any]:
+    return {} if "tcp_user_timeout" in url.query else {"tcp_user_timeout": TCP_USER_TIMEOUT_MS}
 
 
 def _install_sqlite_events(engine: Engine, *, wal: bool) -> None:
