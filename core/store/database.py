@@ -182,9 +182,10 @@ def _spoken_unasked(conn: Connection) -> bool:
 
 
 class Store:
-    def __init__(self, url: str) -> None:
+    def __init__(self, url: str, *, read_only: bool = False) -> None:
+        """:param read_only: the store is only read (a read-only host)."""
         self.url: URL = dialect.normalise_url(url)
-        self.engine: Engine = dialect.create_engine(self.url)
+        self.engine: Engine = dialect.create_engine(self.url, read_only=read_only)
         self.is_sqlite = dialect.is_sqlite(self.url)
         self._writer: Connection | None = None
         self._lock = threading.RLock()
