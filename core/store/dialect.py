@@ -43,7 +43,7 @@ the kernel's ~15 minutes of retransmissions. It bounds above all the liveness lo
 asked every quarter second (core.store.liveness): a worker cut off from the server declares its
 own lock lost and stops its agents within this bound plus that quarter second, which must be
 shorter than the time the server takes to drop the connection and free the lock
-(docs/operations.md "Network faults")."""
+(docs/operations.md "Network faults and server timeouts")."""
 
 
 def normalise_url(url: str) -> URL:

@@ -4,8 +4,8 @@ made read-only (0400) in a writable directory.
 A board is made on a small tmpfs, everything is closed, and the mount is remounted read-only.
 The read commands (`task list`, `task show`, `workflow list`; docs/cli.md) then print the board
 - SQLite cannot create the -shm file a WAL database is read through there, so laneway opens it
-immutable (docs/operations.md "Read-only copies") - and a write command fails with one line
-naming the file and the read-only mount, exit 1. Fails on the main this branch started from
+immutable (docs/operations.md "Epochs and liveness", on a read-only mount) - and a write
+command fails with one line naming the file and the read-only mount, exit 1. Fails on the main this branch started from
 (every read command: `database error: unable to open database file`).
 
 SQLite only: the subject is a database file on a file system. Skipped, with the reason, where
