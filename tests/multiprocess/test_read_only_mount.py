@@ -5,8 +5,9 @@ A board is made on a small tmpfs, everything is closed, and the mount is remount
 The read commands (`task list`, `task show`, `workflow list`; docs/cli.md) then print the board
 - SQLite cannot create the -shm file a WAL database is read through there, so laneway opens it
 immutable (docs/operations.md "Epochs and liveness", on a read-only mount) - and a write
-command fails with one line naming the file and the read-only mount, exit 1. Fails on the main this branch started from
-(every read command: `database error: unable to open database file`).
+command fails with one line naming the file and the read-only mount, exit 1. Fails on the main
+this branch started from (every read command: `database error: unable to open database file`).
+The 0400 case landed before; its test here guards it from the command line.
 
 SQLite only: the subject is a database file on a file system. Skipped, with the reason, where
 a tmpfs cannot be mounted (not root, no `mount`).
