@@ -175,10 +175,11 @@ def _spoken_unasked(conn: Connection) -> bool:
         return False
     try:
         fileno = conn.connection.dbapi_connection.fileno()  # type: ignore[union-attr]
-        readable, _, _ = select.select([fileno], [], [], 0)
+        look = select.poll()  # not select(): a busy process's descriptors pass 1024
+        look.register(fileno, select.POLLIN)
+        return bool(look.poll(0))
     except (sa.exc.SQLAlchemyError, OSError, ValueError, AttributeError):
         return False  # no socket to look at: the statement will tell
-    return bool(readable)
 
 
 class Store:
