@@ -19,46 +19,18 @@ from __future__ import annotations
 
 import contextlib
 import json
-import os
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import pytest
 import sqlalchemy as sa
 
 from core.runs import RunRequest
 from core.store import tables as t
-from tests.conftest import PG_URL, _pg_engine, eventually, open_host
+from tests.conftest import eventually, open_host
 from tests.multiprocess.conftest import LANEWAY, child_env
 from tests.on_enter.conftest import raw
-
-IDLE = "300ms"
-"""Shorter than the second between a worker's scheduler passes, which would otherwise keep its
-writer from ever sitting idle that long, and than the half second between an idle worker's looks
-at the queue: a writer the server ends in the very moment it is used again is a connection lost
-(waited out, with a WARNING); one it ended a while before is replaced unseen."""
-
-
-@pytest.fixture
-def idle_timeout_db() -> Iterator[str]:
-    """A database of this test's own whose sessions end after `IDLE` idle."""
-    if not PG_URL:
-        pytest.skip("no PostgreSQL server: set LANEWAY_TEST_PG_URL (.ci/run does)")
-    name = f"laneway_idle{os.getpid()}"
-    admin = _pg_engine(PG_URL)
-    with admin.connect() as conn:
-        conn.exec_driver_sql(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
-        conn.exec_driver_sql(f"CREATE DATABASE {name}")
-        conn.exec_driver_sql(f"ALTER DATABASE {name} SET idle_session_timeout = '{IDLE}'")
-    try:
-        yield PG_URL.rsplit("/", 1)[0] + f"/{name}"
-    finally:
-        with admin.connect() as conn:
-            conn.exec_driver_sql(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
-        admin.dispose()
 
 
 def test_item1_idle_session_timeout_shorter_than_a_turn(
