@@ -132,7 +132,8 @@ class EpochLock:
 
     def holds(self) -> bool:
         """True while the lock is still ours: the file at its path is the one we locked, or
-        the PostgreSQL lock connection still answers."""
+        the PostgreSQL lock connection still answers - a server gone silent (a partition) is
+        an error within `dialect.TCP_USER_TIMEOUT_MS`, not a wait of the kernel's minutes."""
         if self._fd is not None and self._path is not None:
             try:
                 on_disk = os.stat(self._path)
