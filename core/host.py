@@ -267,7 +267,7 @@ class Host:
             # Refuse before connecting: connecting would leave an empty file behind.
             raise NotInitialised(f"database {missing} does not exist; run `laneway init`")
         _check_sqlite_file(url, writing=not read_only)
-        store = Store(url)
+        store = Store(url, read_only=read_only)
         keeper: EpochKeeper | None = None
         try:
             upgrading = upgrade and not read_only

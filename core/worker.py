@@ -92,7 +92,7 @@ def finish(host: RuntimePeers, run: Run, outcome: TurnOutcome) -> None:
     if outcome.cancelled and outcome.stopped == "fenced":
         # the claim's epoch is dead: the run is re-queued by whoever finds it so (this
         # process included, under its new epoch), and nothing of this turn's is written
-        logger.bind(run_id=run.id, epoch=epoch).warning(
+        logger.bind(run_id=run.id, epoch=epoch, reason="claim_lost").warning(
             "run given up: this worker lost the liveness lock it claimed the run under; "
             "the run goes back to the queue"
         )
@@ -101,7 +101,7 @@ def finish(host: RuntimePeers, run: Run, outcome: TurnOutcome) -> None:
     if ended is None:
         return  # fenced while the database was away: given up (logged)
     if not ended:
-        logger.bind(run_id=run.id, epoch=epoch).warning(
+        logger.bind(run_id=run.id, epoch=epoch, reason="claim_lost").warning(
             "run not finished: its claim was given up after this process was declared dead"
         )
 
@@ -126,7 +126,7 @@ def _while_away(host: RuntimePeers, run: Run, epoch: str, write: Callable[[], bo
         time.sleep(delay)
         delay = min(delay * 2, AWAY_MAX_S)
         if host.store.liveness.own() != epoch:
-            logger.bind(run_id=run.id, epoch=epoch).warning(
+            logger.bind(run_id=run.id, epoch=epoch, reason="claim_lost").warning(
                 "run given up: this worker lost the liveness lock it claimed the run under; "
                 "the run goes back to the queue"
             )

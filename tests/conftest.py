@@ -48,6 +48,34 @@ def pg_database() -> Iterator[str | None]:
     admin.dispose()
 
 
+IDLE_SESSION_TIMEOUT = "300ms"
+"""Shorter than the second between a worker's scheduler passes, which would otherwise keep its
+writer from ever sitting idle that long, and than the half second between an idle worker's looks
+at the queue: a writer the server ends in the very moment it is used again is a connection lost
+(waited out, with a WARNING); one it ended a while before is replaced unseen."""
+
+
+@pytest.fixture
+def idle_timeout_db() -> Iterator[str]:
+    """A database of this test's own whose sessions end after `IDLE_SESSION_TIMEOUT` idle."""
+    if not PG_URL:
+        pytest.skip("no PostgreSQL server: set LANEWAY_TEST_PG_URL (.ci/run does)")
+    name = f"laneway_idle{os.getpid()}"
+    admin = _pg_engine(PG_URL)
+    with admin.connect() as conn:
+        conn.exec_driver_sql(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
+        conn.exec_driver_sql(f"CREATE DATABASE {name}")
+        conn.exec_driver_sql(
+            f"ALTER DATABASE {name} SET idle_session_timeout = '{IDLE_SESSION_TIMEOUT}'"
+        )
+    try:
+        yield PG_URL.rsplit("/", 1)[0] + f"/{name}"
+    finally:
+        with admin.connect() as conn:
+            conn.exec_driver_sql(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
+        admin.dispose()
+
+
 def _reset_postgres(url: str) -> None:
     engine = _pg_engine(url)
     with engine.connect() as conn:
@@ -228,7 +256,9 @@ def wait_for_dead_processes(url: str, timeout: float = 15.0) -> None:
 #   store       - runs on a real database, both SQLite and PostgreSQL (`db_url` and the like)
 #   unit        - everything else: in-process, no database file of its own
 TIERS = ("unit", "store", "subprocess", "browser")
-_STORE_FIXTURES = frozenset({"db_url", "sqlite_url", "pg_database", "host", "sqlite_host"})
+_STORE_FIXTURES = frozenset(
+    {"db_url", "sqlite_url", "pg_database", "host", "sqlite_host", "idle_timeout_db"}
+)
 
 
 def tier_of(item: pytest.Item) -> str:

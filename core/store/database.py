@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import select
 import threading
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import AbstractContextManager, contextmanager
@@ -166,10 +167,26 @@ class _FileIdentity:
         )
 
 
+def _spoken_unasked(conn: Connection) -> bool:
+    """Whether the server has said something on a PostgreSQL connection nobody is using: between
+    transactions it says nothing unless it is ending the session (its FATAL message, then the
+    end of the stream). A look at the socket, no round trip."""
+    if conn.closed or conn.invalidated:
+        return False
+    try:
+        fileno = conn.connection.dbapi_connection.fileno()  # type: ignore[union-attr]
+        look = select.poll()  # not select(): a busy process's descriptors pass 1024
+        look.register(fileno, select.POLLIN)
+        return bool(look.poll(0))
+    except (sa.exc.SQLAlchemyError, OSError, ValueError, AttributeError):
+        return False  # no socket to look at: the statement will tell
+
+
 class Store:
-    def __init__(self, url: str) -> None:
+    def __init__(self, url: str, *, read_only: bool = False) -> None:
+        """:param read_only: the store is only read (a read-only host)."""
         self.url: URL = dialect.normalise_url(url)
-        self.engine: Engine = dialect.create_engine(self.url)
+        self.engine: Engine = dialect.create_engine(self.url, read_only=read_only)
         self.is_sqlite = dialect.is_sqlite(self.url)
         self._writer: Connection | None = None
         self._lock = threading.RLock()
@@ -202,7 +219,11 @@ class Store:
     def _writer_conn(self) -> Connection:
         # A writer the driver found broken (the server restarted, or ended the session) is
         # replaced, not reused: the pool pre-pings the new one (PostgreSQL), so the first
-        # transaction after a restart works instead of failing on the dead socket.
+        # transaction after a restart works instead of failing on the dead socket. So is one
+        # the server ended while it sat idle (`idle_session_timeout`, a terminated backend):
+        # its socket is readable with nobody asking, the server's goodbye.
+        if self._writer is not None and not self.is_sqlite and _spoken_unasked(self._writer):
+            self._writer.invalidate()
         if self._writer is not None and self._writer.invalidated:
             with contextlib.suppress(sa.exc.SQLAlchemyError):
                 self._writer.close()

@@ -11,9 +11,11 @@
 from __future__ import annotations
 
 import os
+import sqlite3
 import threading
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote
 
 import sqlalchemy as sa
 from sqlalchemy import event
@@ -33,6 +35,15 @@ pages in all (issue 14: about +7% Office arrivals/s on SQLite, measured alternat
 stays below 4,096 frames, the span of one hash table of SQLite's WAL index, so a reader still
 finds a page's newest frame in one table, as with the default."""
 WRITER_OPTION = "laneway_writer"
+TCP_USER_TIMEOUT_MS = 5_000
+"""How long a PostgreSQL connection's sent data may go unacknowledged before the kernel gives
+the connection up (libpq `tcp_user_timeout`, TCP_USER_TIMEOUT), unless the URL names its own:
+a partition that silences the server is then an error within this bound instead of a wait of
+the kernel's ~15 minutes of retransmissions. It bounds above all the liveness lock connection,
+asked every quarter second (core.store.liveness): a worker cut off from the server declares its
+own lock lost and stops its agents within this bound plus that quarter second, which must be
+shorter than the time the server takes to drop the connection and free the lock
+(docs/operations.md "Network faults and server timeouts")."""
 
 
 def normalise_url(url: str) -> URL:
@@ -96,6 +107,8 @@ def sqlite_file_problem(path: Path, *, writing: bool) -> str | None:
         if header and header != SQLITE_HEADER:  # an empty file is a new database
             return f"{path} is not a SQLite database (corrupt, or another kind of file)"
         if writing and not os.access(path, os.W_OK):
+            if on_read_only_mount(path):
+                return f"{path} is on a read-only mount; laneway needs to write it"
             return f"{path} is read-only; laneway needs to write it"
     if writing and not os.access(folder, os.W_OK | os.X_OK):
         # SQLite writes its journal and laneway its lock file beside the database
@@ -138,23 +151,55 @@ def let_go(identity: tuple[int, int]) -> None:
             _OPEN.pop(identity, None)
 
 
-def create_engine(url: URL) -> Engine:
+def on_read_only_mount(path: Path) -> bool:
+    """Whether the file system holding `path` is mounted read-only (nobody can write there)."""
+    try:
+        return bool(os.statvfs(path.parent).f_flag & os.ST_RDONLY)
+    except OSError:
+        return False
+
+
+def create_engine(url: URL, *, read_only: bool = False) -> Engine:
+    """The engine for `url`. `read_only`: the caller only reads (a read-only host); a SQLite
+    database on a read-only mount is then opened immutable (below)."""
     if is_sqlite(url):
         path = sqlite_path(url)
-        if path is not None:
-            private.make_private(path)
-        engine = sa.create_engine(
-            url,
-            # sqlite3's own transaction handling starts transactions lazily at the first DML;
-            # we turn it off and emit BEGIN ourselves (SQLAlchemy's documented recipe).
-            connect_args={"check_same_thread": False, "isolation_level": None},
-            poolclass=sa.pool.StaticPool if path is None else sa.pool.QueuePool,
-        )
-        _install_sqlite_events(engine, wal=path is not None)
+        # sqlite3's own transaction handling starts transactions lazily at the first DML;
+        # we turn it off and emit BEGIN ourselves (SQLAlchemy's documented recipe).
+        connect_args: dict[str, Any] = {"check_same_thread": False, "isolation_level": None}
+        frozen = read_only and path is not None and on_read_only_mount(path)
+        if frozen and path is not None:
+            # A WAL database is read through its -shm file, which SQLite must be able to create
+            # beside it; on a read-only mount it cannot, so the file is opened immutable: read
+            # as it lies, without -wal or -shm or locks. Nobody can be writing it there, so it
+            # is the board as its last writer left it (a -wal a crashed writer left unmerged
+            # is not read).
+            target = f"file:{quote(str(path.resolve()))}?mode=ro&immutable=1"
+            connect_args["uri"] = True
+            engine = sa.create_engine(
+                url,
+                creator=lambda: sqlite3.connect(target, **connect_args),
+                poolclass=sa.pool.QueuePool,
+            )
+        else:
+            if path is not None:
+                private.make_private(path)
+            engine = sa.create_engine(
+                url,
+                connect_args=connect_args,
+                poolclass=sa.pool.StaticPool if path is None else sa.pool.QueuePool,
+            )
+        _install_sqlite_events(engine, wal=path is not None and not frozen)
         return engine
     # No HSTORE column anywhere: without this, the driver's first connection asks the server
     # for the hstore type (a round trip on every command).
-    return sa.create_engine(url, pool_pre_ping=True, use_native_hstore=False)
+    return sa.create_engine(
+        url, pool_pre_ping=True, use_native_hstore=False, connect_args=_pg_connect_args(url)
+    )
+
+
+def _pg_connect_args(url: URL) -> dict[str, Any]:
+    return {} if "tcp_user_timeout" in url.query else {"tcp_user_timeout": TCP_USER_TIMEOUT_MS}
 
 
 def _install_sqlite_events(engine: Engine, *, wal: bool) -> None:

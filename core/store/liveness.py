@@ -117,7 +117,7 @@ class EpochLock:
         # (`holds`) is then one round trip, not BEGIN, SELECT 1 and COMMIT.
         conn = engine.connect().execution_options(isolation_level="AUTOCOMMIT")
         try:
-            conn.exec_driver_sql(f"SET application_name = 'laneway pid {os.getpid()}'")
+            conn.exec_driver_sql(_session_settings(conn))
             got = conn.execute(
                 sa.text("SELECT pg_try_advisory_lock(:key)"), {"key": pg_key(epoch)}
             ).scalar()
@@ -132,7 +132,8 @@ class EpochLock:
 
     def holds(self) -> bool:
         """True while the lock is still ours: the file at its path is the one we locked, or
-        the PostgreSQL lock connection still answers."""
+        the PostgreSQL lock connection still answers - a server gone silent (a partition) is
+        an error within `dialect.TCP_USER_TIMEOUT_MS`, not a wait of the kernel's minutes."""
         if self._fd is not None and self._path is not None:
             try:
                 on_disk = os.stat(self._path)
@@ -191,6 +192,21 @@ class EpochLock:
             with contextlib.suppress(sa.exc.SQLAlchemyError):
                 self._connection.close()
             self._connection = None
+
+
+def _session_settings(conn: Connection) -> str:
+    """The settings of the liveness lock connection: its name, and no `idle_session_timeout`
+    (PostgreSQL 14 on). A lock connection (this one, the schema lock's) sits idle between the
+    asks of its holder - a paused worker, a migration running on another connection - and a
+    server ending it for that would free the lock of a live process; it ends with its process
+    all the same. The writer and the pooled connections keep the server's timeout: they are
+    replaced when the server ended them (core.store.database)."""
+    return f"{_no_idle_timeout(conn)}SET application_name = 'laneway pid {os.getpid()}'"
+
+
+def _no_idle_timeout(conn: Connection) -> str:
+    major = (conn.dialect.server_version_info or (0,))[0]
+    return "SET idle_session_timeout = 0; " if isinstance(major, int) and major >= 14 else ""
 
 
 # -- testing someone else's lock -----------------------------------------------------------------
@@ -414,10 +430,13 @@ def schema_lock(url: URL, engine: Engine) -> Iterator[None]:
             os.close(fd)
         return
     with engine.connect() as conn:
-        conn.execute(sa.text("SELECT pg_advisory_lock(:key)"), {"key": SCHEMA_LOCK_KEY})
+        # one round trip each way, as without the setting (the key is a constant)
+        keep = _no_idle_timeout(conn)
+        conn.exec_driver_sql(f"{keep}SELECT pg_advisory_lock({SCHEMA_LOCK_KEY})")
         conn.commit()
         try:
             yield
         finally:
-            conn.execute(sa.text("SELECT pg_advisory_unlock(:key)"), {"key": SCHEMA_LOCK_KEY})
+            reset = "; RESET idle_session_timeout" if keep else ""  # the pool's again
+            conn.exec_driver_sql(f"SELECT pg_advisory_unlock({SCHEMA_LOCK_KEY}){reset}")
             conn.commit()
