@@ -5,7 +5,9 @@
 No leader is elected: passes in any number of processes overlap freely, and the operation
 ids decide which of them evaluates each trigger (`core.services.triggers`). A pass that
 fails is logged and the next one runs as usual: a trigger left undelivered stays in the
-outbox, a heartbeat stays due until its slot ends.
+outbox, a heartbeat stays due until its slot ends. A database that is away (a server restart,
+a network cut, SQLite locked past its busy timeout) is one WARNING when it goes and one INFO
+when it is back, however many passes fail meanwhile.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ import threading
 from typing import TYPE_CHECKING, Self
 
 from core.logs import logger
+from core.store.database import database_away
 
 if TYPE_CHECKING:
     from core.services.peers import Peers
@@ -40,18 +43,31 @@ class Scheduler:
         self._thread.join(timeout=30)
 
     def _loop(self) -> None:
+        away = False
         while True:
-            run_pass(self.host)
+            away = run_pass(self.host, away=away)
             if self._stop.wait(self.interval):
                 return
 
 
-def run_pass(host: Peers) -> None:
-    """One pass; what it raises is logged, never propagated (the next pass tries again)."""
+def run_pass(host: Peers, *, away: bool = False) -> bool:
+    """One pass; what it raises is logged, never propagated (the next pass tries again).
+
+    `away` says the last pass found the database away; the result says this one did."""
     try:
         report = host.triggers.run_pass()
     except Exception as exc:  # noqa: BLE001 - the scheduler outlives one bad pass
-        logger.bind(cause=f"{type(exc).__name__}: {exc}").error("scheduler pass failed")
-        return
+        cause = f"{type(exc).__name__}: {exc}".splitlines()[0]
+        if not database_away(exc):
+            logger.bind(cause=cause).error("scheduler pass failed")
+            return away
+        if not away:
+            logger.bind(cause=cause).warning(
+                "database unavailable; trigger passes wait for it and run again when it is back"
+            )
+        return True
+    if away:
+        logger.info("database available again; trigger passes run again")
     if report.delivered or report.heartbeats or report.failed:
         logger.bind(**report.as_dict()).debug("scheduler pass")
+    return False

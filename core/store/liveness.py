@@ -161,8 +161,12 @@ class EpochLock:
         if fd is None:
             time.sleep(timeout)
             return
+        # poll(), not select(): select() cannot watch a descriptor numbered 1024 or more, which a
+        # worker with many agents' pipes open reaches
+        watch = select.poll()
+        watch.register(fd, select.POLLIN | select.POLLPRI)
         with contextlib.suppress(OSError, ValueError):
-            select.select([fd], [], [], timeout)
+            watch.poll(timeout * 1000)
 
     def _socket(self) -> int | None:
         if self._connection is None or self._connection.closed:
