@@ -205,3 +205,14 @@ def test_the_watchdog_is_a_session_of_its_own_without_the_workers_environment(
     finally:
         link.close()
     assert link.proc.wait(timeout=5) == 0
+
+
+def test_the_guarantee_states_the_watchdogs_bound() -> None:
+    """docs/guarantees.md names the bound the watchdog keeps (its poll) and what happens on a
+    wake with the lock lost, in the words of the bullet these tests check."""
+    root = Path(__file__).resolve().parents[2]
+    text = " ".join((root / "docs" / "guarantees.md").read_text().split())
+    ms = round(watchdog.POLL_S * 1000)
+    assert f"paused worker's agents are paused within {ms} ms of it and resumed with it" in text
+    assert "when it wakes with its lock lost its watcher stops them before they run on" in text
+    assert "no run's agent runs beside its next execution" in text
