@@ -210,9 +210,7 @@ def _carry_out(acts: list[Act], reply: int) -> None:
 def serve(worker: int, words: int = 0, reply: int = 1, poll: float = POLL_S) -> None:
     """Watch `worker` until it is gone, reading its words on fd `words`, answering on `reply`."""
     stat = read_stat(worker)
-    if stat is None:
-        return
-    started = stat[3]
+    started = stat[3] if stat is not None else -1  # gone already: what it said is killed
     own = os.getpid()
     watch = Watch()
     buffer = b""

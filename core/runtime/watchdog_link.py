@@ -9,6 +9,7 @@ watchdog stopped and its pipe full) is dropped rather than slow a run.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import subprocess
 import sys
@@ -30,35 +31,41 @@ Check = Callable[[], Iterable[int]]
 process groups to kill rather than resume."""
 
 
-def _nothing_to_kill() -> Iterable[int]:
-    return ()
-
-
 class Link:
     """A running watchdog: the pipe to it and the thread that answers it."""
 
     def __init__(self) -> None:
-        words, self._to = os.pipe()
-        self._from, reply = os.pipe()
+        self._words, self._to = os.pipe()
+        self._from, self._reply = os.pipe()
+        os.set_blocking(self._to, False)
+        self._mutex = threading.Lock()  # a write never goes to an fd closed and reused meanwhile
+        self.alive = True
+        self.proc: subprocess.Popen[bytes] | None = None
+        # Started off the run's path: what is said meanwhile waits in the pipe.
+        self._thread = threading.Thread(target=self._serve, name="laneway-watchdog", daemon=True)
+        self._thread.start()
+
+    def _spawn(self) -> subprocess.Popen[bytes] | None:
         # Only what the interpreter itself may need: never the worker's environment.
-        env = {k: v for k, v in os.environ.items() if k in ("LD_LIBRARY_PATH", "SYSTEMROOT")}
+        env = {k: v for k, v in os.environ.items() if k == "LD_LIBRARY_PATH"}
         try:
-            self.proc = subprocess.Popen(
+            return subprocess.Popen(
                 [sys.executable, "-I", "-S", str(SCRIPT), str(os.getpid())],
-                stdin=words,
-                stdout=reply,
+                stdin=self._words,
+                stdout=self._reply,
                 env=env,
                 cwd="/",
                 start_new_session=True,  # not stopped by a stop of the worker's group
             )
+        except OSError as exc:
+            logger.bind(cause=str(exc)).warning("agent watchdog could not be started")
+            with self._mutex:
+                self.alive = False
+                os.close(self._to)
+            return None
         finally:
-            os.close(words)
-            os.close(reply)
-        os.set_blocking(self._to, False)
-        self._mutex = threading.Lock()  # a write never goes to an fd closed and reused meanwhile
-        self.alive = True
-        self._thread = threading.Thread(target=self._answer, name="laneway-watchdog", daemon=True)
-        self._thread.start()
+            os.close(self._words)
+            os.close(self._reply)
 
     def say(self, word: str) -> None:
         with self._mutex:
@@ -81,8 +88,11 @@ class Link:
                 self.alive = False
                 os.close(self._to)
 
-    def _answer(self) -> None:
+    def _serve(self) -> None:
+        self.proc = self._spawn()
         with os.fdopen(self._from, "rb") as answers:
+            if self.proc is None:
+                return
             for line in answers:
                 word, _, number = line.decode().partition(" ")
                 if word == "woke":
@@ -98,7 +108,7 @@ class Link:
     def _kill(self) -> list[int]:
         while True:
             try:
-                return sorted(set(_check()))
+                return sorted({group for check in list(_checks) for group in check()})
             except Exception as exc:  # noqa: BLE001 - the agents stay stopped until it is known
                 logger.bind(cause=f"{type(exc).__name__}: {exc}").error(
                     "could not tell which paused agents may run on; trying again"
@@ -108,7 +118,7 @@ class Link:
 
 _lock = threading.Lock()
 _link: Link | None = None
-_check: Check = _nothing_to_kill
+_checks: list[Check] = []
 _usable = os.path.exists(f"/proc/{os.getpid()}/stat")
 
 
@@ -128,7 +138,7 @@ def _started() -> Link | None:
         if _link is None:
             try:
                 _link = Link()
-            except OSError as exc:
+            except OSError as exc:  # out of file descriptors: the agents run unwatched
                 logger.bind(cause=str(exc)).warning("agent watchdog could not be started")
                 return None
     return _link
@@ -155,15 +165,13 @@ def untrack(group: int) -> None:
 
 
 def attend(check: Check) -> Callable[[], None]:
-    """Have `check` answer the watchdog when this process wakes from a pause (the worker loop
-    does: it knows which runs' claims are lost); without one every stopped agent resumes.
+    """Have `check` answer the watchdog when this process wakes from a pause (a worker loop
+    does: it knows which runs' claims are lost); with none, every stopped agent resumes.
     Returns the undo."""
-    global _check  # the process's one worker loop
-    _check = check
+    _checks.append(check)
 
     def undo() -> None:
-        global _check
-        if _check is check:
-            _check = _nothing_to_kill
+        with contextlib.suppress(ValueError):
+            _checks.remove(check)
 
     return undo

@@ -197,13 +197,14 @@ def test_the_watchdog_is_a_session_of_its_own_without_the_workers_environment(
     monkeypatch.setenv("LANEWAY_DB", "postgresql://u:secret@db/x")
     link = watchdog_link.Link()
     try:
-        pid = link.proc.pid
+        pid = eventually(lambda: link.proc and link.proc.pid, timeout=10, what="the watchdog")
         environ = Path(f"/proc/{pid}/environ").read_bytes()
         assert b"secret" not in environ
         assert {e.split(b"=")[0] for e in environ.split(b"\0") if e} <= {b"LD_LIBRARY_PATH"}
         assert os.getsid(pid) == pid != os.getsid(0)
     finally:
         link.close()
+    assert link.proc is not None
     assert link.proc.wait(timeout=5) == 0
 
 
