@@ -33,6 +33,8 @@ import sqlalchemy as sa
 from core import worker
 from core.runs import RunRequest
 from core.store import tables as t
+from tests.agents.test_acp_worker import FAKE as FAKE_ACP
+from tests.agents.test_acp_worker import Board as AcpBoard
 from tests.conftest import eventually, open_host
 from tests.fencing.test_fencing import take_lock_away
 from tests.multiprocess.conftest import LANEWAY, child_env
@@ -231,6 +233,58 @@ def test_item1_a_worker_killed_with_9_leaves_no_agent_group(db_url: str, tmp_pat
         assert len(dogs) == 1  # and it ended too
         gone_in = time.monotonic() - killed
     print(f"gone_in={gone_in * 1000:.0f}ms")
+
+
+@pytest.mark.one_database
+def test_item1_an_acp_agent_of_a_run_reclaimed_while_paused_is_killed_not_resumed(
+    db_url: str, tmp_path: Path
+) -> None:
+    """Item 1 / ACP: the lock lost while the worker is paused, its ACP agent (mid-turn) is
+    SIGKILLed on the wake while still stopped - never resumed, where the `session/cancel` the
+    fence sends would have let it run on through its grace - and the worker lives on."""
+    ticks = tmp_path / "ticks"
+    ticking = tmp_path / "ticking_acp_agent.py"
+    ticking.write_text(  # the fake ACP agent, with a thread appending a timestamp every 50 ms
+        "import os, runpy, sys, threading, time\n"
+        "def tick():\n"
+        f"    path = {str(ticks)!r} + f'.{{os.getpid()}}'\n"
+        "    while True:\n"
+        "        with open(path, 'a') as out:\n"
+        "            out.write(f'{time.time()}\\n')\n"
+        "        time.sleep(0.05)\n"
+        "threading.Thread(target=tick, daemon=True).start()\n"
+        f"sys.argv = [{FAKE_ACP!r}]\n"
+        f"runpy.run_path({FAKE_ACP!r}, run_name='__main__')\n"
+    )
+    script = {"turns": [[{"message": "working on it"}, {"sleep": 120}]]}
+    board = AcpBoard(db_url, tmp_path, script, command=(sys.executable, str(ticking)))
+
+    def mid_turn() -> Any:
+        _step, session, items = board.read()
+        return any("working on it" in i["text"] for i in items) and session
+
+    with _worker(db_url, tmp_path, tmp_path / "pids") as w1:
+        session = _until(mid_turn, "the ACP agent's turn")
+        agent = int(session.agent["acp_session_id"].split("-")[1])  # the fake's fake-PID-N
+        paused = time.time()
+        os.kill(w1.pid, signal.SIGSTOP)
+        _until(lambda: _state(agent) == "T", "the paused worker's ACP agent to stop", timeout=5)
+        with open_host(db_url) as b:
+            with raw(db_url) as conn:
+                epoch = conn.execute(
+                    sa.select(t.runs.c.claimed_epoch).where(t.runs.c.status == "claimed")
+                ).scalar_one()
+            _take_epoch(b, epoch)
+            _until(lambda: b.epoch_is_dead(epoch), "the paused worker's epoch to be dead")
+        time.sleep(SLACK_S)  # ticks it would make, were it running
+        os.kill(w1.pid, signal.SIGCONT)
+        _until(lambda: _state(agent) is None, "the woken worker to kill its ACP agent", 10)
+        assert _state(w1.pid) is not None
+    mine = Path(
+        f"{ticks}.{agent}"
+    )  # a new agent of the worker's, for the re-queued run, ticks apart
+    assert _ticks(mine)  # it ticked before the pause
+    assert [tick for tick in _ticks(mine) if tick > paused + SLACK_S] == []
 
 
 def _take_epoch(host: Any, epoch: str) -> None:
