@@ -217,3 +217,20 @@ def test_the_guarantee_states_the_watchdogs_bound() -> None:
     assert f"paused worker's agents are paused within {ms} ms of it and resumed with it" in text
     assert "when it wakes with its lock lost its watcher stops them before they run on" in text
     assert "no run's agent runs beside its next execution" in text
+
+
+@pytest.mark.skipif(not PROC, reason="needs /proc")
+def test_the_workers_children_that_lead_a_group_are_found(
+    sleepers: list[subprocess.Popen[bytes]],
+) -> None:
+    """What a stop between an agent's start and its registration stops: the group leaders
+    among the worker's children (an agent), not a child in the worker's own group (a git
+    command), nor the watchdog itself."""
+    leader = subprocess.Popen(["sleep", "60"], process_group=0)
+    member = subprocess.Popen(["sleep", "60"])
+    dog = subprocess.Popen(["sleep", "60"], start_new_session=True)
+    sleepers += [leader, member, dog]
+    found = watchdog.child_groups(os.getpid(), own=dog.pid)
+    assert leader.pid in found
+    assert member.pid not in found
+    assert dog.pid not in found
