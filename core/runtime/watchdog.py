@@ -9,7 +9,8 @@ worker first launches an agent, closes that hole:
 - the worker tells it on its stdin which agent groups are live: `~` before it starts an agent,
   `+<pgid>` once started (`!` if the start failed), `-<pgid>` when the agent is killed or
   reaped - one small pipe write each, never a wait;
-- it reads `/proc/<worker>/stat` every `POLL_S` while any agent lives; the moment the worker is
+- it reads `/proc/<worker>/stat` every `POLL_S` while any agent lives (taking in the worker's
+  words at each look, so they never wake it); the moment the worker is
   stopped (state T or t) it SIGSTOPs every agent group it knows (and, when a start was
   announced and not confirmed yet, every group leader among the worker's children);
 - when the worker runs again it does not resume them itself: it writes `woke <n>` on its stdout
@@ -35,6 +36,7 @@ import os
 import select
 import signal
 import sys
+import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Final
@@ -70,15 +72,6 @@ def read_stat(pid: int) -> tuple[str, int, int, int] | None:
             return parse_stat(stat.read())
     except (FileNotFoundError, ProcessLookupError, ValueError):
         return None
-
-
-def worker_state(pid: int, started: int) -> str | None:
-    """The worker's state letter; None when it is gone (exited, a zombie, or its pid reused by a
-    process started at another time)."""
-    stat = read_stat(pid)
-    if stat is None or stat[0] in ("Z", "X") or stat[3] != started:
-        return None
-    return stat[0]
 
 
 def child_groups(pid: int, own: int) -> frozenset[int]:
@@ -209,8 +202,10 @@ def _carry_out(acts: list[Act], reply: int) -> None:
 
 def serve(worker: int, words: int = 0, reply: int = 1, poll: float = POLL_S) -> None:
     """Watch `worker` until it is gone, reading its words on fd `words`, answering on `reply`."""
-    stat = read_stat(worker)
-    started = stat[3] if stat is not None else -1  # gone already: what it said is killed
+    try:  # kept open: a look is one pread, and a dead worker's fd never shows its pid's reuse
+        stat_fd = os.open(f"/proc/{worker}/stat", os.O_RDONLY)
+    except OSError:
+        stat_fd = -1  # gone already: what it said is killed
     own = os.getpid()
     watch = Watch()
     buffer = b""
@@ -234,16 +229,31 @@ def serve(worker: int, words: int = 0, reply: int = 1, poll: float = POLL_S) -> 
                 _carry_out(watch.heard(line.decode(errors="replace")), reply)
 
     while True:
-        select.select([words], [], [], poll if watch.polling else None)
+        if watch.polling:
+            # Not woken by each word: what the worker says waits in the pipe for the next look,
+            # so an agent's start and end cost the worker a write and nothing more.
+            time.sleep(poll)
+        else:
+            select.select([words], [], [])
         if not hear():
             break
-        state = worker_state(worker, started)
+        state = look(stat_fd)
         if state is None:
             break
         if state in STOPPED and not hear():  # what it wrote before it stopped counts
             break
         _carry_out(watch.saw(state, lambda: child_groups(worker, own)), reply)
     _carry_out(watch.gone(), reply)
+
+
+def look(stat_fd: int) -> str | None:
+    """The state letter of the process whose /proc stat `stat_fd` is open; None when it is gone
+    (exited, a zombie)."""
+    try:
+        state = parse_stat(os.pread(stat_fd, 4096, 0))[0]
+    except (OSError, ValueError):
+        return None
+    return None if state in ("Z", "X") else state
 
 
 def main(argv: list[str]) -> int:

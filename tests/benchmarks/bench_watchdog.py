@@ -4,7 +4,7 @@
 `wait`), in alternating rounds with the watchdog on (its three pipe writes per agent: `~`,
 `+pgid`, `-pgid`) and off (the baseline: the link disabled, as where /proc is absent). Prints
 both medians, their ratio and the difference per agent.
-(b) The watchdog's own CPU time (utime + stime from /proc) over a few seconds while the worker
+(b) The watchdog's own CPU time (/proc/<pid>/schedstat) over a few seconds while the worker
 has a live agent (it reads the worker's /proc stat every 20 ms) and while it has none (it
 waits on its pipe), as a share of one core.
 
@@ -18,7 +18,6 @@ than 1 % of a core while polling.
 from __future__ import annotations
 
 import argparse
-import os
 import statistics
 import sys
 import time
@@ -41,10 +40,9 @@ def _agents(n: int) -> float:
 
 
 def _cpu(pid: int) -> float:
-    """The process's user + system CPU seconds so far."""
-    with open(f"/proc/{pid}/stat", "rb") as stat:
-        fields = stat.read().rpartition(b")")[2].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    """The process's CPU seconds so far, to the nanosecond (/proc schedstat: time on a CPU)."""
+    with open(f"/proc/{pid}/schedstat", "rb") as stat:
+        return int(stat.read().split()[0]) / 1e9
 
 
 def _share(pid: int, seconds: float) -> float:
