@@ -45,6 +45,9 @@ POLL_S: Final = 0.02
 """How often the worker's state is read while any agent lives: the bound on how long a paused
 worker's agents run on (docs/guarantees.md "A paused or partitioned worker")."""
 STOPPED: Final = frozenset("tT")
+HEAR_EVERY: Final = 25
+"""While nothing is stopped, the worker's words are taken in every this many looks (half a
+second): often enough that its pipe never fills."""
 
 Act = tuple[str, frozenset[int]]
 """What the watchdog does next: ("stop" | "cont" | "kill", groups), or ("say", {n}): write
@@ -228,21 +231,27 @@ def serve(worker: int, words: int = 0, reply: int = 1, poll: float = POLL_S) -> 
             for line in lines:
                 _carry_out(watch.heard(line.decode(errors="replace")), reply)
 
+    looks = 0
     while True:
         if watch.polling:
-            # Not woken by each word: what the worker says waits in the pipe for the next look,
-            # so an agent's start and end cost the worker a write and nothing more.
+            # Not woken by each word: what the worker says waits in the pipe until it matters
+            # (a stop, an answer awaited) or every HEAR_EVERY looks, so an agent's start and
+            # end cost the worker a pipe write and nothing more, and a look is one pread.
             time.sleep(poll)
+            looks += 1
+            if (watch.phase != "running" or looks % HEAR_EVERY == 0) and not hear():
+                break
         else:
             select.select([words], [], [])
-        if not hear():
-            break
+            if not hear():
+                break
         state = look(stat_fd)
         if state is None:
             break
         if state in STOPPED and not hear():  # what it wrote before it stopped counts
             break
         _carry_out(watch.saw(state, lambda: child_groups(worker, own)), reply)
+    hear()
     _carry_out(watch.gone(), reply)
 
 
@@ -250,8 +259,9 @@ def look(stat_fd: int) -> str | None:
     """The state letter of the process whose /proc stat `stat_fd` is open; None when it is gone
     (exited, a zombie)."""
     try:
-        state = parse_stat(os.pread(stat_fd, 4096, 0))[0]
-    except (OSError, ValueError):
+        data = os.pread(stat_fd, 4096, 0)
+        state = chr(data[data.rindex(b")") + 2])  # the field after the command's parentheses
+    except (OSError, ValueError, IndexError):
         return None
     return None if state in ("Z", "X") else state
 
