@@ -28,6 +28,7 @@ from core import faults, feedback, runs
 from core.logs import logger
 from core.model import Run
 from core.prompts import build_prompt
+from core.runtime import watchdog_link
 from core.runtime.runtime import TurnOutcome, profile_session
 from core.store import tables as t
 from core.store.database import database_away
@@ -329,11 +330,27 @@ def work(
     # The holder hears of its lock's loss first: its agents stop before another worker can
     # find the epoch dead and take their runs (docs/guarantees.md "Many processes").
     unwatch = host.watch_epoch(host.runtime.stop_fenced)
+    unattend = watchdog_link.attend(lambda: after_pause(host))
     try:
         return _work(host, once, max_runs, concurrency, stop, progress, idle_wait)
     finally:
+        unattend()
         unwatch()
         host.runtime.close()
+
+
+def after_pause(host: RuntimePeers) -> list[int]:
+    """This worker wakes from a pause, its agents still stopped by its watchdog
+    (core.runtime.watchdog): check the liveness lock first - when it is lost the check fences
+    this worker and stops the turns claimed under it - and name the agents of turns whose claim
+    is lost, to be killed rather than resumed."""
+    try:
+        host.live_epoch()
+    except Exception as exc:  # noqa: BLE001 - a lost lock's turns are stopped before the re-mint
+        logger.bind(cause=f"{type(exc).__name__}: {exc}").warning(
+            "after a pause: the liveness lock is lost and no new epoch could be taken yet"
+        )
+    return host.runtime.fenced_groups()
 
 
 def _work(

@@ -139,6 +139,12 @@ class Conversations:
             else:
                 self._running[session_id] = conn
 
+    def running_group(self, session_id: str) -> int | None:
+        """The process group of the agent running `session_id`'s turn now, if any."""
+        with self._lock:
+            conn = self._running.get(session_id)
+        return conn.pid if conn is not None and conn.alive else None
+
     def cancel(self, session_id: str) -> bool:
         with self._lock:
             conn = self._running.get(session_id)

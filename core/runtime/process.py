@@ -11,7 +11,9 @@ whenever the turn is stopped (and swept once the turn ends, for stray descendant
 also gets a parent-death signal (`PR_SET_PDEATHSIG`), so SIGKILL reaches it when the worker
 dies without a chance to clean up (kill -9, the OOM killer). Descendants the agent starts are
 reached by the group kill on every stop, not by the parent-death signal, which the kernel sends
-to direct children only.
+to direct children only. Its group is registered with the worker's watchdog
+(core.runtime.watchdog), which stops it while the worker is stopped and kills it when the
+worker is gone.
 """
 
 from __future__ import annotations
@@ -29,6 +31,8 @@ from pathlib import Path
 from typing import Any, Final
 
 import attrs
+
+from core.runtime import watchdog_link
 
 TRANSIENT_EXIT: Final = 75
 MESSAGE_KEYS: Final = frozenset({"decision", "step_complete", "log", "usage"})
@@ -88,6 +92,7 @@ class AgentProcess:
         with contextlib.suppress(ChildProcessError, OSError):
             os.waitid(os.P_PID, self.popen.pid, os.WEXITED | os.WNOWAIT)
         kill_group(self.popen.pid)
+        watchdog_link.untrack(self.popen.pid)
         code = self.popen.wait()
         drain.join()
         return TurnResult(
@@ -111,6 +116,7 @@ class AgentProcess:
         """Stop the agent and everything in its process group."""
         if self.popen.returncode is None:  # once reaped, its pid may be someone else's
             kill_group(self.popen.pid)
+            watchdog_link.untrack(self.popen.pid)
         if self.popen.poll() is None:
             self.popen.kill()
 
@@ -160,6 +166,7 @@ def start(
     raises LaunchError when the command cannot run at all."""
     if not command:
         raise LaunchError("the agent profile has no command")
+    watchdog_link.announce()
     try:
         popen = subprocess.Popen(
             list(command),
@@ -175,7 +182,9 @@ def start(
             cwd=cwd,
         )
     except OSError as exc:
+        watchdog_link.track(None)
         raise LaunchError(f"cannot start {command[0]!r}: {exc.strerror or exc}") from None
+    watchdog_link.track(popen.pid)
     assert popen.stdin is not None
     try:
         popen.stdin.write(prompt)

@@ -557,6 +557,24 @@ class AgentRuntime:
             )
         return stopped
 
+    def fenced_groups(self) -> list[int]:
+        """The process groups of the agents still alive whose turns were stopped because their
+        run's claim was lost: after a pause of this worker (core.runtime.watchdog) they are
+        killed while still stopped, where an ACP agent would otherwise run on through the grace
+        of its `session/cancel`."""
+        groups = []
+        for session_id, turn in list(self._turns.items()):
+            if turn.stopped != "fenced":
+                continue
+            if turn.proc is not None:
+                if turn.proc.popen.returncode is None:
+                    groups.append(turn.proc.popen.pid)
+            elif self._conversations is not None:
+                group = self._conversations.running_group(session_id)
+                if group is not None:
+                    groups.append(group)
+        return groups
+
     def close(self) -> None:
         """The worker is done: the conversations it kept end (their agents' process groups)."""
         if self._conversations is not None:

@@ -9,7 +9,8 @@ thread and the loop thread never waits for the database, nor the database for th
 An agent process is started like an exec agent (core.runtime.process): in a process group of
 its own, with a parent-death signal, and with exactly the environment the caller gives (built
 by agent_env). The process is forked by the loop thread, which lives as long as the process,
-so the parent-death signal comes when the worker dies, not when a turn's thread ends.
+so the parent-death signal comes when the worker dies, not when a turn's thread ends. Its
+group is registered with the worker's watchdog (core.runtime.watchdog) like an exec agent's.
 """
 
 from __future__ import annotations
@@ -37,6 +38,7 @@ from acp.schema import (
 )
 from pydantic import ValidationError
 
+from core.runtime import watchdog_link
 from core.runtime.acp.classify import error_end, failed, stop_reason_end
 from core.runtime.acp.client import Ask, LanewayClient
 from core.runtime.acp.items import dump, item
@@ -242,6 +244,7 @@ class AgentConnection:
     ) -> None:
         if not command:
             raise AcpError(TurnEnd("failed", "the agent profile has no command", route="R2"))
+        watchdog_link.announce()
         try:
             proc = await asyncio.create_subprocess_exec(
                 *command,
@@ -256,8 +259,10 @@ class AgentConnection:
                 preexec_fn=_parent_death_signal(),  # one syscall: safe between fork and exec
             )
         except OSError as exc:
+            watchdog_link.track(None)
             message = f"cannot start {command[0]!r}: {exc.strerror or exc}"
             raise AcpError(TurnEnd("failed", message, route="R2")) from None
+        watchdog_link.track(proc.pid)
         assert proc.stdout is not None
         assert proc.stdin is not None
         assert proc.stderr is not None
@@ -327,6 +332,7 @@ class AgentConnection:
         if proc is None:
             return
         kill_group(proc.pid)  # the agent and whatever it started
+        watchdog_link.untrack(proc.pid)
         if proc.returncode is None:
             with contextlib.suppress(ProcessLookupError):
                 proc.kill()
