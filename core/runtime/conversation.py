@@ -145,12 +145,17 @@ class Conversations:
             conn = self._running.get(session_id)
         return conn.pid if conn is not None and conn.alive else None
 
-    def cancel(self, session_id: str) -> bool:
+    def cancel(self, session_id: str, *, grace: float | None = None) -> bool:
+        """`session/cancel` of `session_id`'s running turn; its agent's process group is killed
+        when the turn has not ended `grace` seconds later (default: the adapter's grace)."""
         with self._lock:
             conn = self._running.get(session_id)
         if conn is None:
             return False
-        conn.cancel()
+        if grace is None:
+            conn.cancel()
+        else:
+            conn.cancel(grace)
         return True
 
     def end(self, session_id: str) -> None:

@@ -519,7 +519,8 @@ class AgentRuntime:
 
     def stop_run(self, run_id: str, why: str = "cancel") -> bool:
         """Stop the turn working on `run_id` in this process: an exec agent's process group is
-        killed, an ACP agent gets `session/cancel` (its group killed 10 s later if it goes on).
+        killed, an ACP agent gets `session/cancel` (its group killed 10 s later if it goes on;
+        at once when `why` is `fenced`).
         Called again while the turn lasts, it says so again every `RESEND_CANCEL_S`. False
         when no turn of that run is in flight here (yet)."""
         turn = next((t for t in list(self._turns.values()) if t.run_id == run_id), None)
@@ -540,7 +541,9 @@ class AgentRuntime:
         if turn.proc is not None:
             turn.proc.kill()
         elif self._conversations is not None and session_id is not None:
-            self._conversations.cancel(session_id)
+            # A fenced run may be another worker's any moment: its agent is told and then
+            # killed at once, without the grace a person's cancel gives it to end the turn.
+            self._conversations.cancel(session_id, grace=0.0 if why == "fenced" else None)
         return True
 
     def stop_fenced(self, epoch: str) -> list[str]:
