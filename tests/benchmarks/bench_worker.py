@@ -234,7 +234,7 @@ WRAPPER = textwrap.dedent(
 
     mode, out = sys.argv[1], sys.argv[2]
     sys.argv = ["laneway", *sys.argv[3:]]
-    counts = {"statements": 0, "begins": 0, "commits": 0, "claimed": 0}
+    counts = {"statements": 0, "begins": 0, "commits": 0, "pings": 0, "claimed": 0}
     texts = {}
     on = [False]
 
@@ -255,7 +255,16 @@ WRAPPER = textwrap.dedent(
         if on[0] and not autocommit(conn):
             counts["commits"] += 1
 
+    from sqlalchemy.dialects.postgresql._psycopg_common import _PGDialect_common_psycopg as PGD
+    do_ping = PGD.do_ping
+
+    def ping(self, dbapi_connection):
+        if on[0]:
+            counts["pings"] += 1
+        return do_ping(self, dbapi_connection)
+
     if mode == "count":
+        PGD.do_ping = ping
         sa.event.listen(sa.engine.Engine, "before_cursor_execute", statement)
         sa.event.listen(sa.engine.Engine, "begin", begin)
         sa.event.listen(sa.engine.Engine, "commit", commit)
@@ -322,8 +331,12 @@ def round_trips(board: Board, count: int, statements: bool) -> dict[str, float]:
     all_statements = c["statements"] + c["prepared_statements"]
     # psycopg sends BEGIN before a transaction's first statement and COMMIT at its end, each a
     # round trip, except a BEGIN pipelined with the first statement; a statement is a round trip
-    # unless it went in one pipeline with another or with the COMMIT (core.store.prepared)
+    # unless it went in one pipeline with another or with the COMMIT (core.store.prepared);
+    # a pooled connection's checkout pings the server (`pool_pre_ping`, SELECT 1 on the driver's
+    # cursor, unseen by the cursor events): counted by wrapping the dialect's do_ping
+    pings = c["pings"]
     trips = (
+        pings +
         all_statements
         - c["prepared_piggybacked"]
         + c["begins"]
@@ -337,6 +350,7 @@ def round_trips(board: Board, count: int, statements: bool) -> dict[str, float]:
     return {
         "statements": all_statements / n,
         "transactions": c["commits"] / n,
+        "pings": pings / n,
         "round trips": trips / n,
     }
 
