@@ -40,6 +40,10 @@ R = t.runs
 KILL_GRACE_S = 10.0
 CANCEL_POLL_S = 0.5
 """How often a running run's row is read for a cancel request (from any process)."""
+ORPHAN_SCAN_S = 0.5
+"""While claims keep finding work, runs of dead epochs are looked for at most this often (a
+worker that finds the queue empty looks again before its next claim): a scan per claim was a
+transaction per run, and four busy workers scanned each other's claims four times over."""
 
 
 @attrs.frozen
@@ -365,17 +369,24 @@ def _work(
     claimed = finished = failed = 0
     running: dict[Future[TurnOutcome], Run] = {}
     away = _Away()
+    scanned, starved = -ORPHAN_SCAN_S, True
     with ThreadPoolExecutor(max_workers=max(1, concurrency), thread_name_prefix="run") as pool:
         while True:
             try:
-                if not stop.is_set() and len(running) < concurrency:
+                if (
+                    not stop.is_set()
+                    and len(running) < concurrency
+                    and (starved or time.monotonic() - scanned >= ORPHAN_SCAN_S)
+                ):
                     requeue_orphans(host)  # "the next time any worker looks"
+                    scanned = time.monotonic()
                 while (
                     not stop.is_set()
                     and len(running) < concurrency
                     and (max_runs is None or claimed < max_runs)
                 ):
                     run = claim_next(host)
+                    starved = run is None
                     if run is None:
                         break
                     claimed += 1
