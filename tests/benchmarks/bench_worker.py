@@ -239,7 +239,12 @@ WRAPPER = textwrap.dedent(
     on = [False]
 
     def autocommit(conn):
-        return conn.get_execution_options().get("isolation_level") == "AUTOCOMMIT"
+        # laneway's reads on PostgreSQL switch the driver's connection (core.store.database)
+        dbapi = conn.connection.dbapi_connection
+        return (
+            conn.get_execution_options().get("isolation_level") == "AUTOCOMMIT"
+            or bool(getattr(dbapi, "autocommit", False))
+        )
 
     def statement(conn, cursor, text, *rest):
         if on[0]:
