@@ -43,7 +43,6 @@ import subprocess
 import sys
 import tempfile
 import textwrap
-import time
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -87,7 +86,12 @@ def _procrastinate_app() -> Any:
     def agent(command: list[str], prompt: str) -> None:
         # as core.runtime.process starts an exec agent: prompt on stdin, output read, a session
         subprocess.run(
-            command, input=prompt, capture_output=True, text=True, start_new_session=True, check=True
+            command,
+            input=prompt,
+            capture_output=True,
+            text=True,
+            start_new_session=True,
+            check=True,
         )
 
     return app
@@ -147,8 +151,10 @@ def pq_drain(dsn: str, count: int, processes: int, concurrency: int, command: li
         done = conn.execute(
             "SELECT count(*) FROM procrastinate_jobs WHERE status = 'succeeded'"
         ).fetchone()
-    assert done is not None and done[0] == count, f"{done} of {count} jobs succeeded"
-    assert first is not None and last is not None
+    assert done is not None
+    assert done[0] == count, f"{done[0]} of {count} jobs succeeded"
+    assert first is not None
+    assert last is not None
     return count / (last - first).total_seconds()
 
 
@@ -191,7 +197,12 @@ class Board:
         return reason
 
     def drain(
-        self, agent: str, count: int, processes: int, concurrency: int, wrap: list[str] | None = None
+        self,
+        agent: str,
+        count: int,
+        processes: int,
+        concurrency: int,
+        wrap: list[str] | None = None,
     ) -> float:
         reason = self.queue(agent, count)
         command = [LANEWAY] if wrap is None else [sys.executable, "-c", WRAPPER, *wrap]
@@ -219,7 +230,9 @@ class Board:
             ).one()
         engine.dispose()
         assert done == count, f"{done} of {count} runs finished"
-        return count / (datetime.fromisoformat(last) - datetime.fromisoformat(first)).total_seconds()
+        return (
+            count / (datetime.fromisoformat(last) - datetime.fromisoformat(first)).total_seconds()
+        )
 
 
 # The worker process, counted or profiled: the CLI's own entry point, with counters installed
@@ -341,8 +354,8 @@ def round_trips(board: Board, count: int, statements: bool) -> dict[str, float]:
     # cursor, unseen by the cursor events): counted by wrapping the dialect's do_ping
     pings = c["pings"]
     trips = (
-        pings +
-        all_statements
+        pings
+        + all_statements
         - c["prepared_piggybacked"]
         + c["begins"]
         - c["prepared_pipelined_begins"]
@@ -377,12 +390,9 @@ def main() -> None:
     parser.add_argument("--statements", action="store_true", help="list one run's statements")
     parser.add_argument("--profile", type=Path, metavar="DIR", help="write cProfile output here")
     args = parser.parse_args()
-    pq_dsn = None
     try:
         sys.exit(_run_all(args))
     finally:
-        if pq_dsn:
-            pass
         _drop_fresh()
         if args.pg:
             with _admin(args.pg) as conn:
@@ -440,11 +450,9 @@ def _run_all(args: argparse.Namespace) -> int:
             2.5,
         )
         check("2) PG true 4x1 / 1x1", med[("postgresql", "true", 4, 1)] / pg11, 1.0)
-        print(
-            "   Procrastinate sleep 4x1 / 1x1: "
-            f"{med[('procrastinate', 'sleep', 4, 1)] / med[('procrastinate', 'sleep', 1, 1)]:.2f}"
-            f"; true 4x1 / 1x1: {med[('procrastinate', 'true', 4, 1)] / med[('procrastinate', 'true', 1, 1)]:.2f}"
-        )
+        pq_sleep = med[("procrastinate", "sleep", 4, 1)] / med[("procrastinate", "sleep", 1, 1)]
+        pq_true = med[("procrastinate", "true", 4, 1)] / med[("procrastinate", "true", 1, 1)]
+        print(f"   Procrastinate 4x1 / 1x1: sleep {pq_sleep:.2f}, true {pq_true:.2f}")
     if "postgresql" in dbs:
         trips = round_trips(boards["postgresql"], min(args.runs, 100), args.statements)
         print(
