@@ -26,7 +26,7 @@ import sqlalchemy as sa
 
 from core import faults, feedback, runs
 from core.logs import logger
-from core.model import Run
+from core.model import Run, Task
 from core.prompts import build_prompt
 from core.runtime import watchdog_link
 from core.runtime.runtime import TurnOutcome, profile_session
@@ -170,11 +170,13 @@ def _end(host: RuntimePeers, run: Run, outcome: TurnOutcome, epoch: str) -> bool
     return ended
 
 
-def prompt_for(host: RuntimePeers, run: Run) -> str:
+def prompt_for(host: RuntimePeers, run: Run, task: Task | None = None) -> str:
     """The run's prompt: the workflow and step prompts with the task's description, then the
     verdicts and comments given since the agent's last turn on the task (core.feedback; none
-    on a first run), then the run's message."""
-    task = host.tasks.get(run.task_id) if run.task_id else None
+    on a first run), then the run's message. `task`: the run's task, when the caller has just
+    read it."""
+    if task is None and run.task_id:
+        task = host.tasks.get(run.task_id)
     if task is None or run.workflow_step_id is None:
         return str((run.payload or {}).get("message", ""))
     workflow, step = host.workflows.step_by_id(run.workflow_step_id)
@@ -227,18 +229,19 @@ class CancelWatch:
                 self._host.runtime.stop_run(self._run.id)
 
 
-def _vacated(host: RuntimePeers, run: Run) -> str | None:
+def _vacated(host: RuntimePeers, run: Run, task: Task) -> str | None:
     """Why the run's turn would be for a round that is over, or None: `step_left` when its
     task is no longer at the run's step (moved on, or archived); `superseded` when the entry
     that queued it is no longer the task's current entry of the step (the task left and came
     back: newer entries win, for runs as for markers). The run is cancelled with that reason.
     A person's message is for the session, wherever the card stands, and is delivered all
     the same."""
-    if run.task_id is None or run.workflow_step_id is None or run.reason == "user_message":
+    if run.workflow_step_id is None or run.reason == "user_message":
         return None
-    task = host.tasks.get(run.task_id)
     if task.workflow_step_id != run.workflow_step_id or task.archived_at is not None:
         return "step_left"
+    if run.entry_id is None:
+        return None  # queued by no entry: nothing can supersede it
     with host.store.read() as conn:
         return "superseded" if runs.superseded(conn, run) else None
 
@@ -260,7 +263,9 @@ def execute(host: RuntimePeers, run: Run) -> TurnOutcome:
     )
     outcome = TurnOutcome("", ok=False, error="the run names no task")
     try:
-        vacated = _vacated(host, run) if run.task_id is not None else None
+        # read once: whether the run's round is over, its session and its prompt need it
+        task = host.tasks.get(run.task_id) if run.task_id is not None else None
+        vacated = _vacated(host, run, task) if task is not None else None
         if vacated is not None:
             with host.store.transaction() as uow:
                 uow.conn.execute(
@@ -274,8 +279,7 @@ def execute(host: RuntimePeers, run: Run) -> TurnOutcome:
             )
             outcome = TurnOutcome("", ok=False, error=error, cancelled=True)
             return outcome
-        if run.task_id is not None:
-            task = host.tasks.get(run.task_id)
+        if task is not None:
             session = profile_session(host, task, run.agent_profile_id)
             message = None
             if run.reason == "user_message":
@@ -286,7 +290,7 @@ def execute(host: RuntimePeers, run: Run) -> TurnOutcome:
                     outcome = TurnOutcome(session.id, ok=True)
                     return outcome
                 host.turns.start_internal(session.id)
-            prompt = message if message is not None else prompt_for(host, run)
+            prompt = message if message is not None else prompt_for(host, run, task)
             log.bind(session_id=session.id).info("run started")
             with CancelWatch(host, run):
                 outcome = host.runtime.run_turn(
@@ -295,6 +299,9 @@ def execute(host: RuntimePeers, run: Run) -> TurnOutcome:
                     run_id=run.id,
                     reason=run.reason,
                     step_id=run.workflow_step_id,
+                    # as read just now (a delivered message changed the session's: read again)
+                    session=session if message is None else None,
+                    task=task,
                 )
     except Exception as exc:  # noqa: BLE001 - the run is finished as failed, never left claimed
         if database_away(exc):

@@ -39,6 +39,7 @@ from core.runtime.desired import desired, exec_env, with_plan_instruction
 from core.runtime.failures import AgentFailure
 from core.runtime.item_queue import ItemQueue
 from core.services.peers import Peers
+from core.services.sessions import open_session, sessions_of
 from core.services.worktrees import workspace_for
 
 if TYPE_CHECKING:
@@ -228,13 +229,24 @@ class AgentRuntime:
         run_id: str | None = None,
         reason: str = "",
         step_id: str | None = None,
+        session: Session | None = None,
+        task: Task | None = None,
     ) -> TurnOutcome:
         """Run one agent turn for `session_id` (blocking), then any queued messages.
 
         :param step_id: the step the turn works on (a run's step); default the task's step.
             Its decisions are recorded there, and its end completes that step only.
+        :param session: the session, :param task: its task, when the caller has just read
+            them (the worker): the first turn does not read them again.
         """
-        outcome = self._one_turn(session_id, prompt, run_id=run_id, reason=reason, step_id=step_id)
+        outcome = self._one_turn(
+            session_id,
+            prompt,
+            run_id=run_id,
+            reason=reason,
+            step_id=step_id,
+            known=(session, task) if session is not None and session.id == session_id else None,
+        )
         while outcome.ok:
             message = self.peers.sessions.pop_queued_message(session_id)
             if message is None:
@@ -253,10 +265,12 @@ class AgentRuntime:
         run_id: str | None,
         reason: str,
         step_id: str | None,
+        known: tuple[Session, Task | None] | None = None,
     ) -> TurnOutcome:
         host = self.peers
-        session = host.sessions.get(session_id)
-        task = host.tasks.get(session.task_id)
+        session, task = known if known is not None else (host.sessions.get(session_id), None)
+        if task is None or task.id != session.task_id:
+            task = host.tasks.get(session.task_id)
         profile = host.profiles.get(session.agent_profile_id) if session.agent_profile_id else None
         turn = _Turn(task.id, step_id or task.workflow_step_id, run_id, session.agent_profile_id)
         if self._shut_down:
@@ -300,7 +314,15 @@ class AgentRuntime:
                 execution_id = ids.new_id()
                 host.sessions.set_state(session_id, "RUNNING")
                 end = self._attempt(
-                    turn, session_id, profile, agent.env, prompt, record, execution_id
+                    turn,
+                    session_id,
+                    profile,
+                    agent.env,
+                    prompt,
+                    record,
+                    execution_id,
+                    # a retry reads them again: the wait may have changed either
+                    known=(session, task) if attempt == 0 else None,
                 )
 
                 failure = functools.partial(
@@ -364,13 +386,16 @@ class AgentRuntime:
         prompt: str,
         record: BoardRecord,
         execution_id: str,
+        known: tuple[Session, Task] | None = None,
     ) -> TurnEnd:
-        """One try at the turn, by the profile's protocol; how it ended, routed."""
+        """One try at the turn, by the profile's protocol; how it ended, routed. `known`: the
+        session and task as the turn read them at its start (the first try)."""
         try:
-            cwd = workspace_for(self.peers, turn.task_id)
+            cwd = workspace_for(self.peers, turn.task_id, known[1] if known else None)
         except LanewayError as exc:
             return TurnEnd("failed", str(exc), route="R2")
-        session = self.peers.sessions.get(session_id)
+        # set_state(RUNNING) changed its state only, which nothing here reads
+        session = known[0] if known is not None else self.peers.sessions.get(session_id)
         want = desired(session.metadata, profile.name)
         if turn.stopped is not None:
             return TurnEnd("cancelled", "the turn was cancelled")
@@ -881,9 +906,10 @@ def _reconcile_signal(host: Peers, task_id: str, failure: AgentFailure) -> None:
 
 def profile_session(host: Peers, task: Task, agent_profile_id: str) -> Session:
     """The task's session for an agent: a non-failed one is reused, else one is started."""
-    for session in reversed(host.sessions.list(task=task.id)):
+    for session in reversed(sessions_of(host, task.id)):
         if session.agent_profile_id == agent_profile_id and session.state != "FAILED":
-            if session.state not in ACTIVE_SESSION_STATES:
-                host.sessions.set_state(session.id, "WAITING_FOR_INPUT")
+            if session.state in ACTIVE_SESSION_STATES:
+                return session
+            host.sessions.set_state(session.id, "WAITING_FOR_INPUT")
             return host.sessions.get(session.id)
-    return host.sessions.start(task.id, profile=agent_profile_id, external=False)
+    return open_session(host, task.id, agent_profile_id, external=False)
