@@ -727,19 +727,23 @@ class AgentRuntime:
         moved on since the turn began (another agent's decision moved it) or the step needs
         an explicit completion signal the agent did not give."""
         host = self.peers
-        refused = self.fenced(turn.run_id)
-        if refused == "claim_lost":
-            return  # another worker has the run and the session now: nothing here is ours
-        host.sessions.set_state(session_id, "WAITING_FOR_INPUT")
+        # one transaction: the fence holds the run's row while the session's state is written,
+        # and the task and session are read on its connection (no reads of their own)
+        with host.store.transaction():
+            refused = self.fenced(turn.run_id)
+            if refused == "claim_lost":
+                return  # another worker has the run and the session now: nothing here is ours
+            host.sessions.set_state(session_id, "WAITING_FOR_INPUT")
+            if refused is None:
+                task = host.tasks.get(turn.task_id)
+                session = host.sessions.get(session_id)
         if refused is not None:
             logger.bind(task_id=turn.task_id, run_id=turn.run_id, reason=refused).warning(
                 "turn's outcome not applied: the step entry that queued its run is superseded"
             )
             return
-        task = host.tasks.get(turn.task_id)
         if task.workflow_step_id is None or task.workflow_step_id != turn.step_id:
             return
-        session = host.sessions.get(session_id)
         signalled = session.metadata.get("pending_step_signal") == task.workflow_step_id
         _wf, step = host.workflows.step_by_id(task.workflow_step_id)
         if step.auto_advance_requires_signal and not signalled:
