@@ -313,13 +313,15 @@ def release(
     session_id: str | None = None,
     error: str | None = None,
     cancelled: bool = False,
+    entry_current: bool = False,
 ) -> bool:
     """End a claimed run as finished, failed or (`cancelled`) cancelled. False when the claim
     is no longer this epoch's (it was declared dead and its run re-queued): nothing is written
-    then."""
+    then. With `entry_current`, also False (nothing written) when the run's entry is
+    superseded: the fence's condition and the write in one statement (`fence` says which)."""
     status = "cancelled" if cancelled else "finished" if ok else "failed"
     done = uow.conn.execute(
-        _RELEASE,
+        _RELEASE_CURRENT if entry_current else _RELEASE,
         {
             "run_id": run.id,
             "epoch": epoch,
@@ -402,6 +404,8 @@ _FENCE = (
     .where(sa.or_(R.c.entry_id.is_(None), _ENTRY_CURRENT))
     .values(claimed_epoch=R.c.claimed_epoch)
 )
+# `release` with the fence's condition: one statement where the fence and the write were two
+_RELEASE_CURRENT = _RELEASE.where(sa.or_(R.c.entry_id.is_(None), _ENTRY_CURRENT))
 _WHY_FENCED = sa.select(
     R.c.status,
     R.c.claimed_epoch,

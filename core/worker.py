@@ -148,6 +148,20 @@ def _end(host: RuntimePeers, run: Run, outcome: TurnOutcome, epoch: str) -> bool
     with host.store.transaction() as uow:
         if outcome.cancelled and outcome.stopped in ("shutdown", "db_away"):
             ended = runs.give_back(uow, run, epoch)
+        elif (
+            outcome.ok
+            and not outcome.cancelled
+            and runs.release(
+                uow,
+                run,
+                epoch,
+                ok=True,
+                session_id=outcome.session_id or None,
+                error=outcome.error,
+                entry_current=True,
+            )
+        ):
+            ended = True  # the common end: claimed under `epoch`, entry current, one statement
         elif runs.fence(uow, run.id, epoch) == "superseded":
             # its round is over: it ends cancelled, whatever its agent said (newer entries win)
             uow.conn.execute(
