@@ -81,6 +81,10 @@ class TurnOutcome:
     """laneway stopped the turn (`session/cancel`); no on_agent_error ran."""
     stopped: str | None = None
     """Why it was stopped (one of `STOPS`) when `cancelled`."""
+    messages_waiting: bool = True
+    """False when the turn's end saw no message queued for the session, in the transaction
+    that set it waiting for input: a message sent after that commit finds it waiting and
+    queues a run of its own (`SessionService.send`), so there is nothing to deliver here."""
 
 
 @attrs.frozen
@@ -247,7 +251,7 @@ class AgentRuntime:
             step_id=step_id,
             known=(session, task) if session is not None and session.id == session_id else None,
         )
-        while outcome.ok:
+        while outcome.ok and outcome.messages_waiting:
             message = self.peers.sessions.pop_queued_message(session_id)
             if message is None:
                 break
@@ -334,8 +338,8 @@ class AgentRuntime:
                     run_id=run_id,
                 )
                 if end.outcome == "ok":
-                    self._end_turn(turn, session_id)
-                    return TurnOutcome(session_id, ok=True)
+                    waiting = self._end_turn(turn, session_id)
+                    return TurnOutcome(session_id, ok=True, messages_waiting=waiting)
                 if turn.stopped is not None or end.outcome == "cancelled":
                     return self._stopped(turn, session_id, end.message)
                 if end.stderr_tail:
@@ -722,17 +726,18 @@ class AgentRuntime:
             stopped=turn.stopped or "cancel",
         )
 
-    def _end_turn(self, turn: _Turn, session_id: str) -> None:
+    def _end_turn(self, turn: _Turn, session_id: str) -> bool:
         """Exit 0: the session waits for input and on_turn_complete fires, unless the task has
         moved on since the turn began (another agent's decision moved it) or the step needs
-        an explicit completion signal the agent did not give."""
+        an explicit completion signal the agent did not give. False when no message was
+        queued for the session as it was set waiting (`TurnOutcome.messages_waiting`)."""
         host = self.peers
         # one transaction: the fence holds the run's row while the session's state is written,
         # and the task and session are read on its connection (no reads of their own)
         with host.store.transaction():
             refused = self.fenced(turn.run_id)
             if refused == "claim_lost":
-                return  # another worker has the run and the session now: nothing here is ours
+                return True  # another worker has the run and the session now: nothing is ours
             host.sessions.set_state(session_id, "WAITING_FOR_INPUT")
             if refused is None:
                 task = host.tasks.get(turn.task_id)
@@ -741,16 +746,18 @@ class AgentRuntime:
             logger.bind(task_id=turn.task_id, run_id=turn.run_id, reason=refused).warning(
                 "turn's outcome not applied: the step entry that queued its run is superseded"
             )
-            return
+            return True
+        waiting = bool(session.metadata.get("queued_messages"))
         if task.workflow_step_id is None or task.workflow_step_id != turn.step_id:
-            return
+            return waiting
         signalled = session.metadata.get("pending_step_signal") == task.workflow_step_id
         _wf, step = host.workflows.step_by_id(task.workflow_step_id)
         if step.auto_advance_requires_signal and not signalled:
-            return
+            return waiting
         if signalled:
             host.sessions.record_effect(session_id, pending_step_signal=None)
         host.engine.handle_trigger(task.id, "on_turn_complete", session_id=session_id)
+        return waiting
 
     # -- terminal failure --------------------------------------------------------------------------
 
