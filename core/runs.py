@@ -24,6 +24,7 @@ from core.model import Run
 from core.store import events, rows
 from core.store import tables as t
 from core.store.database import UnitOfWork
+from core.store import prepared
 from core.store.prepared import insert_of
 
 R = t.runs
@@ -333,7 +334,6 @@ def release(
     ).rowcount
     if done != 1:
         return False
-    uow.conn.execute(_BUMP, {"agent": run.agent_profile_id, "delta": -1})
     cancel_permissions(uow, [run.id], by="run_ended")
     events.record(
         uow,
@@ -342,6 +342,10 @@ def release(
         run_id=run.id,
         agent_profile_id=run.agent_profile_id,
     )
+    # Last, and deferred: every worker's claim of this agent locks its row, so on PostgreSQL
+    # the count goes down in the round trip of the COMMIT that lets the row go, instead of
+    # holding it across the rest of the transaction's round trips
+    prepared.defer(uow.conn, _BUMP, {"agent": run.agent_profile_id, "delta": -1})
     return True
 
 
