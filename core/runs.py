@@ -288,14 +288,14 @@ def claim_next(uow: UnitOfWork, epoch: str) -> Run | None:
     """Claim the oldest queued run whose agent has room, for `epoch`; None when none can be
     taken now. One conditional statement decides (plus the agent's count on SQLite)."""
     values = {"stamp": ids.now(), "epoch": epoch}
+    # prepared driver SQL (core.store.prepared): the claim, and the release below, run once
+    # per run on every worker
+    row = uow.run(_SQLITE_CLAIM if uow.store.is_sqlite else _PG_CLAIM, values).mapping()
+    if row is None:
+        return None
     if uow.store.is_sqlite:
-        row = uow.conn.execute(_SQLITE_CLAIM, values).mappings().first()
-        if row is None:
-            return None
-        uow.conn.execute(_BUMP, {"agent": row["agent_profile_id"], "delta": 1})
-        return _started(uow, rows.run(row))
-    row = uow.conn.execute(_PG_CLAIM, values).mappings().first()
-    return _started(uow, rows.run(row)) if row is not None else None
+        uow.run(_BUMP, {"agent": row["agent_profile_id"], "delta": 1})
+    return _started(uow, rows.run(row))
 
 
 def _started(uow: UnitOfWork, run: Run) -> Run:
@@ -321,7 +321,7 @@ def release(
     then. With `entry_current`, also False (nothing written) when the run's entry is
     superseded: the fence's condition and the write in one statement (`fence` says which)."""
     status = "cancelled" if cancelled else "finished" if ok else "failed"
-    done = uow.conn.execute(
+    done = uow.run(
         _RELEASE_CURRENT if entry_current else _RELEASE,
         {
             "run_id": run.id,
@@ -428,7 +428,7 @@ def fence(uow: UnitOfWork, run_id: str, epoch: str | None) -> str | None:
     turn outside the queue); a run claimed once and re-queued since is `claim_lost`."""
     if (
         epoch is not None
-        and uow.conn.execute(_FENCE, {"b_run_id": run_id, "b_epoch": epoch}).rowcount
+        and uow.run(_FENCE, {"b_run_id": run_id, "b_epoch": epoch}).rowcount
     ):
         return None
     row = uow.conn.execute(_WHY_FENCED, {"b_run_id": run_id}).first()
