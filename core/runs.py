@@ -21,10 +21,9 @@ import sqlalchemy as sa
 
 from core import ids
 from core.model import Run
-from core.store import events, rows
+from core.store import events, prepared, rows
 from core.store import tables as t
 from core.store.database import UnitOfWork
-from core.store import prepared
 from core.store.prepared import insert_of
 
 R = t.runs
@@ -426,10 +425,7 @@ def fence(uow: UnitOfWork, run_id: str, epoch: str | None) -> str | None:
     or `superseded` (a newer entry of the run's entry's step exists: the task left and came
     back). A run id naming no run, or a run never claimed, fences nothing but supersession (a
     turn outside the queue); a run claimed once and re-queued since is `claim_lost`."""
-    if (
-        epoch is not None
-        and uow.run(_FENCE, {"b_run_id": run_id, "b_epoch": epoch}).rowcount
-    ):
+    if epoch is not None and uow.run(_FENCE, {"b_run_id": run_id, "b_epoch": epoch}).rowcount:
         return None
     row = uow.conn.execute(_WHY_FENCED, {"b_run_id": run_id}).first()
     if row is None:
@@ -508,6 +504,16 @@ def cancel(uow: UnitOfWork, run_id: str, reason: str) -> Cancel:
         return Cancel("requested", CLAIMED)
     status = uow.conn.execute(sa.select(R.c.status).where(R.c.id == run_id)).scalar()
     return Cancel("none", str(status))
+
+
+def cancels_requested(conn: sa.Connection, run_ids: Sequence[str]) -> dict[str, str]:
+    """The pending cancel requests among these claimed runs: run id -> reason."""
+    found = conn.execute(
+        sa.select(R.c.id, R.c.cancel_reason).where(
+            R.c.id.in_(list(run_ids)), R.c.status == CLAIMED, R.c.cancel_reason.is_not(None)
+        )
+    )
+    return {str(run_id): str(reason) for run_id, reason in found}
 
 
 def cancel_requested(conn: sa.Connection, run_id: str) -> str | None:

@@ -15,11 +15,13 @@ without launching its agent. A turn a stopping worker kills goes back to the que
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
-from typing import TYPE_CHECKING, Any, Self
+from contextlib import contextmanager
+from typing import TYPE_CHECKING, Any
 
 import attrs
 import sqlalchemy as sa
@@ -204,43 +206,68 @@ def prompt_for(host: RuntimePeers, run: Run, task: Task | None = None) -> str:
 
 
 class CancelWatch:
-    """While a run's turn lasts: reads the run's row every `CANCEL_POLL_S` and, once someone
-    asked to cancel it (from any process), has the runtime stop its turn (again, until it
-    ends: the turn may not have reached its agent yet)."""
+    """While runs' turns last: reads their rows every `CANCEL_POLL_S`, all of them in one
+    statement, and once someone asked to cancel one (from any process), has the runtime stop
+    its turn (again at each poll, until it ends: the turn may not have reached its agent yet).
+    One per worker, its thread started with the first run watched: a thread and a read per run
+    cost every run a thread's start and join."""
 
-    def __init__(self, host: RuntimePeers, run: Run, poll: float = CANCEL_POLL_S) -> None:
+    def __init__(self, host: RuntimePeers, poll: float = CANCEL_POLL_S) -> None:
         self._host = host
-        self._run = run
         self._poll = poll
         self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._watch, name="laneway-cancel", daemon=True)
-        self.requested: str | None = None
+        self._lock = threading.Lock()
+        self._runs: dict[str, Run] = {}
+        self.requested: dict[str, str] = {}
+        self._thread: threading.Thread | None = None
 
-    def __enter__(self) -> Self:
-        self._thread.start()
-        return self
+    @contextmanager
+    def watching(self, run: Run) -> Iterator[None]:
+        with self._lock:
+            self._runs[run.id] = run
+            if self._thread is None:
+                self._thread = threading.Thread(
+                    target=self._watch, name="laneway-cancel", daemon=True
+                )
+                self._thread.start()
+        try:
+            yield
+        finally:
+            with self._lock:
+                self._runs.pop(run.id, None)
+                self.requested.pop(run.id, None)
 
-    def __exit__(self, *_exc: object) -> None:
+    def close(self) -> None:
         self._stop.set()
-        self._thread.join(timeout=5)
+        if self._thread is not None:
+            self._thread.join(timeout=5)
 
     def _watch(self) -> None:
         while not self._stop.wait(self._poll):
-            if self.requested is None:
+            with self._lock:
+                unasked = [r for r in self._runs if r not in self.requested]
+            if unasked:
                 try:
                     with self._host.store.read() as conn:
-                        self.requested = runs.cancel_requested(conn, self._run.id)
+                        found = runs.cancels_requested(conn, unasked)
                 except Exception as exc:  # noqa: BLE001 - a failed read is tried again next poll
-                    logger.bind(run_id=self._run.id, cause=str(exc)).warning(
-                        "cancel watch could not read the run"
+                    logger.bind(run_ids=unasked, cause=str(exc)).warning(
+                        "cancel watch could not read the runs"
                     )
-                    continue
-                if self.requested is not None:
-                    logger.bind(
-                        run_id=self._run.id, task_id=self._run.task_id, reason=self.requested
-                    ).info("run cancel requested; stopping its turn")
-            if self.requested is not None:
-                self._host.runtime.stop_run(self._run.id)
+                    found = {}
+                with self._lock:
+                    for run_id, reason in found.items():
+                        run = self._runs.get(run_id)
+                        if run is None:
+                            continue  # its turn ended meanwhile
+                        self.requested[run_id] = reason
+                        logger.bind(run_id=run_id, task_id=run.task_id, reason=reason).info(
+                            "run cancel requested; stopping its turn"
+                        )
+            with self._lock:
+                stopping = [r for r in self.requested if r in self._runs]
+            for run_id in stopping:
+                self._host.runtime.stop_run(run_id)
 
 
 def _vacated(host: RuntimePeers, run: Run, task: Task) -> str | None:
@@ -269,8 +296,9 @@ _WHY_VACATED = {
 }
 
 
-def execute(host: RuntimePeers, run: Run) -> TurnOutcome:
-    """Launch the run's agent on its task's session for that agent and wait for the turn."""
+def execute(host: RuntimePeers, run: Run, watch: CancelWatch | None = None) -> TurnOutcome:
+    """Launch the run's agent on its task's session for that agent and wait for the turn.
+    `watch`: the worker's CancelWatch (without one, the run gets one of its own)."""
     faults.reach("worker.after_claim")
     log = logger.bind(
         run_id=run.id, task_id=run.task_id, agent_profile_id=run.agent_profile_id, reason=run.reason
@@ -306,17 +334,22 @@ def execute(host: RuntimePeers, run: Run) -> TurnOutcome:
                 host.turns.start_internal(session.id)
             prompt = message if message is not None else prompt_for(host, run, task)
             log.bind(session_id=session.id).info("run started")
-            with CancelWatch(host, run):
-                outcome = host.runtime.run_turn(
-                    session.id,
-                    prompt,
-                    run_id=run.id,
-                    reason=run.reason,
-                    step_id=run.workflow_step_id,
-                    # as read just now (a delivered message changed the session's: read again)
-                    session=session if message is None else None,
-                    task=task,
-                )
+            watcher = watch if watch is not None else CancelWatch(host)
+            try:
+                with watcher.watching(run):
+                    outcome = host.runtime.run_turn(
+                        session.id,
+                        prompt,
+                        run_id=run.id,
+                        reason=run.reason,
+                        step_id=run.workflow_step_id,
+                        # as read just now (a delivered message changed the session's: read again)
+                        session=session if message is None else None,
+                        task=task,
+                    )
+            finally:
+                if watch is None:
+                    watcher.close()
     except Exception as exc:  # noqa: BLE001 - the run is finished as failed, never left claimed
         if database_away(exc):
             # not the agent's failure: the run goes back to the queue once the database is
@@ -391,7 +424,11 @@ def _work(
     running: dict[Future[TurnOutcome], Run] = {}
     away = _Away()
     scanned, starved = -ORPHAN_SCAN_S, True
-    with ThreadPoolExecutor(max_workers=max(1, concurrency), thread_name_prefix="run") as pool:
+    watch = CancelWatch(host)
+    with (
+        contextlib.closing(watch),
+        ThreadPoolExecutor(max_workers=max(1, concurrency), thread_name_prefix="run") as pool,
+    ):
         while True:
             try:
                 if (
@@ -413,7 +450,7 @@ def _work(
                     claimed += 1
                     if progress:
                         progress("claimed", run, None)
-                    running[pool.submit(execute, host, run)] = run
+                    running[pool.submit(execute, host, run, watch)] = run
             except Exception as exc:
                 if not database_away(exc):
                     raise
