@@ -281,7 +281,26 @@ WRAPPER = textwrap.dedent(
             counts["pings"] += 1
         return do_ping(self, dbapi_connection)
 
+    from core.store import prepared
+
+    def note(kind, sql):
+        if on[0]:
+            key = kind + " " + " ".join(sql.split())[:150]
+            texts[key] = texts.get(key, 0) + 1
+
+    send, pipelined = prepared._send, prepared._pipelined
+
+    def _send(conn, sql, params, **kwargs):
+        note("[prepared]", sql)
+        return send(conn, sql, params, **kwargs)
+
+    def _pipelined(dbapi, pending, run, sql, params, scratch=None):
+        for item in pending or ():
+            note("[deferred]", item.sql)
+        return pipelined(dbapi, pending, run, sql, params, scratch)
+
     if mode == "count":
+        prepared._send, prepared._pipelined = _send, _pipelined
         PGD.do_ping = ping
         sa.event.listen(sa.engine.Engine, "before_cursor_execute", statement)
         sa.event.listen(sa.engine.Engine, "begin", begin)
@@ -362,7 +381,11 @@ def round_trips(board: Board, count: int, statements: bool) -> dict[str, float]:
         + c["commits"]
     )
     if statements:
-        print("  statements seen by SQLAlchemy's events during the counted drain (count: text):")
+        print(
+            "  statements of the counted drain, per run: SQLAlchemy's (no mark), laneway's"
+            " prepared driver SQL ([prepared]) and statements deferred into another's round"
+            " trip ([deferred]):"
+        )
         for text, seen in sorted(data["texts"].items(), key=lambda kv: -kv[1]):
             print(f"    {seen / n:6.2f}/run  {text}")
     return {
