@@ -87,6 +87,9 @@ class TurnOutcome:
     queues a run of its own (`SessionService.send`), so there is nothing to deliver here."""
 
 
+_UNSET: Final = object()
+
+
 @attrs.frozen
 class BoardRecord:
     """Where a turn's transcript items, reported agent state and usage go: the board."""
@@ -466,14 +469,17 @@ class AgentRuntime:
         if turn.stopped == "fenced":
             return TurnEnd("cancelled", "the worker lost the run's claim")
         self.peers.sessions.append_transcript(session_id, result.transcript)
-        record.agent(
-            protocol="exec",
-            mode=want.mode,
-            plan_mode=want.plan_mode,
-            model=want.model,
-            config_options=[{"id": k, "current": v} for k, v in want.options.items()],
-            resets_applied=want.resets,
-        )
+        reported = {
+            "protocol": "exec",
+            "mode": want.mode,
+            "plan_mode": want.plan_mode,
+            "model": want.model,
+            "config_options": [{"id": k, "current": v} for k, v in want.options.items()],
+            "resets_applied": want.resets,
+        }
+        if any(session.agent.get(k, _UNSET) != v for k, v in reported.items()):
+            # a session's every turn reports the same: written when it changes, not per turn
+            record.agent(**reported)
         if result.ok:
             return TurnEnd("ok")
         tail = result.stderr_tail.strip()
