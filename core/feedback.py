@@ -11,8 +11,10 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Final
 
 import attrs
+import sqlalchemy as sa
 
 from core.model import Comment, Decision, Run
+from core.store import tables as t
 
 if TYPE_CHECKING:
     from core.services.peers import Peers
@@ -28,29 +30,36 @@ class Feedback:
     comments: tuple[Comment, ...]
 
 
-def last_turn_start(runs: list[Run], run: Run) -> str | None:
+R = t.runs
+_LAST_START = sa.select(sa.func.max(R.c.claimed_at)).where(
+    R.c.task_id == sa.bindparam("task_id"),
+    R.c.agent_profile_id == sa.bindparam("agent"),
+    R.c.id != sa.bindparam("run_id"),
+    R.c.claimed_at.is_not(None),
+)
+
+
+def last_turn_start(host: Peers, run: Run) -> str | None:
     """When `run`'s agent last began a turn on its task (another run than `run`: a re-claimed
-    run is not its own last turn); None for a first run.
+    run is not its own last turn); None for a first run. One aggregate over the task's runs
+    (it read the task and every run of it, on every run).
 
     The start, not the end: a reviewer woken by this agent's turn may record its verdict
     before the worker has written the turn's end, and everything given after the agent's
     last prompt is new to it. What the agent gave itself meanwhile is left out below."""
-    starts = [
-        r.claimed_at
-        for r in runs
-        if r.id != run.id
-        and r.agent_profile_id == run.agent_profile_id
-        and r.task_id == run.task_id
-        and r.claimed_at is not None
-    ]
-    return max(starts) if starts else None
+    with host.store.read() as conn:
+        found = conn.execute(
+            _LAST_START,
+            {"task_id": run.task_id, "agent": run.agent_profile_id, "run_id": run.id},
+        ).scalar()
+    return str(found) if found is not None else None
 
 
 def since_last_turn(host: Peers, run: Run) -> Feedback | None:
     """The feedback `run`'s agent has not seen, or None (a first run, or nothing new)."""
     if run.task_id is None:
         return None
-    since = last_turn_start(host.runs.list(task=run.task_id), run)
+    since = last_turn_start(host, run)
     if since is None:
         return _woken_by_comment(host, run)
     me = host.profiles.get(run.agent_profile_id).name

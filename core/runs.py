@@ -21,7 +21,7 @@ import sqlalchemy as sa
 
 from core import ids
 from core.model import Run
-from core.store import events, rows
+from core.store import events, prepared, rows
 from core.store import tables as t
 from core.store.database import UnitOfWork
 from core.store.prepared import insert_of
@@ -287,14 +287,14 @@ def claim_next(uow: UnitOfWork, epoch: str) -> Run | None:
     """Claim the oldest queued run whose agent has room, for `epoch`; None when none can be
     taken now. One conditional statement decides (plus the agent's count on SQLite)."""
     values = {"stamp": ids.now(), "epoch": epoch}
+    # prepared driver SQL (core.store.prepared): the claim, and the release below, run once
+    # per run on every worker
+    row = uow.run(_SQLITE_CLAIM if uow.store.is_sqlite else _PG_CLAIM, values).mapping()
+    if row is None:
+        return None
     if uow.store.is_sqlite:
-        row = uow.conn.execute(_SQLITE_CLAIM, values).mappings().first()
-        if row is None:
-            return None
-        uow.conn.execute(_BUMP, {"agent": row["agent_profile_id"], "delta": 1})
-        return _started(uow, rows.run(row))
-    row = uow.conn.execute(_PG_CLAIM, values).mappings().first()
-    return _started(uow, rows.run(row)) if row is not None else None
+        uow.run(_BUMP, {"agent": row["agent_profile_id"], "delta": 1})
+    return _started(uow, rows.run(row))
 
 
 def _started(uow: UnitOfWork, run: Run) -> Run:
@@ -313,13 +313,15 @@ def release(
     session_id: str | None = None,
     error: str | None = None,
     cancelled: bool = False,
+    entry_current: bool = False,
 ) -> bool:
     """End a claimed run as finished, failed or (`cancelled`) cancelled. False when the claim
     is no longer this epoch's (it was declared dead and its run re-queued): nothing is written
-    then."""
+    then. With `entry_current`, also False (nothing written) when the run's entry is
+    superseded: the fence's condition and the write in one statement (`fence` says which)."""
     status = "cancelled" if cancelled else "finished" if ok else "failed"
-    done = uow.conn.execute(
-        _RELEASE,
+    done = uow.run(
+        _RELEASE_CURRENT if entry_current else _RELEASE,
         {
             "run_id": run.id,
             "epoch": epoch,
@@ -331,7 +333,6 @@ def release(
     ).rowcount
     if done != 1:
         return False
-    uow.conn.execute(_BUMP, {"agent": run.agent_profile_id, "delta": -1})
     cancel_permissions(uow, [run.id], by="run_ended")
     events.record(
         uow,
@@ -340,6 +341,10 @@ def release(
         run_id=run.id,
         agent_profile_id=run.agent_profile_id,
     )
+    # Last, and deferred: every worker's claim of this agent locks its row, so on PostgreSQL
+    # the count goes down in the round trip of the COMMIT that lets the row go, instead of
+    # holding it across the rest of the transaction's round trips
+    prepared.defer(uow.conn, _BUMP, {"agent": run.agent_profile_id, "delta": -1})
     return True
 
 
@@ -402,6 +407,8 @@ _FENCE = (
     .where(sa.or_(R.c.entry_id.is_(None), _ENTRY_CURRENT))
     .values(claimed_epoch=R.c.claimed_epoch)
 )
+# `release` with the fence's condition: one statement where the fence and the write were two
+_RELEASE_CURRENT = _RELEASE.where(sa.or_(R.c.entry_id.is_(None), _ENTRY_CURRENT))
 _WHY_FENCED = sa.select(
     R.c.status,
     R.c.claimed_epoch,
@@ -418,10 +425,7 @@ def fence(uow: UnitOfWork, run_id: str, epoch: str | None) -> str | None:
     or `superseded` (a newer entry of the run's entry's step exists: the task left and came
     back). A run id naming no run, or a run never claimed, fences nothing but supersession (a
     turn outside the queue); a run claimed once and re-queued since is `claim_lost`."""
-    if (
-        epoch is not None
-        and uow.conn.execute(_FENCE, {"b_run_id": run_id, "b_epoch": epoch}).rowcount
-    ):
+    if epoch is not None and uow.run(_FENCE, {"b_run_id": run_id, "b_epoch": epoch}).rowcount:
         return None
     row = uow.conn.execute(_WHY_FENCED, {"b_run_id": run_id}).first()
     if row is None:
@@ -500,6 +504,16 @@ def cancel(uow: UnitOfWork, run_id: str, reason: str) -> Cancel:
         return Cancel("requested", CLAIMED)
     status = uow.conn.execute(sa.select(R.c.status).where(R.c.id == run_id)).scalar()
     return Cancel("none", str(status))
+
+
+def cancels_requested(conn: sa.Connection, run_ids: Sequence[str]) -> dict[str, str]:
+    """The pending cancel requests among these claimed runs: run id -> reason."""
+    found = conn.execute(
+        sa.select(R.c.id, R.c.cancel_reason).where(
+            R.c.id.in_(list(run_ids)), R.c.status == CLAIMED, R.c.cancel_reason.is_not(None)
+        )
+    )
+    return {str(run_id): str(reason) for run_id, reason in found}
 
 
 def cancel_requested(conn: sa.Connection, run_id: str) -> str | None:

@@ -15,18 +15,20 @@ without launching its agent. A turn a stopping worker kills goes back to the que
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
-from typing import TYPE_CHECKING, Any, Self
+from contextlib import contextmanager
+from typing import TYPE_CHECKING, Any
 
 import attrs
 import sqlalchemy as sa
 
 from core import faults, feedback, runs
 from core.logs import logger
-from core.model import Run
+from core.model import Run, Task
 from core.prompts import build_prompt
 from core.runtime import watchdog_link
 from core.runtime.runtime import TurnOutcome, profile_session
@@ -40,6 +42,10 @@ R = t.runs
 KILL_GRACE_S = 10.0
 CANCEL_POLL_S = 0.5
 """How often a running run's row is read for a cancel request (from any process)."""
+ORPHAN_SCAN_S = 0.5
+"""While claims keep finding work, runs of dead epochs are looked for at most this often (a
+worker that finds the queue empty looks again before its next claim): a scan per claim was a
+transaction per run, and four busy workers scanned each other's claims four times over."""
 
 
 @attrs.frozen
@@ -144,6 +150,20 @@ def _end(host: RuntimePeers, run: Run, outcome: TurnOutcome, epoch: str) -> bool
     with host.store.transaction() as uow:
         if outcome.cancelled and outcome.stopped in ("shutdown", "db_away"):
             ended = runs.give_back(uow, run, epoch)
+        elif (
+            outcome.ok
+            and not outcome.cancelled
+            and runs.release(
+                uow,
+                run,
+                epoch,
+                ok=True,
+                session_id=outcome.session_id or None,
+                error=outcome.error,
+                entry_current=True,
+            )
+        ):
+            ended = True  # the common end: claimed under `epoch`, entry current, one statement
         elif runs.fence(uow, run.id, epoch) == "superseded":
             # its round is over: it ends cancelled, whatever its agent said (newer entries win)
             uow.conn.execute(
@@ -166,11 +186,13 @@ def _end(host: RuntimePeers, run: Run, outcome: TurnOutcome, epoch: str) -> bool
     return ended
 
 
-def prompt_for(host: RuntimePeers, run: Run) -> str:
+def prompt_for(host: RuntimePeers, run: Run, task: Task | None = None) -> str:
     """The run's prompt: the workflow and step prompts with the task's description, then the
     verdicts and comments given since the agent's last turn on the task (core.feedback; none
-    on a first run), then the run's message."""
-    task = host.tasks.get(run.task_id) if run.task_id else None
+    on a first run), then the run's message. `task`: the run's task, when the caller has just
+    read it."""
+    if task is None and run.task_id:
+        task = host.tasks.get(run.task_id)
     if task is None or run.workflow_step_id is None:
         return str((run.payload or {}).get("message", ""))
     workflow, step = host.workflows.step_by_id(run.workflow_step_id)
@@ -184,57 +206,83 @@ def prompt_for(host: RuntimePeers, run: Run) -> str:
 
 
 class CancelWatch:
-    """While a run's turn lasts: reads the run's row every `CANCEL_POLL_S` and, once someone
-    asked to cancel it (from any process), has the runtime stop its turn (again, until it
-    ends: the turn may not have reached its agent yet)."""
+    """While runs' turns last: reads their rows every `CANCEL_POLL_S`, all of them in one
+    statement, and once someone asked to cancel one (from any process), has the runtime stop
+    its turn (again at each poll, until it ends: the turn may not have reached its agent yet).
+    One per worker, its thread started with the first run watched: a thread and a read per run
+    cost every run a thread's start and join."""
 
-    def __init__(self, host: RuntimePeers, run: Run, poll: float = CANCEL_POLL_S) -> None:
+    def __init__(self, host: RuntimePeers, poll: float = CANCEL_POLL_S) -> None:
         self._host = host
-        self._run = run
         self._poll = poll
         self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._watch, name="laneway-cancel", daemon=True)
-        self.requested: str | None = None
+        self._lock = threading.Lock()
+        self._runs: dict[str, Run] = {}
+        self.requested: dict[str, str] = {}
+        self._thread: threading.Thread | None = None
 
-    def __enter__(self) -> Self:
-        self._thread.start()
-        return self
+    @contextmanager
+    def watching(self, run: Run) -> Iterator[None]:
+        with self._lock:
+            self._runs[run.id] = run
+            if self._thread is None:
+                self._thread = threading.Thread(
+                    target=self._watch, name="laneway-cancel", daemon=True
+                )
+                self._thread.start()
+        try:
+            yield
+        finally:
+            with self._lock:
+                self._runs.pop(run.id, None)
+                self.requested.pop(run.id, None)
 
-    def __exit__(self, *_exc: object) -> None:
+    def close(self) -> None:
         self._stop.set()
-        self._thread.join(timeout=5)
+        if self._thread is not None:
+            self._thread.join(timeout=5)
 
     def _watch(self) -> None:
         while not self._stop.wait(self._poll):
-            if self.requested is None:
+            with self._lock:
+                unasked = [r for r in self._runs if r not in self.requested]
+            if unasked:
                 try:
                     with self._host.store.read() as conn:
-                        self.requested = runs.cancel_requested(conn, self._run.id)
+                        found = runs.cancels_requested(conn, unasked)
                 except Exception as exc:  # noqa: BLE001 - a failed read is tried again next poll
-                    logger.bind(run_id=self._run.id, cause=str(exc)).warning(
-                        "cancel watch could not read the run"
+                    logger.bind(run_ids=unasked, cause=str(exc)).warning(
+                        "cancel watch could not read the runs"
                     )
-                    continue
-                if self.requested is not None:
-                    logger.bind(
-                        run_id=self._run.id, task_id=self._run.task_id, reason=self.requested
-                    ).info("run cancel requested; stopping its turn")
-            if self.requested is not None:
-                self._host.runtime.stop_run(self._run.id)
+                    found = {}
+                with self._lock:
+                    for run_id, reason in found.items():
+                        run = self._runs.get(run_id)
+                        if run is None:
+                            continue  # its turn ended meanwhile
+                        self.requested[run_id] = reason
+                        logger.bind(run_id=run_id, task_id=run.task_id, reason=reason).info(
+                            "run cancel requested; stopping its turn"
+                        )
+            with self._lock:
+                stopping = [r for r in self.requested if r in self._runs]
+            for run_id in stopping:
+                self._host.runtime.stop_run(run_id)
 
 
-def _vacated(host: RuntimePeers, run: Run) -> str | None:
+def _vacated(host: RuntimePeers, run: Run, task: Task) -> str | None:
     """Why the run's turn would be for a round that is over, or None: `step_left` when its
     task is no longer at the run's step (moved on, or archived); `superseded` when the entry
     that queued it is no longer the task's current entry of the step (the task left and came
     back: newer entries win, for runs as for markers). The run is cancelled with that reason.
     A person's message is for the session, wherever the card stands, and is delivered all
     the same."""
-    if run.task_id is None or run.workflow_step_id is None or run.reason == "user_message":
+    if run.workflow_step_id is None or run.reason == "user_message":
         return None
-    task = host.tasks.get(run.task_id)
     if task.workflow_step_id != run.workflow_step_id or task.archived_at is not None:
         return "step_left"
+    if run.entry_id is None:
+        return None  # queued by no entry: nothing can supersede it
     with host.store.read() as conn:
         return "superseded" if runs.superseded(conn, run) else None
 
@@ -248,15 +296,18 @@ _WHY_VACATED = {
 }
 
 
-def execute(host: RuntimePeers, run: Run) -> TurnOutcome:
-    """Launch the run's agent on its task's session for that agent and wait for the turn."""
+def execute(host: RuntimePeers, run: Run, watch: CancelWatch | None = None) -> TurnOutcome:
+    """Launch the run's agent on its task's session for that agent and wait for the turn.
+    `watch`: the worker's CancelWatch (without one, the run gets one of its own)."""
     faults.reach("worker.after_claim")
     log = logger.bind(
         run_id=run.id, task_id=run.task_id, agent_profile_id=run.agent_profile_id, reason=run.reason
     )
     outcome = TurnOutcome("", ok=False, error="the run names no task")
     try:
-        vacated = _vacated(host, run) if run.task_id is not None else None
+        # read once: whether the run's round is over, its session and its prompt need it
+        task = host.tasks.get(run.task_id) if run.task_id is not None else None
+        vacated = _vacated(host, run, task) if task is not None else None
         if vacated is not None:
             with host.store.transaction() as uow:
                 uow.conn.execute(
@@ -270,8 +321,7 @@ def execute(host: RuntimePeers, run: Run) -> TurnOutcome:
             )
             outcome = TurnOutcome("", ok=False, error=error, cancelled=True)
             return outcome
-        if run.task_id is not None:
-            task = host.tasks.get(run.task_id)
+        if task is not None:
             session = profile_session(host, task, run.agent_profile_id)
             message = None
             if run.reason == "user_message":
@@ -282,16 +332,24 @@ def execute(host: RuntimePeers, run: Run) -> TurnOutcome:
                     outcome = TurnOutcome(session.id, ok=True)
                     return outcome
                 host.turns.start_internal(session.id)
-            prompt = message if message is not None else prompt_for(host, run)
+            prompt = message if message is not None else prompt_for(host, run, task)
             log.bind(session_id=session.id).info("run started")
-            with CancelWatch(host, run):
-                outcome = host.runtime.run_turn(
-                    session.id,
-                    prompt,
-                    run_id=run.id,
-                    reason=run.reason,
-                    step_id=run.workflow_step_id,
-                )
+            watcher = watch if watch is not None else CancelWatch(host)
+            try:
+                with watcher.watching(run):
+                    outcome = host.runtime.run_turn(
+                        session.id,
+                        prompt,
+                        run_id=run.id,
+                        reason=run.reason,
+                        step_id=run.workflow_step_id,
+                        # as read just now (a delivered message changed the session's: read again)
+                        session=session if message is None else None,
+                        task=task,
+                    )
+            finally:
+                if watch is None:
+                    watcher.close()
     except Exception as exc:  # noqa: BLE001 - the run is finished as failed, never left claimed
         if database_away(exc):
             # not the agent's failure: the run goes back to the queue once the database is
@@ -365,23 +423,34 @@ def _work(
     claimed = finished = failed = 0
     running: dict[Future[TurnOutcome], Run] = {}
     away = _Away()
-    with ThreadPoolExecutor(max_workers=max(1, concurrency), thread_name_prefix="run") as pool:
+    scanned, starved = -ORPHAN_SCAN_S, True
+    watch = CancelWatch(host)
+    with (
+        contextlib.closing(watch),
+        ThreadPoolExecutor(max_workers=max(1, concurrency), thread_name_prefix="run") as pool,
+    ):
         while True:
             try:
-                if not stop.is_set() and len(running) < concurrency:
+                if (
+                    not stop.is_set()
+                    and len(running) < concurrency
+                    and (starved or time.monotonic() - scanned >= ORPHAN_SCAN_S)
+                ):
                     requeue_orphans(host)  # "the next time any worker looks"
+                    scanned = time.monotonic()
                 while (
                     not stop.is_set()
                     and len(running) < concurrency
                     and (max_runs is None or claimed < max_runs)
                 ):
                     run = claim_next(host)
+                    starved = run is None
                     if run is None:
                         break
                     claimed += 1
                     if progress:
                         progress("claimed", run, None)
-                    running[pool.submit(execute, host, run)] = run
+                    running[pool.submit(execute, host, run, watch)] = run
             except Exception as exc:
                 if not database_away(exc):
                     raise

@@ -14,14 +14,24 @@ reached by the group kill on every stop, not by the parent-death signal, which t
 to direct children only. Its group is registered with the worker's watchdog
 (core.runtime.watchdog), which stops it while the worker is stopped and kills it when the
 worker is gone.
+
+The signal is asked for by util-linux's `setpriv --pdeathsig KILL` exec'ing the agent where
+`setpriv` is installed (the agent keeps the pid it was started with), else by a pre-exec hook.
+A pre-exec hook makes Python fork the whole worker and run Python in the child before exec; a
+plain command line lets it use vfork: measured on the 2-core machine, starting `/bin/true` took
+17-31 ms with the hook against 7.6 ms through `setpriv`. The command is looked up as exec
+would (the agent's PATH, `cwd`) before, so one that cannot start still raises LaunchError with
+exec's reason instead of becoming setpriv's exit status.
 """
 
 from __future__ import annotations
 
 import contextlib
 import ctypes
+import errno
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -152,6 +162,28 @@ def _parent_death_signal() -> Callable[[], None] | None:
     return hook
 
 
+_SETPRIV = shutil.which("setpriv") if sys.platform.startswith("linux") else None
+
+
+def _launcher(command: tuple[str, ...], env: Mapping[str, str], cwd: Path | None) -> list[str]:
+    """The command line that starts `command` with the parent-death signal: through setpriv,
+    after looking the command up as exec would (raising exec's OSError when it cannot run);
+    without setpriv, `command` itself (the caller adds the pre-exec hook)."""
+    if _SETPRIV is None:
+        return list(command)
+    exe = command[0]
+    if os.path.dirname(exe):
+        candidates = [exe if cwd is None else os.path.join(cwd, exe)]
+    else:
+        candidates = [os.path.join(d, exe) for d in os.get_exec_path(dict(env))]
+    found = [c for c in candidates if os.path.isfile(c)]
+    for path in found:
+        if os.access(path, os.X_OK):
+            return [_SETPRIV, "--pdeathsig", "KILL", "--", path, *command[1:]]
+    code = errno.EACCES if found else errno.ENOENT
+    raise OSError(code, os.strerror(code), exe)
+
+
 def start(
     command: tuple[str, ...],
     *,
@@ -169,13 +201,14 @@ def start(
     watchdog_link.announce()
     try:
         popen = subprocess.Popen(
-            list(command),
+            _launcher(command, env, cwd),
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,
             process_group=0,
-            preexec_fn=_parent_death_signal(),  # noqa: PLW1509 - async-signal-safe: one syscall
+            # the hook is async-signal-safe: one syscall
+            preexec_fn=_parent_death_signal() if _SETPRIV is None else None,  # noqa: PLW1509
             # Exactly `env`: the caller built it from a documented base (agent_env), so the
             # worker's secrets stay in the worker.
             env=dict(env),

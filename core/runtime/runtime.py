@@ -39,6 +39,7 @@ from core.runtime.desired import desired, exec_env, with_plan_instruction
 from core.runtime.failures import AgentFailure
 from core.runtime.item_queue import ItemQueue
 from core.services.peers import Peers
+from core.services.sessions import open_session, sessions_of
 from core.services.worktrees import workspace_for
 
 if TYPE_CHECKING:
@@ -80,6 +81,13 @@ class TurnOutcome:
     """laneway stopped the turn (`session/cancel`); no on_agent_error ran."""
     stopped: str | None = None
     """Why it was stopped (one of `STOPS`) when `cancelled`."""
+    messages_waiting: bool = True
+    """False when the turn's end saw no message queued for the session, in the transaction
+    that set it waiting for input: a message sent after that commit finds it waiting and
+    queues a run of its own (`SessionService.send`), so there is nothing to deliver here."""
+
+
+_UNSET: Final = object()
 
 
 @attrs.frozen
@@ -228,14 +236,25 @@ class AgentRuntime:
         run_id: str | None = None,
         reason: str = "",
         step_id: str | None = None,
+        session: Session | None = None,
+        task: Task | None = None,
     ) -> TurnOutcome:
         """Run one agent turn for `session_id` (blocking), then any queued messages.
 
         :param step_id: the step the turn works on (a run's step); default the task's step.
             Its decisions are recorded there, and its end completes that step only.
+        :param session: the session, :param task: its task, when the caller has just read
+            them (the worker): the first turn does not read them again.
         """
-        outcome = self._one_turn(session_id, prompt, run_id=run_id, reason=reason, step_id=step_id)
-        while outcome.ok:
+        outcome = self._one_turn(
+            session_id,
+            prompt,
+            run_id=run_id,
+            reason=reason,
+            step_id=step_id,
+            known=(session, task) if session is not None and session.id == session_id else None,
+        )
+        while outcome.ok and outcome.messages_waiting:
             message = self.peers.sessions.pop_queued_message(session_id)
             if message is None:
                 break
@@ -253,10 +272,12 @@ class AgentRuntime:
         run_id: str | None,
         reason: str,
         step_id: str | None,
+        known: tuple[Session, Task | None] | None = None,
     ) -> TurnOutcome:
         host = self.peers
-        session = host.sessions.get(session_id)
-        task = host.tasks.get(session.task_id)
+        session, task = known if known is not None else (host.sessions.get(session_id), None)
+        if task is None or task.id != session.task_id:
+            task = host.tasks.get(session.task_id)
         profile = host.profiles.get(session.agent_profile_id) if session.agent_profile_id else None
         turn = _Turn(task.id, step_id or task.workflow_step_id, run_id, session.agent_profile_id)
         if self._shut_down:
@@ -300,7 +321,15 @@ class AgentRuntime:
                 execution_id = ids.new_id()
                 host.sessions.set_state(session_id, "RUNNING")
                 end = self._attempt(
-                    turn, session_id, profile, agent.env, prompt, record, execution_id
+                    turn,
+                    session_id,
+                    profile,
+                    agent.env,
+                    prompt,
+                    record,
+                    execution_id,
+                    # a retry reads them again: the wait may have changed either
+                    known=(session, task) if attempt == 0 else None,
                 )
 
                 failure = functools.partial(
@@ -312,8 +341,8 @@ class AgentRuntime:
                     run_id=run_id,
                 )
                 if end.outcome == "ok":
-                    self._end_turn(turn, session_id)
-                    return TurnOutcome(session_id, ok=True)
+                    waiting = self._end_turn(turn, session_id)
+                    return TurnOutcome(session_id, ok=True, messages_waiting=waiting)
                 if turn.stopped is not None or end.outcome == "cancelled":
                     return self._stopped(turn, session_id, end.message)
                 if end.stderr_tail:
@@ -364,13 +393,16 @@ class AgentRuntime:
         prompt: str,
         record: BoardRecord,
         execution_id: str,
+        known: tuple[Session, Task] | None = None,
     ) -> TurnEnd:
-        """One try at the turn, by the profile's protocol; how it ended, routed."""
+        """One try at the turn, by the profile's protocol; how it ended, routed. `known`: the
+        session and task as the turn read them at its start (the first try)."""
         try:
-            cwd = workspace_for(self.peers, turn.task_id)
+            cwd = workspace_for(self.peers, turn.task_id, known[1] if known else None)
         except LanewayError as exc:
             return TurnEnd("failed", str(exc), route="R2")
-        session = self.peers.sessions.get(session_id)
+        # set_state(RUNNING) changed its state only, which nothing here reads
+        session = known[0] if known is not None else self.peers.sessions.get(session_id)
         want = desired(session.metadata, profile.name)
         if turn.stopped is not None:
             return TurnEnd("cancelled", "the turn was cancelled")
@@ -437,14 +469,17 @@ class AgentRuntime:
         if turn.stopped == "fenced":
             return TurnEnd("cancelled", "the worker lost the run's claim")
         self.peers.sessions.append_transcript(session_id, result.transcript)
-        record.agent(
-            protocol="exec",
-            mode=want.mode,
-            plan_mode=want.plan_mode,
-            model=want.model,
-            config_options=[{"id": k, "current": v} for k, v in want.options.items()],
-            resets_applied=want.resets,
-        )
+        reported = {
+            "protocol": "exec",
+            "mode": want.mode,
+            "plan_mode": want.plan_mode,
+            "model": want.model,
+            "config_options": [{"id": k, "current": v} for k, v in want.options.items()],
+            "resets_applied": want.resets,
+        }
+        if any(session.agent.get(k, _UNSET) != v for k, v in reported.items()):
+            # a session's every turn reports the same: written when it changes, not per turn
+            record.agent(**reported)
         if result.ok:
             return TurnEnd("ok")
         tail = result.stderr_tail.strip()
@@ -700,31 +735,38 @@ class AgentRuntime:
             stopped=turn.stopped or "cancel",
         )
 
-    def _end_turn(self, turn: _Turn, session_id: str) -> None:
+    def _end_turn(self, turn: _Turn, session_id: str) -> bool:
         """Exit 0: the session waits for input and on_turn_complete fires, unless the task has
         moved on since the turn began (another agent's decision moved it) or the step needs
-        an explicit completion signal the agent did not give."""
+        an explicit completion signal the agent did not give. False when no message was
+        queued for the session as it was set waiting (`TurnOutcome.messages_waiting`)."""
         host = self.peers
-        refused = self.fenced(turn.run_id)
-        if refused == "claim_lost":
-            return  # another worker has the run and the session now: nothing here is ours
-        host.sessions.set_state(session_id, "WAITING_FOR_INPUT")
+        # one transaction: the fence holds the run's row while the session's state is written,
+        # and the task and session are read on its connection (no reads of their own)
+        with host.store.transaction():
+            refused = self.fenced(turn.run_id)
+            if refused == "claim_lost":
+                return True  # another worker has the run and the session now: nothing is ours
+            host.sessions.set_state(session_id, "WAITING_FOR_INPUT")
+            if refused is None:
+                task = host.tasks.get(turn.task_id)
+                session = host.sessions.get(session_id)
         if refused is not None:
             logger.bind(task_id=turn.task_id, run_id=turn.run_id, reason=refused).warning(
                 "turn's outcome not applied: the step entry that queued its run is superseded"
             )
-            return
-        task = host.tasks.get(turn.task_id)
+            return True
+        waiting = bool(session.metadata.get("queued_messages"))
         if task.workflow_step_id is None or task.workflow_step_id != turn.step_id:
-            return
-        session = host.sessions.get(session_id)
+            return waiting
         signalled = session.metadata.get("pending_step_signal") == task.workflow_step_id
         _wf, step = host.workflows.step_by_id(task.workflow_step_id)
         if step.auto_advance_requires_signal and not signalled:
-            return
+            return waiting
         if signalled:
             host.sessions.record_effect(session_id, pending_step_signal=None)
         host.engine.handle_trigger(task.id, "on_turn_complete", session_id=session_id)
+        return waiting
 
     # -- terminal failure --------------------------------------------------------------------------
 
@@ -884,9 +926,10 @@ def _reconcile_signal(host: Peers, task_id: str, failure: AgentFailure) -> None:
 
 def profile_session(host: Peers, task: Task, agent_profile_id: str) -> Session:
     """The task's session for an agent: a non-failed one is reused, else one is started."""
-    for session in reversed(host.sessions.list(task=task.id)):
+    for session in reversed(sessions_of(host, task.id)):
         if session.agent_profile_id == agent_profile_id and session.state != "FAILED":
-            if session.state not in ACTIVE_SESSION_STATES:
-                host.sessions.set_state(session.id, "WAITING_FOR_INPUT")
+            if session.state in ACTIVE_SESSION_STATES:
+                return session
+            host.sessions.set_state(session.id, "WAITING_FOR_INPUT")
             return host.sessions.get(session.id)
-    return host.sessions.start(task.id, profile=agent_profile_id, external=False)
+    return open_session(host, task.id, agent_profile_id, external=False)

@@ -3,7 +3,7 @@ from __future__ import annotations
 import builtins
 import json
 from collections.abc import Mapping, Sequence
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
 import sqlalchemy as sa
 
@@ -22,6 +22,9 @@ from core.services.refs import resolve_id
 from core.store import events, rows
 from core.store import tables as t
 from core.text import bounded_data, cut_text
+
+if TYPE_CHECKING:
+    from core.services.peers import Peers
 
 S = t.task_sessions
 ITEMS = t.transcript_items
@@ -64,40 +67,7 @@ class SessionService(Service):
         self._require_writer()
         task_row = self.peers.tasks.get(task)
         agent_id = self.peers.profiles.get(profile).id if profile else None
-        session_id = ids.new_id()
-        stamp = ids.now()
-        live = sa.and_(S.c.task_id == task_row.id, S.c.state.in_(tuple(ACTIVE_SESSION_STATES)))
-        with self.peers.store.transaction() as uow:
-            if external:
-                for ended in uow.conn.execute(sa.select(S.c.id).where(live)).scalars():
-                    events.record(
-                        uow, "session.state", task_row.id, session_id=ended, state="COMPLETED"
-                    )
-                uow.conn.execute(
-                    sa.update(S)
-                    .where(live)
-                    .values(state="COMPLETED", completed_at=stamp, updated_at=stamp)
-                )
-            uow.conn.execute(
-                sa.update(S).where(S.c.task_id == task_row.id).values(is_primary=False)
-            )
-            uow.conn.execute(
-                sa.insert(S).values(
-                    id=session_id,
-                    task_id=task_row.id,
-                    agent_profile_id=agent_id,
-                    state="WAITING_FOR_INPUT",
-                    is_primary=True,
-                    external=external,
-                    metadata="{}",
-                    started_at=stamp,
-                    updated_at=stamp,
-                )
-            )
-            events.record(
-                uow, "session.state", task_row.id, session_id=session_id, state="WAITING_FOR_INPUT"
-            )
-        return self.get(session_id)
+        return open_session(self.peers, task_row.id, agent_id, external=external)
 
     def get(self, session_id: str) -> Session:
         return self.peers.repository.session(session_id)
@@ -109,12 +79,7 @@ class SessionService(Service):
         return self.get(session_id)
 
     def list(self, *, task: str) -> list[Session]:
-        task_id = self.peers.tasks.get(task).id
-        with self.peers.store.read() as conn:
-            result = conn.execute(
-                sa.select(S).where(S.c.task_id == task_id).order_by(S.c.started_at, S.c.id)
-            ).mappings()
-            return [rows.session(r) for r in result]
+        return sessions_of(self.peers, self.peers.tasks.get(task).id)
 
     def live(self, task_id: str) -> Session | None:
         return self.peers.repository.live_session(task_id)
@@ -248,12 +213,17 @@ class SessionService(Service):
             if raw is None:
                 raise NotFound(f"no session {session_id!r}")
             agent: dict[str, Any] = {**json.loads(raw), **fields}
-            uow.conn.execute(
-                sa.update(S)
-                .where(S.c.id == session_id)
-                .values(agent=rows.dumps(agent), updated_at=ids.now())
+            row = (
+                uow.conn.execute(
+                    sa.update(S)
+                    .where(S.c.id == session_id)
+                    .values(agent=rows.dumps(agent), updated_at=ids.now())
+                    .returning(*S.c)
+                )
+                .mappings()
+                .one()
             )
-        return self.get(session_id)
+        return rows.session(row)  # as written, under the row's lock: not read again
 
     def append_items(
         self,
@@ -384,3 +354,54 @@ class SessionService(Service):
             .where(S.c.id == session_id)
             .values(metadata=rows.dumps(meta), updated_at=ids.now())
         )
+
+
+def open_session(peers: Peers, task_id: str, agent_id: str | None, *, external: bool) -> Session:
+    """`SessionService.start` for a caller holding the task's id and the agent profile's id
+    (the worker, which has just read both): the session as inserted, nothing read again."""
+    session_id = ids.new_id()
+    stamp = ids.now()
+    live = sa.and_(S.c.task_id == task_id, S.c.state.in_(tuple(ACTIVE_SESSION_STATES)))
+    with peers.store.transaction() as uow:
+        if external:
+            for ended in uow.conn.execute(sa.select(S.c.id).where(live)).scalars():
+                events.record(uow, "session.state", task_id, session_id=ended, state="COMPLETED")
+            uow.conn.execute(
+                sa.update(S)
+                .where(live)
+                .values(state="COMPLETED", completed_at=stamp, updated_at=stamp)
+            )
+        uow.conn.execute(sa.update(S).where(S.c.task_id == task_id).values(is_primary=False))
+        row = (
+            uow.conn.execute(
+                sa.insert(S)
+                .values(
+                    id=session_id,
+                    task_id=task_id,
+                    agent_profile_id=agent_id,
+                    state="WAITING_FOR_INPUT",
+                    is_primary=True,
+                    external=external,
+                    metadata="{}",
+                    started_at=stamp,
+                    updated_at=stamp,
+                )
+                .returning(*S.c)
+            )
+            .mappings()
+            .one()
+        )
+        events.record(
+            uow, "session.state", task_id, session_id=session_id, state="WAITING_FOR_INPUT"
+        )
+    return rows.session(row)
+
+
+def sessions_of(peers: Peers, task_id: str) -> list[Session]:
+    """The sessions of the task with this id, oldest first (`SessionService.list` without
+    resolving the task again)."""
+    with peers.store.read() as conn:
+        result = conn.execute(
+            sa.select(S).where(S.c.task_id == task_id).order_by(S.c.started_at, S.c.id)
+        ).mappings()
+        return [rows.session(r) for r in result]

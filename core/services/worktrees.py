@@ -71,11 +71,13 @@ def wanted(peers: Peers, task: Task) -> tuple[str | None, str | None]:
     return wf.repository, wf.base_branch
 
 
-def workspace_for(peers: Peers, task_id: str) -> Path:
+def workspace_for(peers: Peers, task_id: str, task: Task | None = None) -> Path:
     """The directory a turn of `task_id` runs in: its worktree (made on its first turn), or the
     worker's own directory when no repository is named. A bad repository or branch raises a
-    one-line LanewayError naming it (the runtime reports it as the turn's failure, R2)."""
-    task = peers.tasks.get(task_id)
+    one-line LanewayError naming it (the runtime reports it as the turn's failure, R2).
+    `task`: the task as the caller has just read it."""
+    if task is None or task.id != task_id:
+        task = peers.tasks.get(task_id)
     record = task.workspace
     if record is None:
         repository, base_branch = wanted(peers, task)

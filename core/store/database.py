@@ -340,10 +340,11 @@ class Store:
                 yield uow.conn
             return
         try:
-            with _values_refused(), self.engine.connect() as conn, conn.begin():
-                if self.on_begin is not None:
-                    self.on_begin(conn)
-                yield conn
+            with _values_refused(), self.engine.connect() as conn, _no_transaction(conn):
+                with conn.begin():
+                    if self.on_begin is not None:
+                        self.on_begin(conn)
+                    yield conn
         finally:
             self._ended()
 
@@ -356,3 +357,26 @@ class Store:
         if self._file is not None:
             dialect.let_go(self._file.identity)
             self._file = None
+
+
+@contextmanager
+def _no_transaction(conn: Connection) -> Iterator[None]:
+    """On PostgreSQL, a read's statements run outside a transaction: READ COMMITTED gives each
+    statement its own snapshot in a transaction or not, so a read's BEGIN and COMMIT were two
+    round trips buying nothing. The driver's connection is switched, not SQLAlchemy's
+    (`isolation_level="AUTOCOMMIT"` would make the pool reset the level explicitly at checkin,
+    and a connection set so no longer sends its BEGIN in its first statement's round trip,
+    `core.store.prepared`); psycopg's commit and rollback send nothing on an idle connection.
+    Elsewhere: nothing changes."""
+    dbapi = conn.connection.dbapi_connection
+    if dbapi is None or not hasattr(dbapi, "pgconn"):
+        yield
+        return
+    dbapi.autocommit = True
+    try:
+        yield
+    finally:
+        try:
+            dbapi.autocommit = False
+        except Exception:  # noqa: BLE001 - a connection left in autocommit must not be pooled
+            conn.invalidate()

@@ -11,8 +11,10 @@
 from __future__ import annotations
 
 import os
+import select
 import sqlite3
 import threading
+import time
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote
@@ -193,13 +195,56 @@ def create_engine(url: URL, *, read_only: bool = False) -> Engine:
         return engine
     # No HSTORE column anywhere: without this, the driver's first connection asks the server
     # for the hstore type (a round trip on every command).
-    return sa.create_engine(
-        url, pool_pre_ping=True, use_native_hstore=False, connect_args=_pg_connect_args(url)
-    )
+    engine = sa.create_engine(url, use_native_hstore=False, connect_args=_pg_connect_args(url))
+    _install_ping(engine)
+    return engine
 
 
 def _pg_connect_args(url: URL) -> dict[str, Any]:
     return {} if "tcp_user_timeout" in url.query else {"tcp_user_timeout": TCP_USER_TIMEOUT_MS}
+
+
+PING_AFTER_S = 0.25
+"""A pooled PostgreSQL connection idle longer than this is pinged when checked out (SELECT 1),
+and replaced when the ping fails (a restarted server, a session it ended). SQLAlchemy's
+`pool_pre_ping` pings at every checkout: a round trip before each of a run's reads, on a
+connection put back a millisecond before. One used within the last quarter second is pinged
+only when its socket is readable (the server ended the session: its goodbye waits there);
+otherwise it goes out as it is: a server gone silently in that quarter second fails its
+first statement instead, as the writer's connection (never pinged) does, and the pool
+replaces them all."""
+
+
+def _install_ping(engine: Engine) -> None:
+    @event.listens_for(engine, "connect")
+    def connected(_dbapi: Any, record: Any) -> None:
+        record.info["laneway_used"] = time.monotonic()
+
+    @event.listens_for(engine, "checkin")
+    def checked_in(_dbapi: Any, record: Any) -> None:
+        record.info["laneway_used"] = time.monotonic()
+
+    @event.listens_for(engine, "checkout")
+    def checked_out(dbapi: Any, record: Any, _proxy: Any) -> None:
+        recent = time.monotonic() - record.info.get("laneway_used", 0.0) <= PING_AFTER_S
+        if recent and not _readable(dbapi):
+            return
+        try:
+            engine.dialect.do_ping(dbapi)
+        except Exception as exc:  # the driver's error: the pool retries with a new connection
+            raise sa.exc.DisconnectionError(str(exc)) from exc
+
+
+def _readable(dbapi: Any) -> bool:
+    """Whether the server has said something on an idle connection: between transactions it
+    says nothing unless it is ending the session (its FATAL message, then the end of the
+    stream). A look at the socket, no round trip."""
+    try:
+        look = select.poll()  # not select(): a busy process's descriptors pass 1024
+        look.register(dbapi.fileno(), select.POLLIN)
+        return bool(look.poll(0))
+    except (OSError, ValueError, AttributeError, TypeError):
+        return True  # no socket to look at: the ping will tell
 
 
 def _install_sqlite_events(engine: Engine, *, wal: bool) -> None:

@@ -15,7 +15,7 @@ import sqlalchemy as sa
 
 from core.errors import NotFound
 from core.model import ACTIVE_SESSION_STATES, Session, Step, Task, Workflow
-from core.store import rows
+from core.store import prepared, rows
 from core.store import tables as t
 from core.store.database import Store
 from core.store.prepared import fixed_in
@@ -103,7 +103,7 @@ class Repository:
 
     def session(self, session_id: str) -> Session:
         with self._store.read() as conn:
-            row = conn.execute(_SESSION, {"session_id": session_id}).mappings().first()
+            row = prepared.execute(conn, _SESSION, {"session_id": session_id}).mapping()
         if row is None:
             raise NotFound(f"no session {session_id!r}")
         return rows.session(row)

@@ -27,6 +27,7 @@ from core.model import (
     Workflow,
     Workspace,
 )
+from core.store import prepared
 from core.store import tables as t
 
 RowLike = RowMapping | Mapping[str, Any]
@@ -284,6 +285,10 @@ def load_workflow(conn: Connection, workflow_id: str) -> Workflow | None:
     return workflow(row, steps)
 
 
+_TASK = sa.select(t.tasks).where(t.tasks.c.id == sa.bindparam("task_id"))
+
+
 def load_task(conn: Connection, task_id: str) -> Task | None:
-    row = conn.execute(sa.select(t.tasks).where(t.tasks.c.id == task_id)).mappings().first()
+    """A task by id: prepared driver SQL (`core.store.prepared`), read on every run's way."""
+    row = prepared.execute(conn, _TASK, {"task_id": task_id}).mapping()
     return task(row) if row is not None else None

@@ -1,0 +1,492 @@
+"""The worker at speed (issue 30): laneway workers beside Procrastinate workers, one run.
+
+    python -m tests.benchmarks.bench_worker [--runs N] [--repeat R] [--pg URL] [--profile DIR]
+
+Not a pytest module. N runs (default 240) are queued on tasks of a two-step workflow, each for
+an exec agent profile whose command is `/bin/true` (the `sleep` variant: `/bin/sleep 0.05`),
+and drained by real `laneway worker --once --concurrency C` processes (P of them, started
+together) in the configurations P x C = 1x1, 1x4, 4x1, 4x4; runs/s from the first claim to the
+last finish (`claimed_at` / `finished_at` of the runs; start-up excluded). On SQLite (a file in
+a temporary directory) and on PostgreSQL (a fresh database on the server of `--pg`, else
+LANEWAY_BENCH_PG_URL, else LANEWAY_TEST_PG_URL).
+
+Beside them, interleaved round by round on the same server (a database of its own),
+Procrastinate workers (`procrastinate worker --one-shot --concurrency C`, P processes) drain N
+jobs of a task that starts the same command with `subprocess` the way laneway starts an exec
+agent (prompt on stdin, stdout and stderr read, a session of its own); jobs/s from the first
+`started` event to the last `succeeded` one (`procrastinate_events`). Every figure is the
+median of `--repeat` rounds (default 3); a round runs every configuration once, laneway and
+Procrastinate alternating, so load on the shared machine hits both alike.
+
+Round trips per run (PostgreSQL): one more 1x1 drain whose worker process runs with the
+counters of `bench_office_arrival` installed on every engine (SQLAlchemy's cursor, begin and
+commit events, plus `core.store.prepared.STATS` for the statements laneway runs on the driver's
+cursor), counted over the worker loop (`core.worker._work`: every thread of the process, the
+final empty claim included) and divided by the runs it claimed. `--statements` prints the
+distinct statements of that drain, the list docs/performance.md holds.
+
+`--profile DIR` writes `DIR/worker-<db>.prof` (cProfile) of one 1x1 worker: the run threads'
+`execute` and the loop's claims, merged.
+
+Targets (issue 30): 1x1 laneway / Procrastinate >= 0.8 on PostgreSQL, SQLite 1x1 >= PostgreSQL
+1x1; on PostgreSQL 4x1 / 1x1 >= 2.5 with the sleep agent and >= 1.0 with `/bin/true`. Exits 1
+when one is missed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import textwrap
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import sqlalchemy as sa
+
+REPO = Path(__file__).resolve().parents[2]
+if str(REPO) not in sys.path:
+    sys.path.insert(0, str(REPO))
+
+from core import Features, Host  # noqa: E402
+from core.plugin.selection import PluginSelection  # noqa: E402
+from core.runs import RunRequest  # noqa: E402
+from core.store import tables as t  # noqa: E402
+from tests.benchmarks.bench_many_processes import (  # noqa: E402
+    _admin,
+    _drop_fresh,
+    _fresh_url,
+    _import_plain,
+)
+
+SELECTION = PluginSelection(allow=frozenset({"kanban", "office"}))
+LANEWAY = str(Path(sys.executable).with_name("laneway"))
+PROCRASTINATE = str(Path(sys.executable).with_name("procrastinate"))
+CONFIGS = ((1, 1), (1, 4), (4, 1), (4, 4))
+AGENTS = {"true": ["/bin/true"], "sleep": ["/bin/sleep", "0.05"]}
+SLEEP_CONFIGS = ((1, 1), (4, 1))
+ENV = {**os.environ, "LANEWAY_PLUGINS_ALLOW": "kanban,office", "PYTHONPATH": str(REPO)}
+
+# -- Procrastinate: the app its worker processes import (`--app tests.benchmarks.bench_worker.app`)
+
+PQ_DSN = "LANEWAY_BENCH_PQ_DSN"
+
+
+def _procrastinate_app() -> Any:
+    import procrastinate
+
+    app = procrastinate.App(connector=procrastinate.PsycopgConnector(conninfo=os.environ[PQ_DSN]))
+
+    @app.task(name="agent")
+    def agent(command: list[str], prompt: str) -> None:
+        # as core.runtime.process starts an exec agent: prompt on stdin, output read, a session
+        subprocess.run(
+            command,
+            input=prompt,
+            capture_output=True,
+            text=True,
+            start_new_session=True,
+            check=True,
+        )
+
+    return app
+
+
+app = _procrastinate_app() if PQ_DSN in os.environ else None
+
+
+def _pq_prepare(pg: str) -> str:
+    """A fresh database with Procrastinate's schema; its DSN."""
+    name = f"laneway_bench_pq_{os.getpid()}"
+    with _admin(pg) as conn:
+        conn.exec_driver_sql(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
+        conn.exec_driver_sql(f"CREATE DATABASE {name}")
+    dsn = pg.rsplit("/", 1)[0] + f"/{name}"
+    subprocess.run(
+        [PROCRASTINATE, "--app", "tests.benchmarks.bench_worker.app", "schema", "--apply"],
+        env={**ENV, PQ_DSN: dsn},
+        cwd=REPO,
+        check=True,
+        stdout=subprocess.DEVNULL,
+    )
+    return dsn
+
+
+def pq_drain(dsn: str, count: int, processes: int, concurrency: int, command: list[str]) -> float:
+    """Jobs/s drained by `processes` Procrastinate workers of `concurrency` each."""
+    import psycopg
+
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute("TRUNCATE procrastinate_events, procrastinate_jobs CASCADE")
+        args = json.dumps({"command": command, "prompt": "bench prompt\n"})
+        conn.execute(
+            "INSERT INTO procrastinate_jobs (queue_name, task_name, args, status) "
+            "SELECT 'default', 'agent', %s::jsonb, 'todo' FROM generate_series(1, %s)",
+            (args, count),
+        )
+        conn.execute("ANALYZE procrastinate_jobs")
+    workers = [
+        subprocess.Popen(
+            [PROCRASTINATE, "--app", "tests.benchmarks.bench_worker.app", "worker",
+             "--one-shot", "--concurrency", str(concurrency), "--no-listen-notify"],
+            env={**ENV, PQ_DSN: dsn},
+            cwd=REPO,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        for _ in range(processes)
+    ]  # fmt: skip
+    for proc in workers:
+        proc.wait()
+    with psycopg.connect(dsn) as conn:
+        first, last = conn.execute(
+            "SELECT min(at) FILTER (WHERE type = 'started'), "
+            "max(at) FILTER (WHERE type = 'succeeded') FROM procrastinate_events"
+        ).fetchone() or (None, None)
+        done = conn.execute(
+            "SELECT count(*) FROM procrastinate_jobs WHERE status = 'succeeded'"
+        ).fetchone()
+    assert done is not None
+    assert done[0] == count, f"{done[0]} of {count} jobs succeeded"
+    assert first is not None
+    assert last is not None
+    return count / (last - first).total_seconds()
+
+
+# -- laneway ---------------------------------------------------------------------------------------
+
+
+class Board:
+    """One database with the plain workflow and one profile per agent command; queues rounds
+    of runs, each on tasks of its own (a fresh session per run, as on a board of many tasks)."""
+
+    def __init__(self, url: str) -> None:
+        self.url = url
+        self.round = 0
+        with Host.open(url, features=Features(office=True), plugins=SELECTION) as host:
+            self.workflow = _import_plain(host).id
+            self.agents = {
+                name: host.profiles.add(name, command=command, max_concurrent_sessions=64).id
+                for name, command in AGENTS.items()
+            }
+
+    def queue(self, agent: str, count: int) -> str:
+        self.round += 1
+        reason = f"bench{self.round}"
+        with Host.open(self.url, features=Features(office=True), plugins=SELECTION) as host:
+            for i in range(count):
+                task = host.tasks.create(workflow=self.workflow, title=f"r{self.round} t{i}")
+                host.runs.enqueue(
+                    RunRequest(
+                        self.agents[agent],
+                        task.id,
+                        task.workflow_step_id,
+                        reason,
+                        coalesce_exempt=True,
+                    )
+                )
+            if not host.store.is_sqlite:
+                with host.store.engine.connect() as conn:
+                    conn.exec_driver_sql("ANALYZE")
+                    conn.commit()
+        return reason
+
+    def drain(
+        self,
+        agent: str,
+        count: int,
+        processes: int,
+        concurrency: int,
+        wrap: list[str] | None = None,
+    ) -> float:
+        reason = self.queue(agent, count)
+        command = [LANEWAY] if wrap is None else [sys.executable, "-c", WRAPPER, *wrap]
+        workers = [
+            subprocess.Popen(
+                [*command, "--db", self.url, "--json", "worker", "--once",
+                 "--concurrency", str(concurrency)],
+                env=ENV,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+            )
+            for _ in range(processes)
+        ]  # fmt: skip
+        for proc in workers:
+            assert proc.wait() == 0, f"worker exited {proc.returncode}"
+        R = t.runs
+        engine = sa.create_engine(self.url.replace("postgresql://", "postgresql+psycopg://", 1))
+        with engine.connect() as conn:
+            first, last, done = conn.execute(
+                sa.select(
+                    sa.func.min(R.c.claimed_at),
+                    sa.func.max(R.c.finished_at),
+                    sa.func.count().filter(R.c.status == "finished"),
+                ).where(R.c.reason == reason)
+            ).one()
+        engine.dispose()
+        assert done == count, f"{done} of {count} runs finished"
+        return (
+            count / (datetime.fromisoformat(last) - datetime.fromisoformat(first)).total_seconds()
+        )
+
+
+# The worker process, counted or profiled: the CLI's own entry point, with counters installed
+# on every engine (SQLAlchemy class-level events) and core.worker's loop wrapped.
+WRAPPER = textwrap.dedent(
+    """
+    import cProfile, json, sys, threading
+    import sqlalchemy as sa
+    from core import worker
+    from core.store import dialect
+    from core.store.prepared import STATS
+
+    mode, out = sys.argv[1], sys.argv[2]
+    sys.argv = ["laneway", *sys.argv[3:]]
+    counts = {"statements": 0, "begins": 0, "commits": 0, "pings": 0, "claimed": 0}
+    texts = {}
+    on = [False]
+
+    def autocommit(conn):
+        # laneway's reads on PostgreSQL switch the driver's connection (core.store.database)
+        dbapi = conn.connection.dbapi_connection
+        return (
+            conn.get_execution_options().get("isolation_level") == "AUTOCOMMIT"
+            or bool(getattr(dbapi, "autocommit", False))
+        )
+
+    def statement(conn, cursor, text, *rest):
+        if on[0]:
+            counts["statements"] += 1
+            key = " ".join(text.split())[:160]
+            texts[key] = texts.get(key, 0) + 1
+
+    def begin(conn):
+        if on[0] and not autocommit(conn):
+            counts["begins"] += 1
+
+    def commit(conn):
+        if on[0] and not autocommit(conn):
+            counts["commits"] += 1
+
+    from sqlalchemy.dialects.postgresql._psycopg_common import _PGDialect_common_psycopg as PGD
+    do_ping = PGD.do_ping
+
+    def ping(self, dbapi_connection):
+        if on[0]:
+            counts["pings"] += 1
+        return do_ping(self, dbapi_connection)
+
+    from core.store import prepared
+
+    def note(kind, sql):
+        if on[0]:
+            key = kind + " " + " ".join(sql.split())[:150]
+            texts[key] = texts.get(key, 0) + 1
+
+    send, pipelined = prepared._send, prepared._pipelined
+
+    def _send(conn, sql, params, **kwargs):
+        note("[prepared]", sql)
+        return send(conn, sql, params, **kwargs)
+
+    def _pipelined(dbapi, pending, run, sql, params, scratch=None):
+        for item in pending or ():
+            note("[deferred]", item.sql)
+        return pipelined(dbapi, pending, run, sql, params, scratch)
+
+    if mode == "count":
+        prepared._send, prepared._pipelined = _send, _pipelined
+        PGD.do_ping = ping
+        sa.event.listen(sa.engine.Engine, "before_cursor_execute", statement)
+        sa.event.listen(sa.engine.Engine, "begin", begin)
+        sa.event.listen(sa.engine.Engine, "commit", commit)
+
+    profiles = {}
+    lock = threading.Lock()
+
+    def profiled(fn):
+        def call(*args, **kwargs):
+            with lock:
+                prof = profiles.setdefault(threading.get_ident(), cProfile.Profile())
+            prof.enable()
+            try:
+                return fn(*args, **kwargs)
+            finally:
+                prof.disable()
+        return call
+
+    if mode == "profile":
+        worker.execute = profiled(worker.execute)
+        worker.claim_next = profiled(worker.claim_next)
+        worker.requeue_orphans = profiled(worker.requeue_orphans)
+
+    original = worker._work
+
+    def _work(*args, **kwargs):
+        before = dict(STATS)
+        on[0] = True
+        try:
+            summary = original(*args, **kwargs)
+        finally:
+            on[0] = False
+        counts["claimed"] = summary.claimed
+        for key in ("statements", "pipelined_begins", "piggybacked"):
+            counts["prepared_" + key] = STATS[key] - before[key]
+        return summary
+
+    worker._work = _work
+    from core.cli.app import main
+    try:
+        main()
+    except SystemExit:
+        pass
+    if mode == "count":
+        with open(out, "w") as f:
+            json.dump({"counts": counts, "texts": texts}, f)
+    else:
+        import pstats
+        stats = None
+        for prof in profiles.values():
+            stats = pstats.Stats(prof) if stats is None else stats.add(prof)
+        stats.dump_stats(out)
+    """
+)
+
+
+def round_trips(board: Board, count: int, statements: bool) -> dict[str, float]:
+    """Per run of one counted 1x1 drain on PostgreSQL (see the module docstring)."""
+    out = Path(tempfile.mkdtemp()) / "counts.json"
+    board.drain("true", count, 1, 1, wrap=["count", str(out)])
+    data = json.loads(out.read_text())
+    c = data["counts"]
+    n = max(c["claimed"], 1)
+    all_statements = c["statements"] + c["prepared_statements"]
+    # psycopg sends BEGIN before a transaction's first statement and COMMIT at its end, each a
+    # round trip, except a BEGIN pipelined with the first statement; a statement is a round trip
+    # unless it went in one pipeline with another or with the COMMIT (core.store.prepared);
+    # a pooled connection's checkout pings the server (`pool_pre_ping`, SELECT 1 on the driver's
+    # cursor, unseen by the cursor events): counted by wrapping the dialect's do_ping
+    pings = c["pings"]
+    trips = (
+        pings
+        + all_statements
+        - c["prepared_piggybacked"]
+        + c["begins"]
+        - c["prepared_pipelined_begins"]
+        + c["commits"]
+    )
+    if statements:
+        print(
+            "  statements of the counted drain, per run: SQLAlchemy's (no mark), laneway's"
+            " prepared driver SQL ([prepared]) and statements deferred into another's round"
+            " trip ([deferred]):"
+        )
+        for text, seen in sorted(data["texts"].items(), key=lambda kv: -kv[1]):
+            print(f"    {seen / n:6.2f}/run  {text}")
+    return {
+        "statements": all_statements / n,
+        "transactions": c["commits"] / n,
+        "pings": pings / n,
+        "round trips": trips / n,
+    }
+
+
+def profile(board: Board, count: int, directory: Path, db: str) -> Path:
+    directory.mkdir(parents=True, exist_ok=True)
+    out = directory / f"worker-{db}.prof"
+    board.drain("true", count, 1, 1, wrap=["profile", str(out)])
+    return out
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
+    parser.add_argument("--runs", type=int, default=240, help="runs queued per drain")
+    parser.add_argument("--repeat", type=int, default=3, help="rounds; each figure the median")
+    parser.add_argument("--pg", default=os.environ.get("LANEWAY_BENCH_PG_URL")
+                        or os.environ.get("LANEWAY_TEST_PG_URL"))  # fmt: skip
+    parser.add_argument("--no-sqlite", action="store_true", help="PostgreSQL only")
+    parser.add_argument("--statements", action="store_true", help="list one run's statements")
+    parser.add_argument("--profile", type=Path, metavar="DIR", help="write cProfile output here")
+    args = parser.parse_args()
+    try:
+        sys.exit(_run_all(args))
+    finally:
+        _drop_fresh()
+        if args.pg:
+            with _admin(args.pg) as conn:
+                conn.exec_driver_sql(
+                    f"DROP DATABASE IF EXISTS laneway_bench_pq_{os.getpid()} WITH (FORCE)"
+                )
+
+
+def _run_all(args: argparse.Namespace) -> int:
+    dbs = ([] if args.no_sqlite else ["sqlite"]) + (["postgresql"] if args.pg else [])
+    boards = {db: Board(_fresh_url(db, args.pg)) for db in dbs}
+    pq = _pq_prepare(args.pg) if args.pg else None
+    cases = [("true", p, c) for p, c in CONFIGS] + [("sleep", p, c) for p, c in SLEEP_CONFIGS]
+    seen: dict[tuple[str, str, int, int], list[float]] = {}
+    for r in range(args.repeat):
+        for agent, p, c in cases:
+            for db in dbs:
+                seen.setdefault((db, agent, p, c), []).append(
+                    boards[db].drain(agent, args.runs, p, c)
+                )
+            if pq is not None:
+                seen.setdefault(("procrastinate", agent, p, c), []).append(
+                    pq_drain(pq, args.runs, p, c, AGENTS[agent])
+                )
+        print(f"round {r + 1} of {args.repeat} done", file=sys.stderr, flush=True)
+    med = {key: statistics.median(values) for key, values in seen.items()}
+    columns = [*(f"laneway {db}" for db in dbs), *(["Procrastinate PG"] if pq else [])]
+    names = [*dbs, *(["procrastinate"] if pq else [])]
+    print(f"\n{args.runs} runs per drain, median of {args.repeat} rounds (runs/s)\n")
+    print("| agent | workers x concurrency | " + " | ".join(columns) + " |")
+    print("|---|---|" + "---|" * len(columns))
+    for agent, p, c in cases:
+        cells = " | ".join(f"{med[(n, agent, p, c)]:.1f}" for n in names)
+        print(f"| {agent} | {p} x {c} | {cells} |")
+    missed = 0
+
+    def check(label: str, value: float, target: float) -> None:
+        nonlocal missed
+        ok = value >= target
+        missed += not ok
+        print(f"{label}: {value:.2f} (target >= {target}) {'PASS' if ok else 'FAIL'}")
+
+    print()
+    if "postgresql" in dbs and pq:
+        pg11 = med[("postgresql", "true", 1, 1)]
+        check("1) PG 1x1 laneway / Procrastinate", pg11 / med[("procrastinate", "true", 1, 1)], 0.8)
+        for p, c in CONFIGS[1:]:
+            ratio = med[("postgresql", "true", p, c)] / med[("procrastinate", "true", p, c)]
+            print(f"   PG {p}x{c} laneway / Procrastinate: {ratio:.2f}")
+        if "sqlite" in dbs:
+            check("1) SQLite 1x1 / PG 1x1", med[("sqlite", "true", 1, 1)] / pg11, 1.0)
+        check(
+            "2) PG sleep 4x1 / 1x1",
+            med[("postgresql", "sleep", 4, 1)] / med[("postgresql", "sleep", 1, 1)],
+            2.5,
+        )
+        check("2) PG true 4x1 / 1x1", med[("postgresql", "true", 4, 1)] / pg11, 1.0)
+        pq_sleep = med[("procrastinate", "sleep", 4, 1)] / med[("procrastinate", "sleep", 1, 1)]
+        pq_true = med[("procrastinate", "true", 4, 1)] / med[("procrastinate", "true", 1, 1)]
+        print(f"   Procrastinate 4x1 / 1x1: sleep {pq_sleep:.2f}, true {pq_true:.2f}")
+    if "postgresql" in dbs:
+        trips = round_trips(boards["postgresql"], min(args.runs, 100), args.statements)
+        print(
+            "3) PG per run, claim to release: "
+            + ", ".join(f"{k} {v:.1f}" for k, v in trips.items())
+        )
+    if args.profile:
+        for db in dbs:
+            print(f"profile: {profile(boards[db], args.runs, args.profile, db)}")
+    return 1 if missed else 0
+
+
+if __name__ == "__main__":
+    main()
