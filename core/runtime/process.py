@@ -179,9 +179,35 @@ def _launcher(command: tuple[str, ...], env: Mapping[str, str], cwd: Path | None
     found = [c for c in candidates if os.path.isfile(c)]
     for path in found:
         if os.access(path, os.X_OK):
+            if not _exec_format(path):
+                # exec would refuse it (a script without `#!`): say so, as exec would, rather
+                # than let setpriv's exit status stand for it
+                raise OSError(errno.ENOEXEC, os.strerror(errno.ENOEXEC), exe)
             return [_SETPRIV, "--pdeathsig", "KILL", "--", path, *command[1:]]
     code = errno.EACCES if found else errno.ENOENT
     raise OSError(code, os.strerror(code), exe)
+
+
+def _exec_format(path: str) -> bool:
+    """Whether exec can run the file: an ELF binary or a `#!` script (what Linux runs without
+    a binfmt_misc handler, which a file it does not know falls to when one is registered)."""
+    try:
+        with open(path, "rb") as file:
+            head = file.read(4)
+    except OSError:
+        return True  # exec will say what is wrong
+    return head.startswith((b"\x7fELF", b"#!")) or _BINFMT_MISC
+
+
+def _binfmt_handlers() -> bool:
+    try:
+        names = os.listdir("/proc/sys/fs/binfmt_misc")
+    except OSError:
+        return False
+    return any(name not in ("register", "status") for name in names)
+
+
+_BINFMT_MISC = _binfmt_handlers()
 
 
 def start(
