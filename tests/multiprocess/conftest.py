@@ -11,6 +11,9 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import pytest
+import sqlalchemy as sa
+
+from core.store import tables as t
 
 LANEWAY = str(Path(sys.executable).with_name("laneway"))
 T = TypeVar("T")
@@ -68,3 +71,14 @@ def board(db_url: str, tmp_path: Path) -> Iterator[Board]:
     b = Board(db_url, tmp_path)
     b.json("init")
     return b
+
+
+def task_moves(conn: Any, task: str) -> tuple[int, str]:
+    """How many times `task` was moved (its `task.moved` events) and the step it stands at."""
+    moves = conn.execute(
+        sa.select(sa.func.count())
+        .select_from(t.board_events)
+        .where(t.board_events.c.task_id == task, t.board_events.c.type == "task.moved")
+    ).scalar()
+    at = conn.execute(sa.select(t.tasks.c.workflow_step_id).where(t.tasks.c.id == task)).scalar()
+    return int(moves), str(at)

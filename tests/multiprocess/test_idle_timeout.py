@@ -29,7 +29,7 @@ import sqlalchemy as sa
 from core.runs import RunRequest
 from core.store import tables as t
 from tests.conftest import eventually, open_host
-from tests.multiprocess.conftest import LANEWAY, child_env
+from tests.multiprocess.conftest import LANEWAY, child_env, task_moves
 from tests.on_enter.conftest import raw
 
 
@@ -86,14 +86,7 @@ def test_item1_idle_session_timeout_shorter_than_a_turn(
                 w.kill()
                 w.wait(timeout=30)
     with raw(url) as conn:
-        moves = conn.execute(
-            sa.select(sa.func.count())
-            .select_from(t.board_events)
-            .where(t.board_events.c.task_id == task, t.board_events.c.type == "task.moved")
-        ).scalar()
-        at = conn.execute(
-            sa.select(t.tasks.c.workflow_step_id).where(t.tasks.c.id == task)
-        ).scalar()
+        moves, at = task_moves(conn, task)
         statuses = list(conn.execute(sa.select(t.runs.c.status)).scalars())
     executions = len(starts.read_text().split())
     warned = [r["message"] for log in logs for r in _records(log) if r["level"]["no"] >= 30]

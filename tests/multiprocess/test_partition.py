@@ -39,7 +39,7 @@ import sqlalchemy as sa
 from core.runs import RunRequest
 from core.store import tables as t
 from tests.conftest import eventually, open_host
-from tests.multiprocess.conftest import LANEWAY, child_env
+from tests.multiprocess.conftest import LANEWAY, child_env, task_moves
 from tests.multiprocess.test_db_faults import Cluster, _as_owner, _free_port
 from tests.on_enter.conftest import raw
 
@@ -215,14 +215,7 @@ def test_item1_a_network_partition_mid_turn(partition: Partition, tmp_path: Path
                 with contextlib.suppress(OSError):
                     os.kill(int(pid), 9)
     with raw(url) as conn:
-        moves = conn.execute(
-            sa.select(sa.func.count())
-            .select_from(t.board_events)
-            .where(t.board_events.c.task_id == task, t.board_events.c.type == "task.moved")
-        ).scalar()
-        at = conn.execute(
-            sa.select(t.tasks.c.workflow_step_id).where(t.tasks.c.id == task)
-        ).scalar()
+        moves, at = task_moves(conn, task)
         said = list(
             conn.execute(
                 sa.select(t.transcript_items.c.text).where(t.transcript_items.c.run_id == run)
