@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import subprocess
@@ -82,3 +83,12 @@ def task_moves(conn: Any, task: str) -> tuple[int, str]:
     ).scalar()
     at = conn.execute(sa.select(t.tasks.c.workflow_step_id).where(t.tasks.c.id == task)).scalar()
     return int(moves), str(at)
+
+
+def log_records(log: Path) -> list[dict[str, Any]]:
+    """The loguru records of a `--log-format json` log file (other lines skipped)."""
+    out = []
+    for line in log.read_text().splitlines():
+        with contextlib.suppress(ValueError):
+            out.append(json.loads(line)["record"])
+    return out

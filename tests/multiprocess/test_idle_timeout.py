@@ -18,18 +18,16 @@ PostgreSQL only: `idle_session_timeout` is a PostgreSQL server setting.
 from __future__ import annotations
 
 import contextlib
-import json
 import subprocess
 import sys
 from pathlib import Path
-from typing import Any
 
 import sqlalchemy as sa
 
 from core.runs import RunRequest
 from core.store import tables as t
 from tests.conftest import eventually, open_host
-from tests.multiprocess.conftest import LANEWAY, child_env, task_moves
+from tests.multiprocess.conftest import LANEWAY, child_env, log_records, task_moves
 from tests.on_enter.conftest import raw
 
 
@@ -89,7 +87,7 @@ def test_item1_idle_session_timeout_shorter_than_a_turn(
         moves, at = task_moves(conn, task)
         statuses = list(conn.execute(sa.select(t.runs.c.status)).scalars())
     executions = len(starts.read_text().split())
-    warned = [r["message"] for log in logs for r in _records(log) if r["level"]["no"] >= 30]
+    warned = [r["message"] for log in logs for r in log_records(log) if r["level"]["no"] >= 30]
     print(
         f"executions={executions} status={done['status']} moves={moves} runs={statuses} "
         f"warnings={len(warned)}"
@@ -100,14 +98,6 @@ def test_item1_idle_session_timeout_shorter_than_a_turn(
     assert statuses == ["finished"]
     assert alive == [True, True]
     assert warned == [], warned  # a healthy database: nothing to wait out, nothing to give up
-
-
-def _records(log: Path) -> list[dict[str, Any]]:
-    out = []
-    for line in log.read_text().splitlines():
-        with contextlib.suppress(ValueError):
-            out.append(json.loads(line)["record"])
-    return out
 
 
 def _run(url: str, run_id: str) -> dict[str, object]:

@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import contextlib
 import glob
-import json
 import os
 import shutil
 import subprocess
@@ -39,7 +38,7 @@ import sqlalchemy as sa
 from core.runs import RunRequest
 from core.store import tables as t
 from tests.conftest import eventually, open_host
-from tests.multiprocess.conftest import LANEWAY, child_env, task_moves
+from tests.multiprocess.conftest import LANEWAY, child_env, log_records, task_moves
 from tests.multiprocess.test_db_faults import Cluster, _as_owner, _free_port
 from tests.on_enter.conftest import raw
 
@@ -128,14 +127,6 @@ def partition() -> Iterator[Partition]:
 
 def _until(probe: Any, what: str, timeout: float = 30.0) -> Any:
     return eventually(probe, timeout=timeout, what=what, every=0.05)
-
-
-def _records(log: Path) -> list[dict[str, Any]]:
-    out = []
-    for line in log.read_text().splitlines():
-        with contextlib.suppress(ValueError):
-            out.append(json.loads(line)["record"])
-    return out
 
 
 def test_item1_a_network_partition_mid_turn(partition: Partition, tmp_path: Path) -> None:
@@ -259,14 +250,14 @@ def _epochs_of(url: str, pid: int) -> list[str]:
 
 
 def _ended(log: Path, run_id: str) -> bool:
-    return any(r["extra"].get("run_id") == run_id and "ok" in r["extra"] for r in _records(log))
+    return any(r["extra"].get("run_id") == run_id and "ok" in r["extra"] for r in log_records(log))
 
 
 def _refused(log: Path, run_id: str) -> list[dict[str, Any]]:
     """The WARNING records saying a write of the run's was refused for its lost claim."""
     return [
         r
-        for r in _records(log)
+        for r in log_records(log)
         if r["level"]["name"] == "WARNING"
         and r["extra"].get("run_id") == run_id
         and r["extra"].get("reason") == "claim_lost"
