@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import select
 import threading
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import AbstractContextManager, contextmanager
@@ -168,18 +167,15 @@ class _FileIdentity:
 
 
 def _spoken_unasked(conn: Connection) -> bool:
-    """Whether the server has said something on a PostgreSQL connection nobody is using: between
-    transactions it says nothing unless it is ending the session (its FATAL message, then the
-    end of the stream). A look at the socket, no round trip."""
+    """Whether the server has ended the session of a PostgreSQL connection nobody is using
+    (`dialect.spoken_unasked`); no socket to look at: the statement will tell."""
     if conn.closed or conn.invalidated:
         return False
     try:
-        fileno = conn.connection.dbapi_connection.fileno()  # type: ignore[union-attr]
-        look = select.poll()  # not select(): a busy process's descriptors pass 1024
-        look.register(fileno, select.POLLIN)
-        return bool(look.poll(0))
-    except (sa.exc.SQLAlchemyError, OSError, ValueError, AttributeError):
-        return False  # no socket to look at: the statement will tell
+        dbapi = conn.connection.dbapi_connection
+    except sa.exc.SQLAlchemyError:
+        return False
+    return dialect.spoken_unasked(dbapi, unknown=False)
 
 
 class Store:

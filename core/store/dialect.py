@@ -227,7 +227,7 @@ def _install_ping(engine: Engine) -> None:
     @event.listens_for(engine, "checkout")
     def checked_out(dbapi: Any, record: Any, _proxy: Any) -> None:
         recent = time.monotonic() - record.info.get("laneway_used", 0.0) <= PING_AFTER_S
-        if recent and not _readable(dbapi):
+        if recent and not spoken_unasked(dbapi, unknown=True):  # no socket: the ping tells
             return
         try:
             engine.dialect.do_ping(dbapi)
@@ -235,16 +235,17 @@ def _install_ping(engine: Engine) -> None:
             raise sa.exc.DisconnectionError(str(exc)) from exc
 
 
-def _readable(dbapi: Any) -> bool:
-    """Whether the server has said something on an idle connection: between transactions it
-    says nothing unless it is ending the session (its FATAL message, then the end of the
-    stream). A look at the socket, no round trip."""
+def spoken_unasked(dbapi: Any, *, unknown: bool) -> bool:
+    """Whether the server has said something on an idle driver connection: between
+    transactions it says nothing unless it is ending the session (its FATAL message, then the
+    end of the stream). A look at the socket, no round trip; `unknown` when there is no socket
+    to look at."""
     try:
         look = select.poll()  # not select(): a busy process's descriptors pass 1024
         look.register(dbapi.fileno(), select.POLLIN)
         return bool(look.poll(0))
     except (OSError, ValueError, AttributeError, TypeError):
-        return True  # no socket to look at: the ping will tell
+        return unknown
 
 
 def _install_sqlite_events(engine: Engine, *, wal: bool) -> None:
