@@ -137,7 +137,12 @@ def _ensure(repo: Path, path: Path, branch: str, base_commit: str) -> bool:
             # sound, on whatever branch the agent has it now: never touched again
             return False
         if half_made:
-            git(repo, "worktree", "remove", "--force", "--force", str(path), check=False)
+            removed = git(repo, "worktree", "remove", "--force", "--force", str(path), check=False)
+            if removed.returncode != 0:
+                # killed before git wrote the path's `.git`: remove refuses such a path, and
+                # prune keeps a locked registration (add would then refuse the path): unlocked,
+                # the prune below drops it once the path is gone
+                git(repo, "worktree", "unlock", str(path), check=False)
         elif path.exists() and any(p.name != ".git" for p in path.iterdir()):
             raise GitError(
                 f"worktree {path}: exists and is not a worktree of {repo}; left in place"

@@ -367,3 +367,28 @@ def test_a_worktree_its_agent_moved_to_another_branch_is_kept_as_it_is(
     assert (path / "kept.txt").read_text() == "kept\n"
     assert (path / "more.txt").read_text() == "more\n"
     assert git(path, "branch", "--show-current") == "mine"
+
+
+def test_a_worktree_killed_before_git_wrote_its_dot_git_is_made_again(tmp_path: Path) -> None:
+    """The crashed shape `kill -9` leaves when it lands early in `git worktree add`: the path
+    registered and locked `initializing`, a few files in it and no `.git` yet (remove refuses
+    such a path, prune keeps a locked registration). The next worker makes it sound."""
+    from core import gitwork
+
+    repo = make_repo(tmp_path / "repo", {"a.txt": "a\n", "b.txt": "b\n"})
+    path = tmp_path / "wt" / "card"
+    admin = repo / ".git" / "worktrees" / "card"
+    admin.mkdir(parents=True)
+    (admin / "locked").write_text("initializing\n")
+    (admin / "gitdir").write_text(f"{path}/.git\n")
+    path.mkdir(parents=True)
+    (path / "a.txt").write_text("a\n")
+    base = git(repo, "rev-parse", "main")
+
+    assert gitwork.ensure_worktree(repo, path, "laneway/card", base) is True
+    assert (path / "b.txt").read_text() == "b\n"
+    assert git(path, "status", "--porcelain") == ""
+    listed = git(repo, "worktree", "list", "--porcelain")
+    assert "locked" not in listed
+    assert "prunable" not in listed
+    assert listed.count("worktree ") == 2
