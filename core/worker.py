@@ -300,6 +300,13 @@ def execute(host: RuntimePeers, run: Run, watch: CancelWatch | None = None) -> T
     """Launch the run's agent on its task's session for that agent and wait for the turn.
     `watch`: the worker's CancelWatch (without one, the run gets one of its own)."""
     faults.reach("worker.after_claim")
+    # its claim followed the board a moment ago: the run's own writes and reads skip the
+    # board-version read until its agent starts, and again from its agent's end
+    with host.store.keeping_board():
+        return _execute(host, run, watch)
+
+
+def _execute(host: RuntimePeers, run: Run, watch: CancelWatch | None) -> TurnOutcome:
     log = logger.bind(
         run_id=run.id, task_id=run.task_id, agent_profile_id=run.agent_profile_id, reason=run.reason
     )

@@ -169,6 +169,8 @@ class _Turn:
     """An exec turn's deadline passed: the failure's message."""
     refused: str | None = None
     """The board refused this turn's transcript (core.runs.fence): why."""
+    report: dict[str, Any] | None = None
+    """What an exec turn that ended well reports of its agent, written with its end."""
 
 
 class RuntimePeers(Peers, Protocol):
@@ -319,7 +321,6 @@ class AgentRuntime:
             attempt = 0
             while True:
                 execution_id = ids.new_id()
-                host.sessions.set_state(session_id, "RUNNING")
                 end = self._attempt(
                     turn,
                     session_id,
@@ -364,7 +365,9 @@ class AgentRuntime:
                 logger.bind(
                     task_id=task.id, session_id=session_id, attempt=attempt, delay=delay
                 ).warning("transient agent failure; retrying")
-                if self._cancelled_during(turn, session_id, delay):
+                with host.store.agent_turn():  # seconds: the board may move meanwhile
+                    cancelled = self._cancelled_during(turn, session_id, delay)
+                if cancelled:
                     if turn.stopped is not None:
                         return self._stopped(turn, session_id, "the turn was cancelled")
                     return self.fail_and_dispatch(
@@ -396,33 +399,50 @@ class AgentRuntime:
         known: tuple[Session, Task] | None = None,
     ) -> TurnEnd:
         """One try at the turn, by the profile's protocol; how it ended, routed. `known`: the
-        session and task as the turn read them at its start (the first try)."""
+        session and task as the turn read them at its start (the first try).
+
+        The session is RUNNING from here: an ACP turn sets it first; an exec turn sets it in
+        the transaction that keeps its prompt (one transaction for both, once its workspace is
+        ready), or before it reports why it could not begin."""
+        sessions = self.peers.sessions
+        exec_turn = profile.protocol != "acp"
+        if not exec_turn:
+            sessions.set_state(session_id, "RUNNING")
         try:
             cwd = workspace_for(self.peers, turn.task_id, known[1] if known else None)
         except LanewayError as exc:
+            if exec_turn:
+                sessions.set_state(session_id, "RUNNING")
             return TurnEnd("failed", str(exc), route="R2")
-        # set_state(RUNNING) changed its state only, which nothing here reads
-        session = known[0] if known is not None else self.peers.sessions.get(session_id)
+        # set_state(RUNNING) changes its state only, which nothing here reads
+        session = known[0] if known is not None else sessions.get(session_id)
         want = desired(session.metadata, profile.name)
         if turn.stopped is not None:
+            if exec_turn:
+                sessions.set_state(session_id, "RUNNING")
             return TurnEnd("cancelled", "the turn was cancelled")
         if profile.protocol == "acp":
             from core.runtime.conversation import AcpTurn, run_acp_turn
 
             servers, token = self.tool_servers(turn, session_id)
             try:
-                return run_acp_turn(
-                    self.conversations,
-                    AcpTurn(session_id, profile, env, prompt, cwd, want, session.agent, servers),
-                    record,
-                )
+                with self.peers.store.agent_turn():
+                    return run_acp_turn(
+                        self.conversations,
+                        AcpTurn(
+                            session_id, profile, env, prompt, cwd, want, session.agent, servers
+                        ),
+                        record,
+                    )
             finally:
                 # between turns the agent's tools act for no run at all
                 self.broker.revoke(token)
         fresh = want.resets > int(session.agent.get("resets_applied") or 0)
         if want.plan_mode:
             prompt = with_plan_instruction(prompt)
-        record.items([item("prompt", prompt)])
+        with self.peers.store.transaction():
+            sessions.set_state(session_id, "RUNNING")
+            record.items([item("prompt", prompt)])
         watch = _Deadlines(turn, profile.turn_timeout, profile.idle_timeout)
         said = ItemQueue(record.items)
 
@@ -434,38 +454,39 @@ class AgentRuntime:
             watch.heard()
             said.put([item("output", text)])
 
-        try:
-            turn.proc = process.start(
-                profile.command,
-                prompt=prompt,
-                env={**env, **exec_env(want, fresh=fresh)},
-                execution_id=execution_id,
-                on_message=message,
-                on_line=line,
-                cwd=cwd,
-            )
-        except process.LaunchError as exc:
-            said.stop()
-            return TurnEnd("failed", str(exc), route="R2")
-        except BaseException:
-            said.stop()
-            raise
-        if turn.stopped is not None:  # stopped while it was starting
-            turn.proc.kill()
-        watch.start()
-        try:
-            result = turn.proc.wait()
-            said.close()  # everything it said is kept before its turn ends
-        except BaseException:
-            # the board could not take what it said (its task deleted under it): the agent
-            # must not outlive its turn
-            turn.proc.kill()
-            said.stop()
-            with contextlib.suppress(Exception):
-                turn.proc.popen.wait(timeout=5)
-            raise
-        finally:
-            watch.stop()
+        with self.peers.store.agent_turn():  # the board is followed while it works
+            try:
+                turn.proc = process.start(
+                    profile.command,
+                    prompt=prompt,
+                    env={**env, **exec_env(want, fresh=fresh)},
+                    execution_id=execution_id,
+                    on_message=message,
+                    on_line=line,
+                    cwd=cwd,
+                )
+            except process.LaunchError as exc:
+                said.stop()
+                return TurnEnd("failed", str(exc), route="R2")
+            except BaseException:
+                said.stop()
+                raise
+            if turn.stopped is not None:  # stopped while it was starting
+                turn.proc.kill()
+            watch.start()
+            try:
+                result = turn.proc.wait()
+                said.close()  # everything it said is kept before its turn ends
+            except BaseException:
+                # the board could not take what it said (its task deleted under it): the agent
+                # must not outlive its turn
+                turn.proc.kill()
+                said.stop()
+                with contextlib.suppress(Exception):
+                    turn.proc.popen.wait(timeout=5)
+                raise
+            finally:
+                watch.stop()
         if turn.stopped == "fenced":
             return TurnEnd("cancelled", "the worker lost the run's claim")
         self.peers.sessions.append_transcript(session_id, result.transcript)
@@ -479,7 +500,10 @@ class AgentRuntime:
         }
         if any(session.agent.get(k, _UNSET) != v for k, v in reported.items()):
             # a session's every turn reports the same: written when it changes, not per turn
-            record.agent(**reported)
+            if result.ok:
+                turn.report = reported  # in the turn end's transaction (`_end_turn`)
+            else:
+                record.agent(**reported)
         if result.ok:
             return TurnEnd("ok")
         tail = result.stderr_tail.strip()
@@ -744,6 +768,8 @@ class AgentRuntime:
         # one transaction: the fence holds the run's row while the session's state is written,
         # and the task and session are read on its connection (no reads of their own)
         with host.store.transaction():
+            if turn.report is not None:
+                host.sessions.record_agent(session_id, **turn.report)
             refused = self.fenced(turn.run_id)
             if refused == "claim_lost":
                 return True  # another worker has the run and the session now: nothing is ours
@@ -765,7 +791,8 @@ class AgentRuntime:
             return waiting
         if signalled:
             host.sessions.record_effect(session_id, pending_step_signal=None)
-        host.engine.handle_trigger(task.id, "on_turn_complete", session_id=session_id)
+        # the task as the turn end's transaction read it: not read again
+        host.engine.handle_trigger(task.id, "on_turn_complete", session_id=session_id, task=task)
         return waiting
 
     # -- terminal failure --------------------------------------------------------------------------

@@ -252,7 +252,7 @@ class Store:
                 self._local.uow = uow
                 try:
                     with _values_refused(), conn.begin():
-                        if self.on_begin is not None and follow_board:
+                        if self.on_begin is not None and follow_board and self._follows():
                             self.on_begin(conn)
                         yield uow
                         committed = events.flush(uow)
@@ -269,6 +269,42 @@ class Store:
         if committed and self.observer is not None:
             # observers run with the writer free (they may write, or take their time)
             self.observer.drain()
+
+    # -- a run's life without the board-version read of every statement group -----------------
+
+    @contextmanager
+    def keeping_board(self) -> Iterator[None]:
+        """Within, this thread's transactions and reads skip `on_begin` (the board-version
+        read), for a caller that followed the board a moment ago and acts on what it found: a
+        run, from its claim to its agent's start and from its agent's end to its release, does
+        a dozen short writes and reads, none of which a catalogue change made meanwhile would
+        alter. Its `agent_turn` blocks follow the board again, and so does the first
+        transaction or read after one (the agent may have worked for minutes)."""
+        outer = getattr(self._local, "keep", None)
+        self._local.keep = "fresh"
+        try:
+            yield
+        finally:
+            self._local.keep = outer
+
+    @contextmanager
+    def agent_turn(self) -> Iterator[None]:
+        """Within `keeping_board`: while an agent works (what it says is written as it comes),
+        every transaction and read follows the board; the first one after follows it too."""
+        outer = getattr(self._local, "keep", None)
+        self._local.keep = None
+        try:
+            yield
+        finally:
+            self._local.keep = "stale" if outer is not None else None
+
+    def _follows(self) -> bool:
+        keep = getattr(self._local, "keep", None)
+        if keep == "fresh":
+            return False
+        if keep == "stale":
+            self._local.keep = "fresh"
+        return True
 
     def _ended(self) -> None:
         if self.after_end is not None:
@@ -338,7 +374,7 @@ class Store:
         try:
             with _values_refused(), self.engine.connect() as conn, _no_transaction(conn):
                 with conn.begin():
-                    if self.on_begin is not None:
+                    if self.on_begin is not None and self._follows():
                         self.on_begin(conn)
                     yield conn
         finally:
