@@ -280,6 +280,13 @@ _RELEASE = (
         session_id=sa.bindparam("session_id"),
         error_message=sa.bindparam("error"),
     )
+    # whether the run left a question pending: the release ends it only then (a statement
+    # per release otherwise, for what exec agents never ask)
+    .returning(
+        sa.exists()
+        .where(t.permissions.c.run_id == R.c.id, t.permissions.c.state == "pending")
+        .label("asked")
+    )
 )
 
 
@@ -330,10 +337,11 @@ def release(
             "session_id": session_id,
             "error": error,
         },
-    ).rowcount
-    if done != 1:
+    ).first()
+    if done is None:
         return False
-    cancel_permissions(uow, [run.id], by="run_ended")
+    if done[0]:
+        cancel_permissions(uow, [run.id], by="run_ended")
     events.record(
         uow,
         {"cancelled": "run.cancelled", "finished": "run.finished"}.get(status, "run.failed"),
