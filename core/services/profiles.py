@@ -204,10 +204,16 @@ class ProfileService(Service):
 
     def get(self, ref: str) -> AgentProfile:
         """A profile by id, or by name (case-insensitive)."""
+        with self.peers.store.read() as conn:
+            # by id first: a run names its profile so, and a board may have dozens of seats
+            found = (
+                conn.execute(sa.select(t.agent_profiles).where(t.agent_profiles.c.id == ref))
+                .mappings()
+                .first()
+            )
+        if found is not None:
+            return rows.profile(found)
         profiles = self.list()
-        for profile in profiles:
-            if profile.id == ref:
-                return profile
         for profile in profiles:
             if profile.name.casefold() == ref.casefold():
                 return profile
