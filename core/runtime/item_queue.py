@@ -25,13 +25,20 @@ class ItemQueue:
         self._closed = False
         self._error: BaseException | None = None
         self._cond = threading.Condition()
-        self._thread = threading.Thread(target=self._run, name="transcript-writer", daemon=True)
-        self._thread.start()
+        self._thread: threading.Thread | None = None
+        """Started by the first `put`: most exec turns say nothing worth a writer."""
 
     def put(self, items: Sequence[TranscriptItem]) -> None:
         with self._cond:
             self._raise()
+            if self._closed:
+                return  # stopped: what comes now is dropped, as what was pending was
             self._pending.extend(items)
+            if self._thread is None:
+                self._thread = threading.Thread(
+                    target=self._run, name="transcript-writer", daemon=True
+                )
+                self._thread.start()
             self._cond.notify_all()
 
     def flush(self) -> None:
@@ -54,7 +61,9 @@ class ItemQueue:
             self._closed = True
             self._pending.clear()
             self._cond.notify_all()
-        self._thread.join()
+            thread = self._thread
+        if thread is not None:
+            thread.join()
 
     def _raise(self) -> None:
         if self._error is not None:
