@@ -14,6 +14,7 @@ import attrs
 import sqlalchemy as sa
 
 from core.model import Comment, Decision, Run
+from core.store import prepared
 from core.store import tables as t
 
 if TYPE_CHECKING:
@@ -48,7 +49,8 @@ def last_turn_start(host: Peers, run: Run) -> str | None:
     before the worker has written the turn's end, and everything given after the agent's
     last prompt is new to it. What the agent gave itself meanwhile is left out below."""
     with host.store.read() as conn:
-        found = conn.execute(
+        found = prepared.execute(  # once per run: prepared driver SQL
+            conn,
             _LAST_START,
             {"task_id": run.task_id, "agent": run.agent_profile_id, "run_id": run.id},
         ).scalar()

@@ -10,7 +10,7 @@ from core import board, ids
 from core.errors import Conflict, LanewayError, NotFound
 from core.model import PERMISSION_MODES, PROTOCOLS, TOOL_KINDS, AgentProfile
 from core.services.base import Service
-from core.store import rows
+from core.store import prepared, rows
 from core.store import tables as t
 from core.text import require_text
 
@@ -30,6 +30,10 @@ SETTABLE = (
 )
 """The options of a profile `set` may change: all of `add`'s but the name."""
 
+_BY_ID = sa.select(t.agent_profiles).where(
+    t.agent_profiles.c.id == sa.bindparam("ref", type_=sa.String)
+)
+"""A profile by id: once per run (prepared driver SQL, core.store.prepared)."""
 _JSON_OPTIONS = frozenset({"command", "env", "requires_env", "env_from", "pass_env", "auto_allow"})
 
 
@@ -206,11 +210,7 @@ class ProfileService(Service):
         """A profile by id, or by name (case-insensitive)."""
         with self.peers.store.read() as conn:
             # by id first: a run names its profile so, and a board may have dozens of seats
-            found = (
-                conn.execute(sa.select(t.agent_profiles).where(t.agent_profiles.c.id == ref))
-                .mappings()
-                .first()
-            )
+            found = prepared.execute(conn, _BY_ID, {"ref": ref}).mapping()
         if found is not None:
             return rows.profile(found)
         profiles = self.list()

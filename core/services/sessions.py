@@ -19,7 +19,7 @@ from core.model import (
 )
 from core.services.base import Service
 from core.services.refs import resolve_id
-from core.store import events, rows
+from core.store import events, prepared, rows
 from core.store import tables as t
 from core.text import bounded_data, cut_text
 
@@ -51,6 +51,49 @@ _APPEND = (
         ).where(ITEMS.c.session_id == sa.bindparam("session_id", type_=sa.String)),
     )
     .returning(ITEMS.c.seq)
+)
+
+
+# The statements every run makes (core.worker), as prepared driver SQL (core.store.prepared)
+_BY_ID = sa.bindparam("session_id", type_=sa.String)
+_SET_STATE = (
+    sa.update(S)
+    .where(S.c.id == _BY_ID)
+    .values(state=sa.bindparam("state"), updated_at=sa.bindparam("stamp"))
+    .returning(S.c.task_id)
+)
+_LOCK_FOR_ITEMS = sa.select(S.c.task_id).where(S.c.id == _BY_ID).with_for_update(key_share=True)
+_LOCK_AGENT = sa.select(S.c.agent).where(S.c.id == _BY_ID).with_for_update(key_share=True)
+_SET_AGENT = (
+    sa.update(S)
+    .where(S.c.id == _BY_ID)
+    .values(agent=sa.bindparam("agent"), updated_at=sa.bindparam("stamp"))
+    .returning(*S.c)
+)
+_OF_TASK = (
+    sa.select(S)
+    .where(S.c.task_id == sa.bindparam("task_id", type_=sa.String))
+    .order_by(S.c.started_at, S.c.id)
+)
+_NOT_PRIMARY = (
+    sa.update(S)
+    .where(S.c.task_id == sa.bindparam("task_id", type_=sa.String))
+    .values(is_primary=False)
+)
+_INSERT = (
+    sa.insert(S)
+    .values(
+        id=sa.bindparam("session_id"),
+        task_id=sa.bindparam("task_id"),
+        agent_profile_id=sa.bindparam("agent_profile_id"),
+        state="WAITING_FOR_INPUT",
+        is_primary=True,
+        external=sa.bindparam("external", type_=sa.Boolean),
+        metadata="{}",
+        started_at=sa.bindparam("stamp"),
+        updated_at=sa.bindparam("stamp"),
+    )
+    .returning(*S.c)
 )
 
 
@@ -104,9 +147,14 @@ class SessionService(Service):
         if state not in ACTIVE_SESSION_STATES:  # it ended
             values["completed_at"] = stamp
         with self.peers.store.transaction() as uow:
-            task_id = uow.conn.execute(
-                sa.update(S).where(S.c.id == session_id).values(**values).returning(S.c.task_id)
-            ).scalar()
+            if len(values) == 2:  # a turn's start or end: the statement of every run
+                task_id = uow.run(
+                    _SET_STATE, {"session_id": session_id, "state": state, "stamp": stamp}
+                ).scalar()
+            else:
+                task_id = uow.conn.execute(
+                    sa.update(S).where(S.c.id == session_id).values(**values).returning(S.c.task_id)
+                ).scalar()
             if task_id is not None:
                 events.record(uow, "session.state", task_id, session_id=session_id, state=state)
 
@@ -207,22 +255,15 @@ class SessionService(Service):
         """Merge what the agent reported (acp_session_id, modes, mode, config_options, model,
         plan_mode, ...) into the session's `agent`: each field given replaces its value."""
         with self.peers.store.transaction() as uow:
-            raw = uow.conn.execute(
-                sa.select(S.c.agent).where(S.c.id == session_id).with_for_update(key_share=True)
-            ).scalar()
+            raw = uow.run(_LOCK_AGENT, {"session_id": session_id}).scalar()
             if raw is None:
                 raise NotFound(f"no session {session_id!r}")
             agent: dict[str, Any] = {**json.loads(raw), **fields}
-            row = (
-                uow.conn.execute(
-                    sa.update(S)
-                    .where(S.c.id == session_id)
-                    .values(agent=rows.dumps(agent), updated_at=ids.now())
-                    .returning(*S.c)
-                )
-                .mappings()
-                .one()
-            )
+            row = uow.run(
+                _SET_AGENT,
+                {"session_id": session_id, "agent": rows.dumps(agent), "stamp": ids.now()},
+            ).mapping()
+        assert row is not None  # the row is locked above
         return rows.session(row)  # as written, under the row's lock: not read again
 
     def append_items(
@@ -251,9 +292,7 @@ class SessionService(Service):
             return []
         seqs: builtins.list[int] = []
         with self.peers.store.transaction() as uow:
-            task_id = uow.conn.execute(
-                sa.select(S.c.task_id).where(S.c.id == session_id).with_for_update(key_share=True)
-            ).scalar()
+            task_id = uow.run(_LOCK_FOR_ITEMS, {"session_id": session_id}).scalar()
             if task_id is None:
                 raise NotFound(f"no session {session_id!r}")
             if run_id is not None:
@@ -264,7 +303,7 @@ class SessionService(Service):
             stamp = ids.now()
             for kind, text, encoded in checked:
                 seq = int(
-                    uow.conn.execute(
+                    uow.run(
                         _APPEND,
                         {
                             "session_id": session_id,
@@ -371,26 +410,18 @@ def open_session(peers: Peers, task_id: str, agent_id: str | None, *, external: 
                 .where(live)
                 .values(state="COMPLETED", completed_at=stamp, updated_at=stamp)
             )
-        uow.conn.execute(sa.update(S).where(S.c.task_id == task_id).values(is_primary=False))
-        row = (
-            uow.conn.execute(
-                sa.insert(S)
-                .values(
-                    id=session_id,
-                    task_id=task_id,
-                    agent_profile_id=agent_id,
-                    state="WAITING_FOR_INPUT",
-                    is_primary=True,
-                    external=external,
-                    metadata="{}",
-                    started_at=stamp,
-                    updated_at=stamp,
-                )
-                .returning(*S.c)
-            )
-            .mappings()
-            .one()
-        )
+        uow.run(_NOT_PRIMARY, {"task_id": task_id})
+        row = uow.run(
+            _INSERT,
+            {
+                "session_id": session_id,
+                "task_id": task_id,
+                "agent_profile_id": agent_id,
+                "external": external,
+                "stamp": stamp,
+            },
+        ).mapping()
+        assert row is not None  # INSERT ... RETURNING
         events.record(
             uow, "session.state", task_id, session_id=session_id, state="WAITING_FOR_INPUT"
         )
@@ -401,7 +432,5 @@ def sessions_of(peers: Peers, task_id: str) -> list[Session]:
     """The sessions of the task with this id, oldest first (`SessionService.list` without
     resolving the task again)."""
     with peers.store.read() as conn:
-        result = conn.execute(
-            sa.select(S).where(S.c.task_id == task_id).order_by(S.c.started_at, S.c.id)
-        ).mappings()
+        result = prepared.execute(conn, _OF_TASK, {"task_id": task_id}).mappings()
         return [rows.session(r) for r in result]
