@@ -28,6 +28,9 @@ distinct statements of that drain, the list docs/performance.md holds.
 `--profile DIR` writes `DIR/worker-<db>.prof` (cProfile) of one 1x1 worker: the run threads'
 `execute` and the loop's claims, merged.
 
+The floor (`floor_drain`, PostgreSQL): the same rows of one run written by hand with psycopg,
+one run at a time, in the same transactions, each round beside the 1x1 drains.
+
 Targets (issue 30): 1x1 laneway / Procrastinate >= 0.8 on PostgreSQL, SQLite 1x1 >= PostgreSQL
 1x1; on PostgreSQL 4x1 / 1x1 >= 2.5 with the sleep agent and >= 1.0 with `/bin/true`. Exits 1
 when one is missed.
@@ -235,6 +238,138 @@ class Board:
         )
 
 
+# -- the floor: one run's rows written by hand -----------------------------------------------
+
+# The statements of one laneway run (the list `--statements` prints, docs/performance.md), as
+# plain SQL on one psycopg connection in the same five transactions and four reads, the agent
+# started as Procrastinate's task starts it: what a run costs when nothing but its own rows is
+# paid for. No pipelining, no prepared statements beyond psycopg's own: a floor, not a rival.
+FLOOR_CLAIM = """
+WITH candidate AS (
+  SELECT runs.id, runs.agent_profile_id FROM runs
+  JOIN agent_profiles ON agent_profiles.id = runs.agent_profile_id
+  WHERE runs.status = 'queued'
+    AND agent_profiles.claimed_runs < agent_profiles.max_concurrent_sessions
+  ORDER BY runs.requested_at, runs.id LIMIT 1
+  FOR NO KEY UPDATE OF runs SKIP LOCKED FOR NO KEY UPDATE OF agent_profiles
+), bump AS (
+  UPDATE agent_profiles SET claimed_runs = claimed_runs + 1
+  FROM candidate WHERE agent_profiles.id = candidate.agent_profile_id
+)
+UPDATE runs SET status = 'claimed', claimed_at = %(at)s, claimed_epoch = 'floor',
+  attempts = attempts + 1
+FROM candidate WHERE runs.id = candidate.id
+RETURNING runs.id, runs.task_id, runs.agent_profile_id
+"""
+FLOOR_EVENT = "INSERT INTO board_events (type, task_id, at, data) VALUES (%s, %s, %s, %s)"
+FLOOR_FENCE = (
+    "UPDATE runs SET claimed_epoch = claimed_epoch WHERE id = %s AND status = 'claimed' "
+    "AND claimed_epoch = 'floor'"
+)
+
+
+def floor_drain(url: str, count: int) -> float:
+    """Runs/s of the hand-written run (see FLOOR_CLAIM) over `count` queued runs, one at a time."""
+    import psycopg
+
+    def now() -> str:
+        return datetime.now().astimezone().isoformat()
+
+    def event(cur: Any, type_: str, task: str, **data: Any) -> None:
+        cur.execute(FLOOR_EVENT, (type_, task, now(), json.dumps(data)))
+
+    first = last = None
+    dsn = url.replace("postgresql+psycopg://", "postgresql://", 1)
+    with psycopg.connect(dsn) as conn, psycopg.connect(dsn, autocommit=True) as reads:
+        for _ in range(count):
+            cur = conn.cursor()
+            at = now()
+            found = cur.execute(FLOOR_CLAIM, {"at": at}).fetchone()
+            assert found is not None, "the floor found no queued run"
+            run, task, agent = found
+            event(cur, "run.started", task, run_id=run, agent_profile_id=agent)
+            conn.commit()
+            first = first or at
+            reads.execute("SELECT * FROM tasks WHERE id = %s", (task,)).fetchone()
+            reads.execute("SELECT * FROM task_sessions WHERE task_id = %s", (task,)).fetchall()
+            reads.execute(
+                "SELECT max(claimed_at) FROM runs WHERE task_id = %s AND agent_profile_id = %s"
+                " AND id != %s AND claimed_at IS NOT NULL",
+                (task, agent, run),
+            ).fetchone()
+            reads.execute("SELECT * FROM agent_profiles WHERE id = %s", (agent,)).fetchone()
+            session = f"floor-{run}"
+            cur.execute("UPDATE task_sessions SET is_primary = false WHERE task_id = %s", (task,))
+            cur.execute(
+                "INSERT INTO task_sessions (id, task_id, agent_profile_id, state, is_primary,"
+                " external, metadata, started_at, updated_at, agent) VALUES"
+                " (%s, %s, %s, 'WAITING_FOR_INPUT', true, false, '{}', %s, %s, '{}') RETURNING *",
+                (session, task, agent, now(), now()),
+            ).fetchone()
+            event(cur, "session.state", task, session_id=session, state="WAITING_FOR_INPUT")
+            conn.commit()
+            prompt = "bench prompt\n"
+            cur.execute(
+                "UPDATE task_sessions SET state = 'RUNNING', updated_at = %s WHERE id = %s"
+                " RETURNING task_id",
+                (now(), session),
+            ).fetchone()
+            event(cur, "session.state", task, session_id=session, state="RUNNING")
+            cur.execute(
+                "SELECT task_id FROM task_sessions WHERE id = %s FOR NO KEY UPDATE", (session,)
+            ).fetchone()
+            cur.execute(FLOOR_FENCE, (run,))
+            cur.execute(
+                "INSERT INTO transcript_items (session_id, seq, run_id, kind, text, data, at)"
+                " SELECT %s, coalesce(max(seq), 0) + 1, %s, 'prompt', %s, '{}', %s"
+                " FROM transcript_items WHERE session_id = %s RETURNING seq",
+                (session, run, prompt, now(), session),
+            ).fetchone()
+            event(cur, "agent.item", task, session_id=session, run_id=run, kind="prompt")
+            conn.commit()
+            subprocess.run(
+                AGENTS["true"],
+                input=prompt,
+                capture_output=True,
+                text=True,
+                start_new_session=True,
+                check=True,
+            )
+            cur.execute(
+                "SELECT agent FROM task_sessions WHERE id = %s FOR NO KEY UPDATE", (session,)
+            ).fetchone()
+            cur.execute(
+                "UPDATE task_sessions SET agent = %s, updated_at = %s WHERE id = %s RETURNING *",
+                (json.dumps({"protocol": "exec"}), now(), session),
+            ).fetchone()
+            cur.execute(FLOOR_FENCE, (run,))
+            cur.execute(
+                "UPDATE task_sessions SET state = 'WAITING_FOR_INPUT', updated_at = %s"
+                " WHERE id = %s RETURNING task_id",
+                (now(), session),
+            ).fetchone()
+            event(cur, "session.state", task, session_id=session, state="WAITING_FOR_INPUT")
+            cur.execute("SELECT * FROM tasks WHERE id = %s", (task,)).fetchone()
+            cur.execute("SELECT * FROM task_sessions WHERE id = %s", (session,)).fetchone()
+            conn.commit()
+            last = now()
+            cur.execute(
+                "UPDATE runs SET status = 'finished', finished_at = %s, session_id = %s"
+                " WHERE id = %s AND status = 'claimed' AND claimed_epoch = 'floor'"
+                " RETURNING EXISTS (SELECT 1 FROM permissions WHERE run_id = runs.id"
+                " AND state = 'pending')",
+                (last, session, run),
+            ).fetchone()
+            event(cur, "run.finished", task, run_id=run, agent_profile_id=agent)
+            cur.execute(
+                "UPDATE agent_profiles SET claimed_runs = claimed_runs - 1 WHERE id = %s", (agent,)
+            )
+            conn.commit()
+    assert first is not None
+    assert last is not None
+    return count / (datetime.fromisoformat(last) - datetime.fromisoformat(first)).total_seconds()
+
+
 # The worker process, counted or profiled: the CLI's own entry point, with counters installed
 # on every engine (SQLAlchemy class-level events) and core.worker's loop wrapped.
 WRAPPER = textwrap.dedent(
@@ -440,6 +575,10 @@ def _run_all(args: argparse.Namespace) -> int:
                 seen.setdefault(("procrastinate", agent, p, c), []).append(
                     pq_drain(pq, args.runs, p, c, AGENTS[agent])
                 )
+            if "postgresql" in boards and (agent, p, c) == ("true", 1, 1):
+                pg = boards["postgresql"]
+                pg.queue("true", args.runs)
+                seen.setdefault(("floor", agent, p, c), []).append(floor_drain(pg.url, args.runs))
         print(f"round {r + 1} of {args.repeat} done", file=sys.stderr, flush=True)
     med = {key: statistics.median(values) for key, values in seen.items()}
     columns = [*(f"laneway {db}" for db in dbs), *(["Procrastinate PG"] if pq else [])]
@@ -462,6 +601,12 @@ def _run_all(args: argparse.Namespace) -> int:
     if "postgresql" in dbs and pq:
         pg11 = med[("postgresql", "true", 1, 1)]
         check("1) PG 1x1 laneway / Procrastinate", pg11 / med[("procrastinate", "true", 1, 1)], 0.8)
+        floor = med[("floor", "true", 1, 1)]
+        print(
+            f"   PG 1x1 floor (one run's rows by hand, FLOOR_CLAIM): {floor:.1f} runs/s;"
+            f" laneway / floor {pg11 / floor:.2f}, floor / Procrastinate"
+            f" {floor / med[('procrastinate', 'true', 1, 1)]:.2f}"
+        )
         for p, c in CONFIGS[1:]:
             ratio = med[("postgresql", "true", p, c)] / med[("procrastinate", "true", p, c)]
             print(f"   PG {p}x{c} laneway / Procrastinate: {ratio:.2f}")
