@@ -212,6 +212,44 @@ def test_a_terminated_lock_connection_fences_its_host(db_url: str) -> None:
             assert not other.store.liveness.is_dead(new)
 
 
+def test_issue_30_a_claim_right_after_the_lock_connection_is_terminated_is_fenced(
+    db_url: str,
+) -> None:
+    """A claim takes the lock as held without a round trip while the server answered on its
+    connection a moment ago (`HELD_FRESH_S`) - unless the server said something since: a
+    terminated backend's goodbye, read off the socket, fences the very next claim even inside
+    that moment."""
+    if not db_url.startswith("postgresql"):
+        pytest.skip("PostgreSQL's advisory lock connection")
+    import select
+
+    from core.store import liveness
+
+    with open_host(db_url) as host:
+        old = host.epoch
+        lock = host._keeper._lock  # type: ignore[union-attr]
+        assert lock is not None
+        raw = lock._connection.connection.dbapi_connection  # type: ignore[union-attr]
+        admin = _pg_engine(db_url)
+        try:
+            with admin.connect() as conn:
+                conn.exec_driver_sql("SELECT 1")  # connected before the clock starts
+                assert host.live_epoch() == old  # confirmed: the moment begins
+                confirmed = time.monotonic()
+                conn.exec_driver_sql(
+                    "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+                    "WHERE datname = current_database() AND application_name = %s",
+                    (f"laneway pid {os.getpid()}",),
+                )
+        finally:
+            admin.dispose()
+        look = select.poll()
+        look.register(raw.fileno(), select.POLLIN)
+        assert look.poll(2000), "the server's goodbye never reached the socket"
+        assert time.monotonic() - confirmed < liveness.HELD_FRESH_S, "too slow to prove it"
+        assert host.live_epoch() != old
+
+
 # -- epochs --------------------------------------------------------------------------------------
 
 
