@@ -278,6 +278,13 @@ def floor_drain(url: str, count: int) -> float:
     def event(cur: Any, type_: str, task: str, **data: Any) -> None:
         cur.execute(FLOOR_EVENT, (type_, task, now(), json.dumps(data)))
 
+    def state(cur: Any, task: str, session: str, value: str) -> None:
+        cur.execute(
+            "UPDATE task_sessions SET state = %s, updated_at = %s WHERE id = %s RETURNING task_id",
+            (value, now(), session),
+        ).fetchone()
+        event(cur, "session.state", task, session_id=session, state=value)
+
     first = last = None
     dsn = url.replace("postgresql+psycopg://", "postgresql://", 1)
     with psycopg.connect(dsn) as conn, psycopg.connect(dsn, autocommit=True) as reads:
@@ -309,12 +316,7 @@ def floor_drain(url: str, count: int) -> float:
             event(cur, "session.state", task, session_id=session, state="WAITING_FOR_INPUT")
             conn.commit()
             prompt = "bench prompt\n"
-            cur.execute(
-                "UPDATE task_sessions SET state = 'RUNNING', updated_at = %s WHERE id = %s"
-                " RETURNING task_id",
-                (now(), session),
-            ).fetchone()
-            event(cur, "session.state", task, session_id=session, state="RUNNING")
+            state(cur, task, session, "RUNNING")
             cur.execute(
                 "SELECT task_id FROM task_sessions WHERE id = %s FOR NO KEY UPDATE", (session,)
             ).fetchone()
@@ -343,12 +345,7 @@ def floor_drain(url: str, count: int) -> float:
                 (json.dumps({"protocol": "exec"}), now(), session),
             ).fetchone()
             cur.execute(FLOOR_FENCE, (run,))
-            cur.execute(
-                "UPDATE task_sessions SET state = 'WAITING_FOR_INPUT', updated_at = %s"
-                " WHERE id = %s RETURNING task_id",
-                (now(), session),
-            ).fetchone()
-            event(cur, "session.state", task, session_id=session, state="WAITING_FOR_INPUT")
+            state(cur, task, session, "WAITING_FOR_INPUT")
             cur.execute("SELECT * FROM tasks WHERE id = %s", (task,)).fetchone()
             cur.execute("SELECT * FROM task_sessions WHERE id = %s", (session,)).fetchone()
             conn.commit()
