@@ -166,18 +166,6 @@ class _FileIdentity:
         )
 
 
-def _spoken_unasked(conn: Connection) -> bool:
-    """Whether the server has ended the session of a PostgreSQL connection nobody is using
-    (`dialect.spoken_unasked`); no socket to look at: the statement will tell."""
-    if conn.closed or conn.invalidated:
-        return False
-    try:
-        dbapi = conn.connection.dbapi_connection
-    except sa.exc.SQLAlchemyError:
-        return False
-    return dialect.spoken_unasked(dbapi, unknown=False)
-
-
 class Store:
     def __init__(self, url: str, *, read_only: bool = False) -> None:
         """:param read_only: the store is only read (a read-only host)."""
@@ -218,7 +206,11 @@ class Store:
         # transaction after a restart works instead of failing on the dead socket. So is one
         # the server ended while it sat idle (`idle_session_timeout`, a terminated backend):
         # its socket is readable with nobody asking, the server's goodbye.
-        if self._writer is not None and not self.is_sqlite and _spoken_unasked(self._writer):
+        if (
+            self._writer is not None
+            and not self.is_sqlite
+            and dialect.connection_spoken_unasked(self._writer, unknown=False)
+        ):
             self._writer.invalidate()
         if self._writer is not None and self._writer.invalidated:
             with contextlib.suppress(sa.exc.SQLAlchemyError):

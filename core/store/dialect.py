@@ -248,6 +248,18 @@ def spoken_unasked(dbapi: Any, *, unknown: bool) -> bool:
         return unknown
 
 
+def connection_spoken_unasked(conn: Connection, *, unknown: bool) -> bool:
+    """`spoken_unasked` for a SQLAlchemy connection nobody is using; `unknown` when it is
+    closed, invalidated or shows no socket to look at."""
+    if conn.closed or conn.invalidated:
+        return unknown
+    try:
+        dbapi = conn.connection.dbapi_connection
+    except sa.exc.SQLAlchemyError:
+        return unknown
+    return unknown if dbapi is None else spoken_unasked(dbapi, unknown=unknown)
+
+
 def _install_sqlite_events(engine: Engine, *, wal: bool) -> None:
     @event.listens_for(engine, "connect")
     def _on_connect(dbapi_conn: Any, _record: Any) -> None:

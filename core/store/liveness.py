@@ -167,11 +167,7 @@ class EpochLock:
         `holds` would ask the server what it just said. A look at the socket, no round trip."""
         if self._connection is None or time.monotonic() - self._confirmed >= HELD_FRESH_S:
             return False
-        try:
-            raw = self._connection.connection.dbapi_connection
-        except sa.exc.SQLAlchemyError:
-            return False
-        return raw is not None and not dialect.spoken_unasked(raw, unknown=True)
+        return not dialect.connection_spoken_unasked(self._connection, unknown=True)
 
     def wait_signal(self, timeout: float) -> None:
         """Wait up to `timeout` for a sign the lock may be gone; the caller then asks `holds`.
