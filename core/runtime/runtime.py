@@ -421,7 +421,7 @@ class AgentRuntime:
             if exec_turn:
                 sessions.set_state(session_id, "RUNNING")
             return TurnEnd("cancelled", "the turn was cancelled")
-        if profile.protocol == "acp":
+        if not exec_turn:
             from core.runtime.conversation import AcpTurn, run_acp_turn
 
             servers, token = self.tool_servers(turn, session_id)

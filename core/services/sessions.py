@@ -147,7 +147,7 @@ class SessionService(Service):
         if state not in ACTIVE_SESSION_STATES:  # it ended
             values["completed_at"] = stamp
         with self.peers.store.transaction() as uow:
-            if len(values) == 2:  # a turn's start or end: the statement of every run
+            if error is None and state in ACTIVE_SESSION_STATES:  # a turn's start or end
                 task_id = uow.run(
                     _SET_STATE, {"session_id": session_id, "state": state, "stamp": stamp}
                 ).scalar()
