@@ -80,6 +80,14 @@ ENV = {**os.environ, "LANEWAY_PLUGINS_ALLOW": "kanban,office", "PYTHONPATH": str
 PQ_DSN = "LANEWAY_BENCH_PQ_DSN"
 
 
+def start_agent(command: list[str], prompt: str) -> None:
+    """As core.runtime.process starts an exec agent: prompt on stdin, output read, a session
+    of its own (the Procrastinate task and the floor start their agents so)."""
+    subprocess.run(
+        command, input=prompt, capture_output=True, text=True, start_new_session=True, check=True
+    )
+
+
 def _procrastinate_app() -> Any:
     import procrastinate
 
@@ -87,15 +95,7 @@ def _procrastinate_app() -> Any:
 
     @app.task(name="agent")
     def agent(command: list[str], prompt: str) -> None:
-        # as core.runtime.process starts an exec agent: prompt on stdin, output read, a session
-        subprocess.run(
-            command,
-            input=prompt,
-            capture_output=True,
-            text=True,
-            start_new_session=True,
-            check=True,
-        )
+        start_agent(command, prompt)
 
     return app
 
@@ -329,14 +329,7 @@ def floor_drain(url: str, count: int) -> float:
             ).fetchone()
             event(cur, "agent.item", task, session_id=session, run_id=run, kind="prompt")
             conn.commit()
-            subprocess.run(
-                AGENTS["true"],
-                input=prompt,
-                capture_output=True,
-                text=True,
-                start_new_session=True,
-                check=True,
-            )
+            start_agent(AGENTS["true"], prompt)
             cur.execute(
                 "SELECT agent FROM task_sessions WHERE id = %s FOR NO KEY UPDATE", (session,)
             ).fetchone()
