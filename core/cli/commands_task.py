@@ -378,6 +378,16 @@ def participant_list(
     emit(settings.json, seats, [_seat_line(s, names) for s in seats])
 
 
+@participant.command("remove")
+@click.argument("participant_id", metavar="ID")
+@pass_settings
+def participant_remove(settings: Settings, participant_id: str) -> None:
+    """Remove one seat by its id (`participant list` shows it), a duplicate one too."""
+    with writer(settings) as host:
+        removed = host.participants.remove(participant_id)
+    emit(settings.json, {"removed": removed}, [f"participant {removed} removed"])
+
+
 # -- sessions and turns --------------------------------------------------------------------
 
 
