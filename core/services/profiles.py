@@ -40,16 +40,20 @@ _LIVE_RUNS = ("queued", "claimed")
 
 def _users(profile_id: str) -> sa.Select[tuple[int]]:
     """Whatever still uses the profile: a live run, a seat, a step's or a workflow's agent."""
-    return sa.union_all(
-        sa.select(sa.literal(1)).where(
-            t.runs.c.agent_profile_id == profile_id, t.runs.c.status.in_(_LIVE_RUNS)
-        ),
-        sa.select(sa.literal(1)).where(
-            t.workflow_step_participants.c.agent_profile_id == profile_id
-        ),
-        sa.select(sa.literal(1)).where(t.workflow_steps.c.agent_profile_id == profile_id),
-        sa.select(sa.literal(1)).where(t.workflows.c.agent_profile_id == profile_id),
-    ).subquery().select()
+    return (
+        sa.union_all(
+            sa.select(sa.literal(1)).where(
+                t.runs.c.agent_profile_id == profile_id, t.runs.c.status.in_(_LIVE_RUNS)
+            ),
+            sa.select(sa.literal(1)).where(
+                t.workflow_step_participants.c.agent_profile_id == profile_id
+            ),
+            sa.select(sa.literal(1)).where(t.workflow_steps.c.agent_profile_id == profile_id),
+            sa.select(sa.literal(1)).where(t.workflows.c.agent_profile_id == profile_id),
+        )
+        .subquery()
+        .select()
+    )
 
 
 _JSON_OPTIONS = frozenset({"command", "env", "requires_env", "env_from", "pass_env", "auto_allow"})
