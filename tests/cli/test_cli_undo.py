@@ -29,11 +29,14 @@ def test_issue_38_item_18_a_duplicate_seat_and_then_its_profile_can_be_removed(
 
     # a queued run still needs its profile: one line naming it, nothing removed
     refused = laneway.fails("profile", "remove", "rev")
-    assert "'rev'" in refused and queued in refused and "queued" in refused
+    assert "'rev'" in refused
+    assert queued in refused
+    assert "queued" in refused
     laneway.json("runs", "cancel", queued)
     # a seat still names it
     refused = laneway.fails("profile", "remove", "rev")
-    assert "participant" in refused and "participant remove" in refused
+    assert "participant" in refused
+    assert "participant remove" in refused
 
     # the duplicate seat goes alone: the other stays
     assert laneway.json("participant", "remove", twin["id"]) == {"removed": twin["id"]}
@@ -41,7 +44,8 @@ def test_issue_38_item_18_a_duplicate_seat_and_then_its_profile_can_be_removed(
     assert [s["id"] for s in seats] == [first["id"]]
     assert twin["id"] in laneway.fails("participant", "remove", twin["id"])
     text = laneway.run("participant", "remove", first["id"])
-    assert text.exit_code == 0 and first["id"] in text.stdout
+    assert text.exit_code == 0
+    assert first["id"] in text.stdout
 
     profile_id = laneway.json("profile", "list")[0]["id"]
     assert laneway.json("profile", "remove", "rev") == {"removed": profile_id}
@@ -58,7 +62,8 @@ def test_issue_38_item_18_a_workflow_is_deleted_once_it_has_no_tasks(laneway: La
     laneway.json("task", "archive", task["id"])
 
     refused = laneway.fails("workflow", "delete", wf["name"])
-    assert "1 task" in refused and wf["name"] in refused
+    assert "1 task" in refused
+    assert wf["name"] in refused
     assert [w["id"] for w in laneway.json("workflow", "list")] == [wf["id"]]
 
     laneway.json("task", "delete", task["id"])
@@ -68,7 +73,8 @@ def test_issue_38_item_18_a_workflow_is_deleted_once_it_has_no_tasks(laneway: La
     assert "no workflow" in laneway.fails("workflow", "delete", wf["name"])
     # the name is free again
     again = laneway.json("workflow", "create", "--template", "office-default")
-    assert again["name"] == wf["name"] and again["id"] != wf["id"]
+    assert again["name"] == wf["name"]
+    assert again["id"] != wf["id"]
 
 
 def test_issue_38_item_18_a_budget_is_removed(laneway: Laneway) -> None:
