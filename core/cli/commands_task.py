@@ -129,7 +129,8 @@ def task_list(
 @click.argument("step", metavar="STEP")
 @pass_settings
 def task_move(settings: Settings, ref: str, step: str) -> None:
-    """Manual move (E2). It clears a runaway-loop stop: triggers move the task again."""
+    """Move a task to a step by hand: the step's entry actions run as on any arrival. It
+    clears a runaway-loop stop: triggers move the task again."""
     with writer(settings) as host:
         # The move reads the task itself, in its own transaction: the step it left is that
         # read's (no read of its own before it, which would need a connection of its own).
@@ -153,7 +154,9 @@ def _move_line(source: str | None, after: Task, names: Mapping[str, str]) -> str
 
 @task.command("update")
 @click.argument("ref", metavar="T")
-@click.option("--step", metavar="STEP", help="Move it there (entry path E5).")
+@click.option(
+    "--step", metavar="STEP", help="Move it there (an arrival: the step's entry actions run)."
+)
 @click.option("--title", metavar="TITLE", help="A new title (not empty).")
 @click.option("--description", metavar="D", help="A new description (empty clears it).")
 @pass_settings
@@ -164,7 +167,7 @@ def task_update(
     title: str | None,
     description: str | None,
 ) -> None:
-    """Generic update: title, description, step (E5)."""
+    """Change a task's title, description or step."""
     if step is None and title is None and description is None:
         raise click.UsageError("task update: give --step, --title or --description")
     with writer(settings) as host:
@@ -178,7 +181,8 @@ def task_update(
 @click.option("--step", metavar="STEP", help="Default: the workflow's start step.")
 @pass_settings
 def task_start(settings: Settings, ref: str, step: str | None) -> None:
-    """Task start (E5)."""
+    """Start a task: it goes to the step (default: its workflow's start step) and the step's
+    agent, if one resolves, is started."""
     with writer(settings) as host:
         started = host.tasks.start(ref, step=step)
         names = step_names(host, started)
@@ -191,7 +195,7 @@ def task_start(settings: Settings, ref: str, step: str | None) -> None:
 @click.option("--step", metavar="S")
 @pass_settings
 def task_switch_workflow(settings: Settings, ref: str, workflow: str, step: str | None) -> None:
-    """Move the task into another workflow (E4)."""
+    """Move the task into another workflow (default: to its start step)."""
     with writer(settings) as host:
         switched = host.tasks.switch_workflow(ref, workflow=workflow, step=step)
         names = step_names(host, switched)

@@ -239,7 +239,8 @@ def _profile_options(*, for_set: bool) -> Callable[[_F], _F]:
             default=None if for_set else "exec",
             show_default=not for_set,
             metavar="exec|acp",
-            help="How laneway talks to the agent (AGENTS.md).",
+            help="How laneway talks to the agent: exec (a process per turn) or acp (the Agent "
+            "Client Protocol; docs/agents.md).",
         ),
         click.option(
             "--permissions",
@@ -296,7 +297,8 @@ def _profile_options(*, for_set: bool) -> Callable[[_F], _F]:
             "requires_env",
             multiple=True,
             metavar="VAR",
-            help=f"Fail the run (R3) without it; passed through. Repeatable{when}.",
+            help=f"The worker must have VAR set, or the run fails at start; passed through. "
+            f"Repeatable{when}.",
         ),
     ]
 
