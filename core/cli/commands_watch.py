@@ -174,9 +174,9 @@ def watch(
 ) -> None:
     """Tail the board's events in the terminal (alias: `events`).
 
-    The events as `serve`'s stream sends them: one readable line per event (JSON lines with --json: each the stream's `data:` object),
-    from now unless --since replays the retained ones; needs no `serve` running. Ctrl-C
-    ends it quietly (exit 0).
+    The events as `serve`'s stream sends them: one readable line per event (JSON lines
+    with --json: each the stream's `data:` object), from now unless --since replays the
+    retained ones; needs no `serve` running. Ctrl-C ends it quietly (exit 0).
     """
     json_lines = as_json or settings.json
     with reader(settings) as host:
