@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
@@ -18,8 +18,12 @@ from core.cli.output import (
     trigger_json,
     why_not,
 )
+from core.errors import LanewayError
 from core.model import AgentProfile, Participant, Session, Task
 from core.shapes import session_json
+
+if TYPE_CHECKING:
+    from core.host import Host
 
 
 def _emit_task(settings: Settings, task: Task, names: Mapping[str, str] | None = None) -> None:
@@ -80,11 +84,42 @@ def task_create(
 @click.argument("ref", metavar="T")
 @pass_settings
 def task_show(settings: Settings, ref: str) -> None:
-    """Show a task."""
+    """Show a task: its line, then its description, parent, blockers and branch."""
     with reader(settings) as host:
         found = host.tasks.get(ref)
         names = step_names(host, found)
-    _emit_task(settings, found, names)
+        related = {
+            other: _other_task(host, other)
+            for other in (found.parent_id, *found.blocked_by)
+            if other
+        }
+    emit(settings.json, found, [task_line(found, names), *_task_details(found, related)])
+
+
+def _other_task(host: Host, task_id: str) -> str:
+    """Another task as a detail line names it: its id and title (or its id alone, gone)."""
+    try:
+        other = host.tasks.get(task_id)
+    except LanewayError:
+        return task_id
+    return f"{other.id} {other.title!r} ({other.state})"
+
+
+def _task_details(task: Task, related: Mapping[str, str]) -> list[str]:
+    """The lines `task show` prints under the task's line."""
+    description = task.description.splitlines() or ["-"]
+    lines = [f"  description: {description[0]}", *(f"    {line}" for line in description[1:])]
+    lines.append(
+        f"  parent: {related.get(task.parent_id, task.parent_id) if task.parent_id else '-'}"
+    )
+    blockers = [related.get(b, b) for b in task.blocked_by]
+    lines.append(f"  blocked by: {', '.join(blockers) if blockers else 'nothing'}")
+    place = task.workspace or {}
+    if place.get("branch"):
+        lines.append(f"  branch: {place['branch']}  worktree: {place.get('path') or '-'}")
+    else:
+        lines.append("  branch: - (no worktree yet)")
+    return lines
 
 
 @task.command("diff")
