@@ -574,11 +574,13 @@ class AgentConnection:
             self._post(item("usage", "", dump(u)))
         return stop_reason_end(answer.stop_reason, cancelled=self._cancelled, usage=usage)
 
-    def cancel(self, grace: float = CANCEL_GRACE) -> None:
+    def cancel(self, grace: float | None = None) -> None:
         """`session/cancel` of the running turn (any thread); the process group is killed when
-        the agent has not ended the turn `grace` seconds later. The turn ends `cancelled`."""
+        the agent has not ended the turn `grace` seconds later (default CANCEL_GRACE, read
+        now). The turn ends `cancelled`."""
         self._cancelled = True
-        asyncio.run_coroutine_threadsafe(self._cancel(grace), self._loop)
+        wait = CANCEL_GRACE if grace is None else grace
+        asyncio.run_coroutine_threadsafe(self._cancel(wait), self._loop)
 
     async def _cancel(self, grace: float) -> None:
         self._cancelled = True
