@@ -177,7 +177,10 @@ def test_a_second_interrupt_kills_the_agents_at_once(
     started.append(proc)
     _claimed_line(proc)
     proc.send_signal(signal.SIGINT)
-    time.sleep(0.3)
+    # the second only once the first was handled: two signals before the handler runs are one
+    assert proc.stderr is not None
+    while '"event": "shutdown"' not in (line := proc.stderr.readline()):
+        assert line, "the worker ended before it said it was stopping"
     proc.send_signal(signal.SIGINT)
     out, err = proc.communicate(timeout=60)
     assert proc.returncode == 0, err
