@@ -91,3 +91,29 @@ def test_issue_38_item_18_laneway_version(laneway: Laneway) -> None:
     assert (plain.exit_code, plain.stdout) == (0, f"laneway {installed}\n")
     # a bare `laneway --json` is still a usage error, not a version
     assert laneway.run("--json").exit_code == 2
+
+
+def test_issue_38_item_18_a_session_of_a_removed_profile_refuses_a_message(
+    laneway: Laneway,
+) -> None:
+    """Its session stays with the task; a message to it would queue a run no worker can claim,
+    so it is refused in one line instead."""
+    laneway.json("workflow", "create", "--template", "simple")
+    laneway.json("profile", "add", "coder", "--command", "true")
+    seat = laneway.json(
+        "participant", "add", "--workflow", "Kanban", "--step", "In Progress",
+        "--role", "runner", "--profile", "coder",
+    )  # fmt: skip
+    task = laneway.json(
+        "task", "create", "--workflow", "Kanban", "--title", "X", "--step", "Backlog"
+    )
+    laneway.json("task", "start", task["id"])
+    (run,) = laneway.json("runs", "list", "--task", task["id"])
+    (session,) = laneway.json("session", "list", "--task", task["id"])
+    laneway.json("runs", "cancel", run["id"])
+    laneway.json("participant", "remove", seat["id"])
+    laneway.json("profile", "remove", "coder")
+
+    refused = laneway.fails("session", "send", session["id"], "hello")
+    assert "agent profile was removed" in refused
+    assert [r["id"] for r in laneway.json("runs", "list", "--task", task["id"])] == [run["id"]]
