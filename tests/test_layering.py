@@ -62,7 +62,7 @@ PLANTED: dict[str, list[tuple[str, str]]] = {
         ("core/planted_kit.py", "from plugins.testing import hosts\n"),
     ],
     "plugins-on-public-api": [
-        ("office_plugin/planted.py", "from core.agent_error import payload_of\n"),
+        ("office_plugin/planted.py", "from core.agents.failure import payload_of\n"),
         ("kanban_plugin/planted.py", "from core.plugin.kinds import ActionKind\n"),
         ("laneway_notify/planted.py", "from core.model import Task\n"),
         ("office_plugin/planted_manager.py", "from core.plugin.loading import PluginSelection\n"),

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from core.runtime.acp import AcpError, TranscriptItem, shared_loop
+from core.agents.protocols.acp import AcpError, TranscriptItem, shared_loop
 from tests.acp.conftest import FAKE, Start, fake_env, texts
 
 

@@ -8,7 +8,7 @@ import os
 import sys
 from pathlib import Path
 
-from core.runtime.acp import TranscriptItem, shared_loop
+from core.agents.protocols.acp import TranscriptItem, shared_loop
 from tests.acp.conftest import FAKE, Start, texts
 
 OPTIONS = [

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from core.runtime.acp import AcpError, TranscriptItem, shared_loop
+from core.agents.protocols.acp import AcpError, TranscriptItem, shared_loop
 from tests.acp.conftest import Start, fake_env, texts
 
 

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from core.runtime.acp import AcpError, PermissionPolicy, shared_loop
+from core.agents.protocols.acp import AcpError, PermissionPolicy, shared_loop
 
 
 def _missing(reason: str) -> None:

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from core import worker
+from core.agents import worker
 from core.host import Host
 from core.logs import logger
 from tests.agents.conftest import enqueue, plain_workflow

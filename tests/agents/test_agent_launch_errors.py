@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from core.runtime import process
+from core.agents.protocols import exec_process as process
 
 
 def _start(command: list[str]) -> process.AgentProcess:

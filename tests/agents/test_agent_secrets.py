@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 import sqlalchemy as sa
 
-from core import worker
+from core.agents import worker
 from core.errors import LanewayError
 from core.host import Host
 from core.store import tables as t

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from core import worker
+from core.agents import worker
 from tests.agents.conftest import plain_workflow, python_agent
 from tests.cli.conftest import Laneway
 from tests.conftest import open_host

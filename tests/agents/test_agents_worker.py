@@ -9,10 +9,10 @@ from typing import Any
 
 import sqlalchemy as sa
 
-from core import worker
+from core.agents import worker
+from core.agents.values import TurnOutcome
 from core.host import Host
 from core.runs import Requeued
-from core.runtime.runtime import TurnOutcome
 from tests.agents.conftest import (
     R,
     enqueue,

@@ -1,6 +1,6 @@
 """Issue 22 "Transcripts people read": a chatty exec agent's lines are kept in order, as they
 arrive, by a writer that batches what arrives while a transaction commits
-(core/runtime/item_queue.py)."""
+(core/agents/item_queue.py)."""
 
 from __future__ import annotations
 
@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from core.runtime.acp.bounds import item
-from core.runtime.acp.values import TranscriptItem
-from core.runtime.item_queue import BATCH, ItemQueue
+from core.agents.bounds import item
+from core.agents.item_queue import BATCH, ItemQueue
+from core.agents.values import TranscriptItem
 from tests.agents.test_acp_worker import workflow_yaml
 from tests.conftest import open_host
 

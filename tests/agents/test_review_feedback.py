@@ -12,11 +12,11 @@ from pathlib import Path
 
 import pytest
 
-from core.feedback import HEADER
+from core.agents.feedback import HEADER
+from core.agents.session import prompt_for
+from core.agents.tools.broker import ToolBroker, mcp_server
 from core.host import Host
 from core.model import Decision
-from core.runtime.tools.broker import ToolBroker, mcp_server
-from core.worker import prompt_for
 from office_plugin.demo import agent_command
 from tests.agents.conftest import enqueue, laneway, set_run, stamp
 from tests.conftest import open_host

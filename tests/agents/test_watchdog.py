@@ -1,4 +1,4 @@
-"""Issue 27 item 1: the agent watchdog's reading of /proc and its decisions (core.runtime.watchdog),
+"""Issue 27 item 1: the agent watchdog's reading of /proc and its decisions (core.agents.watchdog),
 and its loop against real processes and real signals, without a worker or a database: a paused
 worker's agents are stopped with it, resumed only on the worker's word (those it names are
 killed instead), and killed when it is gone.
@@ -17,8 +17,8 @@ from pathlib import Path
 
 import pytest
 
-from core.runtime import watchdog, watchdog_link
-from core.runtime.watchdog import Watch, parse_stat
+from core.agents import watchdog, watchdog_link
+from core.agents.watchdog import Watch, parse_stat
 from tests.conftest import eventually
 
 PROC = Path("/proc/self/stat").exists()

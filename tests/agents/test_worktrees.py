@@ -15,10 +15,10 @@ from typing import Any
 import pytest
 import sqlalchemy as sa
 
-from core import worker
+from core.agents import worker
+from core.agents.values import TurnOutcome
 from core.errors import LanewayError
 from core.host import Host
-from core.runtime.runtime import TurnOutcome
 from core.store import tables as t
 from tests.agents.conftest import enqueue, plain_workflow, python_agent
 

@@ -11,7 +11,7 @@ import threading
 import time
 from pathlib import Path
 
-from core import worker
+from core.agents import worker
 from tests.agents.test_acp_worker import Board
 from tests.conftest import eventually, open_host
 from tests.fencing.test_fencing import take_lock_away

@@ -23,10 +23,11 @@ from typing import Any
 import pytest
 import sqlalchemy as sa
 
-from core import Host, worker
+from core import Host
+from core.agents import worker
+from core.agents.values import TurnOutcome
 from core.errors import RunFenced
 from core.runs import RunRequest
-from core.runtime.runtime import TurnOutcome
 from core.store import liveness
 from core.store import tables as t
 from tests.conftest import eventually, open_host

@@ -20,7 +20,7 @@ from typing import Any
 
 import pytest
 
-from core import worker
+from core.agents import worker
 from core.errors import DatabaseUnusable
 from core.runs import RunRequest
 from core.store import dialect

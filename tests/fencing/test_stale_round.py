@@ -17,9 +17,9 @@ from typing import Any
 import pytest
 import sqlalchemy as sa
 
-from core import worker
+from core.agents import worker
+from core.agents.values import TurnOutcome
 from core.errors import RunFenced
-from core.runtime.runtime import TurnOutcome
 from core.store import tables as t
 from tests.conftest import open_host
 from tests.on_enter.conftest import build_office, raw

@@ -1,5 +1,5 @@
 """Issue 27 item 6: whether a session's turn is in flight is read from the database, not from the
-moving process's memory (`core/runtime/arrival.py`).
+moving process's memory (`core/agents/session.py`).
 
 Two hosts on one board are two processes to each other (each its own epoch, runtime and
 memory). AC-D1's stale-RUNNING flip still happens where no turn runs anywhere (a RUNNING session
@@ -18,9 +18,11 @@ from typing import Any
 
 import sqlalchemy as sa
 
-from core import Host, agent_error, worker
+from core import Host
+from core.agents import failure as agent_error
+from core.agents import worker
+from core.model import AgentFailure
 from core.runs import RunRequest
-from core.runtime.failures import AgentFailure
 from core.store import tables as t
 from tests.conftest import open_host
 

@@ -18,9 +18,9 @@ import attrs
 import pytest
 import sqlalchemy as sa
 
+from core.agents.tools import wire
+from core.agents.tools.broker import ToolBroker, mcp_server
 from core.host import Host
-from core.runtime.tools import wire
-from core.runtime.tools.broker import ToolBroker, mcp_server
 from core.store import tables as t
 from tests.tools.board import call, review_board, reviewer_grant
 
@@ -238,7 +238,7 @@ def test_the_servers_environment_and_imports_hold_no_database(
     assert (server.name, server.command, server.args) == (
         "laneway",
         sys.executable,
-        ["-m", "core.runtime.tools"],
+        ["-m", "core.agents.tools"],
     )
     assert sorted(e.name for e in server.env) == sorted(
         [wire.SOCKET_ENV, wire.KEY_ENV, wire.TOKEN_ENV]
@@ -249,7 +249,7 @@ def test_the_servers_environment_and_imports_hold_no_database(
     assert all(host_part not in e.value and "://" not in e.value for e in server.env)
     probe = (
         "import json, sys\n"
-        "from core.runtime.tools import server\n"
+        "from core.agents.tools import server\n"
         "server.build(server.Channel.from_env())\n"
         "print(json.dumps(sorted(sys.modules)))\n"
     )
@@ -271,7 +271,7 @@ def test_the_servers_environment_and_imports_hold_no_database(
 
 def test_the_server_without_its_environment_says_what_is_missing() -> None:
     done = subprocess.run(
-        [sys.executable, "-m", "core.runtime.tools"],
+        [sys.executable, "-m", "core.agents.tools"],
         env={"PATH": os.environ["PATH"]},
         capture_output=True,
         text=True,
