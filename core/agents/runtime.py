@@ -68,7 +68,12 @@ class AgentRuntime:
 
     @property
     def retry_delays(self) -> tuple[float, ...]:
+        """The waits before each retry of a transient failure (the turn loop's)."""
         return self.turns.retry_delays
+
+    @retry_delays.setter
+    def retry_delays(self, delays: tuple[float, ...]) -> None:
+        self.turns.retry_delays = delays
 
     # -- turns ------------------------------------------------------------------------------------
 
