@@ -21,7 +21,7 @@ from core.agents.stops import STOPS, InFlight, LiveTurn
 from core.agents.tools.access import ToolAccess
 from core.agents.turns import DEFAULT_RETRY_DELAYS, TurnLoop, retry_delays_from_env
 from core.agents.values import TurnOutcome
-from core.model import AgentFailure, Session, Task
+from core.model import AgentFailure
 from core.services.peers import Peers
 
 if TYPE_CHECKING:
@@ -65,6 +65,8 @@ class AgentRuntime:
             protocols,
             retry_delays if retry_delays is not None else retry_delays_from_env(),
         )
+        self.run_turn = self.turns.run_turn
+        """Run one agent turn for a session (blocking), then any queued messages."""
 
     @property
     def retry_delays(self) -> tuple[float, ...]:
@@ -75,30 +77,7 @@ class AgentRuntime:
     def retry_delays(self, delays: tuple[float, ...]) -> None:
         self.turns.retry_delays = delays
 
-    # -- turns ------------------------------------------------------------------------------------
-
-    def run_turn(
-        self,
-        session_id: str,
-        prompt: str,
-        *,
-        run_id: str | None = None,
-        reason: str = "",
-        step_id: str | None = None,
-        session: Session | None = None,
-        task: Task | None = None,
-    ) -> TurnOutcome:
-        """Run one agent turn for `session_id` (blocking), then any queued messages
-        (core.agents.turns.TurnLoop.run_turn)."""
-        return self.turns.run_turn(
-            session_id,
-            prompt,
-            run_id=run_id,
-            reason=reason,
-            step_id=step_id,
-            session=session,
-            task=task,
-        )
+    # -- turns (core.agents.turns) ---------------------------------------------------------------
 
     @property
     def conversations(self) -> Conversations:
