@@ -80,6 +80,7 @@ def test_a_failed_write_reaches_the_turn_and_nothing_after_it_is_written() -> No
     assert written == ["ok"]
 
 
+@pytest.mark.slow  # it starts a process: the subprocess tier
 def test_a_burst_of_lines_is_kept_whole_and_in_order(db_url: str, tmp_path: Path) -> None:
     """An exec agent printing 2,000 lines as fast as it can: every line is a transcript item,
     numbered in the order printed, all on the board when its turn ends."""

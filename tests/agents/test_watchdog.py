@@ -188,6 +188,7 @@ def test_the_loop_stops_asks_resumes_and_kills_real_processes(
             os.close(fd)
 
 
+@pytest.mark.slow  # it starts a process: the subprocess tier
 @pytest.mark.skipif(not PROC, reason="needs /proc")
 def test_the_watchdog_is_a_session_of_its_own_without_the_workers_environment(
     monkeypatch: pytest.MonkeyPatch,

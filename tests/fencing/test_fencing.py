@@ -122,6 +122,7 @@ def test_item1_a_cut_off_processes_late_writes_are_refused(
     assert len(_warnings(laneway_logs, run.id)) >= 2  # the finish's and the requeue's
 
 
+@pytest.mark.slow  # it starts a process: the subprocess tier
 def test_item1_a_worker_stops_its_agent_the_moment_its_lock_is_lost(
     db_url: str, tmp_path: Path, laneway_logs: list[dict[str, Any]]
 ) -> None:

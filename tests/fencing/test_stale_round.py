@@ -46,6 +46,7 @@ def _approver(tmp_path: Path) -> list[str]:
     return [sys.executable, "-c", code]
 
 
+@pytest.mark.slow  # it starts a process: the subprocess tier
 def test_item4_runs_carry_their_entry_and_a_stale_rounds_run_is_cancelled_at_claim(
     db_url: str, tmp_path: Path
 ) -> None:

@@ -16,6 +16,7 @@ import threading
 import time
 from typing import Any
 
+import pytest
 import sqlalchemy as sa
 
 from core import Host
@@ -73,6 +74,7 @@ def test_ac_d1_a_running_session_with_no_turn_anywhere_still_flips(db_url: str) 
         assert b.sessions.get(session).state == "WAITING_FOR_INPUT"
 
 
+@pytest.mark.slow  # it starts a process: the subprocess tier
 def test_item6_a_move_from_another_process_leaves_a_working_session_running(
     db_url: str, laneway_logs: list[dict[str, Any]]
 ) -> None:
