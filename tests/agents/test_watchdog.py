@@ -144,6 +144,7 @@ def sleepers() -> Iterator[list[subprocess.Popen[bytes]]]:
         proc.wait()
 
 
+@pytest.mark.slow  # it starts a process: the subprocess tier
 @pytest.mark.skipif(not PROC, reason="needs /proc")
 def test_the_loop_stops_asks_resumes_and_kills_real_processes(
     sleepers: list[subprocess.Popen[bytes]],
@@ -220,6 +221,7 @@ def test_the_guarantee_states_the_watchdogs_bound() -> None:
     assert "no run's agent runs beside its next execution" in text
 
 
+@pytest.mark.slow  # it starts a process: the subprocess tier
 @pytest.mark.skipif(not PROC, reason="needs /proc")
 def test_the_workers_children_that_lead_a_group_are_found(
     sleepers: list[subprocess.Popen[bytes]],
