@@ -519,7 +519,8 @@ def note_cancel(uow: UnitOfWork, run_id: str, reason: str, *, keep_earlier: bool
     `keep_earlier`, a reason asked for before (a person's cancel) stands. One statement, on a
     claimed run only: a run ended meanwhile keeps its row as it is."""
     R = t.runs
-    value: Any = sa.func.coalesce(R.c.cancel_reason, reason) if keep_earlier else reason
+    given = sa.literal(reason, sa.String)
+    value = sa.func.coalesce(R.c.cancel_reason, given) if keep_earlier else given
     uow.conn.execute(
         sa.update(R).where(R.c.id == run_id, R.c.status == CLAIMED).values(cancel_reason=value)
     )
