@@ -159,7 +159,7 @@ def test_a_planted_violation_breaks_the_contract(
 WING_PLANTS: list[tuple[str, str]] = [
     # (module the import is appended to, the import)
     ("core/agents/worker.py", "import core.host\n"),  # the worker sits below the host
-    ("core/agents/worker.py", "import core.worker\n"),  # below the old names' shims
+    ("core/agents/worker.py", "import core.runtime\n"),  # below the old names' aliases
     ("core/agents/session.py", "import core.agents.worker\n"),  # session < worker
     ("core/agents/runtime.py", "import core.agents.session\n"),  # runtime < session
     ("core/agents/turns.py", "import core.agents.runtime\n"),  # turns < runtime

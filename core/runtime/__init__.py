@@ -1,6 +1,7 @@
-"""The agent wing's old name: it lives in `core.agents` now (issue 37). Kept for one release:
-`core.runtime.X` imports the module that took its place, the same module object (never a
-second copy), so code written against the old names works unchanged until it moves."""
+"""The agent wing's old names: it lives in `core.agents` now (issue 37). Kept for one release:
+`core.runtime.X`, `core.worker`, `core.agent_error` and `core.feedback` import the module that
+took their place, the same module object (never a second copy), so code written against the
+old names works unchanged until it moves. `core/__init__.py` installs the aliases."""
 
 from __future__ import annotations
 
@@ -12,6 +13,9 @@ import sys
 from types import ModuleType
 
 MOVED: dict[str, str] = {
+    "core.worker": "core.agents.worker",
+    "core.agent_error": "core.agents.failure",
+    "core.feedback": "core.agents.feedback",
     "core.runtime.runtime": "core.agents.runtime",
     "core.runtime.arrival": "core.agents.session",
     "core.runtime.conversation": "core.agents.protocols.acp.conversation",
