@@ -22,6 +22,8 @@ from core.cli import app, build_cli
 from core.plugin.selection import PluginSelection
 from plugins import hookimpl
 
+pytestmark = pytest.mark.slow  # its tests start `laneway` or `python`: the subprocess tier
+
 LANEWAY = Path(sys.executable).with_name("laneway")
 
 # Runs the console script's own function, then reports which modules the process imported.
@@ -154,7 +156,6 @@ def test_a_manual_move_registers_the_plugins_kinds_without_their_executors(
         assert "laneway_notify.port" not in modules
 
 
-@pytest.mark.slow  # it starts a process: the subprocess tier
 def test_a_broken_plugin_is_reported_by_a_write_command(current_board: str, tmp_path: Path) -> None:
     """A plugin that fails to load is named on stderr by a command that writes (its host
     loads the plugins); `task list`, which loads none, is not held up by it. The plugin is
@@ -285,7 +286,6 @@ def test_a_write_command_loads_its_plugins_once(current_board: str) -> None:
     assert loads("task", "list")[1] == 0
 
 
-@pytest.mark.slow  # it starts a process: the subprocess tier
 def test_the_table_definitions_load_no_dialect() -> None:
     """AC issue-14/1: declaring the tables imports no database dialect (a SQLite-only keyword
     once made PostgreSQL boards import SQLite's dialect on every command)."""
@@ -465,7 +465,6 @@ def _entry(*args: str) -> tuple[str, dict[str, Any]]:
     return out, dict(seen)
 
 
-@pytest.mark.slow  # it starts a process: the subprocess tier
 def test_the_console_script_enters_before_the_command_line_is_imported() -> None:
     """Issue 14 target 1: the installed `laneway` script runs `core.console:main`, which imports
     no command line (nor click, nor SQLAlchemy): it pauses the collector before those load."""
@@ -500,7 +499,6 @@ def test_issue_14_the_collector_never_runs_while_the_command_line_is_imported(
     assert seen["before_dispatch"] == 0
 
 
-@pytest.mark.slow  # it starts a process: the subprocess tier
 def test_issue_14_the_console_script_logs_as_asked_and_a_library_keeps_its_handler(
     current_board: str,
 ) -> None:
@@ -567,7 +565,6 @@ main(sys.argv[1:])
 """
 
 
-@pytest.mark.slow  # it starts a process: the subprocess tier
 def test_issue_14_a_task_list_on_postgresql_opens_one_connection(
     pg_database: str | None,
 ) -> None:
