@@ -106,6 +106,7 @@ def test_issue_38_item_19_docs_point_to_docs_agents_md_not_a_missing_agents_md()
         assert "AGENTS.md" not in text, f"{path.relative_to(REPO)} points to AGENTS.md"
 
 
+@pytest.mark.subprocess  # git makes the repository and the worktree
 def test_issue_38_item_19_plain_task_show_prints_description_parent_blockers_branch(
     sqlite_laneway: Laneway, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from core import worker
-from core.runtime.acp import facade
+from core.agents import worker
+from core.agents.protocols.acp import facade
 from tests.agents.test_acp_worker import Board
 from tests.conftest import eventually, open_host
 from tests.fencing.test_fencing import take_lock_away
@@ -31,6 +31,7 @@ def _state(pid: int) -> str | None:
     return None if letter == "Z" else letter
 
 
+@pytest.mark.slow  # it starts a process: the subprocess tier
 def test_item1_a_fenced_acp_agent_is_killed_without_its_grace(
     db_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
