@@ -11,7 +11,7 @@ The script is JSON, from the file named by FAKE_ACP_SCRIPT_FILE or inline in FAK
      "turns": [[STEP, ...], ...]}   # the n-th prompt of the process runs turns[n] (the last
                                     # one repeats); without turns a prompt is echoed
 STEP is one of {"message": T}, {"thought": T}, {"tool_call": {"id", "title", "kind"}},
-{"tool_update": {"id", "status"}}, {"plan": [T, ...]}, {"permission": {"kind", "title"}}
+{"tool_update": {"id", "status"}}, {"plan": [T, ...]}, {"permission": {"kind", "title", "meta"}}
 (its answer becomes a message `permission: OPTION-ID|cancelled`), {"read": PATH},
 {"write": PATH, "content": T}, {"terminal": true}, {"usage": {"used", "size", "cost"}},
 {"sleep": S}, {"wait_cancel": true}, {"garbage": T}, {"huge_line": MB}, {"stderr": T},
@@ -274,7 +274,10 @@ class FakeAgent(Agent):
             answer = await client.request_permission(
                 session_id=session_id,
                 tool_call=ToolCallUpdate(
-                    tool_call_id="perm-1", title=ask.get("title", "tool"), kind=ask.get("kind")
+                    tool_call_id="perm-1",
+                    title=ask.get("title", "tool"),
+                    kind=ask.get("kind"),
+                    field_meta=ask.get("meta"),
                 ),
                 options=[
                     PermissionOption(option_id="yes", name="Allow", kind="allow_once"),
