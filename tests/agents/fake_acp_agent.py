@@ -15,7 +15,7 @@ STEP is one of {"message": T}, {"thought": T}, {"tool_call": {"id", "title", "ki
 (its answer becomes a message `permission: OPTION-ID|cancelled`), {"read": PATH},
 {"write": PATH, "content": T}, {"terminal": true}, {"usage": {"used", "size", "cost"}},
 {"sleep": S}, {"wait_cancel": true}, {"garbage": T}, {"huge_line": MB}, {"stderr": T},
-{"exit": CODE}, {"close_stdout": true}, {"env": true} (a message `env: [NAMES]`),
+{"exit": CODE}, {"close_stdout": true}, {"env": true} (a message `env: [NAMES]`), {"env_value": NAME} (`NAME=VALUE`),
 {"cwd": true} (a message `cwd: SESSION CWD (process: ITS OWN CWD)`),
 {"state": true} (a message `state: mode=M options={ID: CURRENT, ...}`: what the agent is set to),
 {"error": {"code", "message", "data"?}}, {"mcp": {"tool": NAME, "args": {...}}} (starts the
@@ -341,6 +341,9 @@ class FakeAgent(Agent):
             await asyncio.Event().wait()
         elif "cwd" in step:
             await self._say(session_id, f"cwd: {self.cwd.get(session_id)} (process: {os.getcwd()})")
+        elif "env_value" in step:
+            name = str(step["env_value"])
+            await self._say(session_id, f"{name}={os.environ.get(name, '')}")
         elif "env" in step:
             await self._say(session_id, "env: " + json.dumps(sorted(os.environ)))
         elif "state" in step:

@@ -101,6 +101,7 @@ class Conversations:
         self._loop = loop
         self._limit = limit
         self._live: OrderedDict[str, AgentConnection] = OrderedDict()
+        self._run_ids: dict[str, str] = {}  # the LANEWAY_RUN_ID each kept process started with
         self._running: dict[str, AgentConnection] = {}
         self._lock = threading.Lock()
 
@@ -114,21 +115,36 @@ class Conversations:
             profile.command, env=env, cwd=cwd, policy=policy, init_timeout=init_timeout()
         )
 
-    def take(self, session_id: str) -> AgentConnection | None:
+    def take(self, session_id: str, run_id: str = "") -> AgentConnection | None:
+        """The live process of the conversation, if any and fit for this run's turn.
+
+        A process's environment is fixed when it starts, so one started for an earlier run
+        holds a stale LANEWAY_RUN_ID (AGENTS.md "Phase 4": it is the run being executed on
+        every turn). When the agent can load its sessions, the conversation loses nothing by a
+        restart (`session/load` continues it), so the process is replaced; an agent that cannot
+        is kept, its conversation being worth more, and `get_task`'s `run_id` says the run."""
         with self._lock:
             conn = self._live.pop(session_id, None)
+            started_for = self._run_ids.pop(session_id, "")
         if conn is not None and not conn.alive:
+            conn.close()
+            return None
+        loadable = conn is not None and conn.info is not None and conn.info.load_session
+        if conn is not None and started_for != run_id and loadable:
             conn.close()
             return None
         return conn
 
-    def keep(self, session_id: str, conn: AgentConnection) -> None:
+    def keep(self, session_id: str, conn: AgentConnection, run_id: str = "") -> None:
         with self._lock:
+            self._run_ids[session_id] = run_id
             self._live[session_id] = conn
             self._live.move_to_end(session_id)
             evicted = []
             while len(self._live) > self._limit:
-                evicted.append(self._live.popitem(last=False)[1])
+                gone, old = self._live.popitem(last=False)
+                self._run_ids.pop(gone, None)
+                evicted.append(old)
         for old in evicted:
             old.close()
 
@@ -161,6 +177,7 @@ class Conversations:
     def end(self, session_id: str) -> None:
         with self._lock:
             conn = self._live.pop(session_id, None)
+            self._run_ids.pop(session_id, None)
         if conn is not None:
             conn.close()
 
@@ -169,6 +186,7 @@ class Conversations:
         with self._lock:
             conns = [*self._live.values(), *self._running.values()]
             self._live.clear()
+            self._run_ids.clear()
         for conn in conns:
             conn.cancel(grace=0.5)
             conn.close(grace=0.5)
@@ -177,7 +195,8 @@ class Conversations:
 def run_acp_turn(conversations: Conversations, turn: AcpTurn, record: Record) -> TurnEnd:
     """One turn, routed as AGENTS.md "How a turn ends (ACP)". Never raises for what the agent
     did; the process is kept for the next turn unless it is gone or failed us."""
-    conn = conversations.take(turn.session_id)
+    run_id = turn.env.get("LANEWAY_RUN_ID", "")
+    conn = conversations.take(turn.session_id, run_id)
     try:
         if conn is None:
             conn = conversations.start(turn.profile, turn.env, turn.cwd)
@@ -218,7 +237,7 @@ def run_acp_turn(conversations: Conversations, turn: AcpTurn, record: Record) ->
     if end.warning:
         record.warning(end.warning, stop_reason=end.stop_reason)
     if conn.alive and end.outcome in ("ok", "cancelled", "transient"):
-        conversations.keep(turn.session_id, conn)
+        conversations.keep(turn.session_id, conn, run_id)
     else:
         conn.close()
     return end
