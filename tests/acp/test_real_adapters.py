@@ -4,7 +4,8 @@ credentials and no network (an empty network namespace, `unshare -n`), driven th
 ACP client.
 
 Opt-in: an adapter is found on PATH or in $LANEWAY_ACP_ADAPTERS (a node_modules folder, e.g.
-from `npm install @agentclientprotocol/claude-agent-acp @agentclientprotocol/codex-acp`); a test skips,
+from `npm install @agentclientprotocol/claude-agent-acp @agentclientprotocol/codex-acp`); a
+test skips,
 saying why, when its adapter or `unshare -n` is not there — unless LANEWAY_ACP_REQUIRED is set
 (`.ci/run` sets it after installing them), when a missing adapter fails the test.
 """
@@ -50,7 +51,9 @@ def no_credentials(home: Path) -> dict[str, str]:
 
 
 @pytest.mark.slow  # it starts a process: the subprocess tier
-def test_issue_41_item_1_claude_agent_acp_offers_plan_and_fails_r3_without_credentials(tmp_path: Path) -> None:
+def test_issue_41_item_1_claude_agent_acp_offers_plan_and_fails_r3_without_credentials(
+    tmp_path: Path,
+) -> None:
     """claude-agent-acp with no credentials initialises, opens a session, reports its modes
     (among them `plan`), takes the mode asked for, and its turn fails as R3 with the agent's
     "Authentication required" message, in bounded time."""

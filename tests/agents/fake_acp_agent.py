@@ -15,7 +15,8 @@ STEP is one of {"message": T}, {"thought": T}, {"tool_call": {"id", "title", "ki
 (its answer becomes a message `permission: OPTION-ID|cancelled`), {"read": PATH},
 {"write": PATH, "content": T}, {"terminal": true}, {"usage": {"used", "size", "cost"}},
 {"sleep": S}, {"wait_cancel": true}, {"garbage": T}, {"huge_line": MB}, {"stderr": T},
-{"exit": CODE}, {"close_stdout": true}, {"env": true} (a message `env: [NAMES]`), {"env_value": NAME} (`NAME=VALUE`),
+{"exit": CODE}, {"close_stdout": true}, {"env": true} (a message `env: [NAMES]`),
+{"env_value": NAME} (a message `NAME=VALUE`),
 {"cwd": true} (a message `cwd: SESSION CWD (process: ITS OWN CWD)`),
 {"state": true} (a message `state: mode=M options={ID: CURRENT, ...}`: what the agent is set to),
 {"error": {"code", "message", "data"?}}, {"mcp": {"tool": NAME, "args": {...}}} (starts the

@@ -676,8 +676,7 @@ def test_issue_41_item_7_laneway_run_id_is_the_run_on_every_turn_of_a_conversati
     assert [said[at : at + len(run)] for at, run in zip(starts, runs, strict=True)] == runs
     decoder = json.JSONDecoder()
     told = [
-        decoder.raw_decode(said, m.end())[0]["run_id"]
-        for m in re.finditer("mcp get_task: ", said)
+        decoder.raw_decode(said, m.end())[0]["run_id"] for m in re.finditer("mcp get_task: ", said)
     ]
     assert told == runs
     assert echoes(items)[1].endswith("(previous: work on it)")  # the conversation went on

@@ -161,7 +161,7 @@ class LanewayClient:
             self._chunk("message", block_text(update.content))
         elif isinstance(update, AgentThoughtChunk):
             self._chunk("thought", block_text(update.content))
-        elif (found := update_item(update)) is not None:
+        elif (found := update_item(update, self.cwd)) is not None:
             self.flush()
             self.post(found)
 
