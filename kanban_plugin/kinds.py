@@ -127,6 +127,11 @@ def auto_start_agent(ctx: ActionContext, _config: Any) -> None:
         )
         return
     agent = host.runs.primary_agent(ctx.task, ctx.step.id) or ctx.session.agent_profile_id
+    if agent == ctx.session.agent_profile_id and host.sessions.turn_starting(ctx.session.id):
+        # the move came from this agent's turn starting (a person's message at Review): that
+        # turn is the one; the step's prompt again would be a second turn nobody asked for
+        ctx.logger.info("auto_start_agent: the agent's turn is starting now; nothing queued")
+        return
     if agent is None:
         ctx.logger.warning("auto_start_agent: no agent resolves for the step; nothing started")
         return
