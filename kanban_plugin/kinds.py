@@ -135,7 +135,9 @@ def auto_start_agent(ctx: ActionContext, _config: Any) -> None:
     if agent is None:
         ctx.logger.warning("auto_start_agent: no agent resolves for the step; nothing started")
         return
-    host.runs.assign(ctx.task, ctx.step.id, agent)
+    if host.runs.assign(ctx.task, ctx.step.id, agent) is None:
+        ctx.logger.info("auto_start_agent: the task is blocked; its agent starts once unblocked")
+        return
     host.sessions.record_effect(ctx.session.id, prompts=[{"step_id": ctx.step.id, "queued": True}])
 
 

@@ -18,6 +18,7 @@ from core.cli.output import (
     trigger_json,
     why_not,
 )
+from core.errors import LanewayError
 from core.model import AgentProfile, Participant, Session, Task
 from core.shapes import session_json
 
@@ -84,7 +85,38 @@ def task_show(settings: Settings, ref: str) -> None:
     with reader(settings) as host:
         found = host.tasks.get(ref)
         names = step_names(host, found)
-    _emit_task(settings, found, names)
+        if settings.json:
+            relations: list[str] = []
+        else:
+            relations = _relation_lines(host, found)
+    emit(settings.json, found, [task_line(found, names), *relations])
+
+
+def _relation_lines(host: Any, task: Task) -> list[str]:
+    """`task show`'s lines for its parent, its blockers (which still hold it) and its subtasks:
+    what a person needs to see before starting it."""
+
+    def about(other: Task) -> str:
+        return f"{other.id}  {other.title!r}  state={other.state}"
+
+    lines: list[str] = []
+    if task.parent_id is not None:
+        try:
+            lines.append(f"  parent:     {about(host.tasks.get(task.parent_id))}")
+        except LanewayError:
+            lines.append(f"  parent:     {task.parent_id}")
+    holding = {b.id for b in host.blockers.unfinished(task.id)}
+    for blocker_id in task.blocked_by:
+        try:
+            blocker = host.tasks.get(blocker_id)
+        except LanewayError:
+            continue
+        still = "blocks it" if blocker.id in holding else "finished"
+        lines.append(f"  blocked by: {about(blocker)}  ({still})")
+    if holding:
+        lines.append("  its agent does not start until its blockers are finished")
+    lines.extend(f"  subtask:    {about(child)}" for child in host.tasks.children(task.id))
+    return lines
 
 
 @task.command("diff")
