@@ -94,8 +94,8 @@ function plural(n, one, many = `${one}s`) {
 /* A task's state in words that no step is named: REVIEW is "its agent failed, have a look",
    not the Review step (issue 38). The pill says "state: …" and its title the stored value. */
 const STATE_WORDS = {
-  TODO: "not started",
-  CREATED: "not started",
+  TODO: "to do",
+  CREATED: "new",
   SCHEDULING: "scheduling",
   IN_PROGRESS: "started",
   REVIEW: "needs a look",
