@@ -88,9 +88,7 @@ def _reference_badges(host: Host, task: Task) -> dict[str, Any]:
             and (r.requested_at, r.id) < (mine.requested_at, mine.id)
         )
     last = runs[-1] if runs else None
-    children = [
-        c for c in host.tasks.list(workflow=task.workflow_id) if c.parent_id == task.id
-    ]
+    children = [c for c in host.tasks.list(workflow=task.workflow_id) if c.parent_id == task.id]
     return {
         "running": any(r.status == "claimed" for r in runs)
         or any(s.state in WORKING_STATES for s in sessions),

@@ -9,7 +9,6 @@ covers the panel. `LANEWAY_SCREENSHOT_DIR=DIR` keeps the desktop and phone shots
 
 from __future__ import annotations
 
-import json
 import os
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -144,11 +143,13 @@ def open_panel(page: Any, title: str) -> None:
 def test_issue_38_item_11_the_card_says_who_is_on_it_truly(browser: Any, board: Board) -> None:
     page = page_of(browser, board)
     queued = waits(page, "Queued with no worker")
-    assert "waits for a worker" in queued and "laneway worker" in queued, queued
+    assert "waits for a worker" in queued, queued
+    assert "laneway worker" in queued, queued
     cancelled = waits(page, "Cancelled by hand")
     assert cancelled.startswith("Cancelled"), cancelled
     review = waits(page, "Look at the review")
-    assert "review" in review.lower() and "Nobody" not in review, review
+    assert "review" in review.lower(), review
+    assert "Nobody" not in review, review
     assert "Start" in waits(page, "Not started yet")
     for said in (queued, cancelled, review):
         assert "move it to a step with an agent" not in said
@@ -220,7 +221,8 @@ def test_issue_38_item_15_blockers_parent_subtasks_and_over_budget_show(
 
     open_panel(page, "Epic: new login")
     listed = page.locator(".relations").inner_text()
-    assert "Subtask “Login form”" in listed and "Subtask “Login tests”" in listed
+    assert "Subtask “Login form”" in listed
+    assert "Subtask “Login tests”" in listed
     page.locator(".relations .relation-link", has_text="Login form").click()
     page.locator("#detail-title", has_text="Login form").wait_for(timeout=10_000)
     assert "Subtask of “Epic: new login”" in page.locator(".relations").inner_text()
@@ -228,18 +230,20 @@ def test_issue_38_item_15_blockers_parent_subtasks_and_over_budget_show(
     page.context.close()
 
 
-@pytest.mark.parametrize("width,height", [(1440, 900), (390, 844)])
+@pytest.mark.parametrize(("width", "height"), [(1440, 900), (390, 844)])
 def test_issue_38_item_16_paths_read_relative_and_no_toast_covers_the_panel(
     browser: Any, board: Board, width: int, height: int
 ) -> None:
     page = page_of(browser, board, viewport={"width": width, "height": height})
     open_panel(page, "Edit in the worktree")
     asked = page.locator(".permission p").inner_text()
-    assert "Edit src/login.py" in asked and WT not in asked, asked
+    assert "Edit src/login.py" in asked, asked
+    assert WT not in asked, asked
     tool = page.locator("li.tool_call .tool-title")
     tool.wait_for(timeout=10_000)
     said = tool.inner_text()
-    assert said.startswith("Read src/very/deeply") and WT not in said, said
+    assert said.startswith("Read src/very/deeply"), said
+    assert WT not in said, said
     # nothing overflows the panel sideways
     panel = page.locator("#detail").bounding_box()
     for box in (tool.bounding_box(), page.locator(".permission").bounding_box()):
