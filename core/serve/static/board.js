@@ -1185,7 +1185,7 @@ function renderTranscriptRow(row) {
   const label = { prompt: "Prompt", thought: "Thinking", permission: "Permission", log: "Log", output: "Output", stderr: "Stderr" }[row.kind];
   return h("li", { key: row.key, class: `item ${row.kind}` },
     label ? h("div", { class: "item-label" }, label) : null,
-    h("div", { class: "item-text" }, row.text),
+    h("div", { class: "item-text" }, row.kind === "permission" ? relativePaths(row.text, state.detail && state.detail.task.workspace) : row.text),
   );
 }
 
