@@ -215,6 +215,10 @@ def test_issue_38_item_12_a_failure_a_later_run_made_good_leaves_no_error_badge(
     assert cards[failing]["last_error"] == "the second one failed"
     assert [b["id"] for b in cards[blocked]["blockers"]] == [gate]
     assert cards[parent]["subtasks"] == {"done": 1, "total": 2}
+    # a blocked task does not start: the page's Start (`task start` over HTTP) is refused
+    refused = client.post(f"/api/tasks/{blocked}/start", json={}, headers=AUTH)
+    assert refused.status_code == 409, refused.text
+    assert f"blocked by {gate}" in refused.json()["error"]
     host.tasks.move(gate, "Done")
     again = client.get("/api/board", params={"workflow": wf.name}, headers=AUTH).json()
     assert {c["id"]: c["badges"] for c in again["tasks"]}[blocked]["blockers"] == []
