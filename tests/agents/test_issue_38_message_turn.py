@@ -5,7 +5,7 @@ task's prompt as a second turn: the turn starting is the agent's turn."""
 
 from __future__ import annotations
 
-from core import worker
+from core.agents import worker
 from tests.agents.conftest import python_agent
 from tests.conftest import open_host
 
