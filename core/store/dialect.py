@@ -195,12 +195,12 @@ def create_engine(url: URL, *, read_only: bool = False) -> Engine:
         return engine
     # No HSTORE column anywhere: without this, the driver's first connection asks the server
     # for the hstore type (a round trip on every command).
-    engine = sa.create_engine(url, use_native_hstore=False, connect_args=_pg_connect_args(url))
+    engine = sa.create_engine(url, use_native_hstore=False, connect_args=pg_connect_args(url))
     _install_ping(engine)
     return engine
 
 
-def _pg_connect_args(url: URL) -> dict[str, Any]:
+def pg_connect_args(url: URL) -> dict[str, Any]:
     return {} if "tcp_user_timeout" in url.query else {"tcp_user_timeout": TCP_USER_TIMEOUT_MS}
 
 
