@@ -204,6 +204,16 @@ def pg_connect_args(url: URL) -> dict[str, Any]:
     return {} if "tcp_user_timeout" in url.query else {"tcp_user_timeout": TCP_USER_TIMEOUT_MS}
 
 
+def tcp_user_timeout_ms(url: URL) -> int:
+    """The `tcp_user_timeout` laneway's PostgreSQL connections run with: the URL's, else
+    `TCP_USER_TIMEOUT_MS` (0, the kernel's retransmissions, when the URL says 0 or no number)."""
+    given = url.query.get("tcp_user_timeout")
+    if given is None:
+        return TCP_USER_TIMEOUT_MS
+    text = given if isinstance(given, str) else given[-1]
+    return int(text) if text.strip().isdigit() else 0
+
+
 PING_AFTER_S = 0.25
 """A pooled PostgreSQL connection idle longer than this is pinged when checked out (SELECT 1),
 and replaced when the ping fails (a restarted server, a session it ended). SQLAlchemy's

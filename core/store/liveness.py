@@ -50,6 +50,12 @@ connection this recently and has said nothing since (`EpochLock.held_lately`): t
 confirms it every `WATCH_POLL_S`, so a busy worker's claims cost no `SELECT 1` each, while a
 terminated backend's goodbye still fences the very next claim. A claim made under an epoch
 lost within that window is refused at its first outcome write, as every write is fenced."""
+SERVER_MARGIN_S = 10
+"""How much longer than this process (`dialect.TCP_USER_TIMEOUT_MS`) the server is asked to
+wait on a silent liveness lock connection before it drops it and frees the lock
+(`server_gives_up_s`): the time a cut-off worker has to find its lock lost and stop its agents
+before another worker may re-claim its runs. Its watcher asks every `WATCH_POLL_S`, so it
+notices within its timeout + 0.25 s and stops its agents in milliseconds; 10 s is the margin."""
 # "laneway" as an integer: the schema lock, held only while a process migrates.
 SCHEMA_LOCK_KEY = 0x6C616E65776179
 _PG_HELD = sa.text(
@@ -125,7 +131,7 @@ class EpochLock:
         # (`holds`) is then one round trip, not BEGIN, SELECT 1 and COMMIT.
         conn = engine.connect().execution_options(isolation_level="AUTOCOMMIT")
         try:
-            conn.exec_driver_sql(_session_settings(conn))
+            conn.exec_driver_sql(_session_settings(conn, url))
             got = conn.execute(
                 sa.text("SELECT pg_try_advisory_lock(:key)"), {"key": pg_key(epoch)}
             ).scalar()
@@ -217,14 +223,51 @@ class EpochLock:
             self._connection = None
 
 
-def _session_settings(conn: Connection) -> str:
-    """The settings of the liveness lock connection: its name, and no `idle_session_timeout`
-    (PostgreSQL 14 on). A lock connection (this one, the schema lock's) sits idle between the
-    asks of its holder - a paused worker, a migration running on another connection - and a
-    server ending it for that would free the lock of a live process; it ends with its process
-    all the same. The writer and the pooled connections keep the server's timeout: they are
-    replaced when the server ended them (core.store.database)."""
-    return f"{_no_idle_timeout(conn)}SET application_name = 'laneway pid {os.getpid()}'"
+def _session_settings(conn: Connection, url: URL) -> str:
+    """The settings of the liveness lock connection: its name, no `idle_session_timeout`
+    (PostgreSQL 14 on), and the server's own bound on a silent peer (`_server_gives_up`).
+
+    A lock connection (this one, the schema lock's) sits idle between the asks of its holder -
+    a paused worker, a migration running on another connection - and a server ending it for
+    that would free the lock of a live process; it ends with its process all the same. The
+    writer and the pooled connections keep the server's timeout: they are replaced when the
+    server ended them (core.store.database)."""
+    return (
+        f"{_no_idle_timeout(conn)}{_server_gives_up(conn, url)}"
+        f"SET application_name = 'laneway pid {os.getpid()}'"
+    )
+
+
+def server_gives_up_s(url: URL) -> int | None:
+    """Seconds after which the server drops a liveness lock connection whose peer went silent
+    (a network cut, a machine gone): this process's own `tcp_user_timeout` plus
+    `SERVER_MARGIN_S` (15 s by default); None when the URL turns the client's bound off
+    (`tcp_user_timeout=0`), and the server's settings then apply as they are."""
+    own_ms = dialect.tcp_user_timeout_ms(url)
+    if own_ms <= 0:
+        return None
+    return -(-own_ms // 1000) + SERVER_MARGIN_S
+
+
+def _server_gives_up(conn: Connection, url: URL) -> str:
+    """Ask the server, for this session only, to drop the connection once its peer has been
+    silent `server_gives_up_s`: keepalive probes from a third of it on, one a second, and (from
+    PostgreSQL 12) its own `tcp_user_timeout` for what it sent unacknowledged. Without this the
+    server keeps a cut-off worker's backend, and so its advisory lock and the runs claimed
+    under it, for its operating system's keepalive time: 7,200 + 9 x 75 s on Linux. All four
+    settings are any user's to set for a session; over a Unix socket the server ignores them."""
+    bound = server_gives_up_s(url)
+    if bound is None:
+        return ""
+    idle = max(1, bound // 3)
+    sql = (
+        f"SET tcp_keepalives_idle = {idle}; SET tcp_keepalives_interval = 1; "
+        f"SET tcp_keepalives_count = {max(1, bound - idle)}; "
+    )
+    major = (conn.dialect.server_version_info or (0,))[0]
+    if isinstance(major, int) and major >= 12:
+        sql += f"SET tcp_user_timeout = {bound * 1000}; "
+    return sql
 
 
 def _no_idle_timeout(conn: Connection) -> str:
