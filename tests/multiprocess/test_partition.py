@@ -1,19 +1,19 @@
 """Issue 27 item 1, a network partition between a worker and PostgreSQL, with network namespaces.
 
-Worker A runs in a network namespace of its own, joined to the host by a veth pair, and reaches
-a throwaway PostgreSQL cluster (the test's own) through it; worker B runs on the host. The
-server notices a silent peer by its TCP keepalives: configured here to idle 5 s, then 2 probes
-1 s apart (about 7 s), but since issue 39 item 2 laneway's lock connection sets its own for its
-session (`liveness.server_gives_up_s`, 15 s), so the server's settings, these or its defaults
-(the second test), no longer decide; laneway's connections give up on a peer silent for
-`dialect.TCP_USER_TIMEOUT_MS` (5 s). Mid-turn the link is cut (the host end of the veth set down: packets vanish, nobody is
-told). What it shows (docs/guarantees.md "A paused or partitioned worker"): A declares its own
-lock lost and stops its agent before the server drops A's lock backend and B re-claims, so the
-run's two executions never overlap; B finishes the run once and its on_turn_complete moves the
-task once; once the link is back, A's late write is refused with one WARNING (`reason`
-`claim_lost`) and A carries on under a new epoch. Fails on the main this branch started from:
-A's watcher waited on the dead connection for the kernel's retransmission timeout (about 15
-minutes), so B started the second execution while A's agent still ran.
+Worker A runs in a network namespace of its own, joined to the host by a veth pair, and reaches a
+throwaway PostgreSQL cluster (the test's own) through it; worker B runs on the host. The server
+notices a silent peer by its TCP keepalives: configured here to idle 5 s, then 2 probes 1 s apart
+(about 7 s), but since issue 39 item 2 laneway's lock connection sets its own for its session
+(`liveness.server_gives_up_s`, 15 s), so the server's settings, these or its defaults (the second
+test), no longer decide; laneway's connections give up on a peer silent for
+`dialect.TCP_USER_TIMEOUT_MS` (5 s). Mid-turn the link is cut (the host end of the veth set down:
+packets vanish, nobody is told). What it shows (docs/guarantees.md "A paused or partitioned
+worker"): A declares its own lock lost and stops its agent before the server drops A's lock backend
+and B re-claims, so the run's two executions never overlap; B finishes the run once and its
+on_turn_complete moves the task once; once the link is back, A's late write is refused with one
+WARNING (`reason` `claim_lost`) and A carries on under a new epoch. Fails on the main this branch
+started from: A's watcher waited on the dead connection for the kernel's retransmission timeout
+(about 15 minutes), so B started the second execution while A's agent still ran.
 
 PostgreSQL only: a partition cuts a network connection, and SQLite has none. Skipped, with the
 reason, where network namespaces cannot be made (not Linux, no `ip`, no CAP_NET_ADMIN).
@@ -73,15 +73,27 @@ def _ip(*args: str, ns: str | None = None) -> None:
     subprocess.run(command, check=True, capture_output=True, timeout=30)
 
 
+def _claim_port(start: int) -> int:
+    """A port no server listens on whose namespace this process made: making the namespace is
+    the claim, so two tests started at once (pytest -n) never share a port or a namespace."""
+    for port in range(start, start + 50):
+        if _free_port(port) != port:
+            continue
+        made = subprocess.run(
+            ["ip", "netns", "add", f"lwpart{port}"], capture_output=True, text=True, check=False
+        )
+        if made.returncode == 0:
+            return port
+        if "File exists" not in made.stderr:
+            pytest.skip(f"cannot make a network namespace here: {made.stderr.strip()}")
+    raise RuntimeError("no free port and namespace for a throwaway PostgreSQL cluster")
+
+
 @contextlib.contextmanager
 def _namespace(port: int) -> Iterator[tuple[str, str, str, str]]:
-    if not sys.platform.startswith("linux") or shutil.which("ip") is None:
-        pytest.skip("network namespaces need Linux and iproute2's `ip`")
+    """The namespace `_claim_port` made for `port`, joined to the host by a veth pair."""
     ns, veth, peer = f"lwpart{port}", f"lwp{port}h", f"lwp{port}n"
     net = f"10.201.{port - 54200}"
-    made = subprocess.run(["ip", "netns", "add", ns], capture_output=True, text=True, check=False)
-    if made.returncode != 0:
-        pytest.skip(f"cannot make a network namespace here: {made.stderr.strip()}")
     try:
         _ip("link", "add", veth, "type", "veth", "peer", "name", peer)
         _ip("link", "set", peer, "netns", ns)
@@ -116,7 +128,9 @@ def _partitioned(keepalive: dict[str, int]) -> Iterator[Partition]:
     if not found:
         pytest.skip("PostgreSQL is not installed: no cluster of the test's own")
     bin_dir = os.path.dirname(found[-1])
-    port = _free_port(54360)
+    if not sys.platform.startswith("linux") or shutil.which("ip") is None:
+        pytest.skip("network namespaces need Linux and iproute2's `ip`")
+    port = _claim_port(54360)
     with _namespace(port) as (ns, veth, host, inside):
         data = tempfile.mkdtemp(prefix="laneway-pg-partition.")
         if os.geteuid() == 0:
