@@ -178,6 +178,10 @@ def serve_protocol(limits: Limits, opened: OpenConnections) -> type[asyncio.Prot
                 self._head_timer.cancel()
                 self._head_timer = None
             transport = self.transport
+            cycle = getattr(self, "cycle", None)
+            if cycle is not None and not cycle.response_complete:
+                transport.close()  # an answer still being written: never interleave another
+                return
             transport.write(answer)
             if transport.can_write_eof():
                 transport.write_eof()
