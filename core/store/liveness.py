@@ -64,6 +64,13 @@ _PG_HELD = sa.text(
     "AND classid::bigint = :hi AND objid::bigint = :lo"
 )
 
+_PG_END_HOLDER = sa.text(
+    "SELECT bool_or(pg_terminate_backend(pid)) FROM pg_locks WHERE locktype = 'advisory' "
+    "AND granted AND objsubid = 1 AND pid = :pid "
+    "AND database = (SELECT oid FROM pg_database WHERE datname = current_database()) "
+    "AND classid::bigint = :hi AND objid::bigint = :lo"
+)
+
 
 def new_epoch() -> str:
     # Random, never a pid or a clock reading: two lives of one process must never share one.
@@ -110,6 +117,8 @@ class EpochLock:
         self._connection = connection
         self._confirmed = -HELD_FRESH_S
         """When the server last answered on the lock connection (monotonic)."""
+        self.backend_pid: int | None = None
+        """PostgreSQL: the server process holding the lock (its session's `pg_backend_pid()`)."""
 
     @classmethod
     def take(cls, url: URL, engine: Engine, epoch: str) -> EpochLock:
@@ -132,9 +141,10 @@ class EpochLock:
         conn = engine.connect().execution_options(isolation_level="AUTOCOMMIT")
         try:
             conn.exec_driver_sql(_session_settings(conn, url))
-            got = conn.execute(
-                sa.text("SELECT pg_try_advisory_lock(:key)"), {"key": pg_key(epoch)}
-            ).scalar()
+            got, backend = conn.execute(
+                sa.text("SELECT pg_try_advisory_lock(:key), pg_backend_pid()"),
+                {"key": pg_key(epoch)},
+            ).one()
             conn.commit()
         except BaseException:
             conn.close()
@@ -142,7 +152,36 @@ class EpochLock:
         if not got:  # a 60-bit collision with a live epoch: the caller mints another
             conn.close()
             raise LockLost(f"epoch {epoch} is already locked")
-        return cls(epoch, connection=conn)
+        lock = cls(epoch, connection=conn)
+        lock.backend_pid = int(backend)
+        return lock
+
+    def end_backend_of(self, lost: EpochLock) -> None:
+        """PostgreSQL: end the server process that still holds `lost`'s lock, if one does.
+
+        A lock this process found lost may still be held at the server: a network cut hides
+        the connection's end from the server until it gives the connection up
+        (`server_gives_up_s`; through a TCP proxy, whenever the proxy does). Its holder has
+        already stopped what ran under it (`EpochKeeper._refence` tells the watchers first),
+        so ending that backend now frees the old epoch's runs at once instead. Only a backend
+        still holding exactly that epoch's lock is ended; a server that refuses (another role's
+        backend) leaves it to its timeouts, with one INFO."""
+        if self._connection is None or lost.backend_pid is None:
+            return
+        key = pg_key(lost.epoch)
+        values = {"pid": lost.backend_pid, "hi": key >> 32, "lo": key & 0xFFFFFFFF}
+        try:
+            ended = self._connection.execute(_PG_END_HOLDER, values).scalar()
+            self._connection.commit()
+        except sa.exc.SQLAlchemyError as exc:
+            logger.bind(epoch=lost.epoch, cause=f"{type(exc).__name__}: {exc}").info(
+                "could not end the server process still holding a lost liveness lock"
+            )
+            return
+        if ended:
+            logger.bind(epoch=lost.epoch, backend_pid=lost.backend_pid).info(
+                "ended the server process still holding this process's lost liveness lock"
+            )
 
     def holds(self) -> bool:
         """True while the lock is still ours: the file at its path is the one we locked, or
@@ -386,6 +425,7 @@ class EpochKeeper:
                     )
         new = self._mint()
         old.release()
+        new.end_backend_of(old)
         self._lock = new
         logger.bind(old_epoch=old.epoch, epoch=new.epoch).warning(
             "liveness lock lost; this process fenced itself and continues under a new epoch"

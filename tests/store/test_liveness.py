@@ -297,3 +297,34 @@ def test_read_only_host_takes_no_lock_and_mints_no_epoch(db_url: str) -> None:
             assert reader.epoch is None
             assert not reader.writable
         assert [r.epoch for r in _epoch_rows(db_url)] == [writer.epoch]
+
+
+def test_issue_39_item_2_a_host_that_finds_its_lock_lost_ends_the_backend_still_holding_it(
+    db_url: str,
+) -> None:
+    """Issue 39 item 2, the worker that comes back: its lock connection is gone on its side
+    (as after a network cut, or behind a TCP proxy) while the server still holds the old
+    epoch's lock on the old backend. When the host fences itself onto a new epoch it ends that
+    backend, so the old epoch is dead at once for everyone - not when the server or a proxy
+    gives the connection up."""
+    if not db_url.startswith("postgresql"):
+        pytest.skip("PostgreSQL's advisory lock connection")
+    with open_host(db_url) as host, open_host(db_url) as other:
+        old = host.epoch
+        lock = host._keeper._lock  # type: ignore[union-attr]
+        assert lock is not None
+        # The client forgets its side (kept referenced, so nothing closes the socket) and the
+        # lock reads as lost, as a cut-off connection's `SELECT 1` does; the server's side
+        # still holds the lock.
+        hidden = lock._connection
+        lock._connection = None
+        lock.holds = lambda: False  # type: ignore[method-assign]
+        try:
+            assert not other.store.liveness.is_dead(old)
+            new = host.live_epoch()
+            assert new != old
+            assert other.store.liveness.is_dead(old)
+            assert not other.store.liveness.is_dead(new)
+        finally:
+            assert hidden is not None
+            hidden.invalidate()
