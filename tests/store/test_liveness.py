@@ -328,3 +328,39 @@ def test_issue_39_item_2_a_host_that_finds_its_lock_lost_ends_the_backend_still_
         finally:
             assert hidden is not None
             hidden.invalidate()
+
+
+def test_issue_39_item_2_the_lock_connection_asks_the_server_to_give_a_silent_peer_up(
+    db_url: str,
+) -> None:
+    """Issue 39 item 2: the bound follows the client's own `tcp_user_timeout` (+ 10 s), and
+    the PostgreSQL lock connection's session carries it, whatever the server's settings."""
+    from core.store import liveness
+    from core.store.dialect import normalise_url
+
+    assert liveness.server_gives_up_s(normalise_url("postgresql://h/db")) == 15
+    assert (
+        liveness.server_gives_up_s(normalise_url("postgresql://h/db?tcp_user_timeout=20000")) == 30
+    )
+    assert liveness.server_gives_up_s(normalise_url("postgresql://h/db?tcp_user_timeout=0")) is None
+    if not db_url.startswith("postgresql"):
+        return
+    with open_host(db_url) as host:
+        lock = host._keeper._lock  # type: ignore[union-attr]
+        assert lock is not None
+        assert lock._connection is not None
+        shown = {
+            name: lock._connection.exec_driver_sql(f"SHOW {name}").scalar()
+            for name in (
+                "tcp_keepalives_idle",
+                "tcp_keepalives_interval",
+                "tcp_keepalives_count",
+                "tcp_user_timeout",
+            )
+        }
+    assert shown == {
+        "tcp_keepalives_idle": "5",
+        "tcp_keepalives_interval": "1",
+        "tcp_keepalives_count": "10",
+        "tcp_user_timeout": "15000",
+    }
