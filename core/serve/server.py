@@ -198,6 +198,8 @@ def serve_protocol(limits: Limits, opened: OpenConnections) -> type[asyncio.Prot
             at = 0
             while at < len(data):
                 if not self._in_head:
+                    # a body: fed whole. A next head pipelined behind it in this read is fed
+                    # unmetered, at most one read (256 KiB); the following reads are metered.
                     super().data_received(data[at:] if at else data)
                     return
                 room = MAX_HEADER_BYTES - self._head_used
