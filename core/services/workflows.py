@@ -18,6 +18,7 @@ from core.store import tables as t
 from core.text import require_text
 
 if TYPE_CHECKING:
+    from core.plugin.registry import Registry
     from core.workflows import AgentUseAt, WorkflowDecl
 
 # core.workflows (YAML, template loading, checks) is imported by the methods that use it:
@@ -167,6 +168,7 @@ class WorkflowService(Service):
                 )
             seen.add(key)
         for decl in decls:
+            _warn_unknown_kinds(decl, registry)
             for agent in self.agents_of(decl):
                 if agent.unknown_profile:
                     logger.bind(
@@ -418,3 +420,24 @@ class WorkflowService(Service):
                 names = [by_ref[i].name if i in by_ref else i for i in dict.fromkeys(ids_)]
             found.append(AgentReach(at, tuple(names), unknown))
         return found
+
+
+def _warn_unknown_kinds(decl: WorkflowDecl, registry: Registry) -> None:
+    """A kind no loaded plugin declares is imported (its plugin may come later) but never
+    silently: one WARNING per action, naming the kind and the declared one nearest to it."""
+    for step in decl.steps:
+        for trigger, declared in step.events.items():
+            for action in declared:
+                if registry.kind(action.kind) is not None:
+                    continue
+                nearest = registry.nearest_kind(action.kind)
+                hint = f"did you mean '{nearest}'?" if nearest else "no declared kind is near it"
+                logger.bind(
+                    file=decl.source,
+                    workflow=decl.name,
+                    step=step.name,
+                    field=f"events.{trigger}[{action.position}]",
+                ).warning(
+                    f"kind '{action.kind}' is not declared by any loaded plugin ({hint}); "
+                    "imported, but it will not run"
+                )
