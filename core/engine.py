@@ -112,6 +112,7 @@ class Engine:
         label: str | None = None,
         task: Task | None = None,
         caller_reports: bool = False,
+        failure_spends: bool = False,
     ) -> TriggerResult:
         """Evaluate `trigger` for the task's current step (never on_enter: see core.entry).
 
@@ -123,6 +124,9 @@ class Engine:
         :param caller_reports: the caller has warned about actions with no executor and
             records the outcome itself (on_agent_error's dispatch): the engine adds no record
             of its own for those, so each gets exactly one.
+        :param failure_spends: an action's failure marks the operation applied instead of
+            releasing it: the trigger fails once for it, and is not evaluated again by every
+            later delivery (a heartbeat slot: the next slot tries afresh).
         """
         if trigger == "on_enter":
             raise ValueError("on_enter is dispatched by core.entry, not by handle_trigger")
@@ -139,7 +143,10 @@ class Engine:
             raise
         if evaluated.result is not None:  # nothing to evaluate, or an action failed
             if operation_id is not None:
-                operations.release(operation_id)
+                if failure_spends and evaluated.result.failed:
+                    operations.mark_applied(operation_id)
+                else:
+                    operations.release(operation_id)
             return evaluated.result
         if operation_id is not None:
             operations.mark_applied(operation_id)  # AC-C7: before the move, whatever it does

@@ -361,6 +361,20 @@ class WorkflowService(Service):
                         )
                     )
                 )
+        for agent in agents:
+            why = _unresolved(agent)
+            if why is not None:
+                found.append(
+                    str(
+                        WorkflowFileError(
+                            f"{agent.at.kind} target {agent.at.use.target} resolves to no agent "
+                            f"today: {why}",
+                            workflow=workflow.name,
+                            step=agent.at.step,
+                            field=agent.at.field,
+                        )
+                    )
+                )
         starts = [a for a in agents if a.at.use.verb == "starts"]
         if not self.peers.profiles.list():
             found.append(
@@ -441,3 +455,20 @@ def _warn_unknown_kinds(decl: WorkflowDecl, registry: Registry) -> None:
                     f"kind '{action.kind}' is not declared by any loaded plugin ({hint}); "
                     "imported, but it will not run"
                 )
+
+
+def _unresolved(agent: AgentReach) -> str | None:
+    """Why a seat or target other than `primary` (warned about on its own) and a named profile
+    (a problem) finds no agent on this board today, or None when it finds one."""
+    use = agent.at.use
+    if agent.profiles or agent.unknown_profile or use.profile is not None:
+        return None
+    if use.target == "workspace.ceo_agent":
+        return f"no profile has role {use.role or 'ceo'} (`profile add NAME --role ceo ...`)"
+    if use.target != "primary" and use.role is not None and use.verb == "starts":
+        return (
+            f"no seat at the step has role {use.role} (`participant add --step "
+            f"{agent.at.step!r} --role {use.role} --profile P --workflow W`; a task's own seat "
+            "would also do)"
+        )
+    return None
