@@ -30,7 +30,7 @@ import attrs
 from core import ids, runs
 from core.errors import LanewayError, RunFenced
 from core.logs import logger
-from core.model import ACTIVE_SESSION_STATES, AgentProfile, Session, Task
+from core.model import AgentProfile, Session, Task
 from core.runtime import process
 from core.runtime.acp.bounds import item
 from core.runtime.acp.values import PermissionRequest, TranscriptItem, TurnEnd
@@ -39,7 +39,7 @@ from core.runtime.desired import desired, exec_env, with_plan_instruction
 from core.runtime.failures import AgentFailure
 from core.runtime.item_queue import ItemQueue
 from core.services.peers import Peers
-from core.services.sessions import open_session, sessions_of
+from core.services.sessions import agent_session
 from core.services.worktrees import workspace_for
 
 if TYPE_CHECKING:
@@ -956,10 +956,4 @@ def _reconcile_signal(host: Peers, task_id: str, failure: AgentFailure) -> None:
 
 def profile_session(host: Peers, task: Task, agent_profile_id: str) -> Session:
     """The task's session for an agent: a non-failed one is reused, else one is started."""
-    for session in reversed(sessions_of(host, task.id)):
-        if session.agent_profile_id == agent_profile_id and session.state != "FAILED":
-            if session.state in ACTIVE_SESSION_STATES:
-                return session
-            host.sessions.set_state(session.id, "WAITING_FOR_INPUT")
-            return host.sessions.get(session.id)
-    return open_session(host, task.id, agent_profile_id, external=False)
+    return agent_session(host, task.id, agent_profile_id)
