@@ -110,7 +110,9 @@ class RunService(Service):
         if retried_by is not None:
             return f"run {run.id} was already retried: run {retried_by} is its retry"
         if run.status not in runs.RETRYABLE:
-            return f"run {run.id} is {run.status}: only a failed, dead or cancelled run can be retried"
+            return (
+                f"run {run.id} is {run.status}: only a failed, dead or cancelled run can be retried"
+            )
         try:
             step = repr(self.peers.repository.step(run.workflow_step_id or "")[1].name)
         except LanewayError:

@@ -7,6 +7,7 @@ per slot, typo'd kinds are named, a run's queued triggers are delivered by its w
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -87,3 +88,61 @@ def test_issue_38_item_3_a_failing_heartbeat_fails_once_per_slot_and_check_warns
         assert [r.failed for r in reports] == [1, 0, 0, 0, 0, 0, 0]
         assert host.triggers.heartbeats(now=slot + 60).failed == 1  # the next slot tries again
         assert host.triggers.heartbeats(now=slot + 61).failed == 0
+
+
+PING_PONG = """
+id: pingpong
+name: Ping Pong
+max_step_arrivals: 3
+steps:
+  - id: work
+    name: Work
+    position: 0
+    is_start_step: true
+    allow_manual_move: true
+    events:
+      on_comment:
+        - type: queue_run_for_each_participant
+          config: {role: collaborator, reason: task_comment}
+"""
+
+
+def _asked(host: Any, task_id: str, agent_id: str) -> int:
+    """How many times a run of the agent was asked for (a coalesced request counts too)."""
+    return sum(
+        r.coalesced_count for r in host.runs.list(task=task_id) if r.agent_profile_id == agent_id
+    )
+
+
+def test_issue_38_item_2_an_agents_comment_wakes_the_others_not_itself_and_the_loop_is_bounded(
+    db_url: str, laneway_logs: list[dict[str, Any]]
+) -> None:
+    """Two agents seated at a step that wakes its workers on every comment: an agent's own
+    comment wakes the other one, never itself; and their back-and-forth is bounded by the
+    runaway-loop limit (3 here), which stops it with one WARNING and HALTED, until a person's
+    move resumes it. A person's comment wakes everyone and is not counted."""
+    with open_host(db_url) as host:
+        [wf] = host.workflows.import_text(PING_PONG, source="pingpong.yml")
+        ping = host.profiles.add("ping", command=["true"]).id
+        pong = host.profiles.add("pong", command=["true"]).id
+        for name in ("ping", "pong"):
+            host.participants.add(step="Work", role="collaborator", profile=name, workflow=wf.id)
+        task = host.tasks.create(workflow=wf.id, title="talk").id
+
+        host.comments.add(task, "go", author="user")  # a person: both, uncounted
+        assert (_asked(host, task, ping), _asked(host, task, pong)) == (1, 1)
+        host.comments.add(task, "ping!", author="ping", by_agent=ping)
+        assert (_asked(host, task, ping), _asked(host, task, pong)) == (1, 2)
+
+        for n in range(6):  # the agents answer each other: 2 more wakes, then the limit
+            who, name = (pong, "pong") if n % 2 == 0 else (ping, "ping")
+            host.comments.add(task, f"{name} says {n}", author=name, by_agent=who)
+        assert _asked(host, task, ping) + _asked(host, task, pong) == 2 + 3
+        assert host.tasks.get(task).loop_halted_step_id == wf.step("Work").id  # type: ignore[union-attr]
+        halted = [r for r in laneway_logs if r["level"] == "WARNING" and "runaway" in r["message"]]
+        assert len(halted) == 1
+        assert halted[0]["extra"]["task_id"] == task
+
+        host.tasks.move(task, "Work")  # a person's move: the counts start afresh
+        host.comments.add(task, "again", author="ping", by_agent=ping)
+        assert _asked(host, task, ping) + _asked(host, task, pong) == 2 + 3 + 1

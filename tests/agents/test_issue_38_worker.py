@@ -63,7 +63,9 @@ def test_issue_38_item_5_worker_once_delivers_the_budget_alert_its_run_queued(
         moved = host.tasks.get(task.id)
         assert host.workflows.step_by_id(moved.workflow_step_id or "")[1].name == "Over budget"
         with host.store.read() as conn:
-            assert conn.execute(sa.select(sa.func.count()).select_from(t.trigger_outbox)).scalar() == 0
+            assert (
+                conn.execute(sa.select(sa.func.count()).select_from(t.trigger_outbox)).scalar() == 0
+            )
         (run,) = host.runs.list(task=task.id)
         assert (run.status, run.usage and run.usage["cost_usd"]) == ("finished", 2.5)
 
@@ -110,8 +112,18 @@ def test_issue_38_item_1_a_created_and_started_task_gets_the_start_steps_session
         host.profiles.add("planner", command=probe)
         host.participants.add(step="Plan", role="runner", profile="planner", workflow=wf.id)
     created = json.loads(
-        laneway("--db", db_url, "--json", "task", "create", "--workflow", "Plan first",
-                "--title", "t", cwd=tmp_path).stdout
+        laneway(
+            "--db",
+            db_url,
+            "--json",
+            "task",
+            "create",
+            "--workflow",
+            "Plan first",
+            "--title",
+            "t",
+            cwd=tmp_path,
+        ).stdout
     )
     started = laneway("--db", db_url, "task", "start", created["id"], cwd=tmp_path)
     assert started.returncode == 0, started.stderr

@@ -37,7 +37,8 @@ def test_issue_38_item_4_typod_kind_is_named_at_import_check_fails_and_move_says
     (warning,) = [line for line in imported.stderr.splitlines() if "enable_plan_mod'" in line]
     assert warning.startswith("WARNING: kind 'enable_plan_mod' is not declared")
     assert "did you mean 'enable_plan_mode'?" in warning
-    assert "step=Work" in warning and "field=events.on_enter[0]" in warning
+    assert "step=Work" in warning
+    assert "field=events.on_enter[0]" in warning
 
     checked = laneway.run("workflow", "check", "Typo")
     assert checked.exit_code == 1
@@ -55,4 +56,5 @@ def test_issue_38_item_4_typod_kind_is_named_at_import_check_fails_and_move_says
     (line,) = moved.stderr.splitlines()
     assert line.startswith("WARNING: no plugin declares this action kind; skipped: ")
     assert "action_type=enable_plan_mod" in line
-    assert "{'" not in line and "'}" not in line
+    assert "{'" not in line
+    assert "'}" not in line
