@@ -136,3 +136,32 @@ def test_issue_38_item_1_a_created_and_started_task_gets_the_start_steps_session
         "LANEWAY_SESSION_MODE": "architect",
         "LANEWAY_TASK_ID": created["id"],
     }
+
+
+@pytest.mark.one_database
+def test_issue_38_item_1_an_acp_agent_started_in_place_runs_its_first_turn_in_the_steps_mode(
+    db_url: str, tmp_path: Path
+) -> None:
+    """The issue's own evidence, with the fake ACP agent reporting its mode: a task moved to
+    the start step (Board's, from Backlog) and one created there and started both run their
+    first turn in the mode the step declares (`mode: plan`, not `mode: default`)."""
+    from tests.agents.test_acp_worker import STATE, Board, messages
+
+    board = Board(
+        db_url,
+        tmp_path,
+        {"modes": ["default", "plan"], "turns": [STATE]},
+        on_enter=[{"type": "set_session_mode", "config": {"mode": "plan"}}],
+    )
+    with open_host(db_url) as host:
+        task = host.tasks.get(board.task_id)
+        in_place = host.tasks.create(workflow=task.workflow_id or "", title="created at Work")
+        assert host.workflows.step_by_id(in_place.workflow_step_id or "")[1].name == "Work"
+        host.tasks.start(in_place.id)
+    board.work()
+    with open_host(db_url, read_only=True) as host:
+        for task_id in (board.task_id, in_place.id):
+            first = host.sessions.list(task=task_id)[0]
+            items = host.sessions.items(first.id, limit=1000)
+            said = messages([{"kind": i.kind, "text": i.text} for i in items])
+            assert said.split("state: ")[1].startswith("mode=plan"), (task_id, said)
