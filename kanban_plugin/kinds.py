@@ -135,6 +135,9 @@ def auto_start_agent(ctx: ActionContext, _config: Any) -> None:
     if agent is None:
         ctx.logger.warning("auto_start_agent: no agent resolves for the step; nothing started")
         return
+    if not ctx.wakes(agent):
+        ctx.logger.debug("auto_start_agent: its own comment does not wake the agent")
+        return
     if host.runs.assign(ctx.task, ctx.step.id, agent) is None:
         ctx.logger.info("auto_start_agent: the task is blocked; its agent starts once unblocked")
         return
