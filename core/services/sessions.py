@@ -158,6 +158,14 @@ class SessionService(Service):
             if task_id is not None:
                 events.record(uow, "session.state", task_id, session_id=session_id, state=state)
 
+    def turn_starting(self, session_id: str) -> bool:
+        """Whether this thread is firing on_turn_start for a turn of the session now (a
+        person's message, an agent's own turn start): what that trigger's moves enter must not
+        queue the same agent again, or one message would make two turns (issue 38)."""
+        from core.services.turns import STARTING
+
+        return STARTING.get() == session_id
+
     def queue_message(self, session_id: str, text: str) -> Session:
         """A message for the agent, delivered in order when it next takes a turn."""
         return self.record_effect(session_id, queued_messages=[text])
