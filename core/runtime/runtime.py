@@ -32,7 +32,7 @@ from core.errors import LanewayError, RunFenced
 from core.logs import logger
 from core.model import ACTIVE_SESSION_STATES, AgentProfile, Session, Task
 from core.runtime import process
-from core.runtime.acp.bounds import item
+from core.runtime.acp.bounds import cut_text, item
 from core.runtime.acp.values import PermissionRequest, TranscriptItem, TurnEnd
 from core.runtime.agent_env import agent_env
 from core.runtime.desired import desired, exec_env, with_plan_instruction
@@ -489,7 +489,6 @@ class AgentRuntime:
                 watch.stop()
         if turn.stopped == "fenced":
             return TurnEnd("cancelled", "the worker lost the run's claim")
-        self.peers.sessions.append_transcript(session_id, result.transcript)
         reported = {
             "protocol": "exec",
             "mode": want.mode,
@@ -701,8 +700,11 @@ class AgentRuntime:
     ) -> None:
         host = self.peers
         log = logger.bind(task_id=turn.task_id, session_id=session_id, run_id=turn.run_id)
-        if "log" in message:
-            log.bind(agent_log=str(message["log"])).info("agent says")
+        if "log" in message and said.put([item("log", str(message["log"]))]):
+            # past the turn's transcript limit a log line is dropped, here too: a million of
+            # them are not a million log records
+            text = cut_text(str(message["log"]))
+            log.bind(agent_log=text).info("agent says")
             from core.store import events  # the store is loaded by then; the runtime starts light
 
             events.notify(
@@ -711,9 +713,8 @@ class AgentRuntime:
                 turn.task_id,
                 run_id=turn.run_id,
                 session_id=session_id,
-                text=str(message["log"]),
+                text=text,
             )
-            said.put([item("log", str(message["log"]))])
         if message.keys() - {"log"}:
             said.flush()  # what it said before a decision or a signal is on the board first
         usage = message.get("usage")

@@ -358,10 +358,6 @@ class SessionService(Service):
         with self.peers.store.read() as conn:
             return [rows.item(r) for r in conn.execute(query).mappings()]
 
-    def append_transcript(self, session_id: str, lines: tuple[str, ...]) -> None:
-        if lines:
-            self.record_effect(session_id, transcript=list(lines))
-
     def record_effect(self, session_id: str, **changes: Any) -> Session:
         """Merge `changes` into the session's metadata; a list value is appended to.
 
