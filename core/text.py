@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import json
+import math
 import re
 from collections.abc import Mapping
 from typing import Any, Final
@@ -49,7 +50,24 @@ def cut_text(text: str, limit: int = MAX_TEXT) -> str:
 def bounded_data(data: Mapping[str, Any], limit: int = MAX_DATA) -> Mapping[str, Any]:
     """`data`, or, when its JSON is longer than `limit`, a stand-in that says it was cut
     (`{"cut": true, "chars": N, "preview": ...}`)."""
-    encoded = json.dumps(data, default=str)
+    try:
+        encoded = json.dumps(data, default=str, allow_nan=False)
+    except ValueError:
+        # Infinity and NaN are not JSON: kept as their names, so every reader can parse it
+        data = finite_json(data)
+        encoded = json.dumps(data, default=str)
     if len(encoded) <= limit:
         return data
     return {"cut": True, "chars": len(encoded), "preview": encoded[: limit // 2]}
+
+
+def finite_json(value: Any) -> Any:
+    """`value` with every float that is not finite (JSON has no such number) as its text:
+    `"inf"`, `"-inf"`, `"nan"`."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return str(value)
+    if isinstance(value, Mapping):
+        return {str(k): finite_json(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [finite_json(v) for v in value]
+    return value

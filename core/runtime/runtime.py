@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import math
 import os
 import threading
 import time
@@ -117,8 +118,19 @@ class BoardRecord:
         self.peers.sessions.record_agent(self.session_id, **fields)
 
     def usage(self, usage: Mapping[str, Any]) -> None:
-        if self.run_id is not None:
-            self.peers.runs.record_usage(self.run_id, usage)
+        """Add what the agent reported to the run's usage. A value that is not a finite,
+        non-negative number (`Infinity`, `NaN`, `1e999`, `-1`, text) is a WARNING and is not
+        added; the rest is, and the turn goes on to its own end (issue 39 item 4)."""
+        good = {k: v for k, v in usage.items() if _amount(v)}
+        bad = {k: repr(v) for k, v in usage.items() if k not in good}
+        if bad:
+            self.warning("agent usage not recorded: not a finite, non-negative number", usage=bad)
+        if self.run_id is None or not good:
+            return
+        try:
+            self.peers.runs.record_usage(self.run_id, good)
+        except LanewayError as exc:  # its run deleted with its task: the turn ends as it will
+            self.warning("agent usage not recorded", cause=str(exc))
 
     def warning(self, message: str, **fields: Any) -> None:
         logger.bind(
@@ -930,13 +942,20 @@ class _Deadlines:
 
 
 def _exec_usage(usage: Mapping[str, Any]) -> dict[str, Any]:
-    """An exec agent's `{"usage": {...}}` line: the numbers it names, nothing else."""
-    found: dict[str, Any] = {}
-    for key in ("cost_usd", "input_tokens", "output_tokens"):
-        value = usage.get(key)
-        if isinstance(value, int | float) and not isinstance(value, bool) and value >= 0:
-            found[key] = value
-    return found
+    """An exec agent's `{"usage": {...}}` line: what it says of the keys laneway counts
+    (`BoardRecord.usage` warns of a value that is not a finite, non-negative number)."""
+    keys = ("cost_usd", "input_tokens", "output_tokens")
+    return {key: usage[key] for key in keys if usage.get(key) is not None}
+
+
+def _amount(value: Any) -> bool:
+    """Whether `value` is a usage amount: a finite number, not negative (nor a bool)."""
+    return (
+        isinstance(value, int | float)
+        and not isinstance(value, bool)
+        and math.isfinite(value)
+        and value >= 0
+    )
 
 
 def _reconcile_signal(host: Peers, task_id: str, failure: AgentFailure) -> None:
