@@ -25,6 +25,7 @@ import click
 from core import worker
 from core.agent_error import why_not_dispatched
 from core.cli.app import Settings, pass_settings, reader, writer
+from core.cli.numbers import FiniteFloat
 from core.cli.output import emit, item_line
 from core.errors import LanewayError
 from core.host import Host
@@ -360,7 +361,7 @@ class Shutdown:
 )
 @click.option(
     "--grace",
-    type=click.FloatRange(min=0),
+    type=FiniteFloat(min=0),
     default=None,
     metavar="SECONDS",
     help=f"After Ctrl-C, how long running agents may take to end their turn before their "

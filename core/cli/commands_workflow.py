@@ -9,6 +9,7 @@ from typing import Any, TypeVar
 import click
 
 from core.cli.app import Settings, pass_settings, reader, writer
+from core.cli.numbers import FINITE
 from core.cli.output import emit, profile_line, template_json, workflow_json, workflow_lines
 from core.errors import LanewayError
 from core.workflows import to_yaml
@@ -248,7 +249,7 @@ def _profile_options(*, for_set: bool) -> Callable[[_F], _F]:
         click.option(
             "--turn-timeout",
             "turn_timeout",
-            type=float,
+            type=FINITE,
             default=None if for_set else 3600.0,
             show_default=not for_set,
             metavar="S",
@@ -257,7 +258,7 @@ def _profile_options(*, for_set: bool) -> Callable[[_F], _F]:
         click.option(
             "--idle-timeout",
             "idle_timeout",
-            type=float,
+            type=FINITE,
             default=None if for_set else 900.0,
             show_default=not for_set,
             metavar="S",
