@@ -40,11 +40,23 @@ MAX_DATA: Final = 16_000
 """The longest data a transcript item keeps, as JSON characters."""
 
 
+MAX_COMMENT: Final = 32_000
+"""The longest comment body, and the longest comment of a verdict, in characters: a person's
+longer one is refused; an agent's is cut to it and says so (its verdict still counts)."""
+
+
 def cut_text(text: str, limit: int = MAX_TEXT) -> str:
     """`text`, or its first `limit` characters saying how many more were cut."""
     if len(text) <= limit:
         return text
     return f"{text[:limit]}... [cut: {len(text) - limit} more characters]"
+
+
+def cut_to(text: str, limit: int) -> str:
+    """`text`, cut (saying so) so that it is at most `limit` characters long, note included."""
+    if len(text) <= limit:
+        return text
+    return cut_text(text, limit - len(f"... [cut: {len(text)} more characters]"))
 
 
 def bounded_data(data: Mapping[str, Any], limit: int = MAX_DATA) -> Mapping[str, Any]:
