@@ -206,6 +206,12 @@ def run_acp_turn(conversations: Conversations, turn: AcpTurn, record: Record) ->
             prompt, on_item=keep, on_permission=ask, timeout=turn.profile.turn_timeout
         )
         said.close()  # everything it said is kept before its turn ends
+    except BaseException:
+        # the board could not take what it said (its task deleted under it): the agent, in
+        # no one's keeping now, must not outlive its turn
+        conn.cancel(grace=0.0)
+        conn.close(grace=0.5)
+        raise
     finally:
         said.stop()
         watch.stop()
