@@ -25,7 +25,7 @@ import click
 from core import worker
 from core.agent_error import why_not_dispatched
 from core.cli.app import Settings, pass_settings, reader, writer
-from core.cli.numbers import FiniteFloat
+from core.cli.numbers import FiniteFloat, whole
 from core.cli.output import emit, item_line
 from core.errors import LanewayError
 from core.host import Host
@@ -92,7 +92,7 @@ FOLLOW_POLL_S = 0.5
 @click.option("--run", "run_ref", metavar="R", help="Only this run's items.")
 @click.option(
     "--after",
-    type=click.IntRange(min=0),
+    type=whole(0),
     default=0,
     metavar="SEQ",
     help="Only items after this sequence number.",
@@ -350,10 +350,10 @@ class Shutdown:
 
 @click.command("worker")
 @click.option("--once", is_flag=True, help="Take what is queued (and what it queues), then exit.")
-@click.option("--max-runs", type=click.IntRange(min=1), metavar="N", help="Claim at most N runs.")
+@click.option("--max-runs", type=whole(1), metavar="N", help="Claim at most N runs.")
 @click.option(
     "--concurrency",
-    type=click.IntRange(min=1),
+    type=whole(1),
     default=1,
     show_default=True,
     metavar="K",

@@ -9,7 +9,7 @@ from typing import Any, TypeVar
 import click
 
 from core.cli.app import Settings, pass_settings, reader, writer
-from core.cli.numbers import FINITE
+from core.cli.numbers import FINITE, INT32_MAX, whole
 from core.cli.output import emit, profile_line, template_json, workflow_json, workflow_lines
 from core.errors import LanewayError
 from core.workflows import to_yaml
@@ -86,7 +86,7 @@ def workflow_show(settings: Settings, ref: str) -> None:
 @click.argument("ref", metavar="W")
 @click.option(
     "--max-step-arrivals",
-    type=click.IntRange(min=0),
+    type=whole(0, INT32_MAX),
     metavar="N",
     help="The runaway-loop limit: how often a trigger may bring a task to one step (0: none).",
 )

@@ -27,3 +27,32 @@ class FiniteFloat(click.FloatRange):
 
 
 FINITE = FiniteFloat()
+
+INT64_MAX = 2**63 - 1
+"""The largest id or count a database column holds (PostgreSQL's BIGINT): a bigger one is
+refused as out of range, never handed to the driver."""
+INT32_MAX = 2**31 - 1
+"""The largest value of an INTEGER column (positions, limits)."""
+
+
+class Whole(click.IntRange):
+    """A whole-number option no larger than its database column holds; past it, one line
+    says so (never the driver's error). Its help shows only the bound a person chose."""
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        number = click.INT.convert(value, param, ctx)
+        if self.max is not None and number > self.max and self.max in (INT64_MAX, INT32_MAX):
+            self.fail(
+                f"{number} is larger than {self.max}, the most the database holds", param, ctx
+            )
+        return super().convert(number, param, ctx)
+
+    def _describe_range(self) -> str:
+        if self.max in (INT64_MAX, INT32_MAX):
+            return f"x>={self.min}" if self.min is not None and self.min > -INT32_MAX - 1 else ""
+        return super()._describe_range()
+
+
+def whole(minimum: int | None, maximum: int = INT64_MAX) -> click.IntRange:
+    """A whole-number option within what the database holds."""
+    return Whole(minimum, maximum)
