@@ -368,15 +368,15 @@ def _execute(host: RuntimePeers, run: Run, watch: CancelWatch | None) -> TurnOut
             log.bind(cause=outcome.error).warning(
                 "database unavailable during the run; it goes back to the queue"
             )
-        elif (why := _cancelled_under(host, run, exc)) is not None:
+        elif (cancel_why := _cancelled_under(host, run, exc)) is not None:
             # its task was deleted (or its run cancelled) while its agent worked: the turn's
             # writes found the session gone. The agent is stopped; the run ends cancelled.
             outcome = TurnOutcome(
                 "", ok=False, error="the turn was cancelled", cancelled=True, stopped="cancel"
             )
-            log.bind(cancel_reason=why, cause=_one_line(exc)).info(
+            log.bind(cancel_reason=cancel_why, cause=_one_line(exc)).info(
                 "run cancelled during its turn: its task is gone"
-                if why == "task_deleted"
+                if cancel_why == "task_deleted"
                 else "run cancelled during its turn"
             )
         else:
