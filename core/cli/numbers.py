@@ -1,13 +1,22 @@
 """Number options that are finite (core.numbers): `inf`, `nan` and `1e999` are refused where
-they are typed, naming the option; `-0` is `0`."""
+they are typed, in one line naming the option (exit 1, as any user mistake); `-0` is `0`.
+A whole number past what its database column holds is refused alike."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, NoReturn
 
 import click
 
 from core.numbers import NOT_FINITE, finite
+
+
+def _refuse(param: click.Parameter | None, problem: str) -> NoReturn:
+    """A user mistake, not a usage error: one line naming the option (CLI.md)."""
+    from core.cli.app import CommandFailed  # the app is loaded by the time options are read
+
+    where = param.opts[0] if param is not None and param.opts else "value"
+    raise CommandFailed(f"{where}: {problem}")
 
 
 class FiniteFloat(click.FloatRange):
@@ -19,7 +28,7 @@ class FiniteFloat(click.FloatRange):
         number = click.FLOAT.convert(value, param, ctx)
         checked = finite(number)
         if checked is None:
-            self.fail(f"{value!r} {NOT_FINITE}", param, ctx)
+            _refuse(param, f"{value!r} {NOT_FINITE}")
         return super().convert(checked, param, ctx)
 
     def __repr__(self) -> str:
@@ -42,9 +51,7 @@ class Whole(click.IntRange):
     def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
         number = click.INT.convert(value, param, ctx)
         if self.max is not None and number > self.max and self.max in (INT64_MAX, INT32_MAX):
-            self.fail(
-                f"{number} is larger than {self.max}, the most the database holds", param, ctx
-            )
+            _refuse(param, f"{number} is larger than {self.max}, the most the database holds")
         return super().convert(number, param, ctx)
 
     def _describe_range(self) -> str:
