@@ -377,6 +377,9 @@ class SessionService(Service):
         if raw is None:
             raise NotFound(f"no session {session_id!r}")
         meta: dict[str, Any] = json.loads(raw)
+        # an exec turn's transcript copy, kept here before laneway 38 (the transcript items
+        # are the transcript): dropped at the session's next write, so it is read no more
+        meta.pop("transcript", None)
         for key, value in changes.items():
             if isinstance(value, list):
                 meta[key] = [*meta.get(key, []), *value]

@@ -175,3 +175,25 @@ def test_issue_38_item_7_a_flood_of_stderr_keeps_its_tail_only(
     assert count <= 3  # the prompt and the stderr tail
     assert chars < 3 * MAX_TEXT
     assert meta < 4096
+
+
+def test_issue_38_item_7_a_transcript_copy_left_in_a_session_row_goes_at_its_next_write(
+    db_url: str, tmp_path: Path
+) -> None:
+    """A session row written before the change still holds a transcript copy: the next merge
+    into its metadata drops it."""
+    with open_host(db_url) as host:
+        wf = plain_workflow(host, tmp_path)
+        host.profiles.add("old", command=["true"])
+        task = host.tasks.create(workflow=wf, title="old").id
+        session = host.sessions.start(task, profile="old", external=False).id
+        with host.store.transaction() as uow:
+            uow.conn.execute(
+                sa.update(t.task_sessions)
+                .where(t.task_sessions.c.id == session)
+                .values(metadata='{"transcript": ["' + "x" * 100_000 + '"], "keep": 1}')
+            )
+        after = host.sessions.record_effect(session, noted=True)
+    assert "transcript" not in after.metadata
+    assert after.metadata["keep"] == 1
+    assert after.metadata["noted"] is True
