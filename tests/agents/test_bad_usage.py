@@ -7,6 +7,7 @@ else the line says is kept."""
 from __future__ import annotations
 
 import json
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -119,3 +120,49 @@ def test_issue_39_item_4_bad_acp_usage_is_a_warning_and_the_turn_completes(
     assert "ERROR" not in err
     for found in items:
         json.dumps(found["data"], allow_nan=False)  # every kept item is JSON
+
+
+RAW_AGENT = """\
+import json, sys
+for line in sys.stdin:
+    message = json.loads(line)
+    method, ident = message.get("method"), message.get("id")
+    if ident is None:
+        continue
+    if method == "initialize":
+        result = {"protocolVersion": 1, "agentCapabilities": {}, "authMethods": []}
+    elif method == "session/new":
+        result = {"sessionId": "s1"}
+    elif method == "session/prompt":
+        result = None
+    else:
+        result = {}
+    if result is None:
+        # json.dumps writes float("inf") as Infinity: what a careless agent sends
+        answer = {"stopReason": "end_turn", "usage": {"inputTokens": float("inf"),
+                  "outputTokens": float("nan"), "totalTokens": 1}}
+        text = json.dumps({"jsonrpc": "2.0", "id": ident, "result": answer})
+    else:
+        text = json.dumps({"jsonrpc": "2.0", "id": ident, "result": result})
+    sys.stdout.write(text + "\\n")
+    sys.stdout.flush()
+"""
+
+
+def test_issue_39_item_4_a_prompt_answer_with_infinite_usage_ends_its_turn_as_said(
+    db_url: str, tmp_path: Path
+) -> None:
+    """An ACP agent answering session/prompt with `usage` counts of Infinity and NaN: the
+    turn ends as the agent ended it (end_turn: the card moves on), with a WARNING and a `log`
+    item saying the usage was not recorded (the SDK dropped it without a word before)."""
+    agent = tmp_path / "raw_agent.py"
+    agent.write_text(RAW_AGENT)
+    board = Board(db_url, tmp_path, {}, command=(sys.executable, str(agent)))
+    err = board.work()
+    step, session, items = board.read()
+    assert step == "Done", err
+    assert session.state != "RUNNING"
+    assert "Traceback" not in err
+    assert "ERROR" not in err
+    assert "agent usage not recorded" in err
+    assert any("agent usage not recorded" in i["text"] for i in items)
