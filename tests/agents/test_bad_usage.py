@@ -17,7 +17,7 @@ import sqlalchemy as sa
 from loguru import logger
 
 from core import logs as logs_module
-from core import worker
+from core.agents import worker
 from core.store import tables as t
 from tests.agents.conftest import enqueue, python_agent
 from tests.agents.test_acp_worker import Board

@@ -11,12 +11,12 @@ from pathlib import Path
 import pytest
 from starlette.testclient import TestClient
 
+from core.agents.feedback import HEADER, MAX_BLOCK, MAX_ENTRY
+from core.agents.session import prompt_for
 from core.errors import LanewayError
-from core.feedback import HEADER, MAX_BLOCK, MAX_ENTRY
 from core.host import Host
 from core.serve.app import build_app
 from core.text import MAX_COMMENT
-from core.worker import prompt_for
 from tests.agents.conftest import enqueue, set_run, stamp
 from tests.cli.conftest import Laneway
 from tests.tools.board import review_board

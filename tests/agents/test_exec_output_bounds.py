@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import sqlalchemy as sa
 
-from core.runtime.item_queue import TURN_ITEMS
+from core.agents.item_queue import TURN_ITEMS
 from core.store import tables as t
 from core.text import MAX_TEXT
 from tests.agents.conftest import (

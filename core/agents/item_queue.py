@@ -8,9 +8,8 @@ import threading
 from collections.abc import Callable, Sequence
 from typing import Final
 
+from core.agents.values import TranscriptItem
 from core.logs import logger
-from core.runtime.acp.bounds import item
-from core.runtime.acp.values import TranscriptItem
 
 BATCH: int = 500
 """Items at most in one transaction: a burst is kept in bounded steps, never one huge write."""
@@ -58,7 +57,7 @@ class ItemQueue:
             if len(items) > room:
                 if not self.dropped:
                     self._pending.append(
-                        item(
+                        TranscriptItem(
                             "log",
                             f"transcript cut: a turn keeps at most {self._limit} items; "
                             "what the agent says after this is counted, not kept",
@@ -91,7 +90,7 @@ class ItemQueue:
                     self._raise()
                     if not self._closed:
                         self._pending.append(
-                            item(
+                            TranscriptItem(
                                 "log",
                                 f"transcript cut: {self.dropped} more items of this turn "
                                 f"were not kept (at most {self._limit} a turn)",

@@ -1,0 +1,98 @@
+"""Where a turn's transcript items, reported agent state, usage and permission questions go:
+the board, through the services."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+import attrs
+
+from core.agents.bounds import item
+from core.agents.values import PermissionRequest, TranscriptItem
+from core.errors import LanewayError, RunFenced
+from core.logs import logger
+from core.services.peers import Peers
+
+
+@attrs.frozen
+class BoardRecord:
+    """Where a turn's transcript items, reported agent state and usage go: the board."""
+
+    peers: Peers
+    task_id: str
+    session_id: str
+    run_id: str | None
+    on_refused: Callable[[str], None] | None = None
+    """Told the reason when the board refuses the run's transcript (core.runs.fence)."""
+
+    def items(self, items: Sequence[TranscriptItem]) -> None:
+        if items:
+            try:
+                self.peers.sessions.append_items(
+                    self.session_id,
+                    [(i.kind, i.text, dict(i.data)) for i in items],
+                    run_id=self.run_id,
+                )
+            except RunFenced as exc:
+                if self.on_refused is not None:
+                    self.on_refused(exc.reason)
+
+    def agent(self, **fields: Any) -> None:
+        self.peers.sessions.record_agent(self.session_id, **fields)
+
+    def usage(self, usage: Mapping[str, Any]) -> None:
+        """Add what the agent reported to the run's usage. A value that is not a finite,
+        non-negative number (`Infinity`, `NaN`, `1e999`, `-1`, text) is a WARNING and is not
+        added; the rest is, and the turn goes on to its own end (issue 39 item 4)."""
+        good = {k: v for k, v in usage.items() if _amount(v)}
+        bad = {k: repr(v) for k, v in usage.items() if k not in good}
+        if bad:
+            self.warning("agent usage not recorded: not a finite, non-negative number", usage=bad)
+        if self.run_id is None or not good:
+            return
+        try:
+            self.peers.runs.record_usage(self.run_id, good)
+        except LanewayError as exc:  # its run deleted with its task: the turn ends as it will
+            self.warning("agent usage not recorded", cause=str(exc))
+
+    def warning(self, message: str, **fields: Any) -> None:
+        logger.bind(
+            task_id=self.task_id, session_id=self.session_id, run_id=self.run_id, **fields
+        ).warning(message)
+        self.items([item("log", message, {"level": "warning", **fields})])
+
+    def ask(self, request: PermissionRequest) -> str:
+        found = self.peers.permissions.request(
+            self.task_id,
+            self.session_id,
+            run_id=self.run_id,
+            tool_call=request.tool_call,
+            options=[attrs.asdict(o) for o in request.options],
+        )
+        logger.bind(
+            task_id=self.task_id,
+            session_id=self.session_id,
+            run_id=self.run_id,
+            permission_id=found.id,
+        ).info("permission request waits for a person")
+        return found.id
+
+    def await_answer(self, permission_id: str, stop: Callable[[], bool]) -> str | None:
+        found = self.peers.permissions.wait(permission_id, stop=stop)
+        if found.state == "pending":
+            # The turn ended first: the question is withdrawn; an answer now would reach no one.
+            self.peers.permissions.cancel(permission_id, by="turn_ended")
+            return None
+        return found.option_id if found.state in ("allowed", "denied") else None
+
+
+def _amount(value: Any) -> bool:
+    """Whether `value` is a usage amount: a finite number, not negative (nor a bool)."""
+    return (
+        isinstance(value, int | float)
+        and not isinstance(value, bool)
+        and math.isfinite(value)
+        and value >= 0
+    )
