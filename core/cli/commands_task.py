@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from core.cli.app import Settings, pass_settings, reader, writer
+from core.cli.numbers import INT32_MAX, whole
 from core.cli.output import (
     decision_result_json,
     emit,
@@ -392,7 +393,9 @@ def participant() -> None:
     default=None,
     help="Default: reviewers and approvers decide, other roles do not.",
 )
-@click.option("--position", type=int, default=0, show_default=True, metavar="N")
+@click.option(
+    "--position", type=whole(-INT32_MAX - 1, INT32_MAX), default=0, show_default=True, metavar="N"
+)
 @pass_settings
 def participant_add(
     settings: Settings,

@@ -377,10 +377,6 @@ class SessionService(Service):
         with self.peers.store.read() as conn:
             return [rows.item(r) for r in conn.execute(query).mappings()]
 
-    def append_transcript(self, session_id: str, lines: tuple[str, ...]) -> None:
-        if lines:
-            self.record_effect(session_id, transcript=list(lines))
-
     def record_effect(self, session_id: str, **changes: Any) -> Session:
         """Merge `changes` into the session's metadata; a list value is appended to.
 
@@ -400,6 +396,9 @@ class SessionService(Service):
         if raw is None:
             raise NotFound(f"no session {session_id!r}")
         meta: dict[str, Any] = json.loads(raw)
+        # an exec turn's transcript copy, kept here before laneway 38 (the transcript items
+        # are the transcript): dropped at the session's next write, so it is read no more
+        meta.pop("transcript", None)
         for key, value in changes.items():
             if isinstance(value, list):
                 meta[key] = [*meta.get(key, []), *value]
