@@ -29,6 +29,7 @@ from core import faults, runs
 from core.agents import watchdog_link
 from core.agents.session import profile_session, prompt_for
 from core.agents.values import TurnOutcome
+from core.errors import NotFound
 from core.logs import logger
 from core.model import Run, Task
 from core.store.database import database_away
@@ -277,7 +278,27 @@ def execute(host: RuntimePeers, run: Run, watch: CancelWatch | None = None) -> T
     # its claim followed the board a moment ago: the run's own writes and reads skip the
     # board-version read until its agent starts, and again from its agent's end
     with host.store.keeping_board():
-        return _execute(host, run, watch)
+        outcome = _execute(host, run, watch)
+    deliver_queued(host)
+    return outcome
+
+
+def deliver_queued(host: RuntimePeers) -> None:
+    """Deliver the triggers this process's commits put in the outbox (an `on_budget_alert` the
+    run's usage report crossed, the parent's `on_children_completed` its move completed), now
+    that the run's own commit is made: on every path a run ends by (`worker --once`, a
+    shutdown), not at the next scheduler pass. Never fails the run: a delivery left undone
+    stays in the outbox for the next pass."""
+    queued = host.store.triggers_queued
+    if not queued.is_set():
+        return
+    queued.clear()  # before the drain: a trigger queued while it runs sets it again
+    try:
+        host.triggers.drain()
+    except Exception as exc:  # noqa: BLE001 - the outbox keeps it; the scheduler delivers it
+        logger.bind(cause=f"{type(exc).__name__}: {exc}").opt(exception=exc).error(
+            "queued triggers not delivered after the run; the next scheduler pass delivers them"
+        )
 
 
 def _execute(host: RuntimePeers, run: Run, watch: CancelWatch | None) -> TurnOutcome:
@@ -337,6 +358,17 @@ def _execute(host: RuntimePeers, run: Run, watch: CancelWatch | None) -> TurnOut
             log.bind(cause=outcome.error).warning(
                 "database unavailable during the run; it goes back to the queue"
             )
+        elif (cancel_why := _cancelled_under(host, run, exc)) is not None:
+            # its task was deleted (or its run cancelled) while its agent worked: the turn's
+            # writes found the session gone. The agent is stopped; the run ends cancelled.
+            outcome = TurnOutcome(
+                "", ok=False, error="the turn was cancelled", cancelled=True, stopped="cancel"
+            )
+            log.bind(cancel_reason=cancel_why, cause=_one_line(exc)).info(
+                "run cancelled during its turn: its task is gone"
+                if cancel_why == "task_deleted"
+                else "run cancelled during its turn"
+            )
         else:
             outcome = TurnOutcome("", ok=False, error=f"{type(exc).__name__}: {exc}")
             log.bind(cause=outcome.error).opt(exception=exc).error("run could not be executed")
@@ -344,6 +376,18 @@ def _execute(host: RuntimePeers, run: Run, watch: CancelWatch | None) -> TurnOut
         finish(host, run, outcome)
     log.bind(ok=outcome.ok, error=outcome.error).info("run finished")
     return outcome
+
+
+def _cancelled_under(host: RuntimePeers, run: Run, exc: Exception) -> str | None:
+    """The cancel request on `run` that explains `exc` (a NotFound of what its turn wrote to:
+    a task deleted under it cancels its runs first), or None: the error is the run's own."""
+    if not isinstance(exc, NotFound):
+        return None
+    try:
+        with host.store.read() as conn:
+            return runs.cancel_requested(conn, run.id)
+    except Exception:  # noqa: BLE001 - unreadable: the error is reported as it is
+        return None
 
 
 def work(

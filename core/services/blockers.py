@@ -5,17 +5,26 @@ that arrival's own transaction, `core.outbox`).
 `task_blockers` is the relation; `tasks.blocked_by` a copy of T's rows as a JSON list, written
 in the same transaction, so every read of a task carries it. A block that would close a cycle
 (B already waits, directly or through others, on T) is refused with one line.
+
+The cycle check reads the whole graph, so two blocks committed at once could each pass it and
+together close a cycle (P <- Q, Q <- R, R <- P, each checked before the others committed). The
+database settles it: on SQLite every write transaction holds the one write lock from its BEGIN;
+on PostgreSQL a block takes a transaction-level advisory lock on the blocker graph before it
+checks, so blocks are decided one after another, each seeing the edges committed before it.
+Unblocking removes edges, which closes no cycle, and takes no lock.
 """
 
 from __future__ import annotations
 
 import json
+from typing import Final
 
 import sqlalchemy as sa
 
 from core import ids
 from core.errors import Conflict, LanewayError
 from core.model import Task
+from core.outbox import TERMINAL_STATES
 from core.services.base import Service
 from core.store import events
 from core.store import tables as t
@@ -23,6 +32,9 @@ from core.store.database import UnitOfWork
 
 TASKS = t.tasks
 BLOCKERS = t.task_blockers
+PG_GRAPH_LOCK: Final = 0x6C6E77626C6B72
+"""The advisory lock key a PostgreSQL block holds from its cycle check to its COMMIT."""
+_PG_GRAPH = sa.text(f"SELECT pg_advisory_xact_lock({PG_GRAPH_LOCK})")
 
 
 def write_blocked_by(uow: UnitOfWork, task_id: str) -> None:
@@ -68,7 +80,9 @@ def _waits_on(uow: UnitOfWork, start: str, target: str) -> list[str] | None:
 
 
 class BlockerService(Service):
-    """Which tasks block which."""
+    """Which tasks block which. A blocked task may be moved like any other, but its agent does
+    not start while a blocker is unfinished: `task start` refuses, and a `task_assigned` run
+    (an arrival's auto start) is not queued (`RunService.assign`)."""
 
     def block(self, task_ref: str, by: str) -> Task:
         """B (`by`) blocks the task. Blocking a task on itself, or on a task that already
@@ -79,6 +93,8 @@ class BlockerService(Service):
         if blocker.id == task.id:
             raise LanewayError(f"task {task.id}: a task cannot block itself")
         with self.peers.store.transaction() as uow:
+            if uow.conn.dialect.name == "postgresql":
+                uow.conn.execute(_PG_GRAPH)  # each statement after it sees the blocks before
             chain = _waits_on(uow, blocker.id, task.id)
             if chain is not None:
                 raise Conflict(
@@ -114,6 +130,25 @@ class BlockerService(Service):
             write_blocked_by(uow, task.id)
             events.record(uow, "task.updated", task.id, unblocked_by=blocker.id)
         return self.peers.tasks.get(task.id)
+
+    def unfinished(self, task_id: str) -> list[Task]:
+        """The task's blockers that have not finished (not at a terminal step, nor failed or
+        cancelled), oldest block first: while there is one, the task's agent does not start
+        (docs/cli.md "Blockers")."""
+        with self.peers.store.read() as conn:
+            waiting = [
+                str(b)
+                for b in conn.execute(
+                    sa.select(BLOCKERS.c.blocker_id)
+                    .join(TASKS, TASKS.c.id == BLOCKERS.c.blocker_id)
+                    .where(
+                        BLOCKERS.c.task_id == task_id,
+                        TASKS.c.state.not_in(sorted(TERMINAL_STATES)),
+                    )
+                    .order_by(BLOCKERS.c.created_at, BLOCKERS.c.blocker_id)
+                ).scalars()
+            ]
+        return [self.peers.tasks.get(b) for b in waiting]
 
     def blocking(self, task_ref: str) -> list[str]:
         """The ids of the tasks the task blocks."""

@@ -36,17 +36,28 @@ import signal
 import subprocess
 import sys
 import threading
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any, Final
 
 import attrs
 
 from core.agents import watchdog_link
+from core.text import MAX_TEXT
 
 TRANSIENT_EXIT: Final = 75
 MESSAGE_KEYS: Final = frozenset({"decision", "step_complete", "log", "usage"})
 STDERR_TAIL: Final = 2000
+"""The characters of stderr a failure keeps (its last ones): stderr is read as it comes and
+only its tail is held, whatever the agent writes."""
+STDERR_KEEP: Final = 8000
+"""The bytes of stderr held while the turn runs (the tail, decoded once at its end)."""
+MAX_LINE: Final = 1024 * 1024
+"""The bytes of one stdout line read whole. A longer line is never held: its first MAX_LINE
+bytes are kept (a transcript line, cut to the item bound and saying so; never a message) and
+the rest is read and dropped until its newline, so the worker's memory does not grow with
+the agent's output."""
+_CHUNK: Final = 65536
 
 
 class LaunchError(Exception):
@@ -56,7 +67,9 @@ class LaunchError(Exception):
 @attrs.frozen
 class TurnResult:
     exit_code: int
-    transcript: tuple[str, ...]
+    lines: int
+    """Transcript lines the agent wrote (each went to `on_line` as it came; none is kept
+    here)."""
     stderr_tail: str
     execution_id: str
 
@@ -81,22 +94,22 @@ Message = Mapping[str, Any]
 class AgentProcess:
     """A running agent turn; `wait()` streams its messages to `on_message`."""
 
-    popen: subprocess.Popen[str]
+    popen: subprocess.Popen[bytes]
     execution_id: str
     on_message: Callable[[Message], None]
     on_line: Callable[[str], None] | None = None
     """Each transcript line as it arrives (the board keeps it while the turn runs)."""
-    transcript: list[str] = attrs.field(factory=list)
+    lines: int = 0
 
     def wait(self) -> TurnResult:
         stdout, stderr = self.popen.stdout, self.popen.stderr
         assert stdout is not None
         assert stderr is not None
-        errors: list[str] = []
-        drain = threading.Thread(target=lambda: errors.append(stderr.read()))
+        tail = bytearray()
+        drain = threading.Thread(target=_keep_tail, args=(stderr, tail), daemon=True)
         drain.start()
-        for line in stdout:
-            self._handle(line.rstrip("\n"))
+        for line, cut in read_lines(stdout, MAX_LINE):
+            self._handle(line.rstrip("\r"), cut)
         # The agent has exited but is not reaped yet, so its pid (the group id) cannot have been
         # reused: sweep what it left behind in its group, then reap it.
         with contextlib.suppress(ChildProcessError, OSError):
@@ -105,12 +118,17 @@ class AgentProcess:
         watchdog_link.untrack(self.popen.pid)
         code = self.popen.wait()
         drain.join()
-        return TurnResult(
-            code, tuple(self.transcript), "".join(errors)[-STDERR_TAIL:], self.execution_id
-        )
+        errors = bytes(tail).decode("utf-8", "replace")
+        return TurnResult(code, self.lines, errors[-STDERR_TAIL:], self.execution_id)
 
-    def _handle(self, line: str) -> None:
-        if line.startswith("{"):
+    def _handle(self, line: str, cut: int) -> None:
+        if cut:
+            # never a message: what it meant lies in the part not read. Cut here to within
+            # the item's bound, so the note of how much was dropped is what the board keeps.
+            keep = MAX_TEXT - 100
+            cut += len(line[keep:].encode("utf-8", "replace"))
+            line = f"{line[:keep]}... [cut: {cut} more bytes of this line]"
+        elif line.startswith("{"):
             try:
                 message = json.loads(line)
             except ValueError:
@@ -118,7 +136,7 @@ class AgentProcess:
             if isinstance(message, dict) and message.keys() & MESSAGE_KEYS:
                 self.on_message(message)
                 return
-        self.transcript.append(line)
+        self.lines += 1
         if self.on_line is not None:
             self.on_line(line)
 
@@ -129,6 +147,37 @@ class AgentProcess:
             watchdog_link.untrack(self.popen.pid)
         if self.popen.poll() is None:
             self.popen.kill()
+
+
+def read_lines(stream: Any, limit: int) -> Iterator[tuple[str, int]]:
+    """The lines of a binary stream, decoded (UTF-8, bad bytes replaced), each with the bytes
+    cut from it: a line longer than `limit` bytes yields its first `limit` and the count of
+    the rest, which is read in chunks and dropped. Never holds more than `limit` bytes."""
+    while True:
+        raw: bytes = stream.readline(limit + 1)
+        if not raw:
+            return
+        cut = 0
+        if len(raw) > limit and not raw.endswith(b"\n"):
+            cut = len(raw) - limit
+            raw = raw[:limit]
+            while True:
+                rest: bytes = stream.readline(_CHUNK)
+                if not rest:
+                    break
+                if rest.endswith(b"\n"):
+                    cut += len(rest) - 1
+                    break
+                cut += len(rest)
+        yield raw.rstrip(b"\n").decode("utf-8", "replace"), cut
+
+
+def _keep_tail(stream: Any, tail: bytearray) -> None:
+    """Read the agent's stderr to its end, keeping only its last STDERR_KEEP bytes."""
+    while chunk := stream.read1(_CHUNK):
+        tail.extend(chunk)
+        if len(tail) > STDERR_KEEP:
+            del tail[: len(tail) - STDERR_KEEP]
 
 
 def kill_group(pgid: int) -> None:
@@ -231,7 +280,6 @@ def start(
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
-            text=True,
             process_group=0,
             # the hook is async-signal-safe: one syscall
             preexec_fn=_parent_death_signal() if _SETPRIV is None else None,  # noqa: PLW1509
@@ -246,7 +294,7 @@ def start(
     watchdog_link.track(popen.pid)
     assert popen.stdin is not None
     try:
-        popen.stdin.write(prompt)
+        popen.stdin.write(prompt.encode("utf-8", "replace"))
         popen.stdin.close()
     except BrokenPipeError:
         pass  # the agent did not read its prompt; its exit status tells the rest
