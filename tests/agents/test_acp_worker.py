@@ -680,3 +680,22 @@ def test_issue_41_item_7_laneway_run_id_is_the_run_on_every_turn_of_a_conversati
     ]
     assert told == runs
     assert echoes(items)[1].endswith("(previous: work on it)")  # the conversation went on
+
+
+def test_issue_41_item_3_a_profiles_mode_is_where_its_conversations_start(
+    db_url: str, tmp_path: Path
+) -> None:
+    """AGENTS.md "Phase 4" `profile add|set --mode M`: the mode is set before the first prompt
+    and reconciled every turn; a step's set_session_mode still overrides it for its step."""
+    board = Board(
+        db_url,
+        tmp_path,
+        {"modes": ["default", "review", "plan"], "turns": [STATE]},
+        second=[{"type": "set_session_mode", "config": {"mode": "plan"}}],
+        mode="review",
+    )
+    board.work()
+    _step, session, items = board.read()
+    said = [line for line in messages(items).splitlines() if "state: mode=" in line]
+    assert [re.sub(r".*state: mode=(\w+).*", r"\1", line) for line in said] == ["review", "plan"]
+    assert session.agent["mode"] == "plan"

@@ -287,8 +287,9 @@ def _prepare(conn: AgentConnection, turn: AcpTurn, record: Record) -> tuple[Sess
             record.warning(message, **fields)
 
     before_plan = report.get("mode_before_plan", reported.get("mode_before_plan"))
-    # mode: plan mode first (the agent's own when it has one), then the mode asked for
-    target = want.mode
+    # mode: plan mode first (the agent's own when it has one), then the mode asked for: the
+    # step's session kinds, else the profile's `--mode` (AGENTS.md "Phase 4"), every turn
+    target = want.mode or turn.profile.mode
     if want.plan_mode and PLAN_MODE in state.mode_ids:
         if state.mode != PLAN_MODE:
             report["mode_before_plan"] = state.mode
