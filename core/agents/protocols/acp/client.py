@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, Final
 
@@ -77,7 +77,7 @@ _LANEWAY_NAMES: Final = frozenset(
 )
 
 
-def laneway_tool(tool_call: dict[str, Any]) -> bool:
+def laneway_tool(tool_call: Mapping[str, Any]) -> bool:
     """Whether a permission request is for a tool of laneway's own `laneway` tool server.
 
     AGENTS.md "Phase 4": those are allowed at once whatever `--permissions` says (they act on
