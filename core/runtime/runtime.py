@@ -529,8 +529,17 @@ class AgentRuntime:
         if self._broker is None:
             from core.runtime.tools.broker import ToolBroker
 
-            self._broker = ToolBroker(self.peers)
+            # a run's tool calls are answered only from its own agent's process tree
+            self._broker = ToolBroker(
+                self.peers, owner=lambda grant: self._running_agent(grant.session_id)
+            )
         return self._broker
+
+    def _running_agent(self, session_id: str | None) -> int | None:
+        """The pid of the ACP agent running `session_id`'s turn now."""
+        if session_id is None or self._conversations is None:
+            return None
+        return self._conversations.running_group(session_id)
 
     def tool_servers(self, turn: _Turn, session_id: str) -> tuple[Sequence[McpServer], str]:
         """The MCP servers an ACP session is opened (or loaded) with, the `laneway` tool server
