@@ -114,9 +114,7 @@ def finish(host: RuntimePeers, run: Run, outcome: TurnOutcome) -> bool:
             "the run goes back to the queue"
         )
     else:
-        log.warning(
-            "run not finished: its claim was given up after this process was declared dead"
-        )
+        log.warning("run not finished: its claim was given up after this process was declared dead")
     return False
 
 
