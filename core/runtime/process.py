@@ -108,7 +108,13 @@ class AgentProcess:
             os.waitid(os.P_PID, self.popen.pid, os.WEXITED | os.WNOWAIT)
         kill_group(self.popen.pid)
         watchdog_link.untrack(self.popen.pid)
-        sweep_leftovers(self.execution_id, self.popen.pid)
+        # and what left the group since the sweep at the agent's exit: off the turn's path
+        threading.Thread(
+            target=sweep_leftovers,
+            args=(self.execution_id, self.popen.pid),
+            name="laneway-sweep",
+            daemon=True,
+        ).start()
         code = self.popen.wait()
         drain.join()
         return TurnResult(
