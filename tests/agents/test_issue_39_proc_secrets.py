@@ -47,9 +47,10 @@ def _secret_url(db_url: str) -> str:
     return db_url
 
 
-def _worker(url: str, tmp_path: Path, *args: str) -> subprocess.Popen[str]:
+def _worker(url: str, tmp_path: Path, *args: str, joined: bool = False) -> subprocess.Popen[str]:
+    db = [f"--db={url}"] if joined else ["--db", url]
     return subprocess.Popen(
-        [*CAPLESS, laneway_script(), "--db", url, "worker", "--once", *args],
+        [*CAPLESS, laneway_script(), *db, "worker", "--once", *args],
         cwd=tmp_path,
         env=script_env(SECRETS),
         stdout=subprocess.PIPE,
@@ -95,8 +96,9 @@ def _assert_worker_closed(seen: dict[str, str], url: str) -> None:
         assert value not in cmdline
 
 
+@pytest.mark.parametrize("joined", [False, True], ids=["--db URL", "--db=URL"])
 def test_issue_39_item_1_an_exec_agent_reads_nothing_secret_of_its_worker(
-    db_url: str, tmp_path: Path
+    db_url: str, tmp_path: Path, joined: bool
 ) -> None:
     out = tmp_path / "probe.json"
     code = PROBE + (
@@ -111,7 +113,7 @@ def test_issue_39_item_1_an_exec_agent_reads_nothing_secret_of_its_worker(
         enqueue(host, agent.id, task.id)
     url = _secret_url(db_url)
 
-    _ran(_worker(url, tmp_path))
+    _ran(_worker(url, tmp_path, joined=joined))
 
     _assert_worker_closed(json.loads(out.read_text()), url)
 
