@@ -32,7 +32,7 @@ def main(argv: Sequence[str] | None = None) -> NoReturn:
     # First, before anything reads a secret: this process's /proc closed to its agents, and a
     # database URL given on the command line gone from the cmdline others can read.
     secrecy.hide()
-    secrecy.scrub_argv(secrecy.db_values(sys.argv[1:] if argv is None else argv))
+    secrecy.scrub_argv(secrecy.secret_values(sys.argv[1:] if argv is None else argv))
     collecting = gc.isenabled()
     gc.disable()
     import_loguru_without_default_handler()

@@ -10,8 +10,9 @@ sandbox (docs/operations.md, "What an agent of the same user can and cannot reac
   inherited by a fork until exec, so the agents laneway starts (each an exec) are ordinary
   processes again. `cmdline` and `stat`/`status` stay readable to everyone;
 - `scrub_argv(values)`: `cmdline` is the process's original argument block, so a secret given
-  on the command line (`laneway --db postgresql://user:password@...`) is overwritten there,
-  in place, with `*` of the same length: `ps` and `/proc/<pid>/cmdline` show `--db ****`.
+  on the command line (`laneway --db postgresql://user:password@...`, `serve --token T`) is
+  overwritten there, in place, with `*` of the same length: `ps` and `/proc/<pid>/cmdline`
+  show `--db ****`.
 
 Both run first thing in the process (`core.console`, the agent's tool server), before it
 reads a secret; what a same-user process could read before that, in the first milliseconds
@@ -59,21 +60,28 @@ def hidden() -> bool:
     return prctl is not None and prctl(_PR_GET_DUMPABLE, 0, 0, 0, 0) == 0
 
 
-def db_values(argv: Iterable[str]) -> list[str]:
-    """The values of `--db` (global option) in a laneway command line."""
+SECRET_OPTIONS: Final = ("--db", "--token")
+"""The options whose values are secrets: the database URL, `serve`'s bearer token."""
+
+
+def secret_values(argv: Iterable[str]) -> list[str]:
+    """The values of the secret-bearing options (`SECRET_OPTIONS`) in a laneway command line."""
     args = list(argv)
     found = []
     for i, arg in enumerate(args):
-        if arg == "--db" and i + 1 < len(args):
+        name, equals, value = arg.partition("=")
+        if name not in SECRET_OPTIONS:
+            continue
+        if equals:
+            found.append(value)
+        elif i + 1 < len(args):
             found.append(args[i + 1])
-        elif arg.startswith("--db="):
-            found.append(arg[len("--db=") :])
     return [v for v in found if v]
 
 
 def scrub_argv(values: Iterable[str]) -> int:
-    """Overwrite each argument equal to one of `values` (or `--db=<value>`'s value) in this
-    process's argument block with `*`; the number overwritten."""
+    """Overwrite each argument equal to one of `values` (or the value of `--db=<value>`,
+    `--token=<value>`) in this process's argument block with `*`; the number overwritten."""
     wanted = {os.fsencode(v) for v in values if v}
     if not wanted or not sys.platform.startswith("linux"):
         return 0
@@ -92,8 +100,9 @@ def scrub_argv(values: Iterable[str]) -> int:
     for arg in block.split(b"\0"):
         value_at = offset
         value = arg
-        if arg.startswith(b"--db="):
-            value_at, value = offset + len(b"--db="), arg[len(b"--db=") :]
+        name, equals, rest = arg.partition(b"=")
+        if equals and name.decode(errors="replace") in SECRET_OPTIONS:
+            value_at, value = offset + len(name) + 1, rest
         if value in wanted:
             with contextlib.suppress(OSError, ValueError):
                 ctypes.memmove(start + value_at, b"*" * len(value), len(value))

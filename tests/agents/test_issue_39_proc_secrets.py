@@ -25,7 +25,7 @@ import pytest
 
 from tests.agents.conftest import enqueue, laneway_script, plain_workflow, script_env
 from tests.agents.test_acp_worker import FAKE
-from tests.conftest import open_host
+from tests.conftest import eventually, open_host
 
 pytestmark = pytest.mark.slow
 
@@ -249,3 +249,41 @@ def test_issue_39_item_1_an_acp_agent_reads_nothing_secret_and_a_stolen_capabili
         assert host.comments.list(tasks["victim"]) == []
         (session,) = host.sessions.list(task=tasks["victim"])
         assert not session.metadata.get("pending_step_signal")
+
+
+def test_issue_39_item_1_serve_leaves_neither_url_nor_token_in_its_command_line(
+    db_url: str, tmp_path: Path
+) -> None:
+    """`laneway serve` holds the URL and its bearer token: both gone from its cmdline (what
+    any process may read) once it runs, and its environ closed to capability-less readers."""
+    with open_host(db_url):
+        pass  # the board exists
+    url, token = _secret_url(db_url), "serve-token-39"
+    serve = subprocess.Popen(
+        [*CAPLESS, laneway_script(), "--db", url, "serve", "--port", "0", "--token", token],
+        cwd=tmp_path,
+        env=script_env(SECRETS),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        probe = (
+            PROBE + f"import json; print(json.dumps(probe({serve.pid})))\n"
+        )  # a capability-less reader, as an agent is
+        seen: dict[str, str] = {}
+
+        def scrubbed() -> bool:
+            done = subprocess.run(
+                [*CAPLESS, sys.executable, "-c", probe], capture_output=True, text=True, check=True
+            )
+            seen.update(json.loads(done.stdout))
+            return "*" in seen["cmdline"]
+
+        eventually(scrubbed, timeout=30, what="serve to be running")
+        assert token not in seen["cmdline"]
+        assert url not in seen["cmdline"]
+        assert seen["environ"].startswith("refused")
+    finally:
+        serve.terminate()
+        serve.communicate(timeout=30)
