@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from core.runtime.acp import TranscriptItem, shared_loop
+from core.runtime.acp import TranscriptItem, confined, shared_loop
 from tests.acp.conftest import FAKE, Start, texts
 
 READS = 2000
@@ -76,3 +76,30 @@ def test_issue_39_item_5_a_nul_in_a_path_is_a_json_rpc_error(start: Start, tmp_p
     assert agent.prompt("go", on_item=items.append).ok  # the turn goes on
     said = "".join(texts(items))
     assert said.count("error -32602: Invalid params") == 2, said  # not an internal error
+
+
+@pytest.mark.parametrize("openat2", [True, False], ids=["openat2", "O_NOFOLLOW walk"])
+def test_issue_39_item_5_the_confined_open_refuses_every_way_out(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, openat2: bool
+) -> None:
+    """Both ways of opening confined (openat2 where the kernel has it, else the O_NOFOLLOW
+    walk) refuse `..`, an absolute path elsewhere and a symlink out; a file inside opens."""
+    if not openat2:
+        monkeypatch.setattr(confined, "_openat2_works", False)
+    root = tmp_path / "root"
+    (root / "d").mkdir(parents=True)
+    (root / "d" / "f").write_text("inside")
+    (tmp_path / "outside").write_text("OUT")
+    (root / "out").symlink_to(tmp_path / "outside")
+    (root / "dir-out").symlink_to(tmp_path)
+    fd = confined.open_beneath(root, confined.relative(root, str(root / "d" / "f")), os.O_RDONLY)
+    with os.fdopen(fd) as file:
+        assert file.read() == "inside"
+    for path in ("../outside", str(tmp_path / "outside"), "d/../../outside"):
+        with pytest.raises(confined.Outside):
+            confined.relative(root, path)
+    for rel in ("out", "dir-out/outside"):
+        with pytest.raises(confined.Outside):
+            confined.open_beneath(root, rel, os.O_RDONLY)
+    with pytest.raises(ValueError, match="NUL"):
+        confined.relative(root, "a\0b")
