@@ -41,6 +41,7 @@ from core.errors import LanewayError
 from core.faults import reach as fault_point
 from core.model import (
     PARTICIPANT_ROLES,
+    AgentFailure,
     Decision,
     Participant,
     Run,
@@ -82,10 +83,9 @@ from core.plugin.views import (
     WorkspaceView,
 )
 from core.prompts import build_prompt
-from core.runtime.failures import AgentFailure
 
 if TYPE_CHECKING:
-    from core.agent_error import dispatched, payload_of
+    from core.agents.failure import dispatched, payload_of
     from core.runs import RunRequest
 
 hookimpl = pluggy.HookimplMarker("laneway")
@@ -95,8 +95,8 @@ hookimpl = pluggy.HookimplMarker("laneway")
 _LAZY: dict[str, tuple[str, str]] = {
     # beside the engine and the run queue: importing the API (which core's registry does)
     # never loads the engine
-    "payload_of": ("core.agent_error", "payload_of"),
-    "dispatched": ("core.agent_error", "dispatched"),
+    "payload_of": ("core.agents.failure", "payload_of"),
+    "dispatched": ("core.agents.failure", "dispatched"),
     "RunRequest": ("core.runs", "RunRequest"),
 }
 

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from core.runtime.acp import TranscriptItem, confined, shared_loop
+from core.agents.protocols.acp import TranscriptItem, confined, shared_loop
 from tests.acp.conftest import FAKE, Start, texts
 
 READS = 2000

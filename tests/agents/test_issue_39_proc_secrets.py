@@ -175,7 +175,7 @@ TURN = PROBE + textwrap.dedent(
             time.sleep(0.05)
         victim = json.loads((shared / "victim.json").read_text())
         out = {"worker": probe(os.getppid()), "server": probe(victim["pid"])}
-        from core.runtime.tools.server import Channel
+        from core.agents.tools.server import Channel
         env = victim["env"]
         channel = Channel(env["LANEWAY_TOOL_SOCKET"], bytes.fromhex(env["LANEWAY_TOOL_KEY"]),
                           env["LANEWAY_TOOL_TOKEN"])
@@ -239,7 +239,7 @@ def test_issue_39_item_1_an_acp_agent_reads_nothing_secret_and_a_stolen_capabili
     seen: dict[str, Any] = json.loads((shared / "attacker.json").read_text())
     _assert_worker_closed(seen["worker"], url)
     server = seen["server"]
-    assert "core.runtime.tools" in server["cmdline"]  # it found the victim's server
+    assert "core.agents.tools" in server["cmdline"]  # it found the victim's server
     assert server["environ"].startswith("refused"), server["environ"][:300]
     assert server["mem"].startswith("refused")
     for tool in ("comment", "complete_step"):

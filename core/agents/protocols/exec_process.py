@@ -14,7 +14,7 @@ reached by the group kill on every stop, not by the parent-death signal, which t
 to direct children only; what left the group (a `setsid`, a double fork) is found at the turn's
 end by the turn's own `LANEWAY_EXECUTION_ID` in its environment and killed
 (`sweep_leftovers`). Its group is registered with the worker's watchdog
-(core.runtime.watchdog), which stops it while the worker is stopped and kills it when the
+(core.agents.watchdog), which stops it while the worker is stopped and kills it when the
 worker is gone.
 
 The signal is asked for by util-linux's `setpriv --pdeathsig KILL` exec'ing the agent where
@@ -44,7 +44,7 @@ from typing import Any, Final
 
 import attrs
 
-from core.runtime import watchdog_link
+from core.agents import watchdog_link
 
 TRANSIENT_EXIT: Final = 75
 EXECUTION_ENV: Final = "LANEWAY_EXECUTION_ID"

@@ -1,4 +1,4 @@
-"""`python -m core.runtime.tools`: the agent's `laneway` MCP server (see `server`)."""
+"""`python -m core.agents.tools`: the agent's `laneway` MCP server (see `server`)."""
 
 from core import secrecy
 
@@ -6,6 +6,6 @@ if __name__ == "__main__":  # importing the module (a scan of every module) serv
     # Its environment carries the run's tool capability: closed to other processes of the
     # user (another run's agent) before anything else runs.
     secrecy.hide()
-    from core.runtime.tools.server import main
+    from core.agents.tools.server import main
 
     main()
