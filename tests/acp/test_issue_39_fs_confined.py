@@ -19,6 +19,7 @@ from tests.acp.conftest import FAKE, Start, texts
 READS = 2000
 
 
+@pytest.mark.subprocess
 def test_issue_39_item_5_a_symlink_swapped_in_during_2000_reads_never_escapes(
     request: pytest.FixtureRequest, tmp_path: Path
 ) -> None:

@@ -7,10 +7,14 @@ from __future__ import annotations
 import sys
 from typing import Any
 
+import pytest
+
 from core import worker
 from core.runs import RunRequest
 from tests.conftest import open_host
 from tests.fencing.test_fencing import take_lock_away
+
+pytestmark = pytest.mark.subprocess  # its agent is a real process
 
 
 def test_issue_39_item_8_a_run_whose_claim_was_lost_is_logged_given_up_not_finished(
