@@ -11,7 +11,9 @@ whenever the turn is stopped (and swept once the turn ends, for stray descendant
 also gets a parent-death signal (`PR_SET_PDEATHSIG`), so SIGKILL reaches it when the worker
 dies without a chance to clean up (kill -9, the OOM killer). Descendants the agent starts are
 reached by the group kill on every stop, not by the parent-death signal, which the kernel sends
-to direct children only. Its group is registered with the worker's watchdog
+to direct children only; what left the group (a `setsid`, a double fork) is found at the turn's
+end by the turn's own `LANEWAY_EXECUTION_ID` in its environment and killed
+(`sweep_leftovers`). Its group is registered with the worker's watchdog
 (core.agents.watchdog), which stops it while the worker is stopped and kills it when the
 worker is gone.
 
@@ -46,6 +48,9 @@ from core.agents import watchdog_link
 from core.text import MAX_TEXT
 
 TRANSIENT_EXIT: Final = 75
+EXECUTION_ENV: Final = "LANEWAY_EXECUTION_ID"
+"""An exec turn's own mark in its agent's environment: what the agent starts inherits it."""
+SWEEP_PASSES: Final = 20
 MESSAGE_KEYS: Final = frozenset({"decision", "step_complete", "log", "usage"})
 STDERR_TAIL: Final = 2000
 """The characters of stderr a failure keeps (its last ones): stderr is read as it comes and
@@ -116,6 +121,13 @@ class AgentProcess:
             os.waitid(os.P_PID, self.popen.pid, os.WEXITED | os.WNOWAIT)
         kill_group(self.popen.pid)
         watchdog_link.untrack(self.popen.pid)
+        # and what left the group since the sweep at the agent's exit: off the turn's path
+        threading.Thread(
+            target=sweep_leftovers,
+            args=(self.execution_id, self.popen.pid),
+            name="laneway-sweep",
+            daemon=True,
+        ).start()
         code = self.popen.wait()
         drain.join()
         errors = bytes(tail).decode("utf-8", "replace")
@@ -284,14 +296,20 @@ def start(
             # the hook is async-signal-safe: one syscall
             preexec_fn=_parent_death_signal() if _SETPRIV is None else None,  # noqa: PLW1509
             # Exactly `env`: the caller built it from a documented base (agent_env), so the
-            # worker's secrets stay in the worker.
-            env=dict(env),
+            # worker's secrets stay in the worker; and the turn's mark, which what the agent
+            # starts inherits (`sweep_leftovers`).
+            env={**env, EXECUTION_ENV: execution_id},
             cwd=cwd,
         )
     except OSError as exc:
         watchdog_link.track(None)
         raise LaunchError(f"cannot start {command[0]!r}: {exc.strerror or exc}") from None
     watchdog_link.track(popen.pid)
+    # What the agent moved out of its group would hold its output pipes open past its exit
+    # (the turn would not end until it did): swept the moment the agent exits.
+    threading.Thread(
+        target=_sweep_on_exit, args=(execution_id, popen.pid), name="laneway-sweep", daemon=True
+    ).start()
     assert popen.stdin is not None
     try:
         popen.stdin.write(prompt.encode("utf-8", "replace"))
@@ -299,3 +317,58 @@ def start(
     except BrokenPipeError:
         pass  # the agent did not read its prompt; its exit status tells the rest
     return AgentProcess(popen, execution_id, on_message, on_line)
+
+
+def _sweep_on_exit(execution_id: str, agent: int) -> None:
+    with contextlib.suppress(ChildProcessError, OSError):
+        os.waitid(os.P_PID, agent, os.WEXITED | os.WNOWAIT)
+    # the agent's group is the turn's end's to kill (what it still prints is the turn's)
+    sweep_leftovers(execution_id, agent, spare_group=True)
+
+
+def sweep_leftovers(execution_id: str, agent: int, *, spare_group: bool = False) -> list[int]:
+    """SIGKILL every process still carrying the turn's `LANEWAY_EXECUTION_ID=execution_id` in
+    its environment (what the agent started and moved out of its process group: `setsid`, a
+    double fork), found in /proc, but the agent itself (not reaped yet); the pids killed.
+
+    Passes repeat while they find something, for a process may fork between a look and its
+    kill (the child inherits the mark). A process that rewrote its environment is not found;
+    one of another user, or non-dumpable, cannot be read and is not either. `spare_group`:
+    leave the agent's own process group alone."""
+    if not sys.platform.startswith("linux"):
+        return []
+    mark = f"{EXECUTION_ENV}={execution_id}".encode()
+    own = os.getpid()
+    killed: list[int] = []
+    for _ in range(SWEEP_PASSES):
+        found = []
+        try:
+            names = os.listdir("/proc")
+        except OSError:
+            return killed
+        for name in names:
+            if not name.isdigit() or int(name) in (own, agent):
+                continue
+            try:
+                with open(f"/proc/{name}/environ", "rb") as environ:
+                    entries = environ.read().split(b"\0")
+            except OSError:
+                continue
+            if mark in entries and not (spare_group and _group(int(name)) == agent):
+                found.append(int(name))
+        for pid in found:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(pid, signal.SIGKILL)
+        killed += found
+        if not found:
+            break
+    return killed
+
+
+def _group(pid: int) -> int | None:
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as stat:
+            data = stat.read()
+        return int(data[data.rindex(b")") + 2 :].split()[2])
+    except (OSError, ValueError, IndexError):
+        return None
