@@ -84,6 +84,7 @@ TYPES: Final = (
     "agent_error.dispatched",
     "permission.requested",
     "permission.resolved",
+    "hook.failed",
 )
 OBSERVED_ONLY: Final = ("agent.output",)
 """Types handed to observers but never stored: nothing is written when they happen (an agent's
