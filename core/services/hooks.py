@@ -49,6 +49,8 @@ STATES: Final = ("pending", "delivered", "failed")
 TIMEOUT_S: Final = 10.0
 LEASE_S: Final = 60.0
 """Longer than a send can take (connect and read each bounded by TIMEOUT_S)."""
+LEASE_ENV: Final = "LANEWAY_HOOK_LEASE"
+"""Seconds; shortened only by tests of a sender killed mid-send."""
 READ_LIMIT: Final = 64 * 1024
 MAX_IN_FLIGHT: Final = 4
 TAKE_BATCH: Final = 500
@@ -226,6 +228,13 @@ def take(store: Store) -> int:
 # -- sending ----------------------------------------------------------------------------------
 
 
+def _lease_s() -> float:
+    try:
+        return float(os.environ.get(LEASE_ENV, LEASE_S))
+    except ValueError:
+        return LEASE_S
+
+
 def _window_s() -> float:
     try:
         return float(os.environ.get(WINDOW_ENV, DEFAULT_WINDOW_S))
@@ -287,7 +296,7 @@ def claim_next(store: Store, me: str, busy: set[str]) -> list[_Claimed]:
                 )
                 .values(
                     claimed_by=me,
-                    lease_until=ids.shift(now, LEASE_S),
+                    lease_until=ids.shift(now, _lease_s()),
                     attempts=D.c.attempts + 1,
                 )
             ).rowcount
