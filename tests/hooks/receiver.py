@@ -39,7 +39,7 @@ def receiver(answer: Callable[[int], int] = lambda _n: 200) -> Iterator[Receiver
     box: dict[str, Receiver] = {}
 
     class Handler(BaseHTTPRequestHandler):
-        def do_POST(self) -> None:  # noqa: N802 - http.server's name
+        def do_POST(self) -> None:
             body = self.rfile.read(int(self.headers.get("Content-Length", "0")))
             rec = box["r"]
             with lock:
