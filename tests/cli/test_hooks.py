@@ -11,6 +11,7 @@ import json
 
 import pytest
 
+from core.services import hooks
 from core.services.hooks import Deliverer
 from core.store import events
 from tests.cli.conftest import Laneway
@@ -149,3 +150,21 @@ def test_issue_42_item_1_hook_list_never_shows_the_secret(board: Laneway) -> Non
     gone = board.json("hook", "remove", listed[0]["id"])
     assert gone["id"] == listed[0]["id"]
     assert [h["id"] for h in board.json("hook", "list")] == [listed[1]["id"]]
+
+
+def test_issue_42_item_1_pruning_the_event_log_keeps_what_a_hook_has_not_taken(
+    board: Laneway,
+) -> None:
+    """Deliveries are taken from the event log by a cursor: pruning stops at the slowest
+    hook's cursor, so an event is never pruned before every hook has taken it."""
+    hook = board.json("hook", "add", "http://127.0.0.1:9/x", "--events", "task.created")
+    board.json("task", "create", "--workflow", "Kanban", "--title", "kept")
+    later = "2999-01-01T00:00:00.000000Z"
+    with open_host(board.url) as host:
+        before = events.read_all(host.store)
+        assert events.prune(host.store, now=later) == 0
+        assert hooks.take(host.store) == 1
+        assert events.prune(host.store, now=later) == len(before)
+    [delivery] = _deliveries(board, "--hook", hook["id"])
+    assert delivery["type"] == "task.created"
+    assert delivery["state"] == "pending"
