@@ -9,6 +9,7 @@ from typing import Any, TypeVar
 import click
 
 from core.cli.app import Settings, pass_settings, reader, writer
+from core.cli.numbers import FINITE, INT32_MAX, whole
 from core.cli.output import emit, profile_line, template_json, workflow_json, workflow_lines
 from core.errors import LanewayError
 from core.workflows import to_yaml
@@ -85,7 +86,7 @@ def workflow_show(settings: Settings, ref: str) -> None:
 @click.argument("ref", metavar="W")
 @click.option(
     "--max-step-arrivals",
-    type=click.IntRange(min=0),
+    type=whole(0, INT32_MAX),
     metavar="N",
     help="The runaway-loop limit: how often a trigger may bring a task to one step (0: none).",
 )
@@ -167,7 +168,7 @@ def workflow_check(settings: Settings, ref: str) -> None:
     """Report declarations the loaded plugins cannot run and profile names that resolve to
     nothing, warn where a task would wait for nobody (a step whose auto_start_agent finds no
     agent, a board where no agent can start), and list every agent the workflow can start or
-    seat. Exits 0 even with problems.
+    seat. Exits 1 when there is a problem (warnings alone: 0).
 
     A workflow file can start the board's agents: review one like code before importing it.
     """
@@ -186,6 +187,9 @@ def workflow_check(settings: Settings, ref: str) -> None:
         "agents": [a.as_dict() for a in agents],
     }
     emit(settings.json, result, lines)
+    if problems:
+        # the report is printed whole; the exit code lets a script (or CI) stop on it
+        raise SystemExit(1)
 
 
 @click.group()
@@ -260,7 +264,7 @@ def _profile_options(*, for_set: bool) -> Callable[[_F], _F]:
         click.option(
             "--turn-timeout",
             "turn_timeout",
-            type=float,
+            type=FINITE,
             default=None if for_set else 3600.0,
             show_default=not for_set,
             metavar="S",
@@ -269,7 +273,7 @@ def _profile_options(*, for_set: bool) -> Callable[[_F], _F]:
         click.option(
             "--idle-timeout",
             "idle_timeout",
-            type=float,
+            type=FINITE,
             default=None if for_set else 900.0,
             show_default=not for_set,
             metavar="S",

@@ -13,7 +13,7 @@ from core.model import Comment
 from core.services.base import Service
 from core.store import events, rows
 from core.store import tables as t
-from core.text import require_text
+from core.text import MAX_COMMENT, require_text
 
 C = t.comments
 
@@ -29,14 +29,23 @@ def operation_id(comment_id: str) -> str:
 class CommentService(Service):
     """A task's comments, and the on_comment trigger each fires."""
 
-    def add(self, task_ref: str, body: str, *, author: str | None = None) -> Comment:
+    def add(
+        self,
+        task_ref: str,
+        body: str,
+        *,
+        author: str | None = None,
+        by_agent: str | None = None,
+    ) -> Comment:
         """Add a comment to the task (by `author`, default `user`), then fire on_comment at
-        its step (when it has one)."""
+        its step (when it has one). `by_agent`: the agent profile that wrote it (a run's
+        `comment` tool): on_comment does not wake that agent, and counts toward the
+        runaway-loop limit."""
         self._require_writer()
         author = DEFAULT_AUTHOR if author is None else author
         if not body.strip():
             raise LanewayError("comment body: must not be empty")
-        require_text(body, "comment body")
+        require_text(body, "comment body", MAX_COMMENT)
         if not author.strip():
             raise LanewayError("comment author: must not be empty")
         require_text(author, "comment author", t.column_length(C.c.author))
@@ -55,10 +64,10 @@ class CommentService(Service):
                 )
             )
             events.record(uow, "comment.added", task.id, comment_id=comment.id)
-        self.fire(comment.id)
+        self.fire(comment.id, by_agent=by_agent)
         return comment
 
-    def fire(self, comment_id: str) -> TriggerResult:
+    def fire(self, comment_id: str, *, by_agent: str | None = None) -> TriggerResult:
         """Deliver the comment's on_comment trigger: evaluated once per comment (its operation
         id is claimed in the ledger), so a second delivery is `idempotent` and does nothing."""
         self._require_writer()
@@ -70,6 +79,7 @@ class CommentService(Service):
             session_id=live.id if live is not None else None,
             operation_id=operation_id(comment.id),
             payload={"comment_id": comment.id, "author": comment.author, "body": comment.body},
+            fired_by_agent=by_agent,
         )
 
     def get(self, comment_id: str) -> Comment:

@@ -10,6 +10,7 @@ import sqlalchemy as sa
 
 from core import ids, runs
 from core.errors import Conflict, LanewayError, NotFound
+from core.logs import logger
 from core.model import Run, Task
 from core.services.base import Service
 from core.services.participants import merged_seats
@@ -99,7 +100,28 @@ class RunService(Service):
             )
         with self.peers.store.transaction() as uow:
             new_id = runs.retry(uow, run)
+        if new_id is None:
+            raise Conflict(self._not_retried(self.find(run.id)))
         return self.find(new_id)
+
+    def _not_retried(self, run: Run) -> str:
+        """Why `runs.retry` queued nothing, in one line (read after its statement decided)."""
+        with self.peers.store.read() as conn:
+            retried_by = conn.execute(sa.select(R.c.retried_by).where(R.c.id == run.id)).scalar()
+        if retried_by is not None:
+            return f"run {run.id} was already retried: run {retried_by} is its retry"
+        if run.status not in runs.RETRYABLE:
+            return (
+                f"run {run.id} is {run.status}: only a failed, dead or cancelled run can be retried"
+            )
+        try:
+            step = repr(self.peers.repository.step(run.workflow_step_id or "")[1].name)
+        except LanewayError:
+            step = str(run.workflow_step_id)
+        return (
+            f"run {run.id} was for step {step}, which its task has left: a retry would be "
+            "cancelled unrun (move the task back, or start it, to queue a new turn)"
+        )
 
     def record_usage(self, run_id: str, usage: Mapping[str, Any]) -> None:
         """Add what the agent reported it spent (`cost_usd`, `input_tokens`,
@@ -195,8 +217,19 @@ class RunService(Service):
             ).scalar()
         return str(latest) if latest else None
 
-    def assign(self, task: Task, step_id: str, agent_profile_id: str) -> runs.Enqueued:
-        """Queue the agent's turn on the task at the step (reason `task_assigned`)."""
+    def assign(self, task: Task, step_id: str, agent_profile_id: str) -> runs.Enqueued | None:
+        """Queue the agent's turn on the task at the step (reason `task_assigned`); None, and
+        nothing queued, while the task is blocked by an unfinished task (it starts once they
+        are finished: `task start`, or the workflow's on_blocker_resolved)."""
+        blockers = self.peers.blockers.unfinished(task.id)
+        if blockers:
+            logger.bind(
+                task_id=task.id,
+                step_id=step_id,
+                agent_profile_id=agent_profile_id,
+                blocked_by=[b.id for b in blockers],
+            ).info("agent not started: the task is blocked by an unfinished task")
+            return None
         return self.enqueue(
             runs.RunRequest(
                 agent_profile_id=agent_profile_id,
