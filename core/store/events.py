@@ -85,6 +85,8 @@ TYPES: Final = (
     "permission.requested",
     "permission.resolved",
     "hook.failed",
+    "task.needs_person",
+    "task.needs_person_ended",
 )
 OBSERVED_ONLY: Final = ("agent.output",)
 """Types handed to observers but never stored: nothing is written when they happen (an agent's
