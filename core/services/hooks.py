@@ -271,18 +271,22 @@ class _Claimed:
     secret: str | None
 
 
-def claim_next(store: Store, me: str, busy: set[str]) -> list[_Claimed]:
-    """Claim the oldest pending delivery of each hook not in `busy`, when it is due."""
+def claim_next(store: Store, me: str, busy: set[str], *, only: str | None = None) -> list[_Claimed]:
+    """Claim the oldest pending delivery of each hook not in `busy` (or of hook `only`),
+    when it is due."""
     now = ids.now()
+    query = (
+        sa.select(D.c.hook_id, sa.func.min(D.c.event_id))
+        .where(D.c.state == "pending")
+        .group_by(D.c.hook_id)
+    )
+    if only is not None:
+        query = query.where(D.c.hook_id == only)
     with store.read() as conn:
-        heads = conn.execute(
-            sa.select(D.c.hook_id, sa.func.min(D.c.event_id))
-            .where(D.c.state == "pending")
-            .group_by(D.c.hook_id)
-        ).all()
+        heads = conn.execute(query).all()
     claimed: list[_Claimed] = []
     for hook_id, event_id in heads:
-        if hook_id in busy or len(busy) + len(claimed) >= MAX_IN_FLIGHT:
+        if only is None and (hook_id in busy or len(busy) + len(claimed) >= MAX_IN_FLIGHT):
             continue
         with store.transaction(follow_board=False) as uow:
             won = uow.conn.execute(
@@ -456,11 +460,19 @@ class Deliverer:
             self._pool.submit(self._send, c)
 
     def _send(self, c: _Claimed) -> None:
+        """Send `c`, then the hook's next deliveries while they are due (a hook's queue drains
+        at the endpoint's pace, not one per pass); the hook stays busy in this process."""
+        current: _Claimed | None = c
         try:
-            send(self.store, self.me, c)
+            while current is not None:
+                state = send(self.store, self.me, current)
+                if state == "pending" or self._stop.is_set():
+                    return  # waiting out its backoff (or stopping): a later pass claims it
+                follow = claim_next(self.store, self.me, set(), only=current.hook_id)
+                current = follow[0] if follow else None
         except Exception as exc:  # noqa: BLE001 - the lease runs out; it is sent again
             logger.bind(delivery=c.id, cause=f"{type(exc).__name__}: {exc}").warning(
-                "recording a webhook delivery failed"
+                "webhook delivery failed to be recorded"
             )
         finally:
             with self._lock:
