@@ -68,7 +68,8 @@ def test_issue_43_item_1_a_run_of_a_task_whose_worktree_is_on_alpha_waits_for_al
     first = cli(db_url, tmp_path, "worker", "--once", env=alpha)
     assert (first["claimed"], first["finished"]) == (1, 1)
     record = host.tasks.get(task).workspace
-    assert record is not None and record["host"] == "alpha"
+    assert record is not None
+    assert record["host"] == "alpha"
 
     second = enqueue(host, agent, task)
     on_beta = cli(db_url, tmp_path, "worker", "--once", env=beta)
