@@ -16,11 +16,17 @@ import sqlalchemy as sa
 from core.model import Comment, Decision, Run
 from core.store import prepared
 from core.store import tables as t
+from core.text import cut_to
 
 if TYPE_CHECKING:
     from core.services.peers import Peers
 
 HEADER: Final = "## Feedback since your last turn"
+MAX_ENTRY: Final = 2000
+"""The characters of one verdict's or comment's text the block carries (cut, saying so)."""
+MAX_BLOCK: Final = 16_000
+"""The characters the whole block may take in a prompt: past it the oldest comments are left
+out (one line says how many, and where to read them), then the block is cut."""
 
 
 @attrs.frozen
@@ -110,7 +116,28 @@ def block(feedback: Feedback, step_names: dict[str, str]) -> str:
         Comments:
         - alice: please also update the docs
 
-    A verdict or comment of several lines continues indented by two spaces."""
+    A verdict or comment of several lines continues indented by two spaces. Each text is cut
+    to MAX_ENTRY characters and the block to MAX_BLOCK (oldest comments left out first)."""
+    head = "\n".join(_verdict_lines(feedback, step_names))
+    comments = [f"- {c.author}: {_indented(cut_to(c.body, MAX_ENTRY))}" for c in feedback.comments]
+    # the newest comments that fit beside the verdicts and the notes (a line each, newline)
+    room = MAX_BLOCK - len(head) - len("\n\nComments:") - 120
+    kept = 0
+    for line in reversed(comments):
+        room -= len(line) + 1
+        if room < 0:
+            break
+        kept += 1
+    left_out = len(comments) - kept
+    out = [head]
+    if left_out:
+        out += ["", f"({left_out} earlier comments left out: `laneway task comments` has them)"]
+    if kept:
+        out += ["", "Comments:", *comments[left_out:]]
+    return cut_to("\n".join(out), MAX_BLOCK)
+
+
+def _verdict_lines(feedback: Feedback, step_names: dict[str, str]) -> list[str]:
     out = [HEADER]
     groups: dict[tuple[str, int], list[Decision]] = {}
     for d in sorted(feedback.verdicts, key=lambda d: (d.decided_at, d.id)):
@@ -120,10 +147,6 @@ def block(feedback: Feedback, step_names: dict[str, str]) -> str:
         out.append(f"Verdicts at {step_names.get(step_id, step_id)} (round {round_no}):")
         for d in verdicts:
             who = d.role or d.decider_type
-            reason = f": {_indented(d.comment)}" if d.comment.strip() else ""
+            reason = f": {_indented(cut_to(d.comment, MAX_ENTRY))}" if d.comment.strip() else ""
             out.append(f"- {d.decision} by {who}{reason}")
-    if feedback.comments:
-        out.append("")
-        out.append("Comments:")
-        out.extend(f"- {c.author}: {_indented(c.body)}" for c in feedback.comments)
-    return "\n".join(out)
+    return out
