@@ -37,7 +37,6 @@ CLI_NOT_YET: Final[dict[tuple[str, ...], set[str]]] = {
     ("schedule", "remove"): set(),
     ("question", "list"): set(),
     ("question", "answer"): set(),
-    ("worker",): {"--profiles"},
     ("user", "add"): set(),
     ("user", "list"): set(),
     ("user", "set"): set(),
