@@ -59,6 +59,7 @@ def workflow_json(workflow: Workflow) -> dict[str, Any]:
         "repository": workflow.repository,
         "base_branch": workflow.base_branch,
         "retire_worktrees": workflow.retire_worktrees,
+        "remote": workflow.remote,
         "steps": [step_json(s) for s in sorted(workflow.steps, key=lambda s: s.position)],
     }
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from kanban_plugin.changes import KINDS as CHANGE_KINDS
 from kanban_plugin.kinds import KINDS
 from plugins.api import ActionKind, hookimpl
 
@@ -17,5 +18,5 @@ __version__ = "0.1.0"
 
 @hookimpl
 def laneway_register_action_kinds(register: Callable[[ActionKind], None]) -> None:
-    for kind in KINDS:
+    for kind in (*KINDS, *CHANGE_KINDS):
         register(kind)

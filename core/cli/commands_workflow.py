@@ -105,6 +105,11 @@ def workflow_show(settings: Settings, ref: str) -> None:
     help="Whether a task reaching the terminal step has its worktree removed, its uncommitted "
     "work committed to its branch (default: keep).",
 )
+@click.option(
+    "--remote",
+    metavar="R",
+    help="A git remote (a name or URL) task branches are pushed to ('' clears it).",
+)
 @pass_settings
 def workflow_set(
     settings: Settings,
@@ -113,6 +118,7 @@ def workflow_set(
     repository: str | None,
     base_branch: str | None,
     retire_worktrees: bool | None,
+    remote: str | None,
 ) -> None:
     """Change a workflow's settings."""
     if (
@@ -120,9 +126,10 @@ def workflow_set(
         and repository is None
         and base_branch is None
         and retire_worktrees is None
+        and remote is None
     ):
         raise click.UsageError(
-            "give --max-step-arrivals, --repository, --base-branch "
+            "give --max-step-arrivals, --repository, --base-branch, --remote "
             "or --retire-worktrees/--keep-worktrees"
         )
     with writer(settings) as host:
@@ -133,6 +140,8 @@ def workflow_set(
             wf = host.workflows.set_repository(wf.id, repository, base_branch)
         if retire_worktrees is not None:
             wf = host.workflows.set_retire_worktrees(wf.id, retire_worktrees)
+        if remote is not None:
+            wf = host.workflows.set_remote(wf.id, remote)
     emit(settings.json, workflow_json(wf), workflow_lines(wf, with_steps=False))
 
 

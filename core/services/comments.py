@@ -29,10 +29,26 @@ def operation_id(comment_id: str) -> str:
 class CommentService(Service):
     """A task's comments, and the on_comment trigger each fires."""
 
-    def add(self, task_ref: str, body: str, *, author: str | None = None) -> Comment:
-        """Add a comment to the task (by `author`, default `user`), then fire on_comment at
-        its step (when it has one)."""
+    def add(
+        self,
+        task_ref: str,
+        body: str,
+        *,
+        author: str | None = None,
+        file: str | None = None,
+        line: int | None = None,
+    ) -> Comment:
+        """Add a comment to the task (by `author`, default `user`), or to line `line` of
+        `file` in its diff, then fire on_comment at its step (when it has one)."""
         self._require_writer()
+        if (file is None) != (line is None):
+            raise LanewayError("a line comment needs both --file PATH and --line N")
+        if file is not None:
+            if not file.strip():
+                raise LanewayError("comment file: must not be empty")
+            require_text(file, "comment file", t.column_length(C.c.file))
+        if line is not None and line < 1:
+            raise LanewayError(f"comment line {line}: must be 1 or more")
         author = DEFAULT_AUTHOR if author is None else author
         if not body.strip():
             raise LanewayError("comment body: must not be empty")
@@ -42,7 +58,13 @@ class CommentService(Service):
         require_text(author, "comment author", t.column_length(C.c.author))
         task = self.peers.tasks.get(task_ref)
         comment = Comment(
-            id=ids.new_id(), task_id=task.id, author=author, body=body, created_at=ids.now()
+            id=ids.new_id(),
+            task_id=task.id,
+            author=author,
+            body=body,
+            created_at=ids.now(),
+            file=file,
+            line=line,
         )
         with self.peers.store.transaction() as uow:
             uow.conn.execute(
@@ -52,6 +74,8 @@ class CommentService(Service):
                     author=comment.author,
                     body=comment.body,
                     created_at=comment.created_at,
+                    file=comment.file,
+                    line=comment.line,
                 )
             )
             events.record(uow, "comment.added", task.id, comment_id=comment.id)
