@@ -79,7 +79,7 @@ class ChangeService(Service):
         except gitmerge.MergeConflict as exc:
             conflict = {"into": target, "strategy": how, "paths": list(exc.paths), "at": ids.now()}
             self._amend(task.id, lambda r: {**r, "conflict": conflict})
-            log.bind(paths=list(exc.paths)).warning("merge refused: conflicts")
+            log.bind(paths=list(exc.paths)).info("merge refused: conflicts")
             raise
         if not landed.already:
             faults.reach("merge.after_ref")
