@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 
 from core import faults, worker
+from core.errors import LanewayError
 from core.host import Host
 from tests.agents.changes_kit import (
     commit_on,
@@ -195,3 +196,36 @@ def test_issue_40_item_2_a_fenced_worker_never_moves_a_ref(db_url: str, tmp_path
         assert marker["state"] == "done"
         assert trailers_on(repo, marker["entry_id"]) == 1
         assert show(repo, "main:feature.txt") == "one\n"
+
+
+def test_issue_40_item_4_line_comments_reach_the_next_prompt_as_path_line_text(
+    host: Host, tmp_path: Path
+) -> None:
+    """`task comment --file --line` (here through the service both the CLI and HTTP call):
+    the comment keeps its file and line, and the agent's next prompt gives it as
+    `PATH:N: TEXT` with its author, apart from the plain comments."""
+    prompts = tmp_path / "prompts.txt"
+    agent = host.profiles.add(
+        "coder", command=[sys.executable, "-c", PROMPT_KEEPER, str(prompts)]
+    ).id
+    repo = person_repo(tmp_path)
+    wf = landing(host, tmp_path, repo, "{}")
+    task, _ = task_with_work(host, wf, {"feature.txt": "one\ntwo\n"})
+    enqueue(host, agent, task)
+    assert worker.work(host, once=True).as_dict()["finished"] == 1
+
+    on_line = host.comments.add(
+        task, "say what it does", author="alice", file="feature.txt", line=2
+    )
+    assert (on_line.file, on_line.line) == ("feature.txt", 2)
+    host.comments.add(task, "looks good otherwise", author="bob")
+    enqueue(host, agent, task)
+    assert worker.work(host, once=True).as_dict()["finished"] == 1
+    second = prompts.read_text().split("=====")[1]
+    assert "- feature.txt:2: say what it does (alice)" in second
+    assert "- bob: looks good otherwise" in second
+
+    with pytest.raises(LanewayError, match="needs both"):
+        host.comments.add(task, "where?", file="feature.txt")
+    with pytest.raises(LanewayError, match="must be 1 or more"):
+        host.comments.add(task, "where?", file="feature.txt", line=0)

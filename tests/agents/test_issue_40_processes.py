@@ -23,7 +23,7 @@ from tests.agents.changes_kit import (
     task_with_work,
     trailers_on,
 )
-from tests.agents.conftest import laneway
+from tests.agents.conftest import enqueue, laneway
 from tests.agents.test_issue_40_kinds import landing
 from tests.agents.test_worktrees import git
 from tests.conftest import open_host, wait_for_dead_processes
@@ -355,3 +355,54 @@ def test_issue_40_http_merge_push_and_a_conflict_409_naming_the_paths(
             assert wrong.status_code == 400
     finally:
         served.stop()
+
+
+def test_issue_40_item_4_line_comments_through_cli_and_http_reach_the_next_prompt(
+    db_url: str, tmp_path: Path
+) -> None:
+    from tests.serve.conftest import start_serve
+
+    env = {"LANEWAY_WORKTREES": str(tmp_path / "wt")}
+    prompts = tmp_path / "prompts.txt"
+    repo = person_repo(tmp_path)
+    with open_host(db_url) as host:
+        wf = landing(host, tmp_path, repo, "{}")
+        task, _ = task_with_work(host, wf, {"feature.txt": "one\ntwo\n"})
+        keeper = (
+            "import sys\nprompt = sys.stdin.read()\n"
+            f"open({str(prompts)!r}, 'a').write(prompt + '\\n=====\\n')\n"
+        )
+        agent = host.profiles.add("coder", command=[sys.executable, "-c", keeper]).id
+        enqueue(host, agent, task)
+    assert laneway("--db", db_url, "worker", "--once", cwd=tmp_path, env=env).returncode == 0
+
+    added = lw(
+        db_url, "task", "comment", task, "rename it", "--file", "feature.txt", "--line", "1",
+        "--author", "carol", env=env, cwd=tmp_path,
+    )  # fmt: skip
+    assert (added["file"], added["line"]) == ("feature.txt", 1)
+    half = laneway(
+        "--db", db_url, "task", "comment", task, "x", "--line", "3", cwd=tmp_path, env=env
+    )
+    assert "needs both" in one_line_error(half)
+    served = start_serve(db_url, tmp_path, env=env)
+    try:
+        with served.client() as client:
+            posted = client.post(
+                f"/api/tasks/{task}/comments",
+                json={"body": "and test it", "author": "dave", "file": "feature.txt", "line": 2},
+            )
+            assert posted.status_code == 201, posted.text
+            assert (posted.json()["file"], posted.json()["line"]) == ("feature.txt", 2)
+            bad = client.post(
+                f"/api/tasks/{task}/comments", json={"body": "x", "file": "a", "line": "2"}
+            )
+            assert bad.status_code == 400
+    finally:
+        served.stop()
+    with open_host(db_url) as host:
+        enqueue(host, agent, task)
+    assert laneway("--db", db_url, "worker", "--once", cwd=tmp_path, env=env).returncode == 0
+    second = prompts.read_text().split("=====")[1]
+    assert "- feature.txt:1: rename it (carol)" in second
+    assert "- feature.txt:2: and test it (dave)" in second
