@@ -16,6 +16,7 @@ from core.cli.output import (
     step_names,
     task_line,
     trigger_json,
+    workspace_lines,
     why_not,
 )
 from core.model import AgentProfile, Participant, Session, Task
@@ -84,7 +85,7 @@ def task_show(settings: Settings, ref: str) -> None:
     with reader(settings) as host:
         found = host.tasks.get(ref)
         names = step_names(host, found)
-    _emit_task(settings, found, names)
+    emit(settings.json, found, [task_line(found, names), *workspace_lines(found)])
 
 
 @task.command("diff")

@@ -126,6 +126,35 @@ def task_line(task: Task, names: StepNames | None = None) -> str:
     )
 
 
+def workspace_lines(task: Task) -> list[str]:
+    """`task show`'s lines about the task's worktree: its branch and base, where it is, and
+    what became of it (merged, pushed, a merge that conflicted)."""
+    record = task.workspace
+    if record is None:
+        return []
+    where = "removed" if record.get("removed_at") else record.get("path")
+    lines = [
+        f"  branch {record.get('branch')} from {record.get('base_branch')} "
+        f"at {str(record.get('base_commit', ''))[:12]}  worktree {where}"
+    ]
+    merge = record.get("merge")
+    if merge:
+        lines.append(
+            f"  merged into {merge.get('into')} ({merge.get('strategy')}) as "
+            f"{str(merge.get('commit', ''))[:12]} at {merge.get('at')}"
+        )
+    push = record.get("push")
+    if push:
+        lines.append(
+            f"  pushed {str(push.get('commit', ''))[:12]} to {push.get('remote')} at {push.get('at')}"
+        )
+    conflict = record.get("conflict")
+    if conflict:
+        paths = ", ".join(str(p) for p in conflict.get("paths", ()))
+        lines.append(f"  merge into {conflict.get('into')} conflicted: {paths}")
+    return lines
+
+
 def _word(name: str) -> str:
     """A name as one word of a line: quoted when it has spaces (`'Office Default'`)."""
     return shlex.quote(name) if any(c.isspace() for c in name) else name
