@@ -16,8 +16,8 @@ from core.cli.output import (
     step_names,
     task_line,
     trigger_json,
-    workspace_lines,
     why_not,
+    workspace_lines,
 )
 from core.model import AgentProfile, Participant, Session, Task
 from core.shapes import session_json

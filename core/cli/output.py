@@ -133,10 +133,9 @@ def workspace_lines(task: Task) -> list[str]:
     if record is None:
         return []
     where = "removed" if record.get("removed_at") else record.get("path")
-    lines = [
-        f"  branch {record.get('branch')} from {record.get('base_branch')} "
-        f"at {str(record.get('base_commit', ''))[:12]}  worktree {where}"
-    ]
+    base = str(record.get("base_commit", ""))[:12]
+    branch = f"  branch {record.get('branch')} from {record.get('base_branch')} at {base}"
+    lines = [f"{branch}  worktree {where}"]
     merge = record.get("merge")
     if merge:
         lines.append(
@@ -145,9 +144,8 @@ def workspace_lines(task: Task) -> list[str]:
         )
     push = record.get("push")
     if push:
-        lines.append(
-            f"  pushed {str(push.get('commit', ''))[:12]} to {push.get('remote')} at {push.get('at')}"
-        )
+        sent = str(push.get("commit", ""))[:12]
+        lines.append(f"  pushed {sent} to {push.get('remote')} at {push.get('at')}")
     conflict = record.get("conflict")
     if conflict:
         paths = ", ".join(str(p) for p in conflict.get("paths", ()))

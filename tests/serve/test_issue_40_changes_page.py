@@ -5,6 +5,7 @@ the workflow has a remote, and a conflict is shown with its paths."""
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Any
 
@@ -15,7 +16,8 @@ from tests.agents.test_issue_40_kinds import landing
 from tests.agents.test_worktrees import git
 from tests.conftest import open_host
 from tests.serve.conftest import start_serve
-from tests.serve.test_serve_page import _card, _open, browser  # noqa: F401 - the fixture
+from tests.serve.page_kit import open_page, serious_violations
+from tests.serve.test_serve_page import _card, browser  # noqa: F401 - the fixture
 
 pytestmark = pytest.mark.slow
 
@@ -40,7 +42,7 @@ def test_issue_40_item_4_page_line_comment_merge_push_and_conflict(
     commit_on(repo, "main", "README.md", "person's\n", "readme")
     served = start_serve(sqlite_url, tmp_path, env=env)
     try:
-        page = _open(browser, served)
+        page = open_page(browser, served, bypass_csp=True)  # axe goes in as an inline script
         _card(page, "Worked card").click()
         changes = page.locator(".panel-section", has_text="Changes")
         changes.locator(".patch").wait_for(timeout=10_000)
@@ -80,6 +82,8 @@ def test_issue_40_item_4_page_line_comment_merge_push_and_conflict(
         assert page.locator(".changes .conflict-path").all_inner_texts() == ["README.md"]
         assert git(repo, "rev-parse", "main") == before
         page.screenshot(path=str(tmp_path / "changes-landing.png"))
+        if os.environ.get("LANEWAY_AXE"):
+            assert serious_violations(page) == []
         # the refused merge's answer is logged by the browser as a failed load; nothing else
         assert [e for e in page.errors if "409" not in e] == []
         assert clash
