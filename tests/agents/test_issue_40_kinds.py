@@ -229,3 +229,25 @@ def test_issue_40_item_4_line_comments_reach_the_next_prompt_as_path_line_text(
         host.comments.add(task, "where?", file="feature.txt")
     with pytest.raises(LanewayError, match="must be 1 or more"):
         host.comments.add(task, "where?", file="feature.txt", line=0)
+
+
+def test_issue_40_item_6_the_code_and_merge_template_ends_in_a_merge(
+    host: Host, tmp_path: Path
+) -> None:
+    """The shipped `code-and-merge` template: moved to Merge, a card's branch lands on main
+    (squash); a card that conflicts goes back to In Progress. `workflow check` finds nothing."""
+    repo = person_repo(tmp_path)
+    wf = host.workflows.create_from_template("code-and-merge").id
+    host.workflows.set_repository(wf, str(repo), None)
+    assert host.workflows.check(wf) == []
+    task, _ = task_with_work(host, wf, {"feature.txt": "one\n"})
+    host.tasks.move(task, "Merge")
+    (marker,) = markers(host, task)
+    assert marker["state"] == "done", marker
+    assert trailers_on(repo, marker["entry_id"]) == 1
+
+    clash, _ = task_with_work(host, wf, {"README.md": "agent's\n"}, title="clash")
+    commit_on(repo, "main", "README.md", "person's\n", "readme")
+    host.tasks.move(clash, "Merge")
+    moved = host.tasks.get(clash)
+    assert host.workflows.step_by_id(moved.workflow_step_id or "")[1].name == "In Progress"
