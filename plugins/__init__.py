@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 from plugins import api
 from plugins.api import (
     ALL_PATHS,
+    MERGE_STRATEGIES,
     PARTICIPANT_ROLES,
     ActionContext,
     ActionFailed,
@@ -19,6 +20,8 @@ from plugins.api import (
     AgentFailure,
     AgentUse,
     BundleView,
+    ChangesView,
+    Claim,
     ConfigError,
     Decision,
     DecisionsView,
@@ -27,6 +30,7 @@ from plugins.api import (
     GuardKind,
     GuardResult,
     LanewayError,
+    MergeConflict,
     Outcome,
     Participant,
     ParticipantsView,
@@ -67,6 +71,7 @@ def __getattr__(name: str) -> Any:
 
 __all__ = [
     "ALL_PATHS",
+    "MERGE_STRATEGIES",
     "PARTICIPANT_ROLES",
     "ActionContext",
     "ActionFailed",
@@ -74,6 +79,8 @@ __all__ = [
     "AgentFailure",
     "AgentUse",
     "BundleView",
+    "ChangesView",
+    "Claim",
     "ConfigError",
     "Decision",
     "DecisionsView",
@@ -82,6 +89,7 @@ __all__ = [
     "GuardKind",
     "GuardResult",
     "LanewayError",
+    "MergeConflict",
     "Outcome",
     "Participant",
     "ParticipantsView",
