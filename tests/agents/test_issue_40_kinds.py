@@ -251,3 +251,38 @@ def test_issue_40_item_6_the_code_and_merge_template_ends_in_a_merge(
     host.tasks.move(clash, "Merge")
     moved = host.tasks.get(clash)
     assert host.workflows.step_by_id(moved.workflow_step_id or "")[1].name == "In Progress"
+
+
+def test_issue_40_item_3_a_fenced_worker_never_pushes(db_url: str, tmp_path: Path) -> None:
+    """push_branch: host A claims the push; its lock is taken away before the push: nothing
+    reaches the remote from A, and the next process pushes once."""
+    with open_host(db_url) as a:
+        repo = person_repo(tmp_path)
+        remote = tmp_path / "remote.git"
+        git(tmp_path, "init", "-q", "--bare", str(remote))
+        git(repo, "remote", "add", "origin", str(remote))
+        path = tmp_path / "pushing.yml"
+        path.write_text(
+            LANDING.replace("merge_branch", "push_branch").replace("config: {CONFIG}", "")
+        )
+        (wf,) = a.workflows.import_file(path)
+        a.workflows.set_repository(wf.id, str(repo), None)
+        a.workflows.set_remote(wf.id, "origin")
+        task, _ = task_with_work(a, wf.id, {"feature.txt": "one\n"})
+        branch = f"laneway/{task[-8:]}"
+        pause = faults.pause_at("dispatch.after_claim")
+        moving = threading.Thread(target=lambda: a.tasks.move(task, "Merge"))
+        moving.start()
+        try:
+            assert pause.reached.wait(30)
+            take_lock_away(a)
+        finally:
+            pause.release()
+        moving.join(60)
+        assert show(remote, branch) is None
+        (marker,) = markers(a, task)
+        assert marker["state"] == "in_progress"
+    with open_host(db_url) as b:
+        (marker,) = markers(b, task)
+        assert marker["state"] == "done"
+        assert git(remote, "rev-parse", branch) == git(repo, "rev-parse", branch)
