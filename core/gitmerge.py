@@ -3,7 +3,8 @@ git's plumbing (docs/workspaces.md "From card to merged change").
 
 No checkout is touched. A merge or squash is computed by `git merge-tree --write-tree` (the
 object database only) and written by `git commit-tree`; a rebase replays the branch's commits
-in a scratch worktree of laneway's own, removed afterwards. The base branch then moves only by
+in a scratch worktree of laneway's own (its index only: no file checked out beforehand),
+removed afterwards. The base branch then moves only by
 `git update-ref <ref> <new> <old>`: a compare-and-swap, so a commit that landed on the base
 meanwhile makes the swap fail and the merge is computed again on top of it, never lost.
 
@@ -201,11 +202,14 @@ def _compute(
 
 @contextlib.contextmanager
 def _scratch(repo: Path, at: str) -> Iterator[Path]:
-    """A detached worktree of laneway's own at `at`, removed afterwards whatever happens."""
+    """A detached worktree of laneway's own at `at`, removed afterwards whatever happens. No
+    file is checked out (only its index is read): a cherry-pick writes just the files it
+    changes, so replaying a branch costs what it changes, not the size of the tree."""
     holder = Path(tempfile.mkdtemp(prefix="laneway-rebase-"))
     path = holder / "tree"
     try:
-        git(repo, "worktree", "add", "--detach", "--quiet", str(path), at)
+        git(repo, "worktree", "add", "--detach", "--no-checkout", "--quiet", str(path), at)
+        git(path, "read-tree", "HEAD")
         yield path
     finally:
         git(repo, "worktree", "remove", "--force", str(path), check=False)

@@ -61,6 +61,8 @@ class ChangeService(Service):
         task = self.peers.tasks.get(ref)
         record, repo = self._worktree(task)
         target = into or record["base_branch"]
+        if target == record["branch"]:
+            raise LanewayError(f"task {task.id}: cannot merge {target} into itself")
         if gitmerge.ref_commit(repo, f"refs/heads/{target}") is None:
             raise LanewayError(f"task {task.id}: repository {repo} has no branch {target!r}")
         committed = self._commit_uncommitted(task, record, "merge")
