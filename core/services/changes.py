@@ -163,6 +163,9 @@ class ChangeService(Service):
         sent = gitmerge.push(repo, remote, branch, commit, last_pushed)
         if sent:
             faults.reach("push.after_push")
+        elif last_pushed == commit:
+            # pushed and recorded before: nothing happened, nothing to say again
+            return {"task_id": task.id, "branch": branch, "remote": remote, "commit": commit}
         pushed = {"remote": remote, "commit": commit, "at": ids.now()}
         self._amend(
             task.id,

@@ -14,7 +14,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import sqlalchemy as sa
 
+from core.store import tables as t
 from tests.agents.changes_kit import (
     commit_on,
     merges_on,
@@ -189,6 +191,13 @@ def test_issue_40_item_3_task_push_on_the_command_line(db_url: str, tmp_path: Pa
     again = lw(db_url, "task", "push", task, env=env, cwd=tmp_path)
     assert again["commit"] == pushed["commit"]
     assert pushes(remote, branch) == 1
+    with open_host(db_url) as host, host.store.read() as conn:
+        said = conn.execute(
+            sa.select(t.board_events.c.id).where(
+                t.board_events.c.task_id == task, t.board_events.c.type == "task.pushed"
+            )
+        ).all()
+    assert len(said) == 1  # the repeated push did nothing, and says nothing
 
     (path / "more.txt").write_text("more\n")
     newer = lw(db_url, "task", "push", task, env=env, cwd=tmp_path)
