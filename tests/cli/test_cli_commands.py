@@ -29,6 +29,7 @@ WORKFLOW_KEYS = {
     "max_step_arrivals",
     "repository",
     "retire_worktrees",
+    "remote",
     "base_branch",
     "steps",
 }
