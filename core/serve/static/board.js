@@ -1148,6 +1148,8 @@ function renderLanding(task) {
     try {
       const done = await state.api.post(path, body);
       toast(what === "merge" ? `Merged into ${done.into}` : `Pushed to ${done.remote}`, "ok");
+      // the person's own checkout of the base was left as it was: say how to see the merge
+      if (what === "merge" && done.notice) toast(done.notice, "ok");
     } catch (error) {
       showError(error);
     }
