@@ -30,6 +30,8 @@ POINTS = frozenset(
         "merge.before_marker",
         "push.after_push",
         "push.before_marker",
+        "pull_request.after_open",
+        "pull_request.before_marker",
     }
 )
 EXIT_STATUS = 99

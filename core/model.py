@@ -209,6 +209,10 @@ class Workflow:
     archiving does: uncommitted work committed to its branch, the checkout removed."""
     remote: str | None = None
     """The git remote (a name or URL) its tasks' branches are pushed to (`task push`)."""
+    forge: Mapping[str, Any] | None = attrs.field(
+        default=None, converter=attrs.converters.optional(_frozen_mapping)
+    )
+    """The forge its pull requests are opened on: kind, repo, url, token_env."""
 
     def step(self, ref: str) -> Step | None:
         """The step named by id, or by name case-insensitively."""

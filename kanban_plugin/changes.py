@@ -105,6 +105,82 @@ def push_branch(ctx: ActionContext, _config: None) -> Outcome:
     return Outcome.done(cause=f"pushed {pushed['commit'][:12]} to {pushed['remote']}")
 
 
+@attrs.frozen
+class PullRequestConfig:
+    title: str | None = None
+    body: str | None = None
+    draft: bool = False
+
+
+def validate_pull_request(config: Mapping[str, Any]) -> PullRequestConfig:
+    unknown = sorted(set(config) - {"title", "body", "draft"})
+    if unknown:
+        raise ConfigError(f"open_pull_request: unknown config {', '.join(unknown)}", field="config")
+    draft = config.get("draft", False)
+    if not isinstance(draft, bool):
+        raise ConfigError("config.draft must be true or false", field="config.draft")
+    body = config.get("body")
+    if body is not None and not isinstance(body, str):
+        raise ConfigError("config.body must be a string", field="config.body")
+    return PullRequestConfig(_optional_text(config, "title"), body, draft)
+
+
+def _filled(template: str | None, ctx: ActionContext) -> str | None:
+    """A title or body template: `{title}`, `{description}`, `{branch}` filled in."""
+    if template is None:
+        return None
+    branch = (ctx.task.workspace or {}).get("branch", "")
+    return (
+        template.replace("{title}", ctx.task.title)
+        .replace("{description}", ctx.task.description)
+        .replace("{branch}", str(branch))
+    )
+
+
+def open_pull_request(ctx: ActionContext, config: PullRequestConfig) -> Outcome:
+    try:
+        opened = ctx.services.changes.pull_request(
+            ctx.task.id,
+            title=_filled(config.title, ctx),
+            body=_filled(config.body, ctx),
+            draft=config.draft,
+            claim=_claim(ctx, "open_pull_request"),
+        )
+    except LanewayError as exc:
+        return Outcome.failed(str(exc))
+    fault_point("pull_request.before_marker")
+    return Outcome.done(cause=f"pull request #{opened['number']} {opened['url']}")
+
+
+@attrs.frozen
+class SyncConfig:
+    on_merged_step: str | None = None
+    on_closed_step: str | None = None
+
+
+def validate_sync(config: Mapping[str, Any]) -> SyncConfig:
+    unknown = sorted(set(config) - {"on_merged_step", "on_closed_step"})
+    if unknown:
+        raise ConfigError(f"sync_pull_request: unknown config {', '.join(unknown)}", field="config")
+    return SyncConfig(
+        _optional_text(config, "on_merged_step"), _optional_text(config, "on_closed_step")
+    )
+
+
+def sync_pull_request(ctx: ActionContext, config: SyncConfig) -> Outcome:
+    changes = ctx.services.changes
+    try:
+        synced = changes.sync_pull_request(ctx.task.id)
+    except LanewayError as exc:
+        return Outcome.failed(str(exc))
+    step = {"merged": config.on_merged_step, "closed": config.on_closed_step}.get(synced["state"])
+    if synced["changed"] and step is not None:
+        changes.send(ctx.task.id, step, f"pull_request_{synced['state']}")
+    return Outcome.done(
+        cause=f"pull request {synced['state']}; {synced['comments_added']} new comment(s)"
+    )
+
+
 KINDS = (
     ActionKind(
         "merge_branch",
@@ -119,5 +195,19 @@ KINDS = (
         execute=push_branch,
         validate=validate_push,
         description="push the task's branch to its workflow's remote, once per arrival",
+    ),
+    ActionKind(
+        "open_pull_request",
+        "durable",
+        execute=open_pull_request,
+        validate=validate_pull_request,
+        description="push the branch and open (or update) its pull request, once per arrival",
+    ),
+    ActionKind(
+        "sync_pull_request",
+        "durable",
+        execute=sync_pull_request,
+        validate=validate_sync,
+        description="read the pull request's review comments and state back onto the task",
     ),
 )

@@ -127,6 +127,20 @@ class ChangesView(Protocol):
 
     def conflict_back(self, ref: str, step: str, paths: tuple[str, ...], into: str) -> str: ...
 
+    def pull_request(
+        self,
+        ref: str,
+        *,
+        title: str | None = None,
+        body: str | None = None,
+        draft: bool = False,
+        claim: Claim | None = None,
+    ) -> dict[str, Any]: ...
+
+    def sync_pull_request(self, ref: str) -> dict[str, Any]: ...
+
+    def send(self, ref: str, step: str, why: str) -> str: ...
+
 
 class PluginServices(Protocol):
     """The services an executor or a guard reaches through ``ctx.services``."""

@@ -13,16 +13,18 @@ ref moves, so a process that lost its claim never moves one.
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
 import sqlalchemy as sa
 
-from core import faults, gitmerge, ids, ledger
+from core import board, faults, gitmerge, ids, ledger
 from core.errors import LanewayError
 from core.logs import logger
-from core.model import Task
+from core.model import Task, Workflow
+from core.plugin.kinds import Forge, ForgeConfig
 from core.plugin.views import Claim
 from core.services.base import Service
 from core.store import events
@@ -176,6 +178,147 @@ class ChangeService(Service):
             "task's branch pushed" if sent else "task's branch already on the remote"
         )
         return {"task_id": task.id, "branch": branch, "remote": remote, "commit": commit}
+
+    # -- pull requests --------------------------------------------------------------------------
+
+    def set_forge(self, ref: str, kind: str, *, repo: str | None, url: str | None,
+                  token_env: str | None) -> Workflow:  # fmt: skip
+        """Where the workflow's pull requests are opened (`workflow set --forge`): a forge a
+        loaded plugin declares, the repository there (OWNER/NAME), its API's URL (default the
+        forge's own) and the variable the token is read from at run time (never stored). An
+        empty kind clears it."""
+        self._require_writer()
+        wf = self.peers.workflows.get(ref)
+        value: dict[str, Any] | None = None
+        if kind.strip():
+            if self.peers.bundle.registry.forge(kind) is None:
+                known = ", ".join(sorted(self.peers.bundle.registry.forges)) or "none"
+                raise LanewayError(f"forge {kind!r}: no loaded plugin declares it ({known})")
+            if not repo or repo.count("/") != 1 or not all(repo.split("/")):
+                raise LanewayError(f"forge repository {repo!r}: give --forge-repo OWNER/NAME")
+            if not token_env:
+                raise LanewayError("forge: give --forge-token-env VAR (the token is read there)")
+            value = {"kind": kind, "repo": repo, "url": url or None, "token_env": token_env}
+        with self.peers.store.transaction() as uow:
+            uow.conn.execute(
+                sa.update(t.workflows)
+                .where(t.workflows.c.id == wf.id)
+                .values(forge=json.dumps(value) if value is not None else None)
+            )
+            board.bump(uow)
+        self.peers.repository.forget(wf.id)
+        return self.peers.workflows.by_id(wf.id)
+
+    def _forge(self, task: Task) -> tuple[Forge, ForgeConfig]:
+        wf = self.peers.workflows.by_id(task.workflow_id) if task.workflow_id else None
+        stored = wf.forge if wf is not None else None
+        if not stored:
+            raise LanewayError(
+                f"task {task.id}: its workflow has no forge (`laneway workflow set W --forge ...`)"
+            )
+        forge = self.peers.bundle.registry.forge(str(stored["kind"]))
+        if forge is None:
+            raise LanewayError(f"forge {stored['kind']!r}: no loaded plugin declares it")
+        token_env = str(stored.get("token_env") or "")
+        token = os.environ.get(token_env) if token_env else None
+        if not token:
+            raise LanewayError(f"forge {stored['kind']}: ${token_env} is not set in this process")
+        url = stored.get("url")
+        return forge, ForgeConfig(str(stored["kind"]), str(stored["repo"]), url, token)
+
+    def pull_request(
+        self,
+        ref: str,
+        *,
+        title: str | None = None,
+        body: str | None = None,
+        draft: bool = False,
+        claim: Claim | None = None,
+    ) -> dict[str, Any]:
+        """Push the task's branch, then open its pull request on the workflow's forge, or
+        update the one the branch has (keyed by the branch: never a second)."""
+        self._require_writer()
+        task = self.peers.tasks.get(ref)
+        record, _ = self._worktree(task)
+        forge, config = self._forge(task)
+        self.push(task.id, claim=claim)
+        fence = self._fence(claim)
+        if fence is not None:
+            fence()
+        opened = forge.open_or_update(
+            config,
+            record["branch"],
+            record["base_branch"],
+            title or task.title,
+            body if body is not None else task.description,
+            draft,
+        )
+        faults.reach("pull_request.after_open")
+        shown = {"forge": forge.name, "number": opened.number, "url": opened.url,
+                 "state": opened.state, "at": ids.now()}  # fmt: skip
+        self._amend(
+            task.id,
+            lambda r: {**r, "pull_request": shown},
+            event=("task.pull_request", {"branch": record["branch"], **shown}),
+        )
+        return {"task_id": task.id, "branch": record["branch"], **shown}
+
+    def sync_pull_request(self, ref: str) -> dict[str, Any]:
+        """Read the task's pull request back: each review comment not seen yet becomes a line
+        comment on the task (firing on_comment, once per review comment whoever syncs), and a
+        state that changed (merged, closed) is recorded with a `task.pull_request` event."""
+        self._require_writer()
+        task = self.peers.tasks.get(ref)
+        record, _ = self._worktree(task)
+        known = record.get("pull_request")
+        if not known:
+            raise LanewayError(f"task {task.id} has no pull request (`open_pull_request`)")
+        forge, config = self._forge(task)
+        added = 0
+        for comment in forge.review_comments(config, int(known["number"])):
+            made = self.peers.comments.add_once(
+                task.id,
+                f"{forge.name}:{config.repo}:{comment.id}",
+                comment.body,
+                author=f"{forge.name}:{comment.author}",
+                file=comment.path,
+                line=comment.line,
+            )
+            added += made is not None
+        now = forge.pull_request(config, int(known["number"]))
+        if now.state != known.get("state"):
+            shown = {**known, "state": now.state, "at": ids.now()}
+
+            def moved(r: dict[str, Any]) -> dict[str, Any]:
+                return {**r, "pull_request": shown}
+
+            self._amend(
+                task.id,
+                moved,
+                event=("task.pull_request", {"branch": record["branch"], **shown}),
+            )
+        return {"task_id": task.id, "state": now.state, "comments_added": added,
+                "changed": now.state != known.get("state")}  # fmt: skip
+
+    def send(self, ref: str, step: str, why: str) -> str:
+        """Move the task to `step` (an arrival, E1) while it stands where it stood; the
+        step's name. What a forge's answer (a merged pull request) moves it by."""
+        from core import arrival
+
+        self._require_writer()
+        task = self.peers.tasks.get(ref)
+        if task.workflow_id is None:
+            raise LanewayError(f"task {task.id} has no workflow")
+        target = self.peers.workflows.step(self.peers.workflows.by_id(task.workflow_id), step)
+        arrival.move(
+            self.peers.arrivals,
+            task.id,
+            target.id,
+            path="E1",
+            label=why,
+            expected_step_id=task.workflow_step_id,
+        )
+        return target.name
 
     # -- shared ---------------------------------------------------------------------------------
 

@@ -4,6 +4,8 @@ delivery of one comment's trigger evaluates its actions once, whoever delivers i
 
 from __future__ import annotations
 
+import hashlib
+
 import sqlalchemy as sa
 
 from core import ids
@@ -81,6 +83,42 @@ class CommentService(Service):
             events.record(uow, "comment.added", task.id, comment_id=comment.id)
         self.fire(comment.id)
         return comment
+
+    def add_once(
+        self,
+        task_ref: str,
+        key: str,
+        body: str,
+        *,
+        author: str,
+        file: str | None = None,
+        line: int | None = None,
+    ) -> Comment | None:
+        """A comment that comes from outside the board once per `key` (a forge's review
+        comment): its id is derived from the key and inserted only when absent, one
+        conditional statement deciding, then on_comment fires; None when it was there."""
+        self._require_writer()
+        task = self.peers.tasks.get(task_ref)
+        comment_id = "k" + hashlib.sha256(f"{task.id}:{key}".encode()).hexdigest()[:40]
+        at = ids.now()
+        values = {
+            "id": comment_id,
+            "task_id": task.id,
+            "author": author[: t.column_length(C.c.author)] or "someone",
+            "body": body if body.strip() else "(empty)",
+            "created_at": at,
+            "file": file,
+            "line": line,
+        }
+        absent = ~sa.exists().where(C.c.id == comment_id)
+        select = sa.select(*(sa.literal(v, C.c[k].type) for k, v in values.items())).where(absent)
+        with self.peers.store.transaction() as uow:
+            inserted = sa.insert(C).from_select(list(values), select).returning(C.c.id)
+            if uow.conn.execute(inserted).first() is None:
+                return None
+            events.record(uow, "comment.added", task.id, comment_id=comment_id)
+        self.fire(comment_id)
+        return self.get(comment_id)
 
     def fire(self, comment_id: str) -> TriggerResult:
         """Deliver the comment's on_comment trigger: evaluated once per comment (its operation

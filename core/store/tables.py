@@ -86,6 +86,8 @@ workflows = sa.Table(
     sa.Column("retire_worktrees", sa.Boolean, nullable=False, server_default=sa.false()),
     # the git remote (a name or URL) its tasks' branches are pushed to
     sa.Column("remote", sa.String(4000), nullable=True),
+    # the forge its pull requests are opened on: JSON kind, repo, url, token_env
+    sa.Column("forge", sa.Text, nullable=True),
 )
 
 workflow_steps = sa.Table(

@@ -33,6 +33,8 @@ KANBAN_KINDS = frozenset(
         "auto_start_agent",
         "merge_branch",
         "push_branch",
+        "open_pull_request",
+        "sync_pull_request",
     }
 )
 CORE_KINDS = frozenset(k.name for k in structural.KINDS)

@@ -121,6 +121,7 @@ def test_shipped_templates_are_listed_by_file_name_with_hidden_ones() -> None:
 
     assert listed == [
         ("code-and-merge", "Code & Merge", False),
+        ("code-and-pull-request", "Code & Pull Request", False),
         ("simple", "Kanban", False),
         ("office-default", "Office Default", True),
         ("standard", "Plan & Build", False),
@@ -172,6 +173,7 @@ def test_shipped_templates_instantiate_with_their_start_step() -> None:
 
     assert starts == {
         "code-and-merge": "In Progress",
+        "code-and-pull-request": "In Progress",
         "simple": "In Progress",
         "office-default": "Work",
         "standard": "Plan",
