@@ -256,3 +256,30 @@ def test_issue_40_item_6_the_code_and_pull_request_template_opens_a_pull_request
     forge.merge(1)
     heartbeat(host, task, 1)
     assert step_of(host, task) == "Done"
+
+
+def test_issue_40_item_4_a_fenced_worker_never_opens_a_pull_request(
+    db_url: str, tmp_path: Path, forge: Forge
+) -> None:
+    import threading
+
+    from core import faults
+    from tests.fencing.test_fencing import take_lock_away
+
+    with open_host(db_url) as a:
+        wf, _, _ = reviewing(a, tmp_path, forge)
+        task, _ = task_with_work(a, wf, {"feature.txt": "one\n"})
+        pause = faults.pause_at("dispatch.after_claim")
+        moving = threading.Thread(target=lambda: a.tasks.move(task, "Review"))
+        moving.start()
+        try:
+            assert pause.reached.wait(30)
+            take_lock_away(a)
+        finally:
+            pause.release()
+        moving.join(60)
+        assert forge.opened == 0
+    with open_host(db_url) as b:
+        (marker,) = markers(b, task)
+        assert marker["state"] == "done"
+    assert forge.opened == 1
