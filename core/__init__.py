@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+import core.runtime  # noqa: F401 - the agent wing's old module names, for one release
 from core.errors import LanewayError
 from core.plugin.features import Features
 

@@ -40,6 +40,7 @@ from core.store.database import Store
 if TYPE_CHECKING:
     from sqlalchemy.engine import Connection
 
+    from core.agents.runtime import AgentRuntime
     from core.arrival import Arrivals
     from core.bundle import Bundle, BundleHolder
     from core.engine import Engine
@@ -47,7 +48,6 @@ if TYPE_CHECKING:
     from core.operations import Operations
     from core.plugin.loaded import LoadedPlugins
     from core.plugin.registry import Registry
-    from core.runtime.runtime import AgentRuntime
     from core.services import (
         BlockerService,
         BudgetService,
@@ -188,14 +188,14 @@ class Host:
     @_Built
     def arrivals(self) -> Arrivals:
         """The arrival layer, with the runtime's preparation of an arrival's session."""
+        from core.agents.session import prepare_session
         from core.arrival import Arrivals
-        from core.runtime.arrival import prepare_session
 
         return Arrivals(self.kernel, lambda arrival: prepare_session(self, arrival))
 
     @_Built
     def runtime(self) -> AgentRuntime:
-        from core.runtime.runtime import AgentRuntime
+        from core.agents.runtime import AgentRuntime
 
         return AgentRuntime(self)
 

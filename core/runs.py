@@ -467,7 +467,7 @@ _CLAIMED_FOR_SESSION = (
 def claimed_for_session(conn: sa.Connection, session_id: str) -> list[str | None]:
     """The epochs holding claimed runs of the session's task and agent: a turn of the
     session is in flight wherever one of them is alive (a worker runs a run on the task's
-    session for its agent, core.worker)."""
+    session for its agent, core.agents.worker)."""
     return [e for e in conn.execute(_CLAIMED_FOR_SESSION, {"b_session_id": session_id}).scalars()]
 
 
@@ -512,6 +512,18 @@ def cancel(uow: UnitOfWork, run_id: str, reason: str) -> Cancel:
         return Cancel("requested", CLAIMED)
     status = uow.conn.execute(sa.select(R.c.status).where(R.c.id == run_id)).scalar()
     return Cancel("none", str(status))
+
+
+def note_cancel(uow: UnitOfWork, run_id: str, reason: str, *, keep_earlier: bool = False) -> None:
+    """Record why the claimed run `run_id` ends cancelled (its worker ends it next); with
+    `keep_earlier`, a reason asked for before (a person's cancel) stands. One statement, on a
+    claimed run only: a run ended meanwhile keeps its row as it is."""
+    R = t.runs
+    given = sa.literal(reason, sa.String)
+    value = sa.func.coalesce(R.c.cancel_reason, given) if keep_earlier else given
+    uow.conn.execute(
+        sa.update(R).where(R.c.id == run_id, R.c.status == CLAIMED).values(cancel_reason=value)
+    )
 
 
 def cancels_requested(conn: sa.Connection, run_ids: Sequence[str]) -> dict[str, str]:

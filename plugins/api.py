@@ -46,6 +46,7 @@ from core.gitmerge import STRATEGIES as MERGE_STRATEGIES
 from core.gitmerge import MergeConflict
 from core.model import (
     PARTICIPANT_ROLES,
+    AgentFailure,
     Decision,
     Participant,
     Run,
@@ -93,10 +94,9 @@ from core.plugin.views import (
     WorkspaceView,
 )
 from core.prompts import build_prompt
-from core.runtime.failures import AgentFailure
 
 if TYPE_CHECKING:
-    from core.agent_error import dispatched, payload_of
+    from core.agents.failure import dispatched, payload_of
     from core.runs import RunRequest
 
 hookimpl = pluggy.HookimplMarker("laneway")
@@ -106,8 +106,8 @@ hookimpl = pluggy.HookimplMarker("laneway")
 _LAZY: dict[str, tuple[str, str]] = {
     # beside the engine and the run queue: importing the API (which core's registry does)
     # never loads the engine
-    "payload_of": ("core.agent_error", "payload_of"),
-    "dispatched": ("core.agent_error", "dispatched"),
+    "payload_of": ("core.agents.failure", "payload_of"),
+    "dispatched": ("core.agents.failure", "dispatched"),
     "RunRequest": ("core.runs", "RunRequest"),
 }
 

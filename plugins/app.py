@@ -18,12 +18,11 @@ Names not listed in ``__all__`` are not part of the contract.
 
 from __future__ import annotations
 
-from core import worker
+from core.agents import scripted, worker
 from core.cli.app import Settings, writer
 from core.cli.output import emit, plain
 from core.host import Host
 from core.ids import parse as parse_time
-from core.runtime import scripted
 from core.store.events import Event
 
 __all__ = [

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import sqlite3
+import subprocess
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -252,24 +253,103 @@ def wait_for_dead_processes(url: str, timeout: float = 15.0) -> None:
 # and each tier with the parallelism it allows (.ci/test). A test's tier follows from what it
 # uses, not from a list kept by hand:
 #   browser     - drives Debian's chromium (a `browser` fixture)
-#   subprocess  - starts real `laneway` processes, workers or crashes (`slow`, tests/multiprocess)
+#   subprocess  - starts a process of any kind: a `laneway` command, a worker, an agent (exec or
+#                 ACP), `lint-imports`, git, a crash (`slow` or `subprocess` on the test, its
+#                 class or module; tests/multiprocess; a fixture in `PROCESS_FIXTURES`),
+#                 whatever other fixtures it uses (issue 37 item 6)
 #   store       - runs on a real database, both SQLite and PostgreSQL (`db_url` and the like)
 #   unit        - everything else: in-process, no database file of its own
+# What a test really starts is watched while it runs (`_ProcessWatch`): a unit or store test
+# that starts a process is named at the end of the run, and fails with
+# LANEWAY_TIER_STRICT=1, so a misfiled test cannot hide in a tier that says it starts nothing.
 TIERS = ("unit", "store", "subprocess", "browser")
 _STORE_FIXTURES = frozenset(
     {"db_url", "sqlite_url", "pg_database", "host", "sqlite_host", "idle_timeout_db"}
 )
+PROCESS_FIXTURES = frozenset({"start", "started", "sleepers", "current_board", "holder"})
+"""Fixtures that start a process, or hand the test what it starts them with: an ACP agent
+(tests/acp), the agents a test starts (tests/agents), the `laneway` commands that make a board
+(tests/cli/test_cli_startup.py), a liveness holder (tests/store/test_liveness.py)."""
 
 
 def tier_of(item: pytest.Item) -> str:
     fixtures = frozenset(getattr(item, "fixturenames", ()))
     if "browser" in fixtures:
         return "browser"
-    if item.get_closest_marker("slow") is not None or "multiprocess" in item.path.parts:
+    if (
+        item.get_closest_marker("slow") is not None
+        or item.get_closest_marker("subprocess") is not None
+        or "multiprocess" in item.path.parts
+        or fixtures & PROCESS_FIXTURES
+    ):
         return "subprocess"
     if fixtures & _STORE_FIXTURES:
         return "store"
     return "unit"
+
+
+class _ProcessWatch:
+    """Counts the processes this test process starts (every `subprocess` start, asyncio's
+    included, goes through `Popen._execute_child`; `multiprocessing` forks)."""
+
+    def __init__(self) -> None:
+        self.started: list[str] = []
+        real_child = subprocess.Popen._execute_child  # type: ignore[attr-defined]
+        real_fork = os.fork
+        watch = self
+
+        def execute_child(popen: Any, args: Any, *rest: Any, **named: Any) -> Any:
+            first = args if isinstance(args, str | bytes) else next(iter(args), "")
+            watch.started.append(os.path.basename(os.fsdecode(first)).split()[0])
+            return real_child(popen, args, *rest, **named)
+
+        def fork() -> int:
+            watch.started.append("fork")
+            return real_fork()
+
+        subprocess.Popen._execute_child = execute_child  # type: ignore[attr-defined]
+        os.fork = fork
+
+
+_WATCH = _ProcessWatch()
+_MISFILED: list[str] = []
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_setup(item: pytest.Item) -> Iterator[None]:
+    _WATCH.started.clear()
+    return (yield)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_call(item: pytest.Item) -> Iterator[None]:
+    result = yield
+    started = sorted(set(_WATCH.started))
+    if started and tier_of(item) in ("unit", "store"):
+        line = f"{item.nodeid} started {', '.join(started)}"
+        item.user_properties.append(("started_processes", line))
+        audit = os.environ.get("LANEWAY_TIER_AUDIT")
+        if audit:
+            with open(audit, "a") as out:
+                out.write(line + "\n")
+        if os.environ.get("LANEWAY_TIER_STRICT") == "1":
+            pytest.fail(
+                f"this {tier_of(item)}-tier test started a process ({', '.join(started)}): "
+                "mark it `slow` (the subprocess tier; tests/conftest.py)"
+            )
+    return result
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    if report.when == "call":
+        _MISFILED.extend(v for k, v in report.user_properties if k == "started_processes")
+
+
+def pytest_terminal_summary(terminalreporter: Any) -> None:
+    if _MISFILED:
+        terminalreporter.section("tests outside the subprocess tier that started a process")
+        for line in sorted(set(_MISFILED)):
+            terminalreporter.line(line)
 
 
 @pytest.hookimpl(tryfirst=True)  # before the fixture's own params are applied

@@ -19,7 +19,7 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[1]
 ARCHITECTURE = REPO / "docs" / "architecture.md"
-HOLDERS = frozenset({"core", "core.plugin", "core.runtime"})
+HOLDERS = frozenset({"core", "core.plugin", "core.agents"})
 """Packages whose modules sit in different layers: the package itself imports none of them."""
 
 
@@ -111,6 +111,7 @@ def _lint(root: Path) -> subprocess.CompletedProcess[str]:
     )
 
 
+@pytest.mark.slow  # starts lint-imports: the subprocess tier
 def test_the_copied_contract_holds_on_the_tree(tree_copy: Path) -> None:
     """The copy checks what the real contract checks: it holds on the tree as it is."""
     result = _lint(tree_copy)
@@ -118,6 +119,7 @@ def test_the_copied_contract_holds_on_the_tree(tree_copy: Path) -> None:
     assert "1 kept, 0 broken" in result.stdout
 
 
+@pytest.mark.slow  # starts lint-imports: the subprocess tier
 @pytest.mark.parametrize(("planted", "line"), PLANTS)
 def test_a_planted_import_in_a_new_layer_breaks_the_contract(
     planted: str, line: str, tree_copy: Path

@@ -62,7 +62,7 @@ PLANTED: dict[str, list[tuple[str, str]]] = {
         ("core/planted_kit.py", "from plugins.testing import hosts\n"),
     ],
     "plugins-on-public-api": [
-        ("office_plugin/planted.py", "from core.agent_error import payload_of\n"),
+        ("office_plugin/planted.py", "from core.agents.failure import payload_of\n"),
         ("kanban_plugin/planted.py", "from core.plugin.kinds import ActionKind\n"),
         ("laneway_notify/planted.py", "from core.model import Task\n"),
         ("office_plugin/planted_manager.py", "from core.plugin.loading import PluginSelection\n"),
@@ -120,6 +120,7 @@ def test_every_proven_contract_is_configured() -> None:
     assert configured - set(PLANTED) <= {"core-layers"}  # the lead's, proven when it lands
 
 
+@pytest.mark.slow  # starts lint-imports: the subprocess tier
 @pytest.mark.parametrize("contract", sorted(PLANTED))
 def test_the_tree_keeps_the_contract(contract: str, tree_copy: Path) -> None:
     """Issue 12 item 7: the layering rule holds in the code as it stands."""
@@ -128,6 +129,7 @@ def test_the_tree_keeps_the_contract(contract: str, tree_copy: Path) -> None:
     assert "1 kept, 0 broken" in result.stdout
 
 
+@pytest.mark.slow  # starts lint-imports: the subprocess tier
 @pytest.mark.parametrize(
     ("contract", "planted", "line"),
     [(c, path, line) for c, plants in sorted(PLANTED.items()) for path, line in plants],
@@ -142,6 +144,56 @@ def test_a_planted_violation_breaks_the_contract(
         result = lint_imports(tree_copy, contract)
     finally:
         module.unlink()
+    assert result.returncode == 1, result.stdout + result.stderr
+    assert "0 kept, 1 broken" in result.stdout
+    assert planted.removesuffix(".py").replace("/", ".") in result.stdout
+
+
+# -- the agent wing's own order (issue 37 item 3) ------------------------------------------------
+#
+# core-layers orders the wing top to bottom (worker > session > runtime > turns > protocols |
+# failure > record | stops | tools | guards > the leaves > values, all above the services and
+# below the host). Each rule is proven by an import that breaks it, appended to a module of the
+# layer it leaves: an upward one, or a sideways one between `|` siblings.
+
+WING_PLANTS: list[tuple[str, str]] = [
+    # (module the import is appended to, the import)
+    ("core/agents/worker.py", "import core.host\n"),  # the worker sits below the host
+    ("core/agents/worker.py", "import core.runtime\n"),  # below the old names' aliases
+    ("core/agents/session.py", "import core.agents.worker\n"),  # session < worker
+    ("core/agents/runtime.py", "import core.agents.session\n"),  # runtime < session
+    ("core/agents/turns.py", "import core.agents.runtime\n"),  # turns < runtime
+    ("core/agents/protocols/exec.py", "import core.agents.turns\n"),  # protocols < turns
+    ("core/agents/failure.py", "import core.agents.turns\n"),  # failure < turns
+    ("core/agents/failure.py", "import core.agents.protocols.exec\n"),  # protocols | failure
+    ("core/agents/protocols/exec.py", "import core.agents.failure\n"),  # failure | protocols
+    ("core/agents/record.py", "import core.agents.failure\n"),  # record < failure
+    ("core/agents/stops.py", "import core.agents.protocols\n"),  # stops < protocols
+    ("core/agents/tools/access.py", "import core.agents.protocols.acp.facade\n"),  # tools <
+    ("core/agents/stops.py", "import core.agents.record\n"),  # record | stops
+    ("core/agents/guards.py", "import core.agents.stops\n"),  # stops | guards
+    ("core/agents/bounds.py", "import core.agents.record\n"),  # the leaves < record
+    ("core/agents/feedback.py", "import core.agents.tools.broker\n"),  # the leaves < tools
+    ("core/agents/desired.py", "import core.agents.bounds\n"),  # leaves | leaves
+    ("core/agents/values.py", "import core.agents.bounds\n"),  # values < the leaves
+    ("core/services/runs.py", "import core.agents.values\n"),  # the services < the wing
+]
+
+
+@pytest.mark.slow  # starts lint-imports: the subprocess tier
+@pytest.mark.parametrize(("planted", "line"), WING_PLANTS)
+def test_issue_37_item_3_each_rule_of_the_wings_order_fails_on_a_planted_import(
+    planted: str, line: str, tree_copy: Path
+) -> None:
+    """Issue 37 item 3: each import rule of the agent wing's layer order breaks core-layers
+    when a module breaks it, and the break names that module."""
+    module = tree_copy / planted
+    original = module.read_text()
+    module.write_text(original + line)
+    try:
+        result = lint_imports(tree_copy, "core-layers")
+    finally:
+        module.write_text(original)
     assert result.returncode == 1, result.stdout + result.stderr
     assert "0 kept, 1 broken" in result.stdout
     assert planted.removesuffix(".py").replace("/", ".") in result.stdout

@@ -22,15 +22,14 @@ from typing import IO
 import attrs
 import click
 
-from core import worker
-from core.agent_error import why_not_dispatched
+from core.agents import worker
+from core.agents.failure import why_not_dispatched
+from core.agents.values import TurnOutcome
 from core.cli.app import Settings, pass_settings, reader, writer
 from core.cli.output import emit, item_line
 from core.errors import LanewayError
 from core.host import Host
-from core.model import Item, Run, Session
-from core.runtime.failures import AgentFailure
-from core.runtime.runtime import TurnOutcome
+from core.model import AgentFailure, Item, Run, Session
 from core.shapes import item_json, session_json
 
 

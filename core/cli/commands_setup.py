@@ -114,7 +114,7 @@ def _board_features(url: str) -> Features | None:
 def recover(settings: Settings) -> None:
     """Open the host (which runs the recovery scan), put runs claimed by dead workers back in
     the queue, and report what was done."""
-    from core import worker
+    from core.agents import worker
 
     if settings.features is not None:
         raise LanewayError(

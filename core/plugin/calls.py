@@ -21,9 +21,8 @@ if TYPE_CHECKING:
     import click
     import pluggy
 
-    from core.model import Task, Workspace
+    from core.model import AgentFailure, Task, Workspace
     from core.plugin.views import PluginHost
-    from core.runtime.failures import AgentFailure
 
 __all__ = [
     "DUTIES",

@@ -17,10 +17,9 @@ from typing import TYPE_CHECKING
 
 import pluggy
 
-from core.model import Task, Workspace
+from core.model import AgentFailure, Task, Workspace
 from core.plugin.kinds import ActionKind, Forge, GuardKind
 from core.plugin.views import PluginHost
-from core.runtime.failures import AgentFailure
 
 if TYPE_CHECKING:
     import click
@@ -82,7 +81,7 @@ def laneway_agent_failed(host: PluginHost, failure: AgentFailure) -> None:
     """Observe a terminal agent failure (plugins with their own recovery path act here).
 
     :param host: the host, typed as :class:`plugins.api.PluginHost`.
-    :param failure: the :class:`core.runtime.failures.AgentFailure`: task, session, route,
+    :param failure: the :class:`core.model.AgentFailure`: task, session, route,
         message, execution id, run id, and whether the user initiated it (route R6).
 
     Called once per terminal failure, after the host's own bookkeeping and its on_agent_error

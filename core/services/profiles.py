@@ -125,7 +125,7 @@ class ProfileService(Service):
         turn_timeout: float = 3600.0,
         idle_timeout: float = 900.0,
     ) -> AgentProfile:
-        """A new profile. Its agents see only the base environment (`core.runtime.agent_env`),
+        """A new profile. Its agents see only the base environment (`core.agents.environment`),
         `env`, the worker variables `pass_env` and `requires_env` name, and `env_from`
         (agent variable -> worker variable, read at run time).
 

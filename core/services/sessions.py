@@ -54,7 +54,7 @@ _APPEND = (
 )
 
 
-# The statements every run makes (core.worker), as prepared driver SQL (core.store.prepared)
+# The statements every run makes (core.agents.worker), as prepared driver SQL (core.store.prepared)
 _BY_ID = sa.bindparam("session_id", type_=sa.String)
 _SET_STATE = (
     sa.update(S)

@@ -353,7 +353,8 @@ runs = sa.Table(
     sa.Column("max_attempts", sa.Integer, nullable=False, server_default="3"),
     # {"cost_usd", "input_tokens", "output_tokens"} the agent reported over the run
     sa.Column("usage", sa.Text, nullable=True),
-    # Why the run was cancelled; on a claimed run, the request its worker acts on (core.worker)
+    # Why the run was cancelled; on a claimed run, the request its worker acts on
+    # (core.agents.worker)
     sa.Column("cancel_reason", sa.String(40), nullable=True),
     # The run a `runs retry` queued this one after (a new attempt is a new row)
     sa.Column("retry_of", sa.String(64), nullable=True),

@@ -56,9 +56,9 @@ class Board:
 
 
 def agent_command(role: str, *args: str) -> tuple[str, ...]:
-    """A `core.runtime.scripted` agent's command line (tests of the agent runtime).
+    """A `core.agents.scripted` agent's command line (tests of the agent runtime).
 
-    The script is run by its path rather than with `-m core.runtime.scripted`: `-m` imports
+    The script is run by its path rather than with `-m core.agents.scripted`: `-m` imports
     the `core` package first (the host, SQLAlchemy, alembic), which costs about a second per
     agent turn; the script itself needs only the standard library.
     """

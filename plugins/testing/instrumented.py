@@ -213,7 +213,7 @@ class Sentinel:
 def watch_guards(host: Host, recorder: Recorder) -> None:
     """Make this host's session guards report a re-entry instead of deadlocking on it."""
     runtime = host.runtime
-    original = runtime.guard
+    original = runtime.guards.guard  # the failure room takes the guard here
     holders: dict[str, int] = {}
 
     @contextmanager
@@ -229,7 +229,7 @@ def watch_guards(host: Host, recorder: Recorder) -> None:
             finally:
                 holders.pop(session_id, None)
 
-    runtime.guard = guard  # type: ignore[method-assign]
+    runtime.guards.guard = guard  # type: ignore[method-assign]
 
 
 def _resolve(plugin: object) -> object:

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from core.runtime.acp import AgentConnection, TranscriptItem, shared_loop
+from core.agents.protocols.acp import AgentConnection, TranscriptItem, shared_loop
 
 FAKE = str(Path(__file__).resolve().parents[1] / "agents" / "fake_acp_agent.py")
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from core.runtime.acp import AcpError, TranscriptItem, shared_loop
+from core.agents.protocols.acp import AcpError, TranscriptItem, shared_loop
 from tests.acp.conftest import FAKE, Start, fake_env, texts
 
 
@@ -25,6 +25,7 @@ def start_failure(script: dict[str, object], **options: object) -> AcpError:
     return caught.value
 
 
+@pytest.mark.slow  # it starts a process: the subprocess tier
 def test_no_answer_to_initialize_fails_within_the_bound() -> None:
     """ "no answer to `initialize` within a bound": a terminal failure naming the bound."""
     began = time.monotonic()
@@ -36,6 +37,7 @@ def test_no_answer_to_initialize_fails_within_the_bound() -> None:
     )
 
 
+@pytest.mark.slow  # it starts a process: the subprocess tier
 def test_garbage_on_stdout_is_one_clear_failure() -> None:
     """ "garbage ... on stdout": R1 saying the line is not JSON-RPC."""
     error = start_failure({"init": "garbage"}, init_timeout=20)
@@ -57,6 +59,7 @@ def test_garbage_mid_turn_ends_the_turn(start: Start, tmp_path: Path) -> None:
     assert not agent.alive
 
 
+@pytest.mark.slow  # it starts a process: the subprocess tier
 def test_a_100_mb_line_is_one_failure_in_bounded_memory() -> None:
     """ "a 100 MB line on stdout": one clear failure; the reader holds at most about twice the
     line limit (16 MiB), so the process's peak RSS grows by far less than the line."""
@@ -69,6 +72,7 @@ def test_a_100_mb_line_is_one_failure_in_bounded_memory() -> None:
     assert _hwm_kib() - before < 64 * 1024
 
 
+@pytest.mark.slow  # it starts a process: the subprocess tier
 def test_exit_at_initialize_names_the_last_stderr_line() -> None:
     """The process exits before answering: R1 with its exit status and last stderr line."""
     error = start_failure({"init": "exit"})

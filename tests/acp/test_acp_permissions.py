@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from core.runtime.acp import PermissionPolicy, PermissionRequest, TranscriptItem
+from core.agents.protocols.acp import PermissionPolicy, PermissionRequest, TranscriptItem
 from tests.acp.conftest import Start, texts
 
 ASK_EDIT = [{"permission": {"kind": "edit", "title": "Edit main.py"}}]

@@ -8,7 +8,9 @@ import os
 import sys
 from pathlib import Path
 
-from core.runtime.acp import TranscriptItem, shared_loop
+import pytest
+
+from core.agents.protocols.acp import TranscriptItem, shared_loop
 from tests.acp.conftest import FAKE, Start, texts
 
 OPTIONS = [
@@ -88,6 +90,7 @@ def test_load_session_not_advertised_is_none(start: Start, tmp_path: Path) -> No
     assert agent.load_session("fake-1-0", tmp_path) is None
 
 
+@pytest.mark.slow  # it starts a process: the subprocess tier
 def test_agent_runs_in_its_own_group_with_exactly_the_given_env(tmp_path: Path) -> None:
     """Issue 29: "in its own process group with the no-orphans rules exec agents have"; the
     environment is exactly the caller's (agent_env), nothing of the worker's added."""

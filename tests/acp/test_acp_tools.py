@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
+from core.agents.protocols.acp import TranscriptItem
+from core.agents.tools.broker import ToolBroker, mcp_server
 from core.host import Host
-from core.runtime.acp import TranscriptItem
-from core.runtime.tools.broker import ToolBroker, mcp_server
 from tests.acp.conftest import Start, texts
 from tests.tools.board import review_board, reviewer_grant
 

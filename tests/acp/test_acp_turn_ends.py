@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from core.runtime.acp import AcpError, TranscriptItem, shared_loop
+from core.agents.protocols.acp import AcpError, TranscriptItem, shared_loop
 from tests.acp.conftest import Start, fake_env, texts
 
 
@@ -86,6 +86,7 @@ def test_cancel_the_agent_ignores_kills_its_group(start: Start, tmp_path: Path) 
     assert not agent.alive
 
 
+@pytest.mark.slow  # it starts a process: the subprocess tier
 def test_auth_error_at_initialize_is_r3_with_the_agents_message() -> None:
     """Row "an error that says authentication is needed (JSON-RPC -32000) at initialize"."""
     with pytest.raises(AcpError) as caught:
@@ -162,6 +163,7 @@ def test_busy_provider_in_the_text_is_transient(
     assert (end.outcome, end.route, end.retry_after) == ("transient", "R4", delay)
 
 
+@pytest.mark.slow  # it starts a process: the subprocess tier
 def test_a_command_that_cannot_start_is_r2(tmp_path: Path) -> None:
     """Row "the process cannot be started": R2."""
     with pytest.raises(AcpError) as caught:

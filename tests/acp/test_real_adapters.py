@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from core.runtime.acp import AcpError, PermissionPolicy, shared_loop
+from core.agents.protocols.acp import AcpError, PermissionPolicy, shared_loop
 
 
 def _missing(reason: str) -> None:
@@ -47,6 +47,7 @@ def no_credentials(home: Path) -> dict[str, str]:
     return {"PATH": os.environ["PATH"], "HOME": str(home), "LANG": "C.UTF-8", "TMPDIR": "/tmp"}
 
 
+@pytest.mark.slow  # it starts a process: the subprocess tier
 def test_claude_code_acp_offers_plan_and_fails_r3_without_credentials(tmp_path: Path) -> None:
     """claude-code-acp with no credentials initialises, opens a session, reports its modes
     (among them `plan`), takes the mode asked for, and its turn fails as R3 with the agent's
@@ -70,6 +71,7 @@ def test_claude_code_acp_offers_plan_and_fails_r3_without_credentials(tmp_path: 
     assert time.monotonic() - began < 90
 
 
+@pytest.mark.slow  # it starts a process: the subprocess tier
 def test_codex_acp_refuses_at_session_new_as_r3(tmp_path: Path) -> None:
     """codex-acp with no credentials initialises (naming its auth methods) and refuses
     earlier: session/new fails as R3, "Authentication required"."""

@@ -11,7 +11,7 @@
 - `World`: one host with the probe loaded, portable-YAML workflows (version 1, type
   kandev_workflow, on_agent_error under a step's events) imported through
   `host.workflows.import_file`, agent profiles that run REAL subprocesses (the shipped
-  `core.runtime.scripted` roles, or tiny /bin/sh scripts for shapes no role has), sessions,
+  `core.agents.scripted` roles, or tiny /bin/sh scripts for shapes no role has), sessions,
   and synthetic `AgentFailure`s delivered through the runtime's own failure handling.
 - `dispatch_records(logs)`: the dispatch's own records, identified by `extra["event"]`
   (AC-F9: the identity is the field, never the message text).
@@ -34,11 +34,10 @@ import sqlalchemy as sa
 import yaml
 
 from core import Host
-from core.model import AgentProfile, Run, Session, Task, Workflow
+from core.agents.values import TurnOutcome
+from core.model import AgentFailure, AgentProfile, Run, Session, Task, Workflow
 from core.plugin.kinds import ActionContext, ActionFailed, ActionKind, GuardKind, GuardResult
 from core.plugin.selection import PluginSelection
-from core.runtime.failures import AgentFailure
-from core.runtime.runtime import TurnOutcome
 from core.store import tables as t
 from plugins import hookimpl
 from tests.conftest import board_office
@@ -47,7 +46,7 @@ EVENT = "agent_error.dispatch"
 """`extra["event"]` of every record the dispatch itself emits (AC-F9)."""
 
 GUARD_TIMEOUT = 3.0
-SCRIPTED = (sys.executable, "-m", "core.runtime.scripted")
+SCRIPTED = (sys.executable, "-m", "core.agents.scripted")
 FAST_RETRIES = (0.01, 0.01)
 
 

@@ -20,7 +20,7 @@ import attrs
 import pytest
 import sqlalchemy as sa
 
-from core import agent_error
+from core.agents import failure as agent_error
 from core.errors import NotFound
 from core.model import Session, Task
 from tests.agent_error.helpers import (
@@ -463,5 +463,5 @@ def test_ac_f9_every_dispatch_record_carries_its_identity(
     records = dispatch_records(laneway_logs)
     got = [(r["level"], r["extra"]["task_id"], r["extra"]["session_id"]) for r in records]
     assert got == expected
-    assert {r["name"] for r in records} == {"core.agent_error"}
+    assert {r["name"] for r in records} == {"core.agents.failure"}
     assert all(r["extra"]["event"] == EVENT for r in records)

@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from core import worker
+from core.agents import worker
 from core.model import Task, Workflow
 from core.runs import RunRequest
 from tests.agent_error.helpers import World, dispatch_records, probe, with_fields

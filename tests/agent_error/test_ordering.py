@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from core.runtime import process
+from core.agents.protocols import exec_process as process
 from tests.agent_error.helpers import (
     World,
     act,

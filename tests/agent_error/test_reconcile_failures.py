@@ -12,9 +12,10 @@ from typing import Any
 import pytest
 import sqlalchemy as sa
 
-from core import ledger, worker
+from core import ledger
+from core.agents import worker
+from core.agents.protocols import exec_process as process
 from core.runs import RunRequest
-from core.runtime import process
 from plugins.testing.logs import matching
 from tests.agent_error.helpers import World, act, dispatch_records, probe
 

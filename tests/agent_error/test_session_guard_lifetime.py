@@ -7,7 +7,7 @@ from __future__ import annotations
 import threading
 from typing import Any, cast
 
-from core.runtime.runtime import AgentRuntime
+from core.agents.runtime import AgentRuntime
 
 
 def _runtime() -> AgentRuntime:
@@ -21,7 +21,7 @@ def test_issue14_memory_guards_of_finished_sessions_are_dropped() -> None:
         with runtime.guard(f"s{n}"):
             assert runtime.guard_held(f"s{n}")
         assert not runtime.guard_held(f"s{n}")
-    assert runtime._guards == {}
+    assert runtime.guards.held == {}
 
 
 def test_issue14_memory_a_waiting_holder_keeps_the_guard_exclusive() -> None:
@@ -53,4 +53,4 @@ def test_issue14_memory_a_waiting_holder_keeps_the_guard_exclusive() -> None:
     one.join(10)
     two.join(10)
     assert entered == ["first out", "second in"]
-    assert runtime._guards == {}
+    assert runtime.guards.held == {}

@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 import sqlalchemy as sa
 
-from core import worker
+from core.agents import worker
 from core.errors import NotFound
 from core.store import tables as t
 from core.workflows import shipped_templates

@@ -229,7 +229,7 @@ def test_plan_mode_without_a_plan_mode_heads_every_prompt_with_the_instruction(
     db_url: str, tmp_path: Path
 ) -> None:
     """AGENTS.md: otherwise a plan-mode instruction heads every prompt until disabled."""
-    from core.runtime.desired import PLAN_INSTRUCTION
+    from core.agents.desired import PLAN_INSTRUCTION
 
     board = Board(
         db_url,

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from core import worker
+from core.agents import worker
 from core.host import Host
 from core.logs import logger
 from tests.agents.conftest import enqueue, plain_workflow
@@ -34,6 +34,7 @@ def warnings() -> Iterator[list[dict[str, Any]]]:
         logger.remove(handler)
 
 
+@pytest.mark.slow  # it starts a process: the subprocess tier
 def test_a_command_that_cannot_start_is_one_warning_per_profile(
     host: Host, tmp_path: Path, warnings: list[dict[str, Any]]
 ) -> None:

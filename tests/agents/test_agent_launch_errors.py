@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from core.runtime import process
+from core.agents.protocols import exec_process as process
 
 
 def _start(command: list[str]) -> process.AgentProcess:
@@ -48,6 +48,7 @@ def test_a_command_exec_refuses_is_a_launch_error(
     assert reason in str(raised.value)
 
 
+@pytest.mark.slow  # it starts a process: the subprocess tier
 def test_a_script_with_a_shebang_runs(tmp_path: Path) -> None:
     script = tmp_path / "agent"
     script.write_text("#!/bin/sh\necho hello\n")

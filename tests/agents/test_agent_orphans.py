@@ -18,8 +18,8 @@ from pathlib import Path
 import pytest
 import sqlalchemy as sa
 
+from core.agents.protocols import exec_process as process
 from core.host import Host
-from core.runtime import process
 from core.store import tables as t
 from tests.agents.conftest import (
     inspect_host,

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 import sqlalchemy as sa
 
-from core import worker
+from core.agents import worker
 from core.errors import LanewayError
 from core.host import Host
 from core.store import tables as t
@@ -47,6 +47,7 @@ def _run_once(host: Host, tmp_path: Path, profile: str) -> str:
     return task.id
 
 
+@pytest.mark.slow  # it starts a process: the subprocess tier
 def test_ac11_3_an_agent_sees_the_base_and_what_its_profile_names_only(
     host: Host, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -138,6 +139,7 @@ def test_ac11_3_profile_add_refuses_what_is_not_a_variable_name(host: Host) -> N
         host.profiles.add("agent", command=["true"], env={"K": "v\x00"})
 
 
+@pytest.mark.slow  # it starts a process: the subprocess tier
 def test_ac11_3_cli_profile_add_takes_env_from_and_pass_env(
     sqlite_url: str, tmp_path: Path
 ) -> None:

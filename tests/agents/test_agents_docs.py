@@ -11,6 +11,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from tests.conftest import REPO
 
 AGENTS_MD = REPO / "docs" / "agents.md"
@@ -30,6 +32,7 @@ def test_the_agent_is_twenty_lines_of_python() -> None:
     compile(agent, "agent.py", "exec")
 
 
+@pytest.mark.slow  # it starts a process: the subprocess tier
 def test_an_office_board_wired_by_hand_from_the_page_reaches_done(tmp_path: Path) -> None:
     (tmp_path / "agent.py").write_text(_block("python", "## A complete agent"))
     script = _block("sh", "## Wiring an Office board by hand")

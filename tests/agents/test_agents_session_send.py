@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from core import worker
+from core.agents import worker
 from tests.agents.conftest import plain_workflow, python_agent
 from tests.cli.conftest import Laneway
 from tests.conftest import open_host
@@ -76,6 +76,7 @@ def test_external_session_running_queues_messages_and_delivers_them_in_order(
     assert _meta(sent, "queued_messages") == ["three", "four"]
 
 
+@pytest.mark.slow  # it starts a process: the subprocess tier
 def test_session_laneway_runs_gets_a_user_message_run_the_worker_delivers(
     lw: Laneway, tmp_path: Path
 ) -> None:

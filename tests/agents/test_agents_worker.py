@@ -7,12 +7,13 @@ import threading
 from pathlib import Path
 from typing import Any
 
+import pytest
 import sqlalchemy as sa
 
-from core import worker
+from core.agents import worker
+from core.agents.values import TurnOutcome
 from core.host import Host
 from core.runs import Requeued
-from core.runtime.runtime import TurnOutcome
 from tests.agents.conftest import (
     R,
     enqueue,
@@ -118,6 +119,7 @@ def _overlap(a: tuple[float, float], b: tuple[float, float]) -> bool:
     return a[0] < b[1] and b[0] < a[1]
 
 
+@pytest.mark.slow  # it starts a process: the subprocess tier
 def test_work_runs_one_turn_per_agent_at_a_time_unless_allowed(host: Host, tmp_path: Path) -> None:
     tasks = _tasks(host, tmp_path, 4)
     solo_log, duo_log = tmp_path / "solo.log", tmp_path / "duo.log"
@@ -135,6 +137,7 @@ def test_work_runs_one_turn_per_agent_at_a_time_unless_allowed(host: Host, tmp_p
     assert _overlap(first, second)
 
 
+@pytest.mark.slow  # it starts a process: the subprocess tier
 def test_runs_left_claimed_by_a_gone_process_are_requeued_and_finished(
     db_url: str, tmp_path: Path, laneway_logs: list[dict[str, Any]]
 ) -> None:
@@ -176,6 +179,7 @@ def test_a_claim_of_this_process_is_never_requeued(host: Host, tmp_path: Path) -
     assert status == "claimed"
 
 
+@pytest.mark.slow  # it starts a process: the subprocess tier
 def test_stop_claims_nothing_more_and_lets_the_running_turn_end(host: Host, tmp_path: Path) -> None:
     tasks = _tasks(host, tmp_path, 2)
     log = tmp_path / "turns.log"

@@ -1,6 +1,6 @@
 """Issue 22 "Transcripts people read": a chatty exec agent's lines are kept in order, as they
 arrive, by a writer that batches what arrives while a transaction commits
-(core/runtime/item_queue.py)."""
+(core/agents/item_queue.py)."""
 
 from __future__ import annotations
 
@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from core.runtime.acp.bounds import item
-from core.runtime.acp.values import TranscriptItem
-from core.runtime.item_queue import BATCH, ItemQueue
+from core.agents.bounds import item
+from core.agents.item_queue import BATCH, ItemQueue
+from core.agents.values import TranscriptItem
 from tests.agents.test_acp_worker import workflow_yaml
 from tests.conftest import open_host
 
@@ -80,6 +80,7 @@ def test_a_failed_write_reaches_the_turn_and_nothing_after_it_is_written() -> No
     assert written == ["ok"]
 
 
+@pytest.mark.slow  # it starts a process: the subprocess tier
 def test_a_burst_of_lines_is_kept_whole_and_in_order(db_url: str, tmp_path: Path) -> None:
     """An exec agent printing 2,000 lines as fast as it can: every line is a transcript item,
     numbered in the order printed, all on the board when its turn ends."""

@@ -12,11 +12,11 @@ from pathlib import Path
 
 import pytest
 
-from core.feedback import HEADER
+from core.agents.feedback import HEADER
+from core.agents.session import prompt_for
+from core.agents.tools.broker import ToolBroker, mcp_server
 from core.host import Host
 from core.model import Decision
-from core.runtime.tools.broker import ToolBroker, mcp_server
-from core.worker import prompt_for
 from office_plugin.demo import agent_command
 from tests.agents.conftest import enqueue, laneway, set_run, stamp
 from tests.conftest import open_host
@@ -108,6 +108,7 @@ def test_a_first_run_gets_no_feedback_and_the_next_carries_the_rounds_verdicts_a
     assert prompt == plain + "\n\n" + "\n".join(block)
 
 
+@pytest.mark.slow  # it starts a process: the subprocess tier
 def test_get_task_lists_the_steps_previous_rounds_and_the_feedback(host: Host) -> None:
     """AGENTS.md `get_task`: "the verdicts and comments of the step's previous rounds" — a
     cleared round is listed with its round number and `cleared`."""

@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 import sqlalchemy as sa
 
-from core import worker
+from core.agents import worker
 from core.errors import Conflict
 from core.host import Host
 from core.store import tables as t

@@ -1,4 +1,4 @@
-"""Issue 27 item 1: the agent watchdog's reading of /proc and its decisions (core.runtime.watchdog),
+"""Issue 27 item 1: the agent watchdog's reading of /proc and its decisions (core.agents.watchdog),
 and its loop against real processes and real signals, without a worker or a database: a paused
 worker's agents are stopped with it, resumed only on the worker's word (those it names are
 killed instead), and killed when it is gone.
@@ -17,8 +17,8 @@ from pathlib import Path
 
 import pytest
 
-from core.runtime import watchdog, watchdog_link
-from core.runtime.watchdog import Watch, parse_stat
+from core.agents import watchdog, watchdog_link
+from core.agents.watchdog import Watch, parse_stat
 from tests.conftest import eventually
 
 PROC = Path("/proc/self/stat").exists()
@@ -144,6 +144,7 @@ def sleepers() -> Iterator[list[subprocess.Popen[bytes]]]:
         proc.wait()
 
 
+@pytest.mark.slow  # it starts a process: the subprocess tier
 @pytest.mark.skipif(not PROC, reason="needs /proc")
 def test_the_loop_stops_asks_resumes_and_kills_real_processes(
     sleepers: list[subprocess.Popen[bytes]],
@@ -188,6 +189,7 @@ def test_the_loop_stops_asks_resumes_and_kills_real_processes(
             os.close(fd)
 
 
+@pytest.mark.slow  # it starts a process: the subprocess tier
 @pytest.mark.skipif(not PROC, reason="needs /proc")
 def test_the_watchdog_is_a_session_of_its_own_without_the_workers_environment(
     monkeypatch: pytest.MonkeyPatch,
@@ -219,6 +221,7 @@ def test_the_guarantee_states_the_watchdogs_bound() -> None:
     assert "no run's agent runs beside its next execution" in text
 
 
+@pytest.mark.slow  # it starts a process: the subprocess tier
 @pytest.mark.skipif(not PROC, reason="needs /proc")
 def test_the_workers_children_that_lead_a_group_are_found(
     sleepers: list[subprocess.Popen[bytes]],

@@ -15,10 +15,10 @@ from typing import Any
 import pytest
 import sqlalchemy as sa
 
-from core import worker
+from core.agents import worker
+from core.agents.values import TurnOutcome
 from core.errors import LanewayError
 from core.host import Host
-from core.runtime.runtime import TurnOutcome
 from core.store import tables as t
 from tests.agents.conftest import enqueue, plain_workflow, python_agent
 
@@ -87,6 +87,7 @@ def board(host: Host, tmp_path: Path, repo: Path, **options: Any) -> str:
     return wf
 
 
+@pytest.mark.slow  # it starts a process: the subprocess tier
 def test_two_tasks_get_two_worktrees_on_two_branches_and_the_checkout_is_untouched(
     host: Host, tmp_path: Path, worktrees: Path
 ) -> None:
@@ -117,6 +118,7 @@ def test_two_tasks_get_two_worktrees_on_two_branches_and_the_checkout_is_untouch
     assert git(repo, "branch", "--show-current") == "main"
 
 
+@pytest.mark.slow  # it starts a process: the subprocess tier
 def test_an_exec_agent_works_in_its_task_worktree_and_task_diff_shows_its_change(
     host: Host, tmp_path: Path, worktrees: Path
 ) -> None:
@@ -144,6 +146,7 @@ def test_an_exec_agent_works_in_its_task_worktree_and_task_diff_shows_its_change
     assert found["truncated"] is False
 
 
+@pytest.mark.slow  # it starts a process: the subprocess tier
 def test_task_diff_includes_commits_modifications_and_deletions_against_the_base(
     host: Host, tmp_path: Path, worktrees: Path
 ) -> None:
@@ -175,6 +178,7 @@ def test_task_diff_includes_commits_modifications_and_deletions_against_the_base
     assert git(worktrees / task, "diff", "--cached", "--name-only") == ""
 
 
+@pytest.mark.slow  # it starts a process: the subprocess tier
 def test_every_later_turn_works_in_the_same_worktree(
     host: Host, tmp_path: Path, worktrees: Path
 ) -> None:
@@ -196,6 +200,7 @@ def test_every_later_turn_works_in_the_same_worktree(
     assert git(repo, "worktree", "list", "--porcelain").count("worktree ") == 2
 
 
+@pytest.mark.slow  # it starts a process: the subprocess tier
 def test_a_task_names_its_own_repository_and_base_branch(
     host: Host, tmp_path: Path, worktrees: Path
 ) -> None:
@@ -219,6 +224,7 @@ def test_a_task_names_its_own_repository_and_base_branch(
     assert (worktrees / task.id / "dev.txt").exists()
 
 
+@pytest.mark.slow  # it starts a process: the subprocess tier
 def test_without_a_repository_an_agent_works_where_the_worker_runs(
     host: Host, tmp_path: Path, worktrees: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -234,6 +240,7 @@ def test_without_a_repository_an_agent_works_where_the_worker_runs(
     assert not worktrees.exists()
 
 
+@pytest.mark.slow  # it starts a process: the subprocess tier
 @pytest.mark.parametrize(
     ("repository", "branch", "message"),
     [
@@ -262,6 +269,7 @@ def test_a_bad_repository_or_branch_is_refused_when_named(
     assert host.tasks.list(workflow=wf) == []
 
 
+@pytest.mark.slow  # it starts a process: the subprocess tier
 def test_a_repository_removed_under_a_task_fails_its_turn_with_one_line(
     host: Host, tmp_path: Path, worktrees: Path
 ) -> None:
@@ -283,6 +291,7 @@ def test_a_repository_removed_under_a_task_fails_its_turn_with_one_line(
     assert (outcome.route, outcome.error) == ("R2", f"task {task}: repository {repo} is gone")
 
 
+@pytest.mark.slow  # it starts a process: the subprocess tier
 def test_archive_commits_what_was_left_to_the_branch_and_removes_the_worktree(
     host: Host, tmp_path: Path, worktrees: Path, laneway_logs: list[dict[str, Any]]
 ) -> None:
@@ -312,6 +321,7 @@ def test_archive_commits_what_was_left_to_the_branch_and_removes_the_worktree(
     assert any(r["extra"].get("commit") for r in retired)
 
 
+@pytest.mark.slow  # it starts a process: the subprocess tier
 def test_delete_keeps_the_work_on_the_branch(host: Host, tmp_path: Path, worktrees: Path) -> None:
     repo = make_repo(tmp_path / "repo")
     wf = board(host, tmp_path, repo)
@@ -323,6 +333,7 @@ def test_delete_keeps_the_work_on_the_branch(host: Host, tmp_path: Path, worktre
     assert git(repo, "show", f"laneway/{task[-8:]}:work.txt") == "kept"
 
 
+@pytest.mark.slow  # it starts a process: the subprocess tier
 def test_a_worktree_on_another_host_is_not_made_again_here(
     host: Host, tmp_path: Path, worktrees: Path
 ) -> None:
@@ -346,6 +357,7 @@ def test_a_worktree_on_another_host_is_not_made_again_here(
     )
 
 
+@pytest.mark.slow  # it starts a process: the subprocess tier
 def test_a_worktree_its_agent_moved_to_another_branch_is_kept_as_it_is(
     host: Host, tmp_path: Path, worktrees: Path
 ) -> None:
@@ -369,6 +381,7 @@ def test_a_worktree_its_agent_moved_to_another_branch_is_kept_as_it_is(
     assert git(path, "branch", "--show-current") == "mine"
 
 
+@pytest.mark.slow  # it starts a process: the subprocess tier
 def test_a_worktree_killed_before_git_wrote_its_dot_git_is_made_again(tmp_path: Path) -> None:
     """The crashed shape `kill -9` leaves when it lands early in `git worktree add`: the path
     registered and locked `initializing`, a few files in it and no `.git` yet (remove refuses

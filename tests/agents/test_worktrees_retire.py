@@ -33,6 +33,7 @@ def _worked_task(host: Host, tmp_path: Path, *, retire: bool | None) -> tuple[st
     return task, repo
 
 
+@pytest.mark.slow  # it starts a process: the subprocess tier
 def test_with_retire_worktrees_on_a_task_reaching_done_has_its_worktree_retired(
     host: Host, tmp_path: Path, worktrees: Path, laneway_logs: list[dict[str, Any]]
 ) -> None:
@@ -58,6 +59,7 @@ def test_with_retire_worktrees_on_a_task_reaching_done_has_its_worktree_retired(
     assert any(r["extra"].get("task_id") == task and r["extra"].get("commit") for r in laneway_logs)
 
 
+@pytest.mark.slow  # it starts a process: the subprocess tier
 def test_by_default_a_task_reaching_done_keeps_its_worktree(
     host: Host, tmp_path: Path, worktrees: Path
 ) -> None:
@@ -71,6 +73,7 @@ def test_by_default_a_task_reaching_done_keeps_its_worktree(
     assert git(repo, "log", "-1", "--format=%s", f"laneway/{task[-8:]}") == "start"
 
 
+@pytest.mark.slow  # it starts a process: the subprocess tier
 def test_keep_worktrees_turns_it_off_again(host: Host, tmp_path: Path, worktrees: Path) -> None:
     """`--keep-worktrees` after `--retire-worktrees`: the worktree stays at Done."""
     task, _ = _worked_task(host, tmp_path, retire=True)
@@ -81,6 +84,7 @@ def test_keep_worktrees_turns_it_off_again(host: Host, tmp_path: Path, worktrees
     assert (worktrees / task / "left.txt").exists()
 
 
+@pytest.mark.slow  # it starts a process: the subprocess tier
 def test_cli_workflow_set_retire_and_keep_worktrees(
     db_url: str, host: Host, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

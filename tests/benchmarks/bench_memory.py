@@ -33,8 +33,8 @@ if str(REPO) not in sys.path:
 from loguru import logger  # noqa: E402
 
 from core import Host  # noqa: E402
+from core.model import AgentFailure  # noqa: E402
 from core.plugin.selection import PluginSelection  # noqa: E402
-from core.runtime.failures import AgentFailure  # noqa: E402
 
 TARGET = 1.2
 BASELINE_AT = 10_000
@@ -67,7 +67,7 @@ def rss_kib() -> int:
 
 
 def guards_only(total: int) -> int:
-    from core.runtime.runtime import AgentRuntime
+    from core.agents.runtime import AgentRuntime
 
     runtime = AgentRuntime(cast(Any, None), retry_delays=())
     baseline = 0
@@ -138,7 +138,7 @@ def main(argv: list[str] | None = None) -> int:
                     )
             final = rss_kib()
             moved = host.tasks.get(task).workflow_step_id
-            guards = len(host.runtime._guards)
+            guards = len(host.runtime.guards.held)
     ratio = final / baseline
     ok = ratio <= TARGET
     print(

@@ -1,6 +1,7 @@
-"""What the agent watchdog (core.runtime.watchdog, issue 27 item 1) costs a run.
+"""What the agent watchdog (core.agents.watchdog, issue 27 item 1) costs a run.
 
-(a) An exec agent's start-to-reaped time (`core.runtime.process.start` of /bin/true, then
+(a) An exec agent's start-to-reaped time (`core.agents.protocols.exec_process.start` of
+/bin/true, then
 `wait`), in alternating rounds with the watchdog on (its three pipe writes per agent: `~`,
 `+pgid`, `-pgid`) and off (the baseline: the link disabled, as where /proc is absent). Prints
 both medians, their ratio and the difference per agent: on a loaded machine the rounds' noise
@@ -27,7 +28,8 @@ import subprocess
 import sys
 import time
 
-from core.runtime import process, watchdog_link
+from core.agents import watchdog_link
+from core.agents.protocols import exec_process as process
 
 TARGET_SHARE = 0.01
 TARGET_CPU = 0.01

@@ -21,7 +21,7 @@ Procrastinate alternating, so load on the shared machine hits both alike.
 Round trips per run (PostgreSQL): one more 1x1 drain whose worker process runs with the
 counters of `bench_office_arrival` installed on every engine (SQLAlchemy's cursor, begin and
 commit events, plus `core.store.prepared.STATS` for the statements laneway runs on the driver's
-cursor), counted over the worker loop (`core.worker._work`: every thread of the process, the
+cursor), counted over the worker loop (`core.agents.worker._work`: every thread of the process, the
 final empty claim included) and divided by the runs it claimed. `--statements` prints the
 distinct statements of that drain, the list docs/performance.md holds.
 
@@ -81,8 +81,8 @@ PQ_DSN = "LANEWAY_BENCH_PQ_DSN"
 
 
 def start_agent(command: list[str], prompt: str) -> None:
-    """As core.runtime.process starts an exec agent: prompt on stdin, output read, a session
-    of its own (the Procrastinate task and the floor start their agents so)."""
+    """As core.agents.protocols.exec_process starts an exec agent: prompt on stdin, output
+    read, a session of its own (the Procrastinate task and the floor start their agents so)."""
     subprocess.run(
         command, input=prompt, capture_output=True, text=True, start_new_session=True, check=True
     )
@@ -361,12 +361,12 @@ def floor_drain(url: str, count: int) -> float:
 
 
 # The worker process, counted or profiled: the CLI's own entry point, with counters installed
-# on every engine (SQLAlchemy class-level events) and core.worker's loop wrapped.
+# on every engine (SQLAlchemy class-level events) and core.agents.worker's loop wrapped.
 WRAPPER = textwrap.dedent(
     """
     import cProfile, json, sys, threading
     import sqlalchemy as sa
-    from core import worker
+    from core.agents import worker
     from core.store import dialect
     from core.store.prepared import STATS
 

@@ -144,6 +144,7 @@ def test_python_api_checks_argument_types(sqlite_url: str) -> None:
         assert host.tasks.list() == []  # nothing was written
 
 
+@pytest.mark.slow  # it starts a process: the subprocess tier
 def test_readme_embedding_snippet_runs_twice(tmp_path: Path) -> None:
     readme = (REPO / "README.md").read_text()
     section = readme.split("## Embedding", 1)[1]
@@ -161,6 +162,7 @@ def test_readme_embedding_snippet_runs_twice(tmp_path: Path) -> None:
         assert len(host.tasks.list()) == 2
 
 
+@pytest.mark.slow  # it starts a process: the subprocess tier
 def test_logs_enable_honours_the_level(tmp_path: Path) -> None:
     """In an embedding program (loguru's default handler still installed): with
     `enable(level="info")` a DEBUG record is printed nowhere, an INFO one is."""

@@ -22,6 +22,8 @@ from core.cli import app, build_cli
 from core.plugin.selection import PluginSelection
 from plugins import hookimpl
 
+pytestmark = pytest.mark.slow  # its tests start `laneway` or `python`: the subprocess tier
+
 LANEWAY = Path(sys.executable).with_name("laneway")
 
 # Runs the console script's own function, then reports which modules the process imported.
@@ -108,7 +110,7 @@ def test_task_list_loads_no_plugin_and_no_write_path(current_board: str) -> None
         "core.arrival",
         "core.engine",
         "core.plugin.registry",
-        "core.runtime.runtime",
+        "core.agents.runtime",
         "core.runs",
         "sqlalchemy.dialects.postgresql",
         "core.plugin.kinds",  # kind classes: a reader needs only features
@@ -128,8 +130,8 @@ def test_task_move_starts_the_plugins_but_not_the_runtime(current_board: str) ->
     for present in ("pluggy", "kanban_plugin", "office_plugin", "core.arrival", "core.bundle"):
         assert present in modules, present
     for absent in (
-        "core.runtime.runtime",
-        "core.runtime.process",
+        "core.agents.runtime",
+        "core.agents.protocols.exec_process",
         "sqlalchemy.dialects.postgresql",
         "core.engine",
         "core.operations",

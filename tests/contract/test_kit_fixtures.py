@@ -45,6 +45,7 @@ def test_the_pytest11_entry_point_is_this_kit() -> None:
     )
 
 
+@pytest.mark.slow  # it starts a process: the subprocess tier
 def test_loading_the_plugin_imports_none_of_the_kit() -> None:
     probe = (
         "import sys, plugins.testing\n"

@@ -11,7 +11,9 @@ import threading
 import time
 from pathlib import Path
 
-from core import worker
+import pytest
+
+from core.agents import worker
 from tests.agents.test_acp_worker import Board
 from tests.conftest import eventually, open_host
 from tests.fencing.test_fencing import take_lock_away
@@ -28,6 +30,7 @@ def _state(pid: int) -> str | None:
     return None if letter == "Z" else letter
 
 
+@pytest.mark.slow  # it starts a process: the subprocess tier
 def test_item1_a_fenced_acp_agent_is_killed_without_its_grace(db_url: str, tmp_path: Path) -> None:
     """The lock taken away mid-turn: the ACP agent's process is gone within 3 s (the
     watcher's quarter-second look, the cancel, the kill), not after the 10 s grace."""

@@ -23,10 +23,11 @@ from typing import Any
 import pytest
 import sqlalchemy as sa
 
-from core import Host, worker
+from core import Host
+from core.agents import worker
+from core.agents.values import TurnOutcome
 from core.errors import RunFenced
 from core.runs import RunRequest
-from core.runtime.runtime import TurnOutcome
 from core.store import liveness
 from core.store import tables as t
 from tests.conftest import eventually, open_host
@@ -121,6 +122,7 @@ def test_item1_a_cut_off_processes_late_writes_are_refused(
     assert len(_warnings(laneway_logs, run.id)) >= 2  # the finish's and the requeue's
 
 
+@pytest.mark.slow  # it starts a process: the subprocess tier
 def test_item1_a_worker_stops_its_agent_the_moment_its_lock_is_lost(
     db_url: str, tmp_path: Path, laneway_logs: list[dict[str, Any]]
 ) -> None:

@@ -20,13 +20,14 @@ from typing import Any
 
 import pytest
 
-from core import worker
+from core.agents import worker
 from core.errors import DatabaseUnusable
 from core.runs import RunRequest
 from core.store import dialect
 from tests.conftest import open_host
 
 
+@pytest.mark.slow  # it starts a process: the subprocess tier
 def test_item2_a_sqlite_lock_held_past_busy_timeout_is_waited_out(
     sqlite_url: str,
     tmp_path: Path,

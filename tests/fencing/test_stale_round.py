@@ -17,9 +17,9 @@ from typing import Any
 import pytest
 import sqlalchemy as sa
 
-from core import worker
+from core.agents import worker
+from core.agents.values import TurnOutcome
 from core.errors import RunFenced
-from core.runtime.runtime import TurnOutcome
 from core.store import tables as t
 from tests.conftest import open_host
 from tests.on_enter.conftest import build_office, raw
@@ -46,6 +46,7 @@ def _approver(tmp_path: Path) -> list[str]:
     return [sys.executable, "-c", code]
 
 
+@pytest.mark.slow  # it starts a process: the subprocess tier
 def test_item4_runs_carry_their_entry_and_a_stale_rounds_run_is_cancelled_at_claim(
     db_url: str, tmp_path: Path
 ) -> None:

@@ -1,5 +1,5 @@
 """Issue 27 item 6: whether a session's turn is in flight is read from the database, not from the
-moving process's memory (`core/runtime/arrival.py`).
+moving process's memory (`core/agents/session.py`).
 
 Two hosts on one board are two processes to each other (each its own epoch, runtime and
 memory). AC-D1's stale-RUNNING flip still happens where no turn runs anywhere (a RUNNING session
@@ -16,11 +16,14 @@ import threading
 import time
 from typing import Any
 
+import pytest
 import sqlalchemy as sa
 
-from core import Host, agent_error, worker
+from core import Host
+from core.agents import failure as agent_error
+from core.agents import worker
+from core.model import AgentFailure
 from core.runs import RunRequest
-from core.runtime.failures import AgentFailure
 from core.store import tables as t
 from tests.conftest import open_host
 
@@ -71,6 +74,7 @@ def test_ac_d1_a_running_session_with_no_turn_anywhere_still_flips(db_url: str) 
         assert b.sessions.get(session).state == "WAITING_FOR_INPUT"
 
 
+@pytest.mark.slow  # it starts a process: the subprocess tier
 def test_item6_a_move_from_another_process_leaves_a_working_session_running(
     db_url: str, laneway_logs: list[dict[str, Any]]
 ) -> None:

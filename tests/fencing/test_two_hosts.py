@@ -13,9 +13,12 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from tests.conftest import open_host
 
 
+@pytest.mark.slow  # it starts a process: the subprocess tier
 def test_item7_a_second_host_in_one_process_leaves_the_first_hosts_locks(
     sqlite_url: str, tmp_path: Path
 ) -> None:

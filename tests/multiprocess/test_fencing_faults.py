@@ -30,7 +30,7 @@ from typing import Any
 import pytest
 import sqlalchemy as sa
 
-from core import worker
+from core.agents import worker
 from core.runs import RunRequest
 from core.store import tables as t
 from tests.agents.test_acp_worker import FAKE as FAKE_ACP
@@ -134,7 +134,7 @@ def _first_agent(pids: Path, ticks: Path) -> list[int]:
 
 
 def _watchdogs(worker_pid: int) -> list[int]:
-    """The worker's watchdog (its child running core/runtime/watchdog.py), if it has one."""
+    """The worker's watchdog (its child running core/agents/watchdog.py), if it has one."""
     return [
         int(child)
         for task in Path(f"/proc/{worker_pid}/task").iterdir()

@@ -785,6 +785,7 @@ def _laneway_command() -> list[str] | None:
     return [found] if probe.returncode == 0 else None
 
 
+@pytest.mark.slow  # it starts a process: the subprocess tier
 def test_ac_b9_recover_json_reports_the_scan(db_url: str) -> None:
     """AC-B9 through `laneway --db URL --json recover` (CLI.md): one JSON object with
     scanned / redispatched / skipped{reason: n} / errors counting what the scan did."""

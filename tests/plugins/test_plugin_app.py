@@ -38,6 +38,7 @@ def test_plugins_api_hands_out_no_host(name: str) -> None:
         getattr(api, name)
 
 
+@pytest.mark.slow  # it starts a process: the subprocess tier
 def test_importing_the_api_loads_no_host() -> None:
     """A plugin module that imports `plugins.api` (every one does, at `laneway --help`) loads
     neither the host nor the command line's app; `plugins.app` does."""

@@ -19,11 +19,11 @@ import pytest
 
 from core import Host
 from core.errors import LanewayError
+from core.model import AgentFailure
 from core.plugin.calls import Hooks
 from core.plugin.loading import PluginError, load_plugins
 from core.plugin.registry import RegistryError
 from core.plugin.selection import PluginSelection
-from core.runtime.failures import AgentFailure
 from plugins import ActionKind, GuardKind, GuardResult, hookimpl
 
 BUILTIN = frozenset({"kanban", "office"})

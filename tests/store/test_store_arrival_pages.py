@@ -78,6 +78,7 @@ def _ids_in_threads(threads: int, each: int) -> list[str]:
     return [i for slot in out for i in slot]
 
 
+@pytest.mark.slow  # it starts a process: the subprocess tier
 def test_issue_14_ids_stay_unique_across_threads_and_processes() -> None:
     """Thousands of ids in the same milliseconds, from 4 threads here and 2 other processes,
     are all distinct: the random bits, not the clock, keep them apart."""

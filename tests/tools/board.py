@@ -11,9 +11,9 @@ from acp.schema import McpServerStdio
 from mcp.client.session import ClientSession
 from mcp.client.stdio import StdioServerParameters, stdio_client
 
+from core.agents.tools.broker import Grant, ToolBroker
 from core.host import Host
 from core.model import Run, Session, Task, Workflow
-from core.runtime.tools.broker import Grant, ToolBroker
 
 
 @attrs.frozen

@@ -18,9 +18,9 @@ import attrs
 import pytest
 import sqlalchemy as sa
 
+from core.agents.tools import wire
+from core.agents.tools.broker import ToolBroker, mcp_server
 from core.host import Host
-from core.runtime.tools import wire
-from core.runtime.tools.broker import ToolBroker, mcp_server
 from core.store import tables as t
 from tests.tools.board import call, review_board, reviewer_grant
 
@@ -35,6 +35,7 @@ def _ok(text: str) -> Any:
     return json.loads(text)
 
 
+@pytest.mark.slow  # it starts a process: the subprocess tier
 def test_decide_records_the_seats_verdict_and_the_quorum_moves_the_task(
     host: Host, broker: ToolBroker
 ) -> None:
@@ -74,6 +75,7 @@ def test_decide_records_the_seats_verdict_and_the_quorum_moves_the_task(
     assert host.tasks.get(board.task.id).workflow_step_id == board.step("Approval")
 
 
+@pytest.mark.slow  # it starts a process: the subprocess tier
 def test_decide_refuses_a_verdict_outside_the_three(host: Host, broker: ToolBroker) -> None:
     board = review_board(host)
     (answer,) = call(
@@ -83,6 +85,7 @@ def test_decide_refuses_a_verdict_outside_the_three(host: Host, broker: ToolBrok
     assert host.decisions.list(board.task.id, board.step("Review")) == []
 
 
+@pytest.mark.slow  # it starts a process: the subprocess tier
 def test_complete_step_sets_the_pending_signal(host: Host, broker: ToolBroker) -> None:
     """`complete_step` row: as `{"step_complete": true}`, the session's pending signal for
     the run's step."""
@@ -93,6 +96,7 @@ def test_complete_step_sets_the_pending_signal(host: Host, broker: ToolBroker) -
     assert metadata["pending_step_signal"] == board.step("Review")
 
 
+@pytest.mark.slow  # it starts a process: the subprocess tier
 def test_comment_lands_by_the_agent_and_fires_on_comment_once(
     host: Host, broker: ToolBroker
 ) -> None:
@@ -130,6 +134,7 @@ def test_comment_lands_by_the_agent_and_fires_on_comment_once(
     assert host.runs.list(task=board.task.id) == after
 
 
+@pytest.mark.slow  # it starts a process: the subprocess tier
 def test_get_task_returns_the_task_the_prompt_and_the_steps_verdicts(
     host: Host, broker: ToolBroker
 ) -> None:
@@ -161,6 +166,7 @@ def test_get_task_returns_the_task_the_prompt_and_the_steps_verdicts(
     assert [(c["author"], c["body"]) for c in got["comments"]] == [("alice", "please hurry")]
 
 
+@pytest.mark.slow  # it starts a process: the subprocess tier
 def test_a_call_for_another_task_is_refused(host: Host, broker: ToolBroker) -> None:
     """ "a tool call for another task or seat is refused": any tool naming another task."""
     board = review_board(host)
@@ -178,6 +184,7 @@ def test_a_call_for_another_task_is_refused(host: Host, broker: ToolBroker) -> N
     assert host.decisions.list(board.task.id, board.step("Review")) == []
 
 
+@pytest.mark.slow  # it starts a process: the subprocess tier
 def test_a_seat_the_run_does_not_hold_cannot_decide(host: Host, broker: ToolBroker) -> None:
     """The worker's run holds no deciding seat at Review: its `decide` is refused."""
     board = review_board(host)
@@ -188,6 +195,7 @@ def test_a_seat_the_run_does_not_hold_cannot_decide(host: Host, broker: ToolBrok
     assert host.decisions.list(board.task.id, board.step("Review")) == []
 
 
+@pytest.mark.slow  # it starts a process: the subprocess tier
 def test_a_revoked_token_is_refused(host: Host, broker: ToolBroker) -> None:
     board = review_board(host)
     grant = reviewer_grant(broker, host, board)
@@ -201,6 +209,7 @@ def test_a_revoked_token_is_refused(host: Host, broker: ToolBroker) -> None:
     assert host.comments.list(board.task.id) == []
 
 
+@pytest.mark.slow  # it starts a process: the subprocess tier
 def test_a_wrong_authkey_is_refused(host: Host, broker: ToolBroker) -> None:
     """Without the broker's key nothing gets through: not a forwarded call, not a direct
     connection to the socket."""
@@ -227,6 +236,7 @@ def test_the_socket_lives_in_a_private_directory(host: Host, broker: ToolBroker)
     assert not folder.exists()
 
 
+@pytest.mark.slow  # it starts a process: the subprocess tier
 def test_the_servers_environment_and_imports_hold_no_database(
     host: Host, broker: ToolBroker, db_url: str
 ) -> None:
@@ -238,7 +248,7 @@ def test_the_servers_environment_and_imports_hold_no_database(
     assert (server.name, server.command, server.args) == (
         "laneway",
         sys.executable,
-        ["-m", "core.runtime.tools"],
+        ["-m", "core.agents.tools"],
     )
     assert sorted(e.name for e in server.env) == sorted(
         [wire.SOCKET_ENV, wire.KEY_ENV, wire.TOKEN_ENV]
@@ -249,7 +259,7 @@ def test_the_servers_environment_and_imports_hold_no_database(
     assert all(host_part not in e.value and "://" not in e.value for e in server.env)
     probe = (
         "import json, sys\n"
-        "from core.runtime.tools import server\n"
+        "from core.agents.tools import server\n"
         "server.build(server.Channel.from_env())\n"
         "print(json.dumps(sorted(sys.modules)))\n"
     )
@@ -269,9 +279,10 @@ def test_the_servers_environment_and_imports_hold_no_database(
     assert "mcp" in loaded
 
 
+@pytest.mark.slow  # it starts a process: the subprocess tier
 def test_the_server_without_its_environment_says_what_is_missing() -> None:
     done = subprocess.run(
-        [sys.executable, "-m", "core.runtime.tools"],
+        [sys.executable, "-m", "core.agents.tools"],
         env={"PATH": os.environ["PATH"]},
         capture_output=True,
         text=True,
@@ -287,6 +298,7 @@ def test_the_server_without_its_environment_says_what_is_missing() -> None:
     assert done.stderr.strip().splitlines() == [expected]
 
 
+@pytest.mark.slow  # it starts a process: the subprocess tier
 def test_a_refused_call_is_logged_with_its_run(
     host: Host, broker: ToolBroker, laneway_logs: list[dict[str, Any]]
 ) -> None:

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from core.worker import prompt_for
+from core.agents.session import prompt_for
 from tests.conftest import open_host
 
 

@@ -1,13 +1,13 @@
 """The worker's half of the tool server: answers an agent's tool calls for the run it granted.
 
-The agent's MCP server (`core.runtime.tools.server`) runs in the agent's environment, which
+The agent's MCP server (`core.agents.tools.server`) runs in the agent's environment, which
 holds nothing that opens the database. What it holds instead is a per-run capability: the
 path of this broker's unix socket (in a 0700 directory), the broker's authkey (the stdlib
 `multiprocessing.connection` challenge-response, so a process without the key cannot talk to
 the broker at all) and the run's token, which names exactly one task, step and seat. Every
 call is checked against its token's grant; a revoked or unknown token, or a call naming
 another task, is refused. The tools call the same services as an exec agent's JSON lines
-(`core.runtime.runtime`), so a verdict or a completion signal means the same either way.
+(`core.agents.protocols.exec`), so a verdict or a completion signal means the same either way.
 """
 
 from __future__ import annotations
@@ -31,9 +31,9 @@ from typing import TYPE_CHECKING, Any, ClassVar, Self
 import attrs
 from acp.schema import EnvVariable, McpServerStdio
 
+from core.agents.tools import wire
 from core.errors import LanewayError
 from core.logs import logger
-from core.runtime.tools import wire
 
 if TYPE_CHECKING:
     from core.model import Decision
@@ -63,7 +63,7 @@ def mcp_server(grant: Grant) -> McpServerStdio:
     return McpServerStdio(
         name=wire.SERVER_NAME,
         command=sys.executable,
-        args=["-m", "core.runtime.tools"],
+        args=["-m", "core.agents.tools"],
         env=[
             EnvVariable(name=wire.SOCKET_ENV, value=grant.address),
             EnvVariable(name=wire.KEY_ENV, value=grant.authkey.hex()),
@@ -338,9 +338,9 @@ def _verdict_json(d: Decision) -> dict[str, Any]:
 
 
 def _feedback_json(peers: Peers, grant: Grant) -> dict[str, Any] | None:
-    """What the run's prompt carried as its feedback block (core.feedback), at every step of
+    """What the run's prompt carried as its feedback block (core.agents.feedback), at every step of
     the task; None for a first run or when nothing was new."""
-    from core import feedback
+    from core.agents import feedback
     from core.shapes import plain
 
     run = peers.runs.get(grant.run_id) if grant.run_id else None

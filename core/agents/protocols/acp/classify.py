@@ -8,7 +8,7 @@ from typing import Any, Final
 
 from acp import RequestError
 
-from core.runtime.acp.values import TokenUsage, TurnEnd
+from core.agents.values import TokenUsage, TurnEnd
 
 AUTH_CODE: Final = -32000
 _AUTH_STATUS = re.compile(r"\b(401|403)\b")

@@ -12,7 +12,7 @@ also gets a parent-death signal (`PR_SET_PDEATHSIG`), so SIGKILL reaches it when
 dies without a chance to clean up (kill -9, the OOM killer). Descendants the agent starts are
 reached by the group kill on every stop, not by the parent-death signal, which the kernel sends
 to direct children only. Its group is registered with the worker's watchdog
-(core.runtime.watchdog), which stops it while the worker is stopped and kills it when the
+(core.agents.watchdog), which stops it while the worker is stopped and kills it when the
 worker is gone.
 
 The signal is asked for by util-linux's `setpriv --pdeathsig KILL` exec'ing the agent where
@@ -42,7 +42,7 @@ from typing import Any, Final
 
 import attrs
 
-from core.runtime import watchdog_link
+from core.agents import watchdog_link
 
 TRANSIENT_EXIT: Final = 75
 MESSAGE_KEYS: Final = frozenset({"decision", "step_complete", "log", "usage"})

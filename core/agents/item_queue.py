@@ -7,7 +7,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable, Sequence
 
-from core.runtime.acp.values import TranscriptItem
+from core.agents.values import TranscriptItem
 
 BATCH: int = 500
 """Items at most in one transaction: a burst is kept in bounded steps, never one huge write."""

@@ -1,5 +1,5 @@
 """`session/update` notifications as transcript items (CLI.md: `kind`, `text`, `data`), cut
-to their bounds (core.runtime.acp.bounds)."""
+to their bounds (core.agents.bounds)."""
 
 from __future__ import annotations
 
@@ -14,8 +14,8 @@ from acp.schema import (
 )
 from pydantic import BaseModel
 
-from core.runtime.acp.bounds import MAX_DATA, MAX_TEXT, bounded_data, cut_text, item
-from core.runtime.acp.values import TranscriptItem
+from core.agents.bounds import MAX_DATA, MAX_TEXT, bounded_data, cut_text, item
+from core.agents.values import TranscriptItem
 
 __all__ = [
     "MAX_DATA",

@@ -6,11 +6,12 @@ methods; while one runs, the items and permission questions the agent produces a
 that same caller thread through a queue, so the caller does its database work on its own
 thread and the loop thread never waits for the database, nor the database for the loop.
 
-An agent process is started like an exec agent (core.runtime.process): in a process group of
-its own, with a parent-death signal, and with exactly the environment the caller gives (built
-by agent_env). The process is forked by the loop thread, which lives as long as the process,
-so the parent-death signal comes when the worker dies, not when a turn's thread ends. Its
-group is registered with the worker's watchdog (core.runtime.watchdog) like an exec agent's.
+An agent process is started like an exec agent (core.agents.protocols.exec_process): in a
+process group of its own, with a parent-death signal, and with exactly the environment the
+caller gives (built by agent_env). The process is forked by the loop thread, which lives as
+long as the process, so the parent-death signal comes when the worker dies, not when a turn's
+thread ends. Its group is registered with the worker's watchdog (core.agents.watchdog) like an
+exec agent's.
 """
 
 from __future__ import annotations
@@ -38,12 +39,13 @@ from acp.schema import (
 )
 from pydantic import ValidationError
 
-from core.runtime import watchdog_link
-from core.runtime.acp.classify import error_end, failed, stop_reason_end
-from core.runtime.acp.client import Ask, LanewayClient
-from core.runtime.acp.items import dump, item
-from core.runtime.acp.transport import LineTransport, keep_stderr_tail, last_line
-from core.runtime.acp.values import (
+from core.agents import watchdog_link
+from core.agents.protocols.acp.classify import error_end, failed, stop_reason_end
+from core.agents.protocols.acp.client import Ask, LanewayClient
+from core.agents.protocols.acp.items import dump, item
+from core.agents.protocols.acp.transport import LineTransport, keep_stderr_tail, last_line
+from core.agents.protocols.exec_process import _parent_death_signal, kill_group
+from core.agents.values import (
     AcpError,
     AgentInfo,
     Change,
@@ -56,7 +58,6 @@ from core.runtime.acp.values import (
     TranscriptItem,
     TurnEnd,
 )
-from core.runtime.process import _parent_death_signal, kill_group
 
 T = TypeVar("T")
 McpServer = McpServerStdio | HttpMcpServer | SseMcpServer

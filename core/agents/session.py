@@ -1,4 +1,6 @@
-"""The session lifecycle around an arrival, run once per arrival before its entry actions.
+"""The session: what a run's agent sees (its session, its prompt with the feedback given since
+its last turn) and the session lifecycle around an arrival, run once per arrival before its
+entry actions.
 
 - The destination step (or its workflow) names an agent profile other than the live
   session's: the task switches to a session for that profile (a non-failed one is reused,
@@ -23,8 +25,10 @@ from core.logs import logger
 from core.model import Session
 
 if TYPE_CHECKING:
+    from core.agents.runtime import RuntimePeers
     from core.entry import Arrival
-    from core.runtime.runtime import RuntimePeers
+    from core.model import Run, Task
+    from core.services.peers import Peers
 
 
 def prepare_session(host: RuntimePeers, arrival: Arrival) -> Session | None:
@@ -51,8 +55,6 @@ def _prepare(host: RuntimePeers, arrival: Arrival) -> Session | None:
         agent = host.runs.primary_agent(arrival.task, arrival.step.id)
         if agent is None:
             return None
-        from core.runtime.runtime import profile_session
-
         return profile_session(host, arrival.task, agent)
     session = host.sessions.get(session_id) if session_id else None
     if (
@@ -67,10 +69,6 @@ def _prepare(host: RuntimePeers, arrival: Arrival) -> Session | None:
         return session
     if session is not None and session.agent_profile_id == wanted:
         return session
-    # The runtime (process handling, agent environments) only when a session is switched:
-    # a move that starts no agent, like a manual one, never imports it.
-    from core.runtime.runtime import profile_session
-
     switched = profile_session(host, arrival.task, wanted)
     if session is not None and session.id != switched.id:
         host.sessions.set_state(session.id, "COMPLETED")
@@ -92,3 +90,41 @@ def _starts_itself(host: RuntimePeers, arrival: Arrival) -> bool:
         (registered := registry.kind(a.kind)) is not None and registered.kind.starts_agent
         for a in arrival.step.actions("on_enter")
     )
+
+
+def profile_session(host: Peers, task: Task, agent_profile_id: str) -> Session:
+    """The task's session for an agent: a non-failed one is reused, else one is started."""
+    # the sessions' writes only when a session is looked for: a move that starts no agent,
+    # like a manual one, never imports them
+    from core.model import ACTIVE_SESSION_STATES
+    from core.services.sessions import open_session, sessions_of
+
+    for session in reversed(sessions_of(host, task.id)):
+        if session.agent_profile_id == agent_profile_id and session.state != "FAILED":
+            if session.state in ACTIVE_SESSION_STATES:
+                return session
+            host.sessions.set_state(session.id, "WAITING_FOR_INPUT")
+            return host.sessions.get(session.id)
+    return open_session(host, task.id, agent_profile_id, external=False)
+
+
+def prompt_for(host: Peers, run: Run, task: Task | None = None) -> str:
+    """The run's prompt: the workflow and step prompts with the task's description, then the
+    verdicts and comments given since the agent's last turn on the task (core.agents.feedback;
+    none on a first run), then the run's message. `task`: the run's task, when the caller has
+    just read it."""
+    from core.agents import feedback
+    from core.prompts import build_prompt
+
+    if task is None and run.task_id:
+        task = host.tasks.get(run.task_id)
+    if task is None or run.workflow_step_id is None:
+        return str((run.payload or {}).get("message", ""))
+    workflow, step = host.workflows.step_by_id(run.workflow_step_id)
+    text = build_prompt(workflow.prompt, step.prompt, task.description)
+    given = feedback.since_last_turn(host, run, task)
+    if given is not None:
+        names = {s.id: s.name for s in workflow.steps}
+        text = f"{text}\n\n{feedback.block(given, names)}"
+    message = (run.payload or {}).get("message")
+    return f"{text}\n\n{message}" if message else text

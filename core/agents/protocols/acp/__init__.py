@@ -7,7 +7,7 @@ options and model, and runs turns whose end is routed as AGENTS.md "How a turn e
 
 from typing import TYPE_CHECKING, Any
 
-from core.runtime.acp.values import (
+from core.agents.values import (
     AcpError,
     AgentInfo,
     Change,
@@ -23,7 +23,7 @@ from core.runtime.acp.values import (
 )
 
 if TYPE_CHECKING:
-    from core.runtime.acp.facade import AcpLoop, AgentConnection, McpServer, shared_loop
+    from core.agents.protocols.acp.facade import AcpLoop, AgentConnection, McpServer, shared_loop
 
 _FACADE = frozenset({"AcpLoop", "AgentConnection", "McpServer", "shared_loop"})
 
@@ -32,7 +32,7 @@ def __getattr__(name: str) -> Any:
     # The SDK (pydantic, asyncio) loads only when something drives an agent: an exec agent's
     # turn uses the values and bounds alone.
     if name in _FACADE:
-        from core.runtime.acp import facade
+        from core.agents.protocols.acp import facade
 
         return getattr(facade, name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

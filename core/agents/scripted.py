@@ -1,6 +1,6 @@
 """Small scripted agents, shipped for `laneway demo` and for tests of the agent runtime.
 
-Run as ``python -m core.runtime.scripted ROLE [options]``. Each reads its prompt from stdin
+Run as ``python -m core.agents.scripted ROLE [options]``. Each reads its prompt from stdin
 and answers in the agent protocol (JSON lines on stdout, exit status):
 
 - ``worker``: does the work (a log line) and ends its turn. ``--fail-first FILE``: the first
@@ -36,7 +36,7 @@ def _count(state: str | None) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m core.runtime.scripted")
+    parser = argparse.ArgumentParser(prog="python -m core.agents.scripted")
     parser.add_argument(
         "role", choices=["worker", "reviewer", "approver", "ceo", "transient", "exit"]
     )

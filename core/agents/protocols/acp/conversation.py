@@ -6,7 +6,7 @@ a bound per worker); when it is gone — the worker restarted, the process died 
 session id is loaded (`session/load`) where the agent offers it, else a new conversation opens
 and the session says `conversation lost`.
 
-Before each prompt the agent is reconciled with what the workflow wants (`core.runtime.desired`):
+Before each prompt the agent is reconciled with what the workflow wants (`core.agents.desired`):
 mode, plan mode, model, config options and a fresh start. What the agent reported is written
 back to the session's `agent` (what `session list --json` shows).
 
@@ -26,10 +26,10 @@ from typing import Any, Final, Protocol
 
 import attrs
 
-from core.logs import logger
-from core.model import AgentProfile
-from core.runtime.acp.facade import INIT_TIMEOUT, AcpLoop, AgentConnection, McpServer
-from core.runtime.acp.values import (
+from core.agents.desired import PLAN_MODE, Desired, with_plan_instruction
+from core.agents.item_queue import ItemQueue
+from core.agents.protocols.acp.facade import INIT_TIMEOUT, AcpLoop, AgentConnection, McpServer
+from core.agents.values import (
     AcpError,
     PermissionPolicy,
     PermissionRequest,
@@ -37,8 +37,8 @@ from core.runtime.acp.values import (
     TranscriptItem,
     TurnEnd,
 )
-from core.runtime.desired import PLAN_MODE, Desired, with_plan_instruction
-from core.runtime.item_queue import ItemQueue
+from core.logs import logger
+from core.model import AgentProfile
 
 LIVE_LIMIT: Final = 32
 """Conversations a worker keeps alive between turns; the least recently used one past it ends

@@ -1,4 +1,4 @@
-"""The worker's side of its agent watchdog (core.runtime.watchdog): one per process, started
+"""The worker's side of its agent watchdog (core.agents.watchdog): one per process, started
 with the first agent, told of every agent group as it starts and ends, and asked - when the
 worker wakes from a pause - which of the stopped agents must die rather than run on.
 

@@ -1,7 +1,8 @@
 """A worker's agent watchdog: its agents pause with it, and die with it.
 
-A worker's agents run in process groups of their own (core.runtime.process), so a SIGSTOP of
-the worker - `kill -STOP`, Ctrl-Z, a debugger - stops the worker alone and its agents run on.
+A worker's agents run in process groups of their own (core.agents.protocols.exec_process),
+so a SIGSTOP of the worker - `kill -STOP`, Ctrl-Z, a debugger - stops the worker alone and
+its agents run on.
 If the worker's liveness lock is lost while it is paused, another worker re-claims the run and
 would start it again beside the first agent. This process, one per worker, started when the
 worker first launches an agent, closes that hole:

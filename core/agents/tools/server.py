@@ -1,9 +1,9 @@
 """The agent's half of the tool server: the stdio MCP server `laneway` (AGENTS.md "The tool
-server"), started by the agent from ACP's `mcpServers` as `python -m core.runtime.tools`.
+server"), started by the agent from ACP's `mcpServers` as `python -m core.agents.tools`.
 
 It holds no database credentials and imports nothing that could open a database: its
 environment gives it the worker's broker socket, the broker's authkey and its run's token
-(`core.runtime.tools.wire`), and each tool call is forwarded to the broker, which checks it
+(`core.agents.tools.wire`), and each tool call is forwarded to the broker, which checks it
 against the run's grant and answers it with the board's services.
 """
 
@@ -18,7 +18,7 @@ from typing import Any, Literal
 from mcp.server.mcpserver import MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
 
-from core.runtime.tools import wire
+from core.agents.tools import wire
 
 Verdict = Literal["approved", "rejected", "changes_requested"]
 

@@ -1,4 +1,12 @@
-"""on_agent_error for non-Office tasks: the guard sequence, the operation id, the dispatch.
+"""An agent's terminal failure: the bookkeeping under the session's guard, then on_agent_error.
+
+`Failures.handle` runs the bookkeeping in the order the agent-error spec fixes (session state
+-> task review state -> pending step-completion reconciliation -> cleanup launched, not
+awaited) under the session's guard; the guard is then released and the dispatch runs,
+synchronously on the same thread, so an action that needs the guard again (auto_start_agent)
+finds it free instead of deadlocking.
+
+The dispatch, for non-Office tasks: the guard sequence, the operation id, the engine.
 
 The guards are first-match-wins, in the spec's order; each is silent or records exactly one
 line (at most one record per failure):
@@ -21,12 +29,16 @@ applied, ERROR when the engine failed (never propagated). Every record carries `
 
 from __future__ import annotations
 
+import threading
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from core.errors import NotFound
+from core.agents.guards import SessionGuards
+from core.agents.stops import InFlight
+from core.agents.values import TurnOutcome
+from core.errors import LanewayError, NotFound
 from core.logs import logger
-from core.model import WORKING_STATES, Task
-from core.runtime.failures import AgentFailure
+from core.model import WORKING_STATES, AgentFailure, Task
 
 if TYPE_CHECKING:
     from loguru import Logger
@@ -233,3 +245,110 @@ def why_not_dispatched(host: Peers, task: Task, failed_session_id: str) -> str:
     return (
         "this failure was handled before (a repeated report), or the dispatch failed (see the log)"
     )
+
+
+class Failures:
+    """This process's handling of its agents' terminal failures."""
+
+    def __init__(self, peers: Peers, guards: SessionGuards, in_flight: InFlight) -> None:
+        self.peers = peers
+        self.guards = guards
+        self.in_flight = in_flight
+
+    def fail_and_dispatch(self, failure: AgentFailure) -> TurnOutcome:
+        """Bookkeeping under the session guard, then the dispatch with the guard released."""
+        dispatch = self.handle_failure(failure)
+        dispatch()
+        return TurnOutcome(
+            failure.session_id or "", ok=False, error=failure.error_message, route=failure.route
+        )
+
+    def handle_failure(self, failure: AgentFailure) -> Callable[[], bool]:
+        """The failure bookkeeping. Returns the dispatch for the caller to run once it has
+        released the guard; it answers whether on_agent_error was dispatched (a sessionless
+        failure has no guard and dispatches nothing)."""
+        if not failure.session_id:
+            return lambda: False
+        refused = self.in_flight.fenced(failure.run_id)
+        if refused == "claim_lost":
+            # the run is another worker's now: its failure is not this process's to handle
+            logger.bind(task_id=failure.task_id, run_id=failure.run_id, reason=refused).warning(
+                "agent failure not handled: the run's claim was taken from this process"
+            )
+            return lambda: False
+        with self.guards.guard(failure.session_id):
+            self._bookkeeping(failure)
+        return lambda: self._dispatch(failure)
+
+    def _bookkeeping(self, failure: AgentFailure) -> None:
+        host = self.peers
+        assert failure.session_id is not None
+        try:
+            task = host.tasks.get(failure.task_id)
+        except LanewayError:
+            task = None
+        office = task is not None and host.tasks.owner(task) is not None
+        # 1. session state: Office sessions fail; a kanban session stays recoverable
+        host.sessions.set_state(
+            failure.session_id,
+            "FAILED" if office else "WAITING_FOR_INPUT",
+            error=failure.error_message or "agent failed",
+        )
+        host.sessions.record_effect(
+            failure.session_id,
+            last_agent_error={
+                "message": failure.error_message or "agent failed",
+                "route": failure.route,
+            },
+        )
+        # 2. review state: a kanban task goes to REVIEW for a human to look at
+        if task is not None and not office and not failure.user_initiated:
+            host.tasks.set_state(task.id, "REVIEW")
+        # 3. a completion signal the agent gave before failing is honoured first
+        session = host.sessions.get(failure.session_id)
+        signal = session.metadata.get("pending_step_signal")
+        if task is not None and signal and signal == task.workflow_step_id:
+            host.sessions.record_effect(failure.session_id, pending_step_signal=None)
+            _reconcile_signal(host, task.id, failure)
+        # 4. cleanup, launched and not awaited
+        turn = self.in_flight.turns.get(failure.session_id)
+        if turn is not None and turn.proc is not None:
+            threading.Thread(target=turn.proc.kill, daemon=True).start()
+
+    def _dispatch(self, failure: AgentFailure) -> bool:
+        dispatched = False
+
+        def core_dispatch() -> None:
+            nonlocal dispatched
+            dispatched = dispatch(self.peers, failure)
+
+        # Each in its own guard: a failing dispatch never keeps plugins from observing.
+        for step in (
+            core_dispatch,
+            lambda: self.peers.bundle.registry.hooks.agent_failed(self.peers, failure),
+        ):
+            try:
+                step()
+            except Exception as exc:  # noqa: BLE001 - a failing callback must not take the host down
+                logger.bind(
+                    task_id=failure.task_id,
+                    session_id=failure.session_id,
+                    cause=f"{type(exc).__name__}: {exc}",
+                ).opt(exception=exc).error("on_agent_error dispatch raised; recovered")
+        return dispatched
+
+
+def _reconcile_signal(host: Peers, task_id: str, failure: AgentFailure) -> None:
+    """Apply the completion signal the agent gave before failing. A failure applying it (a
+    move_to_next from the last step, an entry record that could not be written) is logged and
+    swallowed: the cleanup and the on_agent_error dispatch still run (AC-A1, AC-A3)."""
+    try:
+        # an action failing returns a failed result the engine has already logged
+        host.engine.handle_trigger(task_id, "on_turn_complete", session_id=failure.session_id)
+    except Exception as exc:  # noqa: BLE001 - the failure's own handling must go on
+        logger.bind(
+            task_id=task_id,
+            session_id=failure.session_id,
+            route=failure.route,
+            cause=f"{type(exc).__name__}: {exc}",
+        ).error("the agent's completion signal could not be applied; handling the failure anyway")

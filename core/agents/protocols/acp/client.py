@@ -33,8 +33,8 @@ from acp.schema import (
     PermissionOption as AcpPermissionOption,
 )
 
-from core.runtime.acp.items import MAX_TEXT, block_text, dump, item, update_item
-from core.runtime.acp.values import (
+from core.agents.protocols.acp.items import MAX_TEXT, block_text, dump, item, update_item
+from core.agents.values import (
     ItemKind,
     PermissionOption,
     PermissionPolicy,

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from core.runtime.acp.values import ItemKind, TranscriptItem
+from core.agents.values import ItemKind, TranscriptItem
 from core.text import MAX_DATA, MAX_TEXT, bounded_data, cut_text
 
 __all__ = ["MAX_DATA", "MAX_TEXT", "bounded_data", "cut_text", "item"]

@@ -24,21 +24,18 @@ from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
 import attrs
-import sqlalchemy as sa
 
-from core import faults, feedback, runs
+from core import faults, runs
+from core.agents import watchdog_link
+from core.agents.session import profile_session, prompt_for
+from core.agents.values import TurnOutcome
 from core.logs import logger
 from core.model import Run, Task
-from core.prompts import build_prompt
-from core.runtime import watchdog_link
-from core.runtime.runtime import TurnOutcome, profile_session
-from core.store import tables as t
 from core.store.database import database_away
 
 if TYPE_CHECKING:
-    from core.runtime.runtime import RuntimePeers
+    from core.agents.runtime import RuntimePeers
 
-R = t.runs
 KILL_GRACE_S = 10.0
 CANCEL_POLL_S = 0.5
 """How often a running run's row is read for a cancel request (from any process)."""
@@ -166,11 +163,7 @@ def _end(host: RuntimePeers, run: Run, outcome: TurnOutcome, epoch: str) -> bool
             ended = True  # the common end: claimed under `epoch`, entry current, one statement
         elif runs.fence(uow, run.id, epoch) == "superseded":
             # its round is over: it ends cancelled, whatever its agent said (newer entries win)
-            uow.conn.execute(
-                sa.update(R)
-                .where(R.c.id == run.id, R.c.status == runs.CLAIMED)
-                .values(cancel_reason=sa.func.coalesce(R.c.cancel_reason, "superseded"))
-            )
+            runs.note_cancel(uow, run.id, "superseded", keep_earlier=True)
             ended = runs.release(uow, run, epoch, ok=False, error=outcome.error, cancelled=True)
         else:
             wanted = not outcome.ok and runs.cancel_requested(uow.conn, run.id) is not None
@@ -184,25 +177,6 @@ def _end(host: RuntimePeers, run: Run, outcome: TurnOutcome, epoch: str) -> bool
                 cancelled=outcome.cancelled or wanted,
             )
     return ended
-
-
-def prompt_for(host: RuntimePeers, run: Run, task: Task | None = None) -> str:
-    """The run's prompt: the workflow and step prompts with the task's description, then the
-    verdicts and comments given since the agent's last turn on the task (core.feedback; none
-    on a first run), then the run's message. `task`: the run's task, when the caller has just
-    read it."""
-    if task is None and run.task_id:
-        task = host.tasks.get(run.task_id)
-    if task is None or run.workflow_step_id is None:
-        return str((run.payload or {}).get("message", ""))
-    workflow, step = host.workflows.step_by_id(run.workflow_step_id)
-    text = build_prompt(workflow.prompt, step.prompt, task.description)
-    given = feedback.since_last_turn(host, run, task)
-    if given is not None:
-        names = {s.id: s.name for s in workflow.steps}
-        text = f"{text}\n\n{feedback.block(given, names)}"
-    message = (run.payload or {}).get("message")
-    return f"{text}\n\n{message}" if message else text
 
 
 class CancelWatch:
@@ -317,11 +291,7 @@ def _execute(host: RuntimePeers, run: Run, watch: CancelWatch | None) -> TurnOut
         vacated = _vacated(host, run, task) if task is not None else None
         if vacated is not None:
             with host.store.transaction() as uow:
-                uow.conn.execute(
-                    sa.update(R)
-                    .where(R.c.id == run.id, R.c.status == runs.CLAIMED)
-                    .values(cancel_reason=vacated)
-                )
+                runs.note_cancel(uow, run.id, vacated)
             error, why = _WHY_VACATED[vacated]
             log.bind(step_id=run.workflow_step_id, cancel_reason=vacated).info(
                 f"run cancelled: {why}; no agent launched"
@@ -406,7 +376,7 @@ def work(
 
 def after_pause(host: RuntimePeers) -> list[int]:
     """This worker wakes from a pause, its agents still stopped by its watchdog
-    (core.runtime.watchdog): check the liveness lock first - when it is lost the check fences
+    (core.agents.watchdog): check the liveness lock first - when it is lost the check fences
     this worker and stops the turns claimed under it - and name the agents of turns whose claim
     is lost, to be killed rather than resumed."""
     try:

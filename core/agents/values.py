@@ -1,4 +1,6 @@
-"""The values the ACP client hands its caller: all frozen, none holding a live object."""
+"""The agent wing's values: what a protocol hands its caller (transcript items, a turn's end,
+usage, permission requests) and what a turn hands the worker. All frozen, none holding a live
+object."""
 
 from __future__ import annotations
 
@@ -144,3 +146,21 @@ class AcpError(Exception):
     def __init__(self, end: TurnEnd) -> None:
         super().__init__(end.message)
         self.end = end
+
+
+@attrs.frozen
+class TurnOutcome:
+    """How a launched turn ended, for the caller (the worker finishing a run)."""
+
+    session_id: str
+    ok: bool
+    error: str | None = None
+    route: str | None = None
+    cancelled: bool = False
+    """laneway stopped the turn (`session/cancel`); no on_agent_error ran."""
+    stopped: str | None = None
+    """Why it was stopped (one of `core.agents.stops.STOPS`) when `cancelled`."""
+    messages_waiting: bool = True
+    """False when the turn's end saw no message queued for the session, in the transaction
+    that set it waiting for input: a message sent after that commit finds it waiting and
+    queues a run of its own (`SessionService.send`), so there is nothing to deliver here."""

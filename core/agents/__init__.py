@@ -1,0 +1,1 @@
+"""The agent wing: the worker, sessions, turns, protocols, failures (docs/architecture.md)."""

@@ -1,0 +1,68 @@
+"""The ACP protocol behind the turn protocol: a try at a turn is one prompt to the session's
+conversation, which this process keeps between turns (the SDK loads with the first)."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from core.agents.stops import InFlight, LiveTurn
+from core.agents.tools.access import ToolAccess
+from core.agents.values import TurnEnd
+
+if TYPE_CHECKING:
+    from core.agents.protocols import TurnCall
+    from core.agents.protocols.acp.conversation import Conversations
+
+
+class AcpProtocol:
+    running_first = True
+
+    def __init__(self, in_flight: InFlight, tools: ToolAccess) -> None:
+        self.in_flight = in_flight
+        self.tools = tools
+        self._conversations: Conversations | None = None
+
+    @property
+    def conversations(self) -> Conversations:
+        """The ACP agents this process keeps between turns (the ACP SDK loads on first use)."""
+        if self._conversations is None:
+            from core.agents.protocols.acp.conversation import Conversations
+            from core.agents.protocols.acp.facade import shared_loop
+
+            self._conversations = Conversations(shared_loop)
+            self.in_flight.conversations = self._conversations
+        return self._conversations
+
+    def close(self) -> None:
+        if self._conversations is not None:
+            self._conversations.close_all()
+
+    def attempt(self, turn: LiveTurn, call: TurnCall) -> TurnEnd:
+        from core.agents.protocols.acp.conversation import AcpTurn, run_acp_turn
+
+        servers, token = self.tools.servers(
+            call.session_id,
+            task_id=turn.task_id,
+            step_id=turn.step_id,
+            run_id=turn.run_id,
+            agent_profile_id=turn.agent_profile_id,
+        )
+        try:
+            with self.in_flight.peers.store.agent_turn():
+                return run_acp_turn(
+                    self.conversations,
+                    AcpTurn(
+                        call.session_id,
+                        call.profile,
+                        call.env,
+                        call.prompt,
+                        call.cwd,
+                        call.want,
+                        call.session.agent,
+                        servers,
+                    ),
+                    call.record,
+                )
+        finally:
+            # between turns the agent's tools act for no run at all
+            self.tools.revoke(token)

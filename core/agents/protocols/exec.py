@@ -1,0 +1,218 @@
+"""The exec protocol behind the turn protocol: a try at a turn is one subprocess
+(`exec_process`), told its prompt on stdin, heard line by line; its JSON lines are messages
+(a log line, usage, a decision, a step signal), its exit code the turn's end."""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+import time
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any, Final
+
+from core.agents.bounds import item
+from core.agents.desired import exec_env, with_plan_instruction
+from core.agents.item_queue import ItemQueue
+from core.agents.protocols import exec_process as process
+from core.agents.stops import InFlight, LiveTurn
+from core.agents.values import TurnEnd
+from core.errors import LanewayError, RunFenced
+from core.logs import logger
+
+if TYPE_CHECKING:
+    from core.agents.protocols import TurnCall
+    from core.agents.record import BoardRecord
+
+WATCH_POLL_S = 0.25
+"""How often an exec turn's deadlines are looked at."""
+_UNSET: Final = object()
+
+
+class ExecProtocol:
+    running_first = False
+
+    def __init__(self, in_flight: InFlight) -> None:
+        self.in_flight = in_flight
+        self.peers = in_flight.peers
+
+    def attempt(self, turn: LiveTurn, call: TurnCall) -> TurnEnd:
+        session_id, session, profile, want, record = (
+            call.session_id,
+            call.session,
+            call.profile,
+            call.want,
+            call.record,
+        )
+        fresh = want.resets > int(session.agent.get("resets_applied") or 0)
+        prompt = with_plan_instruction(call.prompt) if want.plan_mode else call.prompt
+        with self.peers.store.transaction():
+            self.peers.sessions.set_state(session_id, "RUNNING")
+            record.items([item("prompt", prompt)])
+        watch = _Deadlines(turn, profile.turn_timeout, profile.idle_timeout)
+        said = ItemQueue(record.items)
+
+        def message(m: Any) -> None:
+            watch.heard()
+            self._on_message(turn, session_id, m, record, said)
+
+        def line(text: str) -> None:
+            watch.heard()
+            said.put([item("output", text)])
+
+        with self.peers.store.agent_turn():  # the board is followed while it works
+            try:
+                proc = process.start(
+                    profile.command,
+                    prompt=prompt,
+                    env={**call.env, **exec_env(want, fresh=fresh)},
+                    execution_id=call.execution_id,
+                    on_message=message,
+                    on_line=line,
+                    cwd=call.cwd,
+                )
+            except process.LaunchError as exc:
+                said.stop()
+                return TurnEnd("failed", str(exc), route="R2")
+            except BaseException:
+                said.stop()
+                raise
+            turn.proc = proc
+            if turn.stopped is not None:  # stopped while it was starting
+                proc.kill()
+            watch.start()
+            try:
+                result = proc.wait()
+                said.close()  # everything it said is kept before its turn ends
+            except BaseException:
+                # the board could not take what it said (its task deleted under it): the agent
+                # must not outlive its turn
+                proc.kill()
+                said.stop()
+                with contextlib.suppress(Exception):
+                    proc.popen.wait(timeout=5)
+                raise
+            finally:
+                watch.stop()
+        if turn.stopped == "fenced":
+            return TurnEnd("cancelled", "the worker lost the run's claim")
+        self.peers.sessions.append_transcript(session_id, result.transcript)
+        reported = {
+            "protocol": "exec",
+            "mode": want.mode,
+            "plan_mode": want.plan_mode,
+            "model": want.model,
+            "config_options": [{"id": k, "current": v} for k, v in want.options.items()],
+            "resets_applied": want.resets,
+        }
+        if any(session.agent.get(k, _UNSET) != v for k, v in reported.items()):
+            # a session's every turn reports the same: written when it changes, not per turn
+            if result.ok:
+                turn.report = reported  # in the turn end's transaction (core.agents.turns)
+            else:
+                record.agent(**reported)
+        if result.ok:
+            return TurnEnd("ok")
+        tail = result.stderr_tail.strip()
+        if turn.stopped is None and turn.timed_out is not None:
+            return TurnEnd("failed", turn.timed_out, route="R1", stderr_tail=tail)
+        if result.transient:
+            return TurnEnd("transient", result.error_message(), route="R4", stderr_tail=tail)
+        return TurnEnd("failed", result.error_message(), route="R1", stderr_tail=tail)
+
+    def _on_message(
+        self, turn: LiveTurn, session_id: str, message: Any, record: BoardRecord, said: ItemQueue
+    ) -> None:
+        host = self.peers
+        log = logger.bind(task_id=turn.task_id, session_id=session_id, run_id=turn.run_id)
+        if "log" in message:
+            log.bind(agent_log=str(message["log"])).info("agent says")
+            from core.store import events  # the store is loaded by then; the runtime starts light
+
+            events.notify(
+                host.store,
+                "agent.output",
+                turn.task_id,
+                run_id=turn.run_id,
+                session_id=session_id,
+                text=str(message["log"]),
+            )
+            said.put([item("log", str(message["log"]))])
+        if message.keys() - {"log"}:
+            said.flush()  # what it said before a decision or a signal is on the board first
+        usage = message.get("usage")
+        if isinstance(usage, Mapping):
+            record.usage(_exec_usage(usage))
+        if message.get("step_complete") and turn.step_id:
+            refused = self.in_flight.fenced(turn.run_id)
+            if refused is not None:
+                self.in_flight.refused(turn.run_id, refused, "step signal")
+            else:
+                host.sessions.record_effect(session_id, pending_step_signal=turn.step_id)
+        verdict = message.get("decision")
+        if verdict:
+            try:
+                host.decisions.record_for_agent(
+                    turn.task_id,
+                    turn.step_id,
+                    turn.agent_profile_id,
+                    str(verdict),
+                    comment=str(message.get("comment", "")),
+                    run_id=turn.run_id,
+                )
+            except RunFenced as exc:
+                self.in_flight.refused(turn.run_id, exc.reason, "decision")
+            except LanewayError as exc:
+                log.bind(cause=str(exc)).warning("agent decision not recorded")
+
+
+class _Deadlines:
+    """An exec turn's `--turn-timeout` and `--idle-timeout` (no stdout line for that long):
+    when one passes, the agent's process group is killed and the turn fails (R1) with
+    AGENTS.md's message."""
+
+    def __init__(self, turn: LiveTurn, turn_timeout: float, idle_timeout: float) -> None:
+        self._turn = turn
+        self._turn_timeout = turn_timeout
+        self._idle_timeout = idle_timeout
+        self._began = self._last = time.monotonic()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="laneway-deadline", daemon=True)
+
+    def heard(self) -> None:
+        self._last = time.monotonic()
+
+    def start(self) -> None:
+        self._began = self._last = time.monotonic()
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+
+    def _run(self) -> None:
+        poll = min(WATCH_POLL_S, self._turn_timeout, self._idle_timeout)
+        while not self._stop.wait(poll):
+            now = time.monotonic()
+            if now - self._began > self._turn_timeout:
+                message, limit = f"turn timed out after {self._turn_timeout:g} s", "turn_timeout"
+            elif now - self._last > self._idle_timeout:
+                message, limit = f"agent silent for {self._idle_timeout:g} s", "idle_timeout"
+            else:
+                continue
+            turn = self._turn
+            turn.timed_out = message
+            logger.bind(task_id=turn.task_id, run_id=turn.run_id, limit=limit).warning(
+                f"{message}; killing the agent"
+            )
+            if turn.proc is not None:
+                turn.proc.kill()
+            return
+
+
+def _exec_usage(usage: Mapping[str, Any]) -> dict[str, Any]:
+    """An exec agent's `{"usage": {...}}` line: the numbers it names, nothing else."""
+    found: dict[str, Any] = {}
+    for key in ("cost_usd", "input_tokens", "output_tokens"):
+        value = usage.get(key)
+        if isinstance(value, int | float) and not isinstance(value, bool) and value >= 0:
+            found[key] = value
+    return found

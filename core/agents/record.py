@@ -1,0 +1,76 @@
+"""Where a turn's transcript items, reported agent state, usage and permission questions go:
+the board, through the services."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+import attrs
+
+from core.agents.bounds import item
+from core.agents.values import PermissionRequest, TranscriptItem
+from core.errors import RunFenced
+from core.logs import logger
+from core.services.peers import Peers
+
+
+@attrs.frozen
+class BoardRecord:
+    """Where a turn's transcript items, reported agent state and usage go: the board."""
+
+    peers: Peers
+    task_id: str
+    session_id: str
+    run_id: str | None
+    on_refused: Callable[[str], None] | None = None
+    """Told the reason when the board refuses the run's transcript (core.runs.fence)."""
+
+    def items(self, items: Sequence[TranscriptItem]) -> None:
+        if items:
+            try:
+                self.peers.sessions.append_items(
+                    self.session_id,
+                    [(i.kind, i.text, dict(i.data)) for i in items],
+                    run_id=self.run_id,
+                )
+            except RunFenced as exc:
+                if self.on_refused is not None:
+                    self.on_refused(exc.reason)
+
+    def agent(self, **fields: Any) -> None:
+        self.peers.sessions.record_agent(self.session_id, **fields)
+
+    def usage(self, usage: Mapping[str, Any]) -> None:
+        if self.run_id is not None:
+            self.peers.runs.record_usage(self.run_id, usage)
+
+    def warning(self, message: str, **fields: Any) -> None:
+        logger.bind(
+            task_id=self.task_id, session_id=self.session_id, run_id=self.run_id, **fields
+        ).warning(message)
+        self.items([item("log", message, {"level": "warning", **fields})])
+
+    def ask(self, request: PermissionRequest) -> str:
+        found = self.peers.permissions.request(
+            self.task_id,
+            self.session_id,
+            run_id=self.run_id,
+            tool_call=request.tool_call,
+            options=[attrs.asdict(o) for o in request.options],
+        )
+        logger.bind(
+            task_id=self.task_id,
+            session_id=self.session_id,
+            run_id=self.run_id,
+            permission_id=found.id,
+        ).info("permission request waits for a person")
+        return found.id
+
+    def await_answer(self, permission_id: str, stop: Callable[[], bool]) -> str | None:
+        found = self.peers.permissions.wait(permission_id, stop=stop)
+        if found.state == "pending":
+            # The turn ended first: the question is withdrawn; an answer now would reach no one.
+            self.peers.permissions.cancel(permission_id, by="turn_ended")
+            return None
+        return found.option_id if found.state in ("allowed", "denied") else None

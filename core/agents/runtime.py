@@ -1,0 +1,147 @@
+"""The agent runtime: the wing's rooms put together for a host (`host.runtime`), and the one
+face the worker, the commands and the arrival's session step call.
+
+Each job is in its room: the turn loop in `turns`, the protocols in `protocols/`, stops and
+fencing in `stops`, the per-session guard in `guards`, a failure's handling in `failure`, the
+tool server's grants in `tools/`. This class holds their state for one process and nothing
+else."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from contextlib import AbstractContextManager
+from typing import TYPE_CHECKING, Protocol
+
+from core.agents.failure import Failures
+from core.agents.guards import SessionGuards
+from core.agents.protocols import TurnProtocol
+from core.agents.protocols.acp.turn import AcpProtocol
+from core.agents.protocols.exec import ExecProtocol
+from core.agents.stops import STOPS, InFlight, LiveTurn
+from core.agents.tools.access import ToolAccess
+from core.agents.turns import DEFAULT_RETRY_DELAYS, TurnLoop, retry_delays_from_env
+from core.agents.values import TurnOutcome
+from core.model import AgentFailure
+from core.services.peers import Peers
+
+if TYPE_CHECKING:
+    from core.agents.protocols.acp.conversation import Conversations
+    from core.agents.protocols.acp.facade import McpServer
+    from core.agents.tools.broker import ToolBroker
+
+__all__ = [
+    "DEFAULT_RETRY_DELAYS",
+    "STOPS",
+    "AgentRuntime",
+    "RuntimePeers",
+    "TurnOutcome",
+    "retry_delays_from_env",
+]
+
+
+class RuntimePeers(Peers, Protocol):
+    """What the worker and the runtime's arrival step are handed: the services' peers and the
+    agent runtime (which the services, a layer below, never call)."""
+
+    @property
+    def runtime(self) -> AgentRuntime: ...
+
+
+class AgentRuntime:
+    def __init__(self, peers: Peers, retry_delays: tuple[float, ...] | None = None) -> None:
+        self.peers = peers
+        self.guards = SessionGuards()
+        self.in_flight = InFlight(peers)
+        self.tools = ToolAccess(peers)
+        self.failures = Failures(peers, self.guards, self.in_flight)
+        self.acp = AcpProtocol(self.in_flight, self.tools)
+        protocols: dict[str, TurnProtocol] = {
+            "exec": ExecProtocol(self.in_flight),
+            "acp": self.acp,
+        }
+        self.turns = TurnLoop(
+            self.in_flight,
+            self.failures,
+            protocols,
+            retry_delays if retry_delays is not None else retry_delays_from_env(),
+        )
+        self.run_turn = self.turns.run_turn
+        """Run one agent turn for a session (blocking), then any queued messages."""
+
+    @property
+    def retry_delays(self) -> tuple[float, ...]:
+        """The waits before each retry of a transient failure (the turn loop's)."""
+        return self.turns.retry_delays
+
+    @retry_delays.setter
+    def retry_delays(self, delays: tuple[float, ...]) -> None:
+        self.turns.retry_delays = delays
+
+    # -- turns (core.agents.turns) ---------------------------------------------------------------
+
+    @property
+    def conversations(self) -> Conversations:
+        """The ACP agents this process keeps between turns (the ACP SDK loads on first use)."""
+        return self.acp.conversations
+
+    @property
+    def broker(self) -> ToolBroker:
+        """This process's tool broker: what the `laneway` tool servers of its agents call."""
+        return self.tools.broker
+
+    def tool_servers(self, turn: LiveTurn, session_id: str) -> tuple[Sequence[McpServer], str]:
+        """The MCP servers an ACP session of `turn` is opened with, and the grant's token."""
+        return self.tools.servers(
+            session_id,
+            task_id=turn.task_id,
+            step_id=turn.step_id,
+            run_id=turn.run_id,
+            agent_profile_id=turn.agent_profile_id,
+        )
+
+    # -- the per-session guard --------------------------------------------------------------------
+
+    def guard(self, session_id: str) -> AbstractContextManager[None]:
+        return self.guards.guard(session_id)
+
+    def guard_held(self, session_id: str) -> bool:
+        return self.guards.guard_held(session_id)
+
+    # -- stops and fencing (core.agents.stops) ----------------------------------------------------
+
+    def kill_all(self) -> None:
+        self.in_flight.kill_all()
+
+    def stop_run(self, run_id: str, why: str = "cancel") -> bool:
+        return self.in_flight.stop_run(run_id, why)
+
+    def stop_fenced(self, epoch: str) -> list[str]:
+        return self.in_flight.stop_fenced(epoch)
+
+    def fenced_groups(self) -> list[int]:
+        return self.in_flight.fenced_groups()
+
+    def refused(self, run_id: str | None, reason: str, what: str) -> None:
+        self.in_flight.refused(run_id, reason, what)
+
+    def fenced(self, run_id: str | None) -> str | None:
+        return self.in_flight.fenced(run_id)
+
+    def turn_in_flight(self, session_id: str) -> bool:
+        return self.in_flight.turn_in_flight(session_id)
+
+    def cancel_retry(self, session_id: str) -> bool:
+        return self.in_flight.cancel_retry(session_id)
+
+    def close(self) -> None:
+        """The worker is done: the conversations it kept end (their agents' process groups)."""
+        self.acp.close()
+        self.tools.close()
+
+    # -- terminal failure (core.agents.failure) ---------------------------------------------------
+
+    def fail_and_dispatch(self, failure: AgentFailure) -> TurnOutcome:
+        return self.failures.fail_and_dispatch(failure)
+
+    def handle_failure(self, failure: AgentFailure) -> Callable[[], bool]:
+        return self.failures.handle_failure(failure)

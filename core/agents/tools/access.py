@@ -1,0 +1,64 @@
+"""The worker's half of the tool server as a turn sees it: the `laneway` MCP server granted
+to a turn's run, and the grant revoked when the turn ends. The broker (and its socket) starts
+with the first ACP turn."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from acp.schema import McpServerStdio
+
+    from core.agents.tools.broker import ToolBroker
+    from core.services.peers import Peers
+
+
+class ToolAccess:
+    def __init__(self, peers: Peers) -> None:
+        self.peers = peers
+        self._broker: ToolBroker | None = None
+        self._tokens: dict[str, str] = {}
+        """The tool-server token each live conversation was opened with, by session."""
+
+    @property
+    def broker(self) -> ToolBroker:
+        """This process's tool broker: what the `laneway` tool servers of its agents call."""
+        if self._broker is None:
+            from core.agents.tools.broker import ToolBroker
+
+            self._broker = ToolBroker(self.peers)
+        return self._broker
+
+    def servers(
+        self,
+        session_id: str,
+        *,
+        task_id: str,
+        step_id: str | None,
+        run_id: str | None,
+        agent_profile_id: str | None,
+    ) -> tuple[Sequence[McpServerStdio], str]:
+        """The MCP servers an ACP session is opened (or loaded) with, the `laneway` tool server
+        granted to this turn's run, and the grant's token (revoked when the turn ends)."""
+        from core.agents.tools.broker import mcp_server
+
+        grant = self.broker.grant(
+            task_id=task_id,
+            step_id=step_id,
+            run_id=run_id,
+            session_id=session_id,
+            agent_profile_id=agent_profile_id,
+            token=self._tokens.get(session_id),
+        )
+        self._tokens[session_id] = grant.token
+        return (mcp_server(grant),), grant.token
+
+    def revoke(self, token: str) -> None:
+        self.broker.revoke(token)
+
+    def close(self) -> None:
+        if self._broker is not None:
+            self._broker.close()
+            self._broker = None
+            self._tokens.clear()

@@ -1,6 +1,0 @@
-"""`python -m core.runtime.tools`: the agent's `laneway` MCP server (see `server`)."""
-
-from core.runtime.tools.server import main
-
-if __name__ == "__main__":  # importing the module (a scan of every module) serves nothing
-    main()
