@@ -30,6 +30,8 @@ from tests.agents.test_worktrees import git
 from tests.conftest import open_host
 from tests.fencing.test_fencing import take_lock_away
 
+pytestmark = pytest.mark.slow  # git, agents and laneway processes: the subprocess tier
+
 LANDING = textwrap.dedent(
     """\
     id: landing

@@ -27,6 +27,8 @@ from tests.agents.changes_kit import (
 )
 from tests.agents.test_worktrees import git
 
+pytestmark = pytest.mark.slow  # git, agents and laneway processes: the subprocess tier
+
 
 @pytest.fixture(autouse=True)
 def _worktrees(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

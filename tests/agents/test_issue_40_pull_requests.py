@@ -21,6 +21,8 @@ from tests.agents.github_standin import Forge, github
 from tests.agents.test_worktrees import git
 from tests.conftest import open_host, wait_for_dead_processes
 
+pytestmark = pytest.mark.slow  # git, agents and laneway processes: the subprocess tier
+
 FLOW = textwrap.dedent(
     """\
     id: reviewing
