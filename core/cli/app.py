@@ -87,12 +87,25 @@ BUILTIN_HELP: dict[str, str] = {
     "agent": "Agents that run outside laneway.",
     "worker": "Claim and execute queued runs.",
     "serve": "Serve the HTTP API, the event stream and the board page until SIGINT/SIGTERM.",
-    "watch": "Tail the board's events in the terminal, as `serve`'s stream sends them.",
-    "events": "Tail the board's events in the terminal, as `serve`'s stream sends them.",
+    "watch": "Tail the board's events in the terminal (alias: `events`).",
+    "events": (
+        "An alias of `watch`: tail the board's events. It is `watch` under the event "
+        "stream's own name; `laneway watch --help` says the rest."
+    ),
     "prune": "Delete old transcript items, and nothing else.",
 }
 """Each built-in command's short help, as `laneway --help` lists it without importing the
 command modules (`tests/cli/test_cli_lazy.py` keeps it equal to the commands' own)."""
+
+
+def installed_version() -> str:
+    """The installed distribution's version (`laneway --version`)."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("laneway")
+    except PackageNotFoundError:  # run from a checkout that was never installed
+        return "unknown"
 
 
 def one_line(message: str) -> str:
@@ -528,6 +541,9 @@ def build_cli(
         selection=selection,
         plugin_commands=plugin_commands,
         context_settings={"help_option_names": ["-h", "--help"]},
+        # `laneway --version` runs the group alone; a bare `laneway` still shows the help
+        invoke_without_command=True,
+        no_args_is_help=True,
     )
     @click.option(
         "--db",
@@ -545,6 +561,8 @@ def build_cli(
     )
     @click.option("--log-json", is_flag=True, help="Log records as JSON lines on stderr.")
     @click.option("-v", "--verbose", is_flag=True, help="More logging; tracebacks on errors.")
+    # Not click's eager version option: that prints before `--json` is read when it comes first.
+    @click.option("--version", "version", is_flag=True, help="Print the installed version.")
     @click.pass_context
     def group(
         ctx: click.Context,
@@ -553,8 +571,15 @@ def build_cli(
         no_office: bool,
         log_json: bool,
         verbose: bool,
+        version: bool,
     ) -> None:
         """laneway: a workflow orchestrator for task boards worked by AI agents."""
+        if ctx.invoked_subcommand is None:
+            if not version:
+                raise click.UsageError("Missing command.", ctx)
+            shown = installed_version()
+            click.echo(json.dumps({"version": shown}) if as_json else f"laneway {shown}")
+            return
         settings = Settings(
             db=db, json=as_json, no_office=no_office, log_json=log_json, verbose=verbose
         )

@@ -127,15 +127,13 @@ def task_line(task: Task, names: StepNames | None = None) -> str:
 
 
 def workspace_lines(task: Task) -> list[str]:
-    """`task show`'s lines about the task's worktree: its branch and base, where it is, and
-    what became of it (merged, pushed, a merge that conflicted)."""
+    """`task show`'s lines about what the task's branch started from and what became of it
+    (merged, pushed, a merge that conflicted); the branch itself is on the line above."""
     record = task.workspace
     if record is None:
         return []
-    where = "removed" if record.get("removed_at") else record.get("path")
     base = str(record.get("base_commit", ""))[:12]
-    branch = f"  branch {record.get('branch')} from {record.get('base_branch')} at {base}"
-    lines = [f"{branch}  worktree {where}"]
+    lines = [f"  base: {record.get('base_branch')} at {base}"]
     merge = record.get("merge")
     if merge:
         lines.append(

@@ -188,6 +188,17 @@ class SessionService(Service):
             if not session.external and session.state in WAITING_STATES:
                 if session.agent_profile_id is None:
                     raise LanewayError(f"session {session.id} has no agent profile to run")
+                profile = uow.conn.execute(
+                    sa.select(t.agent_profiles.c.id).where(
+                        t.agent_profiles.c.id == session.agent_profile_id
+                    )
+                ).first()
+                if profile is None:
+                    # removed (`profile remove`): a run for it would wait for ever unclaimed
+                    raise LanewayError(
+                        f"session {session.id}: its agent profile was removed; "
+                        "start a new session with another"
+                    )
                 task = self.peers.tasks.get(session.task_id)
                 runs.enqueue(
                     uow,

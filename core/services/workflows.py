@@ -313,6 +313,41 @@ class WorkflowService(Service):
         self.peers.repository.forget(wf.id)
         return self.by_id(wf.id)
 
+    def delete(self, ref: str) -> str:
+        """Delete a workflow without tasks, its steps and their seats with it; refused while
+        a task (archived ones too) is in it. One conditional DELETE decides: a task created
+        in it meanwhile keeps it."""
+        self._require_writer()
+        wf = self.get(ref)
+        tasks = t.tasks
+        with self.peers.store.transaction() as uow:
+            gone = uow.conn.execute(
+                sa.delete(t.workflows)
+                .where(
+                    t.workflows.c.id == wf.id,
+                    ~sa.exists(sa.select(tasks.c.id).where(tasks.c.workflow_id == wf.id)),
+                )
+                .execution_options(preserve_rowcount=True)
+            ).rowcount
+            if gone == 1:
+                uow.conn.execute(
+                    sa.update(t.workspaces)
+                    .where(t.workspaces.c.office_workflow_id == wf.id)
+                    .values(office_workflow_id=None)
+                )
+                board.bump(uow)
+        if gone != 1:
+            with self.peers.store.read() as conn:
+                count = conn.execute(
+                    sa.select(sa.func.count()).where(tasks.c.workflow_id == wf.id)
+                ).scalar_one()
+            raise Conflict(
+                f"workflow {wf.name!r} still has {count} task{'s' if count != 1 else ''} "
+                "(`laneway task delete` them, or `task switch-workflow` them elsewhere)"
+            )
+        self.peers.repository.forget(wf.id)
+        return wf.id
+
     # -- export and check -------------------------------------------------------------------
 
     def export(self, ref: str) -> dict[str, Any]:

@@ -270,7 +270,8 @@ def test_issue_40_item_1_task_merge_on_the_command_line_and_its_bad_input(
     shown = lw(db_url, "task", "show", clean, env=env, cwd=tmp_path)
     assert shown["workspace"]["merge"]["strategy"] == "squash"
     text = laneway("--db", db_url, "task", "show", clean, cwd=tmp_path, env=env).stdout
-    assert f"branch laneway/{clean[-8:]} from main" in text
+    assert f"branch: laneway/{clean[-8:]}" in text
+    assert "base: main at " in text
     assert "merged into main (squash) as " in text
 
     no_worktree = laneway("--db", db_url, "task", "merge", bare, cwd=tmp_path, env=env)

@@ -213,7 +213,7 @@ def test_a_terminated_lock_connection_fences_its_host(db_url: str) -> None:
 
 
 def test_issue_30_a_claim_right_after_the_lock_connection_is_terminated_is_fenced(
-    db_url: str,
+    db_url: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A claim takes the lock as held without a round trip while the server answered on its
     connection a moment ago (`HELD_FRESH_S`) - unless the server said something since: a
@@ -225,6 +225,9 @@ def test_issue_30_a_claim_right_after_the_lock_connection_is_terminated_is_fence
 
     from core.store import liveness
 
+    # The moment lasts ten minutes here, so the claim below falls inside it however loaded the
+    # machine (it was a timed precondition before; issue 38 item 20).
+    monkeypatch.setattr(liveness, "HELD_FRESH_S", 600.0)
     with open_host(db_url) as host:
         old = host.epoch
         lock = host._keeper._lock  # type: ignore[union-attr]
@@ -235,7 +238,6 @@ def test_issue_30_a_claim_right_after_the_lock_connection_is_terminated_is_fence
             with admin.connect() as conn:
                 conn.exec_driver_sql("SELECT 1")  # connected before the clock starts
                 assert host.live_epoch() == old  # confirmed: the moment begins
-                confirmed = time.monotonic()
                 conn.exec_driver_sql(
                     "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
                     "WHERE datname = current_database() AND application_name = %s",
@@ -246,7 +248,6 @@ def test_issue_30_a_claim_right_after_the_lock_connection_is_terminated_is_fence
         look = select.poll()
         look.register(raw.fileno(), select.POLLIN)
         assert look.poll(2000), "the server's goodbye never reached the socket"
-        assert time.monotonic() - confirmed < liveness.HELD_FRESH_S, "too slow to prove it"
         assert host.live_epoch() != old
 
 
