@@ -30,6 +30,7 @@ WORKFLOW_KEYS = {
     "repository",
     "retire_worktrees",
     "remote",
+    "forge",
     "base_branch",
     "steps",
 }
