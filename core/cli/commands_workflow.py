@@ -195,7 +195,7 @@ def workflow_check(settings: Settings, ref: str) -> None:
     """Report declarations the loaded plugins cannot run and profile names that resolve to
     nothing, warn where a task would wait for nobody (a step whose auto_start_agent finds no
     agent, a board where no agent can start), and list every agent the workflow can start or
-    seat. Exits 0 even with problems.
+    seat. Exits 1 when there is a problem (warnings alone: 0).
 
     A workflow file can start the board's agents: review one like code before importing it.
     """
@@ -214,6 +214,9 @@ def workflow_check(settings: Settings, ref: str) -> None:
         "agents": [a.as_dict() for a in agents],
     }
     emit(settings.json, result, lines)
+    if problems:
+        # the report is printed whole; the exit code lets a script (or CI) stop on it
+        raise SystemExit(1)
 
 
 @click.group()

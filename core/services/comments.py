@@ -39,9 +39,12 @@ class CommentService(Service):
         author: str | None = None,
         file: str | None = None,
         line: int | None = None,
+        by_agent: str | None = None,
     ) -> Comment:
         """Add a comment to the task (by `author`, default `user`), or to line `line` of
-        `file` in its diff, then fire on_comment at its step (when it has one)."""
+        `file` in its diff, then fire on_comment at its step (when it has one). `by_agent`:
+        the agent profile that wrote it (a run's `comment` tool): on_comment does not wake
+        that agent, and counts toward the runaway-loop limit."""
         self._require_writer()
         if (file is None) != (line is None):
             raise LanewayError("a line comment needs both --file PATH and --line N")
@@ -81,7 +84,7 @@ class CommentService(Service):
                 )
             )
             events.record(uow, "comment.added", task.id, comment_id=comment.id)
-        self.fire(comment.id)
+        self.fire(comment.id, by_agent=by_agent)
         return comment
 
     def add_once(
@@ -120,7 +123,7 @@ class CommentService(Service):
         self.fire(comment_id)
         return self.get(comment_id)
 
-    def fire(self, comment_id: str) -> TriggerResult:
+    def fire(self, comment_id: str, *, by_agent: str | None = None) -> TriggerResult:
         """Deliver the comment's on_comment trigger: evaluated once per comment (its operation
         id is claimed in the ledger), so a second delivery is `idempotent` and does nothing."""
         self._require_writer()
@@ -132,6 +135,7 @@ class CommentService(Service):
             session_id=live.id if live is not None else None,
             operation_id=operation_id(comment.id),
             payload={"comment_id": comment.id, "author": comment.author, "body": comment.body},
+            fired_by_agent=by_agent,
         )
 
     def get(self, comment_id: str) -> Comment:

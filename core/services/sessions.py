@@ -439,6 +439,18 @@ def open_session(peers: Peers, task_id: str, agent_id: str | None, *, external: 
     return rows.session(row)
 
 
+def agent_session(peers: Peers, task_id: str, agent_profile_id: str) -> Session:
+    """The task's session for an agent: a non-failed one is reused (an ended one is made
+    WAITING_FOR_INPUT again), else one is started."""
+    for session in reversed(sessions_of(peers, task_id)):
+        if session.agent_profile_id == agent_profile_id and session.state != "FAILED":
+            if session.state in ACTIVE_SESSION_STATES:
+                return session
+            peers.sessions.set_state(session.id, "WAITING_FOR_INPUT")
+            return peers.sessions.get(session.id)
+    return open_session(peers, task_id, agent_profile_id, external=False)
+
+
 def sessions_of(peers: Peers, task_id: str) -> list[Session]:
     """The sessions of the task with this id, oldest first (`SessionService.list` without
     resolving the task again)."""

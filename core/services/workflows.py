@@ -18,6 +18,7 @@ from core.store import tables as t
 from core.text import require_text
 
 if TYPE_CHECKING:
+    from core.plugin.registry import Registry
     from core.workflows import AgentUseAt, WorkflowDecl
 
 # core.workflows (YAML, template loading, checks) is imported by the methods that use it:
@@ -167,6 +168,7 @@ class WorkflowService(Service):
                 )
             seen.add(key)
         for decl in decls:
+            _warn_unknown_kinds(decl, registry)
             for agent in self.agents_of(decl):
                 if agent.unknown_profile:
                     logger.bind(
@@ -413,6 +415,20 @@ class WorkflowService(Service):
                         )
                     )
                 )
+        for agent in agents:
+            why = _unresolved(agent)
+            if why is not None:
+                found.append(
+                    str(
+                        WorkflowFileError(
+                            f"{agent.at.kind} target {agent.at.use.target} resolves to no agent "
+                            f"today: {why}",
+                            workflow=workflow.name,
+                            step=agent.at.step,
+                            field=agent.at.field,
+                        )
+                    )
+                )
         starts = [a for a in agents if a.at.use.verb == "starts"]
         if not self.peers.profiles.list():
             found.append(
@@ -482,3 +498,41 @@ def _check_remote(repo: Path, remote: str) -> None:
     if remote not in known:
         names = ", ".join(known) or "none"
         raise LanewayError(f"remote {remote!r}: repository {repo} has no such remote ({names})")
+
+
+def _warn_unknown_kinds(decl: WorkflowDecl, registry: Registry) -> None:
+    """A kind no loaded plugin declares is imported (its plugin may come later) but never
+    silently: one WARNING per action, naming the kind and the declared one nearest to it."""
+    for step in decl.steps:
+        for trigger, declared in step.events.items():
+            for action in declared:
+                if registry.kind(action.kind) is not None:
+                    continue
+                nearest = registry.nearest_kind(action.kind)
+                hint = f"did you mean '{nearest}'?" if nearest else "no declared kind is near it"
+                logger.bind(
+                    file=decl.source,
+                    workflow=decl.name,
+                    step=step.name,
+                    field=f"events.{trigger}[{action.position}]",
+                ).warning(
+                    f"kind '{action.kind}' is not declared by any loaded plugin ({hint}); "
+                    "imported, but it will not run"
+                )
+
+
+def _unresolved(agent: AgentReach) -> str | None:
+    """Why a seat or target other than `primary` (warned about on its own) and a named profile
+    (a problem) finds no agent on this board today, or None when it finds one."""
+    use = agent.at.use
+    if agent.profiles or agent.unknown_profile or use.profile is not None:
+        return None
+    if use.target == "workspace.ceo_agent":
+        return f"no profile has role {use.role or 'ceo'} (`profile add NAME --role ceo ...`)"
+    if use.target != "primary" and use.role is not None and use.verb == "starts":
+        return (
+            f"no seat at the step has role {use.role} (`participant add --step "
+            f"{agent.at.step!r} --role {use.role} --profile P --workflow W`; a task's own seat "
+            "would also do)"
+        )
+    return None

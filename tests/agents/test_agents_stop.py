@@ -362,6 +362,13 @@ def test_a_failed_run_can_be_retried(db_url: str, tmp_path: Path) -> None:
     finish(board.worker("--once"))
     failed = board.run()
     assert failed["status"] == "failed"
+    # on_agent_error took the task to Trouble: a retry there would be cancelled unrun, so it
+    # is refused in one line (issue 38 item 6); put back at Work (no entry work), it is retried
+    refused = board.cli("runs", "retry", failed["id"])
+    assert refused.returncode == 1
+    assert "which its task has left" in refused.stdout + refused.stderr
+    with open_host(db_url) as host:
+        host.tasks.restore_step(board.task_id, failed["workflow_step_id"])
     retried = board.cli("runs", "retry", failed["id"])
     assert retried.returncode == 0, retried.stderr
     assert json.loads(retried.stdout)["retry_of"] == failed["id"]

@@ -90,6 +90,10 @@ def test_slow_connections_neither_block_others_nor_stay_open(
         "3",
         "--max-connections",
         str(SLOW + TRICKLING + 20),
+        # every connection here is one peer's; the per-peer cap has its own test
+        # (test_serve_one_client.py)
+        "--max-connections-per-peer",
+        "1000",
     )
     port = int(served.url.rsplit(":", 1)[1])
     slow: list[socket.socket] = []

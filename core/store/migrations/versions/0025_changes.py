@@ -7,7 +7,7 @@ a comment on line N of a file in the task's diff (`task comment --file --line`);
 for a comment on the task.
 
 Revision ID: 0025
-Revises: 0018
+Revises: 0019
 Create Date: 2026-12-06
 """
 
@@ -17,7 +17,7 @@ import sqlalchemy as sa
 from alembic import op
 
 revision = "0025"
-down_revision = "0018"
+down_revision = "0019"
 branch_labels = None
 depends_on = None
 
