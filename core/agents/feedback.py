@@ -17,11 +17,17 @@ import sqlalchemy as sa
 from core.model import Comment, Decision, Run, Task
 from core.store import prepared
 from core.store import tables as t
+from core.text import cut_to
 
 if TYPE_CHECKING:
     from core.services.peers import Peers
 
 HEADER: Final = "## Feedback since your last turn"
+MAX_ENTRY: Final = 2000
+"""The characters of one verdict's or comment's text the block carries (cut, saying so)."""
+MAX_BLOCK: Final = 16_000
+"""The characters the whole block may take in a prompt: past it the oldest comments are left
+out (one line says how many, and where to read them), then the block is cut."""
 
 
 @attrs.frozen
@@ -133,14 +139,61 @@ def block(feedback: Feedback, step_names: dict[str, str]) -> str:
         Comments:
         - alice: please also update the docs
 
-        Comments on lines:
-        - README.md:3: say what it does (alice)
-
         Merge conflict:
         - rebase onto main: conflicts in README.md, src/app.py
           ...what to do
 
-    A verdict or comment of several lines continues indented by two spaces."""
+        Comments on lines:
+        - README.md:3: say what it does (alice)
+
+    A verdict or comment of several lines continues indented by two spaces. Each text is cut
+    to MAX_ENTRY characters and the block to MAX_BLOCK (oldest comments left out first; the
+    merge conflict and the comments on lines come before them, so they are kept)."""
+    on_lines = [
+        f"- {c.file}:{c.line}: {_indented(cut_to(c.body, MAX_ENTRY))} ({c.author})"
+        for c in feedback.comments
+        if c.file is not None
+    ]
+    head_lines = [*_verdict_lines(feedback, step_names), *_conflict_lines(feedback)]
+    if on_lines:
+        head_lines += ["", "Comments on lines:", *on_lines]
+    head = "\n".join(head_lines)
+    comments = [
+        f"- {c.author}: {_indented(cut_to(c.body, MAX_ENTRY))}"
+        for c in feedback.comments
+        if c.file is None
+    ]
+    # the newest comments that fit beside the verdicts and the notes (a line each, newline)
+    room = MAX_BLOCK - len(head) - len("\n\nComments:") - 120
+    kept = 0
+    for line in reversed(comments):
+        room -= len(line) + 1
+        if room < 0:
+            break
+        kept += 1
+    left_out = len(comments) - kept
+    out = [head]
+    if left_out:
+        out += ["", f"({left_out} earlier comments left out: `laneway task comments` has them)"]
+    if kept:
+        out += ["", "Comments:", *comments[left_out:]]
+    return cut_to("\n".join(out), MAX_BLOCK)
+
+
+def _conflict_lines(feedback: Feedback) -> list[str]:
+    if feedback.conflict is None:
+        return []
+    into = feedback.conflict.get("into", "the base branch")
+    paths = ", ".join(str(p) for p in feedback.conflict.get("paths", ()))
+    todo = (
+        f"  Your branch no longer merges into {into}. Bring {into} into it (`git rebase "
+        f"{into}` or `git merge {into}` in your working directory), resolve those files "
+        "and commit; the merge runs again when the task next reaches its merge step."
+    )
+    return ["", "Merge conflict:", f"- rebase onto {into}: conflicts in {paths}", todo]
+
+
+def _verdict_lines(feedback: Feedback, step_names: dict[str, str]) -> list[str]:
     out = [HEADER]
     groups: dict[tuple[str, int], list[Decision]] = {}
     for d in sorted(feedback.verdicts, key=lambda d: (d.decided_at, d.id)):
@@ -150,27 +203,6 @@ def block(feedback: Feedback, step_names: dict[str, str]) -> str:
         out.append(f"Verdicts at {step_names.get(step_id, step_id)} (round {round_no}):")
         for d in verdicts:
             who = d.role or d.decider_type
-            reason = f": {_indented(d.comment)}" if d.comment.strip() else ""
+            reason = f": {_indented(cut_to(d.comment, MAX_ENTRY))}" if d.comment.strip() else ""
             out.append(f"- {d.decision} by {who}{reason}")
-    general = [c for c in feedback.comments if c.file is None]
-    on_lines = [c for c in feedback.comments if c.file is not None]
-    if general:
-        out.append("")
-        out.append("Comments:")
-        out.extend(f"- {c.author}: {_indented(c.body)}" for c in general)
-    if on_lines:
-        out.append("")
-        out.append("Comments on lines:")
-        out.extend(f"- {c.file}:{c.line}: {_indented(c.body)} ({c.author})" for c in on_lines)
-    if feedback.conflict is not None:
-        into = feedback.conflict.get("into", "the base branch")
-        paths = ", ".join(str(p) for p in feedback.conflict.get("paths", ()))
-        out.append("")
-        out.append("Merge conflict:")
-        out.append(f"- rebase onto {into}: conflicts in {paths}")
-        out.append(
-            f"  Your branch no longer merges into {into}. Bring {into} into it (`git rebase "
-            f"{into}` or `git merge {into}` in your working directory), resolve those files "
-            "and commit; the merge runs again when the task next reaches its merge step."
-        )
-    return "\n".join(out)
+    return out

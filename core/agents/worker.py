@@ -29,6 +29,7 @@ from core import faults, runs
 from core.agents import watchdog_link
 from core.agents.session import profile_session, prompt_for
 from core.agents.values import TurnOutcome
+from core.errors import NotFound
 from core.logs import logger
 from core.model import Run, Task
 from core.store.database import database_away
@@ -85,29 +86,34 @@ def claim_next(host: RuntimePeers) -> Run | None:
         return runs.claim_next(uow, epoch)
 
 
-def finish(host: RuntimePeers, run: Run, outcome: TurnOutcome) -> None:
-    """End the run under the epoch that claimed it. When that epoch was declared dead
-    meanwhile (this process fenced itself), the run was re-queued and is not ours to end.
+def finish(host: RuntimePeers, run: Run, outcome: TurnOutcome) -> bool:
+    """End the run under the epoch that claimed it; whether it was ended here. When that epoch
+    was declared dead meanwhile (this process fenced itself), the run was re-queued and is not
+    ours to end: one WARNING says so, the run's last record in this process (with the turn's
+    `ok`), and no "run finished" follows it.
 
     A turn this worker's shutdown stopped goes back to the queue; one that did not end well
     while a cancel was requested (the turn stopped, or its task deleted under it) ends
     `cancelled`."""
     epoch = run.claimed_epoch or host.live_epoch()
-    if outcome.cancelled and outcome.stopped == "fenced":
+    ended: bool | None = None
+    if not (outcome.cancelled and outcome.stopped == "fenced"):
+        ended = _while_away(host, run, epoch, lambda: _end(host, run, outcome, epoch))
+    if ended:
+        return True
+    log = logger.bind(
+        run_id=run.id, epoch=epoch, reason="claim_lost", ok=outcome.ok, error=outcome.error
+    )
+    if ended is None:
         # the claim's epoch is dead: the run is re-queued by whoever finds it so (this
         # process included, under its new epoch), and nothing of this turn's is written
-        logger.bind(run_id=run.id, epoch=epoch, reason="claim_lost").warning(
+        log.warning(
             "run given up: this worker lost the liveness lock it claimed the run under; "
             "the run goes back to the queue"
         )
-        return
-    ended = _while_away(host, run, epoch, lambda: _end(host, run, outcome, epoch))
-    if ended is None:
-        return  # fenced while the database was away: given up (logged)
-    if not ended:
-        logger.bind(run_id=run.id, epoch=epoch, reason="claim_lost").warning(
-            "run not finished: its claim was given up after this process was declared dead"
-        )
+    else:
+        log.warning("run not finished: its claim was given up after this process was declared dead")
+    return False
 
 
 def _while_away(host: RuntimePeers, run: Run, epoch: str, write: Callable[[], bool]) -> bool | None:
@@ -130,11 +136,7 @@ def _while_away(host: RuntimePeers, run: Run, epoch: str, write: Callable[[], bo
         time.sleep(delay)
         delay = min(delay * 2, AWAY_MAX_S)
         if host.store.liveness.own() != epoch:
-            logger.bind(run_id=run.id, epoch=epoch, reason="claim_lost").warning(
-                "run given up: this worker lost the liveness lock it claimed the run under; "
-                "the run goes back to the queue"
-            )
-            return None
+            return None  # the caller says so
 
 
 def _one_line(exc: BaseException) -> str:
@@ -357,13 +359,37 @@ def _execute(host: RuntimePeers, run: Run, watch: CancelWatch | None) -> TurnOut
             log.bind(cause=outcome.error).warning(
                 "database unavailable during the run; it goes back to the queue"
             )
+        elif (cancel_why := _cancelled_under(host, run, exc)) is not None:
+            # its task was deleted (or its run cancelled) while its agent worked: the turn's
+            # writes found the session gone. The agent is stopped; the run ends cancelled.
+            outcome = TurnOutcome(
+                "", ok=False, error="the turn was cancelled", cancelled=True, stopped="cancel"
+            )
+            log.bind(cancel_reason=cancel_why, cause=_one_line(exc)).info(
+                "run cancelled during its turn: its task is gone"
+                if cancel_why == "task_deleted"
+                else "run cancelled during its turn"
+            )
         else:
             outcome = TurnOutcome("", ok=False, error=f"{type(exc).__name__}: {exc}")
             log.bind(cause=outcome.error).opt(exception=exc).error("run could not be executed")
     finally:
-        finish(host, run, outcome)
-    log.bind(ok=outcome.ok, error=outcome.error).info("run finished")
+        ended = finish(host, run, outcome)
+    if ended:  # else finish said why not, once: one outcome per run in the log
+        log.bind(ok=outcome.ok, error=outcome.error).info("run finished")
     return outcome
+
+
+def _cancelled_under(host: RuntimePeers, run: Run, exc: Exception) -> str | None:
+    """The cancel request on `run` that explains `exc` (a NotFound of what its turn wrote to:
+    a task deleted under it cancels its runs first), or None: the error is the run's own."""
+    if not isinstance(exc, NotFound):
+        return None
+    try:
+        with host.store.read() as conn:
+            return runs.cancel_requested(conn, run.id)
+    except Exception:  # noqa: BLE001 - unreadable: the error is reported as it is
+        return None
 
 
 def work(

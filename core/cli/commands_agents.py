@@ -26,6 +26,7 @@ from core.agents import worker
 from core.agents.failure import why_not_dispatched
 from core.agents.values import TurnOutcome
 from core.cli.app import Settings, pass_settings, reader, writer
+from core.cli.numbers import FiniteFloat, whole
 from core.cli.output import emit, item_line
 from core.errors import LanewayError
 from core.host import Host
@@ -91,7 +92,7 @@ FOLLOW_POLL_S = 0.5
 @click.option("--run", "run_ref", metavar="R", help="Only this run's items.")
 @click.option(
     "--after",
-    type=click.IntRange(min=0),
+    type=whole(0),
     default=0,
     metavar="SEQ",
     help="Only items after this sequence number.",
@@ -349,10 +350,10 @@ class Shutdown:
 
 @click.command("worker")
 @click.option("--once", is_flag=True, help="Take what is queued (and what it queues), then exit.")
-@click.option("--max-runs", type=click.IntRange(min=1), metavar="N", help="Claim at most N runs.")
+@click.option("--max-runs", type=whole(1), metavar="N", help="Claim at most N runs.")
 @click.option(
     "--concurrency",
-    type=click.IntRange(min=1),
+    type=whole(1),
     default=1,
     show_default=True,
     metavar="K",
@@ -360,7 +361,7 @@ class Shutdown:
 )
 @click.option(
     "--grace",
-    type=click.FloatRange(min=0),
+    type=FiniteFloat(min=0),
     default=None,
     metavar="SECONDS",
     help=f"After Ctrl-C, how long running agents may take to end their turn before their "

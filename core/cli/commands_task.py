@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from core.cli.app import Settings, pass_settings, reader, writer
+from core.cli.numbers import INT32_MAX, whole
 from core.cli.output import (
     decision_result_json,
     emit,
@@ -94,8 +95,26 @@ def task_show(settings: Settings, ref: str) -> None:
             for other in (found.parent_id, *found.blocked_by)
             if other
         }
-    lines = [task_line(found, names), *_task_details(found, related), *workspace_lines(found)]
-    emit(settings.json, found, lines)
+        holding = [] if settings.json else [b.id for b in host.blockers.unfinished(found.id)]
+        children = [] if settings.json else host.tasks.children(found.id)
+    details = _task_details(found, related)
+    # after the blockers: whether they still hold its agent, and its subtasks (issue 38)
+    at = next(n for n, line in enumerate(details) if line.startswith("  blocked by:")) + 1
+    details[at:at] = _relation_lines(holding, children)
+    emit(settings.json, found, [task_line(found, names), *details, *workspace_lines(found)])
+
+
+def _relation_lines(holding: list[str], children: list[Task]) -> list[str]:
+    """Whether unfinished blockers hold the task's agent, and its subtasks."""
+    lines = []
+    if holding:
+        lines.append(
+            f"  its agent does not start until {', '.join(holding)} "
+            f"{'is' if len(holding) == 1 else 'are'} finished"
+        )
+    subtasks = [f"{c.id} {c.title!r} ({c.state})" for c in children]
+    lines.append(f"  subtasks: {', '.join(subtasks) if subtasks else 'none'}")
+    return lines
 
 
 def _other_task(host: Host, task_id: str) -> str:
@@ -449,7 +468,9 @@ def participant() -> None:
     default=None,
     help="Default: reviewers and approvers decide, other roles do not.",
 )
-@click.option("--position", type=int, default=0, show_default=True, metavar="N")
+@click.option(
+    "--position", type=whole(-INT32_MAX - 1, INT32_MAX), default=0, show_default=True, metavar="N"
+)
 @pass_settings
 def participant_add(
     settings: Settings,

@@ -9,6 +9,7 @@ from typing import Any, TypeVar
 import click
 
 from core.cli.app import Settings, pass_settings, reader, writer
+from core.cli.numbers import FINITE, INT32_MAX, whole
 from core.cli.output import emit, profile_line, template_json, workflow_json, workflow_lines
 from core.errors import LanewayError
 from core.workflows import to_yaml
@@ -85,7 +86,7 @@ def workflow_show(settings: Settings, ref: str) -> None:
 @click.argument("ref", metavar="W")
 @click.option(
     "--max-step-arrivals",
-    type=click.IntRange(min=0),
+    type=whole(0, INT32_MAX),
     metavar="N",
     help="The runaway-loop limit: how often a trigger may bring a task to one step (0: none).",
 )
@@ -291,7 +292,7 @@ def _profile_options(*, for_set: bool) -> Callable[[_F], _F]:
         click.option(
             "--turn-timeout",
             "turn_timeout",
-            type=float,
+            type=FINITE,
             default=None if for_set else 3600.0,
             show_default=not for_set,
             metavar="S",
@@ -300,7 +301,7 @@ def _profile_options(*, for_set: bool) -> Callable[[_F], _F]:
         click.option(
             "--idle-timeout",
             "idle_timeout",
-            type=float,
+            type=FINITE,
             default=None if for_set else 900.0,
             show_default=not for_set,
             metavar="S",

@@ -119,6 +119,11 @@ def task_line(task: Task, names: StepNames | None = None) -> str:
             f" HALTED: runaway loop at {name(task.loop_halted_step_id)}; "
             "triggers no longer move it until a person does"
         )
+    if task.parent_id:
+        flags += f" parent={task.parent_id[-8:]}"
+    if task.blocked_by:
+        # every blocker it was given, finished ones too: `task show` says which still hold
+        flags += f" blockers={','.join(b[-8:] for b in task.blocked_by)}"
     workflow = names.get(task.workflow_id, task.workflow_id) if task.workflow_id else "-"
     return (
         f"{task.id}  {task.title!r}  workflow={_word(workflow)} "

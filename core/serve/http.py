@@ -23,6 +23,7 @@ from starlette.responses import JSONResponse, Response
 
 from core.errors import LanewayError
 from core.logs import logger
+from core.numbers import NOT_FINITE, finite
 from core.shapes import plain
 
 if TYPE_CHECKING:
@@ -206,7 +207,7 @@ def _parse_json(raw: bytes) -> Any:
     if not raw.strip():
         return None
     try:
-        value = json.loads(raw)
+        value = json.loads(raw, parse_constant=_NotFinite, parse_float=_float)
     except UnicodeDecodeError:
         raise bad("body: not UTF-8 text") from None
     except RecursionError:
@@ -217,12 +218,29 @@ def _parse_json(raw: bytes) -> Any:
     return value
 
 
+class _NotFinite:
+    """A number of the body that is not finite (`Infinity`, `NaN`, `1e999`), as it was
+    written: refused by `_check_value`, which knows the field it is in."""
+
+    def __init__(self, text: str) -> None:
+        self.text = text
+
+
+def _float(text: str) -> float | _NotFinite:
+    value = finite(float(text))
+    return _NotFinite(text) if value is None else value
+
+
 def _check_value(value: Any) -> None:
     """A body no deeper than MAX_DEPTH, with no NUL in any text (PostgreSQL refuses NUL in a
-    string where SQLite stores it: the same 400 on both instead of a driver error on one)."""
-    stack = [(value, 1)]
+    string where SQLite stores it: the same 400 on both instead of a driver error on one),
+    and no number that is not finite (core.numbers)."""
+    stack: list[tuple[Any, int, str]] = [(value, 1, "")]
     while stack:
-        item, depth = stack.pop()
+        item, depth, path = stack.pop()
+        if isinstance(item, _NotFinite):
+            where = f"field {path.removeprefix('.')!r}" if path else "body"
+            raise bad(f"{where}: {item.text} {NOT_FINITE}")
         if isinstance(item, str):
             if "\x00" in item:
                 raise bad("body: text must not contain NUL characters")
@@ -231,8 +249,11 @@ def _check_value(value: Any) -> None:
             continue
         if depth > MAX_DEPTH:
             raise bad(f"body: JSON nested deeper than {MAX_DEPTH} levels")
-        children = [*item.keys(), *item.values()] if isinstance(item, dict) else item
-        stack.extend((child, depth + 1) for child in children)
+        if isinstance(item, dict):
+            stack.extend((k, depth + 1, path) for k in item)
+            stack.extend((v, depth + 1, f"{path}.{k}") for k, v in item.items())
+        else:
+            stack.extend((v, depth + 1, f"{path}[{i}]") for i, v in enumerate(item))
 
 
 def check_text(where: str, value: str) -> None:

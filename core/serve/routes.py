@@ -4,7 +4,7 @@ the same JSON shape (`core.shapes`). Routes past HTTP.md's table (`/api/board`,
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Final
 
 from starlette.responses import Response
 from starlette.routing import Route
@@ -278,14 +278,22 @@ def session_send(call: Call) -> Reply:
     return Reply(session_json(sent, call.host.profiles.list()))
 
 
+MAX_ID: Final = 2**63 - 1
+"""The largest sequence number or id a query may name (a BIGINT column)."""
+
+
 def _count(call: Call, name: str, default: int) -> int:
     raw = call.query.get(name)
     if raw is None:
         return default
     try:
-        return int(raw)
+        number = int(raw)
     except ValueError:
         raise bad(f"query {name!r}: expected a whole number, got {raw!r}") from None
+    if abs(number) > MAX_ID:
+        # never handed to the driver: PostgreSQL's BIGINT would refuse it in its own words
+        raise bad(f"query {name!r}: must be at most {MAX_ID}")
+    return number
 
 
 def session_transcript(call: Call) -> Reply:

@@ -15,7 +15,7 @@ from core.model import Comment
 from core.services.base import Service
 from core.store import events, rows
 from core.store import tables as t
-from core.text import require_text
+from core.text import MAX_COMMENT, require_text
 
 C = t.comments
 
@@ -57,7 +57,7 @@ class CommentService(Service):
         author = DEFAULT_AUTHOR if author is None else author
         if not body.strip():
             raise LanewayError("comment body: must not be empty")
-        require_text(body, "comment body")
+        require_text(body, "comment body", MAX_COMMENT)
         if not author.strip():
             raise LanewayError("comment author: must not be empty")
         require_text(author, "comment author", t.column_length(C.c.author))

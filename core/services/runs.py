@@ -10,6 +10,7 @@ import sqlalchemy as sa
 
 from core import ids, runs
 from core.errors import Conflict, LanewayError, NotFound
+from core.logs import logger
 from core.model import Run, Task
 from core.services.base import Service
 from core.services.participants import merged_seats
@@ -216,8 +217,19 @@ class RunService(Service):
             ).scalar()
         return str(latest) if latest else None
 
-    def assign(self, task: Task, step_id: str, agent_profile_id: str) -> runs.Enqueued:
-        """Queue the agent's turn on the task at the step (reason `task_assigned`)."""
+    def assign(self, task: Task, step_id: str, agent_profile_id: str) -> runs.Enqueued | None:
+        """Queue the agent's turn on the task at the step (reason `task_assigned`); None, and
+        nothing queued, while the task is blocked by an unfinished task (it starts once they
+        are finished: `task start`, or the workflow's on_blocker_resolved)."""
+        blockers = self.peers.blockers.unfinished(task.id)
+        if blockers:
+            logger.bind(
+                task_id=task.id,
+                step_id=step_id,
+                agent_profile_id=agent_profile_id,
+                blocked_by=[b.id for b in blockers],
+            ).info("agent not started: the task is blocked by an unfinished task")
+            return None
         return self.enqueue(
             runs.RunRequest(
                 agent_profile_id=agent_profile_id,

@@ -6,7 +6,7 @@ from typing import TYPE_CHECKING
 import sqlalchemy as sa
 
 from core import ids, outbox
-from core.errors import LanewayError, NotFound
+from core.errors import Conflict, LanewayError, NotFound
 from core.logs import logger
 from core.model import TASK_STATES, Step, Task, Workflow
 from core.services.base import Service
@@ -145,6 +145,19 @@ class TaskService(Service):
             raise NotFound(f"no step {ref!r} in any workflow")
         return named
 
+    def children(self, ref: str) -> builtins.list[Task]:
+        """The task's subtasks (archived ones too), oldest first."""
+        task = self.get(ref)
+        with self.peers.store.read() as conn:
+            return [
+                rows.task(r)
+                for r in conn.execute(
+                    sa.select(TASKS)
+                    .where(TASKS.c.parent_id == task.id)
+                    .order_by(TASKS.c.created_at, TASKS.c.id)
+                ).mappings()
+            ]
+
     def _workflow_of(self, task: Task) -> Workflow:
         if task.workflow_id is None:
             raise LanewayError(f"task {task.id} is not in a workflow")
@@ -267,6 +280,7 @@ class TaskService(Service):
         task, wf = self._placed(ref)
         target = self._step(wf, step) if step else wf.start_step
         assert target is not None
+        refuse_blocked(self.peers.blockers.unfinished(task.id), task, "started")
         with self.peers.store.transaction() as uow:
             uow.conn.execute(
                 sa.update(TASKS)
@@ -447,6 +461,19 @@ class TaskService(Service):
         if task.workflow_step_id and task.archived_at is None:
             arrival.promote(self.peers.arrivals, task.workflow_step_id)
         return task.id
+
+
+def refuse_blocked(blockers: builtins.list[Task], task: Task, what: str) -> None:
+    """One line naming the first unfinished blocker, when there is one."""
+    if not blockers:
+        return
+    first = blockers[0]
+    more = f" and {len(blockers) - 1} more" if len(blockers) > 1 else ""
+    raise Conflict(
+        f"task {task.id} cannot be {what}: it is blocked by {first.id} ({first.title!r}, "
+        f"{first.state}){more}; it can start once its blockers are finished "
+        f"(or `task unblock {task.id} --by {first.id}`)"
+    )
 
 
 def _forget_relations(uow: UnitOfWork, task_id: str) -> None:

@@ -16,6 +16,9 @@ STEP is one of {"message": T}, {"thought": T}, {"tool_call": {"id", "title", "ki
 {"write": PATH, "content": T}, {"terminal": true}, {"usage": {"used", "size", "cost"}},
 {"sleep": S}, {"wait_cancel": true}, {"garbage": T}, {"huge_line": MB}, {"stderr": T},
 {"exit": CODE}, {"close_stdout": true}, {"env": true} (a message `env: [NAMES]`),
+{"python": CODE} (runs CODE in this process, on a thread, with `prompt` - the turn's prompt
+text - and `servers` - the session's mcpServers as {name, command, args, env} - in scope; a
+message `python: RESULT` of the variable `result` it sets),
 {"cwd": true} (a message `cwd: SESSION CWD (process: ITS OWN CWD)`),
 {"state": true} (a message `state: mode=M options={ID: CURRENT, ...}`: what the agent is set to),
 {"error": {"code", "message", "data"?}}, {"mcp": {"tool": NAME, "args": {...}}} (starts the
@@ -231,6 +234,7 @@ class FakeAgent(Agent):
         self.cancelled[session_id] = asyncio.Event()
         previous = history[-1] if history else None
         history.append(text)
+        self.prompt_text = text
         self._save(session_id)
         await self.client.session_update(
             session_id, update_agent_message_text(f"echo: {text} (previous: {previous})")
@@ -348,6 +352,21 @@ class FakeAgent(Agent):
         elif "error" in step:
             error = step["error"]
             raise RequestError(error["code"], error["message"], error.get("data"))
+        elif "python" in step:
+            scope: dict[str, Any] = {
+                "prompt": getattr(self, "prompt_text", ""),
+                "servers": [
+                    {
+                        "name": s.name,
+                        "command": getattr(s, "command", None),
+                        "args": list(getattr(s, "args", [])),
+                        "env": {e.name: e.value for e in getattr(s, "env", [])},
+                    }
+                    for s in self.mcp_servers.get(session_id, [])
+                ],
+            }
+            await asyncio.to_thread(exec, step["python"], scope)
+            await self._say(session_id, f"python: {scope.get('result')}")
         elif "mcp" in step:
             call = step["mcp"]
             await self._say(session_id, await self._mcp(session_id, call["tool"], call.get("args")))

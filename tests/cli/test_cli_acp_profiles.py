@@ -57,7 +57,8 @@ def test_profile_add_defaults_are_exec_ask_and_the_pinned_timeouts(laneway: Lane
         (("--auto-allow", "read,launch"), "profile 'p', auto_allow: 'launch' is not one of"),
         (("--turn-timeout", "0"), "profile 'p', turn_timeout: must be a positive number"),
         (("--idle-timeout", "-5"), "profile 'p', idle_timeout: must be a positive number"),
-        (("--idle-timeout", "inf"), "profile 'p', idle_timeout: must be a positive number"),
+        # issue 38 item 9: refused where it is typed, naming the option
+        (("--idle-timeout", "inf"), "--idle-timeout: 'inf' is not a finite number"),
     ],
 )
 def test_profile_option_mistakes_are_one_line_naming_option_and_profile(

@@ -33,6 +33,7 @@ from acp.schema import (
     PermissionOption as AcpPermissionOption,
 )
 
+from core.agents.protocols.acp import confined
 from core.agents.protocols.acp.items import MAX_TEXT, block_text, dump, item, update_item
 from core.agents.values import (
     ItemKind,
@@ -191,18 +192,40 @@ class LanewayClient:
 
     # -- the file system, confined to the session's working directory ------------------------
 
-    def _confined(self, path: str) -> Path:
+    def _confined(self, path: str) -> tuple[Path, str]:
+        """The session's root and `path` beneath it (lexically: the open itself keeps it
+        there, `confined.open_beneath`)."""
         if self.cwd is None:
             raise RequestError.invalid_params({"details": "no session is open"})
         root = self.cwd.resolve()
-        target = Path(os.path.realpath(Path(root, path)))
-        if not target.is_relative_to(root):
-            raise RequestError(
-                -32602,
-                "path outside the session's working directory",
-                {"path": path, "cwd": str(root)},
-            )
-        return target
+        try:
+            return root, confined.relative(self.cwd, path)
+        except ValueError as exc:
+            raise RequestError.invalid_params({"details": str(exc), "path": path}) from None
+        except confined.Outside:
+            raise self._outside(path, root) from None
+
+    @staticmethod
+    def _outside(path: str, root: Path) -> RequestError:
+        return RequestError(
+            -32602,
+            "path outside the session's working directory",
+            {"path": path, "cwd": str(root)},
+        )
+
+    def _open(self, path: str, flags: int) -> int:
+        """`path` opened once, its resolution confined to the session's working directory."""
+        root, rel = self._confined(path)
+        try:
+            if flags & os.O_CREAT:
+                confined.make_parents(root, rel)
+            return confined.open_beneath(root, rel, flags)
+        except confined.Outside:
+            raise self._outside(path, root) from None
+        except FileNotFoundError:
+            raise RequestError.resource_not_found(path) from None
+        except OSError as exc:
+            raise RequestError.invalid_params({"details": str(exc), "path": path}) from None
 
     async def read_text_file(
         self,
@@ -212,17 +235,17 @@ class LanewayClient:
         limit: int | None = None,
         **kwargs: Any,
     ) -> ReadTextFileResponse:
-        target = self._confined(path)
-        try:
-            if target.stat().st_size > MAX_READ:
-                raise RequestError.invalid_params(
-                    {"details": f"{path} is larger than {MAX_READ} bytes", "path": path}
-                )
-            text = target.read_text(errors="replace")
-        except FileNotFoundError:
-            raise RequestError.resource_not_found(path) from None
-        except (IsADirectoryError, PermissionError) as exc:
-            raise RequestError.invalid_params({"details": str(exc), "path": path}) from None
+        fd = self._open(path, os.O_RDONLY)
+        with os.fdopen(fd, "rb") as file:
+            try:
+                if os.fstat(fd).st_size > MAX_READ:
+                    raise RequestError.invalid_params(
+                        {"details": f"{path} is larger than {MAX_READ} bytes", "path": path}
+                    )
+                raw = file.read(MAX_READ + 1).decode(errors="replace")
+                text = raw.replace("\r\n", "\n").replace("\r", "\n")  # as text mode reads
+            except OSError as exc:  # a directory, ...
+                raise RequestError.invalid_params({"details": str(exc), "path": path}) from None
         if line is not None or limit is not None:
             lines = text.splitlines(keepends=True)
             start = max((line or 1) - 1, 0)
@@ -232,10 +255,10 @@ class LanewayClient:
     async def write_text_file(
         self, session_id: str, path: str, content: str, **kwargs: Any
     ) -> WriteTextFileResponse:
-        target = self._confined(path)
+        fd = self._open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
         try:
-            target.parent.mkdir(parents=True, exist_ok=True)
-            target.write_text(content)
+            with os.fdopen(fd, "w") as file:
+                file.write(content)
         except OSError as exc:
             raise RequestError.invalid_params({"details": str(exc), "path": path}) from None
         return WriteTextFileResponse()

@@ -16,6 +16,7 @@ Nothing here touches the database itself: the turn's `Record` does, on the turn'
 
 from __future__ import annotations
 
+import math
 import os
 import threading
 import time
@@ -205,6 +206,12 @@ def run_acp_turn(conversations: Conversations, turn: AcpTurn, record: Record) ->
             prompt, on_item=keep, on_permission=ask, timeout=turn.profile.turn_timeout
         )
         said.close()  # everything it said is kept before its turn ends
+    except BaseException:
+        # the board could not take what it said (its task deleted under it): the agent, in
+        # no one's keeping now, must not outlive its turn
+        conn.cancel(grace=0.0)
+        conn.close(grace=0.5)
+        raise
     finally:
         said.stop()
         watch.stop()
@@ -372,7 +379,9 @@ def _report_usage(end: TurnEnd, record: Record, reported: Mapping[str, Any]) -> 
         found["input_tokens"] = usage.input_tokens
     if usage.output_tokens is not None:
         found["output_tokens"] = usage.output_tokens
-    if usage.cost is not None:
+    if usage.cost is not None and not math.isfinite(usage.cost):
+        found["cost_usd"] = usage.cost  # the record warns of it; what was seen stands
+    elif usage.cost is not None:
         # the agent reports the conversation's cost so far: the turn's share is what it added
         seen = float(reported.get("cost_reported") or 0.0)
         found["cost_usd"] = max(0.0, usage.cost - seen)

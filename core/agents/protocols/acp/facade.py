@@ -573,7 +573,13 @@ class AgentConnection:
             )
             self.client.usage = usage
             self._post(item("usage", "", dump(u)))
-        return stop_reason_end(answer.stop_reason, cancelled=self._cancelled, usage=usage)
+        end = stop_reason_end(answer.stop_reason, cancelled=self._cancelled, usage=usage)
+        bad = self._transport.bad_usage if self._transport is not None else None
+        if bad is not None:
+            self._transport.bad_usage = None  # type: ignore[union-attr]  # just read
+            said = f"agent usage not recorded: not finite, non-negative numbers: {bad}"
+            end = attrs.evolve(end, warning=f"{end.warning}; {said}" if end.warning else said)
+        return end
 
     def cancel(self, grace: float | None = None) -> None:
         """`session/cancel` of the running turn (any thread); the process group is killed when
