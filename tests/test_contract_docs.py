@@ -23,11 +23,7 @@ DOCS = Path(__file__).resolve().parents[1] / "docs"
 
 CLI_NOT_YET: Final[dict[tuple[str, ...], set[str]]] = {
     # phase 4 (CLI.md) beyond issue 38's undo commands and --version: later changes build them
-    ("task", "diff"): {"--stat"},
-    ("workflow", "set"): {"--remote", "--setup"},
-    ("task", "push"): set(),
-    ("task", "merge"): set(),
-    ("task", "comment"): {"--file", "--line"},
+    ("workflow", "set"): {"--setup"},
     ("hook", "add"): set(),
     ("hook", "list"): set(),
     ("hook", "remove"): set(),
