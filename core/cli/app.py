@@ -141,14 +141,18 @@ class CommandFailed(click.ClickException):
     exit_code = 1
     as_json = False
 
-    def __init__(self, message: str, code: str = "invalid") -> None:
+    def __init__(
+        self, message: str, code: str = "invalid", extra: dict[str, object] | None = None
+    ) -> None:
         super().__init__(message)
         self.code = code
+        self.extra = extra or {}
 
     def show(self, file: IO[Any] | None = None) -> None:
         if self.as_json:
             text = json.dumps(
-                {"error": one_line(self.message), "code": self.code}, ensure_ascii=False
+                {**self.extra, "error": one_line(self.message), "code": self.code},
+                ensure_ascii=False,
             )
         else:
             text = f"laneway: {one_line(self.message)}"
@@ -285,7 +289,9 @@ class LanewayGroup(click.Group):
         except Exception as exc:
             message = _user_message(exc)
             if message is not None:
-                raise CommandFailed(message, _code_of(exc)) from exc
+                details = getattr(exc, "details", None)
+                extra = details() if callable(details) else None
+                raise CommandFailed(message, _code_of(exc), extra) from exc
             settings = ctx.obj if isinstance(ctx.obj, Settings) else None
             if settings is not None and settings.verbose:
                 click.echo(traceback.format_exc().rstrip(), err=True)

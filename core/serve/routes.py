@@ -164,9 +164,25 @@ def task_comments(call: Call) -> Reply:
 
 def task_comment(call: Call) -> Reply:
     added = call.host.comments.add(
-        call.path["t"], call.text("body"), author=call.opt_text("author")
+        call.path["t"],
+        call.text("body"),
+        author=call.opt_text("author"),
+        file=call.opt_text("file"),
+        line=call.opt_int("line"),
     )
     return Reply(added, status=201)
+
+
+def task_merge(call: Call) -> Reply:
+    body = call.body if call.body is not None else {}
+    strategy = into = None
+    if body:
+        strategy, into = call.opt_text("strategy"), call.opt_text("into")
+    return Reply(call.host.changes.merge(call.path["t"], strategy=strategy, into=into))
+
+
+def task_push(call: Call) -> Reply:
+    return Reply(call.host.changes.push(call.path["t"]))
 
 
 def task_entries(call: Call) -> Reply:
@@ -508,6 +524,8 @@ ROUTES = [
     Route("/api/tasks/{t}/entries", endpoint(task_entries), methods=["GET"]),
     Route("/api/tasks/{t}/decisions", endpoint(task_decisions), methods=["GET"]),
     Route("/api/tasks/{t}/diff", endpoint(task_diff), methods=["GET"]),
+    Route("/api/tasks/{t}/merge", endpoint(task_merge), methods=["POST"]),
+    Route("/api/tasks/{t}/push", endpoint(task_push), methods=["POST"]),
     Route("/api/entries", endpoint(entries_list), methods=["GET"]),
     Route("/api/runs", endpoint(runs_list), methods=["GET"]),
     Route("/api/runs/{r}", endpoint(run_show), methods=["GET"]),

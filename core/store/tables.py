@@ -84,6 +84,10 @@ workflows = sa.Table(
     sa.Column("base_branch", sa.String(255), nullable=True),
     # a task arriving at the terminal step has its worktree retired (as archiving does)
     sa.Column("retire_worktrees", sa.Boolean, nullable=False, server_default=sa.false()),
+    # the git remote (a name or URL) its tasks' branches are pushed to
+    sa.Column("remote", sa.String(4000), nullable=True),
+    # the forge its pull requests are opened on: JSON kind, repo, url, token_env
+    sa.Column("forge", sa.Text, nullable=True),
 )
 
 workflow_steps = sa.Table(
@@ -297,6 +301,9 @@ comments = sa.Table(
     sa.Column("author", sa.String(200), nullable=False),
     sa.Column("body", sa.Text, nullable=False),
     sa.Column("created_at", sa.String(40), nullable=False),
+    # a comment on a line of the task's diff: the file's path and the line's number
+    sa.Column("file", sa.String(4000), nullable=True),
+    sa.Column("line", sa.Integer, nullable=True),
     sa.Index("ix_comments_task", "task_id", "created_at"),
 )
 
