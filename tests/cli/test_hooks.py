@@ -126,8 +126,8 @@ def test_issue_42_item_1_bad_input_is_one_line_each(board: Laneway) -> None:
     assert "http" in board.fails("hook", "add", "not a url")
     line = board.fails("hook", "add", "http://127.0.0.1:9/x", "--secret-env", "NO_SUCH_VAR_42")
     assert "NO_SUCH_VAR_42" in line
-    assert "task.nonsense" in board.fails(
-        "hook", "add", "http://127.0.0.1:9/x", "--events", "task.nonsense"
+    assert "Nonsense!" in board.fails(
+        "hook", "add", "http://127.0.0.1:9/x", "--events", "task.created,Nonsense!"
     )
     assert "no hook" in board.fails("hook", "remove", "nope")
     assert board.json("hook", "list") == []
