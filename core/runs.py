@@ -725,4 +725,12 @@ def cancel_permissions(
             run_id=run_id,
             state="cancelled",
         )
+        events.record(
+            uow,
+            "task.needs_person_ended",
+            task_id,
+            reason="permission",
+            permission_id=permission_id,
+            run_id=run_id,
+        )
     return [str(row[0]) for row in ended]

@@ -24,10 +24,6 @@ DOCS = Path(__file__).resolve().parents[1] / "docs"
 CLI_NOT_YET: Final[dict[tuple[str, ...], set[str]]] = {
     # phase 4 (CLI.md) beyond issue 38's undo commands and --version: later changes build them
     ("workflow", "set"): {"--setup"},
-    ("hook", "add"): set(),
-    ("hook", "list"): set(),
-    ("hook", "remove"): set(),
-    ("hook", "deliveries"): set(),
     ("schedule", "add"): set(),
     ("schedule", "list"): set(),
     ("schedule", "remove"): set(),
@@ -42,10 +38,6 @@ CLI_NOT_YET: Final[dict[tuple[str, ...], set[str]]] = {
 """Contract rows (CLI.md) another change builds: the commands, or a command's options."""
 
 HTTP_NOT_YET: Final[set[tuple[str, str]]] = {
-    ("GET", "/api/hooks"),
-    ("POST", "/api/hooks"),
-    ("DELETE", "/api/hooks/{h}"),
-    ("GET", "/api/hooks/deliveries"),
     ("GET", "/api/questions"),
     ("POST", "/api/questions/{q}"),
 }

@@ -558,6 +558,45 @@ budget_alerts = sa.Table(
 )
 
 
+# Outbound webhooks (issue 42 item 1, core/services/hooks.py): `cursor` is the last event id
+# the hook has taken into `hook_deliveries`; event ids are committed in order, so a cursor
+# never skips one. The secret is kept here, readable only by the board's processes.
+hooks = sa.Table(
+    "hooks",
+    metadata,
+    sa.Column("id", sa.String(64), primary_key=True),
+    sa.Column("url", sa.Text, nullable=False),
+    sa.Column("events", sa.Text, nullable=False, server_default="[]"),
+    sa.Column("secret", sa.Text, nullable=True),
+    sa.Column("cursor", sa.BigInteger, nullable=False, server_default="0"),
+    sa.Column("created_at", sa.String(40), nullable=False),
+)
+
+# One row per (hook, event): its body as first taken (so pruning the event loses nothing),
+# its attempts, and its claim: `claimed_by`/`lease_until` set by a conditional UPDATE, so a
+# process killed mid-send leaves a lease that runs out and the row is claimable again.
+hook_deliveries = sa.Table(
+    "hook_deliveries",
+    metadata,
+    sa.Column("id", sa.String(64), primary_key=True),
+    sa.Column("hook_id", sa.String(64), nullable=False),
+    sa.Column("event_id", sa.BigInteger, nullable=False),
+    sa.Column("type", sa.String(40), nullable=False),
+    sa.Column("body", sa.Text, nullable=False),
+    sa.Column("state", sa.String(20), nullable=False, server_default="pending"),
+    sa.Column("attempts", sa.Integer, nullable=False, server_default="0"),
+    sa.Column("last_status", sa.Integer, nullable=True),
+    sa.Column("last_error", sa.Text, nullable=True),
+    sa.Column("next_at", sa.String(40), nullable=False),
+    sa.Column("created_at", sa.String(40), nullable=False),
+    sa.Column("delivered_at", sa.String(40), nullable=True),
+    sa.Column("claimed_by", sa.String(64), nullable=True),
+    sa.Column("lease_until", sa.String(40), nullable=True),
+    sa.UniqueConstraint("hook_id", "event_id", name="uq_hook_deliveries_event"),
+    sa.Index("ix_hook_deliveries_queue", "hook_id", "state", "event_id"),
+)
+
+
 def column_length(column: sa.Column[Any]) -> int:
     """A string column's declared length: the longest value every database accepts in it."""
     length = getattr(column.type, "length", None)
