@@ -51,6 +51,7 @@ if TYPE_CHECKING:
     from core.services import (
         BlockerService,
         BudgetService,
+        ChangeService,
         CommentService,
         DecisionService,
         EntryService,
@@ -210,6 +211,7 @@ class Host:
     entries: _Built[EntryService] = _Built(_service("EntryService"))
     plugins: _Built[PluginService] = _Built(_service("PluginService"))
     comments: _Built[CommentService] = _Built(_service("CommentService"))
+    changes: _Built[ChangeService] = _Built(_service("ChangeService"))
     permissions: _Built[PermissionService] = _Built(_service("PermissionService"))
     blockers: _Built[BlockerService] = _Built(_service("BlockerService"))
     budgets: _Built[BudgetService] = _Built(_service("BudgetService"))

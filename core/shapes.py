@@ -62,6 +62,8 @@ def workflow_json(workflow: Workflow) -> dict[str, Any]:
         "repository": workflow.repository,
         "base_branch": workflow.base_branch,
         "retire_worktrees": workflow.retire_worktrees,
+        "remote": workflow.remote,
+        "forge": dict(workflow.forge) if workflow.forge is not None else None,
         "steps": [step_json(s) for s in sorted(workflow.steps, key=lambda s: s.position)],
     }
 

@@ -8,12 +8,13 @@ no feedback: the step prompt is what it was.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Final
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any, Final
 
 import attrs
 import sqlalchemy as sa
 
-from core.model import Comment, Decision, Run
+from core.model import Comment, Decision, Run, Task
 from core.store import prepared
 from core.store import tables as t
 from core.text import cut_to
@@ -35,6 +36,9 @@ class Feedback:
     """When the agent's last turn on the task began (its prompt was given then)."""
     verdicts: tuple[Decision, ...]
     comments: tuple[Comment, ...]
+    conflict: Mapping[str, Any] | None = None
+    """The task's merge that conflicted since then (`into`, `strategy`, `paths`, `at`): what
+    the agent must resolve before the merge can run again (issue 40)."""
 
 
 R = t.runs
@@ -63,13 +67,20 @@ def last_turn_start(host: Peers, run: Run) -> str | None:
     return str(found) if found is not None else None
 
 
-def since_last_turn(host: Peers, run: Run) -> Feedback | None:
-    """The feedback `run`'s agent has not seen, or None (a first run, or nothing new)."""
+def since_last_turn(host: Peers, run: Run, task: Task | None = None) -> Feedback | None:
+    """The feedback `run`'s agent has not seen, or None (a first run, or nothing new).
+    `task`: the run's task as the caller has just read it."""
     if run.task_id is None:
         return None
     since = last_turn_start(host, run)
+    if task is None or task.id != run.task_id:
+        task = host.tasks.get(run.task_id)
+    conflict = _conflict(task, since)
     if since is None:
-        return _woken_by_comment(host, run)
+        woken = _woken_by_comment(host, run)
+        if conflict is None:
+            return woken
+        return attrs.evolve(woken or Feedback("", (), ()), conflict=conflict)
     me = host.profiles.get(run.agent_profile_id).name
     verdicts = tuple(
         d
@@ -83,9 +94,21 @@ def since_last_turn(host: Peers, run: Run) -> Feedback | None:
     comments = tuple(
         c for c in host.comments.list(run.task_id) if c.created_at > since and c.author != me
     )
-    if not verdicts and not comments:
+    if not verdicts and not comments and conflict is None:
         return None
-    return Feedback(since, verdicts, comments)
+    return Feedback(since, verdicts, comments, conflict)
+
+
+def _conflict(task: Task, since: str | None) -> Mapping[str, Any] | None:
+    """The task's merge conflict recorded after `since` (any, for a first run), standing still
+    (a merge that succeeded since clears it)."""
+    record = task.workspace or {}
+    conflict = record.get("conflict")
+    if not isinstance(conflict, Mapping):
+        return None
+    if since is not None and str(conflict.get("at", "")) <= since:
+        return None
+    return conflict
 
 
 def _woken_by_comment(host: Peers, run: Run) -> Feedback | None:
@@ -116,10 +139,30 @@ def block(feedback: Feedback, step_names: dict[str, str]) -> str:
         Comments:
         - alice: please also update the docs
 
+        Merge conflict:
+        - rebase onto main: conflicts in README.md, src/app.py
+          ...what to do
+
+        Comments on lines:
+        - README.md:3: say what it does (alice)
+
     A verdict or comment of several lines continues indented by two spaces. Each text is cut
-    to MAX_ENTRY characters and the block to MAX_BLOCK (oldest comments left out first)."""
-    head = "\n".join(_verdict_lines(feedback, step_names))
-    comments = [f"- {c.author}: {_indented(cut_to(c.body, MAX_ENTRY))}" for c in feedback.comments]
+    to MAX_ENTRY characters and the block to MAX_BLOCK (oldest comments left out first; the
+    merge conflict and the comments on lines come before them, so they are kept)."""
+    on_lines = [
+        f"- {c.file}:{c.line}: {_indented(cut_to(c.body, MAX_ENTRY))} ({c.author})"
+        for c in feedback.comments
+        if c.file is not None
+    ]
+    head_lines = [*_verdict_lines(feedback, step_names), *_conflict_lines(feedback)]
+    if on_lines:
+        head_lines += ["", "Comments on lines:", *on_lines]
+    head = "\n".join(head_lines)
+    comments = [
+        f"- {c.author}: {_indented(cut_to(c.body, MAX_ENTRY))}"
+        for c in feedback.comments
+        if c.file is None
+    ]
     # the newest comments that fit beside the verdicts and the notes (a line each, newline)
     room = MAX_BLOCK - len(head) - len("\n\nComments:") - 120
     kept = 0
@@ -135,6 +178,19 @@ def block(feedback: Feedback, step_names: dict[str, str]) -> str:
     if kept:
         out += ["", "Comments:", *comments[left_out:]]
     return cut_to("\n".join(out), MAX_BLOCK)
+
+
+def _conflict_lines(feedback: Feedback) -> list[str]:
+    if feedback.conflict is None:
+        return []
+    into = feedback.conflict.get("into", "the base branch")
+    paths = ", ".join(str(p) for p in feedback.conflict.get("paths", ()))
+    todo = (
+        f"  Your branch no longer merges into {into}. Bring {into} into it (`git rebase "
+        f"{into}` or `git merge {into}` in your working directory), resolve those files "
+        "and commit; the merge runs again when the task next reaches its merge step."
+    )
+    return ["", "Merge conflict:", f"- rebase onto {into}: conflicts in {paths}", todo]
 
 
 def _verdict_lines(feedback: Feedback, step_names: dict[str, str]) -> list[str]:

@@ -18,14 +18,14 @@ from __future__ import annotations
 import contextlib
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
 import attrs
 
-from core import faults, runs
+from core import faults, hosts, runs
 from core.agents import watchdog_link
 from core.agents.session import profile_session, prompt_for
 from core.agents.values import TurnOutcome
@@ -79,11 +79,12 @@ def _run_log(run: Run) -> Any:
     )
 
 
-def claim_next(host: RuntimePeers) -> Run | None:
-    """Claim the oldest queued run whose agent has room; None when there is nothing to take."""
+def claim_next(host: RuntimePeers, profiles: Sequence[str] | None = None) -> Run | None:
+    """Claim the oldest queued run whose agent has room and that this machine may run (of
+    `profiles`, agent profile ids, when given); None when there is nothing to take."""
     epoch = host.live_epoch()
     with host.store.transaction() as uow:
-        return runs.claim_next(uow, epoch)
+        return runs.claim_next(uow, epoch, hosts.name(), profiles)
 
 
 def finish(host: RuntimePeers, run: Run, outcome: TurnOutcome) -> bool:
@@ -401,6 +402,7 @@ def work(
     stop: threading.Event | None = None,
     progress: Callable[[str, Run, TurnOutcome | None], None] | None = None,
     idle_wait: float = 0.5,
+    profiles: Sequence[str] | None = None,
 ) -> WorkerSummary:
     """Claim and execute runs until the queue is empty (`once`) or `stop` is set.
 
@@ -413,7 +415,7 @@ def work(
     unwatch = host.watch_epoch(host.runtime.stop_fenced)
     unattend = watchdog_link.attend(lambda: after_pause(host))
     try:
-        return _work(host, once, max_runs, concurrency, stop, progress, idle_wait)
+        return _work(host, once, max_runs, concurrency, stop, progress, idle_wait, profiles)
     finally:
         unattend()
         unwatch()
@@ -442,6 +444,7 @@ def _work(
     stop: threading.Event,
     progress: Callable[[str, Run, TurnOutcome | None], None] | None,
     idle_wait: float,
+    profiles: Sequence[str] | None,
 ) -> WorkerSummary:
     claimed = finished = failed = 0
     running: dict[Future[TurnOutcome], Run] = {}
@@ -466,7 +469,7 @@ def _work(
                     and len(running) < concurrency
                     and (max_runs is None or claimed < max_runs)
                 ):
-                    run = claim_next(host)
+                    run = claim_next(host, profiles)
                     starved = run is None
                     if run is None:
                         break

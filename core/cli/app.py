@@ -57,6 +57,7 @@ BUILTIN_COMMANDS: dict[str, tuple[str, str]] = {
     "watch": ("commands_watch", "watch"),
     "events": ("commands_watch", "events_command"),
     "prune": ("commands_prune", "prune"),
+    "hook": ("commands_hooks", "hook"),
 }
 """Each built-in command: its module under `core.cli` and the attribute holding it. A command
 imports its module (and what that needs) only when it runs; `--help` reads `BUILTIN_HELP`."""
@@ -93,6 +94,7 @@ BUILTIN_HELP: dict[str, str] = {
         "stream's own name; `laneway watch --help` says the rest."
     ),
     "prune": "Delete old transcript items, and nothing else.",
+    "hook": "Outbound webhooks: board events POSTed to a URL, signed, retried, never lost.",
 }
 """Each built-in command's short help, as `laneway --help` lists it without importing the
 command modules (`tests/cli/test_cli_lazy.py` keeps it equal to the commands' own)."""
@@ -139,14 +141,18 @@ class CommandFailed(click.ClickException):
     exit_code = 1
     as_json = False
 
-    def __init__(self, message: str, code: str = "invalid") -> None:
+    def __init__(
+        self, message: str, code: str = "invalid", extra: dict[str, object] | None = None
+    ) -> None:
         super().__init__(message)
         self.code = code
+        self.extra = extra or {}
 
     def show(self, file: IO[Any] | None = None) -> None:
         if self.as_json:
             text = json.dumps(
-                {"error": one_line(self.message), "code": self.code}, ensure_ascii=False
+                {**self.extra, "error": one_line(self.message), "code": self.code},
+                ensure_ascii=False,
             )
         else:
             text = f"laneway: {one_line(self.message)}"
@@ -283,7 +289,9 @@ class LanewayGroup(click.Group):
         except Exception as exc:
             message = _user_message(exc)
             if message is not None:
-                raise CommandFailed(message, _code_of(exc)) from exc
+                details = getattr(exc, "details", None)
+                extra = details() if callable(details) else None
+                raise CommandFailed(message, _code_of(exc), extra) from exc
             settings = ctx.obj if isinstance(ctx.obj, Settings) else None
             if settings is not None and settings.verbose:
                 click.echo(traceback.format_exc().rstrip(), err=True)

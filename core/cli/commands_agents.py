@@ -367,6 +367,12 @@ class Shutdown:
     help=f"After Ctrl-C, how long running agents may take to end their turn before their "
     f"runs are put back in the queue [default: {worker.KILL_GRACE_S:g}].",
 )
+@click.option(
+    "--profiles",
+    metavar="P,...",
+    default=None,
+    help="Claim only runs of these agent profiles (names or ids, comma-separated).",
+)
 @pass_settings
 def worker_command(
     settings: Settings,
@@ -374,6 +380,7 @@ def worker_command(
     max_runs: int | None,
     concurrency: int,
     grace: float | None,
+    profiles: str | None,
 ) -> None:
     """Claim and execute queued runs.
 
@@ -387,6 +394,7 @@ def worker_command(
         shutdown = Shutdown(
             host, stop, worker.KILL_GRACE_S if grace is None else grace, as_json=settings.json
         )
+        served = _served(host, profiles)
         progress = WorkerProgress(host, as_json=settings.json)
         try:
             with shutdown.installed(), _scheduling(host, once):
@@ -397,6 +405,7 @@ def worker_command(
                     concurrency=concurrency,
                     stop=stop,
                     progress=progress,
+                    profiles=served,
                 )
         finally:
             progress.close()
@@ -406,6 +415,17 @@ def worker_command(
         c,
         [f"claimed {c['claimed']}, finished {c['finished']}, failed {c['failed']}"],
     )
+
+
+def _served(host: Host, profiles: str | None) -> list[str] | None:
+    """`--profiles`: the ids of the named profiles (each by name or id); an unknown one is
+    refused here, before anything is claimed."""
+    if profiles is None:
+        return None
+    refs = [p.strip() for p in profiles.split(",") if p.strip()]
+    if not refs:
+        raise LanewayError("--profiles: name at least one agent profile")
+    return [host.profiles.get(ref).id for ref in refs]
 
 
 @contextlib.contextmanager

@@ -106,6 +106,19 @@ def workflow_show(settings: Settings, ref: str) -> None:
     help="Whether a task reaching the terminal step has its worktree removed, its uncommitted "
     "work committed to its branch (default: keep).",
 )
+@click.option(
+    "--remote",
+    metavar="R",
+    help="A git remote (a name or URL) task branches are pushed to ('' clears it).",
+)
+@click.option(
+    "--forge", metavar="NAME", help="Where pull requests are opened: github ('' clears it)."
+)
+@click.option("--forge-repo", metavar="OWNER/NAME", help="The repository on the forge.")
+@click.option("--forge-url", metavar="URL", help="The forge's API root (default its own).")
+@click.option(
+    "--forge-token-env", metavar="VAR", help="The variable the token is read from at run time."
+)
 @pass_settings
 def workflow_set(
     settings: Settings,
@@ -114,6 +127,11 @@ def workflow_set(
     repository: str | None,
     base_branch: str | None,
     retire_worktrees: bool | None,
+    remote: str | None,
+    forge: str | None,
+    forge_repo: str | None,
+    forge_url: str | None,
+    forge_token_env: str | None,
 ) -> None:
     """Change a workflow's settings."""
     if (
@@ -121,11 +139,15 @@ def workflow_set(
         and repository is None
         and base_branch is None
         and retire_worktrees is None
+        and remote is None
+        and forge is None
     ):
         raise click.UsageError(
-            "give --max-step-arrivals, --repository, --base-branch "
+            "give --max-step-arrivals, --repository, --base-branch, --remote, --forge "
             "or --retire-worktrees/--keep-worktrees"
         )
+    if forge is None and (forge_repo or forge_url or forge_token_env):
+        raise click.UsageError("--forge-repo, --forge-url and --forge-token-env go with --forge")
     with writer(settings) as host:
         wf = host.workflows.get(ref)
         if max_step_arrivals is not None:
@@ -134,6 +156,12 @@ def workflow_set(
             wf = host.workflows.set_repository(wf.id, repository, base_branch)
         if retire_worktrees is not None:
             wf = host.workflows.set_retire_worktrees(wf.id, retire_worktrees)
+        if remote is not None:
+            wf = host.workflows.set_remote(wf.id, remote)
+        if forge is not None:
+            wf = host.changes.set_forge(
+                wf.id, forge, repo=forge_repo, url=forge_url, token_env=forge_token_env
+            )
     emit(settings.json, workflow_json(wf), workflow_lines(wf, with_steps=False))
 
 

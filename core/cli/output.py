@@ -131,6 +131,31 @@ def task_line(task: Task, names: StepNames | None = None) -> str:
     )
 
 
+def workspace_lines(task: Task) -> list[str]:
+    """`task show`'s lines about what the task's branch started from and what became of it
+    (merged, pushed, a merge that conflicted); the branch itself is on the line above."""
+    record = task.workspace
+    if record is None:
+        return []
+    base = str(record.get("base_commit", ""))[:12]
+    lines = [f"  base: {record.get('base_branch')} at {base}"]
+    merge = record.get("merge")
+    if merge:
+        lines.append(
+            f"  merged into {merge.get('into')} ({merge.get('strategy')}) as "
+            f"{str(merge.get('commit', ''))[:12]} at {merge.get('at')}"
+        )
+    push = record.get("push")
+    if push:
+        sent = str(push.get("commit", ""))[:12]
+        lines.append(f"  pushed {sent} to {push.get('remote')} at {push.get('at')}")
+    conflict = record.get("conflict")
+    if conflict:
+        paths = ", ".join(str(p) for p in conflict.get("paths", ()))
+        lines.append(f"  merge into {conflict.get('into')} conflicted: {paths}")
+    return lines
+
+
 def _word(name: str) -> str:
     """A name as one word of a line: quoted when it has spaces (`'Office Default'`)."""
     return shlex.quote(name) if any(c.isspace() for c in name) else name

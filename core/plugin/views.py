@@ -17,6 +17,8 @@ from collections.abc import Mapping
 from contextlib import AbstractContextManager
 from typing import TYPE_CHECKING, Any, Protocol
 
+import attrs
+
 if TYPE_CHECKING:
     from core.model import Decision, Participant, Run, Session, Step, Task, Workflow, Workspace
     from core.plugin.kinds import Features
@@ -97,6 +99,51 @@ class WorkspaceView(Protocol):
     def by_id(self, workspace_id: str) -> Workspace: ...
 
 
+@attrs.frozen
+class Claim:
+    """A durable action's ledger claim, as its executor names it to a service whose effect
+    lies outside the database (`changes.merge`, `changes.push`): the service checks it is
+    still held just before the effect, so a process that lost it never acts."""
+
+    entry_id: str
+    position: int
+    kind: str
+    epoch: str
+
+
+class ChangesView(Protocol):
+    """A task's branch leaving the board (`core.services.changes`)."""
+
+    def merge(
+        self,
+        ref: str,
+        *,
+        strategy: str | None = None,
+        into: str | None = None,
+        claim: Claim | None = None,
+    ) -> dict[str, Any]:
+        """Raises `MergeConflict` (its `paths`) when the branch does not merge cleanly."""
+        ...
+
+    def push(self, ref: str, *, claim: Claim | None = None) -> dict[str, Any]: ...
+
+    def conflict_back(self, ref: str, step: str, paths: tuple[str, ...], into: str) -> str: ...
+
+    def pull_request(
+        self,
+        ref: str,
+        *,
+        title: str | None = None,
+        body: str | None = None,
+        draft: bool = False,
+        claim: Claim | None = None,
+    ) -> dict[str, Any]: ...
+
+    def sync_pull_request(self, ref: str) -> dict[str, Any]: ...
+
+    def send(self, ref: str, step: str, why: str) -> str: ...
+
+
 class PluginServices(Protocol):
     """The services an executor or a guard reaches through ``ctx.services``."""
 
@@ -123,6 +170,9 @@ class PluginServices(Protocol):
 
     @property
     def workspace(self) -> WorkspaceView: ...
+
+    @property
+    def changes(self) -> ChangesView: ...
 
     @property
     def store(self) -> TransactionScope:
@@ -179,6 +229,8 @@ class PluginHost(PluginServices, Protocol):
 
 __all__ = [
     "BundleView",
+    "ChangesView",
+    "Claim",
     "DecisionsView",
     "ParticipantsView",
     "PluginHost",

@@ -62,11 +62,18 @@ class ClientGone(Exception):
 class HttpError(Exception):
     """An answer other than success: status, one line and a stable code."""
 
-    def __init__(self, status: int, message: str, code: str | None = None) -> None:
+    def __init__(
+        self,
+        status: int,
+        message: str,
+        code: str | None = None,
+        extra: Mapping[str, Any] | None = None,
+    ) -> None:
         super().__init__(message)
         self.status = status
         self.message = message
         self.code = code or code_of_status(status)
+        self.extra = dict(extra or {})
 
 
 def bad(message: str) -> HttpError:
@@ -79,8 +86,9 @@ def error_response(
     headers: Mapping[str, str] | None = None,
     *,
     code: str | None = None,
+    extra: Mapping[str, Any] | None = None,
 ) -> Response:
-    body = {"error": message, "code": code or code_of_status(status)}
+    body = {**(extra or {}), "error": message, "code": code or code_of_status(status)}
     return JSONResponse(body, status_code=status, headers=dict(headers or {}))
 
 
@@ -135,6 +143,14 @@ class Call:
             return None
         if not isinstance(value, str):
             raise bad(f"field {field!r}: expected a string, got {_kind(value)}")
+        return value
+
+    def opt_int(self, field: str) -> int | None:
+        value = self.obj().get(field)
+        if value is None:
+            return None
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise bad(f"field {field!r}: expected an integer, got {_kind(value)}")
         return value
 
     def flag(self, name: str) -> bool:
@@ -286,7 +302,7 @@ def endpoint(
             # otherwise hold the event loop (and every other connection) while it is written.
             response = await run_in_threadpool(_answer, route, call)
         except HttpError as exc:
-            response = error_response(exc.status, exc.message, code=exc.code)
+            response = error_response(exc.status, exc.message, code=exc.code, extra=exc.extra)
         except ClientDisconnect:
             # Nobody is left to answer; an ordinary event on a network, not a fault.
             logger.bind(method=request.method, path=request.url.path).debug(
@@ -332,7 +348,7 @@ def _run(route: Route, call: Call) -> Reply:
         raise HttpError(499, "client closed the request") from None
     except USER_ERRORS as exc:
         message = one_line(str(exc)) or type(exc).__name__
-        raise HttpError(exc.http_status, message, exc.code) from None
+        raise HttpError(exc.http_status, message, exc.code, exc.details()) from None
     except sa.exc.IntegrityError as exc:
         # A concurrent writer got there first (a unique name, a deleted parent).
         logger.bind(error=one_line(str(exc.orig or exc))).info("write refused by a constraint")

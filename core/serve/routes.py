@@ -164,9 +164,25 @@ def task_comments(call: Call) -> Reply:
 
 def task_comment(call: Call) -> Reply:
     added = call.host.comments.add(
-        call.path["t"], call.text("body"), author=call.opt_text("author")
+        call.path["t"],
+        call.text("body"),
+        author=call.opt_text("author"),
+        file=call.opt_text("file"),
+        line=call.opt_int("line"),
     )
     return Reply(added, status=201)
+
+
+def task_merge(call: Call) -> Reply:
+    body = call.body if call.body is not None else {}
+    strategy = into = None
+    if body:
+        strategy, into = call.opt_text("strategy"), call.opt_text("into")
+    return Reply(call.host.changes.merge(call.path["t"], strategy=strategy, into=into))
+
+
+def task_push(call: Call) -> Reply:
+    return Reply(call.host.changes.push(call.path["t"]))
 
 
 def task_entries(call: Call) -> Reply:
@@ -322,6 +338,47 @@ def permission_answer(call: Call) -> Reply:
     return Reply(answered)
 
 
+def hooks_list(call: Call) -> Reply:
+    """As `hook list`: never a secret."""
+    from core.services import hooks
+
+    return Reply([h.as_json() for h in hooks.list_hooks(call.host.store)])
+
+
+def hook_add(call: Call) -> Reply:
+    """As `hook add`: `{"url", "events"?: [type], "secret"?}` (the secret is stored, never
+    answered)."""
+    from core.services import hooks
+
+    url = call.text("url")
+    types = call.obj().get("events") or []
+    if not isinstance(types, list) or not all(isinstance(x, str) for x in types):
+        raise bad("field 'events': expected a list of event types")
+    secret = call.opt_text("secret")
+    made = hooks.add(
+        call.host.store, hooks.check_url(url), hooks.parse_events(",".join(types)), secret or None
+    )
+    return Reply(made.as_json(), status=201)
+
+
+def hook_remove(call: Call) -> Reply:
+    """As `hook remove`."""
+    from core.services import hooks
+
+    return Reply(hooks.remove(call.host.store, call.path["h"]).as_json())
+
+
+def hook_deliveries(call: Call) -> Reply:
+    """As `hook deliveries`: `?hook=H&state=S` narrow it."""
+    from core.services import hooks
+
+    state = call.query.get("state")
+    if state is not None and state not in hooks.STATES:
+        raise bad(f"query 'state': expected one of {', '.join(hooks.STATES)}, got {state!r}")
+    found = hooks.deliveries(call.host.store, hook_id=call.query.get("hook"), state=state)
+    return Reply([d.as_json() for d in found])
+
+
 def run_cancel(call: Call) -> Reply:
     """As `runs cancel`: a queued run ends now; a running one's worker stops its turn."""
     return Reply(call.host.runs.cancel(call.path["r"]))
@@ -467,11 +524,17 @@ ROUTES = [
     Route("/api/tasks/{t}/entries", endpoint(task_entries), methods=["GET"]),
     Route("/api/tasks/{t}/decisions", endpoint(task_decisions), methods=["GET"]),
     Route("/api/tasks/{t}/diff", endpoint(task_diff), methods=["GET"]),
+    Route("/api/tasks/{t}/merge", endpoint(task_merge), methods=["POST"]),
+    Route("/api/tasks/{t}/push", endpoint(task_push), methods=["POST"]),
     Route("/api/entries", endpoint(entries_list), methods=["GET"]),
     Route("/api/runs", endpoint(runs_list), methods=["GET"]),
     Route("/api/runs/{r}", endpoint(run_show), methods=["GET"]),
     Route("/api/permissions", endpoint(permissions_list), methods=["GET"]),
     Route("/api/permissions/{p}", endpoint(permission_answer), methods=["POST"]),
+    Route("/api/hooks", endpoint(hooks_list), methods=["GET"]),
+    Route("/api/hooks", endpoint(hook_add), methods=["POST"]),
+    Route("/api/hooks/deliveries", endpoint(hook_deliveries), methods=["GET"]),
+    Route("/api/hooks/{h}", endpoint(hook_remove), methods=["DELETE"]),
     Route("/api/runs/{r}/cancel", endpoint(run_cancel), methods=["POST"]),
     Route("/api/runs/{r}/retry", endpoint(run_retry), methods=["POST"]),
     Route("/api/decisions", endpoint(decision_record), methods=["POST"]),

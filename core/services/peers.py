@@ -20,6 +20,7 @@ if TYPE_CHECKING:
     from core.operations import Operations
     from core.services.blockers import BlockerService
     from core.services.budgets import BudgetService
+    from core.services.changes import ChangeService
     from core.services.comments import CommentService
     from core.services.decisions import DecisionService
     from core.services.entries import EntryService
@@ -101,6 +102,9 @@ class Peers(Protocol):
 
     @property
     def comments(self) -> CommentService: ...
+
+    @property
+    def changes(self) -> ChangeService: ...
 
     @property
     def permissions(self) -> PermissionService: ...

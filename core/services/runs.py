@@ -3,7 +3,7 @@ from __future__ import annotations
 import builtins
 import json
 import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any, Final
 
 import sqlalchemy as sa
@@ -165,6 +165,25 @@ class RunService(Service):
             query = query.where(R.c.status == status)
         with self.peers.store.read() as conn:
             return [rows.run(r) for r in conn.execute(query).mappings()]
+
+    def waits_for_host(self, found: Sequence[Run]) -> dict[str, str]:
+        """Queued runs among `found` that only a worker on one host may take (their task's
+        worktree lives there: core.runs claims them only there): run id -> that host."""
+        task_ids = {r.task_id for r in found if r.status == "queued" and r.task_id is not None}
+        if not task_ids:
+            return {}
+        with self.peers.store.read() as conn:
+            records = conn.execute(
+                sa.select(t.tasks.c.id, t.tasks.c.workspace).where(
+                    t.tasks.c.id.in_(sorted(task_ids)), t.tasks.c.workspace.is_not(None)
+                )
+            ).all()
+        hosts = {task_id: json.loads(text).get("host") for task_id, text in records}
+        return {
+            r.id: str(hosts[r.task_id])
+            for r in found
+            if r.status == "queued" and r.task_id in hosts and hosts[r.task_id]
+        }
 
     def resolve_target(self, target: str, task: Task, step_id: str) -> builtins.list[str]:
         """The agent profile ids a queue_run target names (the reference's resolution)."""

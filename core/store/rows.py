@@ -139,6 +139,8 @@ def workflow(row: RowLike, steps: tuple[Step, ...]) -> Workflow:
         repository=row["repository"],
         base_branch=row["base_branch"],
         retire_worktrees=bool(row["retire_worktrees"]),
+        remote=row["remote"],
+        forge=json.loads(row["forge"]) if row["forge"] else None,
     )
 
 

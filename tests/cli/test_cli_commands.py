@@ -29,6 +29,8 @@ WORKFLOW_KEYS = {
     "max_step_arrivals",
     "repository",
     "retire_worktrees",
+    "remote",
+    "forge",
     "base_branch",
     "steps",
 }

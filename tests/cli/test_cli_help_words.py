@@ -137,6 +137,7 @@ def test_issue_38_item_19_plain_task_show_prints_description_parent_blockers_bra
         f"  its agent does not start until {blocker['id']} is finished",
         "  subtasks: none",
         f"  branch: laneway/{task['id'][-8:]}  worktree: {place['path']}",
+        f"  base: {place['base_branch']} at {place['base_commit'][:12]}",
     ]
     bare = lw.run("task", "show", parent["id"]).stdout.splitlines()
     assert bare[1:] == [

@@ -412,4 +412,5 @@ def _feedback_json(peers: Peers, grant: Grant) -> dict[str, Any] | None:
         "since": given.since,
         "decisions": [_verdict_json(d) for d in given.verdicts],
         "comments": [plain(c) for c in given.comments],
+        "conflict": dict(given.conflict) if given.conflict is not None else None,
     }

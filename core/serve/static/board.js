@@ -35,6 +35,7 @@ const state = {
   runSessions: new Map(), // run id -> the session its items were kept in (from agent.item)
   confirmArchive: false,
   editing: false, // the panel shows the title/description form
+  lineComment: null, // { taskId, file, line }: the diff line a person clicked to comment on
   filters: { q: "", step: "", state: "", agent: "", person: false },
 };
 
@@ -1210,6 +1211,7 @@ function renderTranscript(runs) {
 function renderComments(task, comments) {
   const list = comments.length ? h("ul", { class: "rows comments" }, comments.map((c) => h("li", { key: c.id, class: "comment" },
     h("div", {}, h("b", {}, c.author || "someone"), h("span", { class: "muted small" }, ` · ${ago(c.created_at)}`),
+      c.file ? h("code", { class: "comment-at" }, ` ${c.file}:${c.line}`) : null,
       h("div", { class: "comment-body" }, c.body)),
   ))) : h("p", { class: "muted" }, "No comments.");
   const form = h("form", {
@@ -1235,10 +1237,111 @@ function renderComments(task, comments) {
 const PATCH_LINES = 2000;
 /* Lines of patch the page draws; the rest is cut, with a note (`task diff` has it all). */
 
+// A patch line's place in the file it changes: the new side's number, for `+` and context
+// lines (a `-` line has none there); what a click comments on (`task comment --file --line`).
+function numberedPatch(lines) {
+  let file = null;
+  let next = 0;
+  return lines.map((line) => {
+    if (line.startsWith("diff --git")) {
+      const m = / b\/(.*)$/.exec(line);
+      file = m ? m[1] : null;
+      return { line, kind: "meta" };
+    }
+    if (line.startsWith("index ") || line.startsWith("+++") || line.startsWith("---")
+      || line.startsWith("new file") || line.startsWith("deleted file")) return { line, kind: "meta" };
+    if (line.startsWith("@@")) {
+      const m = /\+(\d+)/.exec(line);
+      next = m ? Number(m[1]) : 0;
+      return { line, kind: "hunk" };
+    }
+    if (line.startsWith("-")) return { line, kind: "del" };
+    if (line.startsWith("\\")) return { line, kind: "meta" };
+    const at = file && next ? next : null;
+    if (next) next += 1;
+    return { line, kind: line.startsWith("+") ? "add" : "ctx", file, at };
+  });
+}
+
+function renderLanding(task) {
+  const record = task.workspace || {};
+  const merge = record.merge;
+  const conflict = record.conflict;
+  const workflow = state.board && state.board.workflow.id === task.workflow_id ? state.board.workflow : null;
+  const out = [];
+  if (merge) {
+    out.push(h("p", { class: "landed", key: "landed" },
+      h("span", { class: "pill m-done" }, "merged"),
+      ` into ${merge.into} (${merge.strategy}) as `, h("code", {}, String(merge.commit).slice(0, 12)), ` · ${ago(merge.at)}`));
+  }
+  if (conflict) {
+    out.push(h("p", { class: "conflict", key: "conflict", role: "status" },
+      h("span", { class: "pill m-failed" }, "conflict"),
+      ` merging into ${conflict.into}: `,
+      ...conflict.paths.flatMap((p, i) => [i ? ", " : null, h("code", { class: "conflict-path" }, p)]).filter(Boolean)));
+  }
+  if (record.push) {
+    out.push(h("p", { class: "muted small", key: "pushed" },
+      `Pushed ${String(record.push.commit).slice(0, 12)} to ${record.push.remote} · ${ago(record.push.at)}`));
+  }
+  const id = encodeURIComponent(task.id);
+  const run = async (what, path, body) => {
+    try {
+      const done = await state.api.post(path, body);
+      toast(what === "merge" ? `Merged into ${done.into}` : `Pushed to ${done.remote}`, "ok");
+      // the person's own checkout of the base was left as it was: say how to see the merge
+      if (what === "merge" && done.notice) toast(done.notice, "ok");
+    } catch (error) {
+      showError(error);
+    }
+    scheduleDetail(0);
+  };
+  out.push(h("form", {
+    class: "landing", key: "landing", "aria-label": "Land the change",
+    onsubmit: (event) => {
+      event.preventDefault();
+      run("merge", `/api/tasks/${id}/merge`, { strategy: $("merge-strategy").value });
+    },
+  },
+  h("label", { class: "field inline" }, h("span", {}, "Strategy"),
+    h("select", { id: "merge-strategy" }, ["merge", "squash", "rebase"].map((s) => h("option", { value: s }, s)))),
+  h("button", { type: "submit", id: "merge-button" }, `Merge into ${record.base_branch || "base"}`),
+  workflow && workflow.remote
+    ? h("button", { type: "button", id: "push-button", onclick: () => run("push", `/api/tasks/${id}/push`, {}) }, `Push to ${workflow.remote}`)
+    : null));
+  return out;
+}
+
+function renderLineForm(task) {
+  const at = state.lineComment;
+  if (!at || at.taskId !== task.id) return null;
+  return h("form", {
+    class: "comment-form line-comment", key: `line:${at.file}:${at.line}`, "aria-label": `Comment on ${at.file} line ${at.line}`,
+    onsubmit: async (event) => {
+      event.preventDefault();
+      const box = $("line-comment-text");
+      if (!box.value.trim()) return;
+      try {
+        await state.api.post(`/api/tasks/${encodeURIComponent(task.id)}/comments`, { body: box.value, file: at.file, line: at.line });
+        state.lineComment = null;
+        toast("Comment added", "ok");
+        scheduleDetail(0);
+      } catch (error) {
+        showError(error);
+      }
+    },
+  },
+  h("p", { class: "muted small" }, "On ", h("code", {}, `${at.file}:${at.line}`)),
+  h("textarea", { id: "line-comment-text", rows: "2", placeholder: "Comment on this line…", "aria-label": `Comment on ${at.file} line ${at.line}` }),
+  h("button", { type: "submit" }, "Comment"),
+  h("button", { type: "button", class: "link", onclick: () => { state.lineComment = null; renderDetail(); } }, "Cancel"));
+}
+
 function renderChanges(task, diff) {
   if (diff.error) return h("p", { class: "muted" }, diff.error);
   const where = h("p", { class: "muted mono" }, `${diff.branch} against ${diff.base.slice(0, 10)}`);
-  if (!diff.files.length) return h("div", { class: "changes" }, where, h("p", { class: "muted" }, "No changes yet."));
+  const landing = renderLanding(task);
+  if (!diff.files.length) return h("div", { class: "changes" }, where, ...landing, h("p", { class: "muted" }, "No changes yet."));
   const files = h("ul", { class: "rows changed-files" }, diff.files.map((f) => h("li", { class: `changed ${f.status}`, key: f.path },
     h("span", { class: "mono path" }, f.path),
     h("span", { class: "status" }, f.status),
@@ -1247,21 +1350,29 @@ function renderChanges(task, diff) {
   )));
   const lines = diff.patch.split("\n");
   if (lines.length && lines[lines.length - 1] === "") lines.pop();
-  const drawn = lines.slice(0, PATCH_LINES).map((line) => {
-    let kind = "ctx";
-    if (line.startsWith("diff --git") || line.startsWith("index ") || line.startsWith("+++") || line.startsWith("---")
-      || line.startsWith("new file") || line.startsWith("deleted file")) kind = "meta";
-    else if (line.startsWith("@@")) kind = "hunk";
-    else if (line.startsWith("+")) kind = "add";
-    else if (line.startsWith("-")) kind = "del";
-    return h("span", { class: `line ${kind}` }, line + "\n");
+  const pick = (file, line) => {
+    state.lineComment = { taskId: task.id, file, line };
+    renderDetail();
+    const box = document.getElementById("line-comment-text");
+    if (box) box.focus();
+  };
+  const drawn = numberedPatch(lines.slice(0, PATCH_LINES)).map((row) => {
+    if (!row.at) return h("span", { class: `line ${row.kind}` }, row.line + "\n");
+    return h("span", {
+      class: `line ${row.kind} commentable`, role: "button", tabindex: "-1",
+      "data-file": row.file, "data-line": String(row.at), title: `Comment on ${row.file} line ${row.at}`,
+      onclick: () => pick(row.file, row.at),
+      onkeydown: (event) => { if (event.key === "Enter") pick(row.file, row.at); },
+    }, row.line + "\n");
   });
   const notes = [];
   if (lines.length > PATCH_LINES || diff.truncated) {
     notes.push(h("p", { class: "muted cut" },
       `Large diff: cut here; \`laneway task diff ${task.id}\` shows it whole.`));
   }
-  return h("div", { class: "changes" }, where, files, h("pre", { class: "patch", tabindex: "0", "aria-label": "Patch" }, ...drawn), ...notes);
+  return h("div", { class: "changes" }, where, ...landing, files,
+    h("pre", { class: "patch", tabindex: "0", "aria-label": "Patch (click a line to comment on it)" }, ...drawn),
+    renderLineForm(task), ...notes);
 }
 
 function renderEntry(entry) {
