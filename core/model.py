@@ -157,6 +157,9 @@ class AgentProfile:
     """Seconds a turn may run."""
     idle_timeout: float = 900.0
     """Seconds a turn may go without a word from the agent."""
+    mode: str | None = None
+    """The ACP mode its conversations start in (the step's session kinds change it per step);
+    None: the agent's own starting mode."""
 
 
 @attrs.frozen

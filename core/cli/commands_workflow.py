@@ -308,6 +308,15 @@ def _profile_options(*, for_set: bool) -> Callable[[_F], _F]:
             help="Seconds a turn may go without a word from the agent.",
         ),
         click.option(
+            "--mode",
+            "mode",
+            default=None,
+            metavar="M",
+            help="The ACP mode the profile's conversations start in (the step's session kinds "
+            "still change it per step; '' on set: the agent's own). docs/agents.md lists each "
+            "adapter's modes.",
+        ),
+        click.option(
             "--env", "env", multiple=True, metavar="K=V", help=f"Stored. Repeatable{when}."
         ),
         click.option(
@@ -346,7 +355,7 @@ def _profile_changes(given: dict[str, Any]) -> dict[str, Any]:
     """The command line's options as ProfileService arguments, parsed before the host opens
     (a typo must not cost a lock and a recovery scan); options not given are left out."""
     changes: dict[str, Any] = {}
-    for option in ("role", "protocol", "permissions", "turn_timeout", "idle_timeout"):
+    for option in ("role", "protocol", "permissions", "turn_timeout", "idle_timeout", "mode"):
         if given[option] is not None:
             changes[option] = given[option]
     if given["command"] is not None:

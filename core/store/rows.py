@@ -77,6 +77,7 @@ def profile(row: RowLike) -> AgentProfile:
         auto_allow=tuple(json.loads(row["auto_allow"])),
         turn_timeout=float(row["turn_timeout"]),
         idle_timeout=float(row["idle_timeout"]),
+        mode=row["mode"],
     )
 
 

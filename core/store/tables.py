@@ -57,6 +57,7 @@ agent_profiles = sa.Table(
     sa.Column("auto_allow", sa.Text, nullable=False, server_default="[]"),
     sa.Column("turn_timeout", sa.Float, nullable=False, server_default="3600"),
     sa.Column("idle_timeout", sa.Float, nullable=False, server_default="900"),
+    sa.Column("mode", sa.String(200), nullable=True),
     sa.UniqueConstraint("workspace_id", "name", name="uq_agent_profiles_name"),
 )
 

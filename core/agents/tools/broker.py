@@ -275,6 +275,7 @@ class ToolBroker:
                 # from what the agent may read (AGENTS.md: "the step's previous rounds")
                 decisions = [_verdict_json(d) for d in peers.decisions.rounds(task.id, step.id)]
         return {
+            "run_id": grant.run_id,
             "task": {
                 "id": task.id,
                 "title": task.title,

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, Final
 
@@ -35,6 +35,7 @@ from acp.schema import (
 
 from core.agents.protocols.acp import confined
 from core.agents.protocols.acp.items import MAX_TEXT, block_text, dump, item, update_item
+from core.agents.tools.wire import SERVER_NAME, TOOLS
 from core.agents.values import (
     ItemKind,
     PermissionOption,
@@ -65,6 +66,36 @@ Post = Callable[[TranscriptItem | Ask], None]
 
 def pick(options: tuple[PermissionOption, ...], kinds: tuple[str, ...]) -> str | None:
     return next((o.option_id for o in options if o.kind in kinds), None)
+
+
+# How the adapters name a tool of an MCP server in a tool call: Claude Code
+# `mcp__laneway__comment` (title or `_meta.claudeCode.toolName`), Codex `mcp.laneway.comment`,
+# OpenCode `laneway_comment`.
+_LANEWAY_NAMES: Final = frozenset(
+    f"{prefix}{tool}"
+    for tool in TOOLS
+    for prefix in (f"mcp__{SERVER_NAME}__", f"mcp.{SERVER_NAME}.", f"{SERVER_NAME}_")
+)
+
+
+def laneway_tool(tool_call: Mapping[str, Any]) -> bool:
+    """Whether a permission request is for a tool of laneway's own `laneway` tool server.
+
+    AGENTS.md "Phase 4": those are allowed at once whatever `--permissions` says (they act on
+    the run's own task only), so a reviewer seat never waits for a person to click Allow on its
+    own verdict. The names come from the agent, which could as well act without asking: a
+    request is the agent's courtesy, not a boundary, so trusting its naming grants nothing.
+    """
+    names: list[object] = [tool_call.get("title"), tool_call.get("name")]
+    meta = tool_call.get("_meta")
+    if isinstance(meta, dict):
+        for value in meta.values():
+            if isinstance(value, dict):
+                names.append(value.get("toolName"))
+                server = value.get("mcpServer")
+                if isinstance(server, dict) and server.get("name") == SERVER_NAME:
+                    return True
+    return any(isinstance(n, str) and n.strip() in _LANEWAY_NAMES for n in names)
 
 
 class LanewayClient:
@@ -131,7 +162,7 @@ class LanewayClient:
             self._chunk("message", block_text(update.content))
         elif isinstance(update, AgentThoughtChunk):
             self._chunk("thought", block_text(update.content))
-        elif (found := update_item(update)) is not None:
+        elif (found := update_item(update, self.cwd)) is not None:
             self.flush()
             self.post(found)
 
@@ -151,7 +182,9 @@ class LanewayClient:
             tuple(PermissionOption(o.option_id, o.name, o.kind) for o in options),
         )
         kind = request.tool_kind
-        if kind is not None and kind in self.policy.auto_allow:
+        if laneway_tool(request.tool_call):
+            chosen, by = pick(request.options, ALLOW_KINDS), "laneway-tool"
+        elif kind is not None and kind in self.policy.auto_allow:
             chosen, by = pick(request.options, ALLOW_KINDS), "auto-allow"
         elif self.policy.mode == "allow":
             chosen, by = pick(request.options, ALLOW_KINDS), "policy:allow"
