@@ -3,7 +3,7 @@
 - `agent_profiles.mode`: `profile add|set --mode M`; NULL: the agent's own starting mode.
 
 Revision ID: 0026
-Revises: 0027
+Revises: 0025
 Create Date: 2026-12-06
 """
 
@@ -13,7 +13,7 @@ import sqlalchemy as sa
 from alembic import op
 
 revision = "0026"
-down_revision = "0027"
+down_revision = "0025"
 branch_labels = None
 depends_on = None
 

@@ -3,7 +3,7 @@ its cursor in the event log) and `hook_deliveries` (one row per event a hook tak
 attempts, its claim and lease).
 
 Revision ID: 0027
-Revises: 0025
+Revises: 0026
 Create Date: 2026-12-06
 """
 
@@ -13,7 +13,7 @@ import sqlalchemy as sa
 from alembic import op
 
 revision = "0027"
-down_revision = "0025"
+down_revision = "0026"
 branch_labels = None
 depends_on = None
 
