@@ -36,5 +36,5 @@ def test_issue_38_item_14_a_message_at_review_makes_one_turn(db_url: str) -> Non
         # the task's own run, then the message's: no task_assigned run for the move back
         assert reasons == ["task_assigned", "user_message"], reasons
         assert second.as_dict() == {"claimed": 1, "finished": 1, "failed": 0}
-        done = host.sessions.get(session.id)
-        assert [t[:8] for t in done.metadata["transcript"]] == ["got:the ", "got:also"]
+        said = [i.text[:8] for i in host.sessions.items(session.id) if i.kind == "output"]
+        assert said == ["got:the ", "got:also"]
