@@ -371,7 +371,9 @@ def task_delete(settings: Settings, ref: str) -> None:
 @click.argument("text", metavar="TEXT")
 @click.option("--author", default="user", metavar="A", help="Default: user.")
 @click.option("--file", "file", metavar="PATH", help="A file of the task's diff (with --line).")
-@click.option("--line", "line", type=whole(1, INT32_MAX), metavar="N", help="The line of --file commented on.")
+@click.option(
+    "--line", "line", type=whole(1, INT32_MAX), metavar="N", help="The line of --file commented on."
+)
 @pass_settings
 def task_comment(
     settings: Settings, ref: str, text: str, author: str, file: str | None, line: int | None
