@@ -56,7 +56,9 @@ def take_lock_away(host: Host) -> str:
             {"hi": key >> 32, "lo": key & 0xFFFFFFFF},
         ).scalars()
         for pid in list(pids):
-            conn.execute(sa.text("SELECT pg_terminate_backend(:pid)"), {"pid": pid})
+            # the lock is gone when its backend has exited (its goodbye then waits on the
+            # client's socket), not when the signal is sent: wait for that, up to 30 s
+            conn.execute(sa.text("SELECT pg_terminate_backend(:pid, 30000)"), {"pid": pid})
     return epoch
 
 
