@@ -102,21 +102,6 @@ class _Built(Generic[T]):
         return found
 
 
-def _service(name: str) -> Callable[[Host], Any]:
-    """Builds the service class `name` (`core.services.MODULES`), importing its module."""
-
-    def build(host: Host) -> Any:
-        import importlib
-
-        from core.services import MODULES
-
-        module = importlib.import_module(f"core.services.{MODULES[name]}")
-        return getattr(module, name)(host)
-
-    build.__name__ = name
-    return build
-
-
 DEFAULT_URL = "sqlite:///laneway.db"
 
 _NOTHING_PENDING = object()
@@ -198,22 +183,101 @@ class Host:
 
         return AgentRuntime(self)
 
-    workspace: _Built[WorkspaceService] = _Built(_service("WorkspaceService"))
-    profiles: _Built[ProfileService] = _Built(_service("ProfileService"))
-    workflows: _Built[WorkflowService] = _Built(_service("WorkflowService"))
-    tasks: _Built[TaskService] = _Built(_service("TaskService"))
-    participants: _Built[ParticipantService] = _Built(_service("ParticipantService"))
-    decisions: _Built[DecisionService] = _Built(_service("DecisionService"))
-    sessions: _Built[SessionService] = _Built(_service("SessionService"))
-    turns: _Built[TurnService] = _Built(_service("TurnService"))
-    runs: _Built[RunService] = _Built(_service("RunService"))
-    entries: _Built[EntryService] = _Built(_service("EntryService"))
-    plugins: _Built[PluginService] = _Built(_service("PluginService"))
-    comments: _Built[CommentService] = _Built(_service("CommentService"))
-    permissions: _Built[PermissionService] = _Built(_service("PermissionService"))
-    blockers: _Built[BlockerService] = _Built(_service("BlockerService"))
-    budgets: _Built[BudgetService] = _Built(_service("BudgetService"))
-    triggers: _Built[TriggerService] = _Built(_service("TriggerService"))
+    @_Built
+    def workspace(self) -> WorkspaceService:
+        from core.services.workspace import WorkspaceService
+
+        return WorkspaceService(self)
+
+    @_Built
+    def profiles(self) -> ProfileService:
+        from core.services.profiles import ProfileService
+
+        return ProfileService(self)
+
+    @_Built
+    def workflows(self) -> WorkflowService:
+        from core.services.workflows import WorkflowService
+
+        return WorkflowService(self)
+
+    @_Built
+    def tasks(self) -> TaskService:
+        from core.services.tasks import TaskService
+
+        return TaskService(self)
+
+    @_Built
+    def participants(self) -> ParticipantService:
+        from core.services.participants import ParticipantService
+
+        return ParticipantService(self)
+
+    @_Built
+    def decisions(self) -> DecisionService:
+        from core.services.decisions import DecisionService
+
+        return DecisionService(self)
+
+    @_Built
+    def sessions(self) -> SessionService:
+        from core.services.sessions import SessionService
+
+        return SessionService(self)
+
+    @_Built
+    def turns(self) -> TurnService:
+        from core.services.turns import TurnService
+
+        return TurnService(self)
+
+    @_Built
+    def runs(self) -> RunService:
+        from core.services.runs import RunService
+
+        return RunService(self)
+
+    @_Built
+    def entries(self) -> EntryService:
+        from core.services.entries import EntryService
+
+        return EntryService(self)
+
+    @_Built
+    def plugins(self) -> PluginService:
+        from core.services.plugins import PluginService
+
+        return PluginService(self)
+
+    @_Built
+    def comments(self) -> CommentService:
+        from core.services.comments import CommentService
+
+        return CommentService(self)
+
+    @_Built
+    def permissions(self) -> PermissionService:
+        from core.services.permissions import PermissionService
+
+        return PermissionService(self)
+
+    @_Built
+    def blockers(self) -> BlockerService:
+        from core.services.blockers import BlockerService
+
+        return BlockerService(self)
+
+    @_Built
+    def budgets(self) -> BudgetService:
+        from core.services.budgets import BudgetService
+
+        return BudgetService(self)
+
+    @_Built
+    def triggers(self) -> TriggerService:
+        from core.services.triggers import TriggerService
+
+        return TriggerService(self)
 
     @property
     def selection(self) -> PluginSelection:

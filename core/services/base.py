@@ -69,14 +69,12 @@ def _plan(fn: Callable[..., Any]) -> _Plan:
     return [p.name for p in params if p.kind is p.POSITIONAL_OR_KEYWORD], checks
 
 
-def _checked(fn: Callable[..., Any], owner: str, cls: type | None = None) -> Callable[..., Any]:
+def _checked(fn: Callable[..., Any], owner: str) -> Callable[..., Any]:
     """`fn`, checking its plainly annotated arguments on each call. The annotations are read
     at the method's first call, not when its class is defined: resolving every public
-    method's annotations cost each command milliseconds for methods it never calls.
-
-    A method with nothing to check is put back on `cls` unwrapped at that first call (when
-    the class still holds the wrapper): the nested service calls of an arrival (a fan-out's
-    enqueue per seat) then cost a plain method call."""
+    method's annotations cost each command milliseconds for methods it never calls. The
+    class is never changed after it is defined: a method with nothing to check costs one
+    extra call, not a rewrite of its class."""
     plans: list[_Plan] = []
 
     def check(checks: dict[str, tuple[type, ...]], name: str, value: Any) -> None:
@@ -94,8 +92,6 @@ def _checked(fn: Callable[..., Any], owner: str, cls: type | None = None) -> Cal
     def wrapper(self: Any, *args: Any, **kwargs: Any) -> Any:
         if not plans:
             plans.append(_plan(fn))  # two first calls at once compute the same plan
-            if not plans[0][1] and cls is not None and vars(cls).get(fn.__name__) is wrapper:
-                setattr(cls, fn.__name__, fn)
         positional, checks = plans[0]
         if checks:
             for name, value in zip(positional, args, strict=False):
@@ -121,7 +117,7 @@ class Service:
         for name, value in list(vars(cls).items()):
             if name.startswith("_") or not inspect.isfunction(value):
                 continue
-            setattr(cls, name, _checked(value, owner, cls))
+            setattr(cls, name, _checked(value, owner))
 
     def _require_writer(self) -> None:
         if not self.peers.writable:

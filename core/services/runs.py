@@ -13,7 +13,7 @@ from core.errors import Conflict, LanewayError, NotFound
 from core.model import Run, Task
 from core.services.base import Service
 from core.services.participants import merged_seats
-from core.services.refs import resolve_id
+from core.services.refs import find_task, resolve_id
 from core.store import rows
 from core.store import tables as t
 
@@ -134,7 +134,10 @@ class RunService(Service):
     def list(self, *, task: str | None = None, status: str | None = None) -> builtins.list[Run]:
         query = sa.select(R).order_by(R.c.requested_at, R.c.id)
         if task is not None:
-            query = query.where(R.c.task_id == self.peers.tasks.get(task).id)
+            # read as `TaskService.get` reads it, without naming the task service (which
+            # names this one)
+            found = find_task(self.peers.store, self.peers.repository, task)
+            query = query.where(R.c.task_id == found.id)
         if status is not None:
             if status not in runs.RUN_STATUSES:
                 raise LanewayError(

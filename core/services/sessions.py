@@ -202,7 +202,11 @@ class SessionService(Service):
         if session.external and session.state in WAITING_STATES:
             self.pop_queued_message(session.id)
             self.set_state(session.id, "RUNNING")
-            self.peers.turns.start_internal(session.id)
+            # the turn starts as `TurnService.start_internal` starts it, without naming the
+            # turn service (which names this one)
+            self.peers.engine.handle_trigger(
+                session.task_id, "on_turn_start", session_id=session.id
+            )
         return self.get(session.id)
 
     def request_cancel_retry(self, session_id: str) -> Session:

@@ -10,7 +10,7 @@ from core.errors import LanewayError, NotFound
 from core.logs import logger
 from core.model import TASK_STATES, Step, Task, Workflow
 from core.services.base import Service
-from core.services.refs import resolve_task
+from core.services.refs import find_task, resolve_task
 from core.store import events, rows
 from core.store import tables as t
 from core.store.database import UnitOfWork
@@ -85,14 +85,7 @@ class TaskService(Service):
     def get(self, ref: str) -> Task:
         """A task by its id, a unique suffix of 6+ characters of it, or its exact title when
         one task has it (CLI.md)."""
-        try:
-            # an id, as nearly every caller gives: one read, as before names were accepted
-            return self.peers.repository.task(ref)
-        except NotFound:
-            pass
-        with self.peers.store.read() as conn:
-            task_id = resolve_task(conn, TASKS, ref)
-        return self.peers.repository.task(task_id)
+        return find_task(self.peers.store, self.peers.repository, ref)
 
     def list(
         self,
