@@ -18,7 +18,7 @@ from core.store import prepared
 from core.store import tables as t
 
 if TYPE_CHECKING:
-    from core.services.peers import Peers
+    from core.agents.ports import AgentPort
 
 HEADER: Final = "## Feedback since your last turn"
 
@@ -40,7 +40,7 @@ _LAST_START = sa.select(sa.func.max(R.c.claimed_at)).where(
 )
 
 
-def last_turn_start(host: Peers, run: Run) -> str | None:
+def last_turn_start(host: AgentPort, run: Run) -> str | None:
     """When `run`'s agent last began a turn on its task (another run than `run`: a re-claimed
     run is not its own last turn); None for a first run. One aggregate over the task's runs
     (it read the task and every run of it, on every run).
@@ -57,7 +57,7 @@ def last_turn_start(host: Peers, run: Run) -> str | None:
     return str(found) if found is not None else None
 
 
-def since_last_turn(host: Peers, run: Run) -> Feedback | None:
+def since_last_turn(host: AgentPort, run: Run) -> Feedback | None:
     """The feedback `run`'s agent has not seen, or None (a first run, or nothing new)."""
     if run.task_id is None:
         return None
@@ -82,7 +82,7 @@ def since_last_turn(host: Peers, run: Run) -> Feedback | None:
     return Feedback(since, verdicts, comments)
 
 
-def _woken_by_comment(host: Peers, run: Run) -> Feedback | None:
+def _woken_by_comment(host: AgentPort, run: Run) -> Feedback | None:
     """A first run a comment queued (on_comment's payload names it, issue 24): the comments
     others wrote on the task so far, the waking one among them, are all new to the agent.
     Any other first run has no feedback."""

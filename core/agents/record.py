@@ -9,17 +9,17 @@ from typing import Any
 import attrs
 
 from core.agents.bounds import item
+from core.agents.ports import AgentPort
 from core.agents.values import PermissionRequest, TranscriptItem
 from core.errors import RunFenced
 from core.logs import logger
-from core.services.peers import Peers
 
 
 @attrs.frozen
 class BoardRecord:
     """Where a turn's transcript items, reported agent state and usage go: the board."""
 
-    peers: Peers
+    peers: AgentPort
     task_id: str
     session_id: str
     run_id: str | None

@@ -10,10 +10,11 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING
 
 from core.agents.failure import Failures
 from core.agents.guards import SessionGuards
+from core.agents.ports import AgentPort
 from core.agents.protocols import TurnProtocol
 from core.agents.protocols.acp.turn import AcpProtocol
 from core.agents.protocols.exec import ExecProtocol
@@ -22,7 +23,6 @@ from core.agents.tools.access import ToolAccess
 from core.agents.turns import DEFAULT_RETRY_DELAYS, TurnLoop, retry_delays_from_env
 from core.agents.values import TurnOutcome
 from core.model import AgentFailure
-from core.services.peers import Peers
 
 if TYPE_CHECKING:
     from core.agents.protocols.acp.conversation import Conversations
@@ -33,22 +33,13 @@ __all__ = [
     "DEFAULT_RETRY_DELAYS",
     "STOPS",
     "AgentRuntime",
-    "RuntimePeers",
     "TurnOutcome",
     "retry_delays_from_env",
 ]
 
 
-class RuntimePeers(Peers, Protocol):
-    """What the worker and the runtime's arrival step are handed: the services' peers and the
-    agent runtime (which the services, a layer below, never call)."""
-
-    @property
-    def runtime(self) -> AgentRuntime: ...
-
-
 class AgentRuntime:
-    def __init__(self, peers: Peers, retry_delays: tuple[float, ...] | None = None) -> None:
+    def __init__(self, peers: AgentPort, retry_delays: tuple[float, ...] | None = None) -> None:
         self.peers = peers
         self.guards = SessionGuards()
         self.in_flight = InFlight(peers)

@@ -34,7 +34,7 @@ from core.model import Run, Task
 from core.store.database import database_away
 
 if TYPE_CHECKING:
-    from core.agents.runtime import RuntimePeers
+    from core.agents.session import AgentHost
 
 KILL_GRACE_S = 10.0
 CANCEL_POLL_S = 0.5
@@ -55,7 +55,7 @@ class WorkerSummary:
         return {"claimed": self.claimed, "finished": self.finished, "failed": self.failed}
 
 
-def requeue_orphans(host: RuntimePeers) -> runs.Requeued:
+def requeue_orphans(host: AgentHost) -> runs.Requeued:
     """Runs claimed by dead epochs go back to the queue (or end `dead`); says what it did."""
     with host.store.transaction() as uow:
         found = runs.requeue_dead(uow)
@@ -78,14 +78,14 @@ def _run_log(run: Run) -> Any:
     )
 
 
-def claim_next(host: RuntimePeers) -> Run | None:
+def claim_next(host: AgentHost) -> Run | None:
     """Claim the oldest queued run whose agent has room; None when there is nothing to take."""
     epoch = host.live_epoch()
     with host.store.transaction() as uow:
         return runs.claim_next(uow, epoch)
 
 
-def finish(host: RuntimePeers, run: Run, outcome: TurnOutcome) -> None:
+def finish(host: AgentHost, run: Run, outcome: TurnOutcome) -> None:
     """End the run under the epoch that claimed it. When that epoch was declared dead
     meanwhile (this process fenced itself), the run was re-queued and is not ours to end.
 
@@ -110,7 +110,7 @@ def finish(host: RuntimePeers, run: Run, outcome: TurnOutcome) -> None:
         )
 
 
-def _while_away(host: RuntimePeers, run: Run, epoch: str, write: Callable[[], bool]) -> bool | None:
+def _while_away(host: AgentHost, run: Run, epoch: str, write: Callable[[], bool]) -> bool | None:
     """`write()`, tried again while the database is away (a restart, a lock held past
     busy_timeout, a full disk: `database_away`), with one WARNING for the wait and a backoff:
     a turn that ended while the database was away is recorded when it comes back. None when
@@ -143,7 +143,7 @@ def _one_line(exc: BaseException) -> str:
     return f"{type(orig).__name__}: {lines[0]}"
 
 
-def _end(host: RuntimePeers, run: Run, outcome: TurnOutcome, epoch: str) -> bool:
+def _end(host: AgentHost, run: Run, outcome: TurnOutcome, epoch: str) -> bool:
     with host.store.transaction() as uow:
         if outcome.cancelled and outcome.stopped in ("shutdown", "db_away"):
             ended = runs.give_back(uow, run, epoch)
@@ -186,7 +186,7 @@ class CancelWatch:
     One per worker, its thread started with the first run watched: a thread and a read per run
     cost every run a thread's start and join."""
 
-    def __init__(self, host: RuntimePeers, poll: float = CANCEL_POLL_S) -> None:
+    def __init__(self, host: AgentHost, poll: float = CANCEL_POLL_S) -> None:
         self._host = host
         self._poll = poll
         self._stop = threading.Event()
@@ -244,7 +244,7 @@ class CancelWatch:
                 self._host.runtime.stop_run(run_id)
 
 
-def _vacated(host: RuntimePeers, run: Run, task: Task) -> str | None:
+def _vacated(host: AgentHost, run: Run, task: Task) -> str | None:
     """Why the run's turn would be for a round that is over, or None: `step_left` when its
     task is no longer at the run's step (moved on, or archived); `superseded` when the entry
     that queued it is no longer the task's current entry of the step (the task left and came
@@ -270,7 +270,7 @@ _WHY_VACATED = {
 }
 
 
-def execute(host: RuntimePeers, run: Run, watch: CancelWatch | None = None) -> TurnOutcome:
+def execute(host: AgentHost, run: Run, watch: CancelWatch | None = None) -> TurnOutcome:
     """Launch the run's agent on its task's session for that agent and wait for the turn.
     `watch`: the worker's CancelWatch (without one, the run gets one of its own)."""
     faults.reach("worker.after_claim")
@@ -280,7 +280,7 @@ def execute(host: RuntimePeers, run: Run, watch: CancelWatch | None = None) -> T
         return _execute(host, run, watch)
 
 
-def _execute(host: RuntimePeers, run: Run, watch: CancelWatch | None) -> TurnOutcome:
+def _execute(host: AgentHost, run: Run, watch: CancelWatch | None) -> TurnOutcome:
     log = logger.bind(
         run_id=run.id, task_id=run.task_id, agent_profile_id=run.agent_profile_id, reason=run.reason
     )
@@ -347,7 +347,7 @@ def _execute(host: RuntimePeers, run: Run, watch: CancelWatch | None) -> TurnOut
 
 
 def work(
-    host: RuntimePeers,
+    host: AgentHost,
     *,
     once: bool = True,
     max_runs: int | None = None,
@@ -374,7 +374,7 @@ def work(
         host.runtime.close()
 
 
-def after_pause(host: RuntimePeers) -> list[int]:
+def after_pause(host: AgentHost) -> list[int]:
     """This worker wakes from a pause, its agents still stopped by its watchdog
     (core.agents.watchdog): check the liveness lock first - when it is lost the check fences
     this worker and stops the turns claimed under it - and name the agents of turns whose claim
@@ -389,7 +389,7 @@ def after_pause(host: RuntimePeers) -> list[int]:
 
 
 def _work(
-    host: RuntimePeers,
+    host: AgentHost,
     once: bool,
     max_runs: int | None,
     concurrency: int,

@@ -24,7 +24,7 @@ from core.store import tables as t
 from core.text import bounded_data, cut_text
 
 if TYPE_CHECKING:
-    from core.services.peers import Peers
+    from core.store.database import Store
 
 S = t.task_sessions
 ITEMS = t.transcript_items
@@ -110,7 +110,7 @@ class SessionService(Service):
         self._require_writer()
         task_row = self.peers.tasks.get(task)
         agent_id = self.peers.profiles.get(profile).id if profile else None
-        return open_session(self.peers, task_row.id, agent_id, external=external)
+        return open_session(self.peers.store, task_row.id, agent_id, external=external)
 
     def get(self, session_id: str) -> Session:
         return self.peers.repository.session(session_id)
@@ -122,7 +122,7 @@ class SessionService(Service):
         return self.get(session_id)
 
     def list(self, *, task: str) -> list[Session]:
-        return sessions_of(self.peers, self.peers.tasks.get(task).id)
+        return sessions_of(self.peers.store, self.peers.tasks.get(task).id)
 
     def live(self, task_id: str) -> Session | None:
         return self.peers.repository.live_session(task_id)
@@ -399,13 +399,13 @@ class SessionService(Service):
         )
 
 
-def open_session(peers: Peers, task_id: str, agent_id: str | None, *, external: bool) -> Session:
+def open_session(store: Store, task_id: str, agent_id: str | None, *, external: bool) -> Session:
     """`SessionService.start` for a caller holding the task's id and the agent profile's id
     (the worker, which has just read both): the session as inserted, nothing read again."""
     session_id = ids.new_id()
     stamp = ids.now()
     live = sa.and_(S.c.task_id == task_id, S.c.state.in_(tuple(ACTIVE_SESSION_STATES)))
-    with peers.store.transaction() as uow:
+    with store.transaction() as uow:
         if external:
             for ended in uow.conn.execute(sa.select(S.c.id).where(live)).scalars():
                 events.record(uow, "session.state", task_id, session_id=ended, state="COMPLETED")
@@ -432,9 +432,9 @@ def open_session(peers: Peers, task_id: str, agent_id: str | None, *, external: 
     return rows.session(row)
 
 
-def sessions_of(peers: Peers, task_id: str) -> list[Session]:
+def sessions_of(store: Store, task_id: str) -> list[Session]:
     """The sessions of the task with this id, oldest first (`SessionService.list` without
     resolving the task again)."""
-    with peers.store.read() as conn:
+    with store.read() as conn:
         result = prepared.execute(conn, _OF_TASK, {"task_id": task_id}).mappings()
         return [rows.session(r) for r in result]

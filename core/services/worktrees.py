@@ -20,7 +20,7 @@ import json
 import os
 import socket
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import sqlalchemy as sa
 
@@ -28,10 +28,28 @@ from core import gitwork, ids
 from core.errors import LanewayError
 from core.logs import logger
 from core.model import Task, Workflow
-from core.services.peers import Peers
 from core.store import tables as t
 
+if TYPE_CHECKING:
+    from core.services.tasks import TaskService
+    from core.services.workflows import WorkflowService
+    from core.store.database import Store
+
 BRANCH_PREFIX = "laneway/"
+
+
+class Peers(Protocol):
+    """The host's parts a task's worktree is read and written with (the agent wing hands its
+    own port, the services theirs)."""
+
+    @property
+    def store(self) -> Store: ...
+
+    @property
+    def tasks(self) -> TaskService: ...
+
+    @property
+    def workflows(self) -> WorkflowService: ...
 
 
 def root() -> Path:

@@ -36,8 +36,8 @@ from core.errors import LanewayError
 from core.logs import logger
 
 if TYPE_CHECKING:
+    from core.agents.ports import AgentPort
     from core.model import Decision
-    from core.services.peers import Peers
 
 VERDICTS = ("approved", "rejected", "changes_requested")
 
@@ -84,9 +84,9 @@ Tool = Callable[[Grant, Mapping[str, Any]], Any]
 
 class ToolBroker:
     """Listens on its own unix socket, on a daemon thread (one thread per connection), until
-    `close()`. Built with the services it calls (a `Peers`), never a host."""
+    `close()`. Built with the services it calls (a `AgentPort`), never a host."""
 
-    def __init__(self, peers: Peers) -> None:
+    def __init__(self, peers: AgentPort) -> None:
         self._peers = peers
         self._authkey = secrets.token_bytes(32)
         self._grants: dict[str, Grant] = {}
@@ -337,7 +337,7 @@ def _verdict_json(d: Decision) -> dict[str, Any]:
     }
 
 
-def _feedback_json(peers: Peers, grant: Grant) -> dict[str, Any] | None:
+def _feedback_json(peers: AgentPort, grant: Grant) -> dict[str, Any] | None:
     """What the run's prompt carried as its feedback block (core.agents.feedback), at every step of
     the task; None for a first run or when nothing was new."""
     from core.agents import feedback
