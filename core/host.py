@@ -9,7 +9,8 @@ others, may work one database at once; each is alive exactly while it holds its 
 (`core.store.liveness`). Nothing is global.
 
 The services, the arrival layer and the agent runtime are built when first used (`_Built`), so
-a command imports only what it runs.
+a command imports only what it runs. Each is built by its own function below, which hands a
+service the services it names in its constructor (each built when that service first calls it).
 
 The board's features (`board_settings`) are every process's, unless a process was opened with
 a per-process override (`features=...`, the command line's `--no-office`): such a process acts
@@ -187,61 +188,88 @@ class Host:
     def workspace(self) -> WorkspaceService:
         from core.services.workspace import WorkspaceService
 
-        return WorkspaceService(self)
+        return WorkspaceService(self, workflows=lambda: self.workflows)
 
     @_Built
     def profiles(self) -> ProfileService:
         from core.services.profiles import ProfileService
 
-        return ProfileService(self)
+        return ProfileService(self, workspace=lambda: self.workspace)
 
     @_Built
     def workflows(self) -> WorkflowService:
         from core.services.workflows import WorkflowService
 
-        return WorkflowService(self)
+        return WorkflowService(
+            self,
+            participants=lambda: self.participants,
+            profiles=lambda: self.profiles,
+            workspace=lambda: self.workspace,
+        )
 
     @_Built
     def tasks(self) -> TaskService:
         from core.services.tasks import TaskService
 
-        return TaskService(self)
+        return TaskService(
+            self,
+            runs=lambda: self.runs,
+            sessions=lambda: self.sessions,
+            triggers=lambda: self.triggers,
+            workflows=lambda: self.workflows,
+            workspace=lambda: self.workspace,
+        )
 
     @_Built
     def participants(self) -> ParticipantService:
         from core.services.participants import ParticipantService
 
-        return ParticipantService(self)
+        return ParticipantService(
+            self,
+            profiles=lambda: self.profiles,
+            tasks=lambda: self.tasks,
+            workflows=lambda: self.workflows,
+        )
 
     @_Built
     def decisions(self) -> DecisionService:
         from core.services.decisions import DecisionService
 
-        return DecisionService(self)
+        return DecisionService(
+            self,
+            participants=lambda: self.participants,
+            tasks=lambda: self.tasks,
+            workflows=lambda: self.workflows,
+        )
 
     @_Built
     def sessions(self) -> SessionService:
         from core.services.sessions import SessionService
 
-        return SessionService(self)
+        return SessionService(self, profiles=lambda: self.profiles, tasks=lambda: self.tasks)
 
     @_Built
     def turns(self) -> TurnService:
         from core.services.turns import TurnService
 
-        return TurnService(self)
+        return TurnService(
+            self,
+            sessions=lambda: self.sessions,
+            tasks=lambda: self.tasks,
+            triggers=lambda: self.triggers,
+        )
 
     @_Built
     def runs(self) -> RunService:
         from core.services.runs import RunService
 
-        return RunService(self)
+        return RunService(self, profiles=lambda: self.profiles, workflows=lambda: self.workflows)
 
     @_Built
     def entries(self) -> EntryService:
         from core.services.entries import EntryService
 
-        return EntryService(self)
+        return EntryService(self, tasks=lambda: self.tasks)
 
     @_Built
     def plugins(self) -> PluginService:
@@ -253,31 +281,36 @@ class Host:
     def comments(self) -> CommentService:
         from core.services.comments import CommentService
 
-        return CommentService(self)
+        return CommentService(self, sessions=lambda: self.sessions, tasks=lambda: self.tasks)
 
     @_Built
     def permissions(self) -> PermissionService:
         from core.services.permissions import PermissionService
 
-        return PermissionService(self)
+        return PermissionService(self, tasks=lambda: self.tasks)
 
     @_Built
     def blockers(self) -> BlockerService:
         from core.services.blockers import BlockerService
 
-        return BlockerService(self)
+        return BlockerService(self, tasks=lambda: self.tasks)
 
     @_Built
     def budgets(self) -> BudgetService:
         from core.services.budgets import BudgetService
 
-        return BudgetService(self)
+        return BudgetService(
+            self,
+            profiles=lambda: self.profiles,
+            tasks=lambda: self.tasks,
+            workspace=lambda: self.workspace,
+        )
 
     @_Built
     def triggers(self) -> TriggerService:
         from core.services.triggers import TriggerService
 
-        return TriggerService(self)
+        return TriggerService(self, sessions=lambda: self.sessions)
 
     @property
     def selection(self) -> PluginSelection:

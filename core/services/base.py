@@ -1,6 +1,6 @@
-"""What every service shares: the host's parts it calls (`core.services.peers.Peers`, never
-the host itself), a guard against writing read-only, and a check of argument types at the
-public API's edge.
+"""What every service shares: the host's shared parts (`core.services.peers.Peers`, never
+the host itself; the other services a service calls are named in its own constructor), a
+guard against writing read-only, and a check of argument types at the public API's edge.
 
 The services are what an embedding application calls, with whatever it has at hand:
 `tasks.create(title=123)` must be a `LanewayError` naming the argument, not an
@@ -17,12 +17,18 @@ import inspect
 import types
 import typing
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeAlias, TypeVar
 
 from core.errors import LanewayError, ReadOnly
 
 if TYPE_CHECKING:
     from core.services.peers import Peers
+
+T = TypeVar("T")
+
+Lazy: TypeAlias = Callable[[], T]
+"""A collaborator a service names in its constructor, built when first called: the host builds
+each service on first use, and two services may name each other."""
 
 _PLAIN: dict[Any, tuple[type, ...]] = {
     str: (str,),

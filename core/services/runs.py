@@ -4,18 +4,23 @@ import builtins
 import json
 import math
 from collections.abc import Mapping
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
 import sqlalchemy as sa
 
 from core import ids, runs
 from core.errors import Conflict, LanewayError, NotFound
 from core.model import Run, Task
-from core.services.base import Service
+from core.services.base import Lazy, Service
 from core.services.participants import merged_seats
 from core.services.refs import find_task, resolve_id
 from core.store import rows
 from core.store import tables as t
+
+if TYPE_CHECKING:
+    from core.services.peers import Peers
+    from core.services.profiles import ProfileService
+    from core.services.workflows import WorkflowService
 
 R = t.runs
 P = t.workflow_step_participants
@@ -34,6 +39,19 @@ def _usage_amount(run_id: str, key: str, value: Any) -> float | int:
 
 class RunService(Service):
     """The runs queue: agent work requested by workflow actions."""
+
+    def __init__(
+        self,
+        peers: Peers,
+        *,
+        profiles: Lazy[ProfileService],
+        workflows: Lazy[WorkflowService],
+    ) -> None:
+        """`peers`: the host's shared parts; the rest, each service this one calls (built when
+        first called)."""
+        super().__init__(peers)
+        self._profiles = profiles
+        self._workflows = workflows
 
     def enqueue(self, request: runs.RunRequest) -> runs.Enqueued:
         self._require_writer()
@@ -162,7 +180,7 @@ class RunService(Service):
                 raise LanewayError(f"queue_run target {target}: no participant has that role")
             return list(dict.fromkeys(s.agent_profile_id for s in seats))
         if target == "workspace.ceo_agent":
-            ceo = self.peers.profiles.first_with_role("ceo")
+            ceo = self._profiles().first_with_role("ceo")
             if ceo is None:
                 raise LanewayError("queue_run target workspace.ceo_agent: no profile has role ceo")
             return [ceo.id]
@@ -185,7 +203,7 @@ class RunService(Service):
             ).scalar()
             if runner:
                 return str(runner)
-            workflow, step = self.peers.workflows.step_by_id(step_id)
+            workflow, step = self._workflows().step_by_id(step_id)
             if step.agent_profile_id:
                 return step.agent_profile_id
             if workflow.agent_profile_id:

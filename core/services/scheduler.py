@@ -13,13 +13,21 @@ when it is back, however many passes fail meanwhile.
 from __future__ import annotations
 
 import threading
-from typing import TYPE_CHECKING, Self
+from typing import TYPE_CHECKING, Protocol, Self
 
 from core.logs import logger
 from core.store.database import database_away
 
 if TYPE_CHECKING:
-    from core.services.peers import Peers
+    from core.services.triggers import TriggerService
+
+
+class Peers(Protocol):
+    """What a pass calls: the trigger service."""
+
+    @property
+    def triggers(self) -> TriggerService: ...
+
 
 INTERVAL_S = 1.0
 """Seconds between passes: a heartbeat's slot is at least one second long."""

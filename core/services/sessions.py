@@ -17,13 +17,16 @@ from core.model import (
     Item,
     Session,
 )
-from core.services.base import Service
+from core.services.base import Lazy, Service
 from core.services.refs import resolve_id
 from core.store import events, prepared, rows
 from core.store import tables as t
 from core.text import bounded_data, cut_text
 
 if TYPE_CHECKING:
+    from core.services.peers import Peers
+    from core.services.profiles import ProfileService
+    from core.services.tasks import TaskService
     from core.store.database import Store
 
 S = t.task_sessions
@@ -100,6 +103,19 @@ _INSERT = (
 class SessionService(Service):
     """Agent sessions. One live session per task: starting one completes the previous."""
 
+    def __init__(
+        self,
+        peers: Peers,
+        *,
+        profiles: Lazy[ProfileService],
+        tasks: Lazy[TaskService],
+    ) -> None:
+        """`peers`: the host's shared parts; the rest, each service this one calls (built when
+        first called)."""
+        super().__init__(peers)
+        self._profiles = profiles
+        self._tasks = tasks
+
     def start(self, task: str, *, profile: str | None = None, external: bool = True) -> Session:
         """Open a session for an agent and make it the task's primary one.
 
@@ -108,8 +124,8 @@ class SessionService(Service):
         per agent working the task, e.g. each reviewer) stay side by side.
         """
         self._require_writer()
-        task_row = self.peers.tasks.get(task)
-        agent_id = self.peers.profiles.get(profile).id if profile else None
+        task_row = self._tasks().get(task)
+        agent_id = self._profiles().get(profile).id if profile else None
         return open_session(self.peers.store, task_row.id, agent_id, external=external)
 
     def get(self, session_id: str) -> Session:
@@ -122,7 +138,7 @@ class SessionService(Service):
         return self.get(session_id)
 
     def list(self, *, task: str) -> list[Session]:
-        return sessions_of(self.peers.store, self.peers.tasks.get(task).id)
+        return sessions_of(self.peers.store, self._tasks().get(task).id)
 
     def live(self, task_id: str) -> Session | None:
         return self.peers.repository.live_session(task_id)
@@ -188,7 +204,7 @@ class SessionService(Service):
             if not session.external and session.state in WAITING_STATES:
                 if session.agent_profile_id is None:
                     raise LanewayError(f"session {session.id} has no agent profile to run")
-                task = self.peers.tasks.get(session.task_id)
+                task = self._tasks().get(session.task_id)
                 runs.enqueue(
                     uow,
                     runs.RunRequest(

@@ -118,7 +118,7 @@ def workspace_for(peers: Peers, task_id: str, task: Task | None = None) -> Path:
         )
     if record.get("removed_at"):
         # worked again after it ended: the worktree is back, from the branch that kept it all
-        _record(peers, task.id, {k: v for k, v in record.items() if k != "removed_at"})
+        _record(peers.store, task.id, {k: v for k, v in record.items() if k != "removed_at"})
     return path
 
 
@@ -167,7 +167,7 @@ def diff(peers: Peers, ref: str) -> dict[str, Any]:
     }
 
 
-def retire(peers: Peers, task: Task, why: str) -> None:
+def retire(store: Store, task: Task, why: str) -> None:
     """The task ended (`why`: archived, deleted, done): commit what is uncommitted in its
     worktree to its branch, remove the worktree, keep the branch. Never stops the ending: a
     worktree that cannot be retired is logged and left as it is."""
@@ -191,7 +191,7 @@ def retire(peers: Peers, task: Task, why: str) -> None:
     log.bind(commit=commit).info(f"task {why}; its worktree removed, its branch kept")
     if why == "deleted":
         return
-    _record(peers, task.id, {**record, "removed_at": ids.now()})
+    _record(store, task.id, {**record, "removed_at": ids.now()})
 
 
 def retire_at_terminal(peers: Peers, task_id: str, workflow: Workflow, step_id: str) -> None:
@@ -204,15 +204,15 @@ def retire_at_terminal(peers: Peers, task_id: str, workflow: Workflow, step_id: 
     if terminal is None or terminal.id != step_id:
         return
     try:
-        retire(peers, peers.tasks.get(task_id), "done")
+        retire(peers.store, peers.tasks.get(task_id), "done")
     except Exception as exc:  # noqa: BLE001 - the arrival stands whatever git or the store say
         logger.bind(task_id=task_id, step_id=step_id).warning(
             f"task done; its worktree could not be retired: {exc}"
         )
 
 
-def _record(peers: Peers, task_id: str, record: dict[str, Any]) -> None:
-    with peers.store.transaction() as uow:
+def _record(store: Store, task_id: str, record: dict[str, Any]) -> None:
+    with store.transaction() as uow:
         uow.conn.execute(
             sa.update(t.tasks).where(t.tasks.c.id == task_id).values(workspace=json.dumps(record))
         )
