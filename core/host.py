@@ -158,7 +158,8 @@ class Host:
 
     @_Built
     def kernel(self) -> Kernel:
-        """What the layers below the services get: never the host itself."""
+        """What the layers below the services get: the host's parts they call, and the host
+        only as what a plugin's context reaches (`Kernel.services`, typed `PluginServices`)."""
         from core.kernel import Kernel
 
         return Kernel(
