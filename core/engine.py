@@ -264,23 +264,6 @@ class Engine:
         """The on_exit actions of the step a task left; moves there are ignored."""
         actions.run_exit(self.kernel, self.registry, task, step_id)
 
-    def run_action(self, task_id: str, kind: str, config: Mapping[str, Any]) -> None:
-        """Execute one action outside any declaration (the operator's switch-workflow)."""
-        task = self.kernel.read.task(task_id)
-        if task.workflow_id is None or task.workflow_step_id is None:
-            raise LanewayError(f"task {task.id} is not in a workflow")
-        workflow = self.kernel.read.workflow(task.workflow_id)
-        step = workflow.step(task.workflow_step_id)
-        assert step is not None
-        why = self.registry.unavailable(kind)
-        if why is not None:
-            raise LanewayError(f"cannot run action {kind!r}: {why}")
-        decl = ActionDecl(0, kind, config)
-        fired = actions.Fired(task, step, "manual", _bound(task, step, "manual"))
-        cause = actions.run(self.kernel, self.registry, decl, fired)
-        if cause is not None:
-            raise LanewayError(f"{kind}: {cause}")
-
     # -- pieces ---------------------------------------------------------------------------------
 
     def _eligible(

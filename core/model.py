@@ -26,7 +26,6 @@ TRIGGERS: Final = (
 )
 """The eleven triggers a step may declare actions for, in the reference system's order."""
 
-EntryPath = Literal["E1", "E2", "E3", "E4", "E5"]
 ENTRY_PATHS: Final[frozenset[str]] = frozenset({"E1", "E2", "E3", "E4", "E5"})
 """E1 engine transition, E2 manual move, E3 WIP promotion, E4 switch_workflow, E5 update/start."""
 

@@ -205,7 +205,6 @@ def _queued(uow: UnitOfWork, run_id: str, request: RunRequest) -> Enqueued:
 # -- claiming, for any number of workers ------------------------------------------------------
 
 P = t.agent_profiles
-DEFAULT_MAX_ATTEMPTS: Final = 3
 CLAIMED: Final = "claimed"
 
 

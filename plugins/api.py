@@ -100,9 +100,6 @@ _LAZY: dict[str, tuple[str, str]] = {
     "RunRequest": ("core.runs", "RunRequest"),
 }
 
-LAZY = frozenset(_LAZY)
-"""Names of ``__all__`` resolved on first use (see ``__getattr__``)."""
-
 
 def __getattr__(name: str) -> Any:
     if name not in _LAZY:
