@@ -31,7 +31,7 @@ class BoardRecord:
             try:
                 self.peers.sessions.append_items(
                     self.session_id,
-                    [(i.kind, i.text, dict(i.data)) for i in items],
+                    items,
                     run_id=self.run_id,
                 )
             except RunFenced as exc:

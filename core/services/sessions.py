@@ -16,12 +16,12 @@ from core.model import (
     WORKING_STATES,
     Item,
     Session,
+    TranscriptItem,
 )
 from core.services.base import Lazy, Service
 from core.services.refs import resolve_id
 from core.store import events, prepared, rows
 from core.store import tables as t
-from core.text import bounded_data, cut_text
 
 if TYPE_CHECKING:
     from core.services.peers import Peers
@@ -32,7 +32,6 @@ if TYPE_CHECKING:
 S = t.task_sessions
 ITEMS = t.transcript_items
 
-EVENT_TEXT: Final = 4096
 """The longest text an `agent.item` event carries (HTTP.md: cut to 4 KiB)."""
 MAX_ITEMS_PAGE: Final = 1000
 
@@ -289,25 +288,27 @@ class SessionService(Service):
     def append_items(
         self,
         session_id: str,
-        items: Sequence[tuple[str, str, Mapping[str, Any]]],
+        items: Sequence[TranscriptItem | tuple[str, str, Mapping[str, Any]]],
         *,
         run_id: str | None = None,
     ) -> builtins.list[int]:
-        """Keep transcript items `(kind, text, data)` of the session, in order, in one
-        transaction; each is numbered next in the session and is an `agent.item` event of the
-        same transaction. A text longer than MAX_TEXT, or data whose JSON is longer than
-        MAX_DATA, is cut and says so. Returns the items' seqs."""
-        checked: builtins.list[tuple[str, str, str]] = []
-        for kind, text, data in items:
+        """Keep transcript items of the session, in order, in one transaction; each is numbered
+        next in the session and is an `agent.item` event of the same transaction. An item is
+        a `TranscriptItem` as an agent's protocol made it (already cut to its bounds) or a
+        `(kind, text, data)` made into one here: a text longer than MAX_TEXT, or data whose
+        JSON is longer than MAX_DATA, is cut and says so. Returns the items' seqs."""
+        checked: builtins.list[TranscriptItem] = []
+        for given in items:
+            if isinstance(given, TranscriptItem):
+                checked.append(given)
+                continue
+            kind, text, data = given
             if kind not in ITEM_KINDS:
                 raise LanewayError(
                     f"session {session_id}, item kind {kind!r}: expected one of "
                     f"{', '.join(ITEM_KINDS)}"
                 )
-            # NUL and lone surrogates cannot be stored on every database: replaced, since a
-            # transcript is the agent's output as it came, not input to refuse
-            clean = text.replace("\x00", "\ufffd").encode("utf-8", "replace").decode("utf-8")
-            checked.append((kind, cut_text(clean), json.dumps(bounded_data(data), default=str)))
+            checked.append(TranscriptItem(kind, text, data))
         if not checked:
             return []
         seqs: builtins.list[int] = []
@@ -321,16 +322,16 @@ class SessionService(Service):
                 if refused == "claim_lost":
                     raise RunFenced(run_id, refused)
             stamp = ids.now()
-            for kind, text, encoded in checked:
+            for item in checked:
                 seq = int(
                     uow.run(
                         _APPEND,
                         {
                             "session_id": session_id,
                             "run_id": run_id,
-                            "kind": kind,
-                            "text": text,
-                            "data": encoded,
+                            "kind": item.kind,
+                            "text": item.text,
+                            "data": json.dumps(item.data, default=str),
                             "at": stamp,
                         },
                     ).scalar_one()
@@ -343,8 +344,8 @@ class SessionService(Service):
                     session_id=session_id,
                     run_id=run_id,
                     seq=seq,
-                    kind=kind,
-                    text=cut_text(text, EVENT_TEXT),
+                    kind=item.kind,
+                    text=item.event_text,
                 )
         return seqs
 
