@@ -36,6 +36,8 @@ class Fired:
     payload: Mapping[str, Any] | None = None
     session_id: str | None = None
     """The trigger's own session (the one that failed, the one whose turn ended)."""
+    fired_by_agent: str | None = None
+    """The agent whose own act fired the trigger (a comment it wrote): no action wakes it."""
 
 
 def context(kernel: Kernel, fired: Fired, decl: ActionDecl, uow: Any = None) -> ActionContext:
@@ -57,6 +59,7 @@ def context(kernel: Kernel, fired: Fired, decl: ActionDecl, uow: Any = None) -> 
         operation_id=fired.operation_id,
         epoch=kernel.epoch(),
         payload=fired.payload,
+        fired_by_agent=fired.fired_by_agent,
     )
 
 

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 import attrs
 
-from core import actions, arrival, structural, transition
+from core import actions, arrival, runaway, structural, transition
 from core.actions import aborted as _aborted
 from core.actions import bound as _bound
 from core.arrival import Arrivals
@@ -112,6 +112,8 @@ class Engine:
         label: str | None = None,
         task: Task | None = None,
         caller_reports: bool = False,
+        failure_spends: bool = False,
+        fired_by_agent: str | None = None,
     ) -> TriggerResult:
         """Evaluate `trigger` for the task's current step (never on_enter: see core.entry).
 
@@ -123,6 +125,12 @@ class Engine:
         :param caller_reports: the caller has warned about actions with no executor and
             records the outcome itself (on_agent_error's dispatch): the engine adds no record
             of its own for those, so each gets exactly one.
+        :param failure_spends: an action's failure marks the operation applied instead of
+            releasing it: the trigger fails once for it, and is not evaluated again by every
+            later delivery (a heartbeat slot: the next slot tries afresh).
+        :param fired_by_agent: the agent profile whose own act fired the trigger (a comment
+            it wrote): no action wakes it (`ActionContext.wakes`), and its act counts toward
+            the runaway-loop limit (a person's comment does not).
         """
         if trigger == "on_enter":
             raise ValueError("on_enter is dispatched by core.entry, not by handle_trigger")
@@ -131,7 +139,14 @@ class Engine:
             return TriggerResult(idempotent=True)
         try:
             evaluated = self._evaluate(
-                task_id, trigger, operation_id, payload, session_id, task, caller_reports
+                task_id,
+                trigger,
+                operation_id,
+                payload,
+                session_id,
+                task,
+                caller_reports,
+                fired_by_agent,
             )
         except BaseException:
             if operation_id is not None:
@@ -139,7 +154,10 @@ class Engine:
             raise
         if evaluated.result is not None:  # nothing to evaluate, or an action failed
             if operation_id is not None:
-                operations.release(operation_id)
+                if failure_spends and evaluated.result.failed:
+                    operations.mark_applied(operation_id)
+                else:
+                    operations.release(operation_id)
             return evaluated.result
         if operation_id is not None:
             operations.mark_applied(operation_id)  # AC-C7: before the move, whatever it does
@@ -183,6 +201,7 @@ class Engine:
         session_id: str | None,
         task: Task | None,
         caller_reports: bool = False,
+        fired_by_agent: str | None = None,
     ) -> _Evaluated:
         """Guards and non-move actions; `result` is set when the evaluation ends there."""
         if task is None:
@@ -195,10 +214,13 @@ class Engine:
             return _Evaluated(TriggerResult())
         declared = step.actions(trigger)
         log = _bound(task, step, trigger)
-        fired = actions.Fired(task, step, trigger, log, operation_id, payload, session_id)
+        fired = actions.Fired(
+            task, step, trigger, log, operation_id, payload, session_id, fired_by_agent
+        )
         target: Step | None = None
         warned: set[str] = set()
         refusals: list[tuple[str, str]] = []
+        woke: bool | None = None  # whether the runaway-loop limit lets this evaluation wake
         for decl in declared:
             if is_move(self.registry, decl):
                 if target is None and self._eligible(
@@ -206,6 +228,14 @@ class Engine:
                 ):
                     target = self._resolve_target(workflow, step, decl)
                 continue
+            if self._wakes_agents(decl) and _counted(trigger, fired_by_agent):
+                if woke is None:
+                    woke = runaway.wake(self.kernel, task, workflow, step)
+                if not woke:
+                    log.bind(action_type=decl.kind, position=decl.position).debug(
+                        "runaway-loop limit: the action queues no run"
+                    )
+                    continue
             cause = actions.run(
                 self.kernel,
                 self.registry,
@@ -265,6 +295,12 @@ class Engine:
         actions.run_exit(self.kernel, self.registry, task, step_id)
 
     # -- pieces ---------------------------------------------------------------------------------
+
+    def _wakes_agents(self, decl: ActionDecl) -> bool:
+        """An action whose kind starts or seats agents (`ActionKind.agents`): what a
+        trigger-driven run loop is made of."""
+        registered = self.registry.kind(decl.kind)
+        return registered is not None and registered.kind.agents is not None
 
     def _eligible(
         self,
@@ -335,3 +371,16 @@ def _reason_text(decl: ActionDecl, target: str, result: GuardResult) -> str:
     if result.detail:
         text += " (" + ", ".join(f"{k}={v}" for k, v in result.detail.items()) + ")"
     return text
+
+
+UNCOUNTED_TRIGGERS = frozenset({"on_heartbeat"})
+"""The clock's trigger: its slots bound it, not the runaway-loop limit."""
+
+
+def _counted(trigger: str, fired_by_agent: str | None) -> bool:
+    """Whether a trigger's runs count toward the runaway-loop limit: every trigger a run's own
+    work can fire again (a turn's end, an error, an agent's comment, ...), not the clock's,
+    and not a comment a person wrote."""
+    if trigger in UNCOUNTED_TRIGGERS:
+        return False
+    return trigger != "on_comment" or fired_by_agent is not None

@@ -106,6 +106,27 @@ def dispatch(
     return run(walk)
 
 
+def apply_session_kinds(
+    kernel: Kernel | HasKernel, task: Task, step: Step, session: Session, path: str = "E5"
+) -> None:
+    """What the step's on_enter declares for its agent's session (its session kinds, in the
+    entry's order, except those that start the agent), applied to `session` for a task
+    started at the step it already stands at: no step changed, so no arrival, no entry
+    record and no durable action (the E5 rule), yet the first turn runs as the step says."""
+    walk = _walk_for(kernel_of(kernel), task, step, None, path, session)
+    registry = walk.bundle.registry
+    ran_once: set[str] = set()
+    for decl in order_actions(walk.actions, registry, path):
+        registered = registry.kind(decl.kind)
+        if registered is None or registered.kind.owner != "session" or registered.kind.starts_agent:
+            continue
+        log = walk.log.bind(action_type=decl.kind, position=decl.position)
+        _session_action(walk, registered, decl, session, ran_once, log)
+    walk.log.bind(session_id=session.id, applied=sorted(ran_once)).info(
+        "task started at its step: the step's session kinds applied (no arrival)"
+    )
+
+
 def redispatch(kernel: Kernel | HasKernel, task: Task, step: Step, entry: StepEntry) -> WalkEnd:
     """Resume an entry left non-terminal (recovery): durable positions only."""
     return run(

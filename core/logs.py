@@ -54,4 +54,23 @@ def enable(
     sink: Any = stream or sys.stderr
     if json:
         return logger.add(sink, level=level, serialize=True)
-    return logger.add(sink, level=level, format="{level}: {message} {extra}", colorize=False)
+    return logger.add(sink, level=level, format=_one_line, colorize=False)
+
+
+_FIRST = ("why", "cause")
+"""Fields that say what went wrong: they follow the message, the rest go in brackets."""
+
+
+def _one_line(record: Any) -> str:
+    """`LEVEL: message: why (key=value, ...)` on one line, for a person reading stderr: the
+    record's fields as words, not a Python dict (`--log-json` keeps them as fields)."""
+    extra = record["extra"]
+    text = str(record["message"])
+    for key in _FIRST:
+        if extra.get(key) not in (None, ""):
+            text += f": {extra[key]}"
+    rest = [f"{k}={v}" for k, v in extra.items() if k not in _FIRST and not k.startswith("_")]
+    if rest:
+        text += f" ({', '.join(rest)})"
+    extra["_line"] = " ".join(text.split())
+    return "{level}: {extra[_line]}\n{exception}"

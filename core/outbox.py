@@ -55,7 +55,9 @@ def put(
     uow: UnitOfWork, operation_id: str, task_id: str, trigger: str, payload: Mapping[str, Any]
 ) -> None:
     """Write a trigger to deliver, in the cause's transaction (a second write of one operation
-    id is a no-op: the first one stands)."""
+    id is a no-op: the first one stands). Once it commits, the store says so
+    (`Store.triggers_queued`), for the process that caused it to deliver it."""
+    uow.queued_triggers = True
     uow.conn.execute(
         _PUT,
         {

@@ -543,10 +543,24 @@ def cancel_requested(conn: sa.Connection, run_id: str) -> str | None:
     return str(found) if found is not None else None
 
 
-def retry(uow: UnitOfWork, run: Run) -> str:
+def retry(uow: UnitOfWork, run: Run) -> str | None:
     """Queue `run` again as a new attempt: a new row naming the old one (`retry_of`), so the
-    old attempt keeps its status, error and transcript."""
+    old attempt keeps its status, error and transcript. None when it may not be: one
+    conditional UPDATE of the old run (still retryable, never retried, and its task still at
+    the run's step) decides, so of two racing retries exactly one queues an attempt."""
     run_id = ids.new_id()
+    where = [R.c.id == run.id, R.c.retried_by.is_(None), R.c.status.in_(RETRYABLE)]
+    if run.task_id is not None and run.workflow_step_id is not None:
+        tasks = t.tasks
+        where.append(
+            sa.exists().where(
+                tasks.c.id == run.task_id,
+                tasks.c.workflow_step_id == run.workflow_step_id,
+                tasks.c.archived_at.is_(None),
+            )
+        )
+    if uow.conn.execute(sa.update(R).where(*where).values(retried_by=run_id)).rowcount != 1:
+        return None
     request = RunRequest(
         agent_profile_id=run.agent_profile_id,
         task_id=run.task_id,

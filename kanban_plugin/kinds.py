@@ -130,6 +130,9 @@ def auto_start_agent(ctx: ActionContext, _config: Any) -> None:
     if agent is None:
         ctx.logger.warning("auto_start_agent: no agent resolves for the step; nothing started")
         return
+    if not ctx.wakes(agent):
+        ctx.logger.debug("auto_start_agent: its own comment does not wake the agent")
+        return
     host.runs.assign(ctx.task, ctx.step.id, agent)
     host.sessions.record_effect(ctx.session.id, prompts=[{"step_id": ctx.step.id, "queued": True}])
 

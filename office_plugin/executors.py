@@ -110,6 +110,8 @@ def _fan_out(
         if not seat.agent_profile_id:
             failures.append((seat, "participant has no agent profile"))
             continue
+        if not ctx.wakes(seat.agent_profile_id):
+            continue  # the agent whose own comment fired this is not woken by it
         if aborted is not None and seat is aborted.seat:
             failures.append((seat, aborted.cause))
             continue
@@ -152,6 +154,9 @@ def queue_run(ctx: ActionContext, config: QueueRunConfig) -> Outcome:
         agents = host.runs.resolve_target(config.target, task, step_id)
     except LanewayError as exc:
         raise ActionFailed(str(exc)) from None
+    if task.id == ctx.task.id:
+        # the agent whose own comment fired this is not woken by it (it would loop for ever)
+        agents = [a for a in agents if ctx.wakes(a)]
     canonical = {
         "kind": "queue_run",
         "target": config.target,

@@ -21,7 +21,29 @@ from core.plugin.selection import PluginSelection
 
 DOCS = Path(__file__).resolve().parents[1] / "docs"
 
-CLI_NOT_YET: Final[dict[tuple[str, ...], set[str]]] = {}
+CLI_NOT_YET: Final[dict[tuple[str, ...], set[str]]] = {
+    # phase 4 (CLI.md) beyond issue 38's undo commands and --version: later changes build them
+    ("task", "diff"): {"--stat"},
+    ("workflow", "set"): {"--remote", "--setup"},
+    ("task", "push"): set(),
+    ("task", "merge"): set(),
+    ("task", "comment"): {"--file", "--line"},
+    ("hook", "add"): set(),
+    ("hook", "list"): set(),
+    ("hook", "remove"): set(),
+    ("hook", "deliveries"): set(),
+    ("schedule", "add"): set(),
+    ("schedule", "list"): set(),
+    ("schedule", "remove"): set(),
+    ("question", "list"): set(),
+    ("question", "answer"): set(),
+    ("worker",): {"--profiles"},
+    ("user", "add"): set(),
+    ("user", "list"): set(),
+    ("user", "set"): set(),
+    ("user", "remove"): set(),
+    ("user", "token"): set(),
+}
 """Contract rows (CLI.md) another change builds: the commands, or a command's options."""
 
 HTTP_NOT_YET: Final[set[tuple[str, str]]] = set()
@@ -79,12 +101,18 @@ def _commands(group: click.Group) -> dict[tuple[str, ...], set[str]]:
     return found
 
 
-def _documented_commands(text: str, known: set[tuple[str, ...]]) -> dict[tuple[str, ...], set[str]]:
-    """What docs/cli.md's command tables name: each span's command path and its options."""
+def _documented_commands(
+    text: str, known: set[tuple[str, ...]], global_options: set[str]
+) -> dict[tuple[str, ...], set[str]]:
+    """What docs/cli.md's command tables name: each span's command path and its options (a
+    span that is an option alone, `--version` (global), names a global option)."""
     names = {path[:n] for path in (*known, *CLI_NOT_YET) for n in range(1, len(path) + 1)}
     documented: dict[tuple[str, ...], set[str]] = {}
     for cell in _rows(text, "command"):
         for span in _SPAN.findall(cell):
+            if span.startswith("--"):
+                assert span.split()[0] in global_options, f"docs/cli.md names {span!r}"
+                continue
             path: tuple[str, ...] = ()
             for word in span.split():
                 if (*path, word) not in names:
@@ -99,7 +127,8 @@ def test_docs_cli_md_names_exactly_the_commands_and_options_laneway_has() -> Non
     text = (DOCS / "cli.md").read_text()
     group = _cli()
     code = _commands(group)
-    documented = _documented_commands(text, set(code))
+    global_options = {o for p in group.params for o in p.opts if o.startswith("--")}
+    documented = _documented_commands(text, set(code), global_options)
 
     for path, options in documented.items():
         missing = CLI_NOT_YET.get(path, set())

@@ -24,6 +24,7 @@ if TYPE_CHECKING:
     from core.services.runs import RunService
     from core.services.sessions import SessionService
     from core.services.tasks import TaskService
+    from core.services.triggers import TriggerService
     from core.services.turns import TurnService
     from core.services.workflows import WorkflowService
     from core.services.workspace import WorkspaceService
@@ -74,6 +75,9 @@ class AgentPort(Protocol):
 
     @property
     def permissions(self) -> PermissionService: ...
+
+    @property
+    def triggers(self) -> TriggerService: ...
 
     # The failure room hands the host on to plugin hooks (`laneway_agent_failed`, the
     # on_agent_error context), which see it as a `core.plugin.views.PluginHost`: the wing calls

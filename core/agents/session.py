@@ -104,16 +104,9 @@ def profile_session(host: AgentPort, task: Task, agent_profile_id: str) -> Sessi
     """The task's session for an agent: a non-failed one is reused, else one is started."""
     # the sessions' writes only when a session is looked for: a move that starts no agent,
     # like a manual one, never imports them
-    from core.model import ACTIVE_SESSION_STATES
-    from core.services.sessions import open_session, sessions_of
+    from core.services.sessions import agent_session
 
-    for session in reversed(sessions_of(host.store, task.id)):
-        if session.agent_profile_id == agent_profile_id and session.state != "FAILED":
-            if session.state in ACTIVE_SESSION_STATES:
-                return session
-            host.sessions.set_state(session.id, "WAITING_FOR_INPUT")
-            return host.sessions.get(session.id)
-    return open_session(host.store, task.id, agent_profile_id, external=False)
+    return agent_session(host.sessions, task.id, agent_profile_id)
 
 
 def prompt_for(host: AgentPort, run: Run, task: Task | None = None) -> str:

@@ -277,7 +277,27 @@ def execute(host: AgentHost, run: Run, watch: CancelWatch | None = None) -> Turn
     # its claim followed the board a moment ago: the run's own writes and reads skip the
     # board-version read until its agent starts, and again from its agent's end
     with host.store.keeping_board():
-        return _execute(host, run, watch)
+        outcome = _execute(host, run, watch)
+    deliver_queued(host)
+    return outcome
+
+
+def deliver_queued(host: AgentHost) -> None:
+    """Deliver the triggers this process's commits put in the outbox (an `on_budget_alert` the
+    run's usage report crossed, the parent's `on_children_completed` its move completed), now
+    that the run's own commit is made: on every path a run ends by (`worker --once`, a
+    shutdown), not at the next scheduler pass. Never fails the run: a delivery left undone
+    stays in the outbox for the next pass."""
+    queued = host.store.triggers_queued
+    if not queued.is_set():
+        return
+    queued.clear()  # before the drain: a trigger queued while it runs sets it again
+    try:
+        host.triggers.drain()
+    except Exception as exc:  # noqa: BLE001 - the outbox keeps it; the scheduler delivers it
+        logger.bind(cause=f"{type(exc).__name__}: {exc}").opt(exception=exc).error(
+            "queued triggers not delivered after the run; the next scheduler pass delivers them"
+        )
 
 
 def _execute(host: AgentHost, run: Run, watch: CancelWatch | None) -> TurnOutcome:

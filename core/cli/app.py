@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import importlib
 import importlib.util
+import json
 import sys
 import traceback
 from collections.abc import Callable, Iterator, Sequence
@@ -39,6 +40,16 @@ if TYPE_CHECKING:
 
 DEFAULT_URL = "sqlite:///laneway.db"
 """`core.host.DEFAULT_URL`, repeated so that building the group does not import the host."""
+
+
+def installed_version() -> str:
+    """The installed distribution's version (`laneway --version`)."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("laneway")
+    except PackageNotFoundError:  # run from a checkout that was never installed
+        return "unknown"
 
 
 @attrs.frozen
@@ -347,6 +358,9 @@ def build_cli(
         selection=selection,
         plugin_commands=plugin_commands,
         context_settings={"help_option_names": ["-h", "--help"]},
+        # `laneway --version` runs the group alone; a bare `laneway` still shows the help
+        invoke_without_command=True,
+        no_args_is_help=True,
     )
     @click.option(
         "--db",
@@ -364,6 +378,8 @@ def build_cli(
     )
     @click.option("--log-json", is_flag=True, help="Log records as JSON lines on stderr.")
     @click.option("-v", "--verbose", is_flag=True, help="More logging; tracebacks on errors.")
+    # Not click's eager version option: that prints before `--json` is read when it comes first.
+    @click.option("--version", "version", is_flag=True, help="Print the installed version.")
     @click.pass_context
     def group(
         ctx: click.Context,
@@ -372,8 +388,15 @@ def build_cli(
         no_office: bool,
         log_json: bool,
         verbose: bool,
+        version: bool,
     ) -> None:
         """laneway: a workflow orchestrator for task boards worked by AI agents."""
+        if ctx.invoked_subcommand is None:
+            if not version:
+                raise click.UsageError("Missing command.", ctx)
+            shown = installed_version()
+            click.echo(json.dumps({"version": shown}) if as_json else f"laneway {shown}")
+            return
         settings = Settings(
             db=db, json=as_json, no_office=no_office, log_json=log_json, verbose=verbose
         )

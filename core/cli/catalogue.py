@@ -57,8 +57,11 @@ BUILTIN_HELP: dict[str, str] = {
     "agent": "Agents that run outside laneway.",
     "worker": "Claim and execute queued runs.",
     "serve": "Serve the HTTP API, the event stream and the board page until SIGINT/SIGTERM.",
-    "watch": "Tail the board's events in the terminal, as `serve`'s stream sends them.",
-    "events": "Tail the board's events in the terminal, as `serve`'s stream sends them.",
+    "watch": "Tail the board's events in the terminal (alias: `events`).",
+    "events": (
+        "An alias of `watch`: tail the board's events. It is `watch` under the event "
+        "stream's own name; `laneway watch --help` says the rest."
+    ),
     "prune": "Delete old transcript items, and nothing else.",
 }
 """Each built-in command's short help, as `laneway --help` lists it without importing the

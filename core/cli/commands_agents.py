@@ -65,7 +65,8 @@ def session_send(settings: Settings, session_id: str, text: str) -> None:
 @click.argument("session_id", metavar="S")
 @pass_settings
 def session_cancel_retry(settings: Settings, session_id: str) -> None:
-    """Cancel the session's transient retry loop (route R6).
+    """Stop the agent's retry loop after a passing failure: it is not retried again, and no
+    on_agent_error fires for it.
 
     The loop runs in the worker's process, so the request is recorded on the session for
     that process to see; within one process it is also handed to the runtime directly.
@@ -165,7 +166,7 @@ def agent() -> None:
 def agent_fail(
     settings: Settings, task_ref: str, session_id: str, execution_id: str, message: str
 ) -> None:
-    """Report a terminal failure of an external agent (route R1)."""
+    """Report that an agent running outside laneway failed for good: on_agent_error fires."""
     with writer(settings) as host:
         task = host.tasks.get(task_ref)
         session = host.sessions.resolve(task.id, session_id)

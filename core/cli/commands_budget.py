@@ -71,6 +71,16 @@ def budget_list(settings: Settings) -> None:
     emit(settings.json, found, [_line(b) for b in found] or ["no budgets"])
 
 
+@budget.command("remove")
+@click.argument("budget_id", metavar="ID")
+@pass_settings
+def budget_remove(settings: Settings, budget_id: str) -> None:
+    """Remove a budget: no alert fires for it any more."""
+    with writer(settings) as host:
+        removed = host.budgets.remove(budget_id)
+    emit(settings.json, {"removed": removed}, [f"budget {removed} removed"])
+
+
 @click.command("costs")
 @click.option("--task", metavar="T")
 @click.option("--profile", metavar="P")

@@ -60,6 +60,8 @@ def runs_show(settings: Settings, run_ref: str) -> None:
         items = host.sessions.run_items(run.id)
         names = names_of(host, [run.workflow_step_id], [run.agent_profile_id])
     lines = [_run_line(run, names)]
+    if run.error_message:
+        lines.append(f"  error: {run.error_message}")
     if run.usage:
         lines.append("  usage: " + "  ".join(f"{k}={v}" for k, v in run.usage.items()))
     lines += [f"  {item_line(i)}" for i in items]

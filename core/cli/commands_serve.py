@@ -78,6 +78,14 @@ def _token(given: str | None) -> str:
     metavar="N",
     help="Answer 503 to new requests while N connections are open.",
 )
+@click.option(
+    "--max-connections-per-peer",
+    default=100,
+    show_default=True,
+    type=click.IntRange(1, 1_000_000),
+    metavar="N",
+    help="Answer 503 to, and close, a new connection from an address already holding N.",
+)
 @pass_settings
 def serve(
     settings: Settings,
@@ -90,6 +98,7 @@ def serve(
     body_timeout: float,
     idle_timeout: float,
     max_connections: int,
+    max_connections_per_peer: int,
 ) -> None:
     """Serve the HTTP API, the event stream and the board page until SIGINT/SIGTERM."""
     from core.serve import server
@@ -127,6 +136,7 @@ def serve(
                     body_timeout=body_timeout,
                     idle_timeout=idle_timeout,
                     max_connections=max_connections,
+                    max_connections_per_peer=max_connections_per_peer,
                 ),
             )
     finally:

@@ -170,7 +170,7 @@ _SWITCH = re.compile(r"^(?P<name>[a-z_]+)=(?P<value>on|off|true|false)$")
 @click.argument("switches", nargs=-1, required=True, metavar="NAME=on|off...")
 @pass_settings
 def features_set(settings: Settings, switches: tuple[str, ...]) -> None:
-    """Switch board features, e.g. `office=off`; every process follows."""
+    """Switch board features on or off (`office=off`); every process follows."""
     changes: dict[str, bool] = {}
     for switch in switches:
         match = _SWITCH.match(switch.strip().lower())

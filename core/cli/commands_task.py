@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
@@ -18,8 +18,12 @@ from core.cli.output import (
     trigger_json,
     why_not,
 )
+from core.errors import LanewayError
 from core.model import AgentProfile, Participant, Session, Task
 from core.shapes import session_json
+
+if TYPE_CHECKING:
+    from core.host import Host
 
 
 def _emit_task(settings: Settings, task: Task, names: Mapping[str, str] | None = None) -> None:
@@ -80,11 +84,42 @@ def task_create(
 @click.argument("ref", metavar="T")
 @pass_settings
 def task_show(settings: Settings, ref: str) -> None:
-    """Show a task."""
+    """Show a task: its line, then its description, parent, blockers and branch."""
     with reader(settings) as host:
         found = host.tasks.get(ref)
         names = step_names(host, found)
-    _emit_task(settings, found, names)
+        related = {
+            other: _other_task(host, other)
+            for other in (found.parent_id, *found.blocked_by)
+            if other
+        }
+    emit(settings.json, found, [task_line(found, names), *_task_details(found, related)])
+
+
+def _other_task(host: Host, task_id: str) -> str:
+    """Another task as a detail line names it: its id and title (or its id alone, gone)."""
+    try:
+        other = host.tasks.get(task_id)
+    except LanewayError:
+        return task_id
+    return f"{other.id} {other.title!r} ({other.state})"
+
+
+def _task_details(task: Task, related: Mapping[str, str]) -> list[str]:
+    """The lines `task show` prints under the task's line."""
+    description = task.description.splitlines() or ["-"]
+    lines = [f"  description: {description[0]}", *(f"    {line}" for line in description[1:])]
+    lines.append(
+        f"  parent: {related.get(task.parent_id, task.parent_id) if task.parent_id else '-'}"
+    )
+    blockers = [related.get(b, b) for b in task.blocked_by]
+    lines.append(f"  blocked by: {', '.join(blockers) if blockers else 'nothing'}")
+    place = task.workspace or {}
+    if place.get("branch"):
+        lines.append(f"  branch: {place['branch']}  worktree: {place.get('path') or '-'}")
+    else:
+        lines.append("  branch: - (no worktree yet)")
+    return lines
 
 
 @task.command("diff")
@@ -129,7 +164,8 @@ def task_list(
 @click.argument("step", metavar="STEP")
 @pass_settings
 def task_move(settings: Settings, ref: str, step: str) -> None:
-    """Manual move (E2). It clears a runaway-loop stop: triggers move the task again."""
+    """Move a task to a step by hand: the step's entry actions run as on any arrival. It
+    clears a runaway-loop stop: triggers move the task again."""
     with writer(settings) as host:
         # The move reads the task itself, in its own transaction: the step it left is that
         # read's (no read of its own before it, which would need a connection of its own).
@@ -153,7 +189,9 @@ def _move_line(source: str | None, after: Task, names: Mapping[str, str]) -> str
 
 @task.command("update")
 @click.argument("ref", metavar="T")
-@click.option("--step", metavar="STEP", help="Move it there (entry path E5).")
+@click.option(
+    "--step", metavar="STEP", help="Move it there (an arrival: the step's entry actions run)."
+)
 @click.option("--title", metavar="TITLE", help="A new title (not empty).")
 @click.option("--description", metavar="D", help="A new description (empty clears it).")
 @pass_settings
@@ -164,7 +202,7 @@ def task_update(
     title: str | None,
     description: str | None,
 ) -> None:
-    """Generic update: title, description, step (E5)."""
+    """Change a task's title, description or step."""
     if step is None and title is None and description is None:
         raise click.UsageError("task update: give --step, --title or --description")
     with writer(settings) as host:
@@ -178,7 +216,8 @@ def task_update(
 @click.option("--step", metavar="STEP", help="Default: the workflow's start step.")
 @pass_settings
 def task_start(settings: Settings, ref: str, step: str | None) -> None:
-    """Task start (E5)."""
+    """Start a task: it goes to the step (default: its workflow's start step) and the step's
+    agent, if one resolves, is started."""
     with writer(settings) as host:
         started = host.tasks.start(ref, step=step)
         names = step_names(host, started)
@@ -191,7 +230,7 @@ def task_start(settings: Settings, ref: str, step: str | None) -> None:
 @click.option("--step", metavar="S")
 @pass_settings
 def task_switch_workflow(settings: Settings, ref: str, workflow: str, step: str | None) -> None:
-    """Move the task into another workflow (E4)."""
+    """Move the task into another workflow (default: to its start step)."""
     with writer(settings) as host:
         switched = host.tasks.switch_workflow(ref, workflow=workflow, step=step)
         names = step_names(host, switched)
@@ -376,6 +415,16 @@ def participant_list(
         seats = host.participants.list(step=step, task=task_ref, workflow=workflow)
         names = names_of(host, [s.step_id for s in seats], [s.agent_profile_id for s in seats])
     emit(settings.json, seats, [_seat_line(s, names) for s in seats])
+
+
+@participant.command("remove")
+@click.argument("participant_id", metavar="ID")
+@pass_settings
+def participant_remove(settings: Settings, participant_id: str) -> None:
+    """Remove one seat by its id (`participant list` shows it), a duplicate one too."""
+    with writer(settings) as host:
+        removed = host.participants.remove(participant_id)
+    emit(settings.json, {"removed": removed}, [f"participant {removed} removed"])
 
 
 # -- sessions and turns --------------------------------------------------------------------

@@ -10,7 +10,6 @@ recovery scan.
 from __future__ import annotations
 
 import contextlib
-import copy
 import json
 import sys
 from collections.abc import Callable, Mapping
@@ -173,11 +172,11 @@ def watch(
     count: int | None,
     as_json: bool,
 ) -> None:
-    """Tail the board's events in the terminal, as `serve`'s stream sends them.
+    """Tail the board's events in the terminal (alias: `events`).
 
-    One readable line per event (JSON lines with --json: each the stream's `data:` object),
-    from now unless --since replays the retained ones; needs no `serve` running. Ctrl-C
-    ends it quietly (exit 0).
+    The events as `serve`'s stream sends them: one readable line per event (JSON lines
+    with --json: each the stream's `data:` object), from now unless --since replays the
+    retained ones; needs no `serve` running. Ctrl-C ends it quietly (exit 0).
     """
     json_lines = as_json or settings.json
     with reader(settings) as host:
@@ -207,7 +206,14 @@ def watch(
             follow(host, after=after, on_event=show, task_id=task_id, count=count)
 
 
-events_command = copy.copy(watch)
-events_command.name = "events"  # the alias: the same command under the stream's own name
+events_command = click.Command(
+    "events",
+    callback=watch.callback,
+    params=watch.params,
+    help=(
+        "An alias of `watch`: tail the board's events. It is `watch` under the event "
+        "stream's own name; `laneway watch --help` says the rest."
+    ),
+)
 
 COMMANDS: tuple[click.Command, ...] = (watch, events_command)

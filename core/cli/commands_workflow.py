@@ -136,6 +136,17 @@ def workflow_set(
     emit(settings.json, workflow_json(wf), workflow_lines(wf, with_steps=False))
 
 
+@workflow.command("delete")
+@click.argument("ref", metavar="W")
+@pass_settings
+def workflow_delete(settings: Settings, ref: str) -> None:
+    """Delete a workflow, its steps and their seats; refused while it has tasks."""
+    with writer(settings) as host:
+        name = host.workflows.get(ref).name
+        removed = host.workflows.delete(ref)
+    emit(settings.json, {"removed": removed}, [f"workflow {name!r} deleted ({removed})"])
+
+
 @workflow.command("export")
 @click.argument("ref", metavar="W")
 @pass_settings
@@ -156,7 +167,7 @@ def workflow_check(settings: Settings, ref: str) -> None:
     """Report declarations the loaded plugins cannot run and profile names that resolve to
     nothing, warn where a task would wait for nobody (a step whose auto_start_agent finds no
     agent, a board where no agent can start), and list every agent the workflow can start or
-    seat. Exits 0 even with problems.
+    seat. Exits 1 when there is a problem (warnings alone: 0).
 
     A workflow file can start the board's agents: review one like code before importing it.
     """
@@ -175,6 +186,9 @@ def workflow_check(settings: Settings, ref: str) -> None:
         "agents": [a.as_dict() for a in agents],
     }
     emit(settings.json, result, lines)
+    if problems:
+        # the report is printed whole; the exit code lets a script (or CI) stop on it
+        raise SystemExit(1)
 
 
 @click.group()
@@ -228,7 +242,8 @@ def _profile_options(*, for_set: bool) -> Callable[[_F], _F]:
             default=None if for_set else "exec",
             show_default=not for_set,
             metavar="exec|acp",
-            help="How laneway talks to the agent (AGENTS.md).",
+            help="How laneway talks to the agent: exec (a process per turn) or acp (the Agent "
+            "Client Protocol; docs/agents.md).",
         ),
         click.option(
             "--permissions",
@@ -285,7 +300,8 @@ def _profile_options(*, for_set: bool) -> Callable[[_F], _F]:
             "requires_env",
             multiple=True,
             metavar="VAR",
-            help=f"Fail the run (R3) without it; passed through. Repeatable{when}.",
+            help=f"The worker must have VAR set, or the run fails at start; passed through. "
+            f"Repeatable{when}.",
         ),
     ]
 
@@ -358,6 +374,18 @@ def profile_list(settings: Settings) -> None:
     with reader(settings) as host:
         found = host.profiles.list()
     emit(settings.json, found, [profile_line(p) for p in found])
+
+
+@profile.command("remove")
+@click.argument("name")
+@pass_settings
+def profile_remove(settings: Settings, name: str) -> None:
+    """Remove an agent profile (its budgets with it); refused while it has queued or running
+    runs, a seat, or is a step's or workflow's agent."""
+    with writer(settings) as host:
+        found = host.profiles.get(name)
+        removed = host.profiles.remove(found.id)
+    emit(settings.json, {"removed": removed}, [f"profile {found.name!r} removed ({removed})"])
 
 
 COMMANDS: tuple[click.Command, ...] = (workflow, profile)

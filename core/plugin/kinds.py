@@ -90,6 +90,13 @@ class ActionContext:
     epoch: str | None = None
     uow: Any = None
     payload: Mapping[str, Any] | None = None
+    fired_by_agent: str | None = None
+    """The agent profile whose own act fired this trigger (a comment it wrote), or None."""
+
+    def wakes(self, agent_profile_id: str) -> bool:
+        """Whether an action may queue a run of this agent: never the agent whose own act
+        fired the trigger (its comment does not wake it again, for ever)."""
+        return agent_profile_id != self.fired_by_agent
 
     def transaction(self) -> AbstractContextManager[UnitOfWork]:
         """A unit of work: the one already open on this thread (``uow`` of a transactional

@@ -78,6 +78,13 @@ class Registry:
     def guard(self, name: str) -> RegisteredGuard | None:
         return self.guards.get(name)
 
+    def nearest_kind(self, name: str) -> str | None:
+        """The declared kind a typo'd `name` most likely meant, or None when none is near."""
+        import difflib
+
+        found = difflib.get_close_matches(name, list(self.kinds), n=1, cutoff=0.6)
+        return found[0] if found else None
+
     def kinds_of(self, plugin: str) -> list[str]:
         return sorted(n for n, k in self.kinds.items() if k.plugin == plugin)
 

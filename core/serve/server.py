@@ -5,8 +5,12 @@ Limits (docs/serve.md, `Limits`): a connection must finish a request's headers w
 connection is closed after `idle_timeout` s (uvicorn's `timeout_keep_alive`); a body must
 arrive within `body_timeout` s (the app answers 408); past `max_connections` open connections
 a new request is answered a JSON 503 at once (`Capped`; uvicorn's own `limit_concurrency`
-answers in plain text). Headers are capped at
-`MAX_HEADER_BYTES` (h11's incomplete-event limit; httptools has its own fixed cap).
+answers in plain text); past `max_connections_per_peer` connections from one address, a new
+connection from it is answered a JSON 503 and closed at once, before it counts toward the
+total, so one client cannot hold the whole budget. A request head is at most
+`MAX_HEADER_BYTES` whichever parser runs (httptools buffers a header line whole before uvicorn
+sees it, so it is fed a head only up to the limit; h11's incomplete-event limit), else a JSON
+431; a head the parser cannot read is a JSON 400, not uvicorn's plain text.
 
 uvicorn stops accepting on the first signal, lets requests in flight finish (at most
 `GRACE_S`), then runs the application's shutdown. Event streams never finish on their own,
@@ -18,6 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import ipaddress
+import json
 import resource
 import socket
 from collections.abc import Callable, Sequence
@@ -37,6 +42,10 @@ from core.serve.stream import Hub
 
 GRACE_S: Final = 10
 MAX_HEADER_BYTES: Final = 64 * 1024
+LINGER_S: Final = 1.0
+"""How long a refused connection (a head too large, too many from its peer) is read and
+discarded after its answer before it is closed: closing a socket with unread data makes the
+kernel reset it, and the client would see the reset instead of the answer."""
 
 
 @attrs.frozen
@@ -47,13 +56,46 @@ class Limits:
     body_timeout: float = 30.0
     idle_timeout: float = 5.0
     max_connections: int = 1000
+    max_connections_per_peer: int = 100
 
 
 @attrs.define
 class OpenConnections:
-    """How many connections this process holds open, counted by the protocol."""
+    """How many connections this process holds open, counted by the protocol, in all and per
+    peer address (a refused connection counts in neither)."""
 
     count: int = 0
+    by_peer: dict[str, int] = attrs.field(factory=dict)
+
+    def admit(self, peer: str, limit: int) -> bool:
+        held = self.by_peer.get(peer, 0)
+        if held >= limit:
+            return False
+        self.by_peer[peer] = held + 1
+        self.count += 1
+        return True
+
+    def release(self, peer: str) -> None:
+        self.count -= 1
+        held = self.by_peer.pop(peer, 1) - 1
+        if held > 0:
+            self.by_peer[peer] = held
+
+
+def raw_error(status: int, message: str, code: str) -> bytes:
+    """A whole HTTP/1.1 answer with HTTP.md's JSON error body, for the protocol to write
+    itself (before, or instead of, any request reaching the application)."""
+    body = json.dumps({"error": message, "code": code}).encode()
+    reason = {400: "Bad Request", 431: "Request Header Fields Too Large"}.get(
+        status, "Service Unavailable"
+    )
+    head = (
+        f"HTTP/1.1 {status} {reason}\r\ncontent-type: application/json\r\n"
+        f"content-length: {len(body)}\r\nconnection: close\r\n"
+    )
+    if status == 503:
+        head += "retry-after: 1\r\n"
+    return (head + "\r\n").encode() + body
 
 
 class Capped:
@@ -78,15 +120,24 @@ class Capped:
         await self.app(scope, receive, send)
 
 
-def protocol_with_header_timeout(seconds: float, opened: OpenConnections) -> type[asyncio.Protocol]:
-    """uvicorn's HTTP protocol, closing a connection that has not sent a whole request head
-    within `seconds` of opening or of its last answer. uvicorn has no such timeout of its
-    own: its keep-alive timer stops at the first byte, so a client trickling a header a byte
-    at a time would hold its connection (and a file descriptor) forever."""
+def serve_protocol(limits: Limits, opened: OpenConnections) -> type[asyncio.Protocol]:
+    """uvicorn's HTTP protocol with serve's limits on one connection (docs/serve.md "Limits and
+    timeouts"): a whole request head within `limits.header_timeout` of opening or of its last
+    answer, else the connection is closed (uvicorn's keep-alive timer stops at the first byte,
+    so a client trickling a header a byte at a time would hold its socket forever); at most
+    `MAX_HEADER_BYTES` of head, else a JSON 431; at most `limits.max_connections_per_peer`
+    connections per peer address; a head the parser refuses answered with a JSON 400."""
     base: Any = AutoHTTPProtocol
+    seconds = limits.header_timeout
+    httptools_parser = hasattr(base, "on_headers_complete")  # else h11, bounded by its own limit
 
     class Protocol(base):  # type: ignore[misc]
         _head_timer: asyncio.TimerHandle | None = None
+        _peer: str | None = None
+        """Set once the connection is admitted (and counted)."""
+        _in_head = True
+        _head_used = 0
+        _refused = False
 
         def _arm_head_timer(self) -> None:
             if self._head_timer is not None:
@@ -104,9 +155,90 @@ def protocol_with_header_timeout(seconds: float, opened: OpenConnections) -> typ
                 self.transport.close()
 
         def connection_made(self, transport: asyncio.Transport) -> None:
-            opened.count += 1
+            peername = transport.get_extra_info("peername")
+            peer = str(peername[0]) if isinstance(peername, tuple) and peername else "?"
+            admitted = opened.admit(peer, limits.max_connections_per_peer)
             super().connection_made(transport)
+            if not admitted:
+                logger.bind(peer=peer, limit=limits.max_connections_per_peer).debug(
+                    "connection refused: too many from its peer"
+                )
+                message = "too many connections from this address; try again"
+                self._refuse(raw_error(503, message, "unavailable"))
+                return
+            self._peer = peer
             self._arm_head_timer()
+
+        def _refuse(self, answer: bytes) -> None:
+            """Answer and end the connection: what the client still sends is read and dropped
+            for `LINGER_S` (a close with unread data would reset the answer away), then it is
+            closed."""
+            self._refused = True
+            if self._head_timer is not None:
+                self._head_timer.cancel()
+                self._head_timer = None
+            transport = self.transport
+            cycle = getattr(self, "cycle", None)
+            if cycle is not None and not cycle.response_complete:
+                transport.close()  # an answer still being written: never interleave another
+                return
+            transport.write(answer)
+            if transport.can_write_eof():
+                transport.write_eof()
+            self.loop.call_later(LINGER_S, transport.close)
+
+        def data_received(self, data: bytes) -> None:
+            if self._refused:
+                return
+            if not httptools_parser:
+                super().data_received(data)
+                return
+            # httptools hands uvicorn a header only once its line is whole, buffering it
+            # meanwhile: feed it no more than the head's allowance, so no line grows past it.
+            at = 0
+            while at < len(data):
+                if not self._in_head:
+                    # a body: fed whole. A next head pipelined behind it in this read is fed
+                    # unmetered, at most one read (256 KiB); the following reads are metered.
+                    super().data_received(data[at:] if at else data)
+                    return
+                room = MAX_HEADER_BYTES - self._head_used
+                if room <= 0:
+                    logger.bind(client=self.client, limit=MAX_HEADER_BYTES).debug(
+                        "request refused: head too large"
+                    )
+                    self._unset_keepalive_if_required()
+                    self._refuse(
+                        raw_error(
+                            431,
+                            f"request head: larger than {MAX_HEADER_BYTES} bytes",
+                            "head_too_large",
+                        )
+                    )
+                    return
+                piece = data[at : at + room] if at or len(data) > room else data
+                self._head_used += len(piece)
+                at += len(piece)
+                super().data_received(piece)
+                if self.transport.is_closing() or self._refused:
+                    return
+
+        def on_headers_complete(self) -> None:
+            self._in_head = False
+            super().on_headers_complete()
+
+        def on_message_complete(self) -> None:
+            super().on_message_complete()
+            self._in_head, self._head_used = True, 0
+
+        def send_400_response(self, msg: str) -> None:
+            """The parser could not read the request (a malformed request line or header, a
+            head past h11's limit): HTTP.md's JSON error, not uvicorn's plain text."""
+            logger.bind(client=self.client).debug("request refused: not valid HTTP/1.1")
+            self._unset_keepalive_if_required()
+            self._refuse(
+                raw_error(400, "request: not a valid HTTP/1.1 request head", "bad_request")
+            )
 
         def on_response_complete(self) -> None:
             super().on_response_complete()
@@ -114,10 +246,12 @@ def protocol_with_header_timeout(seconds: float, opened: OpenConnections) -> typ
                 self._arm_head_timer()
 
         def connection_lost(self, exc: Exception | None) -> None:
-            opened.count -= 1
             if self._head_timer is not None:
                 self._head_timer.cancel()
                 self._head_timer = None
+            if self._peer is not None:  # None: refused at once, never counted
+                opened.release(self._peer)
+                self._peer = None
             super().connection_lost(exc)
 
     return Protocol
@@ -218,7 +352,7 @@ def run(
         lifespan="on",
         timeout_graceful_shutdown=GRACE_S,
         ws="none",
-        http=protocol_with_header_timeout(limits.header_timeout, opened),
+        http=serve_protocol(limits, opened),
         timeout_keep_alive=max(1, round(limits.idle_timeout)),
         h11_max_incomplete_event_size=MAX_HEADER_BYTES,
     )

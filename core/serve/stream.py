@@ -32,7 +32,7 @@ from starlette.concurrency import run_in_threadpool
 
 from core import ids
 from core.logs import logger
-from core.store import events
+from core.store import dialect, events
 from core.store.dialect import sqlite_path
 from core.store.events import Event
 
@@ -240,8 +240,15 @@ class Hub:
         dsn = url.render_as_string(hide_password=False)
         while not self._listener_stop.is_set():
             try:
-                with psycopg.connect(dsn, autocommit=True) as conn:
-                    conn.execute(f"LISTEN {events.CHANNEL}")
+                with psycopg.connect(dsn, autocommit=True, **dialect.pg_connect_args(url)) as conn:
+                    # It sits idle between notifications by design: a server's
+                    # `idle_session_timeout` must not end it (and warn) every few seconds.
+                    exempt = (
+                        "SET idle_session_timeout = 0; "
+                        if conn.info.server_version >= 140000
+                        else ""
+                    )
+                    conn.execute(f"{exempt}LISTEN {events.CHANNEL}")
                     self.wake()  # anything committed while we were connecting
                     while not self._listener_stop.is_set():
                         for _note in conn.notifies(timeout=0.5):

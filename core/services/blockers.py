@@ -5,12 +5,19 @@ that arrival's own transaction, `core.outbox`).
 `task_blockers` is the relation; `tasks.blocked_by` a copy of T's rows as a JSON list, written
 in the same transaction, so every read of a task carries it. A block that would close a cycle
 (B already waits, directly or through others, on T) is refused with one line.
+
+The cycle check reads the whole graph, so two blocks committed at once could each pass it and
+together close a cycle (P <- Q, Q <- R, R <- P, each checked before the others committed). The
+database settles it: on SQLite every write transaction holds the one write lock from its BEGIN;
+on PostgreSQL a block takes a transaction-level advisory lock on the blocker graph before it
+checks, so blocks are decided one after another, each seeing the edges committed before it.
+Unblocking removes edges, which closes no cycle, and takes no lock.
 """
 
 from __future__ import annotations
 
 import json
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Final
 
 import sqlalchemy as sa
 
@@ -28,6 +35,9 @@ if TYPE_CHECKING:
 
 TASKS = t.tasks
 BLOCKERS = t.task_blockers
+PG_GRAPH_LOCK: Final = 0x6C6E77626C6B72
+"""The advisory lock key a PostgreSQL block holds from its cycle check to its COMMIT."""
+_PG_GRAPH = sa.text(f"SELECT pg_advisory_xact_lock({PG_GRAPH_LOCK})")
 
 
 def write_blocked_by(uow: UnitOfWork, task_id: str) -> None:
@@ -95,6 +105,8 @@ class BlockerService(Service):
         if blocker.id == task.id:
             raise LanewayError(f"task {task.id}: a task cannot block itself")
         with self.peers.store.transaction() as uow:
+            if uow.conn.dialect.name == "postgresql":
+                uow.conn.execute(_PG_GRAPH)  # each statement after it sees the blocks before
             chain = _waits_on(uow, blocker.id, task.id)
             if chain is not None:
                 raise Conflict(

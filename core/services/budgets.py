@@ -272,6 +272,17 @@ class BudgetService(Service):
         profile = self._profiles().get(ref)
         return profile.id, self._workspace().get().id
 
+    def remove(self, budget_id: str) -> str:
+        """Remove a budget; its alerts go with it (no alert fires for it any more)."""
+        self._require_writer()
+        with self.peers.store.transaction() as uow:
+            gone = uow.conn.execute(
+                sa.delete(B).where(B.c.id == budget_id).execution_options(preserve_rowcount=True)
+            ).rowcount
+        if gone != 1:
+            raise NotFound(f"no budget {budget_id!r}")
+        return budget_id
+
     def get(self, budget_id: str) -> Budget:
         with self.peers.store.read() as conn:
             row = conn.execute(sa.select(B).where(B.c.id == budget_id)).mappings().first()

@@ -49,9 +49,18 @@ class CommentService(Service):
         self._sessions = sessions
         self._tasks = tasks
 
-    def add(self, task_ref: str, body: str, *, author: str | None = None) -> Comment:
+    def add(
+        self,
+        task_ref: str,
+        body: str,
+        *,
+        author: str | None = None,
+        by_agent: str | None = None,
+    ) -> Comment:
         """Add a comment to the task (by `author`, default `user`), then fire on_comment at
-        its step (when it has one)."""
+        its step (when it has one). `by_agent`: the agent profile that wrote it (a run's
+        `comment` tool): on_comment does not wake that agent, and counts toward the
+        runaway-loop limit."""
         self._require_writer()
         author = DEFAULT_AUTHOR if author is None else author
         if not body.strip():
@@ -75,10 +84,10 @@ class CommentService(Service):
                 )
             )
             events.record(uow, "comment.added", task.id, comment_id=comment.id)
-        self.fire(comment.id)
+        self.fire(comment.id, by_agent=by_agent)
         return comment
 
-    def fire(self, comment_id: str) -> TriggerResult:
+    def fire(self, comment_id: str, *, by_agent: str | None = None) -> TriggerResult:
         """Deliver the comment's on_comment trigger: evaluated once per comment (its operation
         id is claimed in the ledger), so a second delivery is `idempotent` and does nothing."""
         self._require_writer()
@@ -90,6 +99,7 @@ class CommentService(Service):
             session_id=live.id if live is not None else None,
             operation_id=operation_id(comment.id),
             payload={"comment_id": comment.id, "author": comment.author, "body": comment.body},
+            fired_by_agent=by_agent,
         )
 
     def get(self, comment_id: str) -> Comment:

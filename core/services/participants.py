@@ -173,6 +173,20 @@ class ParticipantService(Service):
         with self.peers.store.read() as conn:
             return quorum_rows(conn, task.id, task.workflow_id, step.id)
 
+    def remove(self, participant_id: str) -> str:
+        """Remove one seat by its id (a duplicate seat too: each has its own). Verdicts it
+        gave stay in the decision history; a quorum counts the seats there are."""
+        self._require_writer()
+        with self.peers.store.transaction() as uow:
+            gone = uow.conn.execute(
+                sa.delete(_P)
+                .where(_P.c.id == participant_id)
+                .execution_options(preserve_rowcount=True)
+            ).rowcount
+        if gone != 1:
+            raise NotFound(f"no participant {participant_id!r}")
+        return participant_id
+
     def get(self, participant_id: str) -> Participant:
         with self.peers.store.read() as conn:
             row = (

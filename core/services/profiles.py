@@ -38,6 +38,28 @@ _BY_ID = sa.select(t.agent_profiles).where(
     t.agent_profiles.c.id == sa.bindparam("ref", type_=sa.String)
 )
 """A profile by id: once per run (prepared driver SQL, core.store.prepared)."""
+_LIVE_RUNS = ("queued", "claimed")
+"""Run statuses that still need their profile."""
+
+
+def _users(profile_id: str) -> sa.Select[tuple[int]]:
+    """Whatever still uses the profile: a live run, a seat, a step's or a workflow's agent."""
+    return (
+        sa.union_all(
+            sa.select(sa.literal(1)).where(
+                t.runs.c.agent_profile_id == profile_id, t.runs.c.status.in_(_LIVE_RUNS)
+            ),
+            sa.select(sa.literal(1)).where(
+                t.workflow_step_participants.c.agent_profile_id == profile_id
+            ),
+            sa.select(sa.literal(1)).where(t.workflow_steps.c.agent_profile_id == profile_id),
+            sa.select(sa.literal(1)).where(t.workflows.c.agent_profile_id == profile_id),
+        )
+        .subquery()
+        .select()
+    )
+
+
 _JSON_OPTIONS = frozenset({"command", "env", "requires_env", "env_from", "pass_env", "auto_allow"})
 
 
@@ -211,6 +233,64 @@ class ProfileService(Service):
                 raise NotFound(f"no agent profile {ref!r}")
             board.bump(uow)
         return self.get(profile.id)
+
+    def remove(self, ref: str) -> str:
+        """Remove a profile no one uses: refused, naming the first user, while it has queued
+        or running runs, a seat at a step, or is a step's or workflow's agent. Its budgets go
+        with it (they limit nothing once it is gone); its finished runs keep their history.
+
+        One conditional DELETE decides: a run queued for it meanwhile keeps it."""
+        self._require_writer()
+        profile = self.get(ref)
+        with self.peers.store.transaction() as uow:
+            gone = uow.conn.execute(
+                sa.delete(t.agent_profiles)
+                .where(t.agent_profiles.c.id == profile.id, ~sa.exists(_users(profile.id)))
+                .execution_options(preserve_rowcount=True)
+            ).rowcount
+            if gone == 1:
+                uow.conn.execute(
+                    sa.delete(t.budgets).where(
+                        t.budgets.c.scope == "profile", t.budgets.c.ref == profile.id
+                    )
+                )
+                board.bump(uow)
+        if gone != 1:
+            raise Conflict(f"profile {profile.name!r} is still in use: {self._user(profile.id)}")
+        return profile.id
+
+    def _user(self, profile_id: str) -> str:
+        """What keeps a profile from being removed, in words."""
+        with self.peers.store.read() as conn:
+            run = conn.execute(
+                sa.select(t.runs.c.id, t.runs.c.status).where(
+                    t.runs.c.agent_profile_id == profile_id,
+                    t.runs.c.status.in_(_LIVE_RUNS),
+                )
+            ).first()
+            if run is not None:
+                state = "queued" if run.status == "queued" else "running"
+                return f"run {run.id} is {state} (cancel it, or let it finish)"
+            seat = conn.execute(
+                sa.select(t.workflow_step_participants.c.id).where(
+                    t.workflow_step_participants.c.agent_profile_id == profile_id
+                )
+            ).scalar()
+            if seat is not None:
+                return f"participant {seat} seats it (`laneway participant remove {seat}`)"
+            step = conn.execute(
+                sa.select(t.workflow_steps.c.name, t.workflows.c.name.label("workflow"))
+                .join(t.workflows, t.workflows.c.id == t.workflow_steps.c.workflow_id)
+                .where(t.workflow_steps.c.agent_profile_id == profile_id)
+            ).first()
+            if step is not None:
+                return f"it is the agent of step {step.name!r} of workflow {step.workflow!r}"
+            workflow = conn.execute(
+                sa.select(t.workflows.c.name).where(t.workflows.c.agent_profile_id == profile_id)
+            ).scalar()
+            if workflow is not None:
+                return f"it is the agent of workflow {workflow!r}"
+        return "it was put to use meanwhile; try again"
 
     def list(self) -> list[AgentProfile]:
         with self.peers.store.read() as conn:

@@ -117,7 +117,28 @@ class RunService(Service):
             )
         with self.peers.store.transaction() as uow:
             new_id = runs.retry(uow, run)
+        if new_id is None:
+            raise Conflict(self._not_retried(self.find(run.id)))
         return self.find(new_id)
+
+    def _not_retried(self, run: Run) -> str:
+        """Why `runs.retry` queued nothing, in one line (read after its statement decided)."""
+        with self.peers.store.read() as conn:
+            retried_by = conn.execute(sa.select(R.c.retried_by).where(R.c.id == run.id)).scalar()
+        if retried_by is not None:
+            return f"run {run.id} was already retried: run {retried_by} is its retry"
+        if run.status not in runs.RETRYABLE:
+            return (
+                f"run {run.id} is {run.status}: only a failed, dead or cancelled run can be retried"
+            )
+        try:
+            step = repr(self.peers.repository.step(run.workflow_step_id or "")[1].name)
+        except LanewayError:
+            step = str(run.workflow_step_id)
+        return (
+            f"run {run.id} was for step {step}, which its task has left: a retry would be "
+            "cancelled unrun (move the task back, or start it, to queue a new turn)"
+        )
 
     def record_usage(self, run_id: str, usage: Mapping[str, Any]) -> None:
         """Add what the agent reported it spent (`cost_usd`, `input_tokens`,

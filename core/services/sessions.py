@@ -203,6 +203,17 @@ class SessionService(Service):
             if not session.external and session.state in WAITING_STATES:
                 if session.agent_profile_id is None:
                     raise LanewayError(f"session {session.id} has no agent profile to run")
+                profile = uow.conn.execute(
+                    sa.select(t.agent_profiles.c.id).where(
+                        t.agent_profiles.c.id == session.agent_profile_id
+                    )
+                ).first()
+                if profile is None:
+                    # removed (`profile remove`): a run for it would wait for ever unclaimed
+                    raise LanewayError(
+                        f"session {session.id}: its agent profile was removed; "
+                        "start a new session with another"
+                    )
                 task = self._tasks().get(session.task_id)
                 runs.enqueue(
                     uow,
@@ -447,6 +458,18 @@ def open_session(store: Store, task_id: str, agent_id: str | None, *, external: 
             uow, "session.state", task_id, session_id=session_id, state="WAITING_FOR_INPUT"
         )
     return rows.session(row)
+
+
+def agent_session(sessions: SessionService, task_id: str, agent_profile_id: str) -> Session:
+    """The task's session for an agent: a non-failed one is reused (an ended one is made
+    WAITING_FOR_INPUT again), else one is started."""
+    for session in reversed(sessions_of(sessions.peers.store, task_id)):
+        if session.agent_profile_id == agent_profile_id and session.state != "FAILED":
+            if session.state in ACTIVE_SESSION_STATES:
+                return session
+            sessions.set_state(session.id, "WAITING_FOR_INPUT")
+            return sessions.get(session.id)
+    return open_session(sessions.peers.store, task_id, agent_profile_id, external=False)
 
 
 def sessions_of(store: Store, task_id: str) -> list[Session]:

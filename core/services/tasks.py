@@ -296,6 +296,7 @@ class TaskService(Service):
         if started.workflow_step_id and self._sessions().live(started.id) is None:
             agent = self._runs().primary_agent(started, started.workflow_step_id)
             if agent is not None:
+                self._prepare_first_turn(started, wf, agent)
                 self._runs().assign(started, started.workflow_step_id, agent)
             else:
                 logger.bind(task_id=started.id, step_id=started.workflow_step_id).warning(
@@ -303,6 +304,20 @@ class TaskService(Service):
                     "neither it nor its workflow names an agent profile; no run queued"
                 )
         return started
+
+    def _prepare_first_turn(self, task: Task, wf: Workflow, agent: str) -> None:
+        """A start that leaves its task without a session (no arrival: the task stood at the
+        step already; or an arrival whose entry had no session for its session kinds) opens
+        the agent's session and applies the step's session kinds to it, so the first turn is
+        the one the step declares (plan mode, a mode, a model) whichever route started it."""
+        from core import entry
+        from core.services.sessions import agent_session
+
+        step = wf.step(task.workflow_step_id or "")
+        if step is None or not step.actions("on_enter"):
+            return
+        session = agent_session(self._sessions(), task.id, agent)
+        entry.apply_session_kinds(self.peers.kernel, task, step, session)
 
     def switch_workflow(self, ref: str, *, workflow: str, step: str | None = None) -> Task:
         """Move the task into another workflow (E4), as the switch_workflow action would."""

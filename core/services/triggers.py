@@ -7,9 +7,10 @@ INSERT), never by a leader: every `worker` and `serve` runs `run_pass` (`core.se
 scheduler`), any number of them at once, and a trigger still evaluates once.
 
 Heartbeats: a step's slots are the multiples of its `heartbeat_seconds` since the Unix epoch;
-the operation id `heartbeat:<task>:<step>:<slot start>` names one. A pass fires only the
-current slot: a slot missed while nothing ran is never fired late, and the current one, when
-it was missed, fires once, on the first pass that sees it. Which tasks are due is one query
+the operation id `heartbeat:<task>:<step>:<slot start>` names one, and is spent even when an
+action fails (one ERROR per slot; the next slot tries again). A pass fires only the current
+slot: a slot missed while nothing ran is never fired late, and the current one, when it was
+missed, fires once, on the first pass that sees it. Which tasks are due is one query
 (the tasks at heartbeat steps whose current slot's id is not in `applied_operations`), not a
 query per task.
 """
@@ -241,6 +242,8 @@ class TriggerService(Service):
                     operation_id=heartbeat_operation(task_id, step_id, slot),
                     payload={"slot_start": slot},
                     task=task,
+                    # a failing action fails once per slot, not at every pass of the slot
+                    failure_spends=True,
                 )
             except NotFound:
                 continue  # deleted since the query read it

@@ -18,6 +18,7 @@ from core.store import tables as t
 from core.text import require_text
 
 if TYPE_CHECKING:
+    from core.plugin.registry import Registry
     from core.services.participants import ParticipantService
     from core.services.peers import Peers
     from core.services.profiles import ProfileService
@@ -186,6 +187,7 @@ class WorkflowService(Service):
                 )
             seen.add(key)
         for decl in decls:
+            _warn_unknown_kinds(decl, registry)
             for agent in self.agents_of(decl):
                 if agent.unknown_profile:
                     logger.bind(
@@ -313,6 +315,41 @@ class WorkflowService(Service):
         self.peers.repository.forget(wf.id)
         return self.by_id(wf.id)
 
+    def delete(self, ref: str) -> str:
+        """Delete a workflow without tasks, its steps and their seats with it; refused while
+        a task (archived ones too) is in it. One conditional DELETE decides: a task created
+        in it meanwhile keeps it."""
+        self._require_writer()
+        wf = self.get(ref)
+        tasks = t.tasks
+        with self.peers.store.transaction() as uow:
+            gone = uow.conn.execute(
+                sa.delete(t.workflows)
+                .where(
+                    t.workflows.c.id == wf.id,
+                    ~sa.exists(sa.select(tasks.c.id).where(tasks.c.workflow_id == wf.id)),
+                )
+                .execution_options(preserve_rowcount=True)
+            ).rowcount
+            if gone == 1:
+                uow.conn.execute(
+                    sa.update(t.workspaces)
+                    .where(t.workspaces.c.office_workflow_id == wf.id)
+                    .values(office_workflow_id=None)
+                )
+                board.bump(uow)
+        if gone != 1:
+            with self.peers.store.read() as conn:
+                count = conn.execute(
+                    sa.select(sa.func.count()).where(tasks.c.workflow_id == wf.id)
+                ).scalar_one()
+            raise Conflict(
+                f"workflow {wf.name!r} still has {count} task{'s' if count != 1 else ''} "
+                "(`laneway task delete` them, or `task switch-workflow` them elsewhere)"
+            )
+        self.peers.repository.forget(wf.id)
+        return wf.id
+
     # -- export and check -------------------------------------------------------------------
 
     def export(self, ref: str) -> dict[str, Any]:
@@ -378,6 +415,20 @@ class WorkflowService(Service):
                         )
                     )
                 )
+        for agent in agents:
+            why = _unresolved(agent)
+            if why is not None:
+                found.append(
+                    str(
+                        WorkflowFileError(
+                            f"{agent.at.kind} target {agent.at.use.target} resolves to no agent "
+                            f"today: {why}",
+                            workflow=workflow.name,
+                            step=agent.at.step,
+                            field=agent.at.field,
+                        )
+                    )
+                )
         starts = [a for a in agents if a.at.use.verb == "starts"]
         if not self._profiles().list():
             found.append(
@@ -437,3 +488,41 @@ class WorkflowService(Service):
                 names = [by_ref[i].name if i in by_ref else i for i in dict.fromkeys(ids_)]
             found.append(AgentReach(at, tuple(names), unknown))
         return found
+
+
+def _warn_unknown_kinds(decl: WorkflowDecl, registry: Registry) -> None:
+    """A kind no loaded plugin declares is imported (its plugin may come later) but never
+    silently: one WARNING per action, naming the kind and the declared one nearest to it."""
+    for step in decl.steps:
+        for trigger, declared in step.events.items():
+            for action in declared:
+                if registry.kind(action.kind) is not None:
+                    continue
+                nearest = registry.nearest_kind(action.kind)
+                hint = f"did you mean '{nearest}'?" if nearest else "no declared kind is near it"
+                logger.bind(
+                    file=decl.source,
+                    workflow=decl.name,
+                    step=step.name,
+                    field=f"events.{trigger}[{action.position}]",
+                ).warning(
+                    f"kind '{action.kind}' is not declared by any loaded plugin ({hint}); "
+                    "imported, but it will not run"
+                )
+
+
+def _unresolved(agent: AgentReach) -> str | None:
+    """Why a seat or target other than `primary` (warned about on its own) and a named profile
+    (a problem) finds no agent on this board today, or None when it finds one."""
+    use = agent.at.use
+    if agent.profiles or agent.unknown_profile or use.profile is not None:
+        return None
+    if use.target == "workspace.ceo_agent":
+        return f"no profile has role {use.role or 'ceo'} (`profile add NAME --role ceo ...`)"
+    if use.target != "primary" and use.role is not None and use.verb == "starts":
+        return (
+            f"no seat at the step has role {use.role} (`participant add --step "
+            f"{agent.at.step!r} --role {use.role} --profile P --workflow W`; a task's own seat "
+            "would also do)"
+        )
+    return None

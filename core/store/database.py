@@ -102,6 +102,9 @@ class UnitOfWork:
     """Board events recorded in this transaction, inserted at its COMMIT (core.store.events)."""
     savepoints: int = 0
     """Savepoints taken in this transaction (`Store.isolated`), which names the next."""
+    queued_triggers: bool = False
+    """The transaction put a trigger in the outbox (`core.outbox.put`): once it commits, the
+    store's `triggers_queued` is set for this process to deliver it (`core.worker`)."""
 
     def run(self, statement: sa.ClauseElement, values: Mapping[str, Any]) -> prepared.Result:
         """Execute a module-level statement through its prepared driver SQL."""
@@ -175,6 +178,10 @@ class Store:
         self._writer: Connection | None = None
         self._lock = threading.RLock()
         self._local = threading.local()
+        self.triggers_queued = threading.Event()
+        """Set when a transaction of this process that put a trigger in the outbox committed:
+        the process that caused it delivers it (`core.worker` after each run), rather than
+        leaving it to a later scheduler pass."""
         self._needs_savepoints = dialect.statement_error_aborts_transaction(self.url)
         if not self.is_sqlite:
             # statements sent through SQLAlchemy first send what `prepared.defer` queued
@@ -250,6 +257,8 @@ class Store:
                         committed = events.flush(uow)
                         # what is still queued (the outbox's insert, a settle) goes with COMMIT
                         prepared.flush_deferred(conn, commit=True)
+                    if uow.queued_triggers:
+                        self.triggers_queued.set()
                     if committed and self.observer is not None:
                         # still under the writer lock: the queue's order is the commit order
                         self.observer.committed(committed)

@@ -199,13 +199,23 @@ def create_engine(url: URL, *, read_only: bool = False) -> Engine:
         return engine
     # No HSTORE column anywhere: without this, the driver's first connection asks the server
     # for the hstore type (a round trip on every command).
-    engine = sa.create_engine(url, use_native_hstore=False, connect_args=_pg_connect_args(url))
+    engine = sa.create_engine(url, use_native_hstore=False, connect_args=pg_connect_args(url))
     _install_ping(engine)
     return engine
 
 
-def _pg_connect_args(url: URL) -> dict[str, Any]:
+def pg_connect_args(url: URL) -> dict[str, Any]:
     return {} if "tcp_user_timeout" in url.query else {"tcp_user_timeout": TCP_USER_TIMEOUT_MS}
+
+
+def tcp_user_timeout_ms(url: URL) -> int:
+    """The `tcp_user_timeout` laneway's PostgreSQL connections run with: the URL's, else
+    `TCP_USER_TIMEOUT_MS` (0, the kernel's retransmissions, when the URL says 0 or no number)."""
+    given = url.query.get("tcp_user_timeout")
+    if given is None:
+        return TCP_USER_TIMEOUT_MS
+    text = given if isinstance(given, str) else given[-1]
+    return int(text) if text.strip().isdigit() else 0
 
 
 PING_AFTER_S = 0.25

@@ -50,10 +50,23 @@ connection this recently and has said nothing since (`EpochLock.held_lately`): t
 confirms it every `WATCH_POLL_S`, so a busy worker's claims cost no `SELECT 1` each, while a
 terminated backend's goodbye still fences the very next claim. A claim made under an epoch
 lost within that window is refused at its first outcome write, as every write is fenced."""
+SERVER_MARGIN_S = 10
+"""How much longer than this process (`dialect.TCP_USER_TIMEOUT_MS`) the server is asked to
+wait on a silent liveness lock connection before it drops it and frees the lock
+(`server_gives_up_s`): the time a cut-off worker has to find its lock lost and stop its agents
+before another worker may re-claim its runs. Its watcher asks every `WATCH_POLL_S`, so it
+notices within its timeout + 0.25 s and stops its agents in milliseconds; 10 s is the margin."""
 # "laneway" as an integer: the schema lock, held only while a process migrates.
 SCHEMA_LOCK_KEY = 0x6C616E65776179
 _PG_HELD = sa.text(
     "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND granted AND objsubid = 1 "
+    "AND database = (SELECT oid FROM pg_database WHERE datname = current_database()) "
+    "AND classid::bigint = :hi AND objid::bigint = :lo"
+)
+
+_PG_END_HOLDER = sa.text(
+    "SELECT bool_or(pg_terminate_backend(pid)) FROM pg_locks WHERE locktype = 'advisory' "
+    "AND granted AND objsubid = 1 AND pid = :pid "
     "AND database = (SELECT oid FROM pg_database WHERE datname = current_database()) "
     "AND classid::bigint = :hi AND objid::bigint = :lo"
 )
@@ -104,6 +117,8 @@ class EpochLock:
         self._connection = connection
         self._confirmed = -HELD_FRESH_S
         """When the server last answered on the lock connection (monotonic)."""
+        self.backend_pid: int | None = None
+        """PostgreSQL: the server process holding the lock (its session's `pg_backend_pid()`)."""
 
     @classmethod
     def take(cls, url: URL, engine: Engine, epoch: str) -> EpochLock:
@@ -125,10 +140,11 @@ class EpochLock:
         # (`holds`) is then one round trip, not BEGIN, SELECT 1 and COMMIT.
         conn = engine.connect().execution_options(isolation_level="AUTOCOMMIT")
         try:
-            conn.exec_driver_sql(_session_settings(conn))
-            got = conn.execute(
-                sa.text("SELECT pg_try_advisory_lock(:key)"), {"key": pg_key(epoch)}
-            ).scalar()
+            conn.exec_driver_sql(_session_settings(conn, url))
+            got, backend = conn.execute(
+                sa.text("SELECT pg_try_advisory_lock(:key), pg_backend_pid()"),
+                {"key": pg_key(epoch)},
+            ).one()
             conn.commit()
         except BaseException:
             conn.close()
@@ -136,7 +152,36 @@ class EpochLock:
         if not got:  # a 60-bit collision with a live epoch: the caller mints another
             conn.close()
             raise LockLost(f"epoch {epoch} is already locked")
-        return cls(epoch, connection=conn)
+        lock = cls(epoch, connection=conn)
+        lock.backend_pid = int(backend)
+        return lock
+
+    def end_backend_of(self, lost: EpochLock) -> None:
+        """PostgreSQL: end the server process that still holds `lost`'s lock, if one does.
+
+        A lock this process found lost may still be held at the server: a network cut hides
+        the connection's end from the server until it gives the connection up
+        (`server_gives_up_s`; through a TCP proxy, whenever the proxy does). Its holder has
+        already stopped what ran under it (`EpochKeeper._refence` tells the watchers first),
+        so ending that backend now frees the old epoch's runs at once instead. Only a backend
+        still holding exactly that epoch's lock is ended; a server that refuses (another role's
+        backend) leaves it to its timeouts, with one INFO."""
+        if self._connection is None or lost.backend_pid is None:
+            return
+        key = pg_key(lost.epoch)
+        values = {"pid": lost.backend_pid, "hi": key >> 32, "lo": key & 0xFFFFFFFF}
+        try:
+            ended = self._connection.execute(_PG_END_HOLDER, values).scalar()
+            self._connection.commit()
+        except sa.exc.SQLAlchemyError as exc:
+            logger.bind(epoch=lost.epoch, cause=f"{type(exc).__name__}: {exc}").info(
+                "could not end the server process still holding a lost liveness lock"
+            )
+            return
+        if ended:
+            logger.bind(epoch=lost.epoch, backend_pid=lost.backend_pid).info(
+                "ended the server process still holding this process's lost liveness lock"
+            )
 
     def holds(self) -> bool:
         """True while the lock is still ours: the file at its path is the one we locked, or
@@ -217,14 +262,51 @@ class EpochLock:
             self._connection = None
 
 
-def _session_settings(conn: Connection) -> str:
-    """The settings of the liveness lock connection: its name, and no `idle_session_timeout`
-    (PostgreSQL 14 on). A lock connection (this one, the schema lock's) sits idle between the
-    asks of its holder - a paused worker, a migration running on another connection - and a
-    server ending it for that would free the lock of a live process; it ends with its process
-    all the same. The writer and the pooled connections keep the server's timeout: they are
-    replaced when the server ended them (core.store.database)."""
-    return f"{_no_idle_timeout(conn)}SET application_name = 'laneway pid {os.getpid()}'"
+def _session_settings(conn: Connection, url: URL) -> str:
+    """The settings of the liveness lock connection: its name, no `idle_session_timeout`
+    (PostgreSQL 14 on), and the server's own bound on a silent peer (`_server_gives_up`).
+
+    A lock connection (this one, the schema lock's) sits idle between the asks of its holder -
+    a paused worker, a migration running on another connection - and a server ending it for
+    that would free the lock of a live process; it ends with its process all the same. The
+    writer and the pooled connections keep the server's timeout: they are replaced when the
+    server ended them (core.store.database)."""
+    return (
+        f"{_no_idle_timeout(conn)}{_server_gives_up(conn, url)}"
+        f"SET application_name = 'laneway pid {os.getpid()}'"
+    )
+
+
+def server_gives_up_s(url: URL) -> int | None:
+    """Seconds after which the server drops a liveness lock connection whose peer went silent
+    (a network cut, a machine gone): this process's own `tcp_user_timeout` plus
+    `SERVER_MARGIN_S` (15 s by default); None when the URL turns the client's bound off
+    (`tcp_user_timeout=0`), and the server's settings then apply as they are."""
+    own_ms = dialect.tcp_user_timeout_ms(url)
+    if own_ms <= 0:
+        return None
+    return -(-own_ms // 1000) + SERVER_MARGIN_S
+
+
+def _server_gives_up(conn: Connection, url: URL) -> str:
+    """Ask the server, for this session only, to drop the connection once its peer has been
+    silent `server_gives_up_s`: keepalive probes from a third of it on, one a second, and (from
+    PostgreSQL 12) its own `tcp_user_timeout` for what it sent unacknowledged. Without this the
+    server keeps a cut-off worker's backend, and so its advisory lock and the runs claimed
+    under it, for its operating system's keepalive time: 7,200 + 9 x 75 s on Linux. All four
+    settings are any user's to set for a session; over a Unix socket the server ignores them."""
+    bound = server_gives_up_s(url)
+    if bound is None:
+        return ""
+    idle = max(1, bound // 3)
+    sql = (
+        f"SET tcp_keepalives_idle = {idle}; SET tcp_keepalives_interval = 1; "
+        f"SET tcp_keepalives_count = {max(1, bound - idle)}; "
+    )
+    major = (conn.dialect.server_version_info or (0,))[0]
+    if isinstance(major, int) and major >= 12:
+        sql += f"SET tcp_user_timeout = {bound * 1000}; "
+    return sql
 
 
 def _no_idle_timeout(conn: Connection) -> str:
@@ -343,6 +425,7 @@ class EpochKeeper:
                     )
         new = self._mint()
         old.release()
+        new.end_backend_of(old)
         self._lock = new
         logger.bind(old_epoch=old.epoch, epoch=new.epoch).warning(
             "liveness lock lost; this process fenced itself and continues under a new epoch"

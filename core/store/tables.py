@@ -351,6 +351,8 @@ runs = sa.Table(
     sa.Column("cancel_reason", sa.String(40), nullable=True),
     # The run a `runs retry` queued this one after (a new attempt is a new row)
     sa.Column("retry_of", sa.String(64), nullable=True),
+    # The run a `runs retry` queued after this one: set once, by a conditional UPDATE
+    sa.Column("retried_by", sa.String(64), nullable=True),
     # The step entry whose on_enter action queued the run: once that entry is no longer its
     # task's current entry of the step, the run is superseded (core.runs, migration 0017)
     sa.Column("entry_id", sa.String(64), nullable=True),
@@ -440,6 +442,8 @@ task_step_arrivals = sa.Table(
     # trigger-driven admissions at the step within the task's loop_generation `generation`
     sa.Column("arrivals", sa.Integer, nullable=False, server_default="0"),
     sa.Column("generation", sa.Integer, nullable=False, server_default="0"),
+    # runs the task's triggers queued at the step without moving it, in the same generation
+    sa.Column("wakes", sa.Integer, nullable=False, server_default="0"),
 )
 
 host_epochs = sa.Table(

@@ -30,7 +30,7 @@ def test_no_answer_to_initialize_fails_within_the_bound() -> None:
     """ "no answer to `initialize` within a bound": a terminal failure naming the bound."""
     began = time.monotonic()
     error = start_failure({"init": "hang"}, init_timeout=1.5)
-    assert time.monotonic() - began < 8
+    assert time.monotonic() - began < 30  # the agent hangs for ever
     assert (error.end.route, error.end.message) == (
         "R1",
         "the agent did not answer initialize within 1.5 s",
@@ -55,7 +55,7 @@ def test_garbage_mid_turn_ends_the_turn(start: Start, tmp_path: Path) -> None:
     end = agent.prompt("go")
     assert (end.outcome, end.route) == ("failed", "R1")
     assert "not JSON-RPC" in end.message
-    assert time.monotonic() - began < 10
+    assert time.monotonic() - began < 30  # without the cut the turn would never end
     assert not agent.alive
 
 

@@ -82,7 +82,7 @@ def test_cancel_the_agent_ignores_kills_its_group(start: Start, tmp_path: Path) 
 
     end = agent.prompt("work", on_item=cancel_soon)
     assert end.outcome == "cancelled"
-    assert time.monotonic() - began < 10
+    assert time.monotonic() - began < 30
     assert not agent.alive
 
 
@@ -188,7 +188,7 @@ def test_stdout_closed_mid_turn_is_r1(start: Start, tmp_path: Path) -> None:
     assert (end.outcome, end.route) == ("failed", "R1")
     assert "closed its stdout during session/prompt" in end.message
     assert "closing up" in end.message
-    assert time.monotonic() - began < 15
+    assert time.monotonic() - began < 30
 
 
 def test_any_other_error_is_r1_with_the_agents_message(start: Start, tmp_path: Path) -> None:

@@ -216,16 +216,19 @@ def test_workflow_import_internal_template(laneway: Laneway, tmp_path: Path) -> 
     }
 
 
-def test_workflow_check_reports_problems_and_still_exits_0(sqlite_laneway: Laneway) -> None:
+def test_workflow_check_reports_problems_and_exits_1(sqlite_laneway: Laneway) -> None:
+    """The whole report is printed, and a problem makes the exit code 1 (issue 38 item 4)."""
     office(sqlite_laneway)
     checked = sqlite_laneway.json("workflow", "check", "office default")
     assert checked["problems"] == []
     assert len(checked["agents"]) == 8  # what the workflow can start (AC-11.5)
-    off = sqlite_laneway.json("--no-office", "workflow", "check", "office default")
+    as_json = sqlite_laneway.run("--json", "--no-office", "workflow", "check", "office default")
+    assert as_json.exit_code == 1
+    off = json.loads(as_json.stdout)
     assert off["problems"]
     assert any("clear_decisions" in p and "no executor" in p for p in off["problems"])
     text = sqlite_laneway.run("--no-office", "workflow", "check", "office default")
-    assert text.exit_code == 0
+    assert text.exit_code == 1
     lines = text.stdout.splitlines()
     assert lines[: len(off["problems"])] == off["problems"]
     # then the warnings (issue 25 item 9), then the agents

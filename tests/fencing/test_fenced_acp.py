@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from core.agents import worker
+from core.agents.protocols.acp import facade
 from tests.agents.test_acp_worker import Board
 from tests.conftest import eventually, open_host
 from tests.fencing.test_fencing import take_lock_away
@@ -31,9 +32,14 @@ def _state(pid: int) -> str | None:
 
 
 @pytest.mark.slow  # it starts a process: the subprocess tier
-def test_item1_a_fenced_acp_agent_is_killed_without_its_grace(db_url: str, tmp_path: Path) -> None:
-    """The lock taken away mid-turn: the ACP agent's process is gone within 3 s (the
-    watcher's quarter-second look, the cancel, the kill), not after the 10 s grace."""
+def test_item1_a_fenced_acp_agent_is_killed_without_its_grace(
+    db_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The lock taken away mid-turn: the ACP agent's process is gone at once (the watcher's
+    quarter-second look, the cancel, the kill: about a second), not after the cancel's grace.
+    The grace is ten minutes here, so a loaded machine cannot blur the two (issue 38 item 20:
+    no timed bound it can miss)."""
+    monkeypatch.setattr(facade, "CANCEL_GRACE", 600.0)
     board = Board(db_url, tmp_path, {"turns": [[{"message": "working on it"}, {"sleep": 120}]]})
 
     def mid_turn() -> object:
@@ -60,4 +66,4 @@ def test_item1_a_fenced_acp_agent_is_killed_without_its_grace(db_url: str, tmp_p
             working.join(WAIT_S)
         assert not working.is_alive()
     print(f"killed_in={killed_in:.2f}s")
-    assert killed_in < 3.0
+    assert killed_in < 60

@@ -163,7 +163,7 @@ def test_item1_a_worker_stops_its_agent_the_moment_its_lock_is_lost(
         assert not working.is_alive()
         stopped_in = time.monotonic() - lost_at
         assert not _alive(first)
-        assert stopped_in < 10  # the watcher's poll and the agent's kill, not the 60 s nap
+        assert stopped_in < 30  # the watcher's poll and the agent's kill, not the 60 s nap
 
         # A (under its new epoch, finding its old one dead) or B takes the run again
         worker.work(b, once=True)

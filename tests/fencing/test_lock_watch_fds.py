@@ -60,8 +60,8 @@ def test_lock_watch_past_fd_1024(pg_database: str | None, many_descriptors: None
         with engine.connect() as other:
             other.execute(sa.text("SELECT pg_terminate_backend(:pid)"), {"pid": pid})
         began = time.monotonic()
-        lock.wait_signal(10.0)
-        assert time.monotonic() - began < 5.0  # the server's word woke it
+        lock.wait_signal(120.0)
+        assert time.monotonic() - began < 60  # the server's word woke it, not the 120 s
         assert not lock.holds()
     finally:
         lock.release()

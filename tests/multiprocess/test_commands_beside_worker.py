@@ -144,16 +144,15 @@ def test_every_command_works_while_a_worker_runs_and_the_worker_acts_on_it(
         board.json("task", "start", c["id"], "--step", "Doing")
         eventually(lambda: starts.exists() and starts.read_text(), what="the flaky agent")
         retrying = eventually(lambda: _session_of(board, c["id"], "RUNNING"), what="retry loop")
-        asked = time.monotonic()
         board.json("session", "cancel-retry", retrying["id"])
         (run,) = eventually(
             lambda: [r for r in board.json("runs", "list", "--task", c["id"])
                      if r["status"] == "failed"] or None,
             what="the cancelled run",
         )  # fmt: skip
-        assert time.monotonic() - asked < 15  # the retry delay is 30 s
         assert "cancelled" in run["error_message"]
-        assert len(starts.read_text().splitlines()) == 1  # no retry after the cancel
+        # no retry after the cancel: without it the run fails only after three more starts
+        assert len(starts.read_text().splitlines()) == 1
     finally:
         worker.send_signal(signal.SIGINT)
         code = worker.wait(60)

@@ -1,17 +1,19 @@
 """Issue 27 item 1, a network partition between a worker and PostgreSQL, with network namespaces.
 
-Worker A runs in a network namespace of its own, joined to the host by a veth pair, and reaches
-a throwaway PostgreSQL cluster (the test's own) through it; worker B runs on the host. The
-server notices a silent peer by its TCP keepalives (here: idle 5 s, then 2 probes 1 s apart, so
-about 7 s); laneway's connections give up on a peer silent for `dialect.TCP_USER_TIMEOUT_MS`
-(5 s). Mid-turn the link is cut (the host end of the veth set down: packets vanish, nobody is
-told). What it shows (docs/guarantees.md "A paused or partitioned worker"): A declares its own
-lock lost and stops its agent before the server drops A's lock backend and B re-claims, so the
-run's two executions never overlap; B finishes the run once and its on_turn_complete moves the
-task once; once the link is back, A's late write is refused with one WARNING (`reason`
-`claim_lost`) and A carries on under a new epoch. Fails on the main this branch started from:
-A's watcher waited on the dead connection for the kernel's retransmission timeout (about 15
-minutes), so B started the second execution while A's agent still ran.
+Worker A runs in a network namespace of its own, joined to the host by a veth pair, and reaches a
+throwaway PostgreSQL cluster (the test's own) through it; worker B runs on the host. The server
+notices a silent peer by its TCP keepalives: configured here to idle 5 s, then 2 probes 1 s apart
+(about 7 s), but since issue 39 item 2 laneway's lock connection sets its own for its session
+(`liveness.server_gives_up_s`, 15 s), so the server's settings, these or its defaults (the second
+test), no longer decide; laneway's connections give up on a peer silent for
+`dialect.TCP_USER_TIMEOUT_MS` (5 s). Mid-turn the link is cut (the host end of the veth set down:
+packets vanish, nobody is told). What it shows (docs/guarantees.md "A paused or partitioned
+worker"): A declares its own lock lost and stops its agent before the server drops A's lock backend
+and B re-claims, so the run's two executions never overlap; B finishes the run once and its
+on_turn_complete moves the task once; once the link is back, A's late write is refused with one
+WARNING (`reason` `claim_lost`) and A carries on under a new epoch. Fails on the main this branch
+started from: A's watcher waited on the dead connection for the kernel's retransmission timeout
+(about 15 minutes), so B started the second execution while A's agent still ran.
 
 PostgreSQL only: a partition cuts a network connection, and SQLite has none. Skipped, with the
 reason, where network namespaces cannot be made (not Linux, no `ip`, no CAP_NET_ADMIN).
@@ -36,7 +38,9 @@ import pytest
 import sqlalchemy as sa
 
 from core.runs import RunRequest
+from core.store import liveness
 from core.store import tables as t
+from core.store.dialect import normalise_url
 from tests.conftest import eventually, open_host
 from tests.multiprocess.conftest import LANEWAY, child_env, log_records, task_moves
 from tests.multiprocess.test_db_faults import Cluster, _as_owner, _free_port
@@ -69,15 +73,27 @@ def _ip(*args: str, ns: str | None = None) -> None:
     subprocess.run(command, check=True, capture_output=True, timeout=30)
 
 
+def _claim_port(start: int) -> int:
+    """A port no server listens on whose namespace this process made: making the namespace is
+    the claim, so two tests started at once (pytest -n) never share a port or a namespace."""
+    for port in range(start, start + 50):
+        if _free_port(port) != port:
+            continue
+        made = subprocess.run(
+            ["ip", "netns", "add", f"lwpart{port}"], capture_output=True, text=True, check=False
+        )
+        if made.returncode == 0:
+            return port
+        if "File exists" not in made.stderr:
+            pytest.skip(f"cannot make a network namespace here: {made.stderr.strip()}")
+    raise RuntimeError("no free port and namespace for a throwaway PostgreSQL cluster")
+
+
 @contextlib.contextmanager
 def _namespace(port: int) -> Iterator[tuple[str, str, str, str]]:
-    if not sys.platform.startswith("linux") or shutil.which("ip") is None:
-        pytest.skip("network namespaces need Linux and iproute2's `ip`")
+    """The namespace `_claim_port` made for `port`, joined to the host by a veth pair."""
     ns, veth, peer = f"lwpart{port}", f"lwp{port}h", f"lwp{port}n"
     net = f"10.201.{port - 54200}"
-    made = subprocess.run(["ip", "netns", "add", ns], capture_output=True, text=True, check=False)
-    if made.returncode != 0:
-        pytest.skip(f"cannot make a network namespace here: {made.stderr.strip()}")
     try:
         _ip("link", "add", veth, "type", "veth", "peer", "name", peer)
         _ip("link", "set", peer, "netns", ns)
@@ -95,11 +111,26 @@ def _namespace(port: int) -> Iterator[tuple[str, str, str, str]]:
 
 @pytest.fixture
 def partition() -> Iterator[Partition]:
+    with _partitioned(KEEPALIVE) as made:
+        yield made
+
+
+@pytest.fixture
+def default_keepalive_partition() -> Iterator[Partition]:
+    """The server with its default keepalives (0: the operating system's, 7,200 + 9 x 75 s)."""
+    with _partitioned({}) as made:
+        yield made
+
+
+@contextlib.contextmanager
+def _partitioned(keepalive: dict[str, int]) -> Iterator[Partition]:
     found = sorted(glob.glob("/usr/lib/postgresql/*/bin/pg_ctl"))
     if not found:
         pytest.skip("PostgreSQL is not installed: no cluster of the test's own")
     bin_dir = os.path.dirname(found[-1])
-    port = _free_port(54360)
+    if not sys.platform.startswith("linux") or shutil.which("ip") is None:
+        pytest.skip("network namespaces need Linux and iproute2's `ip`")
+    port = _claim_port(54360)
     with _namespace(port) as (ns, veth, host, inside):
         data = tempfile.mkdtemp(prefix="laneway-pg-partition.")
         if os.geteuid() == 0:
@@ -115,7 +146,7 @@ def partition() -> Iterator[Partition]:
                 hba.write(f"host all all {host}/30 trust\n")
             options = " ".join(
                 [f"-c listen_addresses=127.0.0.1,{host} -p {port} -k {data} -c fsync=off"]
-                + [f"-c {name}={value}" for name, value in KEEPALIVE.items()]
+                + [f"-c {name}={value}" for name, value in keepalive.items()]
             )
             cluster.pg_ctl("-w", "-t", "60", "-o", options, "start")
             yield Partition(ns, veth, host, inside, cluster, port)
@@ -262,3 +293,108 @@ def _refused(log: Path, run_id: str) -> list[dict[str, Any]]:
         and r["extra"].get("run_id") == run_id
         and r["extra"].get("reason") == "claim_lost"
     ]
+
+
+def test_issue_39_item_2_a_cut_at_the_servers_default_keepalives_strands_nothing(
+    default_keepalive_partition: Partition, tmp_path: Path
+) -> None:
+    """Issue 39 item 2: the server keeps its default keepalives (7,200 + 9 x 75 s); worker A,
+    cut off for good mid-turn, holds two runs. A stops both agents; the server, asked by A's
+    lock connection to give a silent peer up after `liveness.server_gives_up_s` (15 s), frees
+    A's lock, and worker B re-runs both: 4 executions, 0 overlaps, both runs `finished` by B.
+    Once the link is back A carries on under a new epoch. Failed before: the server kept A's
+    backend and its lock for about two hours, so B never re-claimed (the wait timed out)."""
+    partition = default_keepalive_partition
+    starts, overlaps = tmp_path / "starts", tmp_path / "overlaps"
+    # First execution of a run: note "run pid", nap. Second: note whether the first of the
+    # same run still lives, then end.
+    code = (
+        "import os, sys, time, json\n"
+        "sys.stdin.read()\n"
+        "run = os.environ['LANEWAY_RUN_ID']\n"
+        f"p, o = {str(starts)!r}, {str(overlaps)!r}\n"
+        "mine = [l.split()[1] for l in (open(p).read().splitlines() if os.path.exists(p) else [])\n"
+        "        if l.split()[0] == run]\n"
+        "open(p, 'a').write(f'{run} {os.getpid()}\\n')\n"
+        "if mine:\n"
+        "    try:\n"
+        "        alive = open(f'/proc/{mine[0]}/stat').read().split()[2] != 'Z'\n"
+        "    except OSError:\n"
+        "        alive = False\n"
+        "    open(o, 'a').write(f'{int(alive)}\\n')\n"
+        "    print(json.dumps({'log': 'second'}), flush=True)\n"
+        "else:\n"
+        "    time.sleep(120)\n"
+    )
+    url = partition.url("127.0.0.1")
+    runs: list[str] = []
+    with open_host(url) as setup:
+        wf = setup.workflows.create_from_template("simple")
+        for name in ("a", "b"):
+            agent = setup.profiles.add(name, command=[sys.executable, "-c", code]).id
+            task = setup.tasks.create(workflow=wf.id, title=name).id
+            step = setup.tasks.get(task).workflow_step_id
+            request = RunRequest(agent, task, step, "t", coalesce_exempt=True)
+            runs.append(setup.runs.enqueue(request).run_id)
+    log_a, log_b = tmp_path / "a.log", tmp_path / "b.log"
+    across = [LANEWAY, "--log-json", "--db", partition.url(partition.host), "worker"]
+    with open(log_a, "w") as out_a, open(log_b, "w") as out_b:
+        a = subprocess.Popen(
+            ["ip", "netns", "exec", partition.ns, *across, "--concurrency", "2"],
+            cwd=tmp_path, env=child_env(), stdout=subprocess.DEVNULL, stderr=out_a,
+        )  # fmt: skip
+        b: subprocess.Popen[bytes] | None = None
+        try:
+            _until(
+                lambda: starts.exists() and len(starts.read_text().splitlines()) == 2,
+                "A's two agents",
+            )
+            epochs_a = {_run(url, r)["claimed_epoch"] for r in runs}
+            assert len(epochs_a) == 1
+            b = subprocess.Popen(
+                [LANEWAY, "--log-json", "--db", url, "worker", "--concurrency", "2"],
+                cwd=tmp_path, env=child_env(), stdout=subprocess.DEVNULL, stderr=out_b,
+            )  # fmt: skip
+            _until(lambda: len(_open_epochs(url)) == 2, "worker B to be up")
+            partition.link(up=False)
+            cut_at = time.monotonic()
+            freed: dict[str, float] = {}
+
+            def reclaimed() -> bool:
+                for run in runs:
+                    if run not in freed and _run(url, run)["claimed_epoch"] not in epochs_a:
+                        freed[run] = time.monotonic() - cut_at
+                return len(freed) == len(runs)
+
+            # far below the two hours of the server's default keepalives
+            _until(reclaimed, "the cut-off worker's runs to be freed", timeout=90)
+            done = [
+                _until(lambda r=run: (x := _run(url, r))["status"] == "finished" and x, "B's end")
+                for run in runs
+            ]
+            partition.link(up=True)
+            _until(
+                lambda: len(_epochs_of(url, a.pid)) == 2,
+                "A to carry on under a new epoch",
+                timeout=60,
+            )
+            assert a.poll() is None, log_a.read_text()[-3000:]
+            assert b.poll() is None, log_b.read_text()[-3000:]
+        finally:
+            for worker in (a, b):
+                if worker is not None and worker.poll() is None:
+                    worker.kill()
+                    worker.wait(timeout=30)
+            for line in starts.read_text().splitlines() if starts.exists() else []:
+                with contextlib.suppress(OSError):
+                    os.kill(int(line.split()[1]), 9)
+    executions = len(starts.read_text().splitlines())
+    overlapped = overlaps.read_text().split().count("1") if overlaps.exists() else 0
+    print(
+        f"executions={executions} overlaps={overlapped} "
+        f"freed_after_cut={sorted(round(v, 1) for v in freed.values())}s "
+        f"server_bound={liveness.server_gives_up_s(normalise_url(url))}s"
+    )
+    assert executions == 4
+    assert overlapped == 0
+    assert all(r["claimed_epoch"] not in epochs_a for r in done)

@@ -79,8 +79,8 @@ def _closed_or_answered(sock: socket.socket, deadline: float) -> bytes:
 def test_slow_connections_neither_block_others_nor_stay_open(
     office: OfficeBoard, tmp_path: Path
 ) -> None:
-    """Issue 28 tests: slow connections held while /healthz and an authenticated move answer
-    within 1 s; the header and body timeouts close or 408 them; the connection cap's 503."""
+    """Issue 28 tests: slow connections held while /healthz and an authenticated move answer;
+    the header and body timeouts close or 408 them; the connection cap's 503."""
     served = start_serve(
         office.db,
         tmp_path,
@@ -90,6 +90,10 @@ def test_slow_connections_neither_block_others_nor_stay_open(
         "3",
         "--max-connections",
         str(SLOW + TRICKLING + 20),
+        # every connection here is one peer's; the per-peer cap has its own test
+        # (test_serve_one_client.py)
+        "--max-connections-per-peer",
+        "1000",
     )
     port = int(served.url.rsplit(":", 1)[1])
     slow: list[socket.socket] = []
@@ -110,12 +114,12 @@ def test_slow_connections_neither_block_others_nor_stay_open(
             trickling.append(sock)
         with served.client(timeout=5) as client:
             for n in range(3):
-                started = time.monotonic()
                 assert client.get("/healthz").json() == {"status": "ok"}
                 step = ("Work", "Backlog")[n % 2]
                 moved = client.post(f"/api/tasks/{office.task_id}/move", json={"step": step})
                 assert moved.status_code == 200, moved.text
-                assert time.monotonic() - started < 1.0, "answers slowed by slow clients"
+            # answered while every slow connection is still held: they blocked nothing (a
+            # timed bound here failed on a loaded machine; issue 38 item 20)
             assert all(_still_open(sock) for sock in slow + trickling), "held while answering"
 
             # Past the cap: every extra connection is refused a JSON 503, at once.

@@ -79,7 +79,8 @@ def big(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Big]:
 def test_a_10000_task_board_shows_its_first_lanes_within_2_s_and_scrolling_loads_more(
     browser: Any, big: Big
 ) -> None:
-    """Issue 28: from navigation to the first lane's cards on screen in under 2 s; each lane
+    """Issue 28: from navigation to the first lane's cards on screen (in under 2 s on a quiet
+    machine: printed, not asserted, issue 38 item 20); each lane
     holds its first page, not its 2,000 cards; its header counts every card of it; scrolling
     to a lane's end loads its next page, following on from the first."""
     ctx = browser.new_context(viewport={"width": 1440, "height": 900})
@@ -90,10 +91,12 @@ def test_a_10000_task_board_shows_its_first_lanes_within_2_s_and_scrolling_loads
     started = time.monotonic()
     page.goto(f"{big.served.url}/#token={big.served.token}")
     backlog = _lane(page, "Backlog")
-    backlog.locator(".card").first.wait_for(state="visible", timeout=10_000)
+    backlog.locator(".card").first.wait_for(state="visible", timeout=30_000)
     shown_in = time.monotonic() - started
-    assert shown_in < 2.0, f"first cards after {shown_in:.2f} s"
-    _lane(page, "Work").locator(".card").first.wait_for(state="visible", timeout=2_000)
+    # the speed of a lane's first page is tests/benchmarks/bench_serve_board.py's figure; a
+    # timed bound here fails on a loaded machine (issue 38 item 20)
+    print(f"first cards after {shown_in:.2f} s")
+    _lane(page, "Work").locator(".card").first.wait_for(state="visible", timeout=30_000)
 
     with big.served.client() as c:
         counts = c.get(f"/api/board?workflow={big.workflow_id}&limit=1").json()["counts"]

@@ -213,7 +213,7 @@ def test_a_terminated_lock_connection_fences_its_host(db_url: str) -> None:
 
 
 def test_issue_30_a_claim_right_after_the_lock_connection_is_terminated_is_fenced(
-    db_url: str,
+    db_url: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A claim takes the lock as held without a round trip while the server answered on its
     connection a moment ago (`HELD_FRESH_S`) - unless the server said something since: a
@@ -225,6 +225,9 @@ def test_issue_30_a_claim_right_after_the_lock_connection_is_terminated_is_fence
 
     from core.store import liveness
 
+    # The moment lasts ten minutes here, so the claim below falls inside it however loaded the
+    # machine (it was a timed precondition before; issue 38 item 20).
+    monkeypatch.setattr(liveness, "HELD_FRESH_S", 600.0)
     with open_host(db_url) as host:
         old = host.epoch
         lock = host._keeper._lock  # type: ignore[union-attr]
@@ -235,7 +238,6 @@ def test_issue_30_a_claim_right_after_the_lock_connection_is_terminated_is_fence
             with admin.connect() as conn:
                 conn.exec_driver_sql("SELECT 1")  # connected before the clock starts
                 assert host.live_epoch() == old  # confirmed: the moment begins
-                confirmed = time.monotonic()
                 conn.exec_driver_sql(
                     "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
                     "WHERE datname = current_database() AND application_name = %s",
@@ -246,7 +248,6 @@ def test_issue_30_a_claim_right_after_the_lock_connection_is_terminated_is_fence
         look = select.poll()
         look.register(raw.fileno(), select.POLLIN)
         assert look.poll(2000), "the server's goodbye never reached the socket"
-        assert time.monotonic() - confirmed < liveness.HELD_FRESH_S, "too slow to prove it"
         assert host.live_epoch() != old
 
 
@@ -297,3 +298,70 @@ def test_read_only_host_takes_no_lock_and_mints_no_epoch(db_url: str) -> None:
             assert reader.epoch is None
             assert not reader.writable
         assert [r.epoch for r in _epoch_rows(db_url)] == [writer.epoch]
+
+
+def test_issue_39_item_2_a_host_that_finds_its_lock_lost_ends_the_backend_still_holding_it(
+    db_url: str,
+) -> None:
+    """Issue 39 item 2, the worker that comes back: its lock connection is gone on its side
+    (as after a network cut, or behind a TCP proxy) while the server still holds the old
+    epoch's lock on the old backend. When the host fences itself onto a new epoch it ends that
+    backend, so the old epoch is dead at once for everyone - not when the server or a proxy
+    gives the connection up."""
+    if not db_url.startswith("postgresql"):
+        pytest.skip("PostgreSQL's advisory lock connection")
+    with open_host(db_url) as host, open_host(db_url) as other:
+        old = host.epoch
+        lock = host._keeper._lock  # type: ignore[union-attr]
+        assert lock is not None
+        # The client forgets its side (kept referenced, so nothing closes the socket) and the
+        # lock reads as lost, as a cut-off connection's `SELECT 1` does; the server's side
+        # still holds the lock.
+        hidden = lock._connection
+        lock._connection = None
+        lock.holds = lambda: False  # type: ignore[method-assign]
+        try:
+            assert not other.store.liveness.is_dead(old)
+            new = host.live_epoch()
+            assert new != old
+            assert other.store.liveness.is_dead(old)
+            assert not other.store.liveness.is_dead(new)
+        finally:
+            assert hidden is not None
+            hidden.invalidate()
+
+
+def test_issue_39_item_2_the_lock_connection_asks_the_server_to_give_a_silent_peer_up(
+    db_url: str,
+) -> None:
+    """Issue 39 item 2: the bound follows the client's own `tcp_user_timeout` (+ 10 s), and
+    the PostgreSQL lock connection's session carries it, whatever the server's settings."""
+    from core.store import liveness
+    from core.store.dialect import normalise_url
+
+    assert liveness.server_gives_up_s(normalise_url("postgresql://h/db")) == 15
+    assert (
+        liveness.server_gives_up_s(normalise_url("postgresql://h/db?tcp_user_timeout=20000")) == 30
+    )
+    assert liveness.server_gives_up_s(normalise_url("postgresql://h/db?tcp_user_timeout=0")) is None
+    if not db_url.startswith("postgresql"):
+        return
+    with open_host(db_url) as host:
+        lock = host._keeper._lock  # type: ignore[union-attr]
+        assert lock is not None
+        assert lock._connection is not None
+        shown = {
+            name: lock._connection.exec_driver_sql(f"SHOW {name}").scalar()
+            for name in (
+                "tcp_keepalives_idle",
+                "tcp_keepalives_interval",
+                "tcp_keepalives_count",
+                "tcp_user_timeout",
+            )
+        }
+    assert shown == {
+        "tcp_keepalives_idle": "5",
+        "tcp_keepalives_interval": "1",
+        "tcp_keepalives_count": "10",
+        "tcp_user_timeout": "15000",
+    }

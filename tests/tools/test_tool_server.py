@@ -135,6 +135,30 @@ def test_comment_lands_by_the_agent_and_fires_on_comment_once(
 
 
 @pytest.mark.slow  # it starts a process: the subprocess tier
+def test_issue_38_item_2_the_agents_own_comment_does_not_wake_it(
+    host: Host, broker: ToolBroker
+) -> None:
+    """The `comment` tool of the task's primary agent (Work's runner, whom Work's on_comment
+    `queue_run target: primary` names): its own comment queues no run of it, so a step that
+    keeps its task does not loop for ever; the comment is still there, its trigger applied."""
+    board = review_board(host)
+    host.tasks.move(board.task.id, "Work")
+    before = host.runs.list(task=board.task.id)
+    grant = broker.grant(
+        task_id=board.task.id,
+        step_id=board.step("Work"),
+        run_id=board.run.id,
+        session_id=board.session.id,
+        agent_profile_id=host.profiles.get("worker").id,
+    )
+    (answer,) = call(mcp_server(grant), ("comment", {"text": "Done, I think."}))
+    made = _ok(answer.text)
+    assert made["author"] == "worker"
+    assert host.operations.is_applied(f"task_comment:{made['id']}")
+    assert host.runs.list(task=board.task.id) == before
+
+
+@pytest.mark.slow  # it starts a process: the subprocess tier
 def test_get_task_returns_the_task_the_prompt_and_the_steps_verdicts(
     host: Host, broker: ToolBroker
 ) -> None:

@@ -4,7 +4,7 @@ Cases are mutations of the shipped templates and of their portable exports: dele
 items, values of the wrong type, strings at and past the column limits and huge ones, NUL and
 lone surrogates, deep nesting, integer edge cases, duplicated steps, alias bombs, `!!python`
 tags, truncation, byte flips and other encodings. Every case must either import, or be refused
-with a one-line `LanewayError`, within `CASE_BOUND_S`; and both databases must give the same
+with a one-line `LanewayError`, without hanging (`HANG_S`); and both databases must give the same
 outcome: the same refusal, or workflows that export identically. A sample also goes through
 the command line, which must never say `internal error`.
 
@@ -39,8 +39,11 @@ from tests.conftest import PG_URL, _reset_postgres, open_host
 
 SEED = int(os.environ.get("LANEWAY_FUZZ_SEED", "11"))
 CASES = int(os.environ.get("LANEWAY_FUZZ_CASES", "300"))
-CASE_BOUND_S = 5.0
-"""Wall time for one case on both databases; a hostile case costs milliseconds."""
+HANG_S = 120.0
+"""A case still running after this long on both databases hangs: a hostile case costs
+milliseconds, and a machine a hundred times slower than that still ends it. How fast a case
+is imported is measured by tests/benchmarks/bench_workflow_import.py, not here (issue 38
+item 20: no timing bound in a test that a loaded machine can miss)."""
 CLI_EVERY = 25
 
 TEMPLATES = Path(__file__).resolve().parents[2] / "core" / "workflows" / "templates"
@@ -293,7 +296,7 @@ def test_ac11_2_fuzzed_workflow_files_import_or_get_one_line_alike_on_both_datab
         path.write_bytes(make_case(index))
         outcomes: dict[str, str] = {}
         started = time.monotonic()
-        signal.setitimer(signal.ITIMER_REAL, CASE_BOUND_S * 4)
+        signal.setitimer(signal.ITIMER_REAL, HANG_S)
         try:
             for name, host in hosts.items():
                 outcomes[name] = _outcome(host, path)
@@ -342,6 +345,5 @@ def test_ac11_2_fuzzed_workflow_files_import_or_get_one_line_alike_on_both_datab
     assert not internal, internal[:3]
     assert not hangs, hangs[:10]
     assert not differ, differ[:3]
-    assert slowest[0] < CASE_BOUND_S, summary
     assert imported, summary  # the generator reaches both outcomes
     assert refused, summary

@@ -312,7 +312,9 @@ class ToolBroker:
         author = "agent"
         if grant.agent_profile_id:
             author = self._peers.profiles.get(grant.agent_profile_id).name
-        added = self._peers.comments.add(grant.task_id, text, author=author)
+        added = self._peers.comments.add(
+            grant.task_id, text, author=author, by_agent=grant.agent_profile_id
+        )
         result: dict[str, Any] = plain(added)
         return result
 

@@ -8,6 +8,7 @@ from typing import Any, Final
 
 from acp import RequestError
 
+from core.agents.protocols.acp.transport import last_lines
 from core.agents.values import TokenUsage, TurnEnd
 
 AUTH_CODE: Final = -32000
@@ -66,7 +67,7 @@ def agent_message(exc: RequestError) -> str:
     return text
 
 
-def error_end(exc: RequestError, *, stderr_line: str = "") -> TurnEnd:
+def error_end(exc: RequestError, *, stderr_tail: str = "") -> TurnEnd:
     """The route of a JSON-RPC error the agent answered with."""
     message = agent_message(exc)
     haystack = message + " " + _data_text(exc.data)
@@ -79,14 +80,15 @@ def error_end(exc: RequestError, *, stderr_line: str = "") -> TurnEnd:
             route="R4",
             retry_after=retry_delay(exc.data, haystack),
         )
-    return failed(f"agent error {exc.code}: {message}", stderr_line)
+    return failed(f"agent error {exc.code}: {message}", stderr_tail)
 
 
-def failed(message: str, stderr_line: str = "") -> TurnEnd:
-    """A terminal failure (R1), with the agent's last stderr line when there is one."""
-    if stderr_line:
-        message = f"{message} (last stderr line: {stderr_line})"
-    return TurnEnd("failed", message, route="R1", stderr_tail=stderr_line)
+def failed(message: str, stderr_tail: str = "") -> TurnEnd:
+    """A terminal failure (R1). With what the agent wrote on stderr, its last lines end the
+    message (the run's error) and the kept tail goes to the transcript."""
+    if stderr_tail:
+        message = f"{message}; its last stderr lines: {last_lines(stderr_tail)}"
+    return TurnEnd("failed", message, route="R1", stderr_tail=stderr_tail)
 
 
 def retry_delay(data: Any, text: str) -> float | None:

@@ -43,7 +43,7 @@ from core.agents import watchdog_link
 from core.agents.protocols.acp.classify import error_end, failed, stop_reason_end
 from core.agents.protocols.acp.client import Ask, LanewayClient
 from core.agents.protocols.acp.items import dump, item
-from core.agents.protocols.acp.transport import LineTransport, keep_stderr_tail, last_line
+from core.agents.protocols.acp.transport import LineTransport, keep_stderr_tail, stderr_text
 from core.agents.protocols.exec_process import _parent_death_signal, kill_group
 from core.agents.values import (
     AcpError,
@@ -300,10 +300,10 @@ class AgentConnection:
         except TimeoutError:
             await self._kill()
             raise AcpError(
-                failed(f"the agent did not answer {phase} within {timeout:g} s", self.stderr_line)
+                failed(f"the agent did not answer {phase} within {timeout:g} s", self.stderr_tail)
             ) from None
         except RequestError as exc:
-            raise AcpError(error_end(exc, stderr_line=self.stderr_line)) from None
+            raise AcpError(error_end(exc, stderr_tail=self.stderr_tail)) from None
         except ConnectionError:
             raise AcpError(await self._dead(phase)) from None
         except ValidationError as exc:
@@ -323,10 +323,14 @@ class AgentConnection:
                 await asyncio.wait_for(asyncio.shield(self._stderr_task), 1.0)
         if broke is None:
             status = self._proc.returncode
-            broke = f"the agent closed its stdout during {phase}" + (
-                f" (exit status {status})" if status is not None else ""
-            )
-        return failed(broke, self.stderr_line)
+            if phase == "initialize" and status is not None:
+                # it died before saying a word: its stderr is all the reason there is
+                broke = f"the agent exited at start (exit status {status})"
+            else:
+                broke = f"the agent closed its stdout during {phase}" + (
+                    f" (exit status {status})" if status is not None else ""
+                )
+        return failed(broke, self.stderr_tail)
 
     async def _kill(self) -> None:
         proc = self._proc
@@ -343,8 +347,9 @@ class AgentConnection:
     # -- what the agent reported -------------------------------------------------------------
 
     @property
-    def stderr_line(self) -> str:
-        return last_line(self._stderr)
+    def stderr_tail(self) -> str:
+        """What the agent wrote on stderr lately (the last STDERR_KEEP bytes), as text."""
+        return stderr_text(self._stderr)
 
     @property
     def alive(self) -> bool:
@@ -543,9 +548,9 @@ class AgentConnection:
             except TimeoutError:
                 await self._cancel(CANCEL_GRACE)
                 task.cancel()
-                return failed(f"turn timed out after {timeout:g} s", self.stderr_line)
+                return failed(f"turn timed out after {timeout:g} s", self.stderr_tail)
             except RequestError as exc:
-                return error_end(exc, stderr_line=self.stderr_line)
+                return error_end(exc, stderr_tail=self.stderr_tail)
             except (ConnectionError, asyncio.CancelledError):
                 if self._cancelled:
                     await self._kill()  # the agent ignored session/cancel: its group is killed
@@ -570,11 +575,13 @@ class AgentConnection:
             self._post(item("usage", "", dump(u)))
         return stop_reason_end(answer.stop_reason, cancelled=self._cancelled, usage=usage)
 
-    def cancel(self, grace: float = CANCEL_GRACE) -> None:
+    def cancel(self, grace: float | None = None) -> None:
         """`session/cancel` of the running turn (any thread); the process group is killed when
-        the agent has not ended the turn `grace` seconds later. The turn ends `cancelled`."""
+        the agent has not ended the turn `grace` seconds later (default CANCEL_GRACE, read
+        now). The turn ends `cancelled`."""
         self._cancelled = True
-        asyncio.run_coroutine_threadsafe(self._cancel(grace), self._loop)
+        wait = CANCEL_GRACE if grace is None else grace
+        asyncio.run_coroutine_threadsafe(self._cancel(wait), self._loop)
 
     async def _cancel(self, grace: float) -> None:
         self._cancelled = True

@@ -89,6 +89,30 @@ async def keep_stderr_tail(stream: asyncio.StreamReader, tail: bytearray) -> Non
             del tail[: len(tail) - STDERR_KEEP]
 
 
-def last_line(tail: bytes | bytearray) -> str:
-    lines = bytes(tail).decode(errors="replace").strip().splitlines()
-    return lines[-1].strip() if lines else ""
+def stderr_text(tail: bytes | bytearray) -> str:
+    """The kept tail of the agent's stderr as text, its first line whole when it was cut."""
+    text = bytes(tail).decode(errors="replace")
+    if len(tail) >= STDERR_KEEP and "\n" in text:
+        text = text.split("\n", 1)[1]  # the oldest kept line lost its beginning
+    return text.strip()
+
+
+LAST_LINES: Final = 10
+LAST_CHARS: Final = 1500
+
+
+def last_lines(text: str) -> str:
+    """The last non-empty lines of `text` (at most LAST_LINES, about LAST_CHARS characters), on
+    one line joined by " | ": the reason an agent gives for dying is rarely its last line alone
+    (npm ends with "A complete log of this run can be found in ...", after the reason)."""
+    kept: list[str] = []
+    size = 0
+    for line in reversed(text.splitlines()):
+        line = line.strip()
+        if not line:
+            continue
+        if kept and (len(kept) == LAST_LINES or size + len(line) > LAST_CHARS):
+            break
+        kept.append(line[-LAST_CHARS:])
+        size += len(line) + 3
+    return " | ".join(reversed(kept))
