@@ -112,6 +112,9 @@ def _checked(fn: Callable[..., Any], owner: str) -> Callable[..., Any]:
 
 
 class Service:
+    """A service: built with the host's shared parts (`peers`) and, keyword by keyword in its
+    own constructor, each service it calls (`Lazy`, built when it first calls it)."""
+
     def __init__(self, peers: Peers) -> None:
         self.peers = peers
 

@@ -85,14 +85,7 @@ def _waits_on(uow: UnitOfWork, start: str, target: str) -> list[str] | None:
 class BlockerService(Service):
     """Which tasks block which."""
 
-    def __init__(
-        self,
-        peers: Peers,
-        *,
-        tasks: Lazy[TaskService],
-    ) -> None:
-        """`peers`: the host's shared parts; the rest, each service this one calls (built when
-        first called)."""
+    def __init__(self, peers: Peers, *, tasks: Lazy[TaskService]) -> None:
         super().__init__(peers)
         self._tasks = tasks
 

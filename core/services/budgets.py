@@ -199,8 +199,6 @@ class BudgetService(Service):
         tasks: Lazy[TaskService],
         workspace: Lazy[WorkspaceService],
     ) -> None:
-        """`peers`: the host's shared parts; the rest, each service this one calls (built when
-        first called)."""
         super().__init__(peers)
         self._profiles = profiles
         self._tasks = tasks

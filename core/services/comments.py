@@ -37,14 +37,8 @@ class CommentService(Service):
     """A task's comments, and the on_comment trigger each fires."""
 
     def __init__(
-        self,
-        peers: Peers,
-        *,
-        sessions: Lazy[SessionService],
-        tasks: Lazy[TaskService],
+        self, peers: Peers, *, sessions: Lazy[SessionService], tasks: Lazy[TaskService]
     ) -> None:
-        """`peers`: the host's shared parts; the rest, each service this one calls (built when
-        first called)."""
         super().__init__(peers)
         self._sessions = sessions
         self._tasks = tasks

@@ -57,8 +57,6 @@ class DecisionService(Service):
         tasks: Lazy[TaskService],
         workflows: Lazy[WorkflowService],
     ) -> None:
-        """`peers`: the host's shared parts; the rest, each service this one calls (built when
-        first called)."""
         super().__init__(peers)
         self._participants = participants
         self._tasks = tasks

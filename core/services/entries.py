@@ -21,14 +21,7 @@ M = t.step_entry_markers
 class EntryService(Service):
     """The entry ledger, read side, and the recovery scan."""
 
-    def __init__(
-        self,
-        peers: Peers,
-        *,
-        tasks: Lazy[TaskService],
-    ) -> None:
-        """`peers`: the host's shared parts; the rest, each service this one calls (built when
-        first called)."""
+    def __init__(self, peers: Peers, *, tasks: Lazy[TaskService]) -> None:
         super().__init__(peers)
         self._tasks = tasks
 

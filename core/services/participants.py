@@ -42,8 +42,6 @@ class ParticipantService(Service):
         tasks: Lazy[TaskService],
         workflows: Lazy[WorkflowService],
     ) -> None:
-        """`peers`: the host's shared parts; the rest, each service this one calls (built when
-        first called)."""
         super().__init__(peers)
         self._profiles = profiles
         self._tasks = tasks

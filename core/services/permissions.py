@@ -56,14 +56,7 @@ def operation_id(permission_id: str) -> str:
 class PermissionService(Service):
     """The board's permission requests, and the on_approval_resolved trigger an answer fires."""
 
-    def __init__(
-        self,
-        peers: Peers,
-        *,
-        tasks: Lazy[TaskService],
-    ) -> None:
-        """`peers`: the host's shared parts; the rest, each service this one calls (built when
-        first called)."""
+    def __init__(self, peers: Peers, *, tasks: Lazy[TaskService]) -> None:
         super().__init__(peers)
         self._tasks = tasks
 

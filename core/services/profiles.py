@@ -134,14 +134,7 @@ def _checked(name: str, options: Mapping[str, Any]) -> dict[str, Any]:
 class ProfileService(Service):
     """Agent profiles: the command that runs an agent, its env and its role."""
 
-    def __init__(
-        self,
-        peers: Peers,
-        *,
-        workspace: Lazy[WorkspaceService],
-    ) -> None:
-        """`peers`: the host's shared parts; the rest, each service this one calls (built when
-        first called)."""
+    def __init__(self, peers: Peers, *, workspace: Lazy[WorkspaceService]) -> None:
         super().__init__(peers)
         self._workspace = workspace
 

@@ -41,14 +41,8 @@ class RunService(Service):
     """The runs queue: agent work requested by workflow actions."""
 
     def __init__(
-        self,
-        peers: Peers,
-        *,
-        profiles: Lazy[ProfileService],
-        workflows: Lazy[WorkflowService],
+        self, peers: Peers, *, profiles: Lazy[ProfileService], workflows: Lazy[WorkflowService]
     ) -> None:
-        """`peers`: the host's shared parts; the rest, each service this one calls (built when
-        first called)."""
         super().__init__(peers)
         self._profiles = profiles
         self._workflows = workflows

@@ -103,14 +103,8 @@ class SessionService(Service):
     """Agent sessions. One live session per task: starting one completes the previous."""
 
     def __init__(
-        self,
-        peers: Peers,
-        *,
-        profiles: Lazy[ProfileService],
-        tasks: Lazy[TaskService],
+        self, peers: Peers, *, profiles: Lazy[ProfileService], tasks: Lazy[TaskService]
     ) -> None:
-        """`peers`: the host's shared parts; the rest, each service this one calls (built when
-        first called)."""
         super().__init__(peers)
         self._profiles = profiles
         self._tasks = tasks

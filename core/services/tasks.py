@@ -43,8 +43,6 @@ class TaskService(Service):
         workflows: Lazy[WorkflowService],
         workspace: Lazy[WorkspaceService],
     ) -> None:
-        """`peers`: the host's shared parts; the rest, each service this one calls (built when
-        first called)."""
         super().__init__(peers)
         self._runs = runs
         self._sessions = sessions

@@ -97,14 +97,7 @@ class PassReport:
 class TriggerService(Service):
     """The scheduler's work: the outbox's triggers and the heartbeats."""
 
-    def __init__(
-        self,
-        peers: Peers,
-        *,
-        sessions: Lazy[SessionService],
-    ) -> None:
-        """`peers`: the host's shared parts; the rest, each service this one calls (built when
-        first called)."""
+    def __init__(self, peers: Peers, *, sessions: Lazy[SessionService]) -> None:
         super().__init__(peers)
         self._sessions = sessions
 

@@ -23,8 +23,6 @@ class TurnService(Service):
         tasks: Lazy[TaskService],
         triggers: Lazy[TriggerService],
     ) -> None:
-        """`peers`: the host's shared parts; the rest, each service this one calls (built when
-        first called)."""
         super().__init__(peers)
         self._sessions = sessions
         self._tasks = tasks

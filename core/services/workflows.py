@@ -101,8 +101,6 @@ class WorkflowService(Service):
         profiles: Lazy[ProfileService],
         workspace: Lazy[WorkspaceService],
     ) -> None:
-        """`peers`: the host's shared parts; the rest, each service this one calls (built when
-        first called)."""
         super().__init__(peers)
         self._participants = participants
         self._profiles = profiles

@@ -21,14 +21,7 @@ DEFAULT_NAME = "Default"
 class WorkspaceService(Service):
     """The default workspace. A task in its office workflow, or with a project, is Office's."""
 
-    def __init__(
-        self,
-        peers: Peers,
-        *,
-        workflows: Lazy[WorkflowService],
-    ) -> None:
-        """`peers`: the host's shared parts; the rest, each service this one calls (built when
-        first called)."""
+    def __init__(self, peers: Peers, *, workflows: Lazy[WorkflowService]) -> None:
         super().__init__(peers)
         self._workflows = workflows
 
