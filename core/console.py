@@ -3,10 +3,10 @@
 Importing the command line and the store allocates what the process keeps for its whole life
 (modules, classes, tables, compiled statements); the cyclic collector, left running, walked that
 heap ~40 times while `core.cli` was imported and found nothing to free. This module imports
-nothing but `gc` beside `core` itself (whose package is small: errors and features), so the
-collector is paused before the command line is imported; `core.cli.app` resumes it once the
-host is open (`resume_collector`). A program that imports `core.cli` itself (an embedding host,
-`build_cli()`, tests) keeps its own collector settings.
+nothing but `gc` and `core.secrecy` beside `core` itself (whose package is small: errors and
+features), so the collector is paused before the command line is imported; `core.cli.app`
+resumes it once the host is open (`resume_collector`). A program that imports `core.cli`
+itself (an embedding host, `build_cli()`, tests) keeps its own collector settings.
 
 It also imports loguru before anything else does, as `LOGURU_AUTOINIT=0` would: this process's
 logging is the command line's, which removes loguru's default handler, so it is not built
@@ -20,6 +20,8 @@ import os
 import sys
 from typing import TYPE_CHECKING
 
+from core import secrecy
+
 if TYPE_CHECKING:
     from collections.abc import Sequence
     from typing import NoReturn
@@ -27,6 +29,10 @@ if TYPE_CHECKING:
 
 def main(argv: Sequence[str] | None = None) -> NoReturn:
     """The console script (`laneway`)."""
+    # First, before anything reads a secret: this process's /proc closed to its agents, and a
+    # database URL given on the command line gone from the cmdline others can read.
+    secrecy.hide()
+    secrecy.scrub_argv(secrecy.secret_values(sys.argv[1:] if argv is None else argv))
     collecting = gc.isenabled()
     gc.disable()
     import_loguru_without_default_handler()

@@ -416,6 +416,11 @@ def _durable_action(
     faults.reach("dispatch.after_claim")
     ctx = _context(walk, decl, None, log, epoch=epoch)
     outcome = run_executor(kind.execute, ctx, value) or Outcome.done()
+    if outcome.state == "failed" and walk.kernel.live_epoch() != epoch:
+        # This process was fenced while the effect ran (a claim-checking kind refused to act
+        # on it): it settles nothing, and the process that declares its epoch dead runs it.
+        log.bind(cause=outcome.cause).warning("claim lost during the action; left to recovery")
+        raise ledger.ClaimLost
     faults.reach("dispatch.after_effect")
     with store.transaction(follow_board=False) as uow:
         _settle(uow, entry.id, decl, outcome, last, epoch)

@@ -15,6 +15,10 @@ class LanewayError(Exception):
     code: ClassVar[str] = "invalid"
     http_status: ClassVar[int] = 400
 
+    def details(self) -> dict[str, object]:
+        """Fields an answer carries beside `error` and `code` (a conflict's `paths`)."""
+        return {}
+
 
 class NotFound(LanewayError):
     code: ClassVar[str] = "not_found"

@@ -25,6 +25,13 @@ POINTS = frozenset(
         "fan_out.before_commit",
         "worker.after_claim",
         "outbox.after_deliver",
+        "merge.after_commit",
+        "merge.after_ref",
+        "merge.before_marker",
+        "push.after_push",
+        "push.before_marker",
+        "pull_request.after_open",
+        "pull_request.before_marker",
     }
 )
 EXIT_STATUS = 99

@@ -41,6 +41,17 @@ class GitError(LanewayError):
     http_status: ClassVar[int] = 400
 
 
+GIT_VARS: Final = ("PATH", "HOME", "USER", "LOGNAME", "LANG", "TZ", "TMPDIR")
+GIT_PREFIXES: Final = ("GIT_", "SSH_", "XDG_", "LC_")
+
+
+def git_env(worker: Mapping[str, str]) -> dict[str, str]:
+    """What a git process laneway starts sees of its environment: what git reads, never the
+    worker's secrets (the database URL, `PGPASSWORD`, cloud keys), which a same-user agent
+    could read in a running git's /proc/<pid>/environ."""
+    return {k: v for k, v in worker.items() if k in GIT_VARS or k.startswith(GIT_PREFIXES)}
+
+
 def git(
     cwd: Path, *args: str, env: Mapping[str, str] | None = None, check: bool = True
 ) -> subprocess.CompletedProcess[str]:
@@ -50,7 +61,7 @@ def git(
             cwd=cwd,
             capture_output=True,
             text=True,
-            env={**os.environ, "GIT_TERMINAL_PROMPT": "0", **(env or {})},
+            env={**git_env(os.environ), "GIT_TERMINAL_PROMPT": "0", **(env or {})},
             check=False,
         )
     except FileNotFoundError:

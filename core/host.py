@@ -52,6 +52,7 @@ if TYPE_CHECKING:
     from core.services import (
         BlockerService,
         BudgetService,
+        ChangeService,
         CommentService,
         DecisionService,
         EntryService,
@@ -214,6 +215,7 @@ class Host:
 
         return TaskService(
             self,
+            blockers=lambda: self.blockers,
             runs=lambda: self.runs,
             sessions=lambda: self.sessions,
             triggers=lambda: self.triggers,
@@ -264,7 +266,12 @@ class Host:
     def runs(self) -> RunService:
         from core.services.runs import RunService
 
-        return RunService(self, profiles=lambda: self.profiles, workflows=lambda: self.workflows)
+        return RunService(
+            self,
+            blockers=lambda: self.blockers,
+            profiles=lambda: self.profiles,
+            workflows=lambda: self.workflows,
+        )
 
     @_Built
     def entries(self) -> EntryService:
@@ -283,6 +290,17 @@ class Host:
         from core.services.comments import CommentService
 
         return CommentService(self, sessions=lambda: self.sessions, tasks=lambda: self.tasks)
+
+    @_Built
+    def changes(self) -> ChangeService:
+        from core.services.changes import ChangeService
+
+        return ChangeService(
+            self,
+            comments=lambda: self.comments,
+            tasks=lambda: self.tasks,
+            workflows=lambda: self.workflows,
+        )
 
     @_Built
     def permissions(self) -> PermissionService:

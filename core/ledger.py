@@ -326,6 +326,14 @@ def unclaim(
         )
 
 
+def holds(conn: sa.Connection, entry_id: str, position: int, kind: str, epoch: str) -> bool:
+    """Whether the marker is still in progress under `epoch` (a claim not lost)."""
+    current = conn.execute(
+        _MARKER_STATE, {"entry_id": entry_id, "position": position, "kind": kind}
+    ).first()
+    return current is not None and tuple(current) == ("in_progress", epoch)
+
+
 def settle(
     uow: UnitOfWork,
     entry_id: str,

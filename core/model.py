@@ -190,6 +190,9 @@ class AgentProfile:
     """Seconds a turn may run."""
     idle_timeout: float = 900.0
     """Seconds a turn may go without a word from the agent."""
+    mode: str | None = None
+    """The ACP mode its conversations start in (the step's session kinds change it per step);
+    None: the agent's own starting mode."""
 
 
 @attrs.frozen
@@ -240,6 +243,12 @@ class Workflow:
     retire_worktrees: bool = False
     """A task arriving at the terminal step (`terminal_step`) has its worktree retired as
     archiving does: uncommitted work committed to its branch, the checkout removed."""
+    remote: str | None = None
+    """The git remote (a name or URL) its tasks' branches are pushed to (`task push`)."""
+    forge: Mapping[str, Any] | None = attrs.field(
+        default=None, converter=attrs.converters.optional(_frozen_mapping)
+    )
+    """The forge its pull requests are opened on: kind, repo, url, token_env."""
 
     def step(self, ref: str) -> Step | None:
         """The step named by id, or by name case-insensitively."""
@@ -348,6 +357,9 @@ class Comment:
     author: str
     body: str
     created_at: str
+    file: str | None = None
+    """A comment on a line of the task's diff: the file's path (None: on the task)."""
+    line: int | None = None
 
 
 PERMISSION_STATES: Final = ("pending", "allowed", "denied", "cancelled")

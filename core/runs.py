@@ -11,6 +11,7 @@
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 from collections.abc import Mapping, Sequence
@@ -205,20 +206,43 @@ def _queued(uow: UnitOfWork, run_id: str, request: RunRequest) -> Enqueued:
 # -- claiming, for any number of workers ------------------------------------------------------
 
 P = t.agent_profiles
+AP: Final = t.agent_profiles
 CLAIMED: Final = "claimed"
 
 
-def _next_eligible() -> sa.Select[tuple[str, str]]:
-    """The oldest queued run whose agent is below its limit of claimed runs. The index on
-    (status, requested_at) is read in order and the scan stops at the first eligible run, so
-    its cost does not grow with the queue behind it."""
-    return (
-        sa.select(R.c.id, R.c.agent_profile_id)
-        .join(P, P.c.id == R.c.agent_profile_id)
-        .where(R.c.status == "queued", P.c.claimed_runs < P.c.max_concurrent_sessions)
-        .order_by(R.c.requested_at, R.c.id)
-        .limit(1)
+T = t.tasks
+
+
+def _host_of_worktree(sqlite: bool) -> sa.ColumnElement[Any]:
+    """The host a task's worktree record names (its JSON's `host`), in each dialect's words."""
+    if sqlite:
+        return sa.func.json_extract(T.c.workspace, sa.literal_column("'$.host'"))
+    return sa.literal_column("(tasks.workspace::json ->> 'host')")
+
+
+def _next_eligible(
+    sqlite: bool, profiles: tuple[str, ...] | None = None
+) -> sa.Select[tuple[str, str]]:
+    """The oldest queued run whose agent is below its limit of claimed runs, that this
+    process's host (`:host`) may run: its task has no worktree, or one on this host (a worktree
+    lives on the machine that made it: docs/operations.md "Many machines"). With `profiles`,
+    only runs of those agent profiles (`worker --profiles`). The index on (status,
+    requested_at) is read in order and the scan stops at the first eligible run, so its cost
+    does not grow with the queue behind it."""
+    elsewhere = sa.exists().where(
+        T.c.id == R.c.task_id,
+        T.c.workspace.is_not(None),
+        _host_of_worktree(sqlite) != sa.bindparam("host", type_=sa.String),
     )
+    query = (
+        sa.select(R.c.id, R.c.agent_profile_id)
+        .join(AP, AP.c.id == R.c.agent_profile_id)
+        .where(R.c.status == "queued", AP.c.claimed_runs < AP.c.max_concurrent_sessions)
+        .where(sa.or_(R.c.task_id.is_(None), ~elsewhere))
+    )
+    if profiles is not None:
+        query = query.where(prepared.fixed_in(R.c.agent_profile_id, profiles))
+    return query.order_by(R.c.requested_at, R.c.id).limit(1)
 
 
 def _claim_values() -> dict[str, Any]:
@@ -230,39 +254,48 @@ def _claim_values() -> dict[str, Any]:
     }
 
 
-# PostgreSQL: one statement. SKIP LOCKED passes over runs another claimer holds; the agent's
-# row is locked too (waiting, not skipping: a busy agent is not an empty queue), and bumping its
-# count in the same statement makes a concurrent claim of the same agent re-check the limit
-# against the bumped count (PostgreSQL re-evaluates a locked row's conditions on its newest
-# version). Two locking clauses, one per table: SQLAlchemy renders the first.
-_PG_CANDIDATE = (
-    _next_eligible()
-    .with_for_update(of=R, skip_locked=True, key_share=True)
-    .suffix_with("FOR NO KEY UPDATE OF agent_profiles")
-    .cte("candidate")
-)
-_PG_BUMP = (
-    sa.update(P)
-    .where(P.c.id == _PG_CANDIDATE.c.agent_profile_id)
-    .values(claimed_runs=P.c.claimed_runs + 1)
-    .cte("bump")
-)
-_PG_CLAIM = (
-    sa.update(R)
-    .where(R.c.id == _PG_CANDIDATE.c.id)
-    .values(**_claim_values())
-    .returning(*R.c)
-    .add_cte(_PG_BUMP)
-)
-# SQLite: writers are serialised (BEGIN IMMEDIATE), so the same rule is a conditional UPDATE
-# ... RETURNING followed by the count in the same transaction.
-_SQLITE_CLAIM = (
-    sa.update(R)
-    .where(R.c.id == _next_eligible().with_only_columns(R.c.id).scalar_subquery())
-    .where(R.c.status == "queued")
-    .values(**_claim_values())
-    .returning(*R.c)
-)
+@functools.cache
+def _pg_claim(profiles: tuple[str, ...] | None) -> sa.Update:
+    """PostgreSQL: one statement. SKIP LOCKED passes over runs another claimer holds; the
+    agent's row is locked too (waiting, not skipping: a busy agent is not an empty queue), and
+    bumping its count in the same statement makes a concurrent claim of the same agent re-check
+    the limit against the bumped count (PostgreSQL re-evaluates a locked row's conditions on its
+    newest version). Two locking clauses, one per table: SQLAlchemy renders the first. One
+    statement object per profile set: prepared SQL is cached by the statement's identity."""
+    candidate = (
+        _next_eligible(False, profiles)
+        .with_for_update(of=R, skip_locked=True, key_share=True)
+        .suffix_with("FOR NO KEY UPDATE OF agent_profiles")
+        .cte("candidate")
+    )
+    bump = (
+        sa.update(AP)
+        .where(AP.c.id == candidate.c.agent_profile_id)
+        .values(claimed_runs=AP.c.claimed_runs + 1)
+        .cte("bump")
+    )
+    return (
+        sa.update(R)
+        .where(R.c.id == candidate.c.id)
+        .values(**_claim_values())
+        .returning(*R.c)
+        .add_cte(bump)
+    )
+
+
+@functools.cache
+def _sqlite_claim(profiles: tuple[str, ...] | None) -> sa.Update:
+    """SQLite: writers are serialised (BEGIN IMMEDIATE), so the same rule is a conditional
+    UPDATE ... RETURNING followed by the count in the same transaction."""
+    return (
+        sa.update(R)
+        .where(R.c.id == _next_eligible(True, profiles).with_only_columns(R.c.id).scalar_subquery())
+        .where(R.c.status == "queued")
+        .values(**_claim_values())
+        .returning(*R.c)
+    )
+
+
 _BUMP = (
     sa.update(P)
     .where(P.c.id == sa.bindparam("agent"))
@@ -289,13 +322,19 @@ _RELEASE = (
 )
 
 
-def claim_next(uow: UnitOfWork, epoch: str) -> Run | None:
-    """Claim the oldest queued run whose agent has room, for `epoch`; None when none can be
-    taken now. One conditional statement decides (plus the agent's count on SQLite)."""
-    values = {"stamp": ids.now(), "epoch": epoch}
+def claim_next(
+    uow: UnitOfWork, epoch: str, host: str, profiles: Sequence[str] | None = None
+) -> Run | None:
+    """Claim the oldest queued run whose agent has room and that a worker on `host` may run
+    (serving only `profiles`, agent profile ids, when given), for `epoch`; None when none can
+    be taken now. One conditional statement decides (plus the agent's count on SQLite): a run
+    this host may not run is never claimed, so it is never given back or failed."""
+    values = {"stamp": ids.now(), "epoch": epoch, "host": host}
+    chosen = tuple(sorted(set(profiles))) if profiles is not None else None
+    claim = _sqlite_claim(chosen) if uow.store.is_sqlite else _pg_claim(chosen)
     # prepared driver SQL (core.store.prepared): the claim, and the release below, run once
     # per run on every worker
-    row = uow.run(_SQLITE_CLAIM if uow.store.is_sqlite else _PG_CLAIM, values).mapping()
+    row = uow.run(claim, values).mapping()
     if row is None:
         return None
     if uow.store.is_sqlite:
@@ -684,5 +723,13 @@ def cancel_permissions(
             permission_id=permission_id,
             run_id=run_id,
             state="cancelled",
+        )
+        events.record(
+            uow,
+            "task.needs_person_ended",
+            task_id,
+            reason="permission",
+            permission_id=permission_id,
+            run_id=run_id,
         )
     return [str(row[0]) for row in ended]

@@ -9,6 +9,7 @@ spells out, so a column added to the model does not silently change the contract
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Iterable, Mapping
 from typing import Any
 
@@ -40,6 +41,8 @@ def plain(value: Any) -> Any:
         return {str(k): plain(v) for k, v in value.items()}
     if isinstance(value, list | tuple):
         return [plain(v) for v in value]
+    if isinstance(value, float) and not math.isfinite(value):
+        return None  # JSON has no such number (one stored before laneway refused them)
     return value
 
 
@@ -59,6 +62,8 @@ def workflow_json(workflow: Workflow) -> dict[str, Any]:
         "repository": workflow.repository,
         "base_branch": workflow.base_branch,
         "retire_worktrees": workflow.retire_worktrees,
+        "remote": workflow.remote,
+        "forge": dict(workflow.forge) if workflow.forge is not None else None,
         "steps": [step_json(s) for s in sorted(workflow.steps, key=lambda s: s.position)],
     }
 

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import json
+import math
 import re
 from collections.abc import Mapping
 from typing import Any, Final
@@ -39,6 +40,11 @@ MAX_DATA: Final = 16_000
 """The longest data a transcript item keeps, as JSON characters."""
 
 
+MAX_COMMENT: Final = 32_000
+"""The longest comment body, and the longest comment of a verdict, in characters: a person's
+longer one is refused; an agent's is cut to it and says so (its verdict still counts)."""
+
+
 def cut_text(text: str, limit: int = MAX_TEXT) -> str:
     """`text`, or its first `limit` characters saying how many more were cut."""
     if len(text) <= limit:
@@ -46,10 +52,34 @@ def cut_text(text: str, limit: int = MAX_TEXT) -> str:
     return f"{text[:limit]}... [cut: {len(text) - limit} more characters]"
 
 
+def cut_to(text: str, limit: int) -> str:
+    """`text`, cut (saying so) so that it is at most `limit` characters long, note included."""
+    if len(text) <= limit:
+        return text
+    return cut_text(text, limit - len(f"... [cut: {len(text)} more characters]"))
+
+
 def bounded_data(data: Mapping[str, Any], limit: int = MAX_DATA) -> Mapping[str, Any]:
     """`data`, or, when its JSON is longer than `limit`, a stand-in that says it was cut
     (`{"cut": true, "chars": N, "preview": ...}`)."""
-    encoded = json.dumps(data, default=str)
+    try:
+        encoded = json.dumps(data, default=str, allow_nan=False)
+    except ValueError:
+        # Infinity and NaN are not JSON: kept as their names, so every reader can parse it
+        data = finite_json(data)
+        encoded = json.dumps(data, default=str)
     if len(encoded) <= limit:
         return data
     return {"cut": True, "chars": len(encoded), "preview": encoded[: limit // 2]}
+
+
+def finite_json(value: Any) -> Any:
+    """`value` with every float that is not finite (JSON has no such number) as its text:
+    `"inf"`, `"-inf"`, `"nan"`."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return str(value)
+    if isinstance(value, Mapping):
+        return {str(k): finite_json(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [finite_json(v) for v in value]
+    return value

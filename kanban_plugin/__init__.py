@@ -9,13 +9,20 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from kanban_plugin.changes import KINDS as CHANGE_KINDS
+from kanban_plugin.github import GITHUB
 from kanban_plugin.kinds import KINDS
-from plugins.api import ActionKind, hookimpl
+from plugins.api import ActionKind, Forge, hookimpl
 
 __version__ = "0.1.0"
 
 
 @hookimpl
 def laneway_register_action_kinds(register: Callable[[ActionKind], None]) -> None:
-    for kind in KINDS:
+    for kind in (*KINDS, *CHANGE_KINDS):
         register(kind)
+
+
+@hookimpl
+def laneway_register_forges(register: Callable[[Forge], None]) -> None:
+    register(GITHUB)

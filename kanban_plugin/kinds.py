@@ -127,13 +127,20 @@ def auto_start_agent(ctx: ActionContext, _config: Any) -> None:
         )
         return
     agent = host.runs.primary_agent(ctx.task, ctx.step.id) or ctx.session.agent_profile_id
+    if agent == ctx.session.agent_profile_id and host.sessions.turn_starting(ctx.session.id):
+        # the move came from this agent's turn starting (a person's message at Review): that
+        # turn is the one; the step's prompt again would be a second turn nobody asked for
+        ctx.logger.info("auto_start_agent: the agent's turn is starting now; nothing queued")
+        return
     if agent is None:
         ctx.logger.warning("auto_start_agent: no agent resolves for the step; nothing started")
         return
     if not ctx.wakes(agent):
         ctx.logger.debug("auto_start_agent: its own comment does not wake the agent")
         return
-    host.runs.assign(ctx.task, ctx.step.id, agent)
+    if host.runs.assign(ctx.task, ctx.step.id, agent) is None:
+        ctx.logger.info("auto_start_agent: the task is blocked; its agent starts once unblocked")
+        return
     host.sessions.record_effect(ctx.session.id, prompts=[{"step_id": ctx.step.id, "queued": True}])
 
 

@@ -21,7 +21,10 @@ What is here:
   ``PARTICIPANT_ROLES``, :class:`RunRequest` (what ``services.runs.enqueue`` takes),
   :class:`AgentFailure` (what ``laneway_agent_failed`` observes) and :func:`payload_of`
   (the on_agent_error payload for a failure), :func:`build_prompt`;
-- :func:`fault_point` (``core.faults.reach``): a named point crash tests can stop at.
+- :func:`fault_point` (``core.faults.reach``): a named point crash tests can stop at;
+- landing a task's branch: :class:`ChangesView` (``ctx.services.changes``), the
+  :class:`Claim` an executor names to it, :class:`MergeConflict` (its ``paths``) and
+  ``MERGE_STRATEGIES``.
 
 What a plugin's own command needs to open and drive a board (``Host``, ``writer``, ...) is
 :mod:`plugins.app`'s: nothing here hands out a host.
@@ -39,6 +42,8 @@ import pluggy
 import core.logs  # noqa: F401 - a plugin's records, like laneway's, stay off until enabled
 from core.errors import LanewayError
 from core.faults import reach as fault_point
+from core.gitmerge import STRATEGIES as MERGE_STRATEGIES
+from core.gitmerge import MergeConflict
 from core.model import (
     PARTICIPANT_ROLES,
     AgentFailure,
@@ -59,14 +64,20 @@ from core.plugin.kinds import (
     AgentUse,
     ConfigError,
     Features,
+    Forge,
+    ForgeConfig,
     GuardContext,
     GuardKind,
     GuardResult,
     Outcome,
+    PullRequest,
+    ReviewComment,
     accept_any,
 )
 from core.plugin.views import (
     BundleView,
+    ChangesView,
+    Claim,
     DecisionsView,
     ParticipantsView,
     PluginHost,
@@ -110,6 +121,7 @@ def __getattr__(name: str) -> Any:
 
 __all__ = [
     "ALL_PATHS",
+    "MERGE_STRATEGIES",
     "PARTICIPANT_ROLES",
     "ActionContext",
     "ActionFailed",
@@ -117,21 +129,28 @@ __all__ = [
     "AgentFailure",
     "AgentUse",
     "BundleView",
+    "ChangesView",
+    "Claim",
     "ConfigError",
     "Decision",
     "DecisionsView",
     "Features",
+    "Forge",
+    "ForgeConfig",
     "GuardContext",
     "GuardKind",
     "GuardResult",
     "LanewayError",
+    "MergeConflict",
     "Outcome",
     "Participant",
     "ParticipantsView",
     "PluginHost",
     "PluginServices",
     "ProfilesView",
+    "PullRequest",
     "RegistryView",
+    "ReviewComment",
     "Run",
     "RunRequest",
     "RunsView",

@@ -11,8 +11,9 @@ workflow someone else may have written. So an agent sees, in this order (later w
 3. the variables its profile takes from the worker at run time under another name
    (``--env-from KEY=VAR``: the value is read when the turn starts and never stored);
 4. the profile's stored ``--env KEY=VALUE`` pairs;
-5. the turn's ``LANEWAY_*`` variables (task, step, session, run, reason), which nothing
-   overrides. The worker's own ``LANEWAY_*`` variables (``LANEWAY_DB``, ...) are not passed.
+5. the turn's ``LANEWAY_*`` variables (task, step, session, run, reason; an exec turn's
+   ``LANEWAY_EXECUTION_ID``, added as it starts), which nothing overrides. The worker's own
+   ``LANEWAY_*`` variables (``LANEWAY_DB``, ...) are not passed.
 """
 
 from __future__ import annotations

@@ -8,19 +8,26 @@ no feedback: the step prompt is what it was.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Final
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any, Final
 
 import attrs
 import sqlalchemy as sa
 
-from core.model import Comment, Decision, Run
+from core.model import Comment, Decision, Run, Task
 from core.store import prepared
 from core.store import tables as t
+from core.text import cut_to
 
 if TYPE_CHECKING:
     from core.agents.ports import AgentPort
 
 HEADER: Final = "## Feedback since your last turn"
+MAX_ENTRY: Final = 2000
+"""The characters of one verdict's or comment's text the block carries (cut, saying so)."""
+MAX_BLOCK: Final = 16_000
+"""The characters the whole block may take in a prompt: past it the oldest comments are left
+out (one line says how many, and where to read them), then the block is cut."""
 
 
 @attrs.frozen
@@ -29,6 +36,9 @@ class Feedback:
     """When the agent's last turn on the task began (its prompt was given then)."""
     verdicts: tuple[Decision, ...]
     comments: tuple[Comment, ...]
+    conflict: Mapping[str, Any] | None = None
+    """The task's merge that conflicted since then (`into`, `strategy`, `paths`, `at`): what
+    the agent must resolve before the merge can run again (issue 40)."""
 
 
 R = t.runs
@@ -57,13 +67,20 @@ def last_turn_start(host: AgentPort, run: Run) -> str | None:
     return str(found) if found is not None else None
 
 
-def since_last_turn(host: AgentPort, run: Run) -> Feedback | None:
-    """The feedback `run`'s agent has not seen, or None (a first run, or nothing new)."""
+def since_last_turn(host: AgentPort, run: Run, task: Task | None = None) -> Feedback | None:
+    """The feedback `run`'s agent has not seen, or None (a first run, or nothing new).
+    `task`: the run's task as the caller has just read it."""
     if run.task_id is None:
         return None
     since = last_turn_start(host, run)
+    if task is None or task.id != run.task_id:
+        task = host.tasks.get(run.task_id)
+    conflict = _conflict(task, since)
     if since is None:
-        return _woken_by_comment(host, run)
+        woken = _woken_by_comment(host, run)
+        if conflict is None:
+            return woken
+        return attrs.evolve(woken or Feedback("", (), ()), conflict=conflict)
     me = host.profiles.get(run.agent_profile_id).name
     verdicts = tuple(
         d
@@ -77,9 +94,21 @@ def since_last_turn(host: AgentPort, run: Run) -> Feedback | None:
     comments = tuple(
         c for c in host.comments.list(run.task_id) if c.created_at > since and c.author != me
     )
-    if not verdicts and not comments:
+    if not verdicts and not comments and conflict is None:
         return None
-    return Feedback(since, verdicts, comments)
+    return Feedback(since, verdicts, comments, conflict)
+
+
+def _conflict(task: Task, since: str | None) -> Mapping[str, Any] | None:
+    """The task's merge conflict recorded after `since` (any, for a first run), standing still
+    (a merge that succeeded since clears it)."""
+    record = task.workspace or {}
+    conflict = record.get("conflict")
+    if not isinstance(conflict, Mapping):
+        return None
+    if since is not None and str(conflict.get("at", "")) <= since:
+        return None
+    return conflict
 
 
 def _woken_by_comment(host: AgentPort, run: Run) -> Feedback | None:
@@ -110,7 +139,61 @@ def block(feedback: Feedback, step_names: dict[str, str]) -> str:
         Comments:
         - alice: please also update the docs
 
-    A verdict or comment of several lines continues indented by two spaces."""
+        Merge conflict:
+        - rebase onto main: conflicts in README.md, src/app.py
+          ...what to do
+
+        Comments on lines:
+        - README.md:3: say what it does (alice)
+
+    A verdict or comment of several lines continues indented by two spaces. Each text is cut
+    to MAX_ENTRY characters and the block to MAX_BLOCK (oldest comments left out first; the
+    merge conflict and the comments on lines come before them, so they are kept)."""
+    on_lines = [
+        f"- {c.file}:{c.line}: {_indented(cut_to(c.body, MAX_ENTRY))} ({c.author})"
+        for c in feedback.comments
+        if c.file is not None
+    ]
+    head_lines = [*_verdict_lines(feedback, step_names), *_conflict_lines(feedback)]
+    if on_lines:
+        head_lines += ["", "Comments on lines:", *on_lines]
+    head = "\n".join(head_lines)
+    comments = [
+        f"- {c.author}: {_indented(cut_to(c.body, MAX_ENTRY))}"
+        for c in feedback.comments
+        if c.file is None
+    ]
+    # the newest comments that fit beside the verdicts and the notes (a line each, newline)
+    room = MAX_BLOCK - len(head) - len("\n\nComments:") - 120
+    kept = 0
+    for line in reversed(comments):
+        room -= len(line) + 1
+        if room < 0:
+            break
+        kept += 1
+    left_out = len(comments) - kept
+    out = [head]
+    if left_out:
+        out += ["", f"({left_out} earlier comments left out: `laneway task comments` has them)"]
+    if kept:
+        out += ["", "Comments:", *comments[left_out:]]
+    return cut_to("\n".join(out), MAX_BLOCK)
+
+
+def _conflict_lines(feedback: Feedback) -> list[str]:
+    if feedback.conflict is None:
+        return []
+    into = feedback.conflict.get("into", "the base branch")
+    paths = ", ".join(str(p) for p in feedback.conflict.get("paths", ()))
+    todo = (
+        f"  Your branch no longer merges into {into}. Bring {into} into it (`git rebase "
+        f"{into}` or `git merge {into}` in your working directory), resolve those files "
+        "and commit; the merge runs again when the task next reaches its merge step."
+    )
+    return ["", "Merge conflict:", f"- rebase onto {into}: conflicts in {paths}", todo]
+
+
+def _verdict_lines(feedback: Feedback, step_names: dict[str, str]) -> list[str]:
     out = [HEADER]
     groups: dict[tuple[str, int], list[Decision]] = {}
     for d in sorted(feedback.verdicts, key=lambda d: (d.decided_at, d.id)):
@@ -120,10 +203,6 @@ def block(feedback: Feedback, step_names: dict[str, str]) -> str:
         out.append(f"Verdicts at {step_names.get(step_id, step_id)} (round {round_no}):")
         for d in verdicts:
             who = d.role or d.decider_type
-            reason = f": {_indented(d.comment)}" if d.comment.strip() else ""
+            reason = f": {_indented(cut_to(d.comment, MAX_ENTRY))}" if d.comment.strip() else ""
             out.append(f"- {d.decision} by {who}{reason}")
-    if feedback.comments:
-        out.append("")
-        out.append("Comments:")
-        out.extend(f"- {c.author}: {_indented(c.body)}" for c in feedback.comments)
-    return "\n".join(out)
+    return out

@@ -6,11 +6,20 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable, Sequence
+from typing import Final
 
 from core.agents.values import TranscriptItem
+from core.logs import logger
 
 BATCH: int = 500
 """Items at most in one transaction: a burst is kept in bounded steps, never one huge write."""
+PENDING: Final = 2 * BATCH
+"""Items at most waiting for the writer: past it `put` waits (and so does the agent, on its
+full pipe), so a burst faster than the database never piles up in the worker's memory."""
+TURN_ITEMS: Final = 5000
+"""What an agent says in one turn that the transcript keeps, in items: past it the rest is
+counted and dropped, and one item says how much (a turn of a million lines is not a million
+rows)."""
 
 
 class ItemQueue:
@@ -18,8 +27,14 @@ class ItemQueue:
     returns once everything put before it is written. A failed write is raised by the next
     `put` or `flush` (the turn that fed it learns of it), and nothing after it is written."""
 
-    def __init__(self, write: Callable[[Sequence[TranscriptItem]], None]) -> None:
+    def __init__(
+        self, write: Callable[[Sequence[TranscriptItem]], None], *, limit: int = TURN_ITEMS
+    ) -> None:
         self._write = write
+        self._limit = limit
+        self._taken = 0
+        self.dropped = 0
+        """Items put past `limit`: not kept."""
         self._pending: list[TranscriptItem] = []
         self._busy = False
         self._closed = False
@@ -28,18 +43,34 @@ class ItemQueue:
         self._thread: threading.Thread | None = None
         """Started by the first `put`: most exec turns say nothing worth a writer."""
 
-    def put(self, items: Sequence[TranscriptItem]) -> None:
+    def put(self, items: Sequence[TranscriptItem]) -> bool:
+        """Queue `items` for the writer; False when they are past the turn's limit (dropped,
+        counted) or the queue is stopped."""
         with self._cond:
             self._raise()
+            while len(self._pending) >= PENDING and not self._closed and self._error is None:
+                self._cond.wait()
+            self._raise()
             if self._closed:
-                return  # stopped: what comes now is dropped, as what was pending was
+                return False  # stopped: what comes now is dropped, as what was pending was
+            room = max(0, self._limit - self._taken)
+            if len(items) > room:
+                if not self.dropped:
+                    self._pending.append(
+                        TranscriptItem(
+                            "log",
+                            f"transcript cut: a turn keeps at most {self._limit} items; "
+                            "what the agent says after this is counted, not kept",
+                            {"level": "warning", "limit": self._limit},
+                        )
+                    )
+                self.dropped += len(items) - room
+                items = items[:room]
+            self._taken += len(items)
             self._pending.extend(items)
-            if self._thread is None:
-                self._thread = threading.Thread(
-                    target=self._run, name="transcript-writer", daemon=True
-                )
-                self._thread.start()
+            self._ensure_writer()
             self._cond.notify_all()
+            return bool(items)
 
     def flush(self) -> None:
         with self._cond:
@@ -48,8 +79,26 @@ class ItemQueue:
             self._raise()
 
     def close(self) -> None:
-        """Flush, then stop the writer; raises what a write raised."""
+        """Flush, then stop the writer; raises what a write raised. A turn past its limit
+        ends with one more item saying how much was dropped."""
         try:
+            if self.dropped:
+                logger.bind(limit=self._limit, dropped=self.dropped).warning(
+                    "agent transcript cut: items past the turn's limit were not kept"
+                )
+                with self._cond:
+                    self._raise()
+                    if not self._closed:
+                        self._pending.append(
+                            TranscriptItem(
+                                "log",
+                                f"transcript cut: {self.dropped} more items of this turn "
+                                f"were not kept (at most {self._limit} a turn)",
+                                {"level": "warning", "dropped": self.dropped},
+                            )
+                        )
+                        self._ensure_writer()
+                        self._cond.notify_all()
             self.flush()
         finally:
             self.stop()
@@ -64,6 +113,11 @@ class ItemQueue:
             thread = self._thread
         if thread is not None:
             thread.join()
+
+    def _ensure_writer(self) -> None:
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._run, name="transcript-writer", daemon=True)
+            self._thread.start()
 
     def _raise(self) -> None:
         if self._error is not None:

@@ -16,6 +16,7 @@ if TYPE_CHECKING:
 
     from core.bundle import Bundle
     from core.engine import Engine
+    from core.services.changes import ChangeService
     from core.services.comments import CommentService
     from core.services.decisions import DecisionService
     from core.services.participants import ParticipantService
@@ -72,6 +73,9 @@ class AgentPort(Protocol):
 
     @property
     def comments(self) -> CommentService: ...
+
+    @property
+    def changes(self) -> ChangeService: ...
 
     @property
     def permissions(self) -> PermissionService: ...

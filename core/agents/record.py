@@ -3,6 +3,7 @@ the board, through the services."""
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -11,7 +12,7 @@ import attrs
 from core.agents.bounds import item
 from core.agents.ports import AgentPort
 from core.agents.values import PermissionRequest, TranscriptItem
-from core.errors import RunFenced
+from core.errors import LanewayError, RunFenced
 from core.logs import logger
 
 
@@ -42,8 +43,19 @@ class BoardRecord:
         self.peers.sessions.record_agent(self.session_id, **fields)
 
     def usage(self, usage: Mapping[str, Any]) -> None:
-        if self.run_id is not None:
-            self.peers.runs.record_usage(self.run_id, usage)
+        """Add what the agent reported to the run's usage. A value that is not a finite,
+        non-negative number (`Infinity`, `NaN`, `1e999`, `-1`, text) is a WARNING and is not
+        added; the rest is, and the turn goes on to its own end (issue 39 item 4)."""
+        good = {k: v for k, v in usage.items() if _amount(v)}
+        bad = {k: repr(v) for k, v in usage.items() if k not in good}
+        if bad:
+            self.warning("agent usage not recorded: not a finite, non-negative number", usage=bad)
+        if self.run_id is None or not good:
+            return
+        try:
+            self.peers.runs.record_usage(self.run_id, good)
+        except LanewayError as exc:  # its run deleted with its task: the turn ends as it will
+            self.warning("agent usage not recorded", cause=str(exc))
 
     def warning(self, message: str, **fields: Any) -> None:
         logger.bind(
@@ -74,3 +86,13 @@ class BoardRecord:
             self.peers.permissions.cancel(permission_id, by="turn_ended")
             return None
         return found.option_id if found.state in ("allowed", "denied") else None
+
+
+def _amount(value: Any) -> bool:
+    """Whether `value` is a usage amount: a finite number, not negative (nor a bool)."""
+    return (
+        isinstance(value, int | float)
+        and not isinstance(value, bool)
+        and math.isfinite(value)
+        and value >= 0
+    )

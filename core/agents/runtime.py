@@ -45,6 +45,8 @@ class AgentRuntime:
         self.tools = ToolAccess(peers)
         self.failures = Failures(peers, self.guards, self.in_flight)
         self.acp = AcpProtocol(self.in_flight, self.tools)
+        # a run's tool calls are answered only from its own agent's process tree
+        self.tools.owner = lambda grant: self.acp.running_agent(grant.session_id)
         protocols: dict[str, TurnProtocol] = {
             "exec": ExecProtocol(self.in_flight),
             "acp": self.acp,

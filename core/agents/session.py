@@ -123,7 +123,7 @@ def prompt_for(host: AgentPort, run: Run, task: Task | None = None) -> str:
         return str((run.payload or {}).get("message", ""))
     workflow, step = host.workflows.step_by_id(run.workflow_step_id)
     text = build_prompt(workflow.prompt, step.prompt, task.description)
-    given = feedback.since_last_turn(host, run)
+    given = feedback.since_last_turn(host, run, task)
     if given is not None:
         names = {s.id: s.name for s in workflow.steps}
         text = f"{text}\n\n{feedback.block(given, names)}"

@@ -5,6 +5,11 @@ worker wakes from a pause - which of the stopped agents must die rather than run
 Every call here is one non-blocking pipe write (microseconds) or nothing at all: where /proc is
 absent, or once the watchdog is gone, they do nothing. A message that would block (the
 watchdog stopped and its pipe full) is dropped rather than slow a run.
+
+A watchdog that dies (killed, crashed) is started again at once by the thread that waited for
+it, and told every agent group still live, so a pause of the worker after it is still a pause
+of its agents; after `MAX_RESTARTS` it is not started again (one ERROR) and the worker works on
+without one.
 """
 
 from __future__ import annotations
@@ -22,6 +27,8 @@ from typing import Final
 from core.logs import logger
 
 SCRIPT: Final = Path(__file__).with_name("watchdog.py")
+MAX_RESTARTS: Final = 100
+"""How many times a dead watchdog is started again in a worker's life."""
 RETRY_S: Final = 1.0
 """How long a failed check after a pause waits before it is tried again (the agents stay
 stopped meanwhile)."""
@@ -35,15 +42,21 @@ class Link:
     """A running watchdog: the pipe to it and the thread that answers it."""
 
     def __init__(self) -> None:
-        self._words, self._to = os.pipe()
-        self._from, self._reply = os.pipe()
-        os.set_blocking(self._to, False)
+        self._pipes()
         self._mutex = threading.Lock()  # a write never goes to an fd closed and reused meanwhile
         self.alive = True
         self.proc: subprocess.Popen[bytes] | None = None
+        self.restarts = 0
+        self._groups: set[int] = set()
+        """The agent groups registered and not unregistered: told again to a new watchdog."""
         # Started off the run's path: what is said meanwhile waits in the pipe.
         self._thread = threading.Thread(target=self._serve, name="laneway-watchdog", daemon=True)
         self._thread.start()
+
+    def _pipes(self) -> None:
+        self._words, self._to = os.pipe()
+        self._from, self._reply = os.pipe()
+        os.set_blocking(self._to, False)
 
     def _spawn(self) -> subprocess.Popen[bytes] | None:
         # Only what the interpreter itself may need: never the worker's environment.
@@ -69,6 +82,10 @@ class Link:
 
     def say(self, word: str) -> None:
         with self._mutex:
+            if word[:1] == "+":
+                self._groups.add(int(word[1:]))
+            elif word[:1] == "-":
+                self._groups.discard(int(word[1:]))
             if not self.alive:
                 return
             try:
@@ -89,20 +106,36 @@ class Link:
                 os.close(self._to)
 
     def _serve(self) -> None:
-        self.proc = self._spawn()
-        with os.fdopen(self._from, "rb") as answers:
-            if self.proc is None:
-                return
-            for line in answers:
-                word, _, number = line.decode().partition(" ")
-                if word == "woke":
-                    self.say(f"resume {number.strip()} {' '.join(map(str, self._kill()))}")
-        code = self.proc.wait()
-        with self._mutex:
-            ended, self.alive = self.alive, False
-        if ended:
-            logger.bind(exit_code=code).warning(
-                "agent watchdog ended: a pause of this worker no longer pauses its agents"
+        while True:
+            self.proc = self._spawn()
+            with os.fdopen(self._from, "rb") as answers:
+                if self.proc is None:
+                    return
+                for line in answers:
+                    word, _, number = line.decode().partition(" ")
+                    if word == "woke":
+                        self.say(f"resume {number.strip()} {' '.join(map(str, self._kill()))}")
+            code = self.proc.wait()
+            with self._mutex:
+                if not self.alive:
+                    return  # closed: this worker ends
+                if self.restarts >= MAX_RESTARTS:
+                    self.alive = False
+                    os.close(self._to)
+                    logger.bind(exit_code=code, restarts=self.restarts).error(
+                        "agent watchdog ended and is not started again: a pause of this worker"
+                        " no longer pauses its agents"
+                    )
+                    return
+                self.restarts += 1
+                os.close(self._to)
+                self._pipes()
+                groups = sorted(self._groups)
+                # in the new pipe before the new watchdog reads it: it knows every live agent
+                for group in groups:
+                    os.write(self._to, f"+{group}\n".encode())
+            logger.bind(exit_code=code, groups=groups, restarts=self.restarts).warning(
+                "agent watchdog ended; started again"
             )
 
     def _kill(self) -> list[int]:

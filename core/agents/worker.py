@@ -18,17 +18,18 @@ from __future__ import annotations
 import contextlib
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
 import attrs
 
-from core import faults, runs
+from core import faults, hosts, runs
 from core.agents import watchdog_link
 from core.agents.session import profile_session, prompt_for
 from core.agents.values import TurnOutcome
+from core.errors import NotFound
 from core.logs import logger
 from core.model import Run, Task
 from core.store.database import database_away
@@ -78,36 +79,42 @@ def _run_log(run: Run) -> Any:
     )
 
 
-def claim_next(host: AgentHost) -> Run | None:
-    """Claim the oldest queued run whose agent has room; None when there is nothing to take."""
+def claim_next(host: AgentHost, profiles: Sequence[str] | None = None) -> Run | None:
+    """Claim the oldest queued run whose agent has room and that this machine may run (of
+    `profiles`, agent profile ids, when given); None when there is nothing to take."""
     epoch = host.live_epoch()
     with host.store.transaction() as uow:
-        return runs.claim_next(uow, epoch)
+        return runs.claim_next(uow, epoch, hosts.name(), profiles)
 
 
-def finish(host: AgentHost, run: Run, outcome: TurnOutcome) -> None:
-    """End the run under the epoch that claimed it. When that epoch was declared dead
-    meanwhile (this process fenced itself), the run was re-queued and is not ours to end.
+def finish(host: AgentHost, run: Run, outcome: TurnOutcome) -> bool:
+    """End the run under the epoch that claimed it; whether it was ended here. When that epoch
+    was declared dead meanwhile (this process fenced itself), the run was re-queued and is not
+    ours to end: one WARNING says so, the run's last record in this process (with the turn's
+    `ok`), and no "run finished" follows it.
 
     A turn this worker's shutdown stopped goes back to the queue; one that did not end well
     while a cancel was requested (the turn stopped, or its task deleted under it) ends
     `cancelled`."""
     epoch = run.claimed_epoch or host.live_epoch()
-    if outcome.cancelled and outcome.stopped == "fenced":
+    ended: bool | None = None
+    if not (outcome.cancelled and outcome.stopped == "fenced"):
+        ended = _while_away(host, run, epoch, lambda: _end(host, run, outcome, epoch))
+    if ended:
+        return True
+    log = logger.bind(
+        run_id=run.id, epoch=epoch, reason="claim_lost", ok=outcome.ok, error=outcome.error
+    )
+    if ended is None:
         # the claim's epoch is dead: the run is re-queued by whoever finds it so (this
         # process included, under its new epoch), and nothing of this turn's is written
-        logger.bind(run_id=run.id, epoch=epoch, reason="claim_lost").warning(
+        log.warning(
             "run given up: this worker lost the liveness lock it claimed the run under; "
             "the run goes back to the queue"
         )
-        return
-    ended = _while_away(host, run, epoch, lambda: _end(host, run, outcome, epoch))
-    if ended is None:
-        return  # fenced while the database was away: given up (logged)
-    if not ended:
-        logger.bind(run_id=run.id, epoch=epoch, reason="claim_lost").warning(
-            "run not finished: its claim was given up after this process was declared dead"
-        )
+    else:
+        log.warning("run not finished: its claim was given up after this process was declared dead")
+    return False
 
 
 def _while_away(host: AgentHost, run: Run, epoch: str, write: Callable[[], bool]) -> bool | None:
@@ -130,11 +137,7 @@ def _while_away(host: AgentHost, run: Run, epoch: str, write: Callable[[], bool]
         time.sleep(delay)
         delay = min(delay * 2, AWAY_MAX_S)
         if host.store.liveness.own() != epoch:
-            logger.bind(run_id=run.id, epoch=epoch, reason="claim_lost").warning(
-                "run given up: this worker lost the liveness lock it claimed the run under; "
-                "the run goes back to the queue"
-            )
-            return None
+            return None  # the caller says so
 
 
 def _one_line(exc: BaseException) -> str:
@@ -357,13 +360,37 @@ def _execute(host: AgentHost, run: Run, watch: CancelWatch | None) -> TurnOutcom
             log.bind(cause=outcome.error).warning(
                 "database unavailable during the run; it goes back to the queue"
             )
+        elif (cancel_why := _cancelled_under(host, run, exc)) is not None:
+            # its task was deleted (or its run cancelled) while its agent worked: the turn's
+            # writes found the session gone. The agent is stopped; the run ends cancelled.
+            outcome = TurnOutcome(
+                "", ok=False, error="the turn was cancelled", cancelled=True, stopped="cancel"
+            )
+            log.bind(cancel_reason=cancel_why, cause=_one_line(exc)).info(
+                "run cancelled during its turn: its task is gone"
+                if cancel_why == "task_deleted"
+                else "run cancelled during its turn"
+            )
         else:
             outcome = TurnOutcome("", ok=False, error=f"{type(exc).__name__}: {exc}")
             log.bind(cause=outcome.error).opt(exception=exc).error("run could not be executed")
     finally:
-        finish(host, run, outcome)
-    log.bind(ok=outcome.ok, error=outcome.error).info("run finished")
+        ended = finish(host, run, outcome)
+    if ended:  # else finish said why not, once: one outcome per run in the log
+        log.bind(ok=outcome.ok, error=outcome.error).info("run finished")
     return outcome
+
+
+def _cancelled_under(host: AgentHost, run: Run, exc: Exception) -> str | None:
+    """The cancel request on `run` that explains `exc` (a NotFound of what its turn wrote to:
+    a task deleted under it cancels its runs first), or None: the error is the run's own."""
+    if not isinstance(exc, NotFound):
+        return None
+    try:
+        with host.store.read() as conn:
+            return runs.cancel_requested(conn, run.id)
+    except Exception:  # noqa: BLE001 - unreadable: the error is reported as it is
+        return None
 
 
 def work(
@@ -375,6 +402,7 @@ def work(
     stop: threading.Event | None = None,
     progress: Callable[[str, Run, TurnOutcome | None], None] | None = None,
     idle_wait: float = 0.5,
+    profiles: Sequence[str] | None = None,
 ) -> WorkerSummary:
     """Claim and execute runs until the queue is empty (`once`) or `stop` is set.
 
@@ -387,7 +415,7 @@ def work(
     unwatch = host.watch_epoch(host.runtime.stop_fenced)
     unattend = watchdog_link.attend(lambda: after_pause(host))
     try:
-        return _work(host, once, max_runs, concurrency, stop, progress, idle_wait)
+        return _work(host, once, max_runs, concurrency, stop, progress, idle_wait, profiles)
     finally:
         unattend()
         unwatch()
@@ -416,6 +444,7 @@ def _work(
     stop: threading.Event,
     progress: Callable[[str, Run, TurnOutcome | None], None] | None,
     idle_wait: float,
+    profiles: Sequence[str] | None,
 ) -> WorkerSummary:
     claimed = finished = failed = 0
     running: dict[Future[TurnOutcome], Run] = {}
@@ -440,7 +469,7 @@ def _work(
                     and len(running) < concurrency
                     and (max_runs is None or claimed < max_runs)
                 ):
-                    run = claim_next(host)
+                    run = claim_next(host, profiles)
                     starved = run is None
                     if run is None:
                         break

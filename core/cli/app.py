@@ -201,7 +201,9 @@ class LanewayGroup(click.Group):
         except Exception as exc:
             message = user_message(exc)
             if message is not None:
-                raise CommandFailed(message, code_of(exc)) from exc
+                details = getattr(exc, "details", None)
+                extra = details() if callable(details) else None
+                raise CommandFailed(message, code_of(exc), extra) from exc
             settings = ctx.obj if isinstance(ctx.obj, Settings) else None
             if settings is not None and settings.verbose:
                 click.echo(traceback.format_exc().rstrip(), err=True)

@@ -27,6 +27,7 @@ BUILTIN_COMMANDS: dict[str, tuple[str, str]] = {
     "watch": ("commands_watch", "watch"),
     "events": ("commands_watch", "events_command"),
     "prune": ("commands_prune", "prune"),
+    "hook": ("commands_hooks", "hook"),
 }
 """Each built-in command: its module under `core.cli` and the attribute holding it. A command
 imports its module (and what that needs) only when it runs; `--help` reads `BUILTIN_HELP`."""
@@ -63,6 +64,7 @@ BUILTIN_HELP: dict[str, str] = {
         "stream's own name; `laneway watch --help` says the rest."
     ),
     "prune": "Delete old transcript items, and nothing else.",
+    "hook": "Outbound webhooks: board events POSTed to a URL, signed, retried, never lost.",
 }
 """Each built-in command's short help, as `laneway --help` lists it without importing the
 command modules (`tests/cli/test_cli_lazy.py` keeps it equal to the commands' own)."""

@@ -26,6 +26,7 @@ from core.agents import worker
 from core.agents.failure import why_not_dispatched
 from core.agents.values import TurnOutcome
 from core.cli.app import Settings, pass_settings, reader, writer
+from core.cli.numbers import FiniteFloat, whole
 from core.cli.output import emit, item_line
 from core.errors import LanewayError
 from core.host import Host
@@ -91,7 +92,7 @@ FOLLOW_POLL_S = 0.5
 @click.option("--run", "run_ref", metavar="R", help="Only this run's items.")
 @click.option(
     "--after",
-    type=click.IntRange(min=0),
+    type=whole(0),
     default=0,
     metavar="SEQ",
     help="Only items after this sequence number.",
@@ -349,10 +350,10 @@ class Shutdown:
 
 @click.command("worker")
 @click.option("--once", is_flag=True, help="Take what is queued (and what it queues), then exit.")
-@click.option("--max-runs", type=click.IntRange(min=1), metavar="N", help="Claim at most N runs.")
+@click.option("--max-runs", type=whole(1), metavar="N", help="Claim at most N runs.")
 @click.option(
     "--concurrency",
-    type=click.IntRange(min=1),
+    type=whole(1),
     default=1,
     show_default=True,
     metavar="K",
@@ -360,11 +361,17 @@ class Shutdown:
 )
 @click.option(
     "--grace",
-    type=click.FloatRange(min=0),
+    type=FiniteFloat(min=0),
     default=None,
     metavar="SECONDS",
     help=f"After Ctrl-C, how long running agents may take to end their turn before their "
     f"runs are put back in the queue [default: {worker.KILL_GRACE_S:g}].",
+)
+@click.option(
+    "--profiles",
+    metavar="P,...",
+    default=None,
+    help="Claim only runs of these agent profiles (names or ids, comma-separated).",
 )
 @pass_settings
 def worker_command(
@@ -373,6 +380,7 @@ def worker_command(
     max_runs: int | None,
     concurrency: int,
     grace: float | None,
+    profiles: str | None,
 ) -> None:
     """Claim and execute queued runs.
 
@@ -386,6 +394,7 @@ def worker_command(
         shutdown = Shutdown(
             host, stop, worker.KILL_GRACE_S if grace is None else grace, as_json=settings.json
         )
+        served = _served(host, profiles)
         progress = WorkerProgress(host, as_json=settings.json)
         try:
             with shutdown.installed(), _scheduling(host, once):
@@ -396,6 +405,7 @@ def worker_command(
                     concurrency=concurrency,
                     stop=stop,
                     progress=progress,
+                    profiles=served,
                 )
         finally:
             progress.close()
@@ -405,6 +415,17 @@ def worker_command(
         c,
         [f"claimed {c['claimed']}, finished {c['finished']}, failed {c['failed']}"],
     )
+
+
+def _served(host: Host, profiles: str | None) -> list[str] | None:
+    """`--profiles`: the ids of the named profiles (each by name or id); an unknown one is
+    refused here, before anything is claimed."""
+    if profiles is None:
+        return None
+    refs = [p.strip() for p in profiles.split(",") if p.strip()]
+    if not refs:
+        raise LanewayError("--profiles: name at least one agent profile")
+    return [host.profiles.get(ref).id for ref in refs]
 
 
 @contextlib.contextmanager

@@ -5,6 +5,7 @@ from __future__ import annotations
 import click
 
 from core.cli.app import Settings, pass_settings, reader, writer
+from core.cli.numbers import FINITE
 from core.cli.output import emit
 from core.errors import LanewayError
 from core.services.budgets import PERIODS, SCOPES, Budget
@@ -38,7 +39,7 @@ def budget() -> None:
 @budget.command("set")
 @click.option("--scope", required=True, type=click.Choice(SCOPES))
 @click.option("--ref", metavar="X", help="The profile or task (default: the workspace).")
-@click.option("--limit-usd", "limit_usd", required=True, type=float, metavar="N")
+@click.option("--limit-usd", "limit_usd", required=True, type=FINITE, metavar="N")
 @click.option("--period", type=click.Choice(PERIODS), default="total", show_default=True)
 @click.option("--thresholds", metavar="P,...", help="Percentages of the limit [default: 80,100].")
 @pass_settings

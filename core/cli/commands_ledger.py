@@ -7,13 +7,13 @@ from collections.abc import Mapping
 import click
 
 from core.cli.app import Settings, pass_settings, reader, writer
-from core.cli.output import emit, entry_json, entry_lines, item_line, names_of
+from core.cli.output import emit, entry_json, entry_lines, item_line, names_of, plain
 from core.model import Run
 from core.runs import RUN_STATUSES
 from core.shapes import run_show_json
 
 
-def _run_line(run: Run, names: Mapping[str, str]) -> str:
+def _run_line(run: Run, names: Mapping[str, str], waits_for: str | None = None) -> str:
     profile = names.get(run.agent_profile_id, run.agent_profile_id)
     step = names.get(run.workflow_step_id or "", run.workflow_step_id or "-")
     line = (
@@ -24,6 +24,8 @@ def _run_line(run: Run, names: Mapping[str, str]) -> str:
         line += f"  cancel={run.cancel_reason}"
     if run.retry_of:
         line += f"  retry_of={run.retry_of}"
+    if waits_for:
+        line += f"  (waits for a worker on {waits_for})"
     return line
 
 
@@ -47,7 +49,10 @@ def runs_list(settings: Settings, task_ref: str | None, status: str | None) -> N
         names = names_of(
             host, [r.workflow_step_id for r in found], [r.agent_profile_id for r in found]
         )
-    emit(settings.json, found, [_run_line(r, names) for r in found])
+        waits = host.runs.waits_for_host(found)
+    # `waits_for_host`: the host whose workers alone may claim the queued run (additive)
+    shown = [{**plain(r), "waits_for_host": waits.get(r.id)} for r in found]
+    emit(settings.json, shown, [_run_line(r, names, waits.get(r.id)) for r in found])
 
 
 @runs.command("show")

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 import click
 
 from core.cli.app import Settings, pass_settings, reader, writer
+from core.cli.numbers import FiniteFloat
 from core.errors import LanewayError
 from core.logs import logger
 
@@ -50,7 +51,7 @@ def _token(given: str | None) -> str:
     "--header-timeout",
     default=10.0,
     show_default=True,
-    type=click.FloatRange(0.1, 3600),
+    type=FiniteFloat(0.1, 3600),
     metavar="S",
     help="Close a connection that has not sent a whole request head within S seconds.",
 )
@@ -58,7 +59,7 @@ def _token(given: str | None) -> str:
     "--body-timeout",
     default=30.0,
     show_default=True,
-    type=click.FloatRange(0.1, 3600),
+    type=FiniteFloat(0.1, 3600),
     metavar="S",
     help="Answer 408 to a request whose body has not arrived within S seconds.",
 )
@@ -66,7 +67,7 @@ def _token(given: str | None) -> str:
     "--idle-timeout",
     default=5.0,
     show_default=True,
-    type=click.FloatRange(1, 3600),
+    type=FiniteFloat(1, 3600),
     metavar="S",
     help="Close a keep-alive connection idle for S seconds.",
 )

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from core.cli.app import Settings, pass_settings, reader, writer
+from core.cli.numbers import INT32_MAX, whole
 from core.cli.output import (
     decision_result_json,
     emit,
@@ -17,6 +18,7 @@ from core.cli.output import (
     task_line,
     trigger_json,
     why_not,
+    workspace_lines,
 )
 from core.errors import LanewayError
 from core.model import AgentProfile, Participant, Session, Task
@@ -93,7 +95,26 @@ def task_show(settings: Settings, ref: str) -> None:
             for other in (found.parent_id, *found.blocked_by)
             if other
         }
-    emit(settings.json, found, [task_line(found, names), *_task_details(found, related)])
+        holding = [] if settings.json else [b.id for b in host.blockers.unfinished(found.id)]
+        children = [] if settings.json else host.tasks.children(found.id)
+    details = _task_details(found, related)
+    # after the blockers: whether they still hold its agent, and its subtasks (issue 38)
+    at = next(n for n, line in enumerate(details) if line.startswith("  blocked by:")) + 1
+    details[at:at] = _relation_lines(holding, children)
+    emit(settings.json, found, [task_line(found, names), *details, *workspace_lines(found)])
+
+
+def _relation_lines(holding: list[str], children: list[Task]) -> list[str]:
+    """Whether unfinished blockers hold the task's agent, and its subtasks."""
+    lines = []
+    if holding:
+        lines.append(
+            f"  its agent does not start until {', '.join(holding)} "
+            f"{'is' if len(holding) == 1 else 'are'} finished"
+        )
+    subtasks = [f"{c.id} {c.title!r} ({c.state})" for c in children]
+    lines.append(f"  subtasks: {', '.join(subtasks) if subtasks else 'none'}")
+    return lines
 
 
 def _other_task(host: Host, task_id: str) -> str:
@@ -124,19 +145,77 @@ def _task_details(task: Task, related: Mapping[str, str]) -> list[str]:
 
 @task.command("diff")
 @click.argument("ref", metavar="T")
+@click.option("--stat", is_flag=True, help="One line a file instead of the patch.")
 @pass_settings
-def task_diff(settings: Settings, ref: str) -> None:
-    """The task's worktree against its base commit, uncommitted and untracked changes included."""
+def task_diff(settings: Settings, ref: str, stat: bool) -> None:
+    """The task's worktree against its base commit, uncommitted and untracked changes
+    included: the patch as `git diff` prints it (`--stat`: one line a file)."""
     from core.services import worktrees
 
     with reader(settings) as host:
         found = worktrees.diff(host, ref)
+    if not settings.json and not stat:
+        if found["patch"]:
+            click.echo(found["patch"], nl=False)
+        if found["truncated"]:
+            click.echo(f"laneway: patch cut at {len(found['patch'])} characters", err=True)
+        return
     lines = [
         f"{f['status']:<8} +{f['additions']} -{f['deletions']}  {f['path']}" for f in found["files"]
     ]
     if found["truncated"]:
         lines.append(f"(patch cut at {len(found['patch'])} characters)")
     emit(settings.json, found, lines or [f"task {found['task_id']}: no changes"])
+
+
+@task.command("merge")
+@click.argument("ref", metavar="T")
+@click.option(
+    "--strategy",
+    type=click.Choice(["merge", "squash", "rebase"]),
+    default="merge",
+    show_default=True,
+)
+@click.option("--into", metavar="B", help="The branch to merge into (default: the task's base).")
+@pass_settings
+def task_merge(settings: Settings, ref: str, strategy: str, into: str | None) -> None:
+    """Merge the task's branch into B in its repository: no checkout is touched, the branch
+    moves only by compare-and-swap; a conflict changes nothing and names every path."""
+    with writer(settings) as host:
+        merged = host.changes.merge(ref, strategy=strategy, into=into)
+    lines = []
+    if merged["committed"]:
+        lines.append(
+            f"committed what task {merged['task_id']}'s worktree held uncommitted "
+            f"({merged['committed'][:12]})"
+        )
+    if merged["already"]:
+        lines.append(
+            f"{merged['into']} already has {merged['branch']} (at {merged['commit'][:12]})"
+        )
+    else:
+        lines.append(
+            f"merged {merged['branch']} into {merged['into']} ({merged['strategy']}): "
+            f"{merged['commit'][:12]}"
+        )
+    if merged["notice"]:
+        lines.append(merged["notice"])
+    emit(settings.json, merged, lines)
+
+
+@task.command("push")
+@click.argument("ref", metavar="T")
+@pass_settings
+def task_push(settings: Settings, ref: str) -> None:
+    """Push the task's branch to its workflow's remote (exactly its commit, leased against
+    what laneway last pushed: someone else's push is refused, never overwritten)."""
+    with writer(settings) as host:
+        pushed = host.changes.push(ref)
+    emit(
+        settings.json,
+        pushed,
+        [f"pushed {pushed['branch']} ({pushed['commit'][:12]}) to {pushed['remote']}"],
+    )
 
 
 @task.command("list")
@@ -291,12 +370,24 @@ def task_delete(settings: Settings, ref: str) -> None:
 @click.argument("ref", metavar="T")
 @click.argument("text", metavar="TEXT")
 @click.option("--author", default="user", metavar="A", help="Default: user.")
+@click.option("--file", "file", metavar="PATH", help="A file of the task's diff (with --line).")
+@click.option(
+    "--line", "line", type=whole(1, INT32_MAX), metavar="N", help="The line of --file commented on."
+)
 @pass_settings
-def task_comment(settings: Settings, ref: str, text: str, author: str) -> None:
-    """Comment on a task; fires on_comment at the task's step."""
+def task_comment(
+    settings: Settings, ref: str, text: str, author: str, file: str | None, line: int | None
+) -> None:
+    """Comment on a task, or on line N of a file of its diff; fires on_comment at the task's
+    step."""
     with writer(settings) as host:
-        added = host.comments.add(ref, text, author=author)
-    emit(settings.json, added, [f"comment {added.id} on task {added.task_id} by {added.author}"])
+        added = host.comments.add(ref, text, author=author, file=file, line=line)
+    where = f" at {added.file}:{added.line}" if added.file is not None else ""
+    emit(
+        settings.json,
+        added,
+        [f"comment {added.id} on task {added.task_id}{where} by {added.author}"],
+    )
 
 
 @task.command("comments")
@@ -309,7 +400,13 @@ def task_comments(settings: Settings, ref: str) -> None:
     emit(
         settings.json,
         found,
-        [f"{c.created_at}  {c.author}: {c.body}" for c in found] or ["no comments"],
+        [
+            f"{c.created_at}  {c.author}: "
+            + (f"{c.file}:{c.line}: " if c.file is not None else "")
+            + c.body
+            for c in found
+        ]
+        or ["no comments"],
     )
 
 
@@ -373,7 +470,9 @@ def participant() -> None:
     default=None,
     help="Default: reviewers and approvers decide, other roles do not.",
 )
-@click.option("--position", type=int, default=0, show_default=True, metavar="N")
+@click.option(
+    "--position", type=whole(-INT32_MAX - 1, INT32_MAX), default=0, show_default=True, metavar="N"
+)
 @pass_settings
 def participant_add(
     settings: Settings,

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any, Final
 import click
 
 from core.cli.app import Settings, pass_settings, reader
+from core.cli.numbers import whole
 from core.errors import LanewayError
 from core.store import events
 from core.store.events import Event
@@ -151,14 +152,14 @@ def follow(
 @click.option("--task", "task_ref", metavar="T", help="Only this task's events.")
 @click.option(
     "--since",
-    type=click.IntRange(min=0),
+    type=whole(0),
     default=None,
     metavar="ID",
     help="Replay the retained events after this id first (0: all). Default: from now.",
 )
 @click.option(
     "--count",
-    type=click.IntRange(min=1),
+    type=whole(1),
     default=None,
     metavar="N",
     help="Exit after N events.",

@@ -9,6 +9,7 @@ from typing import Any, TypeVar
 import click
 
 from core.cli.app import Settings, pass_settings, reader, writer
+from core.cli.numbers import FINITE, INT32_MAX, whole
 from core.cli.output import emit, profile_line, template_json, workflow_json, workflow_lines
 from core.errors import LanewayError
 from core.workflows import to_yaml
@@ -85,7 +86,7 @@ def workflow_show(settings: Settings, ref: str) -> None:
 @click.argument("ref", metavar="W")
 @click.option(
     "--max-step-arrivals",
-    type=click.IntRange(min=0),
+    type=whole(0, INT32_MAX),
     metavar="N",
     help="The runaway-loop limit: how often a trigger may bring a task to one step (0: none).",
 )
@@ -105,6 +106,19 @@ def workflow_show(settings: Settings, ref: str) -> None:
     help="Whether a task reaching the terminal step has its worktree removed, its uncommitted "
     "work committed to its branch (default: keep).",
 )
+@click.option(
+    "--remote",
+    metavar="R",
+    help="A git remote (a name or URL) task branches are pushed to ('' clears it).",
+)
+@click.option(
+    "--forge", metavar="NAME", help="Where pull requests are opened: github ('' clears it)."
+)
+@click.option("--forge-repo", metavar="OWNER/NAME", help="The repository on the forge.")
+@click.option("--forge-url", metavar="URL", help="The forge's API root (default its own).")
+@click.option(
+    "--forge-token-env", metavar="VAR", help="The variable the token is read from at run time."
+)
 @pass_settings
 def workflow_set(
     settings: Settings,
@@ -113,6 +127,11 @@ def workflow_set(
     repository: str | None,
     base_branch: str | None,
     retire_worktrees: bool | None,
+    remote: str | None,
+    forge: str | None,
+    forge_repo: str | None,
+    forge_url: str | None,
+    forge_token_env: str | None,
 ) -> None:
     """Change a workflow's settings."""
     if (
@@ -120,11 +139,15 @@ def workflow_set(
         and repository is None
         and base_branch is None
         and retire_worktrees is None
+        and remote is None
+        and forge is None
     ):
         raise click.UsageError(
-            "give --max-step-arrivals, --repository, --base-branch "
+            "give --max-step-arrivals, --repository, --base-branch, --remote, --forge "
             "or --retire-worktrees/--keep-worktrees"
         )
+    if forge is None and (forge_repo or forge_url or forge_token_env):
+        raise click.UsageError("--forge-repo, --forge-url and --forge-token-env go with --forge")
     with writer(settings) as host:
         wf = host.workflows.get(ref)
         if max_step_arrivals is not None:
@@ -133,6 +156,12 @@ def workflow_set(
             wf = host.workflows.set_repository(wf.id, repository, base_branch)
         if retire_worktrees is not None:
             wf = host.workflows.set_retire_worktrees(wf.id, retire_worktrees)
+        if remote is not None:
+            wf = host.workflows.set_remote(wf.id, remote)
+        if forge is not None:
+            wf = host.changes.set_forge(
+                wf.id, forge, repo=forge_repo, url=forge_url, token_env=forge_token_env
+            )
     emit(settings.json, workflow_json(wf), workflow_lines(wf, with_steps=False))
 
 
@@ -263,7 +292,7 @@ def _profile_options(*, for_set: bool) -> Callable[[_F], _F]:
         click.option(
             "--turn-timeout",
             "turn_timeout",
-            type=float,
+            type=FINITE,
             default=None if for_set else 3600.0,
             show_default=not for_set,
             metavar="S",
@@ -272,11 +301,20 @@ def _profile_options(*, for_set: bool) -> Callable[[_F], _F]:
         click.option(
             "--idle-timeout",
             "idle_timeout",
-            type=float,
+            type=FINITE,
             default=None if for_set else 900.0,
             show_default=not for_set,
             metavar="S",
             help="Seconds a turn may go without a word from the agent.",
+        ),
+        click.option(
+            "--mode",
+            "mode",
+            default=None,
+            metavar="M",
+            help="The ACP mode the profile's conversations start in (the step's session kinds "
+            "still change it per step; '' on set: the agent's own). docs/agents.md lists each "
+            "adapter's modes.",
         ),
         click.option(
             "--env", "env", multiple=True, metavar="K=V", help=f"Stored. Repeatable{when}."
@@ -317,7 +355,7 @@ def _profile_changes(given: dict[str, Any]) -> dict[str, Any]:
     """The command line's options as ProfileService arguments, parsed before the host opens
     (a typo must not cost a lock and a recovery scan); options not given are left out."""
     changes: dict[str, Any] = {}
-    for option in ("role", "protocol", "permissions", "turn_timeout", "idle_timeout"):
+    for option in ("role", "protocol", "permissions", "turn_timeout", "idle_timeout", "mode"):
         if given[option] is not None:
             changes[option] = given[option]
     if given["command"] is not None:

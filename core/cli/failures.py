@@ -25,14 +25,18 @@ class CommandFailed(click.ClickException):
     exit_code = 1
     as_json = False
 
-    def __init__(self, message: str, code: str = "invalid") -> None:
+    def __init__(
+        self, message: str, code: str = "invalid", extra: dict[str, object] | None = None
+    ) -> None:
         super().__init__(message)
         self.code = code
+        self.extra = extra or {}
 
     def show(self, file: IO[Any] | None = None) -> None:
         if self.as_json:
             text = json.dumps(
-                {"error": one_line(self.message), "code": self.code}, ensure_ascii=False
+                {**self.extra, "error": one_line(self.message), "code": self.code},
+                ensure_ascii=False,
             )
         else:
             text = f"laneway: {one_line(self.message)}"

@@ -115,11 +115,41 @@ def task_line(task: Task, names: StepNames | None = None) -> str:
             f" HALTED: runaway loop at {name(task.loop_halted_step_id)}; "
             "triggers no longer move it until a person does"
         )
+    if task.parent_id:
+        flags += f" parent={task.parent_id[-8:]}"
+    if task.blocked_by:
+        # every blocker it was given, finished ones too: `task show` says which still hold
+        flags += f" blockers={','.join(b[-8:] for b in task.blocked_by)}"
     workflow = names.get(task.workflow_id, task.workflow_id) if task.workflow_id else "-"
     return (
         f"{task.id}  {task.title!r}  workflow={_word(workflow)} "
         f"step={_word(name(task.workflow_step_id))} state={task.state}{flags}"
     )
+
+
+def workspace_lines(task: Task) -> list[str]:
+    """`task show`'s lines about what the task's branch started from and what became of it
+    (merged, pushed, a merge that conflicted); the branch itself is on the line above."""
+    record = task.workspace
+    if record is None:
+        return []
+    base = str(record.get("base_commit", ""))[:12]
+    lines = [f"  base: {record.get('base_branch')} at {base}"]
+    merge = record.get("merge")
+    if merge:
+        lines.append(
+            f"  merged into {merge.get('into')} ({merge.get('strategy')}) as "
+            f"{str(merge.get('commit', ''))[:12]} at {merge.get('at')}"
+        )
+    push = record.get("push")
+    if push:
+        sent = str(push.get("commit", ""))[:12]
+        lines.append(f"  pushed {sent} to {push.get('remote')} at {push.get('at')}")
+    conflict = record.get("conflict")
+    if conflict:
+        paths = ", ".join(str(p) for p in conflict.get("paths", ()))
+        lines.append(f"  merge into {conflict.get('into')} conflicted: {paths}")
+    return lines
 
 
 def _word(name: str) -> str:

@@ -39,6 +39,7 @@ T = TypeVar("T")
 DUTIES: Final[Mapping[str, str]] = {
     "laneway_register_action_kinds": "register its kinds",
     "laneway_register_guards": "register its guards",
+    "laneway_register_forges": "register its forges",
     "laneway_cli_commands": "add its commands",
     "laneway_host_started": "start with the host",
     "laneway_task_ownership": "answer task ownership",

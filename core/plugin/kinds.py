@@ -6,7 +6,7 @@ entry, ...). `core` reads these flags; it never switches on a kind's name.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from contextlib import AbstractContextManager
 from typing import TYPE_CHECKING, Any, Final, Literal
 
@@ -273,3 +273,55 @@ class GuardKind:
     evaluate: Callable[[GuardContext, Any], GuardResult]
     feature: str | None = None
     description: str = ""
+
+
+# -- forges: where a task's branch becomes a pull request --------------------------------------
+
+
+@attrs.frozen
+class ForgeConfig:
+    """A workflow's forge, as `workflow set --forge` stored it, with its token read from the
+    worker's environment at run time (never stored)."""
+
+    kind: str
+    repo: str
+    url: str | None = None
+    token: str | None = None
+
+
+@attrs.frozen
+class PullRequest:
+    number: int
+    url: str
+    state: Literal["open", "closed", "merged"]
+    head: str
+
+
+@attrs.frozen
+class ReviewComment:
+    """A review comment on a line of a pull request's diff."""
+
+    id: str
+    path: str
+    line: int
+    body: str
+    author: str
+
+
+@attrs.frozen
+class Forge:
+    """A forge a plugin declares through `laneway_register_forges` (`github` in the box).
+
+    :param open_or_update: ``(config, head, base, title, body, draft) -> PullRequest``: the
+        one pull request for the branch `head` (state any): updated when there is one, else
+        opened. Keyed by the branch, so calling it again never opens a second.
+    :param review_comments: ``(config, number) -> [ReviewComment]``, oldest first.
+    :param pull_request: ``(config, number) -> PullRequest``: its state now.
+    Each raises a :class:`core.errors.LanewayError` whose message is one line naming the forge
+    and what it answered.
+    """
+
+    name: str
+    open_or_update: Callable[[ForgeConfig, str, str, str, str, bool], PullRequest]
+    review_comments: Callable[[ForgeConfig, int], Sequence[ReviewComment]]
+    pull_request: Callable[[ForgeConfig, int], PullRequest]

@@ -30,7 +30,7 @@ from core.plugin.calls import (
     report_hook_failure,
 )
 from core.plugin.features import BUILTIN, Features
-from core.plugin.kinds import ActionKind, GuardKind
+from core.plugin.kinds import ActionKind, Forge, GuardKind
 from core.plugin.loaded import ESSENTIAL, LoadedPlugins, PluginError, PluginInfo
 
 
@@ -62,6 +62,7 @@ class Registry:
     plugins: tuple[PluginInfo, ...]
     features: Features
     hooks: Hooks
+    forges: Mapping[str, Forge] = attrs.field(factory=dict)
 
     @property
     def declared_features(self) -> tuple[str, ...]:
@@ -87,6 +88,9 @@ class Registry:
 
     def kinds_of(self, plugin: str) -> list[str]:
         return sorted(n for n, k in self.kinds.items() if k.plugin == plugin)
+
+    def forge(self, name: str) -> Forge | None:
+        return self.forges.get(name)
 
     def guards_of(self, plugin: str) -> list[str]:
         return sorted(n for n, g in self.guards.items() if g.plugin == plugin)
@@ -125,6 +129,8 @@ class Registry:
 def build_registry(loaded: LoadedPlugins, features: Features) -> Registry:
     kinds: dict[str, RegisteredKind] = {}
     guards: dict[str, RegisteredGuard] = {}
+    forges: dict[str, Forge] = {}
+    forge_plugins: dict[str, str] = {}
     failed_plugins: dict[str, str] = {}
 
     def register_kind(kind: ActionKind, plugin: str) -> None:
@@ -148,9 +154,21 @@ def build_registry(loaded: LoadedPlugins, features: Features) -> Registry:
             )
         guards[guard.name] = RegisteredGuard(guard, plugin, features.enabled(guard.feature))
 
+    def register_forge(forge: Forge, plugin: str) -> None:
+        if not isinstance(forge, Forge):
+            raise TypeError(f"registered {forge!r}, not a Forge")
+        if forge.name in forges:
+            raise RegistryError(
+                f"forge {forge.name!r} is declared by two plugins: "
+                f"{forge_plugins[forge.name]!r} and {plugin!r}"
+            )
+        forges[forge.name] = forge
+        forge_plugins[forge.name] = plugin
+
     hooks = (
         ("laneway_register_action_kinds", register_kind),
         ("laneway_register_guards", register_guard),
+        ("laneway_register_forges", register_forge),
     )
 
     def failed(call: HookCall, exc: Exception) -> None:
@@ -160,6 +178,8 @@ def build_registry(loaded: LoadedPlugins, features: Features) -> Registry:
             raise PluginError(hook_failure(call.plugin, call.hook, exc)) from exc
         failed_plugins[call.plugin] = report_hook_failure(call.plugin, call.hook, exc, skipped=True)
         _drop(loaded, call.plugin, kinds, guards)
+        for name in [n for n, p in forge_plugins.items() if p == call.plugin]:
+            del forges[name], forge_plugins[name]
 
     for hook, register in hooks:
         # registration order (core, then plugins), so a conflict names the first declarer first
@@ -178,7 +198,9 @@ def build_registry(loaded: LoadedPlugins, features: Features) -> Registry:
         else _with_feature_state(info, kinds, guards, features)
         for info in loaded.infos
     )
-    return Registry(kinds, guards, infos, features, Hooks(loaded.manager, strict=loaded.strict))
+    return Registry(
+        kinds, guards, infos, features, Hooks(loaded.manager, strict=loaded.strict), forges
+    )
 
 
 def _drop(

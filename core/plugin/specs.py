@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING
 import pluggy
 
 from core.model import AgentFailure, Task, Workspace
-from core.plugin.kinds import ActionKind, GuardKind
+from core.plugin.kinds import ActionKind, Forge, GuardKind
 from core.plugin.views import PluginHost
 
 if TYPE_CHECKING:
@@ -51,6 +51,15 @@ def laneway_register_guards(register: Callable[[GuardKind], None]) -> None:
     Called with :func:`laneway_register_action_kinds`. A guard is written in a workflow as
     ``if: {<name>: {...}}`` on a move action (or, legacy form, ``<name>: {...}`` at the top of
     the move's config).
+    """
+
+
+@hookspec
+def laneway_register_forges(register: Callable[[Forge], None]) -> None:
+    """Declare the forges (GitHub, ...) this plugin speaks to.
+
+    :param register: call once per forge with a :class:`core.plugin.kinds.Forge`; a workflow
+        names it by its ``name`` (`workflow set --forge NAME`).
     """
 
 

@@ -17,6 +17,8 @@ from collections.abc import Mapping
 from contextlib import AbstractContextManager
 from typing import TYPE_CHECKING, Any, Protocol
 
+import attrs
+
 if TYPE_CHECKING:
     from core.model import Decision, Participant, Run, Session, Step, Task, Workflow, Workspace
     from core.plugin.kinds import Features
@@ -65,7 +67,7 @@ class RunsView(Protocol):
 
     def primary_agent(self, task: Task, step_id: str) -> str | None: ...
 
-    def assign(self, task: Task, step_id: str, agent_profile_id: str) -> Enqueued: ...
+    def assign(self, task: Task, step_id: str, agent_profile_id: str) -> Enqueued | None: ...
 
     def start_review(self, task_id: str, step_id: str, agent_profile_id: str | None) -> str: ...
 
@@ -86,6 +88,8 @@ class ProfilesView(Protocol):
 class SessionsView(Protocol):
     def record_effect(self, session_id: str, **changes: Any) -> Session: ...
 
+    def turn_starting(self, session_id: str) -> bool: ...
+
 
 class WorkflowsView(Protocol):
     def by_id(self, workflow_id: str) -> Workflow: ...
@@ -93,6 +97,51 @@ class WorkflowsView(Protocol):
 
 class WorkspaceView(Protocol):
     def by_id(self, workspace_id: str) -> Workspace: ...
+
+
+@attrs.frozen
+class Claim:
+    """A durable action's ledger claim, as its executor names it to a service whose effect
+    lies outside the database (`changes.merge`, `changes.push`): the service checks it is
+    still held just before the effect, so a process that lost it never acts."""
+
+    entry_id: str
+    position: int
+    kind: str
+    epoch: str
+
+
+class ChangesView(Protocol):
+    """A task's branch leaving the board (`core.services.changes`)."""
+
+    def merge(
+        self,
+        ref: str,
+        *,
+        strategy: str | None = None,
+        into: str | None = None,
+        claim: Claim | None = None,
+    ) -> dict[str, Any]:
+        """Raises `MergeConflict` (its `paths`) when the branch does not merge cleanly."""
+        ...
+
+    def push(self, ref: str, *, claim: Claim | None = None) -> dict[str, Any]: ...
+
+    def conflict_back(self, ref: str, step: str, paths: tuple[str, ...], into: str) -> str: ...
+
+    def pull_request(
+        self,
+        ref: str,
+        *,
+        title: str | None = None,
+        body: str | None = None,
+        draft: bool = False,
+        claim: Claim | None = None,
+    ) -> dict[str, Any]: ...
+
+    def sync_pull_request(self, ref: str) -> dict[str, Any]: ...
+
+    def send(self, ref: str, step: str, why: str) -> str: ...
 
 
 class PluginServices(Protocol):
@@ -121,6 +170,9 @@ class PluginServices(Protocol):
 
     @property
     def workspace(self) -> WorkspaceView: ...
+
+    @property
+    def changes(self) -> ChangesView: ...
 
     @property
     def store(self) -> TransactionScope:
@@ -177,6 +229,8 @@ class PluginHost(PluginServices, Protocol):
 
 __all__ = [
     "BundleView",
+    "ChangesView",
+    "Claim",
     "DecisionsView",
     "ParticipantsView",
     "PluginHost",

@@ -20,6 +20,7 @@ import attrs
 import sqlalchemy as sa
 
 from core.model import WORKING_STATES, Workflow
+from core.outbox import TERMINAL_STATES
 from core.shapes import workflow_json
 from core.store import tables as t
 
@@ -136,6 +137,10 @@ def read(
         check()
         _permissions(conn, page, badges)
         check()
+        _latest_runs(conn, page, badges)
+        check()
+        _relations(conn, page, badges)
+        check()
     for card in task_rows:
         card["wip_admitted"] = bool(card["wip_admitted"])
         card["is_ephemeral"] = bool(card["is_ephemeral"])
@@ -191,6 +196,9 @@ def _empty_badges() -> dict[str, Any]:
         "queued": False,
         "queued_behind": 0,
         "last_error": None,
+        "last_run": None,
+        "blockers": [],
+        "subtasks": {"done": 0, "total": 0},
     }
 
 
@@ -233,8 +241,6 @@ def _runs(conn: sa.Connection, page: sa.Select[Any], badges: dict[str, dict[str,
             b["running"] = True
         elif status == "dead":
             b["dead_run"] = True
-        elif status == "failed":
-            b["last_error"] = r["error_message"] or "run failed"
         elif status == "queued":
             b["queued"] = True
         if status == "queued" and r["task_id"] not in first_queued:
@@ -260,6 +266,57 @@ def _queued_behind(
         queue.setdefault(agent, []).append((at, run_id))
     for task_id, (agent, at, run_id) in first_queued.items():
         badges[task_id]["queued_behind"] = bisect.bisect_left(queue.get(agent, []), (at, run_id))
+
+
+def _latest_runs(
+    conn: sa.Connection, page: sa.Select[Any], badges: dict[str, dict[str, Any]]
+) -> None:
+    """Each task's latest run (the last requested): its status (`last_run`), and its error
+    when it failed (`last_error`). A failure a later run made good is history, not a badge:
+    the demo's finished task does not keep a red error."""
+    later = R.alias("later")
+    found = conn.execute(
+        sa.select(R.c.task_id, R.c.status, R.c.error_message).where(
+            R.c.task_id.in_(page),
+            ~sa.exists().where(
+                later.c.task_id == R.c.task_id,
+                sa.tuple_(later.c.requested_at, later.c.id) > sa.tuple_(R.c.requested_at, R.c.id),
+            ),
+        )
+    )
+    for task_id, status, error in found:
+        b = badges[task_id]
+        b["last_run"] = status
+        if status == "failed":
+            b["last_error"] = error or "run failed"
+
+
+def _relations(
+    conn: sa.Connection, page: sa.Select[Any], badges: dict[str, dict[str, Any]]
+) -> None:
+    """The blockers that still hold each task (`blockers`: id, title, state; finished ones
+    left out) and how many of its subtasks are finished (`subtasks`: done, total)."""
+    blocker = T.alias("blocker")
+    for task_id, b_id, title, state in conn.execute(
+        sa.select(t.task_blockers.c.task_id, blocker.c.id, blocker.c.title, blocker.c.state)
+        .join(blocker, blocker.c.id == t.task_blockers.c.blocker_id)
+        .where(
+            t.task_blockers.c.task_id.in_(page),
+            blocker.c.state.not_in(sorted(TERMINAL_STATES)),
+        )
+        .order_by(t.task_blockers.c.created_at, blocker.c.id)
+    ):
+        badges[task_id]["blockers"].append({"id": b_id, "title": title, "state": state})
+    child = T.alias("child")
+    for parent_id, state, n in conn.execute(
+        sa.select(child.c.parent_id, child.c.state, sa.func.count())
+        .where(child.c.parent_id.in_(page), child.c.archived_at.is_(None))
+        .group_by(child.c.parent_id, child.c.state)
+    ):
+        counted = badges[parent_id]["subtasks"]
+        counted["total"] += int(n)
+        if state in TERMINAL_STATES:
+            counted["done"] += int(n)
 
 
 def _sessions(conn: sa.Connection, page: sa.Select[Any], badges: dict[str, dict[str, Any]]) -> None:

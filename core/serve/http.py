@@ -23,6 +23,7 @@ from starlette.responses import JSONResponse, Response
 
 from core.errors import LanewayError
 from core.logs import logger
+from core.numbers import NOT_FINITE, finite
 from core.shapes import plain
 
 if TYPE_CHECKING:
@@ -61,11 +62,18 @@ class ClientGone(Exception):
 class HttpError(Exception):
     """An answer other than success: status, one line and a stable code."""
 
-    def __init__(self, status: int, message: str, code: str | None = None) -> None:
+    def __init__(
+        self,
+        status: int,
+        message: str,
+        code: str | None = None,
+        extra: Mapping[str, Any] | None = None,
+    ) -> None:
         super().__init__(message)
         self.status = status
         self.message = message
         self.code = code or code_of_status(status)
+        self.extra = dict(extra or {})
 
 
 def bad(message: str) -> HttpError:
@@ -78,8 +86,9 @@ def error_response(
     headers: Mapping[str, str] | None = None,
     *,
     code: str | None = None,
+    extra: Mapping[str, Any] | None = None,
 ) -> Response:
-    body = {"error": message, "code": code or code_of_status(status)}
+    body = {**(extra or {}), "error": message, "code": code or code_of_status(status)}
     return JSONResponse(body, status_code=status, headers=dict(headers or {}))
 
 
@@ -136,6 +145,14 @@ class Call:
             raise bad(f"field {field!r}: expected a string, got {_kind(value)}")
         return value
 
+    def opt_int(self, field: str) -> int | None:
+        value = self.obj().get(field)
+        if value is None:
+            return None
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise bad(f"field {field!r}: expected an integer, got {_kind(value)}")
+        return value
+
     def flag(self, name: str) -> bool:
         raw = self.query.get(name)
         if raw is None:
@@ -190,7 +207,7 @@ def _parse_json(raw: bytes) -> Any:
     if not raw.strip():
         return None
     try:
-        value = json.loads(raw)
+        value = json.loads(raw, parse_constant=_NotFinite, parse_float=_float)
     except UnicodeDecodeError:
         raise bad("body: not UTF-8 text") from None
     except RecursionError:
@@ -201,12 +218,29 @@ def _parse_json(raw: bytes) -> Any:
     return value
 
 
+class _NotFinite:
+    """A number of the body that is not finite (`Infinity`, `NaN`, `1e999`), as it was
+    written: refused by `_check_value`, which knows the field it is in."""
+
+    def __init__(self, text: str) -> None:
+        self.text = text
+
+
+def _float(text: str) -> float | _NotFinite:
+    value = finite(float(text))
+    return _NotFinite(text) if value is None else value
+
+
 def _check_value(value: Any) -> None:
     """A body no deeper than MAX_DEPTH, with no NUL in any text (PostgreSQL refuses NUL in a
-    string where SQLite stores it: the same 400 on both instead of a driver error on one)."""
-    stack = [(value, 1)]
+    string where SQLite stores it: the same 400 on both instead of a driver error on one),
+    and no number that is not finite (core.numbers)."""
+    stack: list[tuple[Any, int, str]] = [(value, 1, "")]
     while stack:
-        item, depth = stack.pop()
+        item, depth, path = stack.pop()
+        if isinstance(item, _NotFinite):
+            where = f"field {path.removeprefix('.')!r}" if path else "body"
+            raise bad(f"{where}: {item.text} {NOT_FINITE}")
         if isinstance(item, str):
             if "\x00" in item:
                 raise bad("body: text must not contain NUL characters")
@@ -215,8 +249,11 @@ def _check_value(value: Any) -> None:
             continue
         if depth > MAX_DEPTH:
             raise bad(f"body: JSON nested deeper than {MAX_DEPTH} levels")
-        children = [*item.keys(), *item.values()] if isinstance(item, dict) else item
-        stack.extend((child, depth + 1) for child in children)
+        if isinstance(item, dict):
+            stack.extend((k, depth + 1, path) for k in item)
+            stack.extend((v, depth + 1, f"{path}.{k}") for k, v in item.items())
+        else:
+            stack.extend((v, depth + 1, f"{path}[{i}]") for i, v in enumerate(item))
 
 
 def check_text(where: str, value: str) -> None:
@@ -265,7 +302,7 @@ def endpoint(
             # otherwise hold the event loop (and every other connection) while it is written.
             response = await run_in_threadpool(_answer, route, call)
         except HttpError as exc:
-            response = error_response(exc.status, exc.message, code=exc.code)
+            response = error_response(exc.status, exc.message, code=exc.code, extra=exc.extra)
         except ClientDisconnect:
             # Nobody is left to answer; an ordinary event on a network, not a fault.
             logger.bind(method=request.method, path=request.url.path).debug(
@@ -311,7 +348,7 @@ def _run(route: Route, call: Call) -> Reply:
         raise HttpError(499, "client closed the request") from None
     except USER_ERRORS as exc:
         message = one_line(str(exc)) or type(exc).__name__
-        raise HttpError(exc.http_status, message, exc.code) from None
+        raise HttpError(exc.http_status, message, exc.code, exc.details()) from None
     except sa.exc.IntegrityError as exc:
         # A concurrent writer got there first (a unique name, a deleted parent).
         logger.bind(error=one_line(str(exc.orig or exc))).info("write refused by a constraint")

@@ -4,7 +4,7 @@ the same JSON shape (`core.shapes`). Routes past HTTP.md's table (`/api/board`,
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Final
 
 from starlette.responses import Response
 from starlette.routing import Route
@@ -164,9 +164,25 @@ def task_comments(call: Call) -> Reply:
 
 def task_comment(call: Call) -> Reply:
     added = call.host.comments.add(
-        call.path["t"], call.text("body"), author=call.opt_text("author")
+        call.path["t"],
+        call.text("body"),
+        author=call.opt_text("author"),
+        file=call.opt_text("file"),
+        line=call.opt_int("line"),
     )
     return Reply(added, status=201)
+
+
+def task_merge(call: Call) -> Reply:
+    body = call.body if call.body is not None else {}
+    strategy = into = None
+    if body:
+        strategy, into = call.opt_text("strategy"), call.opt_text("into")
+    return Reply(call.host.changes.merge(call.path["t"], strategy=strategy, into=into))
+
+
+def task_push(call: Call) -> Reply:
+    return Reply(call.host.changes.push(call.path["t"]))
 
 
 def task_entries(call: Call) -> Reply:
@@ -262,14 +278,22 @@ def session_send(call: Call) -> Reply:
     return Reply(session_json(sent, call.host.profiles.list()))
 
 
+MAX_ID: Final = 2**63 - 1
+"""The largest sequence number or id a query may name (a BIGINT column)."""
+
+
 def _count(call: Call, name: str, default: int) -> int:
     raw = call.query.get(name)
     if raw is None:
         return default
     try:
-        return int(raw)
+        number = int(raw)
     except ValueError:
         raise bad(f"query {name!r}: expected a whole number, got {raw!r}") from None
+    if abs(number) > MAX_ID:
+        # never handed to the driver: PostgreSQL's BIGINT would refuse it in its own words
+        raise bad(f"query {name!r}: must be at most {MAX_ID}")
+    return number
 
 
 def session_transcript(call: Call) -> Reply:
@@ -312,6 +336,47 @@ def permission_answer(call: Call) -> Reply:
         call.path["p"], outcome == "allow", always=always, by=by if by is not None else "user"
     )
     return Reply(answered)
+
+
+def hooks_list(call: Call) -> Reply:
+    """As `hook list`: never a secret."""
+    from core.services import hooks
+
+    return Reply([h.as_json() for h in hooks.list_hooks(call.host.store)])
+
+
+def hook_add(call: Call) -> Reply:
+    """As `hook add`: `{"url", "events"?: [type], "secret"?}` (the secret is stored, never
+    answered)."""
+    from core.services import hooks
+
+    url = call.text("url")
+    types = call.obj().get("events") or []
+    if not isinstance(types, list) or not all(isinstance(x, str) for x in types):
+        raise bad("field 'events': expected a list of event types")
+    secret = call.opt_text("secret")
+    made = hooks.add(
+        call.host.store, hooks.check_url(url), hooks.parse_events(",".join(types)), secret or None
+    )
+    return Reply(made.as_json(), status=201)
+
+
+def hook_remove(call: Call) -> Reply:
+    """As `hook remove`."""
+    from core.services import hooks
+
+    return Reply(hooks.remove(call.host.store, call.path["h"]).as_json())
+
+
+def hook_deliveries(call: Call) -> Reply:
+    """As `hook deliveries`: `?hook=H&state=S` narrow it."""
+    from core.services import hooks
+
+    state = call.query.get("state")
+    if state is not None and state not in hooks.STATES:
+        raise bad(f"query 'state': expected one of {', '.join(hooks.STATES)}, got {state!r}")
+    found = hooks.deliveries(call.host.store, hook_id=call.query.get("hook"), state=state)
+    return Reply([d.as_json() for d in found])
 
 
 def run_cancel(call: Call) -> Reply:
@@ -459,11 +524,17 @@ ROUTES = [
     Route("/api/tasks/{t}/entries", endpoint(task_entries), methods=["GET"]),
     Route("/api/tasks/{t}/decisions", endpoint(task_decisions), methods=["GET"]),
     Route("/api/tasks/{t}/diff", endpoint(task_diff), methods=["GET"]),
+    Route("/api/tasks/{t}/merge", endpoint(task_merge), methods=["POST"]),
+    Route("/api/tasks/{t}/push", endpoint(task_push), methods=["POST"]),
     Route("/api/entries", endpoint(entries_list), methods=["GET"]),
     Route("/api/runs", endpoint(runs_list), methods=["GET"]),
     Route("/api/runs/{r}", endpoint(run_show), methods=["GET"]),
     Route("/api/permissions", endpoint(permissions_list), methods=["GET"]),
     Route("/api/permissions/{p}", endpoint(permission_answer), methods=["POST"]),
+    Route("/api/hooks", endpoint(hooks_list), methods=["GET"]),
+    Route("/api/hooks", endpoint(hook_add), methods=["POST"]),
+    Route("/api/hooks/deliveries", endpoint(hook_deliveries), methods=["GET"]),
+    Route("/api/hooks/{h}", endpoint(hook_remove), methods=["DELETE"]),
     Route("/api/runs/{r}/cancel", endpoint(run_cancel), methods=["POST"]),
     Route("/api/runs/{r}/retry", endpoint(run_retry), methods=["POST"]),
     Route("/api/decisions", endpoint(decision_record), methods=["POST"]),

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from core.services.blockers import BlockerService
     from core.services.budgets import BudgetService
+    from core.services.changes import ChangeService
     from core.services.comments import CommentService
     from core.services.decisions import DecisionService
     from core.services.entries import EntryService
@@ -30,6 +31,7 @@ if TYPE_CHECKING:
 MODULES = {
     "BlockerService": "blockers",
     "BudgetService": "budgets",
+    "ChangeService": "changes",
     "CommentService": "comments",
     "DecisionService": "decisions",
     "EntryService": "entries",
@@ -50,6 +52,7 @@ MODULES = {
 __all__ = [
     "BlockerService",
     "BudgetService",
+    "ChangeService",
     "CommentService",
     "DecisionService",
     "EntryService",

@@ -24,6 +24,7 @@ import sqlalchemy as sa
 from core import ids
 from core.errors import Conflict, LanewayError
 from core.model import Task
+from core.outbox import TERMINAL_STATES
 from core.services.base import Lazy, Service
 from core.store import events
 from core.store import tables as t
@@ -83,7 +84,9 @@ def _waits_on(uow: UnitOfWork, start: str, target: str) -> list[str] | None:
 
 
 class BlockerService(Service):
-    """Which tasks block which."""
+    """Which tasks block which. A blocked task may be moved like any other, but its agent does
+    not start while a blocker is unfinished: `task start` refuses, and a `task_assigned` run
+    (an arrival's auto start) is not queued (`RunService.assign`)."""
 
     def __init__(self, peers: Peers, *, tasks: Lazy[TaskService]) -> None:
         super().__init__(peers)
@@ -135,6 +138,25 @@ class BlockerService(Service):
             write_blocked_by(uow, task.id)
             events.record(uow, "task.updated", task.id, unblocked_by=blocker.id)
         return self._tasks().get(task.id)
+
+    def unfinished(self, task_id: str) -> list[Task]:
+        """The task's blockers that have not finished (not at a terminal step, nor failed or
+        cancelled), oldest block first: while there is one, the task's agent does not start
+        (docs/cli.md "Blockers")."""
+        with self.peers.store.read() as conn:
+            waiting = [
+                str(b)
+                for b in conn.execute(
+                    sa.select(BLOCKERS.c.blocker_id)
+                    .join(TASKS, TASKS.c.id == BLOCKERS.c.blocker_id)
+                    .where(
+                        BLOCKERS.c.task_id == task_id,
+                        TASKS.c.state.not_in(sorted(TERMINAL_STATES)),
+                    )
+                    .order_by(BLOCKERS.c.created_at, BLOCKERS.c.blocker_id)
+                ).scalars()
+            ]
+        return [self._tasks().get(b) for b in waiting]
 
     def blocking(self, task_ref: str) -> list[str]:
         """The ids of the tasks the task blocks."""

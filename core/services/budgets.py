@@ -26,6 +26,7 @@ import sqlalchemy as sa
 
 from core import ids, outbox
 from core.errors import LanewayError, NotFound
+from core.numbers import NOT_FINITE, finite
 from core.services.base import Lazy, Service
 from core.store import tables as t
 from core.store.database import UnitOfWork
@@ -221,8 +222,10 @@ class BudgetService(Service):
             raise LanewayError(f"budget period {period!r}: must be one of {', '.join(PERIODS)}")
         if isinstance(limit_usd, bool) or not isinstance(limit_usd, int | float):
             raise LanewayError("budget limit: must be a number")
+        if finite(limit_usd) is None:
+            raise LanewayError(f"budget limit: {limit_usd} {NOT_FINITE}")
         if not limit_usd > 0:
-            raise LanewayError(f"budget limit: must be more than 0, got {limit_usd}")
+            raise LanewayError(f"budget limit: must be more than 0, got {finite(limit_usd)}")
         wanted = sorted(set(DEFAULT_THRESHOLDS if thresholds is None else thresholds))
         if not wanted or any(
             isinstance(p, bool) or not isinstance(p, int) or p <= 0 for p in wanted

@@ -4,6 +4,7 @@ delivery of one comment's trigger evaluates its actions once, whoever delivers i
 
 from __future__ import annotations
 
+import hashlib
 from typing import TYPE_CHECKING
 
 import sqlalchemy as sa
@@ -15,7 +16,7 @@ from core.model import Comment
 from core.services.base import Lazy, Service
 from core.store import events, rows
 from core.store import tables as t
-from core.text import require_text
+from core.text import MAX_COMMENT, require_text
 
 if TYPE_CHECKING:
     from core.services.peers import Peers
@@ -49,23 +50,39 @@ class CommentService(Service):
         body: str,
         *,
         author: str | None = None,
+        file: str | None = None,
+        line: int | None = None,
         by_agent: str | None = None,
     ) -> Comment:
-        """Add a comment to the task (by `author`, default `user`), then fire on_comment at
-        its step (when it has one). `by_agent`: the agent profile that wrote it (a run's
-        `comment` tool): on_comment does not wake that agent, and counts toward the
-        runaway-loop limit."""
+        """Add a comment to the task (by `author`, default `user`), or to line `line` of
+        `file` in its diff, then fire on_comment at its step (when it has one). `by_agent`:
+        the agent profile that wrote it (a run's `comment` tool): on_comment does not wake
+        that agent, and counts toward the runaway-loop limit."""
         self._require_writer()
+        if (file is None) != (line is None):
+            raise LanewayError("a line comment needs both --file PATH and --line N")
+        if file is not None:
+            if not file.strip():
+                raise LanewayError("comment file: must not be empty")
+            require_text(file, "comment file", t.column_length(C.c.file))
+        if line is not None and line < 1:
+            raise LanewayError(f"comment line {line}: must be 1 or more")
         author = DEFAULT_AUTHOR if author is None else author
         if not body.strip():
             raise LanewayError("comment body: must not be empty")
-        require_text(body, "comment body")
+        require_text(body, "comment body", MAX_COMMENT)
         if not author.strip():
             raise LanewayError("comment author: must not be empty")
         require_text(author, "comment author", t.column_length(C.c.author))
         task = self._tasks().get(task_ref)
         comment = Comment(
-            id=ids.new_id(), task_id=task.id, author=author, body=body, created_at=ids.now()
+            id=ids.new_id(),
+            task_id=task.id,
+            author=author,
+            body=body,
+            created_at=ids.now(),
+            file=file,
+            line=line,
         )
         with self.peers.store.transaction() as uow:
             uow.conn.execute(
@@ -75,11 +92,49 @@ class CommentService(Service):
                     author=comment.author,
                     body=comment.body,
                     created_at=comment.created_at,
+                    file=comment.file,
+                    line=comment.line,
                 )
             )
             events.record(uow, "comment.added", task.id, comment_id=comment.id)
         self.fire(comment.id, by_agent=by_agent)
         return comment
+
+    def add_once(
+        self,
+        task_ref: str,
+        key: str,
+        body: str,
+        *,
+        author: str,
+        file: str | None = None,
+        line: int | None = None,
+    ) -> Comment | None:
+        """A comment that comes from outside the board once per `key` (a forge's review
+        comment): its id is derived from the key and inserted only when absent, one
+        conditional statement deciding, then on_comment fires; None when it was there."""
+        self._require_writer()
+        task = self._tasks().get(task_ref)
+        comment_id = "k" + hashlib.sha256(f"{task.id}:{key}".encode()).hexdigest()[:40]
+        at = ids.now()
+        values = {
+            "id": comment_id,
+            "task_id": task.id,
+            "author": author[: t.column_length(C.c.author)] or "someone",
+            "body": body if body.strip() else "(empty)",
+            "created_at": at,
+            "file": file,
+            "line": line,
+        }
+        absent = ~sa.exists().where(C.c.id == comment_id)
+        select = sa.select(*(sa.literal(v, C.c[k].type) for k, v in values.items())).where(absent)
+        with self.peers.store.transaction() as uow:
+            inserted = sa.insert(C).from_select(list(values), select).returning(C.c.id)
+            if uow.conn.execute(inserted).first() is None:
+                return None
+            events.record(uow, "comment.added", task.id, comment_id=comment_id)
+        self.fire(comment_id)
+        return self.get(comment_id)
 
     def fire(self, comment_id: str, *, by_agent: str | None = None) -> TriggerResult:
         """Deliver the comment's on_comment trigger: evaluated once per comment (its operation

@@ -13,6 +13,7 @@ from core.services.base import Lazy, Service
 from core.store import events, rows
 from core.store import tables as t
 from core.store.database import UnitOfWork
+from core.text import MAX_COMMENT, cut_to, require_text
 
 if TYPE_CHECKING:
     from core.services.participants import ParticipantService
@@ -84,6 +85,7 @@ class DecisionService(Service):
         self._require_writer()
         if verdict not in VERDICTS:
             raise LanewayError(f"verdict {verdict!r}: must be one of {', '.join(VERDICTS)}")
+        require_text(comment, "verdict comment", MAX_COMMENT)
         task_row = self._tasks().get(task)
         if task_row.workflow_id is None:
             raise LanewayError(f"task {task_row.id} is not in a workflow")
@@ -200,6 +202,10 @@ class DecisionService(Service):
         per run: see `record`)."""
         if not step_id or not agent_profile_id:
             raise LanewayError("a decision needs the step and the agent that made it")
+        # the agent's words as they came (NUL replaced, as in its transcript), cut to the
+        # comment bound: its verdict counts whatever it wrote beside it
+        comment = cut_to(comment.replace("\x00", "\ufffd"), MAX_COMMENT)
+        comment = comment.encode("utf-8", "replace").decode("utf-8")
         seat = next(
             (
                 s

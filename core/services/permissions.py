@@ -105,6 +105,14 @@ class PermissionService(Service):
                 run_id=run_id,
                 state="pending",
             )
+            events.record(
+                uow,
+                "task.needs_person",
+                task_id,
+                reason="permission",
+                permission_id=found.id,
+                run_id=run_id,
+            )
         return found
 
     def answer(
@@ -151,6 +159,14 @@ class PermissionService(Service):
                     permission_id=found.id,
                     run_id=found.run_id,
                     state=state,
+                )
+                events.record(
+                    uow,
+                    "task.needs_person_ended",
+                    found.task_id,
+                    reason="permission",
+                    permission_id=found.id,
+                    run_id=found.run_id,
                 )
         after = self.get(found.id)
         if won != 1:

@@ -31,6 +31,7 @@ SETTABLE = (
     "auto_allow",
     "turn_timeout",
     "idle_timeout",
+    "mode",
 )
 """The options of a profile `set` may change: all of `add`'s but the name."""
 
@@ -116,12 +117,16 @@ def _checked(name: str, options: Mapping[str, Any]) -> dict[str, Any]:
         _one_of(name, "permissions", options["permissions"], PERMISSION_MODES)
     for kind in options.get("auto_allow", ()):
         _one_of(name, "auto_allow", kind, TOOL_KINDS)
+    if options.get("mode") is not None:
+        require_text(options["mode"], f"profile {name!r}, mode", 200)
     values: dict[str, Any] = {}
     for option, value in options.items():
         if option in ("turn_timeout", "idle_timeout"):
             values[option] = _seconds(name, option, value)
         elif option in ("env", "env_from"):
             values[option] = rows.dumps(dict(value or {}))
+        elif option == "mode":
+            values[option] = value or None  # `--mode ''`: the agent's own starting mode
         elif option == "auto_allow":
             values[option] = rows.dumps(list(dict.fromkeys(value)))
         elif option in _JSON_OPTIONS:
@@ -154,6 +159,7 @@ class ProfileService(Service):
         auto_allow: list[str] | tuple[str, ...] = (),
         turn_timeout: float = 3600.0,
         idle_timeout: float = 900.0,
+        mode: str | None = None,
     ) -> AgentProfile:
         """A new profile. Its agents see only the base environment (`core.agents.environment`),
         `env`, the worker variables `pass_env` and `requires_env` name, and `env_from`
@@ -180,6 +186,7 @@ class ProfileService(Service):
                 "auto_allow": auto_allow,
                 "turn_timeout": turn_timeout,
                 "idle_timeout": idle_timeout,
+                "mode": mode,
             },
         )
         workspace = self._workspace().get()

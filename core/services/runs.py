@@ -3,13 +3,14 @@ from __future__ import annotations
 import builtins
 import json
 import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Final
 
 import sqlalchemy as sa
 
 from core import ids, runs
 from core.errors import Conflict, LanewayError, NotFound
+from core.logs import logger
 from core.model import Run, Task
 from core.services.base import Lazy, Service
 from core.services.participants import merged_seats
@@ -18,6 +19,7 @@ from core.store import rows
 from core.store import tables as t
 
 if TYPE_CHECKING:
+    from core.services.blockers import BlockerService
     from core.services.peers import Peers
     from core.services.profiles import ProfileService
     from core.services.workflows import WorkflowService
@@ -41,9 +43,15 @@ class RunService(Service):
     """The runs queue: agent work requested by workflow actions."""
 
     def __init__(
-        self, peers: Peers, *, profiles: Lazy[ProfileService], workflows: Lazy[WorkflowService]
+        self,
+        peers: Peers,
+        *,
+        blockers: Lazy[BlockerService],
+        profiles: Lazy[ProfileService],
+        workflows: Lazy[WorkflowService],
     ) -> None:
         super().__init__(peers)
+        self._blockers = blockers
         self._profiles = profiles
         self._workflows = workflows
 
@@ -180,6 +188,25 @@ class RunService(Service):
         with self.peers.store.read() as conn:
             return [rows.run(r) for r in conn.execute(query).mappings()]
 
+    def waits_for_host(self, found: Sequence[Run]) -> dict[str, str]:
+        """Queued runs among `found` that only a worker on one host may take (their task's
+        worktree lives there: core.runs claims them only there): run id -> that host."""
+        task_ids = {r.task_id for r in found if r.status == "queued" and r.task_id is not None}
+        if not task_ids:
+            return {}
+        with self.peers.store.read() as conn:
+            records = conn.execute(
+                sa.select(t.tasks.c.id, t.tasks.c.workspace).where(
+                    t.tasks.c.id.in_(sorted(task_ids)), t.tasks.c.workspace.is_not(None)
+                )
+            ).all()
+        hosts = {task_id: json.loads(text).get("host") for task_id, text in records}
+        return {
+            r.id: str(hosts[r.task_id])
+            for r in found
+            if r.status == "queued" and r.task_id in hosts and hosts[r.task_id]
+        }
+
     def resolve_target(self, target: str, task: Task, step_id: str) -> builtins.list[str]:
         """The agent profile ids a queue_run target names (the reference's resolution)."""
         if target.startswith("agent_profile_id:"):
@@ -231,8 +258,19 @@ class RunService(Service):
             ).scalar()
         return str(latest) if latest else None
 
-    def assign(self, task: Task, step_id: str, agent_profile_id: str) -> runs.Enqueued:
-        """Queue the agent's turn on the task at the step (reason `task_assigned`)."""
+    def assign(self, task: Task, step_id: str, agent_profile_id: str) -> runs.Enqueued | None:
+        """Queue the agent's turn on the task at the step (reason `task_assigned`); None, and
+        nothing queued, while the task is blocked by an unfinished task (it starts once they
+        are finished: `task start`, or the workflow's on_blocker_resolved)."""
+        blockers = self._blockers().unfinished(task.id)
+        if blockers:
+            logger.bind(
+                task_id=task.id,
+                step_id=step_id,
+                agent_profile_id=agent_profile_id,
+                blocked_by=[b.id for b in blockers],
+            ).info("agent not started: the task is blocked by an unfinished task")
+            return None
         return self.enqueue(
             runs.RunRequest(
                 agent_profile_id=agent_profile_id,

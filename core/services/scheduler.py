@@ -1,6 +1,6 @@
 """The scheduler every `worker` and `serve` runs: a thread making a trigger pass
 (`TriggerService.run_pass`: the outbox's triggers, then the heartbeats due) every
-`interval` seconds until stopped.
+`interval` seconds until stopped, and beside it the webhook `Deliverer` (core.services.hooks).
 
 No leader is elected: passes in any number of processes overlap freely, and the operation
 ids decide which of them evaluates each trigger (`core.services.triggers`). A pass that
@@ -16,17 +16,22 @@ import threading
 from typing import TYPE_CHECKING, Protocol, Self
 
 from core.logs import logger
+from core.services.hooks import Deliverer
 from core.store.database import database_away
 
 if TYPE_CHECKING:
     from core.services.triggers import TriggerService
+    from core.store.database import Store
 
 
 class Peers(Protocol):
-    """What a pass calls: the trigger service."""
+    """What a pass calls: the trigger service; and the store the webhook deliverer reads."""
 
     @property
     def triggers(self) -> TriggerService: ...
+
+    @property
+    def store(self) -> Store: ...
 
 
 INTERVAL_S = 1.0
@@ -41,13 +46,17 @@ class Scheduler:
         self.interval = interval
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, name="laneway-scheduler", daemon=True)
+        # webhooks go out from a thread (and pool) of their own: an endpoint never slows passes
+        self._hooks = Deliverer(host.store)
 
     def __enter__(self) -> Self:
         self._thread.start()
+        self._hooks.__enter__()
         return self
 
     def __exit__(self, *_exc: object) -> None:
         self._stop.set()
+        self._hooks.__exit__()
         self._thread.join(timeout=30)
 
     def _loop(self) -> None:

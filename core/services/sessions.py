@@ -167,6 +167,14 @@ class SessionService(Service):
             if task_id is not None:
                 events.record(uow, "session.state", task_id, session_id=session_id, state=state)
 
+    def turn_starting(self, session_id: str) -> bool:
+        """Whether this thread is firing on_turn_start for a turn of the session now (a
+        person's message, an agent's own turn start): what that trigger's moves enter must not
+        queue the same agent again, or one message would make two turns (issue 38)."""
+        from core.services.turns import STARTING
+
+        return STARTING.get() == session_id
+
     def queue_message(self, session_id: str, text: str) -> Session:
         """A message for the agent, delivered in order when it next takes a turn."""
         return self.record_effect(session_id, queued_messages=[text])
@@ -384,10 +392,6 @@ class SessionService(Service):
         with self.peers.store.read() as conn:
             return [rows.item(r) for r in conn.execute(query).mappings()]
 
-    def append_transcript(self, session_id: str, lines: tuple[str, ...]) -> None:
-        if lines:
-            self.record_effect(session_id, transcript=list(lines))
-
     def record_effect(self, session_id: str, **changes: Any) -> Session:
         """Merge `changes` into the session's metadata; a list value is appended to.
 
@@ -407,6 +411,9 @@ class SessionService(Service):
         if raw is None:
             raise NotFound(f"no session {session_id!r}")
         meta: dict[str, Any] = json.loads(raw)
+        # an exec turn's transcript copy, kept here before laneway 38 (the transcript items
+        # are the transcript): dropped at the session's next write, so it is read no more
+        meta.pop("transcript", None)
         for key, value in changes.items():
             if isinstance(value, list):
                 meta[key] = [*meta.get(key, []), *value]

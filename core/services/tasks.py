@@ -6,7 +6,7 @@ from typing import TYPE_CHECKING
 import sqlalchemy as sa
 
 from core import ids, outbox
-from core.errors import LanewayError, NotFound
+from core.errors import Conflict, LanewayError, NotFound
 from core.logs import logger
 from core.model import TASK_STATES, Step, Task, Workflow
 from core.services.base import Lazy, Service
@@ -17,6 +17,7 @@ from core.store.database import UnitOfWork
 from core.text import require_text
 
 if TYPE_CHECKING:
+    from core.services.blockers import BlockerService
     from core.services.peers import Peers
     from core.services.runs import RunService
     from core.services.sessions import SessionService
@@ -37,6 +38,7 @@ class TaskService(Service):
         self,
         peers: Peers,
         *,
+        blockers: Lazy[BlockerService],
         runs: Lazy[RunService],
         sessions: Lazy[SessionService],
         triggers: Lazy[TriggerService],
@@ -44,6 +46,7 @@ class TaskService(Service):
         workspace: Lazy[WorkspaceService],
     ) -> None:
         super().__init__(peers)
+        self._blockers = blockers
         self._runs = runs
         self._sessions = sessions
         self._triggers = triggers
@@ -160,6 +163,19 @@ class TaskService(Service):
         if not named:
             raise NotFound(f"no step {ref!r} in any workflow")
         return named
+
+    def children(self, ref: str) -> builtins.list[Task]:
+        """The task's subtasks (archived ones too), oldest first."""
+        task = self.get(ref)
+        with self.peers.store.read() as conn:
+            return [
+                rows.task(r)
+                for r in conn.execute(
+                    sa.select(TASKS)
+                    .where(TASKS.c.parent_id == task.id)
+                    .order_by(TASKS.c.created_at, TASKS.c.id)
+                ).mappings()
+            ]
 
     def _workflow_of(self, task: Task) -> Workflow:
         if task.workflow_id is None:
@@ -283,6 +299,7 @@ class TaskService(Service):
         task, wf = self._placed(ref)
         target = self._step(wf, step) if step else wf.start_step
         assert target is not None
+        refuse_blocked(self._blockers().unfinished(task.id), task, "started")
         with self.peers.store.transaction() as uow:
             uow.conn.execute(
                 sa.update(TASKS)
@@ -463,6 +480,19 @@ class TaskService(Service):
         if task.workflow_step_id and task.archived_at is None:
             arrival.promote(self.peers.arrivals, task.workflow_step_id)
         return task.id
+
+
+def refuse_blocked(blockers: builtins.list[Task], task: Task, what: str) -> None:
+    """One line naming the first unfinished blocker, when there is one."""
+    if not blockers:
+        return
+    first = blockers[0]
+    more = f" and {len(blockers) - 1} more" if len(blockers) > 1 else ""
+    raise Conflict(
+        f"task {task.id} cannot be {what}: it is blocked by {first.id} ({first.title!r}, "
+        f"{first.state}){more}; it can start once its blockers are finished "
+        f"(or `task unblock {task.id} --by {first.id}`)"
+    )
 
 
 def _forget_relations(uow: UnitOfWork, task_id: str) -> None:

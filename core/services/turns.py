@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+from contextvars import ContextVar
 from typing import TYPE_CHECKING, Any
 
 from core.engine import TriggerResult
@@ -10,6 +11,10 @@ if TYPE_CHECKING:
     from core.services.sessions import SessionService
     from core.services.tasks import TaskService
     from core.services.triggers import TriggerService
+
+STARTING: ContextVar[str | None] = ContextVar("laneway_turn_starting", default=None)
+"""The session whose turn is starting on this thread while its on_turn_start runs: an arrival
+that trigger causes must not start that agent again (the turn starting is its one turn)."""
 
 
 class TurnService(Service):
@@ -33,15 +38,25 @@ class TurnService(Service):
         task_row = self._tasks().get(task)
         live = self._sessions().resolve(task_row.id, session)
         self._sessions().set_state(live.id, "RUNNING")
-        result: TriggerResult = self.peers.engine.handle_trigger(
-            task_row.id, "on_turn_start", session_id=live.id
-        )
+        token = STARTING.set(live.id)
+        try:
+            result: TriggerResult = self.peers.engine.handle_trigger(
+                task_row.id, "on_turn_start", session_id=live.id
+            )
+        finally:
+            STARTING.reset(token)
         return result.as_dict(self._tasks().get(task_row.id))
 
     def start_internal(self, session_id: str) -> None:
         """A turn of a session laneway runs begins: on_turn_start fires for its task."""
         session = self._sessions().get(session_id)
-        self.peers.engine.handle_trigger(session.task_id, "on_turn_start", session_id=session_id)
+        token = STARTING.set(session_id)
+        try:
+            self.peers.engine.handle_trigger(
+                session.task_id, "on_turn_start", session_id=session_id
+            )
+        finally:
+            STARTING.reset(token)
 
     def complete(self, task: str, session: str | None = None) -> dict[str, Any]:
         self._require_writer()

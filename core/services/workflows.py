@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any
 import attrs
 import sqlalchemy as sa
 
-from core import board, ids
+from core import board, gitwork, ids
 from core.errors import Conflict, LanewayError, NotFound
 from core.logs import logger
 from core.model import AgentProfile, Step, Workflow
@@ -313,6 +313,25 @@ class WorkflowService(Service):
         self.peers.repository.forget(wf.id)
         return self.by_id(wf.id)
 
+    def set_remote(self, ref: str, remote: str) -> Workflow:
+        """The git remote (a name of the workflow's repository's remotes, or a URL) its tasks'
+        branches are pushed to (`task push`, `push_branch`); an empty one clears it. A name
+        the repository does not know is refused naming it."""
+        self._require_writer()
+        wf = self.get(ref)
+        value = remote.strip() or None
+        if value is not None:
+            if wf.repository is None:
+                raise LanewayError(f"remote {value!r}: workflow {wf.name} has no repository")
+            _check_remote(Path(wf.repository), value)
+        with self.peers.store.transaction() as uow:
+            uow.conn.execute(
+                sa.update(t.workflows).where(t.workflows.c.id == wf.id).values(remote=value)
+            )
+            board.bump(uow)
+        self.peers.repository.forget(wf.id)
+        return self.by_id(wf.id)
+
     def delete(self, ref: str) -> str:
         """Delete a workflow without tasks, its steps and their seats with it; refused while
         a task (archived ones too) is in it. One conditional DELETE decides: a task created
@@ -486,6 +505,16 @@ class WorkflowService(Service):
                 names = [by_ref[i].name if i in by_ref else i for i in dict.fromkeys(ids_)]
             found.append(AgentReach(at, tuple(names), unknown))
         return found
+
+
+def _check_remote(repo: Path, remote: str) -> None:
+    """A remote is a name the repository knows, or something git takes for a URL or path."""
+    if "/" in remote or ":" in remote:
+        return
+    known = gitwork.git(repo, "remote").stdout.split()
+    if remote not in known:
+        names = ", ".join(known) or "none"
+        raise LanewayError(f"remote {remote!r}: repository {repo} has no such remote ({names})")
 
 
 def _warn_unknown_kinds(decl: WorkflowDecl, registry: Registry) -> None:

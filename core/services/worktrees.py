@@ -18,13 +18,12 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
 import sqlalchemy as sa
 
-from core import gitwork, ids
+from core import gitwork, hosts, ids
 from core.errors import LanewayError
 from core.logs import logger
 from core.model import Task, Workflow
@@ -62,7 +61,7 @@ def root() -> Path:
 
 
 def host_name() -> str:
-    return socket.gethostname()
+    return hosts.name()
 
 
 def checked(repository: str | None, base_branch: str | None) -> tuple[str | None, str | None]:

@@ -84,6 +84,9 @@ TYPES: Final = (
     "agent_error.dispatched",
     "permission.requested",
     "permission.resolved",
+    "hook.failed",
+    "task.needs_person",
+    "task.needs_person_ended",
 )
 OBSERVED_ONLY: Final = ("agent.output",)
 """Types handed to observers but never stored: nothing is written when they happen (an agent's
@@ -387,7 +390,17 @@ def prune(store: Store, *, older_than: timedelta = RETENTION, now: str | None = 
     # Along the oldest ids, which grow with time: no index on `at` (migration 0007) and a
     # board with fewer than a batch of old events is not read to its end under the write lock.
     oldest = sa.select(EV.c.id).order_by(EV.c.id).limit(PRUNE_BATCH).scalar_subquery()
-    doomed = sa.select(EV.c.id).where(EV.c.id.in_(oldest), EV.c.at < cutoff).order_by(EV.c.id)
+    # never an event a webhook has not yet taken (core.services.hooks): its delivery would be lost
+    untaken = sa.select(sa.func.min(t.hooks.c.cursor)).scalar_subquery()
+    doomed = (
+        sa.select(EV.c.id)
+        .where(
+            EV.c.id.in_(oldest),
+            EV.c.at < cutoff,
+            sa.or_(untaken.is_(None), EV.c.id <= untaken),
+        )
+        .order_by(EV.c.id)
+    )
     total = 0
     while True:
         with store.transaction() as uow:

@@ -77,6 +77,7 @@ def profile(row: RowLike) -> AgentProfile:
         auto_allow=tuple(json.loads(row["auto_allow"])),
         turn_timeout=float(row["turn_timeout"]),
         idle_timeout=float(row["idle_timeout"]),
+        mode=row["mode"],
     )
 
 
@@ -138,6 +139,8 @@ def workflow(row: RowLike, steps: tuple[Step, ...]) -> Workflow:
         repository=row["repository"],
         base_branch=row["base_branch"],
         retire_worktrees=bool(row["retire_worktrees"]),
+        remote=row["remote"],
+        forge=json.loads(row["forge"]) if row["forge"] else None,
     )
 
 

@@ -57,6 +57,7 @@ agent_profiles = sa.Table(
     sa.Column("auto_allow", sa.Text, nullable=False, server_default="[]"),
     sa.Column("turn_timeout", sa.Float, nullable=False, server_default="3600"),
     sa.Column("idle_timeout", sa.Float, nullable=False, server_default="900"),
+    sa.Column("mode", sa.String(200), nullable=True),
     sa.UniqueConstraint("workspace_id", "name", name="uq_agent_profiles_name"),
 )
 
@@ -84,6 +85,10 @@ workflows = sa.Table(
     sa.Column("base_branch", sa.String(255), nullable=True),
     # a task arriving at the terminal step has its worktree retired (as archiving does)
     sa.Column("retire_worktrees", sa.Boolean, nullable=False, server_default=sa.false()),
+    # the git remote (a name or URL) its tasks' branches are pushed to
+    sa.Column("remote", sa.String(4000), nullable=True),
+    # the forge its pull requests are opened on: JSON kind, repo, url, token_env
+    sa.Column("forge", sa.Text, nullable=True),
 )
 
 workflow_steps = sa.Table(
@@ -297,6 +302,9 @@ comments = sa.Table(
     sa.Column("author", sa.String(200), nullable=False),
     sa.Column("body", sa.Text, nullable=False),
     sa.Column("created_at", sa.String(40), nullable=False),
+    # a comment on a line of the task's diff: the file's path and the line's number
+    sa.Column("file", sa.String(4000), nullable=True),
+    sa.Column("line", sa.Integer, nullable=True),
     sa.Index("ix_comments_task", "task_id", "created_at"),
 )
 
@@ -548,6 +556,45 @@ budget_alerts = sa.Table(
     sa.Column("period_start", sa.String(40), primary_key=True),
     sa.Column("task_id", sa.String(64), nullable=True),
     sa.Column("created_at", sa.String(40), nullable=False),
+)
+
+
+# Outbound webhooks (issue 42 item 1, core/services/hooks.py): `cursor` is the last event id
+# the hook has taken into `hook_deliveries`; event ids are committed in order, so a cursor
+# never skips one. The secret is kept here, readable only by the board's processes.
+hooks = sa.Table(
+    "hooks",
+    metadata,
+    sa.Column("id", sa.String(64), primary_key=True),
+    sa.Column("url", sa.Text, nullable=False),
+    sa.Column("events", sa.Text, nullable=False, server_default="[]"),
+    sa.Column("secret", sa.Text, nullable=True),
+    sa.Column("cursor", sa.BigInteger, nullable=False, server_default="0"),
+    sa.Column("created_at", sa.String(40), nullable=False),
+)
+
+# One row per (hook, event): its body as first taken (so pruning the event loses nothing),
+# its attempts, and its claim: `claimed_by`/`lease_until` set by a conditional UPDATE, so a
+# process killed mid-send leaves a lease that runs out and the row is claimable again.
+hook_deliveries = sa.Table(
+    "hook_deliveries",
+    metadata,
+    sa.Column("id", sa.String(64), primary_key=True),
+    sa.Column("hook_id", sa.String(64), nullable=False),
+    sa.Column("event_id", sa.BigInteger, nullable=False),
+    sa.Column("type", sa.String(40), nullable=False),
+    sa.Column("body", sa.Text, nullable=False),
+    sa.Column("state", sa.String(20), nullable=False, server_default="pending"),
+    sa.Column("attempts", sa.Integer, nullable=False, server_default="0"),
+    sa.Column("last_status", sa.Integer, nullable=True),
+    sa.Column("last_error", sa.Text, nullable=True),
+    sa.Column("next_at", sa.String(40), nullable=False),
+    sa.Column("created_at", sa.String(40), nullable=False),
+    sa.Column("delivered_at", sa.String(40), nullable=True),
+    sa.Column("claimed_by", sa.String(64), nullable=True),
+    sa.Column("lease_until", sa.String(40), nullable=True),
+    sa.UniqueConstraint("hook_id", "event_id", name="uq_hook_deliveries_event"),
+    sa.Index("ix_hook_deliveries_queue", "hook_id", "state", "event_id"),
 )
 
 

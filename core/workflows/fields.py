@@ -8,11 +8,13 @@ that SQLite (which does not enforce them) accepts exactly the files PostgreSQL a
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable, Mapping
 from typing import Any, Final, NoReturn
 
 import attrs
 
+from core.numbers import NOT_FINITE
 from core.store import tables
 from core.text import check_text
 from core.workflows import bounded
@@ -181,5 +183,7 @@ def plain(at: At, path: str, value: Any, depth: int = 0) -> None:
     elif isinstance(value, int) and not isinstance(value, bool):
         if not bounded.INT_MIN <= value <= bounded.INT_MAX:
             at.fail(path, f"integer out of range ({bounded.INT_MIN}..{bounded.INT_MAX})")
+    elif isinstance(value, float) and not math.isfinite(value):
+        at.fail(path, f"{value} {NOT_FINITE}")
     elif value is not None and not isinstance(value, float | bool):
         at.fail(path, f"expected a JSON value, got {type(value).__name__}")

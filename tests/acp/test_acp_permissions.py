@@ -87,3 +87,57 @@ def test_fs_outside_cwd_is_a_json_rpc_error(start: Start, tmp_path: Path, where:
     refused = "error -32602: path outside the session's working directory"
     assert "".join(texts(items)).endswith(refused + refused)
     assert (tmp_path / "secret.txt").read_text() == "s3cret"
+
+
+@pytest.mark.parametrize(
+    ("title", "meta"),
+    [
+        ("mcp__laneway__decide", None),  # Claude Code's title for an MCP tool
+        ("decide", {"claudeCode": {"toolName": "mcp__laneway__decide"}}),
+        ("Decide", {"claudeCode": {"mcpServer": {"name": "laneway", "source": "config"}}}),
+        ("mcp.laneway.comment", None),  # Codex
+        ("laneway_comment", None),  # OpenCode
+    ],
+)
+@pytest.mark.parametrize("mode", ["ask", "deny"])
+def test_issue_41_item_4_laneways_own_tools_never_ask_a_person(
+    start: Start, tmp_path: Path, title: str, meta: dict[str, object] | None, mode: str
+) -> None:
+    """AGENTS.md "Phase 4": a permission request for a tool of the `laneway` tool server is
+    allowed at once whatever `--permissions` says; the transcript still shows the call."""
+    asked: list[PermissionRequest] = []
+
+    def person(request: PermissionRequest) -> str:
+        asked.append(request)
+        return "no"
+
+    step = {"permission": {"kind": "other", "title": title, "meta": meta}}
+    agent = start({"turns": [[step]]}, policy=PermissionPolicy(mode))  # type: ignore[arg-type]
+    agent.new_session(tmp_path)
+    items: list[TranscriptItem] = []
+    assert agent.prompt("go", on_item=items.append, on_permission=person).ok
+    assert asked == []
+    (shown,) = [i for i in items if i.kind == "permission"]
+    assert shown.data["decided_by"] == "laneway-tool"
+    assert shown.data["option_id"] == "yes"
+    assert title in shown.text
+    assert "permission: yes" in texts(items)
+
+
+def test_issue_41_item_4_another_servers_tool_of_the_same_name_still_asks(
+    start: Start, tmp_path: Path
+) -> None:
+    """Only the `laneway` server's tools skip the person: `mcp__other__decide` is asked."""
+    asked: list[PermissionRequest] = []
+
+    def person(request: PermissionRequest) -> str:
+        asked.append(request)
+        return "no"
+
+    step = {"permission": {"kind": "other", "title": "mcp__other__decide"}}
+    agent = start({"turns": [[step]]}, policy=PermissionPolicy("ask"))
+    agent.new_session(tmp_path)
+    items: list[TranscriptItem] = []
+    assert agent.prompt("go", on_item=items.append, on_permission=person).ok
+    assert len(asked) == 1
+    assert "permission: no" in texts(items)

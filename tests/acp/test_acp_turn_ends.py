@@ -200,11 +200,28 @@ def test_any_other_error_is_r1_with_the_agents_message(start: Start, tmp_path: P
 
 
 def test_usage_and_cost_are_kept(start: Start, tmp_path: Path) -> None:
-    """Issue 29 "Usage and cost the agent reports are kept per run": on the turn's end and as
-    a `usage` item."""
+    """Issue 29 "Usage and cost the agent reports are kept per run": on the turn's end (the
+    run's `usage`); issue 41 item 8: not as a blank `usage` row of the transcript."""
     end, items = turn(start, tmp_path, [{"usage": {"used": 120, "size": 1000, "cost": 0.25}}])
     assert end.usage is not None
     assert (end.usage.context_used, end.usage.cost, end.usage.currency) == (120, 0.25, "USD")
-    assert [i.data for i in items if i.kind == "usage"] == [
-        {"used": 120, "size": 1000, "cost": {"amount": 0.25, "currency": "USD"}}
+    assert [i for i in items if i.kind == "usage"] == []
+
+
+def test_issue_41_item_8_a_transcript_a_person_can_read(start: Start, tmp_path: Path) -> None:
+    """Issue 41 item 8: no empty items (usage goes on the run), and tool calls titled with
+    paths relative to the working directory."""
+    steps: list[dict[str, Any]] = [
+        {"tool_call": {"id": "t1", "title": f"Edit {tmp_path}/src/a.py", "kind": "edit"}},
+        {"usage": {"used": 120, "size": 1000, "cost": 0.25}},
+        {"tool_update": {"id": "t1", "status": "completed"}},
+        {"message": "done"},
     ]
+    end, items = turn(start, tmp_path, steps)
+    assert end.ok
+    assert [i for i in items if not i.text.strip()] == []
+    assert [i.text for i in items if i.kind == "tool_call"] == [
+        "Edit src/a.py pending",
+        "completed",
+    ]
+    assert end.usage is not None

@@ -1,8 +1,11 @@
-"""Issue 29 "The real adapters": Zed's claude-code-acp and codex-acp, with no credentials and
-no network (an empty network namespace, `unshare -n`), driven through laneway's ACP client.
+"""Issue 29 "The real adapters", moved to the adapters people install today (issue 41 item 1):
+`@agentclientprotocol/claude-agent-acp` and `@agentclientprotocol/codex-acp`, with no
+credentials and no network (an empty network namespace, `unshare -n`), driven through laneway's
+ACP client.
 
 Opt-in: an adapter is found on PATH or in $LANEWAY_ACP_ADAPTERS (a node_modules folder, e.g.
-from `npm install @zed-industries/claude-code-acp @zed-industries/codex-acp`); a test skips,
+from `npm install @agentclientprotocol/claude-agent-acp @agentclientprotocol/codex-acp`); a
+test skips,
 saying why, when its adapter or `unshare -n` is not there — unless LANEWAY_ACP_REQUIRED is set
 (`.ci/run` sets it after installing them), when a missing adapter fails the test.
 """
@@ -33,7 +36,7 @@ def adapter(name: str) -> str:
         str(Path(folder, ".bin", name)) if folder and Path(folder, ".bin", name).exists() else None
     ) or shutil.which(name)
     if found is None:
-        _missing(f"{name} is not installed (npm install @zed-industries/{name})")
+        _missing(f"{name} is not installed (npm install @agentclientprotocol/{name})")
     if not sys.platform.startswith("linux") or shutil.which("unshare") is None:
         _missing("no unshare here to run the adapter without a network")
     probe = subprocess.run(["unshare", "-n", "true"], capture_output=True, check=False)
@@ -48,11 +51,13 @@ def no_credentials(home: Path) -> dict[str, str]:
 
 
 @pytest.mark.slow  # it starts a process: the subprocess tier
-def test_claude_code_acp_offers_plan_and_fails_r3_without_credentials(tmp_path: Path) -> None:
-    """claude-code-acp with no credentials initialises, opens a session, reports its modes
+def test_issue_41_item_1_claude_agent_acp_offers_plan_and_fails_r3_without_credentials(
+    tmp_path: Path,
+) -> None:
+    """claude-agent-acp with no credentials initialises, opens a session, reports its modes
     (among them `plan`), takes the mode asked for, and its turn fails as R3 with the agent's
     "Authentication required" message, in bounded time."""
-    command = ["unshare", "-n", adapter("claude-code-acp")]
+    command = ["unshare", "-n", adapter("claude-agent-acp")]
     began = time.monotonic()
     agent = shared_loop().start_agent(
         command, env=no_credentials(tmp_path), cwd=tmp_path, policy=PermissionPolicy("deny")
@@ -72,7 +77,7 @@ def test_claude_code_acp_offers_plan_and_fails_r3_without_credentials(tmp_path: 
 
 
 @pytest.mark.slow  # it starts a process: the subprocess tier
-def test_codex_acp_refuses_at_session_new_as_r3(tmp_path: Path) -> None:
+def test_issue_41_item_1_codex_acp_refuses_at_session_new_as_r3(tmp_path: Path) -> None:
     """codex-acp with no credentials initialises (naming its auth methods) and refuses
     earlier: session/new fails as R3, "Authentication required"."""
     command = ["unshare", "-n", adapter("codex-acp")]

@@ -11,11 +11,15 @@ The script is JSON, from the file named by FAKE_ACP_SCRIPT_FILE or inline in FAK
      "turns": [[STEP, ...], ...]}   # the n-th prompt of the process runs turns[n] (the last
                                     # one repeats); without turns a prompt is echoed
 STEP is one of {"message": T}, {"thought": T}, {"tool_call": {"id", "title", "kind"}},
-{"tool_update": {"id", "status"}}, {"plan": [T, ...]}, {"permission": {"kind", "title"}}
+{"tool_update": {"id", "status"}}, {"plan": [T, ...]}, {"permission": {"kind", "title", "meta"}}
 (its answer becomes a message `permission: OPTION-ID|cancelled`), {"read": PATH},
 {"write": PATH, "content": T}, {"terminal": true}, {"usage": {"used", "size", "cost"}},
 {"sleep": S}, {"wait_cancel": true}, {"garbage": T}, {"huge_line": MB}, {"stderr": T},
 {"exit": CODE}, {"close_stdout": true}, {"env": true} (a message `env: [NAMES]`),
+{"env_value": NAME} (a message `NAME=VALUE`),
+{"python": CODE} (runs CODE in this process, on a thread, with `prompt` - the turn's prompt
+text - and `servers` - the session's mcpServers as {name, command, args, env} - in scope; a
+message `python: RESULT` of the variable `result` it sets),
 {"cwd": true} (a message `cwd: SESSION CWD (process: ITS OWN CWD)`),
 {"state": true} (a message `state: mode=M options={ID: CURRENT, ...}`: what the agent is set to),
 {"error": {"code", "message", "data"?}}, {"mcp": {"tool": NAME, "args": {...}}} (starts the
@@ -231,6 +235,7 @@ class FakeAgent(Agent):
         self.cancelled[session_id] = asyncio.Event()
         previous = history[-1] if history else None
         history.append(text)
+        self.prompt_text = text
         self._save(session_id)
         await self.client.session_update(
             session_id, update_agent_message_text(f"echo: {text} (previous: {previous})")
@@ -274,7 +279,10 @@ class FakeAgent(Agent):
             answer = await client.request_permission(
                 session_id=session_id,
                 tool_call=ToolCallUpdate(
-                    tool_call_id="perm-1", title=ask.get("title", "tool"), kind=ask.get("kind")
+                    tool_call_id="perm-1",
+                    title=ask.get("title", "tool"),
+                    kind=ask.get("kind"),
+                    field_meta=ask.get("meta"),
                 ),
                 options=[
                     PermissionOption(option_id="yes", name="Allow", kind="allow_once"),
@@ -338,6 +346,9 @@ class FakeAgent(Agent):
             await asyncio.Event().wait()
         elif "cwd" in step:
             await self._say(session_id, f"cwd: {self.cwd.get(session_id)} (process: {os.getcwd()})")
+        elif "env_value" in step:
+            name = str(step["env_value"])
+            await self._say(session_id, f"{name}={os.environ.get(name, '')}")
         elif "env" in step:
             await self._say(session_id, "env: " + json.dumps(sorted(os.environ)))
         elif "state" in step:
@@ -348,6 +359,21 @@ class FakeAgent(Agent):
         elif "error" in step:
             error = step["error"]
             raise RequestError(error["code"], error["message"], error.get("data"))
+        elif "python" in step:
+            scope: dict[str, Any] = {
+                "prompt": getattr(self, "prompt_text", ""),
+                "servers": [
+                    {
+                        "name": s.name,
+                        "command": getattr(s, "command", None),
+                        "args": list(getattr(s, "args", [])),
+                        "env": {e.name: e.value for e in getattr(s, "env", [])},
+                    }
+                    for s in self.mcp_servers.get(session_id, [])
+                ],
+            }
+            await asyncio.to_thread(exec, step["python"], scope)
+            await self._say(session_id, f"python: {scope.get('result')}")
         elif "mcp" in step:
             call = step["mcp"]
             await self._say(session_id, await self._mcp(session_id, call["tool"], call.get("args")))

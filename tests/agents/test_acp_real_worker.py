@@ -1,5 +1,6 @@
 """The real ACP adapters behind a card, through a real `laneway worker` (issue 29, "The real
-adapters"): Zed's claude-code-acp and codex-acp from npm, with no credentials and no network
+adapters", moved to today's by issue 41 item 1): `@agentclientprotocol/claude-agent-acp` and
+`@agentclientprotocol/codex-acp` from npm, with no credentials and no network
 (`unshare -n`: an empty network namespace). Found as tests/acp/test_real_adapters.py finds them;
 `.ci/run` installs them and makes their absence a failure.
 """
@@ -18,10 +19,10 @@ from tests.agents.test_acp_worker import Board, warnings
 pytestmark = pytest.mark.slow
 
 
-def test_claude_code_acp_takes_the_steps_mode_and_fails_r3_without_credentials(
+def test_issue_41_item_1_claude_agent_acp_takes_the_steps_mode_and_fails_r3_without_credentials(
     db_url: str, tmp_path: Path
 ) -> None:
-    """claude-code-acp initialises, opens a session, reports its modes (among them `plan`),
+    """claude-agent-acp initialises, opens a session, reports its modes (among them `plan`),
     takes the mode the step asks for, and its turn fails as R3 with the agent's
     "Authentication required", in bounded time, with on_agent_error run."""
     home = tmp_path / "home"
@@ -31,7 +32,7 @@ def test_claude_code_acp_takes_the_steps_mode_and_fails_r3_without_credentials(
         tmp_path,
         {},
         on_enter=[{"type": "set_session_mode", "config": {"mode": "plan"}}],
-        command=["unshare", "-n", adapter("claude-code-acp")],
+        command=["unshare", "-n", adapter("claude-agent-acp")],
         permissions="deny",
     )
     began = time.monotonic()
@@ -46,10 +47,10 @@ def test_claude_code_acp_takes_the_steps_mode_and_fails_r3_without_credentials(
     assert "Authentication required" in error["message"]
     assert step == "Trouble"  # on_agent_error ran
     assert [r["status"] for r in run_rows(db_url)] == ["failed"]
-    print(f"claude-code-acp said: {error['message']!r}; modes {session.agent['modes']}")
+    print(f"claude-agent-acp said: {error['message']!r}; modes {session.agent['modes']}")
 
 
-def test_codex_acp_refuses_at_session_new_as_r3_without_credentials(
+def test_issue_41_item_1_codex_acp_refuses_at_session_new_as_r3_without_credentials(
     db_url: str, tmp_path: Path
 ) -> None:
     """codex-acp refuses earlier (at session/new): R3 with its own message, on_agent_error run."""

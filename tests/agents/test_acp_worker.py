@@ -653,3 +653,49 @@ def test_a_conversation_the_agent_no_longer_has_is_lost_not_failed(
     assert step == "Done"
     assert len([w for w in warnings(items) if w == "conversation lost"]) == 1
     assert echoes(items)[1].endswith("(previous: None)")
+
+
+def test_issue_41_item_7_laneway_run_id_is_the_run_on_every_turn_of_a_conversation(
+    db_url: str, tmp_path: Path
+) -> None:
+    """AGENTS.md "Phase 4": LANEWAY_RUN_ID is the run being executed on every turn of a
+    conversation (an agent that loads its sessions is restarted between runs, the conversation
+    continued by session/load), and the tool server's `get_task` returns it as `run_id`."""
+    state = tmp_path / "conversations"
+    state.mkdir()
+    step = [{"env_value": "LANEWAY_RUN_ID"}, {"mcp": {"tool": "get_task", "args": {}}}]
+    board = Board(
+        db_url, tmp_path, {"load_session": True, "state_dir": str(state), "turns": [step]}
+    )
+    board.work()
+    _step, _session, items = board.read()
+    runs = [r["id"] for r in run_rows(db_url)]
+    assert len(runs) == 2
+    said = messages(items)
+    starts = [m.end() for m in re.finditer("LANEWAY_RUN_ID=", said)]
+    assert [said[at : at + len(run)] for at, run in zip(starts, runs, strict=True)] == runs
+    decoder = json.JSONDecoder()
+    told = [
+        decoder.raw_decode(said, m.end())[0]["run_id"] for m in re.finditer("mcp get_task: ", said)
+    ]
+    assert told == runs
+    assert echoes(items)[1].endswith("(previous: work on it)")  # the conversation went on
+
+
+def test_issue_41_item_3_a_profiles_mode_is_where_its_conversations_start(
+    db_url: str, tmp_path: Path
+) -> None:
+    """AGENTS.md "Phase 4" `profile add|set --mode M`: the mode is set before the first prompt
+    and reconciled every turn; a step's set_session_mode still overrides it for its step."""
+    board = Board(
+        db_url,
+        tmp_path,
+        {"modes": ["default", "review", "plan"], "turns": [STATE]},
+        second=[{"type": "set_session_mode", "config": {"mode": "plan"}}],
+        mode="review",
+    )
+    board.work()
+    _step, session, items = board.read()
+    said = [line for line in messages(items).splitlines() if "state: mode=" in line]
+    assert [re.sub(r".*state: mode=(\w+).*", r"\1", line) for line in said] == ["review", "plan"]
+    assert session.agent["mode"] == "plan"

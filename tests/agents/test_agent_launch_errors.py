@@ -14,13 +14,14 @@ import pytest
 from core.agents.protocols import exec_process as process
 
 
-def _start(command: list[str]) -> process.AgentProcess:
+def _start(command: list[str], lines: list[str] | None = None) -> process.AgentProcess:
     return process.start(
         tuple(command),
         prompt="",
         env={"PATH": os.environ.get("PATH", "/usr/bin:/bin")},
         execution_id="x",
         on_message=lambda _m: None,
+        on_line=None if lines is None else lines.append,
     )
 
 
@@ -53,6 +54,7 @@ def test_a_script_with_a_shebang_runs(tmp_path: Path) -> None:
     script = tmp_path / "agent"
     script.write_text("#!/bin/sh\necho hello\n")
     script.chmod(0o755)
-    result = _start([str(script)]).wait()
+    lines: list[str] = []
+    result = _start([str(script)], lines).wait()
     assert result.exit_code == 0
-    assert result.transcript == ("hello",)
+    assert (result.lines, lines) == (1, ["hello"])

@@ -95,6 +95,7 @@ def test_ac11_3_an_agent_sees_the_base_and_what_its_profile_names_only(
         "LANEWAY_SESSION_ID",
         "LANEWAY_RUN_ID",
         "LANEWAY_REASON",
+        "LANEWAY_EXECUTION_ID",
     }
     # the interpreter itself may add a variable or two (e.g. LC_CTYPE coercion); none of ours
     assert not {k for k in extra if not k.startswith(("LC_", "PYTHON"))}, extra

@@ -98,7 +98,9 @@ def test_session_laneway_runs_gets_a_user_message_run_the_worker_delivers(
         assert summary.as_dict() == {"claimed": 1, "finished": 1, "failed": 0}
         done = host.sessions.get(session)
         # one turn per message, in the order they were sent
-        assert list(done.metadata["transcript"]) == ["got:a", "got:b"]
+        said = [i.text for i in host.sessions.items(session) if i.kind == "output"]
+        assert said == ["got:a", "got:b"]
+        assert "transcript" not in done.metadata  # the items are the transcript (issue 38)
         assert list(done.metadata["messages_delivered"]) == ["a", "b"]
         assert list(done.metadata["queued_messages"]) == []
         assert done.state == "WAITING_FOR_INPUT"

@@ -337,7 +337,11 @@ def test_delete_keeps_the_work_on_the_branch(host: Host, tmp_path: Path, worktre
 def test_a_worktree_on_another_host_is_not_made_again_here(
     host: Host, tmp_path: Path, worktrees: Path
 ) -> None:
-    """Many machines (docs/operations.md): a worker elsewhere refuses the turn, naming the host."""
+    """Many machines (docs/operations.md): a worker elsewhere does not claim the task's run
+    (issue 43 item 1: it stays queued, nothing fails), and a turn that reaches the worktree
+    anyway is refused, naming the host."""
+    from core.services import worktrees as places
+
     repo = make_repo(tmp_path / "repo")
     wf = board(host, tmp_path, repo)
     task = host.tasks.create(workflow=wf, title="card").id
@@ -349,9 +353,12 @@ def test_a_worktree_on_another_host_is_not_made_again_here(
         uow.conn.execute(
             sa.update(t.tasks).where(t.tasks.c.id == task).values(workspace=json.dumps(record))
         )
-    outcome = failed_turn(host, agent, task)
-    assert outcome.route == "R2"
-    assert outcome.error == (
+    run_id = enqueue(host, agent, task)
+    assert worker.claim_next(host) is None
+    assert host.runs.waits_for_host(host.runs.list(status="queued")) == {run_id: "elsewhere"}
+    with pytest.raises(LanewayError) as refused:
+        places.workspace_for(host, task)
+    assert str(refused.value) == (
         f"task {task}'s worktree {worktrees / task} is on host 'elsewhere'; "
         "a worker there runs its turns"
     )

@@ -133,8 +133,12 @@ def test_cli_workflow_set_task_create_and_task_diff(db_url: str, tmp_path: Path)
         {"path": "hello.py", "status": "added", "additions": 2, "deletions": 0}
     ]
     assert "+print(1)\n+print(2)\n" in found["patch"]
-    lines = laneway("--db", db_url, "task", "diff", task["id"], cwd=tmp_path, env=env)
+    lines = laneway("--db", db_url, "task", "diff", task["id"], "--stat", cwd=tmp_path, env=env)
     assert lines.stdout.splitlines() == ["added    +2 -0  hello.py"]
+    # issue 40 item 7: plain `task diff` prints the patch as `git diff` does
+    patch = laneway("--db", db_url, "task", "diff", task["id"], cwd=tmp_path, env=env)
+    assert patch.stdout == found["patch"]
+    assert patch.stdout.startswith("diff --git a/hello.py b/hello.py\n")
 
 
 def test_workers_racing_to_make_one_tasks_worktree_end_with_one(

@@ -106,7 +106,7 @@ def claim_cost(url: str, queued: int, claims: int = 50) -> float:
         for _ in range(claims):
             started = time.perf_counter()
             with host.store.transaction() as uow:
-                run = runs.claim_next(uow, epoch)
+                run = runs.claim_next(uow, epoch, "bench")
                 assert run is not None
                 runs.release(uow, run, epoch, ok=True)
             times.append(time.perf_counter() - started)

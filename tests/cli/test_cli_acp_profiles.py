@@ -57,7 +57,8 @@ def test_profile_add_defaults_are_exec_ask_and_the_pinned_timeouts(laneway: Lane
         (("--auto-allow", "read,launch"), "profile 'p', auto_allow: 'launch' is not one of"),
         (("--turn-timeout", "0"), "profile 'p', turn_timeout: must be a positive number"),
         (("--idle-timeout", "-5"), "profile 'p', idle_timeout: must be a positive number"),
-        (("--idle-timeout", "inf"), "profile 'p', idle_timeout: must be a positive number"),
+        # issue 38 item 9: refused where it is typed, naming the option
+        (("--idle-timeout", "inf"), "--idle-timeout: 'inf' is not a finite number"),
     ],
 )
 def test_profile_option_mistakes_are_one_line_naming_option_and_profile(
@@ -209,3 +210,16 @@ def test_session_log_lists_items_by_run_and_after(laneway: Laneway, tmp_path: Pa
     assert [i["seq"] for i in by_run] == [2, 3]
     assert [i["seq"] for i in laneway.json("session", "log", ids["session"], "--after", "2")] == [3]
     assert laneway.fails("session", "log", "nothere", code=1).startswith("laneway: no session")
+
+
+def test_issue_41_item_3_profile_add_and_set_take_the_mode(laneway: Laneway) -> None:
+    """CLI.md/AGENTS.md "Phase 4" `profile add|set NAME --mode M`; `--mode ''` on set: the
+    agent's own starting mode again."""
+    added = laneway.json(
+        "profile", "add", "claude", "--command", "claude-agent-acp", "--protocol", "acp",
+        "--mode", "default",
+    )  # fmt: skip
+    assert added["mode"] == "default"
+    changed = laneway.json("profile", "set", "claude", "--mode", "acceptEdits")
+    assert changed["mode"] == "acceptEdits"
+    assert laneway.json("profile", "set", "claude", "--mode", "")["mode"] is None

@@ -134,12 +134,16 @@ def test_issue_38_item_19_plain_task_show_prints_description_parent_blockers_bra
         "    Then wire it up.",
         f"  parent: {parent['id']} 'Epic' ({parent['state']})",
         f"  blocked by: {blocker['id']} 'Schema first' ({blocker['state']})",
+        f"  its agent does not start until {blocker['id']} is finished",
+        "  subtasks: none",
         f"  branch: laneway/{task['id'][-8:]}  worktree: {place['path']}",
+        f"  base: {place['base_branch']} at {place['base_commit'][:12]}",
     ]
     bare = lw.run("task", "show", parent["id"]).stdout.splitlines()
     assert bare[1:] == [
         "  description: -",
         "  parent: -",
         "  blocked by: nothing",
+        f"  subtasks: {task['id']} 'Login page' ({task['state']})",
         "  branch: - (no worktree yet)",
     ]

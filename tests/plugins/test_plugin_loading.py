@@ -31,6 +31,10 @@ KANBAN_KINDS = frozenset(
         "set_session_mode",
         "set_workflow_data",
         "auto_start_agent",
+        "merge_branch",
+        "push_branch",
+        "open_pull_request",
+        "sync_pull_request",
     }
 )
 CORE_KINDS = frozenset(k.name for k in structural.KINDS)

@@ -87,7 +87,8 @@ def _reference_badges(host: Host, task: Task) -> dict[str, Any]:
             if r.agent_profile_id == mine.agent_profile_id
             and (r.requested_at, r.id) < (mine.requested_at, mine.id)
         )
-    failed = [r for r in runs if r.status == "failed"]
+    last = runs[-1] if runs else None
+    children = [c for c in host.tasks.list(workflow=task.workflow_id) if c.parent_id == task.id]
     return {
         "running": any(r.status == "claimed" for r in runs)
         or any(s.state in WORKING_STATES for s in sessions),
@@ -99,7 +100,16 @@ def _reference_badges(host: Host, task: Task) -> dict[str, Any]:
         "waiting_for_person": bool(host.permissions.list(task=task.id, state="pending")),
         "queued": bool(queued),
         "queued_behind": behind,
-        "last_error": failed[-1].error_message if failed else None,
+        "last_error": last.error_message if last is not None and last.status == "failed" else None,
+        "last_run": last.status if last is not None else None,
+        "blockers": [
+            {"id": b.id, "title": b.title, "state": b.state}
+            for b in host.blockers.unfinished(task.id)
+        ],
+        "subtasks": {
+            "done": sum(1 for c in children if c.state in ("COMPLETED", "FAILED", "CANCELLED")),
+            "total": len(children),
+        },
     }
 
 
@@ -173,6 +183,45 @@ def test_board_badges_match_what_the_services_say_card_by_card(
     assert body["next_cursor"] is None
     lanes = body["counts"]
     assert sum(n["admitted"] + n["queued"] for n in lanes.values()) == len(live)
+
+
+def test_issue_38_item_12_a_failure_a_later_run_made_good_leaves_no_error_badge(
+    board: tuple[Host, TestClient, Any],
+) -> None:
+    """Issue 38 items 11, 12 and 15 (the read model): `last_error` is the latest run's error
+    only (the demo's finished task does not keep a red badge), `last_run` says a cancelled
+    one, and the blockers that still hold a card and its subtasks' count come with it."""
+    host, client, built = board
+    wf = built.workflow
+    agent = host.profiles.list()[0].id
+    healed, cancelled, failing, blocked, gate, parent = (
+        host.tasks.create(workflow=wf.id, title=f"Card {n}").id for n in range(6)
+    )
+    _insert_run(host, healed, agent, "failed", error="first try died")
+    _insert_run(host, healed, agent, "finished")
+    _insert_run(host, cancelled, agent, "cancelled")
+    _insert_run(host, failing, agent, "finished")
+    _insert_run(host, failing, agent, "failed", error="the second one failed")
+    host.blockers.block(blocked, gate)
+    done_child = host.tasks.create(workflow=wf.id, title="child 1", parent=parent).id
+    host.tasks.create(workflow=wf.id, title="child 2", parent=parent)
+    host.tasks.move(done_child, "Done")
+
+    answer = client.get("/api/board", params={"workflow": wf.name}, headers=AUTH)
+    assert answer.status_code == 200, answer.text
+    cards = {c["id"]: c["badges"] for c in answer.json()["tasks"]}
+    assert (cards[healed]["last_error"], cards[healed]["last_run"]) == (None, "finished")
+    assert cards[cancelled]["last_run"] == "cancelled"
+    assert cards[failing]["last_error"] == "the second one failed"
+    assert [b["id"] for b in cards[blocked]["blockers"]] == [gate]
+    assert cards[parent]["subtasks"] == {"done": 1, "total": 2}
+    # a blocked task does not start: the page's Start (`task start` over HTTP) is refused
+    refused = client.post(f"/api/tasks/{blocked}/start", json={}, headers=AUTH)
+    assert refused.status_code == 409, refused.text
+    assert f"blocked by {gate}" in refused.json()["error"]
+    host.tasks.move(gate, "Done")
+    again = client.get("/api/board", params={"workflow": wf.name}, headers=AUTH).json()
+    assert {c["id"]: c["badges"] for c in again["tasks"]}[blocked]["blockers"] == []
 
 
 def test_board_pages_with_a_cursor_and_filters_by_step_and_search(

@@ -120,6 +120,8 @@ def test_shipped_templates_are_listed_by_file_name_with_hidden_ones() -> None:
     listed = [(d.template_id, d.name, d.hidden) for d in shipped_templates()]
 
     assert listed == [
+        ("code-and-merge", "Code & Merge", False),
+        ("code-and-pull-request", "Code & Pull Request", False),
         ("simple", "Kanban", False),
         ("office-default", "Office Default", True),
         ("standard", "Plan & Build", False),
@@ -169,4 +171,10 @@ def test_shipped_templates_instantiate_with_their_start_step() -> None:
         assert wf.start_step is not None
         starts[decl.template_id] = wf.start_step.name
 
-    assert starts == {"simple": "In Progress", "office-default": "Work", "standard": "Plan"}
+    assert starts == {
+        "code-and-merge": "In Progress",
+        "code-and-pull-request": "In Progress",
+        "simple": "In Progress",
+        "office-default": "Work",
+        "standard": "Plan",
+    }

@@ -10,7 +10,7 @@ import time
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, Final
 
-from core.agents.bounds import item
+from core.agents.bounds import cut_text, item
 from core.agents.desired import exec_env, with_plan_instruction
 from core.agents.item_queue import ItemQueue
 from core.agents.protocols import exec_process as process
@@ -95,7 +95,6 @@ class ExecProtocol:
                 watch.stop()
         if turn.stopped == "fenced":
             return TurnEnd("cancelled", "the worker lost the run's claim")
-        self.peers.sessions.append_transcript(session_id, result.transcript)
         reported = {
             "protocol": "exec",
             "mode": want.mode,
@@ -124,8 +123,11 @@ class ExecProtocol:
     ) -> None:
         host = self.peers
         log = logger.bind(task_id=turn.task_id, session_id=session_id, run_id=turn.run_id)
-        if "log" in message:
-            log.bind(agent_log=str(message["log"])).info("agent says")
+        if "log" in message and said.put([item("log", str(message["log"]))]):
+            # past the turn's transcript limit a log line is dropped, here too: a million of
+            # them are not a million log records
+            text = cut_text(str(message["log"]))
+            log.bind(agent_log=text).info("agent says")
             from core.store import events  # the store is loaded by then; the runtime starts light
 
             events.notify(
@@ -134,9 +136,8 @@ class ExecProtocol:
                 turn.task_id,
                 run_id=turn.run_id,
                 session_id=session_id,
-                text=str(message["log"]),
+                text=text,
             )
-            said.put([item("log", str(message["log"]))])
         if message.keys() - {"log"}:
             said.flush()  # what it said before a decision or a signal is on the board first
         usage = message.get("usage")
@@ -209,10 +210,7 @@ class _Deadlines:
 
 
 def _exec_usage(usage: Mapping[str, Any]) -> dict[str, Any]:
-    """An exec agent's `{"usage": {...}}` line: the numbers it names, nothing else."""
-    found: dict[str, Any] = {}
-    for key in ("cost_usd", "input_tokens", "output_tokens"):
-        value = usage.get(key)
-        if isinstance(value, int | float) and not isinstance(value, bool) and value >= 0:
-            found[key] = value
-    return found
+    """An exec agent's `{"usage": {...}}` line: what it says of the keys laneway counts
+    (`BoardRecord.usage` warns of a value that is not a finite, non-negative number)."""
+    keys = ("cost_usd", "input_tokens", "output_tokens")
+    return {key: usage[key] for key in keys if usage.get(key) is not None}

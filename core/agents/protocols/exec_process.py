@@ -11,7 +11,9 @@ whenever the turn is stopped (and swept once the turn ends, for stray descendant
 also gets a parent-death signal (`PR_SET_PDEATHSIG`), so SIGKILL reaches it when the worker
 dies without a chance to clean up (kill -9, the OOM killer). Descendants the agent starts are
 reached by the group kill on every stop, not by the parent-death signal, which the kernel sends
-to direct children only. Its group is registered with the worker's watchdog
+to direct children only; what left the group (a `setsid`, a double fork) is found at the turn's
+end by the turn's own `LANEWAY_EXECUTION_ID` in its environment and killed
+(`sweep_leftovers`). Its group is registered with the worker's watchdog
 (core.agents.watchdog), which stops it while the worker is stopped and kills it when the
 worker is gone.
 
@@ -36,17 +38,31 @@ import signal
 import subprocess
 import sys
 import threading
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any, Final
 
 import attrs
 
 from core.agents import watchdog_link
+from core.text import MAX_TEXT
 
 TRANSIENT_EXIT: Final = 75
+EXECUTION_ENV: Final = "LANEWAY_EXECUTION_ID"
+"""An exec turn's own mark in its agent's environment: what the agent starts inherits it."""
+SWEEP_PASSES: Final = 20
 MESSAGE_KEYS: Final = frozenset({"decision", "step_complete", "log", "usage"})
 STDERR_TAIL: Final = 2000
+"""The characters of stderr a failure keeps (its last ones): stderr is read as it comes and
+only its tail is held, whatever the agent writes."""
+STDERR_KEEP: Final = 8000
+"""The bytes of stderr held while the turn runs (the tail, decoded once at its end)."""
+MAX_LINE: Final = 1024 * 1024
+"""The bytes of one stdout line read whole. A longer line is never held: its first MAX_LINE
+bytes are kept (a transcript line, cut to the item bound and saying so; never a message) and
+the rest is read and dropped until its newline, so the worker's memory does not grow with
+the agent's output."""
+_CHUNK: Final = 65536
 
 
 class LaunchError(Exception):
@@ -56,7 +72,9 @@ class LaunchError(Exception):
 @attrs.frozen
 class TurnResult:
     exit_code: int
-    transcript: tuple[str, ...]
+    lines: int
+    """Transcript lines the agent wrote (each went to `on_line` as it came; none is kept
+    here)."""
     stderr_tail: str
     execution_id: str
 
@@ -81,36 +99,48 @@ Message = Mapping[str, Any]
 class AgentProcess:
     """A running agent turn; `wait()` streams its messages to `on_message`."""
 
-    popen: subprocess.Popen[str]
+    popen: subprocess.Popen[bytes]
     execution_id: str
     on_message: Callable[[Message], None]
     on_line: Callable[[str], None] | None = None
     """Each transcript line as it arrives (the board keeps it while the turn runs)."""
-    transcript: list[str] = attrs.field(factory=list)
+    lines: int = 0
 
     def wait(self) -> TurnResult:
         stdout, stderr = self.popen.stdout, self.popen.stderr
         assert stdout is not None
         assert stderr is not None
-        errors: list[str] = []
-        drain = threading.Thread(target=lambda: errors.append(stderr.read()))
+        tail = bytearray()
+        drain = threading.Thread(target=_keep_tail, args=(stderr, tail), daemon=True)
         drain.start()
-        for line in stdout:
-            self._handle(line.rstrip("\n"))
+        for line, cut in read_lines(stdout, MAX_LINE):
+            self._handle(line.rstrip("\r"), cut)
         # The agent has exited but is not reaped yet, so its pid (the group id) cannot have been
         # reused: sweep what it left behind in its group, then reap it.
         with contextlib.suppress(ChildProcessError, OSError):
             os.waitid(os.P_PID, self.popen.pid, os.WEXITED | os.WNOWAIT)
         kill_group(self.popen.pid)
         watchdog_link.untrack(self.popen.pid)
+        # and what left the group since the sweep at the agent's exit: off the turn's path
+        threading.Thread(
+            target=sweep_leftovers,
+            args=(self.execution_id, self.popen.pid),
+            name="laneway-sweep",
+            daemon=True,
+        ).start()
         code = self.popen.wait()
         drain.join()
-        return TurnResult(
-            code, tuple(self.transcript), "".join(errors)[-STDERR_TAIL:], self.execution_id
-        )
+        errors = bytes(tail).decode("utf-8", "replace")
+        return TurnResult(code, self.lines, errors[-STDERR_TAIL:], self.execution_id)
 
-    def _handle(self, line: str) -> None:
-        if line.startswith("{"):
+    def _handle(self, line: str, cut: int) -> None:
+        if cut:
+            # never a message: what it meant lies in the part not read. Cut here to within
+            # the item's bound, so the note of how much was dropped is what the board keeps.
+            keep = MAX_TEXT - 100
+            cut += len(line[keep:].encode("utf-8", "replace"))
+            line = f"{line[:keep]}... [cut: {cut} more bytes of this line]"
+        elif line.startswith("{"):
             try:
                 message = json.loads(line)
             except ValueError:
@@ -118,7 +148,7 @@ class AgentProcess:
             if isinstance(message, dict) and message.keys() & MESSAGE_KEYS:
                 self.on_message(message)
                 return
-        self.transcript.append(line)
+        self.lines += 1
         if self.on_line is not None:
             self.on_line(line)
 
@@ -129,6 +159,37 @@ class AgentProcess:
             watchdog_link.untrack(self.popen.pid)
         if self.popen.poll() is None:
             self.popen.kill()
+
+
+def read_lines(stream: Any, limit: int) -> Iterator[tuple[str, int]]:
+    """The lines of a binary stream, decoded (UTF-8, bad bytes replaced), each with the bytes
+    cut from it: a line longer than `limit` bytes yields its first `limit` and the count of
+    the rest, which is read in chunks and dropped. Never holds more than `limit` bytes."""
+    while True:
+        raw: bytes = stream.readline(limit + 1)
+        if not raw:
+            return
+        cut = 0
+        if len(raw) > limit and not raw.endswith(b"\n"):
+            cut = len(raw) - limit
+            raw = raw[:limit]
+            while True:
+                rest: bytes = stream.readline(_CHUNK)
+                if not rest:
+                    break
+                if rest.endswith(b"\n"):
+                    cut += len(rest) - 1
+                    break
+                cut += len(rest)
+        yield raw.rstrip(b"\n").decode("utf-8", "replace"), cut
+
+
+def _keep_tail(stream: Any, tail: bytearray) -> None:
+    """Read the agent's stderr to its end, keeping only its last STDERR_KEEP bytes."""
+    while chunk := stream.read1(_CHUNK):
+        tail.extend(chunk)
+        if len(tail) > STDERR_KEEP:
+            del tail[: len(tail) - STDERR_KEEP]
 
 
 def kill_group(pgid: int) -> None:
@@ -231,23 +292,83 @@ def start(
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
-            text=True,
             process_group=0,
             # the hook is async-signal-safe: one syscall
             preexec_fn=_parent_death_signal() if _SETPRIV is None else None,  # noqa: PLW1509
             # Exactly `env`: the caller built it from a documented base (agent_env), so the
-            # worker's secrets stay in the worker.
-            env=dict(env),
+            # worker's secrets stay in the worker; and the turn's mark, which what the agent
+            # starts inherits (`sweep_leftovers`).
+            env={**env, EXECUTION_ENV: execution_id},
             cwd=cwd,
         )
     except OSError as exc:
         watchdog_link.track(None)
         raise LaunchError(f"cannot start {command[0]!r}: {exc.strerror or exc}") from None
     watchdog_link.track(popen.pid)
+    # What the agent moved out of its group would hold its output pipes open past its exit
+    # (the turn would not end until it did): swept the moment the agent exits.
+    threading.Thread(
+        target=_sweep_on_exit, args=(execution_id, popen.pid), name="laneway-sweep", daemon=True
+    ).start()
     assert popen.stdin is not None
     try:
-        popen.stdin.write(prompt)
+        popen.stdin.write(prompt.encode("utf-8", "replace"))
         popen.stdin.close()
     except BrokenPipeError:
         pass  # the agent did not read its prompt; its exit status tells the rest
     return AgentProcess(popen, execution_id, on_message, on_line)
+
+
+def _sweep_on_exit(execution_id: str, agent: int) -> None:
+    with contextlib.suppress(ChildProcessError, OSError):
+        os.waitid(os.P_PID, agent, os.WEXITED | os.WNOWAIT)
+    # the agent's group is the turn's end's to kill (what it still prints is the turn's)
+    sweep_leftovers(execution_id, agent, spare_group=True)
+
+
+def sweep_leftovers(execution_id: str, agent: int, *, spare_group: bool = False) -> list[int]:
+    """SIGKILL every process still carrying the turn's `LANEWAY_EXECUTION_ID=execution_id` in
+    its environment (what the agent started and moved out of its process group: `setsid`, a
+    double fork), found in /proc, but the agent itself (not reaped yet); the pids killed.
+
+    Passes repeat while they find something, for a process may fork between a look and its
+    kill (the child inherits the mark). A process that rewrote its environment is not found;
+    one of another user, or non-dumpable, cannot be read and is not either. `spare_group`:
+    leave the agent's own process group alone."""
+    if not sys.platform.startswith("linux"):
+        return []
+    mark = f"{EXECUTION_ENV}={execution_id}".encode()
+    own = os.getpid()
+    killed: list[int] = []
+    for _ in range(SWEEP_PASSES):
+        found = []
+        try:
+            names = os.listdir("/proc")
+        except OSError:
+            return killed
+        for name in names:
+            if not name.isdigit() or int(name) in (own, agent):
+                continue
+            try:
+                with open(f"/proc/{name}/environ", "rb") as environ:
+                    entries = environ.read().split(b"\0")
+            except OSError:
+                continue
+            if mark in entries and not (spare_group and _group(int(name)) == agent):
+                found.append(int(name))
+        for pid in found:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(pid, signal.SIGKILL)
+        killed += found
+        if not found:
+            break
+    return killed
+
+
+def _group(pid: int) -> int | None:
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as stat:
+            data = stat.read()
+        return int(data[data.rindex(b")") + 2 :].split()[2])
+    except (OSError, ValueError, IndexError):
+        return None

@@ -11,12 +11,15 @@ if TYPE_CHECKING:
     from acp.schema import McpServerStdio
 
     from core.agents.ports import AgentPort
-    from core.agents.tools.broker import ToolBroker
+    from core.agents.tools.broker import Owner, ToolBroker
 
 
 class ToolAccess:
     def __init__(self, peers: AgentPort) -> None:
         self.peers = peers
+        self.owner: Owner | None = None
+        """Which process runs a grant's turn: the broker answers a call only from it or its
+        descendants (set by the runtime to its ACP conversations' running agents)."""
         self._broker: ToolBroker | None = None
         self._tokens: dict[str, str] = {}
         """The tool-server token each live conversation was opened with, by session."""
@@ -27,7 +30,7 @@ class ToolAccess:
         if self._broker is None:
             from core.agents.tools.broker import ToolBroker
 
-            self._broker = ToolBroker(self.peers)
+            self._broker = ToolBroker(self.peers, owner=self.owner)
         return self._broker
 
     def servers(

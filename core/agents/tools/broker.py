@@ -6,8 +6,13 @@ path of this broker's unix socket (in a 0700 directory), the broker's authkey (t
 `multiprocessing.connection` challenge-response, so a process without the key cannot talk to
 the broker at all) and the run's token, which names exactly one task, step and seat. Every
 call is checked against its token's grant; a revoked or unknown token, or a call naming
-another task, is refused. The tools call the same services as an exec agent's JSON lines
-(`core.agents.protocols.exec`), so a verdict or a completion signal means the same either way.
+another task, is refused. And the capability is bound to the run's own agent: where the
+runtime says which process runs the grant's turn (`owner`), a call is answered only on a
+connection made by that process or one of its descendants (the kernel's `SO_PEERCRED` names
+the connecting process), so a key and token another process of the same user found are
+refused (docs/operations.md, "What an agent of the same user can and cannot reach"). The
+tools call the same services as an exec agent's JSON lines (`core.agents.protocols.exec`), so
+a verdict or a completion signal means the same either way.
 """
 
 from __future__ import annotations
@@ -15,6 +20,8 @@ from __future__ import annotations
 import os
 import secrets
 import shutil
+import socket
+import struct
 import sys
 import tempfile
 import threading
@@ -82,12 +89,20 @@ class ToolRefused(LanewayError):
 Tool = Callable[[Grant, Mapping[str, Any]], Any]
 
 
+Owner = Callable[[Grant], "int | None"]
+"""The pid of the agent process running a grant's turn now (None: none runs it)."""
+
+
 class ToolBroker:
     """Listens on its own unix socket, on a daemon thread (one thread per connection), until
-    `close()`. Built with the services it calls (a `AgentPort`), never a host."""
+    `close()`. Built with the services it calls (a `AgentPort`), never a host.
 
-    def __init__(self, peers: AgentPort) -> None:
+    :param owner: which process runs a grant's turn; given, a call is answered only when the
+        connecting process is that one or descends from it."""
+
+    def __init__(self, peers: AgentPort, owner: Owner | None = None) -> None:
         self._peers = peers
+        self._owner = owner
         self._authkey = secrets.token_bytes(32)
         self._grants: dict[str, Grant] = {}
         self._lock = threading.Lock()
@@ -192,6 +207,7 @@ class ToolBroker:
                     "tool broker: a connection failed authentication"
                 )
                 return
+            peer = peer_pid(conn)
             while not self._closed.is_set():
                 try:
                     request = wire.receive(conn)
@@ -200,15 +216,22 @@ class ToolBroker:
                 except ValueError as exc:
                     wire.send(conn, {"error": f"bad request: {exc}"})
                     continue
-                wire.send(conn, self.answer(request))
+                wire.send(conn, self.answer(request, peer=peer))
 
-    def answer(self, request: Mapping[str, Any]) -> dict[str, Any]:
-        """One request `{"token", "tool", "args"}`: `{"ok": result}` or `{"error": line}`."""
+    def answer(self, request: Mapping[str, Any], *, peer: int | None = None) -> dict[str, Any]:
+        """One request `{"token", "tool", "args"}`: `{"ok": result}` or `{"error": line}`.
+
+        :param peer: the pid of the process that sent it over the socket (None: in-process)."""
         token, tool, args = request.get("token"), request.get("tool"), request.get("args", {})
         with self._lock:
             grant = self._grants.get(token) if isinstance(token, str) else None
         if grant is None:
             return {"error": "this tool token is unknown or was revoked (its run is over)"}
+        if peer is not None and self._owner is not None and not descends(peer, self._owner(grant)):
+            logger.bind(
+                task_id=grant.task_id, run_id=grant.run_id, peer_pid=peer, tool=tool
+            ).warning("agent tool call refused: not made by the run's own agent")
+            return {"error": "this tool token is not this process's: it acts for another run"}
         log = logger.bind(
             task_id=grant.task_id, run_id=grant.run_id, session_id=grant.session_id, tool=tool
         )
@@ -252,6 +275,7 @@ class ToolBroker:
                 # from what the agent may read (AGENTS.md: "the step's previous rounds")
                 decisions = [_verdict_json(d) for d in peers.decisions.rounds(task.id, step.id)]
         return {
+            "run_id": grant.run_id,
             "task": {
                 "id": task.id,
                 "title": task.title,
@@ -319,6 +343,41 @@ class ToolBroker:
         return result
 
 
+def peer_pid(conn: Connection) -> int | None:
+    """The pid of the process at the other end of `conn` (the one that connected), from the
+    kernel (`SO_PEERCRED`); None where that cannot be asked."""
+    if not hasattr(socket, "SO_PEERCRED"):
+        return None
+    try:
+        with socket.socket(fileno=os.dup(conn.fileno())) as sock:
+            raw = sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
+    except OSError:
+        return None
+    pid: int = struct.unpack("3i", raw)[0]
+    return pid or None
+
+
+def descends(pid: int, ancestor: int | None, hops: int = 256) -> bool:
+    """Whether process `pid` is `ancestor` or one of its descendants (read from /proc); False
+    when `ancestor` is None, and where there is no /proc to read, True (nothing to check)."""
+    if ancestor is None:
+        return False
+    if not os.path.isdir("/proc/self"):
+        return True
+    for _ in range(hops):
+        if pid == ancestor:
+            return True
+        if pid <= 1:
+            return False
+        try:
+            with open(f"/proc/{pid}/stat", "rb") as stat:
+                data = stat.read()
+            pid = int(data[data.rindex(b")") + 2 :].split()[1])
+        except (OSError, ValueError, IndexError):
+            return False
+    return False
+
+
 def _one_line(text: str) -> str:
     line = " ".join(text.split())
     return line if len(line) <= 500 else line[:497] + "..."
@@ -353,4 +412,5 @@ def _feedback_json(peers: AgentPort, grant: Grant) -> dict[str, Any] | None:
         "since": given.since,
         "decisions": [_verdict_json(d) for d in given.verdicts],
         "comments": [plain(c) for c in given.comments],
+        "conflict": dict(given.conflict) if given.conflict is not None else None,
     }

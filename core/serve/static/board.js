@@ -35,6 +35,7 @@ const state = {
   runSessions: new Map(), // run id -> the session its items were kept in (from agent.item)
   confirmArchive: false,
   editing: false, // the panel shows the title/description form
+  lineComment: null, // { taskId, file, line }: the diff line a person clicked to comment on
   filters: { q: "", step: "", state: "", agent: "", person: false },
 };
 
@@ -91,6 +92,38 @@ function plural(n, one, many = `${one}s`) {
   return `${n} ${n === 1 ? one : many}`;
 }
 
+/* A task's state in words that no step is named: REVIEW is "its agent failed, have a look",
+   not the Review step (issue 38). The pill says "state: …" and its title the stored value. */
+const STATE_WORDS = {
+  TODO: "to do",
+  CREATED: "new",
+  SCHEDULING: "scheduling",
+  IN_PROGRESS: "started",
+  REVIEW: "needs a look",
+  BLOCKED: "blocked",
+  WAITING_FOR_INPUT: "waits for input",
+  COMPLETED: "finished",
+  FAILED: "failed",
+  CANCELLED: "cancelled",
+};
+
+function stateWords(value) {
+  return STATE_WORDS[value] || pretty(value);
+}
+
+function statePill(value) {
+  return h("span", { class: `pill state state-${String(value).toLowerCase()}`, title: `Task state ${value} (not a step)` },
+    `state: ${stateWords(value)}`);
+}
+
+// The worktree's path, and what an agent's tool call or permission request says of it,
+// relative to it: `/…/worktrees/0194…/src/app.py` reads `src/app.py`.
+function relativePaths(text, workspace) {
+  const root = workspace && workspace.path ? String(workspace.path).replace(/\/+$/, "") : "";
+  if (!text || !root) return text;
+  return String(text).split(`${root}/`).join("").split(root).join(".");
+}
+
 // -- names, not ids --------------------------------------------------------------------------
 
 function steps() {
@@ -114,19 +147,51 @@ function needsPerson(task) {
   return Boolean(task.badges.waiting_for_person) || (state.pending.get(task.id) || []).length > 0;
 }
 
+function blockersOf(task) {
+  return (task.badges && task.badges.blockers) || [];
+}
+
+function atReviewStep(task) {
+  const step = steps().find((s) => s.id === task.workflow_step_id);
+  if (!step) return false;
+  return step.stage_type === "review" || step.stage_type === "approval" || /review|approv/i.test(step.name);
+}
+
 function waitsFor(task) {
   const b = task.badges;
   if (needsPerson(task)) return { kind: "person", text: "Waits for a person: its agent asks for permission" };
   if (b.running) return { kind: "agent", text: "An agent is working on it" };
   if (b.last_error) return { kind: "failed", text: `Failed: ${b.last_error}` };
-  if (b.queued_behind) return { kind: "queued", text: `Queued behind ${plural(b.queued_behind, "run")} of its agent` };
+  const forWorker = "waits for a worker (start one with `laneway worker`)";
+  if (b.queued_behind) return { kind: "queued", text: `Queued behind ${plural(b.queued_behind, "run")} of its agent; ${forWorker}` };
   if (!task.wip_admitted) return { kind: "queued", text: "Waits for room in this step" };
   const left = b.decisions.required - b.decisions.approved;
-  if (b.decisions.required > 0 && left > 0) return { kind: "decision", text: `Waits for ${plural(left, "verdict")}` };
+  if (b.decisions.required > 0 && left > 0) {
+    const how = b.queued ? " (its reviewers' runs wait for a worker: `laneway worker`)" : "";
+    return { kind: "decision", text: `Waits for ${plural(left, "verdict")}${how}` };
+  }
+  if (b.queued) return { kind: "queued", text: `Queued: ${forWorker}` };
   if (b.dead_run) return { kind: "failed", text: "Its run died on every attempt" };
   if (b.dead_session) return { kind: "failed", text: "Its agent's last session failed" };
   if (FINISHED_STATES.has(task.state)) return null;
-  return { kind: "nobody", text: "Nobody is on it yet: move it to a step with an agent to start one" };
+  const blockers = blockersOf(task);
+  if (blockers.length) {
+    const more = blockers.length > 1 ? ` and ${plural(blockers.length - 1, "other")}` : "";
+    return { kind: "blocked", text: `Blocked by “${blockers[0].title}”${more}: it can start once that is finished` };
+  }
+  if (b.last_run === "cancelled") return { kind: "nobody", text: "Cancelled: nothing runs now; Start it again from its panel" };
+  if (atReviewStep(task)) return { kind: "decision", text: "Waits for a person to review it: move it on, or send its agent a message" };
+  if (stepAgent(task.workflow_step_id)) return { kind: "nobody", text: "Not started: press Start in its panel (or `laneway task start`)" };
+  return { kind: "nobody", text: "Nobody is on it yet: Start it, or move it to a step with an agent" };
+}
+
+// A line's `command` parts drawn as code.
+function withCode(text) {
+  return String(text).split("`").map((part, n) => (n % 2 ? h("code", {}, part) : part));
+}
+
+function stepAgent(stepId) {
+  return ((state.board && state.board.step_agents) || {})[stepId] || null;
 }
 
 // -- loading ---------------------------------------------------------------------------------
@@ -317,7 +382,7 @@ function renderFilters() {
   const option = (value, label, selected) => h("option", { value, key: value || "any", selected: selected || null }, label);
   patch($("filter-step"), option("", "Any step", !f.step), steps().map((s) => option(s.id, s.name, f.step === s.id)));
   const states = [...new Set([...state.board.tasks.map((t) => t.state), f.state].filter(Boolean))].sort();
-  patch($("filter-state"), option("", "Any state", !f.state), states.map((s) => option(s, pretty(s), f.state === s)));
+  patch($("filter-state"), option("", "Any state", !f.state), states.map((s) => option(s, `state: ${stateWords(s)}`, f.state === s)));
   const profiles = Object.entries(state.board.profiles).sort((a, b) => a[1].name.localeCompare(b[1].name));
   patch($("filter-agent"), option("", "Any agent", !f.agent), profiles.map(([id, p]) => option(id, p.name, f.agent === id)));
   $("filter-step").value = f.step;
@@ -456,6 +521,19 @@ function renderBadges(task) {
   if (b.dead_run) badges.push(h("span", { class: "badge dead", title: "a run's worker died on every attempt; it is not retried" }, "run dead"));
   if (b.dead_session) badges.push(h("span", { class: "badge dead", title: "the agent's last session failed" }, "agent failed"));
   if (!task.wip_admitted) badges.push(h("span", { class: "badge queued", title: "waiting for room in this step" }, "queued"));
+  if (task.over_budget) badges.push(h("span", { class: "badge failed over-budget", title: "its agents' reported costs passed a budget" }, "over budget"));
+  const blockers = blockersOf(task);
+  if (blockers.length) {
+    badges.push(h("span", { class: "badge blocked", title: `blocked by ${blockers.map((x) => `“${x.title}”`).join(", ")}` },
+      `blocked by ${blockers.length}`));
+  }
+  if (task.parent_id) {
+    const parent = state.board.tasks.find((t) => t.id === task.parent_id);
+    badges.push(h("span", { class: "badge relation parent", title: parent ? `a subtask of “${parent.title}”` : `a subtask of ${task.parent_id}` },
+      `subtask of ${parent ? parent.title : shortId(task.parent_id)}`));
+  }
+  const sub = b.subtasks || { done: 0, total: 0 };
+  if (sub.total) badges.push(h("span", { class: "badge relation subtasks", title: "finished / all subtasks" }, `subtasks ${sub.done}/${sub.total}`));
   return badges;
 }
 
@@ -493,12 +571,12 @@ function renderCard(task) {
     }, "⠿"),
   ),
   h("div", { class: "card-meta" },
-    h("span", { class: "pill state" }, pretty(task.state)),
+    statePill(task.state),
     task.priority && task.priority !== "none" ? h("span", { class: `pill prio prio-${task.priority}` }, task.priority) : null,
     h("span", { class: "muted" }, ago(task.updated_at)),
   ),
   badges.length ? h("div", { class: "badges" }, badges) : null,
-  waits ? h("div", { class: `waits waits-${waits.kind}` }, waits.text) : null,
+  waits ? h("div", { class: `waits waits-${waits.kind}` }, withCode(waits.text)) : null,
   );
 }
 
@@ -580,6 +658,7 @@ async function offerStart(taskId, step) {
   const moved = (await state.api.get(`/api/board?${q}`)).tasks.find((t) => t.id === taskId);
   if (!moved || moved.workflow_step_id !== step.id) return;
   if (moved.badges.running || moved.badges.queued || FINISHED_STATES.has(moved.state)) return;
+  if (blockersOf(moved).length) return; // its agent does not start while it is blocked
   const name = profileName(agent);
   const el = h("div", { class: "toast ask", role: "group", "aria-label": `Start ${name}?` },
     h("span", {}, `Start ${name} on it?`),
@@ -743,17 +822,18 @@ function renderDetail() {
   $("detail-title").textContent = task.title;
   $("detail-step").textContent = task.wip_admitted ? stepName(task.workflow_step_id) : `${stepName(task.workflow_step_id)} · queued`;
   patch($("detail-meta"),
-    h("span", { class: "pill state" }, pretty(task.state)),
+    statePill(task.state),
     h("span", { class: "muted mono", title: task.id }, shortId(task.id)),
     task.archived_at ? h("span", { class: "pill" }, "archived") : null,
   );
   const waits = boardTask ? waitsFor(boardTask) : null;
   patch($("detail-body"),
-    waits ? h("p", { key: "waits", class: `waits waits-${waits.kind}` }, waits.text) : null,
+    waits ? h("p", { key: "waits", class: `waits waits-${waits.kind}` }, withCode(waits.text)) : null,
     state.editing ? renderEdit(task)
       : task.description ? h("p", { key: "description", class: "description" }, task.description) : null,
-    permissions.length ? renderPermissions(permissions) : null,
-    renderActions(task, runs, decisions, sessions),
+    renderRelations(task, boardTask),
+    permissions.length ? renderPermissions(permissions, task) : null,
+    renderActions(task, runs, decisions, sessions, boardTask),
     renderTranscript(runs),
     diff ? section("changes", "Changes", diff.files ? diff.files.length : null, renderChanges(task, diff)) : null,
     section("comments", "Comments", comments.length, renderComments(task, comments)),
@@ -765,6 +845,34 @@ function renderDetail() {
     section("sessions", "Sessions", sessions.length,
       sessions.length ? h("ul", { class: "rows" }, [...sessions].reverse().map(renderSession)) : h("p", { class: "muted" }, "No sessions.")),
   );
+}
+
+// Its parent, the blockers that still hold it and its subtasks, each a link to its panel.
+function renderRelations(task, boardTask) {
+  const open = (id, label) => h("button", { type: "button", class: "link relation-link", onclick: () => openDetail(id) }, label);
+  const titleOf = (id) => {
+    const known = state.board && state.board.tasks.find((t) => t.id === id);
+    return known ? known.title : shortId(id);
+  };
+  const rows = [];
+  if (task.parent_id) rows.push(h("li", { key: "parent", class: "relation-parent" }, "Subtask of ", open(task.parent_id, `“${titleOf(task.parent_id)}”`)));
+  const holding = boardTask ? blockersOf(boardTask) : [];
+  const heldBy = new Set(holding.map((b) => b.id));
+  for (const id of task.blocked_by || []) {
+    const blocker = holding.find((b) => b.id === id);
+    rows.push(h("li", { key: `blocker:${id}`, class: `relation-blocker${heldBy.has(id) ? " holding" : ""}` },
+      "Blocked by ", open(id, `“${blocker ? blocker.title : titleOf(id)}”`),
+      h("span", { class: "muted" }, heldBy.has(id) ? ` · ${stateWords(blocker.state)}: its agent does not start until it is finished` : " · finished")));
+  }
+  const children = state.board ? state.board.tasks.filter((t) => t.parent_id === task.id) : [];
+  for (const child of children) {
+    rows.push(h("li", { key: `child:${child.id}`, class: "relation-child" }, "Subtask ", open(child.id, `“${child.title}”`),
+      h("span", { class: "muted" }, ` · ${stateWords(child.state)}`)));
+  }
+  const counted = boardTask && boardTask.badges.subtasks ? boardTask.badges.subtasks.total : 0;
+  if (counted > children.length) rows.push(h("li", { key: "more-children", class: "muted" }, `and ${plural(counted - children.length, "more subtask")} on other boards`));
+  if (!rows.length) return null;
+  return h("ul", { key: "relations", class: "relations", "aria-label": "Parent, blockers and subtasks" }, rows);
 }
 
 // The edit form keeps what is typed across the panel's re-renders (keyed, patched in place);
@@ -815,7 +923,7 @@ async function saveEdit(task) {
   }
 }
 
-function renderPermissions(permissions) {
+function renderPermissions(permissions, task) {
   return h("section", { key: "permissions", class: "permissions", role: "group", "aria-label": "Permission requests" },
     h("h3", {}, "Waiting for you"),
     permissions.map((p) => {
@@ -823,7 +931,7 @@ function renderPermissions(permissions) {
       const session = state.detail.sessions.find((s) => s.id === p.session_id);
       const who = session && session.agent_profile_id ? profileName(session.agent_profile_id) : "The agent";
       return h("div", { class: "permission", key: p.id, dataset: { permissionId: p.id } },
-        h("p", {}, h("b", {}, who), " asks to ", h("b", {}, call.title || "use a tool"),
+        h("p", {}, h("b", {}, who), " asks to ", h("b", { class: "tool-title", title: call.title || "" }, relativePaths(call.title, task.workspace) || "use a tool"),
           call.kind ? h("span", { class: "muted" }, ` (${call.kind})`) : null),
         h("div", { class: "seat-buttons" },
           h("button", { type: "button", class: "approve", onclick: () => answerPermission(p, "allow") }, "Allow"),
@@ -837,7 +945,8 @@ function renderPermissions(permissions) {
 async function answerPermission(permission, outcome) {
   try {
     const answered = await state.api.post(`/api/permissions/${encodeURIComponent(permission.id)}`, { outcome });
-    toast(`Permission ${answered.state}: ${(permission.tool_call || {}).title || "tool call"}`, "ok");
+    const said = relativePaths((permission.tool_call || {}).title, state.detail && state.detail.task.workspace);
+    toast(`Permission ${answered.state}: ${said || "tool call"}`, "ok");
     scheduleRefresh(0);
     scheduleDetail(0);
   } catch (error) {
@@ -845,7 +954,39 @@ async function answerPermission(permission, outcome) {
   }
 }
 
-function renderActions(task, runs, decisions, sessions) {
+// Start: what `task start` does, at the card's step when an agent works there, else at the
+// workflow's start step. Not while a run is live, nor for a finished or blocked task.
+function renderStart(task, live, boardTask) {
+  if (live.length || FINISHED_STATES.has(task.state) || task.archived_at) return null;
+  const here = stepAgent(task.workflow_step_id);
+  const first = steps().find((s) => s.is_start_step) || steps()[0];
+  const there = first && first.id !== task.workflow_step_id ? stepAgent(first.id) : null;
+  if (!here && !there) return null;
+  const agent = here || there;
+  const label = here ? `Start ${profileName(agent)}` : `Start ${profileName(agent)} at ${first.name}`;
+  const blockers = boardTask ? blockersOf(boardTask) : [];
+  const why = blockers.length ? `Blocked by “${blockers[0].title}”: it can start once that is finished` : null;
+  return h("span", { class: "start-group", key: "start" },
+    h("button", {
+      type: "button", class: "primary", id: "start-task", disabled: blockers.length ? true : null,
+      "aria-describedby": why ? "start-why" : null,
+      onclick: () => startTask(task, here ? task.workflow_step_id : first.id, agent),
+    }, label),
+    why ? h("span", { class: "muted small", id: "start-why" }, why) : null);
+}
+
+async function startTask(task, stepId, agent) {
+  try {
+    await state.api.post(`/api/tasks/${encodeURIComponent(task.id)}/start`, { step: stepId });
+    toast(`Started ${profileName(agent)} on “${task.title}”`, "ok");
+    scheduleRefresh(0);
+    scheduleDetail(0);
+  } catch (error) {
+    showError(error);
+  }
+}
+
+function renderActions(task, runs, decisions, sessions, boardTask) {
   const select = h("select", { "aria-label": "Move to step", id: "move-step" },
     steps().map((s) => h("option", { value: s.id, key: s.id, selected: s.id === task.workflow_step_id }, s.name)));
   const live = runs.filter((r) => LIVE_RUN.has(r.status));
@@ -861,6 +1002,7 @@ function renderActions(task, runs, decisions, sessions) {
     }, "Move"),
   );
   const other = h("div", { class: "action-row wrap", key: "other" },
+    renderStart(task, live, boardTask),
     live.length ? h("button", { type: "button", class: "reject", id: "cancel-task", onclick: () => cancelTask(task) },
       `Cancel ${live.length === 1 ? "the run" : `${live.length} runs`}`) : null,
     state.editing ? null : h("button", { type: "button", id: "edit", onclick: startEdit }, "Edit"),
@@ -1028,7 +1170,7 @@ function renderTranscriptRow(row) {
   if (row.kind === "tool_call") {
     return h("li", { key: row.key, class: `item tool_call tool-${row.status || "pending"}` },
       h("span", { class: "tool-kind" }, row.toolKind || "tool"),
-      h("span", { class: "tool-title" }, row.title || "tool call"),
+      h("span", { class: "tool-title", title: row.title || "" }, relativePaths(row.title, state.detail && state.detail.task.workspace) || "tool call"),
       h("span", { class: `pill tool-status status-${row.status || "pending"}` }, pretty(row.status || "pending")),
     );
   }
@@ -1044,7 +1186,7 @@ function renderTranscriptRow(row) {
   const label = { prompt: "Prompt", thought: "Thinking", permission: "Permission", log: "Log", output: "Output", stderr: "Stderr" }[row.kind];
   return h("li", { key: row.key, class: `item ${row.kind}` },
     label ? h("div", { class: "item-label" }, label) : null,
-    h("div", { class: "item-text" }, row.text),
+    h("div", { class: "item-text" }, row.kind === "permission" ? relativePaths(row.text, state.detail && state.detail.task.workspace) : row.text),
   );
 }
 
@@ -1069,6 +1211,7 @@ function renderTranscript(runs) {
 function renderComments(task, comments) {
   const list = comments.length ? h("ul", { class: "rows comments" }, comments.map((c) => h("li", { key: c.id, class: "comment" },
     h("div", {}, h("b", {}, c.author || "someone"), h("span", { class: "muted small" }, ` · ${ago(c.created_at)}`),
+      c.file ? h("code", { class: "comment-at" }, ` ${c.file}:${c.line}`) : null,
       h("div", { class: "comment-body" }, c.body)),
   ))) : h("p", { class: "muted" }, "No comments.");
   const form = h("form", {
@@ -1094,10 +1237,111 @@ function renderComments(task, comments) {
 const PATCH_LINES = 2000;
 /* Lines of patch the page draws; the rest is cut, with a note (`task diff` has it all). */
 
+// A patch line's place in the file it changes: the new side's number, for `+` and context
+// lines (a `-` line has none there); what a click comments on (`task comment --file --line`).
+function numberedPatch(lines) {
+  let file = null;
+  let next = 0;
+  return lines.map((line) => {
+    if (line.startsWith("diff --git")) {
+      const m = / b\/(.*)$/.exec(line);
+      file = m ? m[1] : null;
+      return { line, kind: "meta" };
+    }
+    if (line.startsWith("index ") || line.startsWith("+++") || line.startsWith("---")
+      || line.startsWith("new file") || line.startsWith("deleted file")) return { line, kind: "meta" };
+    if (line.startsWith("@@")) {
+      const m = /\+(\d+)/.exec(line);
+      next = m ? Number(m[1]) : 0;
+      return { line, kind: "hunk" };
+    }
+    if (line.startsWith("-")) return { line, kind: "del" };
+    if (line.startsWith("\\")) return { line, kind: "meta" };
+    const at = file && next ? next : null;
+    if (next) next += 1;
+    return { line, kind: line.startsWith("+") ? "add" : "ctx", file, at };
+  });
+}
+
+function renderLanding(task) {
+  const record = task.workspace || {};
+  const merge = record.merge;
+  const conflict = record.conflict;
+  const workflow = state.board && state.board.workflow.id === task.workflow_id ? state.board.workflow : null;
+  const out = [];
+  if (merge) {
+    out.push(h("p", { class: "landed", key: "landed" },
+      h("span", { class: "pill m-done" }, "merged"),
+      ` into ${merge.into} (${merge.strategy}) as `, h("code", {}, String(merge.commit).slice(0, 12)), ` · ${ago(merge.at)}`));
+  }
+  if (conflict) {
+    out.push(h("p", { class: "conflict", key: "conflict", role: "status" },
+      h("span", { class: "pill m-failed" }, "conflict"),
+      ` merging into ${conflict.into}: `,
+      ...conflict.paths.flatMap((p, i) => [i ? ", " : null, h("code", { class: "conflict-path" }, p)]).filter(Boolean)));
+  }
+  if (record.push) {
+    out.push(h("p", { class: "muted small", key: "pushed" },
+      `Pushed ${String(record.push.commit).slice(0, 12)} to ${record.push.remote} · ${ago(record.push.at)}`));
+  }
+  const id = encodeURIComponent(task.id);
+  const run = async (what, path, body) => {
+    try {
+      const done = await state.api.post(path, body);
+      toast(what === "merge" ? `Merged into ${done.into}` : `Pushed to ${done.remote}`, "ok");
+      // the person's own checkout of the base was left as it was: say how to see the merge
+      if (what === "merge" && done.notice) toast(done.notice, "ok");
+    } catch (error) {
+      showError(error);
+    }
+    scheduleDetail(0);
+  };
+  out.push(h("form", {
+    class: "landing", key: "landing", "aria-label": "Land the change",
+    onsubmit: (event) => {
+      event.preventDefault();
+      run("merge", `/api/tasks/${id}/merge`, { strategy: $("merge-strategy").value });
+    },
+  },
+  h("label", { class: "field inline" }, h("span", {}, "Strategy"),
+    h("select", { id: "merge-strategy" }, ["merge", "squash", "rebase"].map((s) => h("option", { value: s }, s)))),
+  h("button", { type: "submit", id: "merge-button" }, `Merge into ${record.base_branch || "base"}`),
+  workflow && workflow.remote
+    ? h("button", { type: "button", id: "push-button", onclick: () => run("push", `/api/tasks/${id}/push`, {}) }, `Push to ${workflow.remote}`)
+    : null));
+  return out;
+}
+
+function renderLineForm(task) {
+  const at = state.lineComment;
+  if (!at || at.taskId !== task.id) return null;
+  return h("form", {
+    class: "comment-form line-comment", key: `line:${at.file}:${at.line}`, "aria-label": `Comment on ${at.file} line ${at.line}`,
+    onsubmit: async (event) => {
+      event.preventDefault();
+      const box = $("line-comment-text");
+      if (!box.value.trim()) return;
+      try {
+        await state.api.post(`/api/tasks/${encodeURIComponent(task.id)}/comments`, { body: box.value, file: at.file, line: at.line });
+        state.lineComment = null;
+        toast("Comment added", "ok");
+        scheduleDetail(0);
+      } catch (error) {
+        showError(error);
+      }
+    },
+  },
+  h("p", { class: "muted small" }, "On ", h("code", {}, `${at.file}:${at.line}`)),
+  h("textarea", { id: "line-comment-text", rows: "2", placeholder: "Comment on this line…", "aria-label": `Comment on ${at.file} line ${at.line}` }),
+  h("button", { type: "submit" }, "Comment"),
+  h("button", { type: "button", class: "link", onclick: () => { state.lineComment = null; renderDetail(); } }, "Cancel"));
+}
+
 function renderChanges(task, diff) {
   if (diff.error) return h("p", { class: "muted" }, diff.error);
   const where = h("p", { class: "muted mono" }, `${diff.branch} against ${diff.base.slice(0, 10)}`);
-  if (!diff.files.length) return h("div", { class: "changes" }, where, h("p", { class: "muted" }, "No changes yet."));
+  const landing = renderLanding(task);
+  if (!diff.files.length) return h("div", { class: "changes" }, where, ...landing, h("p", { class: "muted" }, "No changes yet."));
   const files = h("ul", { class: "rows changed-files" }, diff.files.map((f) => h("li", { class: `changed ${f.status}`, key: f.path },
     h("span", { class: "mono path" }, f.path),
     h("span", { class: "status" }, f.status),
@@ -1106,21 +1350,29 @@ function renderChanges(task, diff) {
   )));
   const lines = diff.patch.split("\n");
   if (lines.length && lines[lines.length - 1] === "") lines.pop();
-  const drawn = lines.slice(0, PATCH_LINES).map((line) => {
-    let kind = "ctx";
-    if (line.startsWith("diff --git") || line.startsWith("index ") || line.startsWith("+++") || line.startsWith("---")
-      || line.startsWith("new file") || line.startsWith("deleted file")) kind = "meta";
-    else if (line.startsWith("@@")) kind = "hunk";
-    else if (line.startsWith("+")) kind = "add";
-    else if (line.startsWith("-")) kind = "del";
-    return h("span", { class: `line ${kind}` }, line + "\n");
+  const pick = (file, line) => {
+    state.lineComment = { taskId: task.id, file, line };
+    renderDetail();
+    const box = document.getElementById("line-comment-text");
+    if (box) box.focus();
+  };
+  const drawn = numberedPatch(lines.slice(0, PATCH_LINES)).map((row) => {
+    if (!row.at) return h("span", { class: `line ${row.kind}` }, row.line + "\n");
+    return h("span", {
+      class: `line ${row.kind} commentable`, role: "button", tabindex: "-1",
+      "data-file": row.file, "data-line": String(row.at), title: `Comment on ${row.file} line ${row.at}`,
+      onclick: () => pick(row.file, row.at),
+      onkeydown: (event) => { if (event.key === "Enter") pick(row.file, row.at); },
+    }, row.line + "\n");
   });
   const notes = [];
   if (lines.length > PATCH_LINES || diff.truncated) {
     notes.push(h("p", { class: "muted cut" },
       `Large diff: cut here; \`laneway task diff ${task.id}\` shows it whole.`));
   }
-  return h("div", { class: "changes" }, where, files, h("pre", { class: "patch", tabindex: "0", "aria-label": "Patch" }, ...drawn), ...notes);
+  return h("div", { class: "changes" }, where, ...landing, files,
+    h("pre", { class: "patch", tabindex: "0", "aria-label": "Patch (click a line to comment on it)" }, ...drawn),
+    renderLineForm(task), ...notes);
 }
 
 function renderEntry(entry) {
@@ -1216,8 +1468,10 @@ function renderSession(session) {
 function openCreate() {
   if (!state.board) return;
   const dialog = $("create-dialog");
-  patch($("create-step"), steps().map((s) => h("option", { value: s.id, key: s.id }, s.name)));
+  const first = steps().find((s) => s.is_start_step) || steps()[0];
+  patch($("create-step"), steps().map((s) => h("option", { value: s.id, key: s.id }, s.is_start_step ? `${s.name} (start step)` : s.name)));
   $("create-form").reset();
+  if (first) $("create-step").value = first.id;
   dialog.showModal();
   $("create-title").focus();
 }
@@ -1311,8 +1565,17 @@ async function start(token) {
   state.api.stream(onEvent, onStreamState);
 }
 
+// On a phone the panel is a full-width sheet: it ends above the toasts, so none covers it.
+function fitToasts() {
+  const box = $("toasts").getBoundingClientRect();
+  const room = $("toasts").childElementCount ? Math.ceil(window.innerHeight - box.top) : 0;
+  document.body.style.setProperty("--toast-space", `${Math.max(0, room)}px`);
+}
+
 function init() {
   readFilters();
+  new MutationObserver(fitToasts).observe($("toasts"), { childList: true });
+  window.addEventListener("resize", fitToasts);
   $("workflow").addEventListener("change", (event) => {
     state.workflowId = event.target.value;
     sessionStorage.setItem(WORKFLOW_KEY, state.workflowId);

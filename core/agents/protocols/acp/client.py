@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, Final
 
@@ -33,7 +33,9 @@ from acp.schema import (
     PermissionOption as AcpPermissionOption,
 )
 
+from core.agents.protocols.acp import confined
 from core.agents.protocols.acp.items import MAX_TEXT, block_text, dump, item, update_item
+from core.agents.tools.wire import SERVER_NAME, TOOLS
 from core.agents.values import (
     ItemKind,
     PermissionOption,
@@ -64,6 +66,36 @@ Post = Callable[[TranscriptItem | Ask], None]
 
 def pick(options: tuple[PermissionOption, ...], kinds: tuple[str, ...]) -> str | None:
     return next((o.option_id for o in options if o.kind in kinds), None)
+
+
+# How the adapters name a tool of an MCP server in a tool call: Claude Code
+# `mcp__laneway__comment` (title or `_meta.claudeCode.toolName`), Codex `mcp.laneway.comment`,
+# OpenCode `laneway_comment`.
+_LANEWAY_NAMES: Final = frozenset(
+    f"{prefix}{tool}"
+    for tool in TOOLS
+    for prefix in (f"mcp__{SERVER_NAME}__", f"mcp.{SERVER_NAME}.", f"{SERVER_NAME}_")
+)
+
+
+def laneway_tool(tool_call: Mapping[str, Any]) -> bool:
+    """Whether a permission request is for a tool of laneway's own `laneway` tool server.
+
+    AGENTS.md "Phase 4": those are allowed at once whatever `--permissions` says (they act on
+    the run's own task only), so a reviewer seat never waits for a person to click Allow on its
+    own verdict. The names come from the agent, which could as well act without asking: a
+    request is the agent's courtesy, not a boundary, so trusting its naming grants nothing.
+    """
+    names: list[object] = [tool_call.get("title"), tool_call.get("name")]
+    meta = tool_call.get("_meta")
+    if isinstance(meta, dict):
+        for value in meta.values():
+            if isinstance(value, dict):
+                names.append(value.get("toolName"))
+                server = value.get("mcpServer")
+                if isinstance(server, dict) and server.get("name") == SERVER_NAME:
+                    return True
+    return any(isinstance(n, str) and n.strip() in _LANEWAY_NAMES for n in names)
 
 
 class LanewayClient:
@@ -130,7 +162,7 @@ class LanewayClient:
             self._chunk("message", block_text(update.content))
         elif isinstance(update, AgentThoughtChunk):
             self._chunk("thought", block_text(update.content))
-        elif (found := update_item(update)) is not None:
+        elif (found := update_item(update, self.cwd)) is not None:
             self.flush()
             self.post(found)
 
@@ -150,7 +182,9 @@ class LanewayClient:
             tuple(PermissionOption(o.option_id, o.name, o.kind) for o in options),
         )
         kind = request.tool_kind
-        if kind is not None and kind in self.policy.auto_allow:
+        if laneway_tool(request.tool_call):
+            chosen, by = pick(request.options, ALLOW_KINDS), "laneway-tool"
+        elif kind is not None and kind in self.policy.auto_allow:
             chosen, by = pick(request.options, ALLOW_KINDS), "auto-allow"
         elif self.policy.mode == "allow":
             chosen, by = pick(request.options, ALLOW_KINDS), "policy:allow"
@@ -191,18 +225,40 @@ class LanewayClient:
 
     # -- the file system, confined to the session's working directory ------------------------
 
-    def _confined(self, path: str) -> Path:
+    def _confined(self, path: str) -> tuple[Path, str]:
+        """The session's root and `path` beneath it (lexically: the open itself keeps it
+        there, `confined.open_beneath`)."""
         if self.cwd is None:
             raise RequestError.invalid_params({"details": "no session is open"})
         root = self.cwd.resolve()
-        target = Path(os.path.realpath(Path(root, path)))
-        if not target.is_relative_to(root):
-            raise RequestError(
-                -32602,
-                "path outside the session's working directory",
-                {"path": path, "cwd": str(root)},
-            )
-        return target
+        try:
+            return root, confined.relative(self.cwd, path)
+        except ValueError as exc:
+            raise RequestError.invalid_params({"details": str(exc), "path": path}) from None
+        except confined.Outside:
+            raise self._outside(path, root) from None
+
+    @staticmethod
+    def _outside(path: str, root: Path) -> RequestError:
+        return RequestError(
+            -32602,
+            "path outside the session's working directory",
+            {"path": path, "cwd": str(root)},
+        )
+
+    def _open(self, path: str, flags: int) -> int:
+        """`path` opened once, its resolution confined to the session's working directory."""
+        root, rel = self._confined(path)
+        try:
+            if flags & os.O_CREAT:
+                confined.make_parents(root, rel)
+            return confined.open_beneath(root, rel, flags)
+        except confined.Outside:
+            raise self._outside(path, root) from None
+        except FileNotFoundError:
+            raise RequestError.resource_not_found(path) from None
+        except OSError as exc:
+            raise RequestError.invalid_params({"details": str(exc), "path": path}) from None
 
     async def read_text_file(
         self,
@@ -212,17 +268,17 @@ class LanewayClient:
         limit: int | None = None,
         **kwargs: Any,
     ) -> ReadTextFileResponse:
-        target = self._confined(path)
-        try:
-            if target.stat().st_size > MAX_READ:
-                raise RequestError.invalid_params(
-                    {"details": f"{path} is larger than {MAX_READ} bytes", "path": path}
-                )
-            text = target.read_text(errors="replace")
-        except FileNotFoundError:
-            raise RequestError.resource_not_found(path) from None
-        except (IsADirectoryError, PermissionError) as exc:
-            raise RequestError.invalid_params({"details": str(exc), "path": path}) from None
+        fd = self._open(path, os.O_RDONLY)
+        with os.fdopen(fd, "rb") as file:
+            try:
+                if os.fstat(fd).st_size > MAX_READ:
+                    raise RequestError.invalid_params(
+                        {"details": f"{path} is larger than {MAX_READ} bytes", "path": path}
+                    )
+                raw = file.read(MAX_READ + 1).decode(errors="replace")
+                text = raw.replace("\r\n", "\n").replace("\r", "\n")  # as text mode reads
+            except OSError as exc:  # a directory, ...
+                raise RequestError.invalid_params({"details": str(exc), "path": path}) from None
         if line is not None or limit is not None:
             lines = text.splitlines(keepends=True)
             start = max((line or 1) - 1, 0)
@@ -232,10 +288,10 @@ class LanewayClient:
     async def write_text_file(
         self, session_id: str, path: str, content: str, **kwargs: Any
     ) -> WriteTextFileResponse:
-        target = self._confined(path)
+        fd = self._open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
         try:
-            target.parent.mkdir(parents=True, exist_ok=True)
-            target.write_text(content)
+            with os.fdopen(fd, "w") as file:
+                file.write(content)
         except OSError as exc:
             raise RequestError.invalid_params({"details": str(exc), "path": path}) from None
         return WriteTextFileResponse()

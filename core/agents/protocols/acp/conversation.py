@@ -16,6 +16,7 @@ Nothing here touches the database itself: the turn's `Record` does, on the turn'
 
 from __future__ import annotations
 
+import math
 import os
 import threading
 import time
@@ -101,6 +102,7 @@ class Conversations:
         self._loop = loop
         self._limit = limit
         self._live: OrderedDict[str, AgentConnection] = OrderedDict()
+        self._run_ids: dict[str, str] = {}  # the LANEWAY_RUN_ID each kept process started with
         self._running: dict[str, AgentConnection] = {}
         self._lock = threading.Lock()
 
@@ -114,21 +116,36 @@ class Conversations:
             profile.command, env=env, cwd=cwd, policy=policy, init_timeout=init_timeout()
         )
 
-    def take(self, session_id: str) -> AgentConnection | None:
+    def take(self, session_id: str, run_id: str = "") -> AgentConnection | None:
+        """The live process of the conversation, if any and fit for this run's turn.
+
+        A process's environment is fixed when it starts, so one started for an earlier run
+        holds a stale LANEWAY_RUN_ID (AGENTS.md "Phase 4": it is the run being executed on
+        every turn). When the agent can load its sessions, the conversation loses nothing by a
+        restart (`session/load` continues it), so the process is replaced; an agent that cannot
+        is kept, its conversation being worth more, and `get_task`'s `run_id` says the run."""
         with self._lock:
             conn = self._live.pop(session_id, None)
+            started_for = self._run_ids.pop(session_id, "")
         if conn is not None and not conn.alive:
+            conn.close()
+            return None
+        loadable = conn is not None and conn.info is not None and conn.info.load_session
+        if conn is not None and started_for != run_id and loadable:
             conn.close()
             return None
         return conn
 
-    def keep(self, session_id: str, conn: AgentConnection) -> None:
+    def keep(self, session_id: str, conn: AgentConnection, run_id: str = "") -> None:
         with self._lock:
+            self._run_ids[session_id] = run_id
             self._live[session_id] = conn
             self._live.move_to_end(session_id)
             evicted = []
             while len(self._live) > self._limit:
-                evicted.append(self._live.popitem(last=False)[1])
+                gone, old = self._live.popitem(last=False)
+                self._run_ids.pop(gone, None)
+                evicted.append(old)
         for old in evicted:
             old.close()
 
@@ -161,6 +178,7 @@ class Conversations:
     def end(self, session_id: str) -> None:
         with self._lock:
             conn = self._live.pop(session_id, None)
+            self._run_ids.pop(session_id, None)
         if conn is not None:
             conn.close()
 
@@ -169,6 +187,7 @@ class Conversations:
         with self._lock:
             conns = [*self._live.values(), *self._running.values()]
             self._live.clear()
+            self._run_ids.clear()
         for conn in conns:
             conn.cancel(grace=0.5)
             conn.close(grace=0.5)
@@ -177,7 +196,8 @@ class Conversations:
 def run_acp_turn(conversations: Conversations, turn: AcpTurn, record: Record) -> TurnEnd:
     """One turn, routed as AGENTS.md "How a turn ends (ACP)". Never raises for what the agent
     did; the process is kept for the next turn unless it is gone or failed us."""
-    conn = conversations.take(turn.session_id)
+    run_id = turn.env.get("LANEWAY_RUN_ID", "")
+    conn = conversations.take(turn.session_id, run_id)
     try:
         if conn is None:
             conn = conversations.start(turn.profile, turn.env, turn.cwd)
@@ -205,6 +225,12 @@ def run_acp_turn(conversations: Conversations, turn: AcpTurn, record: Record) ->
             prompt, on_item=keep, on_permission=ask, timeout=turn.profile.turn_timeout
         )
         said.close()  # everything it said is kept before its turn ends
+    except BaseException:
+        # the board could not take what it said (its task deleted under it): the agent, in
+        # no one's keeping now, must not outlive its turn
+        conn.cancel(grace=0.0)
+        conn.close(grace=0.5)
+        raise
     finally:
         said.stop()
         watch.stop()
@@ -218,7 +244,7 @@ def run_acp_turn(conversations: Conversations, turn: AcpTurn, record: Record) ->
     if end.warning:
         record.warning(end.warning, stop_reason=end.stop_reason)
     if conn.alive and end.outcome in ("ok", "cancelled", "transient"):
-        conversations.keep(turn.session_id, conn)
+        conversations.keep(turn.session_id, conn, run_id)
     else:
         conn.close()
     return end
@@ -261,8 +287,9 @@ def _prepare(conn: AgentConnection, turn: AcpTurn, record: Record) -> tuple[Sess
             record.warning(message, **fields)
 
     before_plan = report.get("mode_before_plan", reported.get("mode_before_plan"))
-    # mode: plan mode first (the agent's own when it has one), then the mode asked for
-    target = want.mode
+    # mode: plan mode first (the agent's own when it has one), then the mode asked for: the
+    # step's session kinds, else the profile's `--mode` (AGENTS.md "Phase 4"), every turn
+    target = want.mode or turn.profile.mode
     if want.plan_mode and PLAN_MODE in state.mode_ids:
         if state.mode != PLAN_MODE:
             report["mode_before_plan"] = state.mode
@@ -372,7 +399,9 @@ def _report_usage(end: TurnEnd, record: Record, reported: Mapping[str, Any]) -> 
         found["input_tokens"] = usage.input_tokens
     if usage.output_tokens is not None:
         found["output_tokens"] = usage.output_tokens
-    if usage.cost is not None:
+    if usage.cost is not None and not math.isfinite(usage.cost):
+        found["cost_usd"] = usage.cost  # the record warns of it; what was seen stands
+    elif usage.cost is not None:
         # the agent reports the conversation's cost so far: the turn's share is what it added
         seen = float(reported.get("cost_reported") or 0.0)
         found["cost_usd"] = max(0.0, usage.cost - seen)

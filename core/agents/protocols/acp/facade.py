@@ -42,7 +42,7 @@ from pydantic import ValidationError
 from core.agents import watchdog_link
 from core.agents.protocols.acp.classify import error_end, failed, stop_reason_end
 from core.agents.protocols.acp.client import Ask, LanewayClient
-from core.agents.protocols.acp.items import dump, item
+from core.agents.protocols.acp.items import item
 from core.agents.protocols.acp.transport import LineTransport, keep_stderr_tail, stderr_text
 from core.agents.protocols.exec_process import _parent_death_signal, kill_group
 from core.agents.values import (
@@ -571,9 +571,14 @@ class AgentConnection:
                 output_tokens=u.output_tokens,
                 total_tokens=u.total_tokens,
             )
-            self.client.usage = usage
-            self._post(item("usage", "", dump(u)))
-        return stop_reason_end(answer.stop_reason, cancelled=self._cancelled, usage=usage)
+            self.client.usage = usage  # on the run (its `usage`), not a blank transcript row
+        end = stop_reason_end(answer.stop_reason, cancelled=self._cancelled, usage=usage)
+        bad = self._transport.bad_usage if self._transport is not None else None
+        if bad is not None:
+            self._transport.bad_usage = None  # type: ignore[union-attr]  # just read
+            said = f"agent usage not recorded: not finite, non-negative numbers: {bad}"
+            end = attrs.evolve(end, warning=f"{end.warning}; {said}" if end.warning else said)
+        return end
 
     def cancel(self, grace: float | None = None) -> None:
         """`session/cancel` of the running turn (any thread); the process group is killed when

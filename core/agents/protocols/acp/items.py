@@ -3,6 +3,7 @@ to their bounds (core.agents.bounds)."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 from acp.schema import (
@@ -10,7 +11,6 @@ from acp.schema import (
     TextContentBlock,
     ToolCallProgress,
     ToolCallStart,
-    UsageUpdate,
 )
 from pydantic import BaseModel
 
@@ -42,19 +42,30 @@ def block_text(block: Any) -> str:
     return f"[{kind}]"
 
 
-def update_item(update: Any) -> TranscriptItem | None:
-    """The item of an update that is not a message or thought chunk; None: not transcript."""
+def relative(text: str, cwd: Path | None) -> str:
+    """`text` with the working directory's absolute paths written relative to it: a person reads
+    `Edit src/a.py`, not the worktree's long path."""
+    if cwd is None:
+        return text
+    root = str(cwd.resolve()) if cwd.exists() else str(cwd)
+    for base in {root, str(cwd)}:
+        text = text.replace(base + "/", "").replace(base, ".")
+    return text
+
+
+def update_item(update: Any, cwd: Path | None = None) -> TranscriptItem | None:
+    """The item of an update that is not a message or thought chunk; None: not transcript.
+
+    Usage updates are no item (issue 41 item 8): their numbers go on the run, and a row with no
+    text told a person nothing."""
     if isinstance(update, ToolCallStart | ToolCallProgress):
         data = dump(update)
         data.pop("sessionUpdate", None)
-        title = update.title or ""
+        title = relative(update.title or "", cwd)
         status = update.status or ""
-        return item("tool_call", " ".join(p for p in (title, status) if p), data)
+        text = " ".join(p for p in (title, status) if p) or f"tool call {update.tool_call_id}"
+        return item("tool_call", text, data)
     if isinstance(update, AgentPlanUpdate):
         lines = [f"[{e.status}] {e.content}" for e in update.entries]
         return item("plan", "\n".join(lines), {"entries": [dump(e) for e in update.entries]})
-    if isinstance(update, UsageUpdate):
-        data = dump(update)
-        data.pop("sessionUpdate", None)
-        return item("usage", "", data)
     return None

@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import math
 import time
 from typing import Any, Final
 
@@ -30,6 +31,8 @@ class LineTransport:
         self._max_line = max_line
         self._lock = asyncio.Lock()
         self.failure: str | None = None
+        self.bad_usage: str | None = None
+        """The last answer's usage that was not numbers laneway can count (left out of it)."""
         self.last_heard = time.monotonic()
         # The unstable `models` field of session/new and session/load answers: the schema
         # drops it, yet it is how some adapters offer their model choice.
@@ -69,6 +72,16 @@ class LineTransport:
                 preview = line[:_PREVIEW].decode(errors="replace").strip()
                 self.failure = f"the agent wrote a line that is not JSON-RPC: {preview!r}"
                 return None
+            result = message.get("result")
+            if (
+                "method" not in message
+                and isinstance(result, dict)
+                and not _usage_sane(result.get("usage"))
+            ):
+                # a turn's usage that is not finite counts (Infinity, NaN, 1e999, -1) would fail
+                # the whole answer's validation: the usage is left out and said once, and the
+                # turn ends as the agent ended it (issue 39 item 4)
+                self.bad_usage = json.dumps(result.pop("usage"), default=str)[:_PREVIEW]
             if "id" in message and message.get("id") in self._watch and "method" not in message:
                 self._watch.discard(message["id"])
                 result = message.get("result")
@@ -79,6 +92,19 @@ class LineTransport:
     async def close(self) -> None:
         with contextlib.suppress(OSError, RuntimeError):
             self._writer.close()
+
+
+def _usage_sane(usage: Any) -> bool:
+    """Whether an answer's `usage` is absent or a mapping of finite, non-negative numbers."""
+    if usage is None:
+        return True
+    if not isinstance(usage, dict):
+        return False
+    return all(
+        isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v) and v >= 0
+        for k, v in usage.items()
+        if k != "_meta" and v is not None
+    )
 
 
 async def keep_stderr_tail(stream: asyncio.StreamReader, tail: bytearray) -> None:

@@ -33,6 +33,12 @@ class AcpProtocol:
             self.in_flight.conversations = self._conversations
         return self._conversations
 
+    def running_agent(self, session_id: str | None) -> int | None:
+        """The pid of the ACP agent running `session_id`'s turn now, if any."""
+        if session_id is None or self._conversations is None:
+            return None
+        return self._conversations.running_group(session_id)
+
     def close(self) -> None:
         if self._conversations is not None:
             self._conversations.close_all()

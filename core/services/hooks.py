@@ -1,0 +1,482 @@
+"""Outbound webhooks (issue 42 item 1; CLI.md "webhook delivery").
+
+Deliveries are derived from the event log by a per-hook cursor rather than written by every
+event's transaction: the event log already commits ids in order (core/store/events.py), so a
+hook's cursor that takes "every event above N" can never skip one, and the hot path of every
+change stays the single insert it was. Taking events is one transaction per hook: a
+conditional UPDATE of the cursor (its row count decides which process takes them) and the
+delivery rows, each holding the event's JSON as it was, so pruning the log loses nothing
+taken.
+
+Sending: every `worker` and writable `serve` runs a `Deliverer` thread beside its scheduler.
+A delivery is claimed by a conditional UPDATE (pending, due, no live lease) whose row count
+decides; the lease outlives the 10 s send, so a process killed mid-send leaves the row to be
+claimed again when the lease runs out (at least once). Only the oldest pending delivery of a
+hook is ever claimed, so a hook's deliveries go out in event order and a failing endpoint holds
+back only its own queue. Sends run on a small thread pool with bounded timeouts and a bounded
+read, never following redirects, so an endpoint never slows runs or answers.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import http.client
+import json
+import os
+import random
+import re
+import threading
+import urllib.parse
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
+from typing import TYPE_CHECKING, Any, Final, Self
+
+import attrs
+import sqlalchemy as sa
+
+from core import ids
+from core.errors import LanewayError, NotFound
+from core.logs import logger
+from core.store import events
+from core.store import tables as t
+
+if TYPE_CHECKING:
+    from core.store.database import Store
+
+H = t.hooks
+D = t.hook_deliveries
+STATES: Final = ("pending", "delivered", "failed")
+TIMEOUT_S: Final = 10.0
+LEASE_S: Final = 60.0
+"""Longer than a send can take (connect and read each bounded by TIMEOUT_S)."""
+LEASE_ENV: Final = "LANEWAY_HOOK_LEASE"
+"""Seconds; shortened only by tests of a sender killed mid-send."""
+READ_LIMIT: Final = 64 * 1024
+MAX_IN_FLIGHT: Final = 4
+TAKE_BATCH: Final = 500
+WINDOW_ENV: Final = "LANEWAY_HOOK_RETRY_WINDOW"
+BASE_ENV: Final = "LANEWAY_HOOK_RETRY_BASE"
+DEFAULT_WINDOW_S: Final = 86400.0
+_TYPE: Final = re.compile(r"[a-z][a-z_]*(\.[a-z][a-z_]*)+")
+
+
+@attrs.frozen
+class Hook:
+    id: str
+    url: str
+    events: tuple[str, ...]
+    created_at: str
+
+    def as_json(self) -> dict[str, Any]:
+        """CLI.md's hook: never the secret."""
+        return {
+            "id": self.id,
+            "url": self.url,
+            "events": list(self.events),
+            "created_at": self.created_at,
+        }
+
+
+@attrs.frozen
+class Delivery:
+    id: str
+    hook_id: str
+    event_id: int
+    type: str
+    state: str
+    attempts: int
+    last_status: int | None
+    last_error: str | None
+    next_at: str | None
+    delivered_at: str | None
+
+    def as_json(self) -> dict[str, Any]:
+        return attrs.asdict(self)
+
+
+def _hook(row: Any) -> Hook:
+    return Hook(row.id, row.url, tuple(json.loads(row.events)), row.created_at)
+
+
+def _delivery(row: Any) -> Delivery:
+    return Delivery(
+        id=row.id,
+        hook_id=row.hook_id,
+        event_id=int(row.event_id),
+        type=row.type,
+        state=row.state,
+        attempts=int(row.attempts),
+        last_status=row.last_status,
+        last_error=row.last_error,
+        next_at=row.next_at if row.state == "pending" else None,
+        delivered_at=row.delivered_at,
+    )
+
+
+# -- managing hooks ---------------------------------------------------------------------------
+
+
+def check_url(url: str) -> str:
+    parts = urllib.parse.urlsplit(url)
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise LanewayError(f"hook URL {url!r} is not an http:// or https:// URL")
+    return url
+
+
+def parse_events(spec: str | None) -> tuple[str, ...]:
+    if not spec:
+        return ()
+    wanted = tuple(dict.fromkeys(s.strip() for s in spec.split(",") if s.strip()))
+    # the stream's types are `noun.verb` words; not only events.TYPES (other wings add their own)
+    odd = [w for w in wanted if not _TYPE.fullmatch(w)]
+    if odd:
+        raise LanewayError(
+            f"--events: {odd[0]!r} is not an event type (such as {', '.join(events.TYPES[:3])})"
+        )
+    return wanted
+
+
+def add(store: Store, url: str, event_types: Sequence[str], secret: str | None) -> Hook:
+    """A hook taking the events committed from now on."""
+    check_url(url)
+    hook = Hook(ids.new_id(), url, tuple(event_types), ids.now())
+    with store.transaction() as uow:
+        uow.conn.execute(
+            sa.insert(H).values(
+                id=hook.id,
+                url=url,
+                events=json.dumps(list(hook.events)),
+                secret=secret,
+                cursor=events.latest_id(uow.conn),
+                created_at=hook.created_at,
+            )
+        )
+    return hook
+
+
+def list_hooks(store: Store) -> list[Hook]:
+    with store.read() as conn:
+        return [_hook(r) for r in conn.execute(sa.select(H).order_by(H.c.created_at, H.c.id))]
+
+
+def remove(store: Store, hook_id: str) -> Hook:
+    with store.transaction() as uow:
+        row = uow.conn.execute(sa.select(H).where(H.c.id == hook_id)).first()
+        if row is None:
+            raise NotFound(f"no hook {hook_id!r}")
+        uow.conn.execute(sa.delete(D).where(D.c.hook_id == hook_id))
+        uow.conn.execute(sa.delete(H).where(H.c.id == hook_id))
+    return _hook(row)
+
+
+def deliveries(
+    store: Store, *, hook_id: str | None = None, state: str | None = None
+) -> list[Delivery]:
+    query = sa.select(D).order_by(D.c.event_id, D.c.hook_id)
+    if hook_id is not None:
+        query = query.where(D.c.hook_id == hook_id)
+    if state is not None:
+        query = query.where(D.c.state == state)
+    with store.read() as conn:
+        return [_delivery(r) for r in conn.execute(query)]
+
+
+# -- taking events ----------------------------------------------------------------------------
+
+
+def take(store: Store) -> int:
+    """Turn the events each hook has not yet taken into its delivery rows; returns how many."""
+    with store.read() as conn:
+        hooks = conn.execute(sa.select(H.c.id, H.c.events, H.c.cursor)).all()
+        latest = events.latest_id(conn)
+    made = 0
+    for hook_id, types_text, cursor in hooks:
+        if int(cursor) >= latest:
+            continue
+        types = set(json.loads(types_text))
+        with store.transaction(follow_board=False) as uow:
+            page = events.after(uow.conn, int(cursor), limit=TAKE_BATCH)
+            if not page:
+                continue
+            moved = uow.conn.execute(
+                sa.update(H)
+                .where(H.c.id == hook_id, H.c.cursor == cursor)
+                .values(cursor=page[-1].id)
+            ).rowcount
+            if moved != 1:
+                continue  # another process took this page
+            now = ids.now()
+            rows = [
+                {
+                    "id": ids.new_id(),
+                    "hook_id": hook_id,
+                    "event_id": e.id,
+                    "type": e.type,
+                    "body": json.dumps(e.as_json(), separators=(",", ":"), default=str),
+                    "state": "pending",
+                    "attempts": 0,
+                    "next_at": now,
+                    "created_at": now,
+                }
+                for e in page
+                if not types or e.type in types
+            ]
+            if rows:
+                uow.conn.execute(sa.insert(D), rows)
+            made += len(rows)
+    return made
+
+
+# -- sending ----------------------------------------------------------------------------------
+
+
+def _lease_s() -> float:
+    try:
+        return float(os.environ.get(LEASE_ENV, LEASE_S))
+    except ValueError:
+        return LEASE_S
+
+
+def _window_s() -> float:
+    try:
+        return float(os.environ.get(WINDOW_ENV, DEFAULT_WINDOW_S))
+    except ValueError:
+        return DEFAULT_WINDOW_S
+
+
+def backoff_s(attempts: int, window: float) -> float:
+    """Exponential from LANEWAY_HOOK_RETRY_BASE (default 1 s), capped at an hour (or an eighth
+    of a shortened window), with jitter so many processes' retries do not line up."""
+    try:
+        base = float(os.environ.get(BASE_ENV, "1"))
+    except ValueError:
+        base = 1.0
+    cap = max(base, min(3600.0, window / 8))
+    delay: float = min(cap, base * 2.0 ** max(0, attempts - 1))
+    return delay * random.uniform(0.5, 1.0)  # jitter, not a secret
+
+
+def sign(secret: str, body: bytes) -> str:
+    return "sha256=" + hmac.new(secret.encode(), body, hashlib.sha256).hexdigest()
+
+
+@attrs.frozen
+class _Claimed:
+    id: str
+    hook_id: str
+    event_id: int
+    type: str
+    body: str
+    created_at: str
+    attempts: int
+    url: str
+    secret: str | None
+
+
+def claim_next(store: Store, me: str, busy: set[str], *, only: str | None = None) -> list[_Claimed]:
+    """Claim the oldest pending delivery of each hook not in `busy` (or of hook `only`),
+    when it is due."""
+    now = ids.now()
+    query = (
+        sa.select(D.c.hook_id, sa.func.min(D.c.event_id))
+        .where(D.c.state == "pending")
+        .group_by(D.c.hook_id)
+    )
+    if only is not None:
+        query = query.where(D.c.hook_id == only)
+    with store.read() as conn:
+        heads = conn.execute(query).all()
+    claimed: list[_Claimed] = []
+    for hook_id, event_id in heads:
+        if only is None and (hook_id in busy or len(busy) + len(claimed) >= MAX_IN_FLIGHT):
+            continue
+        with store.transaction(follow_board=False) as uow:
+            won = uow.conn.execute(
+                sa.update(D)
+                .where(
+                    D.c.hook_id == hook_id,
+                    D.c.event_id == event_id,
+                    D.c.state == "pending",
+                    D.c.next_at <= now,
+                    sa.or_(D.c.lease_until.is_(None), D.c.lease_until < now),
+                )
+                .values(
+                    claimed_by=me,
+                    lease_until=ids.shift(now, _lease_s()),
+                    attempts=D.c.attempts + 1,
+                )
+            ).rowcount
+            if won != 1:
+                continue
+            row = uow.conn.execute(
+                sa.select(D, H.c.url, H.c.secret)
+                .join(H, H.c.id == D.c.hook_id)
+                .where(D.c.hook_id == hook_id, D.c.event_id == event_id)
+            ).one()
+        claimed.append(
+            _Claimed(
+                row.id,
+                hook_id,
+                int(event_id),
+                row.type,
+                row.body,
+                row.created_at,
+                int(row.attempts),
+                row.url,
+                row.secret,
+            )
+        )
+    return claimed
+
+
+def post(url: str, body: bytes, headers: dict[str, str]) -> int:
+    """POST once: connect and each read bounded by TIMEOUT_S, at most READ_LIMIT bytes read,
+    no redirect followed (http.client follows none). Returns the status."""
+    parts = urllib.parse.urlsplit(url)
+    cls = http.client.HTTPSConnection if parts.scheme == "https" else http.client.HTTPConnection
+    conn = cls(parts.hostname or "", parts.port, timeout=TIMEOUT_S)
+    try:
+        path = parts.path or "/"
+        if parts.query:
+            path += "?" + parts.query
+        conn.request("POST", path, body=body, headers=headers)
+        response = conn.getresponse()
+        response.read(READ_LIMIT)
+        return int(response.status)
+    finally:
+        conn.close()
+
+
+def send(store: Store, me: str, c: _Claimed) -> str:
+    """Send one claimed delivery and record the outcome; returns its new state."""
+    body = c.body.encode()
+    headers = {
+        "Content-Type": "application/json",
+        "X-Laneway-Event": c.type,
+        "X-Laneway-Delivery": str(c.event_id),
+        "User-Agent": "laneway-webhook",
+    }
+    if c.secret:
+        headers["X-Laneway-Signature"] = sign(c.secret, body)
+    status: int | None = None
+    error: str | None = None
+    try:
+        status = post(c.url, body, headers)
+        if not 200 <= status < 300:
+            error = f"HTTP {status}"
+    except Exception as exc:  # noqa: BLE001 - any failure to be answered is a retry
+        error = f"{type(exc).__name__}: {exc}".splitlines()[0][:500]
+    now = ids.now()
+    mine = sa.and_(D.c.id == c.id, D.c.claimed_by == me, D.c.state == "pending")
+    with store.transaction() as uow:
+        if error is None:
+            uow.conn.execute(
+                sa.update(D)
+                .where(mine)
+                .values(
+                    state="delivered",
+                    delivered_at=now,
+                    last_status=status,
+                    last_error=None,
+                    claimed_by=None,
+                    lease_until=None,
+                )
+            )
+            return "delivered"
+        window = _window_s()
+        if ids.parse(now) >= ids.parse(ids.shift(c.created_at, window)):
+            gave_up = uow.conn.execute(
+                sa.update(D)
+                .where(mine)
+                .values(
+                    state="failed",
+                    last_status=status,
+                    last_error=error,
+                    claimed_by=None,
+                    lease_until=None,
+                )
+            ).rowcount
+            if gave_up == 1:
+                events.record(uow, "hook.failed", None, hook_id=c.hook_id, delivery_id=c.id)
+                logger.bind(hook=c.hook_id, delivery=c.id, error=error).warning(
+                    "webhook delivery failed for good"
+                )
+            return "failed"
+        uow.conn.execute(
+            sa.update(D)
+            .where(mine)
+            .values(
+                last_status=status,
+                last_error=error,
+                next_at=ids.shift(now, backoff_s(c.attempts, window)),
+                claimed_by=None,
+                lease_until=None,
+            )
+        )
+    return "pending"
+
+
+class Deliverer:
+    """`with Deliverer(store):` takes and sends deliveries in a daemon thread of its own."""
+
+    def __init__(self, store: Store, interval: float = 0.25) -> None:
+        self.store = store
+        self.interval = interval
+        self.me = f"{os.getpid()}:{ids.new_id()}"
+        self._stop = threading.Event()
+        self._busy: set[str] = set()
+        self._lock = threading.Lock()
+        self._pool = ThreadPoolExecutor(MAX_IN_FLIGHT, thread_name_prefix="laneway-hook")
+        self._thread = threading.Thread(target=self._loop, name="laneway-hooks", daemon=True)
+
+    def __enter__(self) -> Self:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        self._stop.set()
+        self._thread.join(timeout=30)
+        # a send in flight finishes within its timeouts; one cut short is sent again later
+        self._pool.shutdown(wait=False, cancel_futures=True)
+
+    def _loop(self) -> None:
+        while not self._stop.is_set():
+            try:
+                self._pass()
+            except Exception as exc:  # noqa: BLE001 - the next pass tries again
+                logger.bind(cause=f"{type(exc).__name__}: {exc}".splitlines()[0]).debug(
+                    "webhook pass failed"
+                )
+            self._stop.wait(self.interval)
+
+    def _pass(self) -> None:
+        with self.store.read() as conn:
+            if conn.execute(sa.select(H.c.id).limit(1)).first() is None:
+                return
+        take(self.store)
+        with self._lock:
+            busy = set(self._busy)
+        for c in claim_next(self.store, self.me, busy):
+            with self._lock:
+                self._busy.add(c.hook_id)
+            self._pool.submit(self._send, c)
+
+    def _send(self, c: _Claimed) -> None:
+        """Send `c`, then the hook's next deliveries while they are due (a hook's queue drains
+        at the endpoint's pace, not one per pass); the hook stays busy in this process."""
+        current: _Claimed | None = c
+        try:
+            while current is not None:
+                state = send(self.store, self.me, current)
+                if state == "pending" or self._stop.is_set():
+                    return  # waiting out its backoff (or stopping): a later pass claims it
+                follow = claim_next(self.store, self.me, set(), only=current.hook_id)
+                current = follow[0] if follow else None
+        except Exception as exc:  # noqa: BLE001 - the lease runs out; it is sent again
+            logger.bind(delivery=c.id, cause=f"{type(exc).__name__}: {exc}").warning(
+                "webhook delivery failed to be recorded"
+            )
+        finally:
+            with self._lock:
+                self._busy.discard(c.hook_id)

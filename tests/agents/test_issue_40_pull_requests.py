@@ -1,0 +1,287 @@
+"""Issue 40 item 4 (pull requests, through a forge plugin): `open_pull_request` pushes the
+branch and opens its pull request once per arrival, keyed by the branch (an update, never a
+second); `sync_pull_request` brings review comments back as line comments that fire
+on_comment, and a merged pull request moves the task; a forge answering 401/422/500 is one
+line. A GitHub stand-in on loopback answers; the repositories are real; both databases."""
+
+from __future__ import annotations
+
+import textwrap
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from core.errors import LanewayError
+from core.host import Host
+from tests.agents.changes_kit import person_repo, task_with_work
+from tests.agents.conftest import laneway
+from tests.agents.github_standin import Forge, github
+from tests.agents.test_worktrees import git
+from tests.conftest import open_host, wait_for_dead_processes
+
+pytestmark = pytest.mark.slow  # git, agents and laneway processes: the subprocess tier
+
+FLOW = textwrap.dedent(
+    """\
+    id: reviewing
+    name: Reviewing
+    steps:
+      - id: work
+        name: Work
+        position: 0
+        is_start_step: true
+        allow_manual_move: true
+      - id: review
+        name: Review
+        position: 1
+        allow_manual_move: true
+        events:
+          on_enter:
+            - type: open_pull_request
+              config: {title: "{title} (laneway)", draft: true}
+          on_heartbeat:
+            - type: sync_pull_request
+              config: {on_merged_step: Done}
+          on_comment:
+            - type: move_to_step
+              config: {step_id: work}
+      - id: done
+        name: Done
+        position: 2
+        allow_manual_move: true
+    """
+)
+
+
+@pytest.fixture
+def forge(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[Forge]:
+    monkeypatch.setenv("LANEWAY_WORKTREES", str(tmp_path / "wt"))
+    monkeypatch.setenv("TEST_GITHUB_TOKEN", "good-token")
+    with github() as stand_in:
+        yield stand_in
+
+
+def reviewing(host: Host, tmp_path: Path, forge: Forge) -> tuple[str, Path, Path]:
+    repo = person_repo(tmp_path)
+    remote = tmp_path / "remote.git"
+    git(tmp_path, "init", "-q", "--bare", str(remote))
+    git(repo, "remote", "add", "origin", str(remote))
+    (tmp_path / "reviewing.yml").write_text(FLOW)
+    (wf,) = host.workflows.import_file(tmp_path / "reviewing.yml")
+    host.workflows.set_repository(wf.id, str(repo), None)
+    host.workflows.set_remote(wf.id, "origin")
+    host.changes.set_forge(
+        wf.id, "github", repo=forge.repo, url=forge.url, token_env="TEST_GITHUB_TOKEN"
+    )
+    return wf.id, repo, remote
+
+
+def markers(host: Host, task: str) -> list[dict[str, Any]]:
+    return [
+        {"kind": m.kind, "state": m.state, "cause": m.cause}
+        for _e, found in host.entries.list(task=task)
+        for m in found
+    ]
+
+
+def step_of(host: Host, task: str) -> str:
+    found = host.tasks.get(task)
+    return host.workflows.step_by_id(found.workflow_step_id or "")[1].name
+
+
+def heartbeat(host: Host, task: str, slot: int) -> None:
+    host.engine.handle_trigger(task, "on_heartbeat", operation_id=f"heartbeat:{task}:test:{slot}")
+
+
+def test_issue_40_item_4_a_pull_request_opens_once_and_its_review_comes_back(
+    host: Host, tmp_path: Path, forge: Forge
+) -> None:
+    wf, repo, remote = reviewing(host, tmp_path, forge)
+    task, _ = task_with_work(host, wf, {"feature.txt": "one\ntwo\n"}, title="Add feature")
+    branch = f"laneway/{task[-8:]}"
+    host.tasks.move(task, "Review")
+
+    (marker,) = markers(host, task)
+    assert marker["state"] == "done", marker
+    assert forge.opened == 1
+    (pull,) = forge.pulls.values()
+    assert pull["head"]["ref"] == branch
+    assert pull["base"]["ref"] == "main"
+    assert pull["title"] == "Add feature (laneway)"
+    assert pull["draft"] is True
+    assert git(remote, "rev-parse", branch) == git(repo, "rev-parse", branch)
+    record = host.tasks.get(task).workspace
+    assert record is not None
+    assert record["pull_request"]["number"] == 1
+    assert record["pull_request"]["state"] == "open"
+
+    # a second arrival updates the one pull request of the branch
+    host.tasks.move(task, "Work")
+    host.tasks.update(task, title="Add the feature")
+    host.tasks.move(task, "Review")
+    assert forge.opened == 1
+    assert forge.pulls[1]["title"] == "Add the feature (laneway)"
+
+    # review comments come back as line comments (once each), firing on_comment
+    forge.review(1, "feature.txt", 2, "name two better", "octocat")
+    heartbeat(host, task, 1)
+    heartbeat(host, task, 2)
+    (comment,) = host.comments.list(task)
+    assert (comment.file, comment.line, comment.body) == ("feature.txt", 2, "name two better")
+    assert comment.author == "github:octocat"
+    assert step_of(host, task) == "Work"  # on_comment moved it
+
+    # a merged pull request is an event that moves the task
+    host.tasks.move(task, "Review")
+    forge.merge(1)
+    heartbeat(host, task, 3)
+    assert step_of(host, task) == "Done"
+    record = host.tasks.get(task).workspace
+    assert record is not None
+    assert record["pull_request"]["state"] == "merged"
+    assert len(host.comments.list(task)) == 1
+
+
+@pytest.mark.parametrize(
+    ("status", "said"),
+    [(401, "answered 401: Bad credentials"), (422, "answered 422"), (500, "answered 500")],
+)
+def test_issue_40_item_4_a_forge_refusing_is_one_line_and_nothing_is_lost(
+    host: Host,
+    tmp_path: Path,
+    forge: Forge,
+    monkeypatch: pytest.MonkeyPatch,
+    status: int,
+    said: str,
+) -> None:
+    wf, _, _ = reviewing(host, tmp_path, forge)
+    task, _ = task_with_work(host, wf, {"feature.txt": "one\n"})
+    if status == 401:
+        monkeypatch.setenv("TEST_GITHUB_TOKEN", "wrong")
+    else:
+        forge.fail_next = (status, "Validation Failed" if status == 422 else "Server Error")
+    host.tasks.move(task, "Review")
+    (marker,) = markers(host, task)
+    assert marker["state"] == "failed"
+    assert said in marker["cause"]
+    assert "\n" not in marker["cause"]
+    assert forge.opened == 0
+    monkeypatch.setenv("TEST_GITHUB_TOKEN", "good-token")
+    host.tasks.move(task, "Work")
+    host.tasks.move(task, "Review")
+    assert forge.opened == 1
+
+    monkeypatch.delenv("TEST_GITHUB_TOKEN")
+    with pytest.raises(LanewayError, match="TEST_GITHUB_TOKEN is not set"):
+        host.changes.sync_pull_request(task)
+    with pytest.raises(LanewayError, match="--forge-repo OWNER/NAME"):
+        host.changes.set_forge(wf, "github", repo="nope", url=None, token_env="X")
+    with pytest.raises(LanewayError, match="no loaded plugin declares it"):
+        host.changes.set_forge(wf, "gitea", repo="a/b", url=None, token_env="X")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("point", ["pull_request.after_open", "pull_request.before_marker"])
+def test_issue_40_item_4_killed_around_the_pull_request_then_recover_opens_exactly_one(
+    db_url: str, tmp_path: Path, forge: Forge, point: str
+) -> None:
+    env = {"LANEWAY_WORKTREES": str(tmp_path / "wt"), "TEST_GITHUB_TOKEN": "good-token"}
+    with open_host(db_url) as host:
+        wf, _, _ = reviewing(host, tmp_path, forge)
+        task, _ = task_with_work(host, wf, {"feature.txt": "one\n"})
+    crashed = laneway(
+        "--db", db_url, "task", "move", task, "Review", cwd=tmp_path,
+        env={**env, "LANEWAY_FAULT": point},
+    )  # fmt: skip
+    assert crashed.returncode == 99, crashed.stderr
+    wait_for_dead_processes(db_url)
+    assert forge.opened == 1
+    done = laneway("--db", db_url, "recover", cwd=tmp_path, env=env)
+    assert done.returncode == 0, done.stderr
+    with open_host(db_url) as host:
+        (marker,) = markers(host, task)
+        assert marker["state"] == "done", marker
+    assert forge.opened == 1
+    assert [m for m, p in forge.requests if m == "POST"] == ["POST"]
+
+
+@pytest.mark.slow
+def test_issue_40_item_4_workflow_set_forge_on_the_command_line(
+    db_url: str, tmp_path: Path, forge: Forge
+) -> None:
+    env = {"LANEWAY_WORKTREES": str(tmp_path / "wt")}
+    with open_host(db_url) as host:
+        wf, _, _ = reviewing(host, tmp_path, forge)
+    shown = laneway(
+        "--db", db_url, "--json", "workflow", "set", wf, "--forge", "github",
+        "--forge-repo", "acme/app", "--forge-url", forge.url, "--forge-token-env", "GH_TOKEN",
+        cwd=tmp_path, env=env,
+    )  # fmt: skip
+    assert shown.returncode == 0, shown.stderr
+    import json
+
+    assert json.loads(shown.stdout)["forge"] == {
+        "kind": "github", "repo": "acme/app", "url": forge.url, "token_env": "GH_TOKEN",
+    }  # fmt: skip
+    bad = laneway(
+        "--db", db_url, "workflow", "set", wf, "--forge", "github", "--forge-repo", "acme",
+        "--forge-token-env", "GH_TOKEN", cwd=tmp_path, env=env,
+    )  # fmt: skip
+    assert bad.returncode == 1
+    assert len(bad.stderr.strip().splitlines()) == 1
+    cleared = laneway(
+        "--db", db_url, "--json", "workflow", "set", wf, "--forge", "", cwd=tmp_path, env=env
+    )
+    assert json.loads(cleared.stdout)["forge"] is None
+
+
+def test_issue_40_item_6_the_code_and_pull_request_template_opens_a_pull_request(
+    host: Host, tmp_path: Path, forge: Forge
+) -> None:
+    repo = person_repo(tmp_path)
+    remote = tmp_path / "remote.git"
+    git(tmp_path, "init", "-q", "--bare", str(remote))
+    git(repo, "remote", "add", "origin", str(remote))
+    wf = host.workflows.create_from_template("code-and-pull-request").id
+    host.workflows.set_repository(wf, str(repo), None)
+    host.workflows.set_remote(wf, "origin")
+    host.changes.set_forge(
+        wf, "github", repo=forge.repo, url=forge.url, token_env="TEST_GITHUB_TOKEN"
+    )
+    assert host.workflows.check(wf) == []
+    task, _ = task_with_work(host, wf, {"feature.txt": "one\n"}, title="Ship it")
+    host.tasks.move(task, "Review")
+    assert forge.opened == 1
+    assert forge.pulls[1]["title"] == "Ship it"
+    forge.merge(1)
+    heartbeat(host, task, 1)
+    assert step_of(host, task) == "Done"
+
+
+def test_issue_40_item_4_a_fenced_worker_never_opens_a_pull_request(
+    db_url: str, tmp_path: Path, forge: Forge
+) -> None:
+    import threading
+
+    from core import faults
+    from tests.fencing.test_fencing import take_lock_away
+
+    with open_host(db_url) as a:
+        wf, _, _ = reviewing(a, tmp_path, forge)
+        task, _ = task_with_work(a, wf, {"feature.txt": "one\n"})
+        pause = faults.pause_at("dispatch.after_claim")
+        moving = threading.Thread(target=lambda: a.tasks.move(task, "Review"))
+        moving.start()
+        try:
+            assert pause.reached.wait(30)
+            take_lock_away(a)
+        finally:
+            pause.release()
+        moving.join(60)
+        assert forge.opened == 0
+    with open_host(db_url) as b:
+        (marker,) = markers(b, task)
+        assert marker["state"] == "done"
+    assert forge.opened == 1
