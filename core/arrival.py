@@ -119,15 +119,17 @@ def promote(arrivals: Arrivals, step_id: str) -> list[Arrival]:
 
 def restore_step(arrivals: Arrivals, task_id: str, step_id: str) -> Task:
     """Put the task back at a step from history (no entry work), then fill the step it left."""
-    before, committed = transition.restore_step(arrivals.kernel, task_id, step_id)
-    if before.workflow_step_id and before.workflow_step_id != committed.workflow_step_id:
-        promote(arrivals, before.workflow_step_id)
-    return committed
+    return _then_fill(arrivals, *transition.restore_step(arrivals.kernel, task_id, step_id))
 
 
 def detach(arrivals: Arrivals, task_id: str) -> Task:
     """Take the task out of its workflow, then fill the step it left."""
-    before, committed = transition.detach(arrivals.kernel, task_id)
-    if before.workflow_step_id:
+    return _then_fill(arrivals, *transition.detach(arrivals.kernel, task_id))
+
+
+def _then_fill(arrivals: Arrivals, before: Task, committed: Task) -> Task:
+    """After a move without an arrival: the step the task left, if it left one, admits the
+    next task queued for it."""
+    if before.workflow_step_id and before.workflow_step_id != committed.workflow_step_id:
         promote(arrivals, before.workflow_step_id)
     return committed

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 import attrs
 
-from core import actions, arrival, structural, transition
+from core import actions, arrival, runaway, structural, transition
 from core.actions import aborted as _aborted
 from core.actions import bound as _bound
 from core.arrival import Arrivals
@@ -230,7 +230,7 @@ class Engine:
                 continue
             if self._wakes_agents(decl) and _counted(trigger, fired_by_agent):
                 if woke is None:
-                    woke = transition.wake(self.kernel, task, workflow, step)
+                    woke = runaway.wake(self.kernel, task, workflow, step)
                 if not woke:
                     log.bind(action_type=decl.kind, position=decl.position).debug(
                         "runaway-loop limit: the action queues no run"
@@ -293,23 +293,6 @@ class Engine:
     def run_exit(self, task: Task, step_id: str) -> None:
         """The on_exit actions of the step a task left; moves there are ignored."""
         actions.run_exit(self.kernel, self.registry, task, step_id)
-
-    def run_action(self, task_id: str, kind: str, config: Mapping[str, Any]) -> None:
-        """Execute one action outside any declaration (the operator's switch-workflow)."""
-        task = self.kernel.read.task(task_id)
-        if task.workflow_id is None or task.workflow_step_id is None:
-            raise LanewayError(f"task {task.id} is not in a workflow")
-        workflow = self.kernel.read.workflow(task.workflow_id)
-        step = workflow.step(task.workflow_step_id)
-        assert step is not None
-        why = self.registry.unavailable(kind)
-        if why is not None:
-            raise LanewayError(f"cannot run action {kind!r}: {why}")
-        decl = ActionDecl(0, kind, config)
-        fired = actions.Fired(task, step, "manual", _bound(task, step, "manual"))
-        cause = actions.run(self.kernel, self.registry, decl, fired)
-        if cause is not None:
-            raise LanewayError(f"{kind}: {cause}")
 
     # -- pieces ---------------------------------------------------------------------------------
 

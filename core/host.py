@@ -9,7 +9,8 @@ others, may work one database at once; each is alive exactly while it holds its 
 (`core.store.liveness`). Nothing is global.
 
 The services, the arrival layer and the agent runtime are built when first used (`_Built`), so
-a command imports only what it runs.
+a command imports only what it runs. Each is built by its own function below, which hands a
+service the services it names in its constructor (each built when that service first calls it).
 
 The board's features (`board_settings`) are every process's, unless a process was opened with
 a per-process override (`features=...`, the command line's `--no-office`): such a process acts
@@ -103,21 +104,6 @@ class _Built(Generic[T]):
         return found
 
 
-def _service(name: str) -> Callable[[Host], Any]:
-    """Builds the service class `name` (`core.services.MODULES`), importing its module."""
-
-    def build(host: Host) -> Any:
-        import importlib
-
-        from core.services import MODULES
-
-        module = importlib.import_module(f"core.services.{MODULES[name]}")
-        return getattr(module, name)(host)
-
-    build.__name__ = name
-    return build
-
-
 DEFAULT_URL = "sqlite:///laneway.db"
 
 _NOTHING_PENDING = object()
@@ -173,7 +159,8 @@ class Host:
 
     @_Built
     def kernel(self) -> Kernel:
-        """What the layers below the services get: never the host itself."""
+        """What the layers below the services get: the host's parts they call, and the host
+        only as what a plugin's context reaches (`Kernel.services`, typed `PluginServices`)."""
         from core.kernel import Kernel
 
         return Kernel(
@@ -199,23 +186,150 @@ class Host:
 
         return AgentRuntime(self)
 
-    workspace: _Built[WorkspaceService] = _Built(_service("WorkspaceService"))
-    profiles: _Built[ProfileService] = _Built(_service("ProfileService"))
-    workflows: _Built[WorkflowService] = _Built(_service("WorkflowService"))
-    tasks: _Built[TaskService] = _Built(_service("TaskService"))
-    participants: _Built[ParticipantService] = _Built(_service("ParticipantService"))
-    decisions: _Built[DecisionService] = _Built(_service("DecisionService"))
-    sessions: _Built[SessionService] = _Built(_service("SessionService"))
-    turns: _Built[TurnService] = _Built(_service("TurnService"))
-    runs: _Built[RunService] = _Built(_service("RunService"))
-    entries: _Built[EntryService] = _Built(_service("EntryService"))
-    plugins: _Built[PluginService] = _Built(_service("PluginService"))
-    comments: _Built[CommentService] = _Built(_service("CommentService"))
-    changes: _Built[ChangeService] = _Built(_service("ChangeService"))
-    permissions: _Built[PermissionService] = _Built(_service("PermissionService"))
-    blockers: _Built[BlockerService] = _Built(_service("BlockerService"))
-    budgets: _Built[BudgetService] = _Built(_service("BudgetService"))
-    triggers: _Built[TriggerService] = _Built(_service("TriggerService"))
+    @_Built
+    def workspace(self) -> WorkspaceService:
+        from core.services.workspace import WorkspaceService
+
+        return WorkspaceService(self, workflows=lambda: self.workflows)
+
+    @_Built
+    def profiles(self) -> ProfileService:
+        from core.services.profiles import ProfileService
+
+        return ProfileService(self, workspace=lambda: self.workspace)
+
+    @_Built
+    def workflows(self) -> WorkflowService:
+        from core.services.workflows import WorkflowService
+
+        return WorkflowService(
+            self,
+            participants=lambda: self.participants,
+            profiles=lambda: self.profiles,
+            workspace=lambda: self.workspace,
+        )
+
+    @_Built
+    def tasks(self) -> TaskService:
+        from core.services.tasks import TaskService
+
+        return TaskService(
+            self,
+            blockers=lambda: self.blockers,
+            runs=lambda: self.runs,
+            sessions=lambda: self.sessions,
+            triggers=lambda: self.triggers,
+            workflows=lambda: self.workflows,
+            workspace=lambda: self.workspace,
+        )
+
+    @_Built
+    def participants(self) -> ParticipantService:
+        from core.services.participants import ParticipantService
+
+        return ParticipantService(
+            self,
+            profiles=lambda: self.profiles,
+            tasks=lambda: self.tasks,
+            workflows=lambda: self.workflows,
+        )
+
+    @_Built
+    def decisions(self) -> DecisionService:
+        from core.services.decisions import DecisionService
+
+        return DecisionService(
+            self,
+            participants=lambda: self.participants,
+            tasks=lambda: self.tasks,
+            workflows=lambda: self.workflows,
+        )
+
+    @_Built
+    def sessions(self) -> SessionService:
+        from core.services.sessions import SessionService
+
+        return SessionService(self, profiles=lambda: self.profiles, tasks=lambda: self.tasks)
+
+    @_Built
+    def turns(self) -> TurnService:
+        from core.services.turns import TurnService
+
+        return TurnService(
+            self,
+            sessions=lambda: self.sessions,
+            tasks=lambda: self.tasks,
+            triggers=lambda: self.triggers,
+        )
+
+    @_Built
+    def runs(self) -> RunService:
+        from core.services.runs import RunService
+
+        return RunService(
+            self,
+            blockers=lambda: self.blockers,
+            profiles=lambda: self.profiles,
+            workflows=lambda: self.workflows,
+        )
+
+    @_Built
+    def entries(self) -> EntryService:
+        from core.services.entries import EntryService
+
+        return EntryService(self, tasks=lambda: self.tasks)
+
+    @_Built
+    def plugins(self) -> PluginService:
+        from core.services.plugins import PluginService
+
+        return PluginService(self)
+
+    @_Built
+    def comments(self) -> CommentService:
+        from core.services.comments import CommentService
+
+        return CommentService(self, sessions=lambda: self.sessions, tasks=lambda: self.tasks)
+
+    @_Built
+    def changes(self) -> ChangeService:
+        from core.services.changes import ChangeService
+
+        return ChangeService(
+            self,
+            comments=lambda: self.comments,
+            tasks=lambda: self.tasks,
+            workflows=lambda: self.workflows,
+        )
+
+    @_Built
+    def permissions(self) -> PermissionService:
+        from core.services.permissions import PermissionService
+
+        return PermissionService(self, tasks=lambda: self.tasks)
+
+    @_Built
+    def blockers(self) -> BlockerService:
+        from core.services.blockers import BlockerService
+
+        return BlockerService(self, tasks=lambda: self.tasks)
+
+    @_Built
+    def budgets(self) -> BudgetService:
+        from core.services.budgets import BudgetService
+
+        return BudgetService(
+            self,
+            profiles=lambda: self.profiles,
+            tasks=lambda: self.tasks,
+            workspace=lambda: self.workspace,
+        )
+
+    @_Built
+    def triggers(self) -> TriggerService:
+        from core.services.triggers import TriggerService
+
+        return TriggerService(self, sessions=lambda: self.sessions)
 
     @property
     def selection(self) -> PluginSelection:

@@ -19,7 +19,7 @@ import sqlalchemy as sa
 from core import ids, memo
 from core.model import ActionDecl, Marker, Step, StepEntry
 from core.plugin.registry import Registry
-from core.store import events, prepared, rows
+from core.store import dialect, events, prepared, rows
 from core.store import tables as t
 from core.store.database import UnitOfWork
 
@@ -91,17 +91,10 @@ def _insert_absent(dialect: str, *, skip: bool) -> sa.Insert:
     return _insert_marker(dialect).values(values).on_conflict_do_nothing()
 
 
-def _insert_marker(dialect: str) -> pg_dml.Insert | sqlite_dml.Insert:
-    """`INSERT INTO step_entry_markers` in `dialect`'s own form, which has ON CONFLICT. Its
-    module is imported here, on first use: importing the PostgreSQL dialect costs a SQLite
-    command about 40 ms, and the other way round."""
-    if dialect == "postgresql":
-        from sqlalchemy.dialects.postgresql import insert as pg_insert
-
-        return pg_insert(M)
-    from sqlalchemy.dialects.sqlite import insert as sqlite_insert
-
-    return sqlite_insert(M)
+def _insert_marker(name: str) -> pg_dml.Insert | sqlite_dml.Insert:
+    """`INSERT INTO step_entry_markers` in the dialect's own form, which has ON CONFLICT
+    (`core.store.dialect.upsert_into`, which imports only that dialect's module)."""
+    return dialect.upsert_into(name, M)
 
 
 # in_progress(dead epoch) -> in_progress(our epoch)

@@ -11,6 +11,8 @@ from typing import Any, Final, Literal, get_args
 
 import attrs
 
+from core.text import bounded_data, cut_text
+
 TRIGGERS: Final = (
     "on_enter",
     "on_exit",
@@ -26,7 +28,6 @@ TRIGGERS: Final = (
 )
 """The eleven triggers a step may declare actions for, in the reference system's order."""
 
-EntryPath = Literal["E1", "E2", "E3", "E4", "E5"]
 ENTRY_PATHS: Final[frozenset[str]] = frozenset({"E1", "E2", "E3", "E4", "E5"})
 """E1 engine transition, E2 manual move, E3 WIP promotion, E4 switch_workflow, E5 update/start."""
 
@@ -85,6 +86,38 @@ ItemKind = Literal[
 ]
 """The kinds of a transcript item (CLI.md; `output` and `stderr` come from exec agents)."""
 ITEM_KINDS: Final[tuple[ItemKind, ...]] = get_args(ItemKind)
+EVENT_TEXT: Final = 4096
+"""The most of an item's text its `agent.item` event carries (`TranscriptItem.event_text`)."""
+
+
+def _stored_text(text: str) -> str:
+    # NUL and lone surrogates cannot be stored on every database: replaced, since a transcript
+    # is the agent's output as it came, not input to refuse; then cut to MAX_TEXT
+    return cut_text(text.replace("\x00", "\ufffd").encode("utf-8", "replace").decode("utf-8"))
+
+
+def _stored_data(data: Mapping[str, Any] | None) -> Mapping[str, Any]:
+    return bounded_data(data or {})
+
+
+@attrs.frozen
+class TranscriptItem:
+    """One transcript item of CLI.md (`kind`, `text`, `data`) in the one shape it keeps from the
+    protocol that made it to the session's row, cut to its bounds as it is made, here and
+    nowhere else (`core.text.cut_text`: MAX_TEXT characters of text; `bounded_data`: MAX_DATA
+    of data as JSON; a larger one is cut and says so), so one chatty agent cannot make a row,
+    an event or the worker's memory as large as it likes."""
+
+    kind: ItemKind
+    text: str = attrs.field(default="", converter=_stored_text)
+    data: Mapping[str, Any] = attrs.field(factory=dict, converter=_stored_data)
+
+    @property
+    def event_text(self) -> str:
+        """The text its `agent.item` event carries: at most EVENT_TEXT characters of it."""
+        return cut_text(self.text, EVENT_TEXT)
+
+
 ACTIVE_SESSION_STATES: Final = frozenset({"CREATED", "STARTING", "RUNNING", "WAITING_FOR_INPUT"})
 WORKING_STATES: Final = frozenset({"STARTING", "RUNNING"})
 """A turn is under way: a message waits for it to end."""

@@ -43,7 +43,7 @@ from sqlalchemy.engine import Connection
 from core import ids, ledger
 from core.model import ActionDecl, Step, StepEntry
 from core.plugin.registry import Registry
-from core.store import events
+from core.store import dialect, events
 from core.store import tables as t
 from core.store.database import UnitOfWork
 
@@ -110,9 +110,11 @@ def _skip_absent() -> sa.Insert:
     dialect's module costs a command about 40 ms to import; see `ledger._insert_absent`).
     SQLite's batch has its own statement (`_MARK_JSON`)."""
     if not _SKIP_ABSENT:
-        from sqlalchemy.dialects.postgresql import insert as pg_insert
-
-        built = pg_insert(M).from_select(_COLUMNS, _MARKED).on_conflict_do_nothing()
+        built = (
+            dialect.upsert_into("postgresql", M)
+            .from_select(_COLUMNS, _MARKED)
+            .on_conflict_do_nothing()
+        )
         _SKIP_ABSENT.append(built.returning(*_WRITTEN))
     return _SKIP_ABSENT[0]
 

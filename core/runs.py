@@ -207,7 +207,6 @@ def _queued(uow: UnitOfWork, run_id: str, request: RunRequest) -> Enqueued:
 
 P = t.agent_profiles
 AP: Final = t.agent_profiles
-DEFAULT_MAX_ATTEMPTS: Final = 3
 CLAIMED: Final = "claimed"
 
 

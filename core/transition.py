@@ -14,14 +14,13 @@ workflow, and restoring a step from history (`restore_step`).
 
 from __future__ import annotations
 
-import importlib
 from collections.abc import Callable
 from typing import Any, ClassVar
 
 import attrs
 import sqlalchemy as sa
 
-from core import faults, ids, ledger, outbox
+from core import faults, ids, ledger, outbox, runaway
 from core.board import ROW_ID as BOARD_ROW
 from core.entry import Arrival  # the value `move` returns, defined beside its consumer
 from core.errors import LanewayError, NotFound
@@ -185,7 +184,7 @@ def _admit(
     # the runaway-loop fields ride on the admission itself: a person's move clears the flag
     # and starts a new count generation; any other path writes them back as they were read
     # (the store's one writer connection serialises write transactions)
-    halted, generation = _loop_values_after(task, path)
+    halted, generation = runaway.values_after(task, path)
     queued = task.queued_for_step_id is not None or task.queued_at is not None
     # The entry record first: its statement reads back its entry_seq, and a failure of its
     # own is told apart (EntryAllocationFailed). The step fields and the history row after
@@ -216,7 +215,7 @@ def _admit(
     )
     _write_history(uow, task.id, session_id, from_step_id, step.id, label, actor)
     if counted:
-        _count_arrival(uow, task, step.id)
+        runaway.count_arrival(uow, task, step.id)
     if state == "COMPLETED":
         # a parent's last child, a task's last blocker: their triggers commit with the arrival
         outbox.note_terminal(uow, task.id, task.parent_id, entry.id if entry else ids.new_id())
@@ -287,12 +286,12 @@ def move(
         if source == step.id:
             # Same step: not an arrival, whether admitted or queued here. A person's move
             # there still resumes a task the runaway-loop limit stopped.
-            if path == PERSON_PATH:
-                task = _reset_loop_count(uow, task)
+            if path == runaway.PERSON_PATH:
+                task = runaway.reset_count(uow, task)
             return Change(task, source, changed=False, queued=not task.wip_admitted)
-        counted = path == TRIGGER_PATH if by_trigger is None else by_trigger
-        if counted and _loop_halted(uow, task, workflow, step):
-            # returning commits the flag _loop_halted may have set
+        counted = path == runaway.TRIGGER_PATH if by_trigger is None else by_trigger
+        if counted and runaway.halted(uow, task, workflow, step):
+            # returning commits the flag runaway.halted may have set
             return Change(task, source, changed=False, halted=True)
         if has_room(uow.conn, step, task.id, task.is_ephemeral):
             admitted = _admit(
@@ -323,8 +322,8 @@ def move(
                 "queued_at": stamp,
                 "updated_at": stamp,
             }
-            if path == PERSON_PATH:
-                task = _loop_fields_after(task, path)
+            if path == runaway.PERSON_PATH:
+                task = runaway.fields_after(task, path)
                 placed.update(loop_halted_step_id=None, loop_generation=task.loop_generation)
             uow.conn.execute(sa.update(TASKS).where(TASKS.c.id == task.id).values(**placed))
             _write_history(uow, task.id, session_id, source, step.id, label, actor)
@@ -355,151 +354,6 @@ def _log_change(task: Task, source: str | None, step: Step, path: str, queued: b
         entry_path=path,
         queued=queued,
     ).debug("step change committed")
-
-
-# -- the runaway-loop limit ----------------------------------------------------------------------
-
-PERSON_PATH = "E2"
-"""A person's move: it clears the loop flag and starts the counts afresh."""
-TRIGGER_PATH = "E1"
-"""Moves a trigger makes: the ones counted, and the ones the limit stops."""
-ARRIVALS = t.task_step_arrivals
-_UPSERTS: dict[tuple[str, str], Any] = {}
-
-
-def _loop_fields_after(task: Task, path: str) -> Task:
-    """The task's runaway-loop fields once this move is made: a person's move clears the flag
-    and starts a new generation of counts."""
-    if path != PERSON_PATH:
-        return task
-    halted, generation = _loop_values_after(task, path)
-    return attrs.evolve(task, loop_halted_step_id=halted, loop_generation=generation)
-
-
-def _loop_values_after(task: Task, path: str) -> tuple[str | None, int]:
-    """`_loop_fields_after`'s (loop_halted_step_id, loop_generation), without copying the
-    task (an admission copies it once, with its other fields)."""
-    if path != PERSON_PATH:
-        return task.loop_halted_step_id, task.loop_generation
-    if task.loop_halted_step_id is not None:
-        logger.bind(task_id=task.id, step_id=task.loop_halted_step_id).info(
-            "a person moved the task: the runaway-loop flag is cleared"
-        )
-    return None, task.loop_generation + 1
-
-
-def _count_arrival(uow: UnitOfWork, task: Task, step_id: str) -> None:
-    """One more trigger-driven admission at the step, in the task's current generation: one
-    upsert (a count of an older generation restarts at 1), so no read precedes the write."""
-    _count(uow, task, step_id, "arrivals")
-
-
-def _count(uow: UnitOfWork, task: Task, step_id: str, counter: str) -> None:
-    """One more `counter` (`arrivals`, `wakes`) at the step in the task's generation; the
-    row's other count restarts at 0 when its generation is an older one."""
-    name = uow.conn.dialect.name
-    statement = _UPSERTS.get((name, counter))
-    if statement is None:
-        # Only this database's dialect: importing the other costs tens of milliseconds.
-        dialect = "postgresql" if name == "postgresql" else "sqlite"
-        insert: Any = importlib.import_module(f"sqlalchemy.dialects.{dialect}").insert
-        other = "wakes" if counter == "arrivals" else "arrivals"
-        base = insert(ARRIVALS).values(
-            task_id=sa.bindparam("a_task_id"),
-            step_id=sa.bindparam("a_step_id"),
-            generation=sa.bindparam("a_generation"),
-            **{counter: 1, other: 0},
-        )
-        same = ARRIVALS.c.generation == base.excluded.generation
-        statement = _UPSERTS[(name, counter)] = base.on_conflict_do_update(
-            index_elements=[ARRIVALS.c.task_id, ARRIVALS.c.step_id],
-            set_={
-                counter: sa.case((same, ARRIVALS.c[counter] + 1), else_=1),
-                other: sa.case((same, ARRIVALS.c[other]), else_=0),
-                "generation": base.excluded.generation,
-            },
-        )
-    uow.conn.execute(
-        statement,
-        {"a_task_id": task.id, "a_step_id": step_id, "a_generation": task.loop_generation},
-    )
-
-
-def wake(kernel: Kernel | HasKernel, task: Task, workflow: Workflow, step: Step) -> bool:
-    """Whether a trigger may queue runs for the task at its step (the runaway-loop limit over
-    trigger-driven runs, issue 38 item 2): counted as `wakes` beside the step's `arrivals`,
-    against the same `max_step_arrivals`, since a person last moved the task. The flag is set
-    by the same conditional statement as for moves, so two racing triggers warn once."""
-    kernel = kernel_of(kernel)
-    with kernel.store.transaction() as uow:
-        current = uow.conn.execute(
-            sa.select(TASKS.c.loop_halted_step_id, TASKS.c.loop_generation).where(
-                TASKS.c.id == task.id
-            )
-        ).first()
-        if current is None:
-            return False
-        task = attrs.evolve(task, loop_halted_step_id=current[0], loop_generation=current[1])
-        if _loop_halted(uow, task, workflow, step, "wakes"):
-            return False
-        _count(uow, task, step.id, "wakes")
-        return True
-
-
-def _reset_loop_count(uow: UnitOfWork, task: Task) -> Task:
-    """A person's move to the step the task stands at: no admission to carry the reset."""
-    task = _loop_fields_after(task, PERSON_PATH)
-    uow.conn.execute(
-        sa.update(TASKS)
-        .where(TASKS.c.id == task.id)
-        .values(loop_halted_step_id=None, loop_generation=task.loop_generation)
-    )
-    return task
-
-
-def _loop_halted(
-    uow: UnitOfWork, task: Task, workflow: Workflow, step: Step, counter: str = "arrivals"
-) -> bool:
-    """Whether the runaway-loop limit stops this trigger's move. The flag is set by one
-    conditional statement: its row count says whether this move is the one that hit the
-    limit (and warns), so two racing triggers warn once."""
-    log = logger.bind(
-        task_id=task.id,
-        step_id=step.id,
-        step_name=step.name,
-        workflow_id=workflow.id,
-        limit=workflow.max_step_arrivals,
-    )
-    if task.loop_halted_step_id is not None:
-        log.debug("task stopped by the runaway-loop limit: trigger move not taken")
-        return True
-    limit = workflow.max_step_arrivals
-    if limit <= 0:
-        return False
-    reached = sa.exists().where(
-        ARRIVALS.c.task_id == task.id,
-        ARRIVALS.c.step_id == step.id,
-        ARRIVALS.c.generation == task.loop_generation,
-        ARRIVALS.c[counter] >= limit,
-    )
-    flagged = uow.conn.execute(
-        sa.update(TASKS)
-        .where(TASKS.c.id == task.id, TASKS.c.loop_halted_step_id.is_(None), reached)
-        .values(loop_halted_step_id=step.id, updated_at=ids.now())
-    ).rowcount
-    if not flagged:
-        return False
-    if counter == "wakes":
-        log.warning(
-            "runaway loop: triggers queued runs for the task at this step the limit's number "
-            "of times; triggers no longer move it or wake its agents until a person moves it"
-        )
-    else:
-        log.warning(
-            "runaway loop: the task reached this step the limit's number of times; "
-            "triggers no longer move it until a person does"
-        )
-    return True
 
 
 # -- WIP promotion: one admission into a vacated step -------------------------------------------
@@ -556,36 +410,28 @@ def restore_step(kernel: Kernel, task_id: str, step_id: str) -> tuple[Task, Task
     """Put the task back at a step from history (message rollback): no entry work runs.
     Returns the task before and after."""
     workflow, step = kernel.read.step(step_id)
-    with kernel.store.transaction() as uow:
-        task, _session = _task_row(uow, task_id)
-        uow.conn.execute(
-            sa.update(TASKS)
-            .where(TASKS.c.id == task_id)
-            .values(
-                workflow_id=workflow.id,
-                workflow_step_id=step.id,
-                wip_admitted=True,
-                queued_for_step_id=None,
-                queued_at=None,
-                updated_at=ids.now(),
-            )
-        )
-        committed, _session = _task_row(uow, task_id)
-        _moved_without_arrival(uow, task, committed)
-    return task, committed
+    return _place(kernel, task_id, workflow.id, step.id)
 
 
 def detach(kernel: Kernel, task_id: str) -> tuple[Task, Task]:
     """Take the task out of its workflow: it stands at no step, which is not an arrival.
     Returns the task before and after."""
+    return _place(kernel, task_id, None, None)
+
+
+def _place(
+    kernel: Kernel, task_id: str, workflow_id: str | None, step_id: str | None
+) -> tuple[Task, Task]:
+    """Stand the task at `step_id` of `workflow_id` (or at none), admitted and queued nowhere,
+    without an arrival: `restore_step` and `detach`. Returns the task before and after."""
     with kernel.store.transaction() as uow:
         task, _session = _task_row(uow, task_id)
         uow.conn.execute(
             sa.update(TASKS)
             .where(TASKS.c.id == task_id)
             .values(
-                workflow_id=None,
-                workflow_step_id=None,
+                workflow_id=workflow_id,
+                workflow_step_id=step_id,
                 wip_admitted=True,
                 queued_for_step_id=None,
                 queued_at=None,

@@ -1,8 +1,13 @@
-"""The plugin contract: hook specifications, the ``hookimpl`` marker and the manager.
+"""The plugin contract: hook specifications, the ``hookimpl`` marker, the kinds and the typed
+host a plugin is handed, all of :mod:`plugins.api`.
 
-Plugin authors import from here or from :mod:`plugins.api` (the same names)::
+Plugin authors import from here or from :mod:`plugins.api` (the same names, the same
+objects)::
 
     from plugins import ActionKind, ConfigError, Outcome, hookimpl
+
+This module repeats none of them: each is :mod:`plugins.api`'s, read from it when first
+named (its lazy names, as there, only then).
 """
 
 from __future__ import annotations
@@ -10,120 +15,14 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from plugins import api
-from plugins.api import (
-    ALL_PATHS,
-    MERGE_STRATEGIES,
-    PARTICIPANT_ROLES,
-    ActionContext,
-    ActionFailed,
-    ActionKind,
-    AgentFailure,
-    AgentUse,
-    BundleView,
-    ChangesView,
-    Claim,
-    ConfigError,
-    Decision,
-    DecisionsView,
-    Features,
-    Forge,
-    ForgeConfig,
-    GuardContext,
-    GuardKind,
-    GuardResult,
-    LanewayError,
-    MergeConflict,
-    Outcome,
-    Participant,
-    ParticipantsView,
-    PluginHost,
-    PluginServices,
-    ProfilesView,
-    PullRequest,
-    RegistryView,
-    ReviewComment,
-    Run,
-    RunsView,
-    Session,
-    SessionsView,
-    Step,
-    Task,
-    TasksView,
-    TransactionScope,
-    TriggerEngine,
-    TriggerOutcome,
-    Workflow,
-    WorkflowsView,
-    Workspace,
-    WorkspaceView,
-    accept_any,
-    build_prompt,
-    fault_point,
-    hookimpl,
-)
 
 if TYPE_CHECKING:
-    from plugins.api import RunRequest, dispatched, payload_of
+    from plugins.api import *  # noqa: F403 - the contract is plugins.api's, name for name
+
+__all__ = api.__all__
 
 
 def __getattr__(name: str) -> Any:
-    # the lazy names resolve on first use, as in plugins.api
-    if name in api.LAZY:
+    if name in api.__all__:
         return getattr(api, name)
     raise AttributeError(f"module 'plugins' has no attribute {name!r}")
-
-
-__all__ = [
-    "ALL_PATHS",
-    "MERGE_STRATEGIES",
-    "PARTICIPANT_ROLES",
-    "ActionContext",
-    "ActionFailed",
-    "ActionKind",
-    "AgentFailure",
-    "AgentUse",
-    "BundleView",
-    "ChangesView",
-    "Claim",
-    "ConfigError",
-    "Decision",
-    "DecisionsView",
-    "Features",
-    "Forge",
-    "ForgeConfig",
-    "GuardContext",
-    "GuardKind",
-    "GuardResult",
-    "LanewayError",
-    "MergeConflict",
-    "Outcome",
-    "Participant",
-    "ParticipantsView",
-    "PluginHost",
-    "PluginServices",
-    "ProfilesView",
-    "PullRequest",
-    "RegistryView",
-    "ReviewComment",
-    "Run",
-    "RunRequest",
-    "RunsView",
-    "Session",
-    "SessionsView",
-    "Step",
-    "Task",
-    "TasksView",
-    "TransactionScope",
-    "TriggerEngine",
-    "TriggerOutcome",
-    "Workflow",
-    "WorkflowsView",
-    "Workspace",
-    "WorkspaceView",
-    "accept_any",
-    "build_prompt",
-    "dispatched",
-    "fault_point",
-    "hookimpl",
-    "payload_of",
-]

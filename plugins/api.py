@@ -104,15 +104,12 @@ hookimpl = pluggy.HookimplMarker("laneway")
 
 
 _LAZY: dict[str, tuple[str, str]] = {
-    # beside the engine and the run queue: importing the API (which core's registry does)
-    # never loads the engine
+    # in the agent wing and the run queue: importing the API (every plugin does, as it is
+    # loaded) never loads either
     "payload_of": ("core.agents.failure", "payload_of"),
     "dispatched": ("core.agents.failure", "dispatched"),
     "RunRequest": ("core.runs", "RunRequest"),
 }
-
-LAZY = frozenset(_LAZY)
-"""Names of ``__all__`` resolved on first use (see ``__getattr__``)."""
 
 
 def __getattr__(name: str) -> Any:

@@ -1,6 +1,5 @@
-"""A transcript item cut to its bounds (`core.text.cut_text` / `bounded_data`: MAX_TEXT
-characters of text, MAX_DATA of data as JSON; a larger one is cut and says so), so one chatty
-agent cannot make a row, an event or the worker's memory as large as it likes.
+"""A transcript item as a protocol makes it: `core.model.TranscriptItem`, which cuts itself
+to its bounds as it is made (MAX_TEXT characters of text, MAX_DATA of data as JSON).
 
 Light on purpose (no ACP SDK): exec agents' items are made here too.
 """
@@ -17,5 +16,5 @@ __all__ = ["MAX_DATA", "MAX_TEXT", "bounded_data", "cut_text", "item"]
 
 
 def item(kind: ItemKind, text: str = "", data: Mapping[str, Any] | None = None) -> TranscriptItem:
-    """A transcript item cut to its bounds."""
-    return TranscriptItem(kind, cut_text(text), bounded_data(data or {}))
+    """A transcript item (cut to its bounds by its own making)."""
+    return TranscriptItem(kind, text, data)

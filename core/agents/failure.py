@@ -43,9 +43,9 @@ from core.model import WORKING_STATES, AgentFailure, Task
 if TYPE_CHECKING:
     from loguru import Logger
 
+    from core.agents.ports import AgentPort
     from core.plugin.registry import Registry
     from core.plugin.views import PluginHost
-    from core.services.peers import Peers
 
 EVENT = "agent_error.dispatch"
 
@@ -100,7 +100,7 @@ def payload_of(failure: AgentFailure, session_agent_id: str | None) -> dict[str,
     }
 
 
-def dispatch(host: Peers, failure: AgentFailure) -> bool:
+def dispatch(host: AgentPort, failure: AgentFailure) -> bool:
     """Dispatch on_agent_error for one terminal failure; True when the engine ran it."""
     bundle = host.current_bundle()  # read once: engine, registry and store together
     if bundle is None or bundle.engine is None:
@@ -190,14 +190,14 @@ def dispatch(host: Peers, failure: AgentFailure) -> bool:
     return True
 
 
-def _working_sibling(host: Peers, task: Task, failed_session_id: str) -> str | None:
+def _working_sibling(host: AgentPort, task: Task, failed_session_id: str) -> str | None:
     for other in host.sessions.list(task=task.id):
         if other.id != failed_session_id and other.state in WORKING_STATES:
             return other.id
     return None
 
 
-def _walk(host: Peers, registry: Registry, task: Task, failure: AgentFailure) -> None:
+def _walk(host: AgentPort, registry: Registry, task: Task, failure: AgentFailure) -> None:
     """Warn for each declared action that reaches no executor (moves execute structurally)."""
     # Imported here: office_plugin imports this module, and the engine behind it is more than
     # listing the plugins' commands (`laneway --help`) needs.
@@ -223,7 +223,7 @@ def _walk(host: Peers, registry: Registry, task: Task, failure: AgentFailure) ->
             ).warning("on_agent_error action has no executor")
 
 
-def why_not_dispatched(host: Peers, task: Task, failed_session_id: str) -> str:
+def why_not_dispatched(host: AgentPort, task: Task, failed_session_id: str) -> str:
     """Why a failure of `failed_session_id` on `task` dispatched nothing, for a person (the
     `agent fail` command): the guards above that are silent, said in words."""
     owner = host.tasks.owner(task)
@@ -250,7 +250,7 @@ def why_not_dispatched(host: Peers, task: Task, failed_session_id: str) -> str:
 class Failures:
     """This process's handling of its agents' terminal failures."""
 
-    def __init__(self, peers: Peers, guards: SessionGuards, in_flight: InFlight) -> None:
+    def __init__(self, peers: AgentPort, guards: SessionGuards, in_flight: InFlight) -> None:
         self.peers = peers
         self.guards = guards
         self.in_flight = in_flight
@@ -338,7 +338,7 @@ class Failures:
         return dispatched
 
 
-def _reconcile_signal(host: Peers, task_id: str, failure: AgentFailure) -> None:
+def _reconcile_signal(host: AgentPort, task_id: str, failure: AgentFailure) -> None:
     """Apply the completion signal the agent gave before failing. A failure applying it (a
     move_to_next from the last step, an entry record that could not be written) is logged and
     swallowed: the cleanup and the on_agent_error dispatch still run (AC-A1, AC-A3)."""

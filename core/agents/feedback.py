@@ -20,7 +20,7 @@ from core.store import tables as t
 from core.text import cut_to
 
 if TYPE_CHECKING:
-    from core.services.peers import Peers
+    from core.agents.ports import AgentPort
 
 HEADER: Final = "## Feedback since your last turn"
 MAX_ENTRY: Final = 2000
@@ -50,7 +50,7 @@ _LAST_START = sa.select(sa.func.max(R.c.claimed_at)).where(
 )
 
 
-def last_turn_start(host: Peers, run: Run) -> str | None:
+def last_turn_start(host: AgentPort, run: Run) -> str | None:
     """When `run`'s agent last began a turn on its task (another run than `run`: a re-claimed
     run is not its own last turn); None for a first run. One aggregate over the task's runs
     (it read the task and every run of it, on every run).
@@ -67,7 +67,7 @@ def last_turn_start(host: Peers, run: Run) -> str | None:
     return str(found) if found is not None else None
 
 
-def since_last_turn(host: Peers, run: Run, task: Task | None = None) -> Feedback | None:
+def since_last_turn(host: AgentPort, run: Run, task: Task | None = None) -> Feedback | None:
     """The feedback `run`'s agent has not seen, or None (a first run, or nothing new).
     `task`: the run's task as the caller has just read it."""
     if run.task_id is None:
@@ -111,7 +111,7 @@ def _conflict(task: Task, since: str | None) -> Mapping[str, Any] | None:
     return conflict
 
 
-def _woken_by_comment(host: Peers, run: Run) -> Feedback | None:
+def _woken_by_comment(host: AgentPort, run: Run) -> Feedback | None:
     """A first run a comment queued (on_comment's payload names it, issue 24): the comments
     others wrote on the task so far, the waking one among them, are all new to the agent.
     Any other first run has no feedback."""

@@ -10,17 +10,17 @@ from typing import Any
 import attrs
 
 from core.agents.bounds import item
+from core.agents.ports import AgentPort
 from core.agents.values import PermissionRequest, TranscriptItem
 from core.errors import LanewayError, RunFenced
 from core.logs import logger
-from core.services.peers import Peers
 
 
 @attrs.frozen
 class BoardRecord:
     """Where a turn's transcript items, reported agent state and usage go: the board."""
 
-    peers: Peers
+    peers: AgentPort
     task_id: str
     session_id: str
     run_id: str | None
@@ -32,7 +32,7 @@ class BoardRecord:
             try:
                 self.peers.sessions.append_items(
                     self.session_id,
-                    [(i.kind, i.text, dict(i.data)) for i in items],
+                    items,
                     run_id=self.run_id,
                 )
             except RunFenced as exc:

@@ -8,47 +8,37 @@ else."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from contextlib import AbstractContextManager
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING
 
 from core.agents.failure import Failures
 from core.agents.guards import SessionGuards
+from core.agents.ports import AgentPort
 from core.agents.protocols import TurnProtocol
 from core.agents.protocols.acp.turn import AcpProtocol
 from core.agents.protocols.exec import ExecProtocol
-from core.agents.stops import STOPS, InFlight, LiveTurn
+from core.agents.stops import STOPS, InFlight
 from core.agents.tools.access import ToolAccess
 from core.agents.turns import DEFAULT_RETRY_DELAYS, TurnLoop, retry_delays_from_env
 from core.agents.values import TurnOutcome
 from core.model import AgentFailure
-from core.services.peers import Peers
 
 if TYPE_CHECKING:
     from core.agents.protocols.acp.conversation import Conversations
-    from core.agents.protocols.acp.facade import McpServer
     from core.agents.tools.broker import ToolBroker
 
 __all__ = [
     "DEFAULT_RETRY_DELAYS",
     "STOPS",
     "AgentRuntime",
-    "RuntimePeers",
     "TurnOutcome",
     "retry_delays_from_env",
 ]
 
 
-class RuntimePeers(Peers, Protocol):
-    """What the worker and the runtime's arrival step are handed: the services' peers and the
-    agent runtime (which the services, a layer below, never call)."""
-
-    @property
-    def runtime(self) -> AgentRuntime: ...
-
-
 class AgentRuntime:
-    def __init__(self, peers: Peers, retry_delays: tuple[float, ...] | None = None) -> None:
+    def __init__(self, peers: AgentPort, retry_delays: tuple[float, ...] | None = None) -> None:
         self.peers = peers
         self.guards = SessionGuards()
         self.in_flight = InFlight(peers)
@@ -90,16 +80,6 @@ class AgentRuntime:
     def broker(self) -> ToolBroker:
         """This process's tool broker: what the `laneway` tool servers of its agents call."""
         return self.tools.broker
-
-    def tool_servers(self, turn: LiveTurn, session_id: str) -> tuple[Sequence[McpServer], str]:
-        """The MCP servers an ACP session of `turn` is opened with, and the grant's token."""
-        return self.tools.servers(
-            session_id,
-            task_id=turn.task_id,
-            step_id=turn.step_id,
-            run_id=turn.run_id,
-            agent_profile_id=turn.agent_profile_id,
-        )
 
     # -- the per-session guard --------------------------------------------------------------------
 

@@ -17,21 +17,29 @@ it after each committed arrival and before the entry dispatch.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 import attrs
 
+from core.agents.ports import AgentPort
 from core.logs import logger
 from core.model import Session
 
 if TYPE_CHECKING:
-    from core.agents.runtime import RuntimePeers
+    from core.agents.runtime import AgentRuntime
     from core.entry import Arrival
     from core.model import Run, Task
-    from core.services.peers import Peers
 
 
-def prepare_session(host: RuntimePeers, arrival: Arrival) -> Session | None:
+class AgentHost(AgentPort, Protocol):
+    """What the worker and the arrival's session step are handed: the wing's port and the
+    agent runtime (which the rooms below the runtime never call)."""
+
+    @property
+    def runtime(self) -> AgentRuntime: ...
+
+
+def prepare_session(host: AgentHost, arrival: Arrival) -> Session | None:
     """The session the arrival's session kinds act on (None: the task has none), read once;
     an arrival at a terminal step may retire the task's worktree (issue 23)."""
     session = _prepare(host, arrival)
@@ -43,7 +51,7 @@ def prepare_session(host: RuntimePeers, arrival: Arrival) -> Session | None:
     return session
 
 
-def _prepare(host: RuntimePeers, arrival: Arrival) -> Session | None:
+def _prepare(host: AgentHost, arrival: Arrival) -> Session | None:
     session_id = arrival.session_id
     wanted = arrival.step.agent_profile_id or arrival.workflow.agent_profile_id
     if session_id is None and wanted is None:
@@ -83,7 +91,7 @@ def _prepare(host: RuntimePeers, arrival: Arrival) -> Session | None:
     return switched
 
 
-def _starts_itself(host: RuntimePeers, arrival: Arrival) -> bool:
+def _starts_itself(host: AgentHost, arrival: Arrival) -> bool:
     """The step's entry declares a kind that starts the agent (`ActionKind.starts_agent`)."""
     registry = host.bundle.registry
     return any(
@@ -92,16 +100,16 @@ def _starts_itself(host: RuntimePeers, arrival: Arrival) -> bool:
     )
 
 
-def profile_session(host: Peers, task: Task, agent_profile_id: str) -> Session:
+def profile_session(host: AgentPort, task: Task, agent_profile_id: str) -> Session:
     """The task's session for an agent: a non-failed one is reused, else one is started."""
     # the sessions' writes only when a session is looked for: a move that starts no agent,
     # like a manual one, never imports them
     from core.services.sessions import agent_session
 
-    return agent_session(host, task.id, agent_profile_id)
+    return agent_session(host.sessions, task.id, agent_profile_id)
 
 
-def prompt_for(host: Peers, run: Run, task: Task | None = None) -> str:
+def prompt_for(host: AgentPort, run: Run, task: Task | None = None) -> str:
     """The run's prompt: the workflow and step prompts with the task's description, then the
     verdicts and comments given since the agent's last turn on the task (core.agents.feedback;
     none on a first run), then the run's message. `task`: the run's task, when the caller has

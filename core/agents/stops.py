@@ -12,8 +12,8 @@ from typing import Any, Final, Protocol
 import attrs
 
 from core import runs
+from core.agents.ports import AgentPort
 from core.logs import logger
-from core.services.peers import Peers
 
 RESEND_CANCEL_S = 2.0
 """A stop request is said to a turn again this often until it ends (the ACP agent may have
@@ -69,7 +69,7 @@ class LiveTurn:
 class InFlight:
     """This process's turns in flight, by session, and the stops and fences over them."""
 
-    def __init__(self, peers: Peers) -> None:
+    def __init__(self, peers: AgentPort) -> None:
         self.peers = peers
         self.turns: dict[str, LiveTurn] = {}
         self.conversations: LiveConversations | None = None

@@ -10,18 +10,10 @@ from typing import Any, Literal
 import attrs
 
 from core.model import ItemKind as ItemKind  # noqa: PLC0414 - the ACP values name it too
+from core.model import TranscriptItem as TranscriptItem  # noqa: PLC0414 - the wing's value
 
 Outcome = Literal["ok", "cancelled", "failed", "transient"]
 PermissionMode = Literal["ask", "allow", "deny"]
-
-
-@attrs.frozen
-class TranscriptItem:
-    """One transcript item of CLI.md (`kind`, `text`, `data`), already cut to its bounds."""
-
-    kind: ItemKind
-    text: str = ""
-    data: Mapping[str, Any] = attrs.field(factory=dict)
 
 
 @attrs.frozen

@@ -35,7 +35,7 @@ from core.model import Run, Task
 from core.store.database import database_away
 
 if TYPE_CHECKING:
-    from core.agents.runtime import RuntimePeers
+    from core.agents.session import AgentHost
 
 KILL_GRACE_S = 10.0
 CANCEL_POLL_S = 0.5
@@ -56,7 +56,7 @@ class WorkerSummary:
         return {"claimed": self.claimed, "finished": self.finished, "failed": self.failed}
 
 
-def requeue_orphans(host: RuntimePeers) -> runs.Requeued:
+def requeue_orphans(host: AgentHost) -> runs.Requeued:
     """Runs claimed by dead epochs go back to the queue (or end `dead`); says what it did."""
     with host.store.transaction() as uow:
         found = runs.requeue_dead(uow)
@@ -79,7 +79,7 @@ def _run_log(run: Run) -> Any:
     )
 
 
-def claim_next(host: RuntimePeers, profiles: Sequence[str] | None = None) -> Run | None:
+def claim_next(host: AgentHost, profiles: Sequence[str] | None = None) -> Run | None:
     """Claim the oldest queued run whose agent has room and that this machine may run (of
     `profiles`, agent profile ids, when given); None when there is nothing to take."""
     epoch = host.live_epoch()
@@ -87,7 +87,7 @@ def claim_next(host: RuntimePeers, profiles: Sequence[str] | None = None) -> Run
         return runs.claim_next(uow, epoch, hosts.name(), profiles)
 
 
-def finish(host: RuntimePeers, run: Run, outcome: TurnOutcome) -> bool:
+def finish(host: AgentHost, run: Run, outcome: TurnOutcome) -> bool:
     """End the run under the epoch that claimed it; whether it was ended here. When that epoch
     was declared dead meanwhile (this process fenced itself), the run was re-queued and is not
     ours to end: one WARNING says so, the run's last record in this process (with the turn's
@@ -117,7 +117,7 @@ def finish(host: RuntimePeers, run: Run, outcome: TurnOutcome) -> bool:
     return False
 
 
-def _while_away(host: RuntimePeers, run: Run, epoch: str, write: Callable[[], bool]) -> bool | None:
+def _while_away(host: AgentHost, run: Run, epoch: str, write: Callable[[], bool]) -> bool | None:
     """`write()`, tried again while the database is away (a restart, a lock held past
     busy_timeout, a full disk: `database_away`), with one WARNING for the wait and a backoff:
     a turn that ended while the database was away is recorded when it comes back. None when
@@ -146,7 +146,7 @@ def _one_line(exc: BaseException) -> str:
     return f"{type(orig).__name__}: {lines[0]}"
 
 
-def _end(host: RuntimePeers, run: Run, outcome: TurnOutcome, epoch: str) -> bool:
+def _end(host: AgentHost, run: Run, outcome: TurnOutcome, epoch: str) -> bool:
     with host.store.transaction() as uow:
         if outcome.cancelled and outcome.stopped in ("shutdown", "db_away"):
             ended = runs.give_back(uow, run, epoch)
@@ -189,7 +189,7 @@ class CancelWatch:
     One per worker, its thread started with the first run watched: a thread and a read per run
     cost every run a thread's start and join."""
 
-    def __init__(self, host: RuntimePeers, poll: float = CANCEL_POLL_S) -> None:
+    def __init__(self, host: AgentHost, poll: float = CANCEL_POLL_S) -> None:
         self._host = host
         self._poll = poll
         self._stop = threading.Event()
@@ -247,7 +247,7 @@ class CancelWatch:
                 self._host.runtime.stop_run(run_id)
 
 
-def _vacated(host: RuntimePeers, run: Run, task: Task) -> str | None:
+def _vacated(host: AgentHost, run: Run, task: Task) -> str | None:
     """Why the run's turn would be for a round that is over, or None: `step_left` when its
     task is no longer at the run's step (moved on, or archived); `superseded` when the entry
     that queued it is no longer the task's current entry of the step (the task left and came
@@ -273,7 +273,7 @@ _WHY_VACATED = {
 }
 
 
-def execute(host: RuntimePeers, run: Run, watch: CancelWatch | None = None) -> TurnOutcome:
+def execute(host: AgentHost, run: Run, watch: CancelWatch | None = None) -> TurnOutcome:
     """Launch the run's agent on its task's session for that agent and wait for the turn.
     `watch`: the worker's CancelWatch (without one, the run gets one of its own)."""
     faults.reach("worker.after_claim")
@@ -285,7 +285,7 @@ def execute(host: RuntimePeers, run: Run, watch: CancelWatch | None = None) -> T
     return outcome
 
 
-def deliver_queued(host: RuntimePeers) -> None:
+def deliver_queued(host: AgentHost) -> None:
     """Deliver the triggers this process's commits put in the outbox (an `on_budget_alert` the
     run's usage report crossed, the parent's `on_children_completed` its move completed), now
     that the run's own commit is made: on every path a run ends by (`worker --once`, a
@@ -303,7 +303,7 @@ def deliver_queued(host: RuntimePeers) -> None:
         )
 
 
-def _execute(host: RuntimePeers, run: Run, watch: CancelWatch | None) -> TurnOutcome:
+def _execute(host: AgentHost, run: Run, watch: CancelWatch | None) -> TurnOutcome:
     log = logger.bind(
         run_id=run.id, task_id=run.task_id, agent_profile_id=run.agent_profile_id, reason=run.reason
     )
@@ -381,7 +381,7 @@ def _execute(host: RuntimePeers, run: Run, watch: CancelWatch | None) -> TurnOut
     return outcome
 
 
-def _cancelled_under(host: RuntimePeers, run: Run, exc: Exception) -> str | None:
+def _cancelled_under(host: AgentHost, run: Run, exc: Exception) -> str | None:
     """The cancel request on `run` that explains `exc` (a NotFound of what its turn wrote to:
     a task deleted under it cancels its runs first), or None: the error is the run's own."""
     if not isinstance(exc, NotFound):
@@ -394,7 +394,7 @@ def _cancelled_under(host: RuntimePeers, run: Run, exc: Exception) -> str | None
 
 
 def work(
-    host: RuntimePeers,
+    host: AgentHost,
     *,
     once: bool = True,
     max_runs: int | None = None,
@@ -422,7 +422,7 @@ def work(
         host.runtime.close()
 
 
-def after_pause(host: RuntimePeers) -> list[int]:
+def after_pause(host: AgentHost) -> list[int]:
     """This worker wakes from a pause, its agents still stopped by its watchdog
     (core.agents.watchdog): check the liveness lock first - when it is lost the check fences
     this worker and stops the turns claimed under it - and name the agents of turns whose claim
@@ -437,7 +437,7 @@ def after_pause(host: RuntimePeers) -> list[int]:
 
 
 def _work(
-    host: RuntimePeers,
+    host: AgentHost,
     once: bool,
     max_runs: int | None,
     concurrency: int,

@@ -1,4 +1,6 @@
-"""The `laneway` group: global options, logging, opening the host, one-line errors.
+"""The `laneway` group: global options, logging, opening the host, and turning errors into
+one line (how they read is `core.cli.failures`'; the built-in commands' index is
+`core.cli.catalogue`, the collector's handling `core.cli.collector`).
 
 Error handling lives in the group's `invoke`, not only around `main`, so that click's test
 runner and the installed console script behave the same: a user mistake becomes one line on
@@ -8,21 +10,27 @@ stderr and exit 1, a usage error stays click's exit 2, and anything unexpected b
 
 from __future__ import annotations
 
-import errno
-import gc
 import importlib
 import importlib.util
 import json
-import re
 import sys
 import traceback
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
-from typing import IO, TYPE_CHECKING, Any, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn
 
 import attrs
 import click
+
+from core.cli.catalogue import BUILTIN_COMMANDS, BUILTIN_HELP
+from core.cli.collector import (
+    collector_paused_by_caller,
+    freeze_for_exit,
+    pause_collector,
+    resume_collector,
+)
+from core.cli.failures import CommandFailed, code_of, one_line, user_message
 
 if TYPE_CHECKING:
     from core.host import Host
@@ -33,72 +41,6 @@ if TYPE_CHECKING:
 DEFAULT_URL = "sqlite:///laneway.db"
 """`core.host.DEFAULT_URL`, repeated so that building the group does not import the host."""
 
-BUILTIN_COMMANDS: dict[str, tuple[str, str]] = {
-    "init": ("commands_setup", "init"),
-    "workspace": ("commands_setup", "workspace"),
-    "plugins": ("commands_setup", "plugins"),
-    "recover": ("commands_setup", "recover"),
-    "features": ("commands_setup", "features"),
-    "workflow": ("commands_workflow", "workflow"),
-    "profile": ("commands_workflow", "profile"),
-    "task": ("commands_task", "task"),
-    "participant": ("commands_task", "participant"),
-    "session": ("commands_task", "session"),
-    "turn": ("commands_task", "turn"),
-    "decision": ("commands_task", "decision"),
-    "runs": ("commands_ledger", "runs"),
-    "entries": ("commands_ledger", "entries"),
-    "permission": ("commands_permissions", "permission"),
-    "budget": ("commands_budget", "budget"),
-    "costs": ("commands_budget", "costs"),
-    "agent": ("commands_agents", "agent"),
-    "worker": ("commands_agents", "worker_command"),
-    "serve": ("commands_serve", "serve"),
-    "watch": ("commands_watch", "watch"),
-    "events": ("commands_watch", "events_command"),
-    "prune": ("commands_prune", "prune"),
-    "hook": ("commands_hooks", "hook"),
-}
-"""Each built-in command: its module under `core.cli` and the attribute holding it. A command
-imports its module (and what that needs) only when it runs; `--help` reads `BUILTIN_HELP`."""
-
-BUILTIN_HELP: dict[str, str] = {
-    "init": "Create or upgrade the schema (idempotent).",
-    "workspace": "The default workspace.",
-    "plugins": "Plugins and what they declare.",
-    "recover": (
-        "Open the host (which runs the recovery scan), put runs claimed by dead workers "
-        "back in the queue, and report what was done."
-    ),
-    "features": (
-        "The board's feature switches, stored in the database and followed by every process."
-    ),
-    "workflow": "Workflows: templates, import, export, checks.",
-    "profile": "Agent profiles.",
-    "task": "Tasks and the routes that move them.",
-    "participant": "Seats at a step: template seats and per-task seats.",
-    "session": "Agent sessions.",
-    "turn": "Turn boundaries: they fire on_turn_start and on_turn_complete.",
-    "decision": "Participant verdicts.",
-    "runs": "The runs queue.",
-    "entries": "The entry ledger.",
-    "permission": "Permission requests of ACP agents, answered by a person.",
-    "budget": "Spending limits: on_budget_alert fires as a scope's spending crosses them.",
-    "costs": "What agents reported they spent.",
-    "agent": "Agents that run outside laneway.",
-    "worker": "Claim and execute queued runs.",
-    "serve": "Serve the HTTP API, the event stream and the board page until SIGINT/SIGTERM.",
-    "watch": "Tail the board's events in the terminal (alias: `events`).",
-    "events": (
-        "An alias of `watch`: tail the board's events. It is `watch` under the event "
-        "stream's own name; `laneway watch --help` says the rest."
-    ),
-    "prune": "Delete old transcript items, and nothing else.",
-    "hook": "Outbound webhooks: board events POSTed to a URL, signed, retried, never lost.",
-}
-"""Each built-in command's short help, as `laneway --help` lists it without importing the
-command modules (`tests/cli/test_cli_lazy.py` keeps it equal to the commands' own)."""
-
 
 def installed_version() -> str:
     """The installed distribution's version (`laneway --version`)."""
@@ -108,10 +50,6 @@ def installed_version() -> str:
         return version("laneway")
     except PackageNotFoundError:  # run from a checkout that was never installed
         return "unknown"
-
-
-def one_line(message: str) -> str:
-    return re.sub(r"\s*[\r\n]+\s*", " ", message).strip()
 
 
 @attrs.frozen
@@ -131,32 +69,6 @@ class Settings:
         from core.plugin.features import Features
 
         return Features(office=False) if self.no_office else None
-
-
-class CommandFailed(click.ClickException):
-    """A command ended on an error the user should read: `laneway: <message>`, exit 1; with
-    `--json`, one JSON object `{"error": "<message>", "code": "<code>"}` instead (CLI.md;
-    `code` is the LanewayError's stable code, "internal" for a fault that is not the user's)."""
-
-    exit_code = 1
-    as_json = False
-
-    def __init__(
-        self, message: str, code: str = "invalid", extra: dict[str, object] | None = None
-    ) -> None:
-        super().__init__(message)
-        self.code = code
-        self.extra = extra or {}
-
-    def show(self, file: IO[Any] | None = None) -> None:
-        if self.as_json:
-            text = json.dumps(
-                {**self.extra, "error": one_line(self.message), "code": self.code},
-                ensure_ascii=False,
-            )
-        else:
-            text = f"laneway: {one_line(self.message)}"
-        click.echo(text, err=True, file=file)
 
 
 class LanewayGroup(click.Group):
@@ -287,11 +199,11 @@ class LanewayGroup(click.Group):
             # `laneway workflow export W | head`: click's main quiets a closed stdout itself.
             raise
         except Exception as exc:
-            message = _user_message(exc)
+            message = user_message(exc)
             if message is not None:
                 details = getattr(exc, "details", None)
                 extra = details() if callable(details) else None
-                raise CommandFailed(message, _code_of(exc), extra) from exc
+                raise CommandFailed(message, code_of(exc), extra) from exc
             settings = ctx.obj if isinstance(ctx.obj, Settings) else None
             if settings is not None and settings.verbose:
                 click.echo(traceback.format_exc().rstrip(), err=True)
@@ -299,102 +211,7 @@ class LanewayGroup(click.Group):
             raise CommandFailed(message, "internal") from exc
 
 
-_USER_ERRORS = (("core.errors", "LanewayError"),)
-"""Exceptions whose message is meant for the user as it stands: (module, class). An exception
-of a class can only exist once its module is imported, so none is imported to test for it."""
-
-
-def _code_of(exc: Exception) -> str:
-    """The `--json` code of a user error `_user_message` accepted: its class's, or for a
-    database the driver refused, "database_url" (malformed URL) or "unavailable"."""
-    code = getattr(type(exc), "code", None)
-    if isinstance(code, str):
-        return code
-    sa_exc = sys.modules.get("sqlalchemy.exc")
-    if sa_exc is not None and isinstance(exc, sa_exc.ArgumentError):
-        return "database_url"
-    return "unavailable"
-
-
-_DISK_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EROFS})
-
-
-def _user_message(exc: Exception) -> str | None:
-    """The one line a user should read for `exc`, or None: not the user's to fix."""
-    for module, name in _USER_ERRORS:
-        cls = getattr(sys.modules.get(module), name, None)
-        if isinstance(cls, type) and isinstance(exc, cls):
-            return str(exc)
-    if isinstance(exc, OSError) and exc.errno in _DISK_ERRNOS:
-        # a full disk or a read-only mount where laneway keeps its files: the machine's to fix
-        where = f": {exc.filename}" if exc.filename else ""
-        return f"disk error: {exc.strerror or exc}{where}"
-    sa_exc = sys.modules.get("sqlalchemy.exc")
-    if sa_exc is not None:
-        if isinstance(exc, sa_exc.ArgumentError):
-            # A malformed --db URL or a missing database driver: the user's to fix.
-            return f"database URL: {exc}"
-        if isinstance(exc, sa_exc.OperationalError):
-            # The database is unreachable or refuses us: an environment problem, not a bug.
-            return f"database error: {exc.orig or exc}"
-    return None
-
-
 pass_settings = click.make_pass_decorator(Settings)
-
-
-# -- the cyclic garbage collector ---------------------------------------------------------
-
-
-_collector_paused = False
-"""Whether `main` paused the cyclic collector for this process's start (`pause_collector`)."""
-
-
-def pause_collector() -> None:
-    """Pause the cyclic garbage collector while the command starts (the console script only).
-
-    Starting a command allocates nothing but what it keeps for its whole life: modules,
-    classes, tables, compiled statements. Python's collector, which runs every 700 container
-    allocations and now and then walks every object, found nothing to free there but cost a
-    command tens of milliseconds (three times what it costs `python -c 'import sqlalchemy'`,
-    which builds a smaller heap). `resume_collector` starts it again once the host is open.
-    """
-    global _collector_paused
-    if gc.isenabled():
-        gc.disable()
-        _collector_paused = True
-
-
-def collector_paused_by_caller() -> None:
-    """The console script's entry (`core.console.main`) paused the collector before importing
-    the command line, so that importing it runs no collection either: `main` then resumes it
-    as if it had paused it itself."""
-    global _collector_paused
-    _collector_paused = True
-
-
-def resume_collector() -> None:
-    """After the start (the host is open): what was built so far lives as long as the process,
-    so it moves to the collector's permanent generation (`gc.freeze`), which it never walks
-    again, and the collector runs as usual for the command's own work: a long-running command
-    (`serve`, `worker`) collects its garbage like any program."""
-    global _collector_paused
-    if _collector_paused:
-        _collector_paused = False
-        gc.freeze()
-        gc.enable()
-
-
-def _freeze_for_exit() -> None:
-    """The command is done: the interpreter's shutdown would walk the whole heap for cycles
-    (the largest part of its exit time), to free memory the process is about to give back.
-    Everything still alive moves to the permanent generation, which that walk skips; objects
-    are still released by reference counting as the modules are torn down."""
-    global _collector_paused
-    if _collector_paused:  # no host was opened (`--help`, a usage error)
-        _collector_paused = False
-        gc.enable()
-    gc.freeze()
 
 
 # -- opening the host ----------------------------------------------------------------------
@@ -608,7 +425,7 @@ def main(argv: Sequence[str] | None = None) -> NoReturn:
     try:
         _main(argv)
     finally:
-        _freeze_for_exit()
+        freeze_for_exit()
 
 
 def _main(argv: Sequence[str] | None) -> NoReturn:
@@ -632,3 +449,24 @@ def _main(argv: Sequence[str] | None) -> NoReturn:
         click.echo(f"laneway: internal error: {type(exc).__name__}: {one_line(str(exc))}", err=True)
         sys.exit(1)
     sys.exit(0)
+
+
+__all__ = [
+    "BUILTIN_COMMANDS",
+    "BUILTIN_HELP",
+    "DEFAULT_URL",
+    "CommandFailed",
+    "LanewayGroup",
+    "Settings",
+    "build_cli",
+    "collector_paused_by_caller",
+    "main",
+    "one_line",
+    "pass_settings",
+    "reader",
+    "resume_collector",
+    "writer",
+]
+
+_user_message = user_message
+"""`core.cli.failures.user_message` by its former name."""

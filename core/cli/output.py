@@ -101,10 +101,6 @@ def emit(as_json: bool, value: Any, lines: Iterable[str]) -> None:
         click.echo(line)
 
 
-def _or_dash(value: object) -> str:
-    return "-" if value is None or value == "" else str(value)
-
-
 def task_line(task: Task, names: StepNames | None = None) -> str:
     names = names or {}
 

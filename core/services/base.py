@@ -1,6 +1,6 @@
-"""What every service shares: the host's parts it calls (`core.services.peers.Peers`, never
-the host itself), a guard against writing read-only, and a check of argument types at the
-public API's edge.
+"""What every service shares: the host's shared parts (`core.services.peers.Peers`, never
+the host itself; the other services a service calls are named in its own constructor), a
+guard against writing read-only, and a check of argument types at the public API's edge.
 
 The services are what an embedding application calls, with whatever it has at hand:
 `tasks.create(title=123)` must be a `LanewayError` naming the argument, not an
@@ -17,12 +17,18 @@ import inspect
 import types
 import typing
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeAlias, TypeVar
 
 from core.errors import LanewayError, ReadOnly
 
 if TYPE_CHECKING:
     from core.services.peers import Peers
+
+T = TypeVar("T")
+
+Lazy: TypeAlias = Callable[[], T]
+"""A collaborator a service names in its constructor, built when first called: the host builds
+each service on first use, and two services may name each other."""
 
 _PLAIN: dict[Any, tuple[type, ...]] = {
     str: (str,),
@@ -69,14 +75,12 @@ def _plan(fn: Callable[..., Any]) -> _Plan:
     return [p.name for p in params if p.kind is p.POSITIONAL_OR_KEYWORD], checks
 
 
-def _checked(fn: Callable[..., Any], owner: str, cls: type | None = None) -> Callable[..., Any]:
+def _checked(fn: Callable[..., Any], owner: str) -> Callable[..., Any]:
     """`fn`, checking its plainly annotated arguments on each call. The annotations are read
     at the method's first call, not when its class is defined: resolving every public
-    method's annotations cost each command milliseconds for methods it never calls.
-
-    A method with nothing to check is put back on `cls` unwrapped at that first call (when
-    the class still holds the wrapper): the nested service calls of an arrival (a fan-out's
-    enqueue per seat) then cost a plain method call."""
+    method's annotations cost each command milliseconds for methods it never calls. The
+    class is never changed after it is defined: a method with nothing to check costs one
+    extra call, not a rewrite of its class."""
     plans: list[_Plan] = []
 
     def check(checks: dict[str, tuple[type, ...]], name: str, value: Any) -> None:
@@ -94,8 +98,6 @@ def _checked(fn: Callable[..., Any], owner: str, cls: type | None = None) -> Cal
     def wrapper(self: Any, *args: Any, **kwargs: Any) -> Any:
         if not plans:
             plans.append(_plan(fn))  # two first calls at once compute the same plan
-            if not plans[0][1] and cls is not None and vars(cls).get(fn.__name__) is wrapper:
-                setattr(cls, fn.__name__, fn)
         positional, checks = plans[0]
         if checks:
             for name, value in zip(positional, args, strict=False):
@@ -110,6 +112,9 @@ def _checked(fn: Callable[..., Any], owner: str, cls: type | None = None) -> Cal
 
 
 class Service:
+    """A service: built with the host's shared parts (`peers`) and, keyword by keyword in its
+    own constructor, each service it calls (`Lazy`, built when it first calls it)."""
+
     def __init__(self, peers: Peers) -> None:
         self.peers = peers
 
@@ -121,7 +126,7 @@ class Service:
         for name, value in list(vars(cls).items()):
             if name.startswith("_") or not inspect.isfunction(value):
                 continue
-            setattr(cls, name, _checked(value, owner, cls))
+            setattr(cls, name, _checked(value, owner))
 
     def _require_writer(self) -> None:
         if not self.peers.writable:

@@ -19,7 +19,7 @@ import builtins
 import json
 from collections.abc import Iterable
 from datetime import UTC, datetime
-from typing import Final
+from typing import TYPE_CHECKING, Final
 
 import attrs
 import sqlalchemy as sa
@@ -27,9 +27,15 @@ import sqlalchemy as sa
 from core import ids, outbox
 from core.errors import LanewayError, NotFound
 from core.numbers import NOT_FINITE, finite
-from core.services.base import Service
+from core.services.base import Lazy, Service
 from core.store import tables as t
 from core.store.database import UnitOfWork
+
+if TYPE_CHECKING:
+    from core.services.peers import Peers
+    from core.services.profiles import ProfileService
+    from core.services.tasks import TaskService
+    from core.services.workspace import WorkspaceService
 
 B = t.budgets
 A = t.budget_alerts
@@ -186,6 +192,19 @@ def check_run(uow: UnitOfWork, run_id: str) -> builtins.list[str]:
 class BudgetService(Service):
     """Spending limits and what was spent."""
 
+    def __init__(
+        self,
+        peers: Peers,
+        *,
+        profiles: Lazy[ProfileService],
+        tasks: Lazy[TaskService],
+        workspace: Lazy[WorkspaceService],
+    ) -> None:
+        super().__init__(peers)
+        self._profiles = profiles
+        self._tasks = tasks
+        self._workspace = workspace
+
     def set(
         self,
         *,
@@ -244,17 +263,15 @@ class BudgetService(Service):
     def _ref(self, scope: str, ref: str | None) -> tuple[str, str]:
         """The scope's id and its workspace's."""
         if scope == "workspace":
-            workspace = (
-                self.peers.workspace.get() if ref is None else self.peers.workspace.by_id(ref)
-            )
+            workspace = self._workspace().get() if ref is None else self._workspace().by_id(ref)
             return workspace.id, workspace.id
         if ref is None:
             raise LanewayError(f"budget --scope {scope}: --ref names the {scope}")
         if scope == "task":
-            task = self.peers.tasks.get(ref)
+            task = self._tasks().get(ref)
             return task.id, task.workspace_id
-        profile = self.peers.profiles.get(ref)
-        return profile.id, self.peers.workspace.get().id
+        profile = self._profiles().get(ref)
+        return profile.id, self._workspace().get().id
 
     def remove(self, budget_id: str) -> str:
         """Remove a budget; its alerts go with it (no alert fires for it any more)."""
@@ -293,9 +310,9 @@ class BudgetService(Service):
         both filters together."""
         query = sa.select(R.c.usage).where(R.c.usage.is_not(None))
         if task is not None:
-            query = query.where(R.c.task_id == self.peers.tasks.get(task).id)
+            query = query.where(R.c.task_id == self._tasks().get(task).id)
         if profile is not None:
-            query = query.where(R.c.agent_profile_id == self.peers.profiles.get(profile).id)
+            query = query.where(R.c.agent_profile_id == self._profiles().get(profile).id)
         with self.peers.store.read() as conn:
             return _sum(conn.execute(query).scalars())
 

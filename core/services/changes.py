@@ -16,7 +16,7 @@ import json
 import os
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import sqlalchemy as sa
 
@@ -26,9 +26,15 @@ from core.logs import logger
 from core.model import Task, Workflow
 from core.plugin.kinds import Forge, ForgeConfig
 from core.plugin.views import Claim
-from core.services.base import Service
+from core.services.base import Lazy, Service
 from core.store import events
 from core.store import tables as t
+
+if TYPE_CHECKING:
+    from core.services.comments import CommentService
+    from core.services.peers import Peers
+    from core.services.tasks import TaskService
+    from core.services.workflows import WorkflowService
 
 STRATEGIES = gitmerge.STRATEGIES
 
@@ -42,6 +48,19 @@ class Fenced(LanewayError):
 
 class ChangeService(Service):
     """Merging and pushing a task's branch."""
+
+    def __init__(
+        self,
+        peers: Peers,
+        *,
+        comments: Lazy[CommentService],
+        tasks: Lazy[TaskService],
+        workflows: Lazy[WorkflowService],
+    ) -> None:
+        super().__init__(peers)
+        self._comments = comments
+        self._tasks = tasks
+        self._workflows = workflows
 
     # -- merge ----------------------------------------------------------------------------------
 
@@ -60,7 +79,7 @@ class ChangeService(Service):
         how = strategy or "merge"
         if how not in STRATEGIES:
             raise LanewayError(f"strategy {how!r}: must be one of {', '.join(STRATEGIES)}")
-        task = self.peers.tasks.get(ref)
+        task = self._tasks().get(ref)
         record, repo = self._worktree(task)
         target = into or record["base_branch"]
         if target == record["branch"]:
@@ -124,11 +143,11 @@ class ChangeService(Service):
         from core import arrival
 
         self._require_writer()
-        task = self.peers.tasks.get(ref)
+        task = self._tasks().get(ref)
         if task.workflow_id is None:
             raise LanewayError(f"task {task.id} has no workflow to send it back in")
-        wf = self.peers.workflows.by_id(task.workflow_id)
-        target = self.peers.workflows.step(wf, step)
+        wf = self._workflows().by_id(task.workflow_id)
+        target = self._workflows().step(wf, step)
         arrival.move(
             self.peers.arrivals,
             task.id,
@@ -149,7 +168,7 @@ class ChangeService(Service):
         leased against what laneway last pushed there (someone else's push is refused, never
         overwritten); a branch already there is a no-op."""
         self._require_writer()
-        task = self.peers.tasks.get(ref)
+        task = self._tasks().get(ref)
         record, repo = self._worktree(task)
         remote = self._remote(task)
         self._commit_uncommitted(task, record, "push")
@@ -188,7 +207,7 @@ class ChangeService(Service):
         forge's own) and the variable the token is read from at run time (never stored). An
         empty kind clears it."""
         self._require_writer()
-        wf = self.peers.workflows.get(ref)
+        wf = self._workflows().get(ref)
         value: dict[str, Any] | None = None
         if kind.strip():
             if self.peers.bundle.registry.forge(kind) is None:
@@ -207,10 +226,10 @@ class ChangeService(Service):
             )
             board.bump(uow)
         self.peers.repository.forget(wf.id)
-        return self.peers.workflows.by_id(wf.id)
+        return self._workflows().by_id(wf.id)
 
     def _forge(self, task: Task) -> tuple[Forge, ForgeConfig]:
-        wf = self.peers.workflows.by_id(task.workflow_id) if task.workflow_id else None
+        wf = self._workflows().by_id(task.workflow_id) if task.workflow_id else None
         stored = wf.forge if wf is not None else None
         if not stored:
             raise LanewayError(
@@ -238,7 +257,7 @@ class ChangeService(Service):
         """Push the task's branch, then open its pull request on the workflow's forge, or
         update the one the branch has (keyed by the branch: never a second)."""
         self._require_writer()
-        task = self.peers.tasks.get(ref)
+        task = self._tasks().get(ref)
         record, _ = self._worktree(task)
         forge, config = self._forge(task)
         self.push(task.id, claim=claim)
@@ -268,7 +287,7 @@ class ChangeService(Service):
         comment on the task (firing on_comment, once per review comment whoever syncs), and a
         state that changed (merged, closed) is recorded with a `task.pull_request` event."""
         self._require_writer()
-        task = self.peers.tasks.get(ref)
+        task = self._tasks().get(ref)
         record, _ = self._worktree(task)
         known = record.get("pull_request")
         if not known:
@@ -276,7 +295,7 @@ class ChangeService(Service):
         forge, config = self._forge(task)
         added = 0
         for comment in forge.review_comments(config, int(known["number"])):
-            made = self.peers.comments.add_once(
+            made = self._comments().add_once(
                 task.id,
                 f"{forge.name}:{config.repo}:{comment.id}",
                 comment.body,
@@ -306,10 +325,10 @@ class ChangeService(Service):
         from core import arrival
 
         self._require_writer()
-        task = self.peers.tasks.get(ref)
+        task = self._tasks().get(ref)
         if task.workflow_id is None:
             raise LanewayError(f"task {task.id} has no workflow")
-        target = self.peers.workflows.step(self.peers.workflows.by_id(task.workflow_id), step)
+        target = self._workflows().step(self._workflows().by_id(task.workflow_id), step)
         arrival.move(
             self.peers.arrivals,
             task.id,
@@ -337,7 +356,7 @@ class ChangeService(Service):
     def _remote(self, task: Task) -> str:
         remote = None
         if task.workflow_id is not None:
-            remote = self.peers.workflows.by_id(task.workflow_id).remote
+            remote = self._workflows().by_id(task.workflow_id).remote
         if not remote:
             raise LanewayError(
                 f"task {task.id}: its workflow has no remote (`laneway workflow set W --remote R`)"

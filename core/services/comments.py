@@ -5,6 +5,7 @@ delivery of one comment's trigger evaluates its actions once, whoever delivers i
 from __future__ import annotations
 
 import hashlib
+from typing import TYPE_CHECKING
 
 import sqlalchemy as sa
 
@@ -12,10 +13,15 @@ from core import ids
 from core.engine import TriggerResult
 from core.errors import LanewayError, NotFound
 from core.model import Comment
-from core.services.base import Service
+from core.services.base import Lazy, Service
 from core.store import events, rows
 from core.store import tables as t
 from core.text import MAX_COMMENT, require_text
+
+if TYPE_CHECKING:
+    from core.services.peers import Peers
+    from core.services.sessions import SessionService
+    from core.services.tasks import TaskService
 
 C = t.comments
 
@@ -30,6 +36,13 @@ def operation_id(comment_id: str) -> str:
 
 class CommentService(Service):
     """A task's comments, and the on_comment trigger each fires."""
+
+    def __init__(
+        self, peers: Peers, *, sessions: Lazy[SessionService], tasks: Lazy[TaskService]
+    ) -> None:
+        super().__init__(peers)
+        self._sessions = sessions
+        self._tasks = tasks
 
     def add(
         self,
@@ -61,7 +74,7 @@ class CommentService(Service):
         if not author.strip():
             raise LanewayError("comment author: must not be empty")
         require_text(author, "comment author", t.column_length(C.c.author))
-        task = self.peers.tasks.get(task_ref)
+        task = self._tasks().get(task_ref)
         comment = Comment(
             id=ids.new_id(),
             task_id=task.id,
@@ -101,7 +114,7 @@ class CommentService(Service):
         comment): its id is derived from the key and inserted only when absent, one
         conditional statement deciding, then on_comment fires; None when it was there."""
         self._require_writer()
-        task = self.peers.tasks.get(task_ref)
+        task = self._tasks().get(task_ref)
         comment_id = "k" + hashlib.sha256(f"{task.id}:{key}".encode()).hexdigest()[:40]
         at = ids.now()
         values = {
@@ -128,7 +141,7 @@ class CommentService(Service):
         id is claimed in the ledger), so a second delivery is `idempotent` and does nothing."""
         self._require_writer()
         comment = self.get(comment_id)
-        live = self.peers.sessions.live(comment.task_id)
+        live = self._sessions().live(comment.task_id)
         return self.peers.engine.handle_trigger(
             comment.task_id,
             "on_comment",
@@ -147,7 +160,7 @@ class CommentService(Service):
 
     def list(self, task_ref: str) -> list[Comment]:
         """The task's comments, oldest first."""
-        task = self.peers.tasks.get(task_ref)
+        task = self._tasks().get(task_ref)
         with self.peers.store.read() as conn:
             result = conn.execute(
                 sa.select(C).where(C.c.task_id == task.id).order_by(C.c.created_at, C.c.id)

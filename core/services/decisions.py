@@ -1,7 +1,7 @@
 from __future__ import annotations
 
 import builtins
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import attrs
 import sqlalchemy as sa
@@ -9,11 +9,17 @@ import sqlalchemy as sa
 from core import ids, runs
 from core.errors import LanewayError, RunFenced
 from core.model import VERDICTS, Decision
-from core.services.base import Service
+from core.services.base import Lazy, Service
 from core.store import events, rows
 from core.store import tables as t
 from core.store.database import UnitOfWork
 from core.text import MAX_COMMENT, cut_to, require_text
+
+if TYPE_CHECKING:
+    from core.services.participants import ParticipantService
+    from core.services.peers import Peers
+    from core.services.tasks import TaskService
+    from core.services.workflows import WorkflowService
 
 D = t.workflow_step_decisions
 # One UPDATE, not a read then a write: its commit is the line every concurrently recorded
@@ -44,6 +50,19 @@ def _rounds(found: list[Decision]) -> list[Decision]:
 class DecisionService(Service):
     """Participant verdicts, and the guarded transitions they may release."""
 
+    def __init__(
+        self,
+        peers: Peers,
+        *,
+        participants: Lazy[ParticipantService],
+        tasks: Lazy[TaskService],
+        workflows: Lazy[WorkflowService],
+    ) -> None:
+        super().__init__(peers)
+        self._participants = participants
+        self._tasks = tasks
+        self._workflows = workflows
+
     def record(
         self,
         task: str,
@@ -67,12 +86,12 @@ class DecisionService(Service):
         if verdict not in VERDICTS:
             raise LanewayError(f"verdict {verdict!r}: must be one of {', '.join(VERDICTS)}")
         require_text(comment, "verdict comment", MAX_COMMENT)
-        task_row = self.peers.tasks.get(task)
+        task_row = self._tasks().get(task)
         if task_row.workflow_id is None:
             raise LanewayError(f"task {task_row.id} is not in a workflow")
-        wf = self.peers.workflows.by_id(task_row.workflow_id)
-        step_row = self.peers.workflows.step(wf, step)
-        seat = self.peers.participants.get(participant)
+        wf = self._workflows().by_id(task_row.workflow_id)
+        step_row = self._workflows().step(wf, step)
+        seat = self._participants().get(participant)
         if seat.step_id != step_row.id or seat.task_id not in ("", task_row.id):
             raise LanewayError(
                 f"participant {participant} has no seat at step {step_row.name!r} for this task"
@@ -190,7 +209,7 @@ class DecisionService(Service):
         seat = next(
             (
                 s
-                for s in self.peers.participants.seats_at(task_id, step_id)
+                for s in self._participants().seats_at(task_id, step_id)
                 if s.agent_profile_id == agent_profile_id and s.role in ("approver", "reviewer")
             ),
             None,
@@ -226,12 +245,12 @@ class DecisionService(Service):
     ) -> builtins.list[Decision]:
         """`decision list`: the task's decisions at `step` (name or id; default every step),
         the current round's only unless `all_rounds`."""
-        task_row = self.peers.tasks.get(task_ref)
+        task_row = self._tasks().get(task_ref)
         step_id: str | None = None
         if step is not None:
             if task_row.workflow_id is None:
                 raise LanewayError(f"task {task_row.id} is not in a workflow")
-            wf = self.peers.workflows.by_id(task_row.workflow_id)
-            step_id = self.peers.workflows.step(wf, step).id
+            wf = self._workflows().by_id(task_row.workflow_id)
+            step_id = self._workflows().step(wf, step).id
         found = self.rounds(task_row.id, step_id)
         return found if all_rounds else [d for d in found if not d.cleared]

@@ -1,14 +1,18 @@
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
 from core.model import Marker, StepEntry
-from core.services.base import Service
+from core.services.base import Lazy, Service
 from core.store import rows
 from core.store import tables as t
+
+if TYPE_CHECKING:
+    from core.services.peers import Peers
+    from core.services.tasks import TaskService
 
 E = t.step_entries
 M = t.step_entry_markers
@@ -17,12 +21,16 @@ M = t.step_entry_markers
 class EntryService(Service):
     """The entry ledger, read side, and the recovery scan."""
 
+    def __init__(self, peers: Peers, *, tasks: Lazy[TaskService]) -> None:
+        super().__init__(peers)
+        self._tasks = tasks
+
     def list(
         self, *, task: str | None = None, non_terminal: bool = False
     ) -> list[tuple[StepEntry, list[Marker]]]:
         query = sa.select(E).order_by(E.c.task_id, E.c.step_id, E.c.entry_seq)
         if task is not None:
-            query = query.where(E.c.task_id == self.peers.tasks.get(task).id)
+            query = query.where(E.c.task_id == self._tasks().get(task).id)
         if non_terminal:
             query = query.where(E.c.terminal.is_(False))
         with self.peers.store.read() as conn:

@@ -1,15 +1,22 @@
 from __future__ import annotations
 
 import builtins
+from typing import TYPE_CHECKING
 
 import sqlalchemy as sa
 
 from core import ids
 from core.errors import LanewayError, NotFound
 from core.model import PARTICIPANT_ROLES, Participant, Step, Task, Workflow
-from core.services.base import Service
+from core.services.base import Lazy, Service
 from core.store import prepared, rows
 from core.store import tables as t
+
+if TYPE_CHECKING:
+    from core.services.peers import Peers
+    from core.services.profiles import ProfileService
+    from core.services.tasks import TaskService
+    from core.services.workflows import WorkflowService
 
 DECIDING_ROLES = frozenset({"reviewer", "approver"})
 _P = t.workflow_step_participants
@@ -27,19 +34,32 @@ _SEATS = (
 class ParticipantService(Service):
     """Seats at a step: template seats (every task) and per-task seats (one task)."""
 
+    def __init__(
+        self,
+        peers: Peers,
+        *,
+        profiles: Lazy[ProfileService],
+        tasks: Lazy[TaskService],
+        workflows: Lazy[WorkflowService],
+    ) -> None:
+        super().__init__(peers)
+        self._profiles = profiles
+        self._tasks = tasks
+        self._workflows = workflows
+
     def _resolve(
         self, step: str, task: str | None, workflow: str | None
     ) -> tuple[Workflow, Step, Task | None]:
         if task is not None:
-            task_row = self.peers.tasks.get(task)
+            task_row = self._tasks().get(task)
             if task_row.workflow_id is None:
                 raise LanewayError(f"task {task_row.id} is not in a workflow")
-            wf = self.peers.workflows.by_id(task_row.workflow_id)
-            return wf, self.peers.workflows.step(wf, step), task_row
+            wf = self._workflows().by_id(task_row.workflow_id)
+            return wf, self._workflows().step(wf, step), task_row
         if workflow is None:
             raise LanewayError("participant: give --task or --workflow to say whose step it is")
-        wf = self.peers.workflows.get(workflow)
-        return wf, self.peers.workflows.step(wf, step), None
+        wf = self._workflows().get(workflow)
+        return wf, self._workflows().step(wf, step), None
 
     def add(
         self,
@@ -59,7 +79,7 @@ class ParticipantService(Service):
                 f"participant role {role!r}: must be one of {', '.join(PARTICIPANT_ROLES)}"
             )
         _wf, step_row, task_row = self._resolve(step, task, workflow)
-        agent = self.peers.profiles.get(profile)
+        agent = self._profiles().get(profile)
         required = role in DECIDING_ROLES if decision_required is None else decision_required
         seat = Participant(
             id=ids.new_id(),

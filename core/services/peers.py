@@ -1,5 +1,7 @@
-"""What a service, the agent runtime and the agent-error path are handed when they are built:
-the host's parts they call, seen as a protocol, never `core.host.Host`.
+"""What every service is handed when it is built: the host's shared parts (the store, the
+bundle, the engine, the epoch, ...), seen as a protocol, never `core.host.Host`. No service is
+reached through it: a service names the services it calls in its own constructor
+(`core.services.base.Lazy`), and the host builds each with those (`core.host`).
 
 The composition root (`core.host`) hands itself over, and satisfies this structurally; the
 modules below it then never import it, so no import circle runs through the host. Each part is
@@ -18,28 +20,12 @@ if TYPE_CHECKING:
     from core.engine import Engine
     from core.kernel import Kernel
     from core.operations import Operations
-    from core.services.blockers import BlockerService
-    from core.services.budgets import BudgetService
-    from core.services.changes import ChangeService
-    from core.services.comments import CommentService
-    from core.services.decisions import DecisionService
-    from core.services.entries import EntryService
-    from core.services.participants import ParticipantService
-    from core.services.permissions import PermissionService
-    from core.services.profiles import ProfileService
-    from core.services.runs import RunService
-    from core.services.sessions import SessionService
-    from core.services.tasks import TaskService
-    from core.services.triggers import TriggerService
-    from core.services.turns import TurnService
-    from core.services.workflows import WorkflowService
-    from core.services.workspace import WorkspaceService
     from core.store.database import Store
     from core.store.repository import Repository
 
 
 class Peers(Protocol):
-    """The host's parts a service or the runtime calls (each built when first read)."""
+    """The host's parts every service may call (each built when first read)."""
 
     @property
     def store(self) -> Store: ...
@@ -71,52 +57,4 @@ class Peers(Protocol):
     def follow_board(self) -> None: ...
 
     @property
-    def workspace(self) -> WorkspaceService: ...
-
-    @property
-    def profiles(self) -> ProfileService: ...
-
-    @property
-    def workflows(self) -> WorkflowService: ...
-
-    @property
-    def tasks(self) -> TaskService: ...
-
-    @property
-    def participants(self) -> ParticipantService: ...
-
-    @property
-    def decisions(self) -> DecisionService: ...
-
-    @property
-    def sessions(self) -> SessionService: ...
-
-    @property
-    def turns(self) -> TurnService: ...
-
-    @property
-    def runs(self) -> RunService: ...
-
-    @property
-    def entries(self) -> EntryService: ...
-
-    @property
-    def comments(self) -> CommentService: ...
-
-    @property
-    def changes(self) -> ChangeService: ...
-
-    @property
-    def permissions(self) -> PermissionService: ...
-
-    @property
     def operations(self) -> Operations: ...
-
-    @property
-    def blockers(self) -> BlockerService: ...
-
-    @property
-    def budgets(self) -> BudgetService: ...
-
-    @property
-    def triggers(self) -> TriggerService: ...

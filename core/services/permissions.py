@@ -17,7 +17,7 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
 import sqlalchemy as sa
 
@@ -25,11 +25,15 @@ from core import ids, runs
 from core.engine import TriggerResult
 from core.errors import Conflict, LanewayError, NotFound
 from core.model import PERMISSION_STATES, Permission
-from core.services.base import Service
+from core.services.base import Lazy, Service
 from core.services.refs import resolve_id
 from core.store import events, rows
 from core.store import tables as t
 from core.text import require_text
+
+if TYPE_CHECKING:
+    from core.services.peers import Peers
+    from core.services.tasks import TaskService
 
 P = t.permissions
 
@@ -51,6 +55,10 @@ def operation_id(permission_id: str) -> str:
 
 class PermissionService(Service):
     """The board's permission requests, and the on_approval_resolved trigger an answer fires."""
+
+    def __init__(self, peers: Peers, *, tasks: Lazy[TaskService]) -> None:
+        super().__init__(peers)
+        self._tasks = tasks
 
     def request(
         self,
@@ -237,7 +245,7 @@ class PermissionService(Service):
                 )
             query = query.where(P.c.state == state)
         if task is not None:
-            query = query.where(P.c.task_id == self.peers.tasks.get(task).id)
+            query = query.where(P.c.task_id == self._tasks().get(task).id)
         with self.peers.store.read() as conn:
             return [rows.permission(r) for r in conn.execute(query).mappings()]
 

@@ -2,17 +2,21 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import sqlalchemy as sa
 
 from core import board, ids
 from core.errors import Conflict, LanewayError, NotFound
 from core.model import PERMISSION_MODES, PROTOCOLS, TOOL_KINDS, AgentProfile
-from core.services.base import Service
+from core.services.base import Lazy, Service
 from core.store import prepared, rows
 from core.store import tables as t
 from core.text import require_text
+
+if TYPE_CHECKING:
+    from core.services.peers import Peers
+    from core.services.workspace import WorkspaceService
 
 SETTABLE = (
     "command",
@@ -135,6 +139,10 @@ def _checked(name: str, options: Mapping[str, Any]) -> dict[str, Any]:
 class ProfileService(Service):
     """Agent profiles: the command that runs an agent, its env and its role."""
 
+    def __init__(self, peers: Peers, *, workspace: Lazy[WorkspaceService]) -> None:
+        super().__init__(peers)
+        self._workspace = workspace
+
     def add(
         self,
         name: str,
@@ -181,7 +189,7 @@ class ProfileService(Service):
                 "mode": mode,
             },
         )
-        workspace = self.peers.workspace.get()
+        workspace = self._workspace().get()
         profile_id = ids.new_id()
         with self.peers.store.transaction() as uow:
             exists = uow.conn.execute(

@@ -3,12 +3,17 @@ it (the board page shows the last 8)."""
 
 from __future__ import annotations
 
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
 from core.errors import LanewayError, NotFound
+
+if TYPE_CHECKING:
+    from core.model import Task
+    from core.store.database import Store
+    from core.store.repository import Repository
 
 MIN_SUFFIX: Final = 6
 
@@ -76,3 +81,18 @@ def resolve_task(conn: Connection, tasks: sa.Table, ref: str) -> str:
 def _ids(conn: Connection, query: sa.Select[Any]) -> list[str]:
     # Counting needs no more than a handful: the message says how many, never lists them all.
     return [str(v) for v in conn.execute(query.limit(1000)).scalars()]
+
+
+def find_task(store: Store, repository: Repository, ref: str) -> Task:
+    """The task `ref` names (`resolve_task`), read: `TaskService.get`, and what a service
+    that names no task service (the runs) reads a task by."""
+    from core.store.tables import tasks
+
+    try:
+        # an id, as nearly every caller gives: one read, as before names were accepted
+        return repository.task(ref)
+    except NotFound:
+        pass
+    with store.read() as conn:
+        task_id = resolve_task(conn, tasks, ref)
+    return repository.task(task_id)

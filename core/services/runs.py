@@ -4,7 +4,7 @@ import builtins
 import json
 import math
 from collections.abc import Mapping, Sequence
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
 import sqlalchemy as sa
 
@@ -12,11 +12,17 @@ from core import ids, runs
 from core.errors import Conflict, LanewayError, NotFound
 from core.logs import logger
 from core.model import Run, Task
-from core.services.base import Service
+from core.services.base import Lazy, Service
 from core.services.participants import merged_seats
-from core.services.refs import resolve_id
+from core.services.refs import find_task, resolve_id
 from core.store import rows
 from core.store import tables as t
+
+if TYPE_CHECKING:
+    from core.services.blockers import BlockerService
+    from core.services.peers import Peers
+    from core.services.profiles import ProfileService
+    from core.services.workflows import WorkflowService
 
 R = t.runs
 P = t.workflow_step_participants
@@ -35,6 +41,19 @@ def _usage_amount(run_id: str, key: str, value: Any) -> float | int:
 
 class RunService(Service):
     """The runs queue: agent work requested by workflow actions."""
+
+    def __init__(
+        self,
+        peers: Peers,
+        *,
+        blockers: Lazy[BlockerService],
+        profiles: Lazy[ProfileService],
+        workflows: Lazy[WorkflowService],
+    ) -> None:
+        super().__init__(peers)
+        self._blockers = blockers
+        self._profiles = profiles
+        self._workflows = workflows
 
     def enqueue(self, request: runs.RunRequest) -> runs.Enqueued:
         self._require_writer()
@@ -156,7 +175,10 @@ class RunService(Service):
     def list(self, *, task: str | None = None, status: str | None = None) -> builtins.list[Run]:
         query = sa.select(R).order_by(R.c.requested_at, R.c.id)
         if task is not None:
-            query = query.where(R.c.task_id == self.peers.tasks.get(task).id)
+            # read as `TaskService.get` reads it, without naming the task service (which
+            # names this one)
+            found = find_task(self.peers.store, self.peers.repository, task)
+            query = query.where(R.c.task_id == found.id)
         if status is not None:
             if status not in runs.RUN_STATUSES:
                 raise LanewayError(
@@ -200,7 +222,7 @@ class RunService(Service):
                 raise LanewayError(f"queue_run target {target}: no participant has that role")
             return list(dict.fromkeys(s.agent_profile_id for s in seats))
         if target == "workspace.ceo_agent":
-            ceo = self.peers.profiles.first_with_role("ceo")
+            ceo = self._profiles().first_with_role("ceo")
             if ceo is None:
                 raise LanewayError("queue_run target workspace.ceo_agent: no profile has role ceo")
             return [ceo.id]
@@ -223,7 +245,7 @@ class RunService(Service):
             ).scalar()
             if runner:
                 return str(runner)
-            workflow, step = self.peers.workflows.step_by_id(step_id)
+            workflow, step = self._workflows().step_by_id(step_id)
             if step.agent_profile_id:
                 return step.agent_profile_id
             if workflow.agent_profile_id:
@@ -240,7 +262,7 @@ class RunService(Service):
         """Queue the agent's turn on the task at the step (reason `task_assigned`); None, and
         nothing queued, while the task is blocked by an unfinished task (it starts once they
         are finished: `task start`, or the workflow's on_blocker_resolved)."""
-        blockers = self.peers.blockers.unfinished(task.id)
+        blockers = self._blockers().unfinished(task.id)
         if blockers:
             logger.bind(
                 task_id=task.id,

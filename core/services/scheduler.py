@@ -13,14 +13,26 @@ when it is back, however many passes fail meanwhile.
 from __future__ import annotations
 
 import threading
-from typing import TYPE_CHECKING, Self
+from typing import TYPE_CHECKING, Protocol, Self
 
 from core.logs import logger
 from core.services.hooks import Deliverer
 from core.store.database import database_away
 
 if TYPE_CHECKING:
-    from core.services.peers import Peers
+    from core.services.triggers import TriggerService
+    from core.store.database import Store
+
+
+class Peers(Protocol):
+    """What a pass calls: the trigger service; and the store the webhook deliverer reads."""
+
+    @property
+    def triggers(self) -> TriggerService: ...
+
+    @property
+    def store(self) -> Store: ...
+
 
 INTERVAL_S = 1.0
 """Seconds between passes: a heartbeat's slot is at least one second long."""

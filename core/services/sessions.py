@@ -16,20 +16,22 @@ from core.model import (
     WORKING_STATES,
     Item,
     Session,
+    TranscriptItem,
 )
-from core.services.base import Service
+from core.services.base import Lazy, Service
 from core.services.refs import resolve_id
 from core.store import events, prepared, rows
 from core.store import tables as t
-from core.text import bounded_data, cut_text
 
 if TYPE_CHECKING:
     from core.services.peers import Peers
+    from core.services.profiles import ProfileService
+    from core.services.tasks import TaskService
+    from core.store.database import Store
 
 S = t.task_sessions
 ITEMS = t.transcript_items
 
-EVENT_TEXT: Final = 4096
 """The longest text an `agent.item` event carries (HTTP.md: cut to 4 KiB)."""
 MAX_ITEMS_PAGE: Final = 1000
 
@@ -100,6 +102,13 @@ _INSERT = (
 class SessionService(Service):
     """Agent sessions. One live session per task: starting one completes the previous."""
 
+    def __init__(
+        self, peers: Peers, *, profiles: Lazy[ProfileService], tasks: Lazy[TaskService]
+    ) -> None:
+        super().__init__(peers)
+        self._profiles = profiles
+        self._tasks = tasks
+
     def start(self, task: str, *, profile: str | None = None, external: bool = True) -> Session:
         """Open a session for an agent and make it the task's primary one.
 
@@ -108,9 +117,9 @@ class SessionService(Service):
         per agent working the task, e.g. each reviewer) stay side by side.
         """
         self._require_writer()
-        task_row = self.peers.tasks.get(task)
-        agent_id = self.peers.profiles.get(profile).id if profile else None
-        return open_session(self.peers, task_row.id, agent_id, external=external)
+        task_row = self._tasks().get(task)
+        agent_id = self._profiles().get(profile).id if profile else None
+        return open_session(self.peers.store, task_row.id, agent_id, external=external)
 
     def get(self, session_id: str) -> Session:
         return self.peers.repository.session(session_id)
@@ -122,7 +131,7 @@ class SessionService(Service):
         return self.get(session_id)
 
     def list(self, *, task: str) -> list[Session]:
-        return sessions_of(self.peers, self.peers.tasks.get(task).id)
+        return sessions_of(self.peers.store, self._tasks().get(task).id)
 
     def live(self, task_id: str) -> Session | None:
         return self.peers.repository.live_session(task_id)
@@ -207,7 +216,7 @@ class SessionService(Service):
                         f"session {session.id}: its agent profile was removed; "
                         "start a new session with another"
                     )
-                task = self.peers.tasks.get(session.task_id)
+                task = self._tasks().get(session.task_id)
                 runs.enqueue(
                     uow,
                     runs.RunRequest(
@@ -221,7 +230,11 @@ class SessionService(Service):
         if session.external and session.state in WAITING_STATES:
             self.pop_queued_message(session.id)
             self.set_state(session.id, "RUNNING")
-            self.peers.turns.start_internal(session.id)
+            # the turn starts as `TurnService.start_internal` starts it, without naming the
+            # turn service (which names this one)
+            self.peers.engine.handle_trigger(
+                session.task_id, "on_turn_start", session_id=session.id
+            )
         return self.get(session.id)
 
     def request_cancel_retry(self, session_id: str) -> Session:
@@ -288,25 +301,27 @@ class SessionService(Service):
     def append_items(
         self,
         session_id: str,
-        items: Sequence[tuple[str, str, Mapping[str, Any]]],
+        items: Sequence[TranscriptItem | tuple[str, str, Mapping[str, Any]]],
         *,
         run_id: str | None = None,
     ) -> builtins.list[int]:
-        """Keep transcript items `(kind, text, data)` of the session, in order, in one
-        transaction; each is numbered next in the session and is an `agent.item` event of the
-        same transaction. A text longer than MAX_TEXT, or data whose JSON is longer than
-        MAX_DATA, is cut and says so. Returns the items' seqs."""
-        checked: builtins.list[tuple[str, str, str]] = []
-        for kind, text, data in items:
+        """Keep transcript items of the session, in order, in one transaction; each is numbered
+        next in the session and is an `agent.item` event of the same transaction. An item is
+        a `TranscriptItem` as an agent's protocol made it (already cut to its bounds) or a
+        `(kind, text, data)` made into one here: a text longer than MAX_TEXT, or data whose
+        JSON is longer than MAX_DATA, is cut and says so. Returns the items' seqs."""
+        checked: builtins.list[TranscriptItem] = []
+        for given in items:
+            if isinstance(given, TranscriptItem):
+                checked.append(given)
+                continue
+            kind, text, data = given
             if kind not in ITEM_KINDS:
                 raise LanewayError(
                     f"session {session_id}, item kind {kind!r}: expected one of "
                     f"{', '.join(ITEM_KINDS)}"
                 )
-            # NUL and lone surrogates cannot be stored on every database: replaced, since a
-            # transcript is the agent's output as it came, not input to refuse
-            clean = text.replace("\x00", "\ufffd").encode("utf-8", "replace").decode("utf-8")
-            checked.append((kind, cut_text(clean), json.dumps(bounded_data(data), default=str)))
+            checked.append(TranscriptItem(kind, text, data))
         if not checked:
             return []
         seqs: builtins.list[int] = []
@@ -320,16 +335,16 @@ class SessionService(Service):
                 if refused == "claim_lost":
                     raise RunFenced(run_id, refused)
             stamp = ids.now()
-            for kind, text, encoded in checked:
+            for item in checked:
                 seq = int(
                     uow.run(
                         _APPEND,
                         {
                             "session_id": session_id,
                             "run_id": run_id,
-                            "kind": kind,
-                            "text": text,
-                            "data": encoded,
+                            "kind": item.kind,
+                            "text": item.text,
+                            "data": json.dumps(item.data, default=str),
                             "at": stamp,
                         },
                     ).scalar_one()
@@ -342,8 +357,8 @@ class SessionService(Service):
                     session_id=session_id,
                     run_id=run_id,
                     seq=seq,
-                    kind=kind,
-                    text=cut_text(text, EVENT_TEXT),
+                    kind=item.kind,
+                    text=item.event_text,
                 )
         return seqs
 
@@ -413,13 +428,13 @@ class SessionService(Service):
         )
 
 
-def open_session(peers: Peers, task_id: str, agent_id: str | None, *, external: bool) -> Session:
+def open_session(store: Store, task_id: str, agent_id: str | None, *, external: bool) -> Session:
     """`SessionService.start` for a caller holding the task's id and the agent profile's id
     (the worker, which has just read both): the session as inserted, nothing read again."""
     session_id = ids.new_id()
     stamp = ids.now()
     live = sa.and_(S.c.task_id == task_id, S.c.state.in_(tuple(ACTIVE_SESSION_STATES)))
-    with peers.store.transaction() as uow:
+    with store.transaction() as uow:
         if external:
             for ended in uow.conn.execute(sa.select(S.c.id).where(live)).scalars():
                 events.record(uow, "session.state", task_id, session_id=ended, state="COMPLETED")
@@ -446,21 +461,21 @@ def open_session(peers: Peers, task_id: str, agent_id: str | None, *, external: 
     return rows.session(row)
 
 
-def agent_session(peers: Peers, task_id: str, agent_profile_id: str) -> Session:
+def agent_session(sessions: SessionService, task_id: str, agent_profile_id: str) -> Session:
     """The task's session for an agent: a non-failed one is reused (an ended one is made
     WAITING_FOR_INPUT again), else one is started."""
-    for session in reversed(sessions_of(peers, task_id)):
+    for session in reversed(sessions_of(sessions.peers.store, task_id)):
         if session.agent_profile_id == agent_profile_id and session.state != "FAILED":
             if session.state in ACTIVE_SESSION_STATES:
                 return session
-            peers.sessions.set_state(session.id, "WAITING_FOR_INPUT")
-            return peers.sessions.get(session.id)
-    return open_session(peers, task_id, agent_profile_id, external=False)
+            sessions.set_state(session.id, "WAITING_FOR_INPUT")
+            return sessions.get(session.id)
+    return open_session(sessions.peers.store, task_id, agent_profile_id, external=False)
 
 
-def sessions_of(peers: Peers, task_id: str) -> list[Session]:
+def sessions_of(store: Store, task_id: str) -> list[Session]:
     """The sessions of the task with this id, oldest first (`SessionService.list` without
     resolving the task again)."""
-    with peers.store.read() as conn:
+    with store.read() as conn:
         result = prepared.execute(conn, _OF_TASK, {"task_id": task_id}).mappings()
         return [rows.session(r) for r in result]

@@ -9,14 +9,21 @@ from core import ids, outbox
 from core.errors import Conflict, LanewayError, NotFound
 from core.logs import logger
 from core.model import TASK_STATES, Step, Task, Workflow
-from core.services.base import Service
-from core.services.refs import resolve_task
+from core.services.base import Lazy, Service
+from core.services.refs import find_task, resolve_task
 from core.store import events, rows
 from core.store import tables as t
 from core.store.database import UnitOfWork
 from core.text import require_text
 
 if TYPE_CHECKING:
+    from core.services.blockers import BlockerService
+    from core.services.peers import Peers
+    from core.services.runs import RunService
+    from core.services.sessions import SessionService
+    from core.services.triggers import TriggerService
+    from core.services.workflows import WorkflowService
+    from core.services.workspace import WorkspaceService
     from core.transition import Change
 
 TASKS = t.tasks
@@ -26,6 +33,25 @@ TASKS = t.tasks
 
 class TaskService(Service):
     """Tasks, and every user-reachable route that changes a task's step."""
+
+    def __init__(
+        self,
+        peers: Peers,
+        *,
+        blockers: Lazy[BlockerService],
+        runs: Lazy[RunService],
+        sessions: Lazy[SessionService],
+        triggers: Lazy[TriggerService],
+        workflows: Lazy[WorkflowService],
+        workspace: Lazy[WorkspaceService],
+    ) -> None:
+        super().__init__(peers)
+        self._blockers = blockers
+        self._runs = runs
+        self._sessions = sessions
+        self._triggers = triggers
+        self._workflows = workflows
+        self._workspace = workspace
 
     def create(
         self,
@@ -57,8 +83,8 @@ class TaskService(Service):
             raise LanewayError("task title: must not be empty")
         require_text(title, "task title", t.column_length(TASKS.c.title))
         require_text(description, "task description")
-        wf = self.peers.workflows.get(workflow)
-        target = self.peers.workflows.step(wf, step) if step else wf.start_step
+        wf = self._workflows().get(workflow)
+        target = self._workflows().step(wf, step) if step else wf.start_step
         if target is None:
             raise LanewayError(f"workflow {wf.name!r} has no steps")
         if repository:
@@ -85,14 +111,7 @@ class TaskService(Service):
     def get(self, ref: str) -> Task:
         """A task by its id, a unique suffix of 6+ characters of it, or its exact title when
         one task has it (CLI.md)."""
-        try:
-            # an id, as nearly every caller gives: one read, as before names were accepted
-            return self.peers.repository.task(ref)
-        except NotFound:
-            pass
-        with self.peers.store.read() as conn:
-            task_id = resolve_task(conn, TASKS, ref)
-        return self.peers.repository.task(task_id)
+        return find_task(self.peers.store, self.peers.repository, ref)
 
     def list(
         self,
@@ -118,7 +137,7 @@ class TaskService(Service):
                     TASKS.c.description.icontains(search, autoescape=True),
                 )
             )
-        wf = self.peers.workflows.get(workflow) if workflow is not None else None
+        wf = self._workflows().get(workflow) if workflow is not None else None
         if wf is not None:
             query = query.where(TASKS.c.workflow_id == wf.id)
         if step is not None:
@@ -132,12 +151,12 @@ class TaskService(Service):
         if wf is not None:
             return [self._step(wf, ref).id]
         try:
-            return [self.peers.workflows.step_by_id(ref)[1].id]
+            return [self._workflows().step_by_id(ref)[1].id]
         except NotFound:
             pass
         named = [
             s.id
-            for w in self.peers.workflows.list()
+            for w in self._workflows().list()
             for s in w.steps
             if s.name.casefold() == ref.casefold()
         ]
@@ -163,7 +182,7 @@ class TaskService(Service):
             raise LanewayError(f"task {task.id} is not in a workflow")
         if task.archived_at is not None:
             raise LanewayError(f"task {task.id} is archived")
-        return self.peers.workflows.by_id(task.workflow_id)
+        return self._workflows().by_id(task.workflow_id)
 
     def _placed(self, ref: str) -> tuple[Task, Workflow]:
         task = self.get(ref)
@@ -171,10 +190,10 @@ class TaskService(Service):
             raise LanewayError(f"task {task.id} is not in a workflow")
         if task.archived_at is not None:
             raise LanewayError(f"task {task.id} is archived")
-        return task, self.peers.workflows.by_id(task.workflow_id)
+        return task, self._workflows().by_id(task.workflow_id)
 
     def _step(self, wf: Workflow, ref: str) -> Step:
-        return self.peers.workflows.step(wf, ref)
+        return self._workflows().step(wf, ref)
 
     # -- routes that change the step ------------------------------------------------------------
 
@@ -212,7 +231,7 @@ class TaskService(Service):
         the tasks it blocked triggers (`core.outbox`): delivered now, in this process, rather
         than at the next scheduler pass of a worker or serve."""
         if task.state == "COMPLETED" and (task.parent_id is not None or self._blocks(task.id)):
-            self.peers.triggers.drain()
+            self._triggers().drain()
 
     def _blocks(self, task_id: str) -> bool:
         with self.peers.store.read() as conn:
@@ -280,7 +299,7 @@ class TaskService(Service):
         task, wf = self._placed(ref)
         target = self._step(wf, step) if step else wf.start_step
         assert target is not None
-        refuse_blocked(self.peers.blockers.unfinished(task.id), task, "started")
+        refuse_blocked(self._blockers().unfinished(task.id), task, "started")
         with self.peers.store.transaction() as uow:
             uow.conn.execute(
                 sa.update(TASKS)
@@ -289,11 +308,11 @@ class TaskService(Service):
             )
         arrival.move(self.peers.arrivals, task.id, target.id, path="E5", label="task_update")
         started = self.get(task.id)
-        if started.workflow_step_id and self.peers.sessions.live(started.id) is None:
-            agent = self.peers.runs.primary_agent(started, started.workflow_step_id)
+        if started.workflow_step_id and self._sessions().live(started.id) is None:
+            agent = self._runs().primary_agent(started, started.workflow_step_id)
             if agent is not None:
                 self._prepare_first_turn(started, wf, agent)
-                self.peers.runs.assign(started, started.workflow_step_id, agent)
+                self._runs().assign(started, started.workflow_step_id, agent)
             else:
                 logger.bind(task_id=started.id, step_id=started.workflow_step_id).warning(
                     "task started but no agent works it: the step has no runner seat and "
@@ -312,7 +331,7 @@ class TaskService(Service):
         step = wf.step(task.workflow_step_id or "")
         if step is None or not step.actions("on_enter"):
             return
-        session = agent_session(self.peers, task.id, agent)
+        session = agent_session(self._sessions(), task.id, agent)
         entry.apply_session_kinds(self.peers.kernel, task, step, session)
 
     def switch_workflow(self, ref: str, *, workflow: str, step: str | None = None) -> Task:
@@ -337,8 +356,8 @@ class TaskService(Service):
         from core.structural import SWITCH_LABEL
 
         self._require_writer()
-        wf = self.peers.workflows.get(workflow)
-        target = self.peers.workflows.step(wf, step) if step else wf.start_step
+        wf = self._workflows().get(workflow)
+        target = self._workflows().step(wf, step) if step else wf.start_step
         if target is None:
             raise LanewayError(f"workflow {wf.name!r} has no steps")
         arrival.move(
@@ -365,7 +384,7 @@ class TaskService(Service):
 
     def owner(self, task: Task) -> str | None:
         """The plugin that owns the task (Office for its tasks), or None: the host's own."""
-        workspace = self.peers.workspace.by_id(task.workspace_id)
+        workspace = self._workspace().by_id(task.workspace_id)
         return self.peers.bundle.registry.hooks.task_ownership(task, workspace)
 
     def set_state(self, ref: str, state: str) -> None:
@@ -386,7 +405,7 @@ class TaskService(Service):
         self._require_writer()
         task = self.get(ref)
         # its agents stop first: an archived card has no one working on it
-        self.peers.runs.cancel_task(task.id, reason="task_archived")
+        self._runs().cancel_task(task.id, reason="task_archived")
         with self.peers.store.transaction() as uow:
             archived = uow.conn.execute(
                 sa.update(TASKS)
@@ -402,9 +421,9 @@ class TaskService(Service):
         if task.workflow_step_id and task.archived_at is None:
             arrival.promote(self.peers.arrivals, task.workflow_step_id)
         if archived == 1:
-            worktrees.retire(self.peers, task, "archived")
+            worktrees.retire(self.peers.store, task, "archived")
             if task.parent_id is not None:
-                self.peers.triggers.drain()
+                self._triggers().drain()
         return self.get(task.id)
 
     def unarchive(self, ref: str) -> Task:
@@ -442,8 +461,8 @@ class TaskService(Service):
         task = self.get(ref)
         # its runs are cancelled first, so no agent goes on working for a task that is gone
         # (the runs rows outlive the task: their workers still read the cancel request)
-        self.peers.runs.cancel_task(task.id, reason="task_deleted")
-        worktrees.retire(self.peers, task, "deleted")
+        self._runs().cancel_task(task.id, reason="task_deleted")
+        worktrees.retire(self.peers.store, task, "deleted")
         with self.peers.store.transaction() as uow:
             uow.conn.execute(
                 sa.delete(t.workflow_step_participants).where(

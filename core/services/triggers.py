@@ -20,7 +20,7 @@ from __future__ import annotations
 import builtins
 import time
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import attrs
 import sqlalchemy as sa
@@ -29,8 +29,12 @@ from core import faults, outbox
 from core.engine import TriggerResult
 from core.errors import NotFound
 from core.logs import logger
-from core.services.base import Service
+from core.services.base import Lazy, Service
 from core.store import tables as t
+
+if TYPE_CHECKING:
+    from core.services.peers import Peers
+    from core.services.sessions import SessionService
 
 TASKS = t.tasks
 STEPS = t.workflow_steps
@@ -93,6 +97,10 @@ class PassReport:
 class TriggerService(Service):
     """The scheduler's work: the outbox's triggers and the heartbeats."""
 
+    def __init__(self, peers: Peers, *, sessions: Lazy[SessionService]) -> None:
+        super().__init__(peers)
+        self._sessions = sessions
+
     def run_pass(self, now: float | None = None) -> PassReport:
         """One pass: deliver what the outbox holds, then fire the heartbeats due."""
         self._require_writer()
@@ -147,7 +155,7 @@ class TriggerService(Service):
             payload = {**row.payload, "message": _blockers_message(resolved)}
         elif row.trigger == "on_budget_alert":
             payload = {**row.payload, "message": _budget_message(row.payload)}
-        live = self.peers.sessions.live(row.task_id)
+        live = self._sessions().live(row.task_id)
         result = self.peers.engine.handle_trigger(
             row.task_id,
             row.trigger,
@@ -219,7 +227,7 @@ class TriggerService(Service):
                 task = self.peers.repository.task(task_id)
                 if task.workflow_step_id != step_id or task.archived_at is not None:
                     continue  # it moved on since the query read it: that step's slot is not its
-                live = self.peers.sessions.live(task_id)
+                live = self._sessions().live(task_id)
                 result = self.peers.engine.handle_trigger(
                     task_id,
                     "on_heartbeat",

@@ -12,13 +12,17 @@ from core import board, gitwork, ids
 from core.errors import Conflict, LanewayError, NotFound
 from core.logs import logger
 from core.model import AgentProfile, Step, Workflow
-from core.services.base import Service
+from core.services.base import Lazy, Service
 from core.store import rows
 from core.store import tables as t
 from core.text import require_text
 
 if TYPE_CHECKING:
     from core.plugin.registry import Registry
+    from core.services.participants import ParticipantService
+    from core.services.peers import Peers
+    from core.services.profiles import ProfileService
+    from core.services.workspace import WorkspaceService
     from core.workflows import AgentUseAt, WorkflowDecl
 
 # core.workflows (YAML, template loading, checks) is imported by the methods that use it:
@@ -89,6 +93,19 @@ class WorkflowService(Service):
     in this process or any other.
     """
 
+    def __init__(
+        self,
+        peers: Peers,
+        *,
+        participants: Lazy[ParticipantService],
+        profiles: Lazy[ProfileService],
+        workspace: Lazy[WorkspaceService],
+    ) -> None:
+        super().__init__(peers)
+        self._participants = participants
+        self._profiles = profiles
+        self._workspace = workspace
+
     def forget(self) -> None:
         """Drop every cached declaration (the cache is the kernel's repository's)."""
         self.peers.repository.forget()
@@ -151,7 +168,7 @@ class WorkflowService(Service):
 
         self._require_writer()
         registry = self.peers.bundle.registry
-        workspace = self.peers.workspace.get()
+        workspace = self._workspace().get()
         for decl in decls:
             try:
                 validate_with_registry(decl, registry)
@@ -430,7 +447,7 @@ class WorkflowService(Service):
                     )
                 )
         starts = [a for a in agents if a.at.use.verb == "starts"]
-        if not self.peers.profiles.list():
+        if not self._profiles().list():
             found.append(
                 f"workflow {workflow.name!r}: no agent can start on this board: it has no agent "
                 "profiles (`laneway profile add NAME --command CMD`)"
@@ -454,7 +471,7 @@ class WorkflowService(Service):
         step = workflow.step(step_name)
         if step is None:
             return []
-        seats = self.peers.participants.seats_at("", step.id)
+        seats = self._participants().seats_at("", step.id)
         runner = [s.agent_profile_id for s in seats if s.role == "runner"]
         for ref in (*runner[:1], step.agent_profile_id, workflow.agent_profile_id):
             if ref:
@@ -466,7 +483,7 @@ class WorkflowService(Service):
         (and, for a stored workflow, its steps' template seats)."""
         from core.workflows import agent_uses
 
-        profiles = self.peers.profiles.list()
+        profiles = self._profiles().list()
         by_ref = {p.id: p for p in profiles} | {p.name.casefold(): p for p in profiles}
         step_ids = {s.name: s.id for s in declared.steps} if isinstance(declared, Workflow) else {}
         found = []
@@ -483,7 +500,7 @@ class WorkflowService(Service):
             elif use.target == "primary" and isinstance(declared, Workflow):
                 names = self._primary(declared, at.step, by_ref)
             elif use.role is not None and at.step in step_ids:
-                seats = self.peers.participants.seats_at("", step_ids[at.step])
+                seats = self._participants().seats_at("", step_ids[at.step])
                 ids_ = [s.agent_profile_id for s in seats if s.role == use.role]
                 names = [by_ref[i].name if i in by_ref else i for i in dict.fromkeys(ids_)]
             found.append(AgentReach(at, tuple(names), unknown))

@@ -1,19 +1,29 @@
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import sqlalchemy as sa
 
 from core import board, ids
 from core.errors import NotFound
 from core.model import Workspace
-from core.services.base import Service
+from core.services.base import Lazy, Service
 from core.store import rows
 from core.store import tables as t
+
+if TYPE_CHECKING:
+    from core.services.peers import Peers
+    from core.services.workflows import WorkflowService
 
 DEFAULT_NAME = "Default"
 
 
 class WorkspaceService(Service):
     """The default workspace. A task in its office workflow, or with a project, is Office's."""
+
+    def __init__(self, peers: Peers, *, workflows: Lazy[WorkflowService]) -> None:
+        super().__init__(peers)
+        self._workflows = workflows
 
     def ensure_default(self) -> None:
         if not self.peers.writable:
@@ -58,7 +68,7 @@ class WorkspaceService(Service):
         if name is not None:
             values["name"] = name
         if office_workflow is not None:
-            values["office_workflow_id"] = self.peers.workflows.get(office_workflow).id
+            values["office_workflow_id"] = self._workflows().get(office_workflow).id
         if values:
             with self.peers.store.transaction() as uow:
                 uow.conn.execute(

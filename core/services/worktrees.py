@@ -19,7 +19,7 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import sqlalchemy as sa
 
@@ -27,10 +27,28 @@ from core import gitwork, hosts, ids
 from core.errors import LanewayError
 from core.logs import logger
 from core.model import Task, Workflow
-from core.services.peers import Peers
 from core.store import tables as t
 
+if TYPE_CHECKING:
+    from core.services.tasks import TaskService
+    from core.services.workflows import WorkflowService
+    from core.store.database import Store
+
 BRANCH_PREFIX = "laneway/"
+
+
+class Peers(Protocol):
+    """The host's parts a task's worktree is read and written with (the agent wing hands its
+    own port, the services theirs)."""
+
+    @property
+    def store(self) -> Store: ...
+
+    @property
+    def tasks(self) -> TaskService: ...
+
+    @property
+    def workflows(self) -> WorkflowService: ...
 
 
 def root() -> Path:
@@ -99,7 +117,7 @@ def workspace_for(peers: Peers, task_id: str, task: Task | None = None) -> Path:
         )
     if record.get("removed_at"):
         # worked again after it ended: the worktree is back, from the branch that kept it all
-        _record(peers, task.id, {k: v for k, v in record.items() if k != "removed_at"})
+        _record(peers.store, task.id, {k: v for k, v in record.items() if k != "removed_at"})
     return path
 
 
@@ -148,7 +166,7 @@ def diff(peers: Peers, ref: str) -> dict[str, Any]:
     }
 
 
-def retire(peers: Peers, task: Task, why: str) -> None:
+def retire(store: Store, task: Task, why: str) -> None:
     """The task ended (`why`: archived, deleted, done): commit what is uncommitted in its
     worktree to its branch, remove the worktree, keep the branch. Never stops the ending: a
     worktree that cannot be retired is logged and left as it is."""
@@ -172,7 +190,7 @@ def retire(peers: Peers, task: Task, why: str) -> None:
     log.bind(commit=commit).info(f"task {why}; its worktree removed, its branch kept")
     if why == "deleted":
         return
-    _record(peers, task.id, {**record, "removed_at": ids.now()})
+    _record(store, task.id, {**record, "removed_at": ids.now()})
 
 
 def retire_at_terminal(peers: Peers, task_id: str, workflow: Workflow, step_id: str) -> None:
@@ -185,15 +203,15 @@ def retire_at_terminal(peers: Peers, task_id: str, workflow: Workflow, step_id: 
     if terminal is None or terminal.id != step_id:
         return
     try:
-        retire(peers, peers.tasks.get(task_id), "done")
+        retire(peers.store, peers.tasks.get(task_id), "done")
     except Exception as exc:  # noqa: BLE001 - the arrival stands whatever git or the store say
         logger.bind(task_id=task_id, step_id=step_id).warning(
             f"task done; its worktree could not be retired: {exc}"
         )
 
 
-def _record(peers: Peers, task_id: str, record: dict[str, Any]) -> None:
-    with peers.store.transaction() as uow:
+def _record(store: Store, task_id: str, record: dict[str, Any]) -> None:
+    with store.transaction() as uow:
         uow.conn.execute(
             sa.update(t.tasks).where(t.tasks.c.id == task_id).values(workspace=json.dumps(record))
         )

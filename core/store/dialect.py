@@ -16,7 +16,7 @@ import sqlite3
 import threading
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
 
 import sqlalchemy as sa
@@ -24,6 +24,10 @@ from sqlalchemy import event
 from sqlalchemy.engine import URL, Connection, Engine, make_url
 
 from core.store import prepared, private
+
+if TYPE_CHECKING:
+    from sqlalchemy.dialects.postgresql import dml as pg_dml
+    from sqlalchemy.dialects.sqlite import dml as sqlite_dml
 
 BUSY_TIMEOUT_MS = 10_000
 WAL_AUTOCHECKPOINT_PAGES = 4000
@@ -301,3 +305,17 @@ def sqlite_cache_size(conn: Connection, value: int) -> int:
     finally:
         cursor.close()
     return previous
+
+
+def upsert_into(name: str, table: sa.Table) -> pg_dml.Insert | sqlite_dml.Insert:
+    """`INSERT INTO table` in the form of the dialect called `name` (a connection's
+    `dialect.name`), which has ON CONFLICT: the one place laneway builds an upsert's insert.
+    Only that dialect's module is imported, here, on first use: importing PostgreSQL's costs a
+    SQLite command about 40 ms, and the other way round."""
+    if name == "postgresql":
+        from sqlalchemy.dialects.postgresql import insert as pg_insert
+
+        return pg_insert(table)
+    from sqlalchemy.dialects.sqlite import insert as sqlite_insert
+
+    return sqlite_insert(table)

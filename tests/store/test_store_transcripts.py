@@ -103,6 +103,26 @@ def test_a_larger_item_is_cut_saying_so(host: Host, tmp_path: Path) -> None:
     assert len(json.dumps(dict(kept.data))) <= MAX_DATA
 
 
+def test_issue_37_item_4_an_agents_item_is_cut_once_on_its_way_to_the_row(
+    host: Host, tmp_path: Path
+) -> None:
+    """Issue 37 item 4: an item a protocol made (`core.agents.bounds.item`) keeps its one shape
+    through the board record to the row and is cut once: the stored text says how much of the
+    agent's text was cut, not how much of an already cut text was cut again."""
+    from core.agents.bounds import item
+    from core.agents.record import BoardRecord
+
+    task, session, run = _session(host, tmp_path)
+    made = item("output", "y" * (MAX_TEXT + 500), {"blob": "z" * (MAX_DATA + 10)})
+    BoardRecord(host, task, session, run).items([made])
+
+    (kept,) = host.sessions.items(session)
+    assert kept.text == made.text
+    assert kept.text.endswith("y... [cut: 500 more characters]")
+    assert dict(kept.data) == dict(made.data)
+    assert kept.data["cut"] is True
+
+
 def test_text_no_database_can_store_is_kept_readable(host: Host, tmp_path: Path) -> None:
     """An agent's output with a NUL or a lone surrogate is kept (replaced), not refused."""
     _task, session, _run = _session(host, tmp_path)

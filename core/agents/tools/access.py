@@ -10,12 +10,12 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from acp.schema import McpServerStdio
 
+    from core.agents.ports import AgentPort
     from core.agents.tools.broker import Owner, ToolBroker
-    from core.services.peers import Peers
 
 
 class ToolAccess:
-    def __init__(self, peers: Peers) -> None:
+    def __init__(self, peers: AgentPort) -> None:
         self.peers = peers
         self.owner: Owner | None = None
         """Which process runs a grant's turn: the broker answers a call only from it or its

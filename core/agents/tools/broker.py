@@ -43,8 +43,8 @@ from core.errors import LanewayError
 from core.logs import logger
 
 if TYPE_CHECKING:
+    from core.agents.ports import AgentPort
     from core.model import Decision
-    from core.services.peers import Peers
 
 VERDICTS = ("approved", "rejected", "changes_requested")
 
@@ -95,12 +95,12 @@ Owner = Callable[[Grant], "int | None"]
 
 class ToolBroker:
     """Listens on its own unix socket, on a daemon thread (one thread per connection), until
-    `close()`. Built with the services it calls (a `Peers`), never a host.
+    `close()`. Built with the services it calls (a `AgentPort`), never a host.
 
     :param owner: which process runs a grant's turn; given, a call is answered only when the
         connecting process is that one or descends from it."""
 
-    def __init__(self, peers: Peers, owner: Owner | None = None) -> None:
+    def __init__(self, peers: AgentPort, owner: Owner | None = None) -> None:
         self._peers = peers
         self._owner = owner
         self._authkey = secrets.token_bytes(32)
@@ -398,7 +398,7 @@ def _verdict_json(d: Decision) -> dict[str, Any]:
     }
 
 
-def _feedback_json(peers: Peers, grant: Grant) -> dict[str, Any] | None:
+def _feedback_json(peers: AgentPort, grant: Grant) -> dict[str, Any] | None:
     """What the run's prompt carried as its feedback block (core.agents.feedback), at every step of
     the task; None for a first run or when nothing was new."""
     from core.agents import feedback
