@@ -198,7 +198,10 @@ def entries_list(call: Call) -> Reply:
 
 
 def runs_list(call: Call) -> Reply:
-    return Reply(call.host.runs.list(task=call.query.get("task"), status=call.query.get("status")))
+    found = call.host.runs.list(task=call.query.get("task"), status=call.query.get("status"))
+    waits = call.host.runs.waits_for_host(found)
+    # the CLI's shape: `waits_for_host` beside each row (issue 43)
+    return Reply([{**plain(r), "waits_for_host": waits.get(r.id)} for r in found])
 
 
 # -- decisions and sessions ------------------------------------------------------------------------
