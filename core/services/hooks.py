@@ -369,34 +369,22 @@ def send(store: Store, me: str, c: _Claimed) -> str:
         error = f"{type(exc).__name__}: {exc}".splitlines()[0][:500]
     now = ids.now()
     mine = sa.and_(D.c.id == c.id, D.c.claimed_by == me, D.c.state == "pending")
+
+    def release(**outcome: Any) -> sa.Update:
+        # every outcome gives the claim back and keeps what the receiver answered
+        return (
+            sa.update(D)
+            .where(mine)
+            .values(last_status=status, claimed_by=None, lease_until=None, **outcome)
+        )
+
     with store.transaction() as uow:
         if error is None:
-            uow.conn.execute(
-                sa.update(D)
-                .where(mine)
-                .values(
-                    state="delivered",
-                    delivered_at=now,
-                    last_status=status,
-                    last_error=None,
-                    claimed_by=None,
-                    lease_until=None,
-                )
-            )
+            uow.conn.execute(release(state="delivered", delivered_at=now, last_error=None))
             return "delivered"
         window = _window_s()
         if ids.parse(now) >= ids.parse(ids.shift(c.created_at, window)):
-            gave_up = uow.conn.execute(
-                sa.update(D)
-                .where(mine)
-                .values(
-                    state="failed",
-                    last_status=status,
-                    last_error=error,
-                    claimed_by=None,
-                    lease_until=None,
-                )
-            ).rowcount
+            gave_up = uow.conn.execute(release(state="failed", last_error=error)).rowcount
             if gave_up == 1:
                 events.record(uow, "hook.failed", None, hook_id=c.hook_id, delivery_id=c.id)
                 logger.bind(hook=c.hook_id, delivery=c.id, error=error).warning(
@@ -404,15 +392,7 @@ def send(store: Store, me: str, c: _Claimed) -> str:
                 )
             return "failed"
         uow.conn.execute(
-            sa.update(D)
-            .where(mine)
-            .values(
-                last_status=status,
-                last_error=error,
-                next_at=ids.shift(now, backoff_s(c.attempts, window)),
-                claimed_by=None,
-                lease_until=None,
-            )
+            release(last_error=error, next_at=ids.shift(now, backoff_s(c.attempts, window)))
         )
     return "pending"
 
