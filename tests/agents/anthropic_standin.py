@@ -12,7 +12,7 @@ guess at the user's next prompt, ...): those never consume the script and get `s
 text. A reply is `Text`, `ToolUse` (the model calling a tool by name with an input), `Fail`
 (an HTTP error status, with headers such as retry-after) or `Hold` (the request waits until the
 test releases it, then answers with the reply inside). When the script is used up the model
-says `DONE`.
+answers `then` (by default it says `DONE`).
 
 Every request is recorded (path, headers, body), so a test asserts what the model saw.
 
@@ -26,8 +26,10 @@ from __future__ import annotations
 
 import itertools
 import json
+import re
 import threading
-from collections.abc import Iterator, Mapping, Sequence
+import time
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
@@ -45,7 +47,9 @@ class Text:
 @attrs.frozen
 class ToolUse:
     name: str
-    input: Mapping[str, Any]
+    input: Mapping[str, Any] | Callable[[Request], Mapping[str, Any]]
+    """The tool's input, or a function of the request that makes it (to name a path in the
+    working directory the agent told the model about)."""
     text: str = ""
     """Said before the call, in its own text block, when not empty."""
 
@@ -76,6 +80,8 @@ class Request:
     path: str
     headers: Mapping[str, str]
     body: Any
+    at: float = attrs.field(factory=time.monotonic, eq=False)
+    """When it arrived (time.monotonic)."""
 
     @property
     def conversation(self) -> bool:
@@ -114,11 +120,26 @@ class Request:
     def said(self, text: str) -> bool:
         return any(text in t for t in self.texts())
 
+    def workdir(self) -> str:
+        """The working directory Claude Code told the model it works in."""
+        for text in self.texts():
+            found = re.search(r"Primary working directory: (\S+)", text)
+            if found:
+                return found.group(1)
+        raise AssertionError("the request names no working directory")
+
+
+def in_workdir(name: str, content: str) -> Callable[[Request], Mapping[str, Any]]:
+    """A Write input for `name` in the working directory the request names."""
+    return lambda request: {"file_path": f"{request.workdir()}/{name}", "content": content}
+
 
 @attrs.define
 class Standin:
     script: list[Reply]
     side: str = "Scripted title"
+    then: Reply = Text("DONE")
+    """The reply to every conversation request once the script is used up."""
     url: str = ""
     requests: list[Request] = attrs.field(factory=list)
     strays: list[str] = attrs.field(factory=list)
@@ -135,7 +156,7 @@ class Standin:
             self.requests.append(request)
             if not request.conversation:
                 return Text(self.side)
-            return self.script.pop(0) if self.script else Text("DONE")
+            return self.script.pop(0) if self.script else self.then
 
     def new_id(self, prefix: str) -> str:
         with self.lock:
@@ -145,6 +166,7 @@ class Standin:
 def environment(standin: Standin, home: str, **more: str) -> dict[str, str]:
     """The variables that point Claude Code at `standin` and keep it off every other host."""
     return {
+        "HOME": home,
         "ANTHROPIC_BASE_URL": standin.url,
         "ANTHROPIC_API_KEY": "sk-ant-standin",
         "ANTHROPIC_MODEL": MODEL,
@@ -171,18 +193,23 @@ def _usage(output: int = 1) -> dict[str, int]:
     }
 
 
-def _blocks(standin: Standin, reply: Text | ToolUse) -> tuple[list[dict[str, Any]], str]:
+def _blocks(
+    standin: Standin, request: Request, reply: Text | ToolUse
+) -> tuple[list[dict[str, Any]], str]:
     """The reply's content blocks and stop reason."""
     if isinstance(reply, Text):
         return [{"type": "text", "text": reply.text}], "end_turn"
     blocks: list[dict[str, Any]] = [{"type": "text", "text": reply.text}] if reply.text else []
     tool = {"type": "tool_use", "id": standin.new_id("toolu"), "name": reply.name}
-    blocks.append({**tool, "input": dict(reply.input)})
+    given = reply.input(request) if callable(reply.input) else reply.input
+    blocks.append({**tool, "input": dict(given)})
     return blocks, "tool_use"
 
 
-def _events(standin: Standin, model: str, reply: Text | ToolUse) -> Iterator[dict[str, Any]]:
-    blocks, stop = _blocks(standin, reply)
+def _events(
+    standin: Standin, request: Request, model: str, reply: Text | ToolUse
+) -> Iterator[dict[str, Any]]:
+    blocks, stop = _blocks(standin, request, reply)
     yield {
         "type": "message_start",
         "message": {
@@ -293,7 +320,7 @@ def _handler(standin: Standin) -> type[BaseHTTPRequestHandler]:
                 return self._json(reply.status, {"type": "error", "error": error}, reply.headers)
             model = str(body.get("model") or MODEL)
             if not body.get("stream"):
-                blocks, stop = _blocks(standin, reply)
+                blocks, stop = _blocks(standin, request, reply)
                 return self._json(
                     200,
                     {
@@ -314,7 +341,7 @@ def _handler(standin: Standin) -> type[BaseHTTPRequestHandler]:
             self.send_header("Connection", "close")
             self.end_headers()
             self.close_connection = True
-            for event in _events(standin, model, reply):
+            for event in _events(standin, request, model, reply):
                 chunk = f"event: {event['type']}\ndata: {json.dumps(event)}\n\n"
                 self.wfile.write(chunk.encode())
                 self.wfile.flush()
@@ -323,9 +350,11 @@ def _handler(standin: Standin) -> type[BaseHTTPRequestHandler]:
 
 
 @contextmanager
-def anthropic(script: Sequence[Reply] = (), side: str = "Scripted title") -> Iterator[Standin]:
+def anthropic(
+    script: Sequence[Reply] = (), side: str = "Scripted title", then: Reply = Text("DONE")
+) -> Iterator[Standin]:
     """A stand-in serving on a free loopback port for the `with` block."""
-    standin = Standin(list(script), side)
+    standin = Standin(list(script), side, then)
     server = ThreadingHTTPServer(("127.0.0.1", 0), _handler(standin))
     server.daemon_threads = True
     standin.url = f"http://127.0.0.1:{server.server_address[1]}"
