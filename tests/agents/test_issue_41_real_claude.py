@@ -117,15 +117,18 @@ class Claude:
         self,
         url: str,
         tmp_path: Path,
-        standin: Standin,
+        standin: Standin | None,
         *,
         yaml: str | None = None,
         seat: tuple[str, str] = ("Work", "runner"),
         start_at: str | None = None,
         env: Mapping[str, str] | None = None,
         setup: Callable[[Host, str], object] | None = None,
+        agent: tuple[list[str], Callable[[Path], dict[str, str]]] | None = None,
         **profile: Any,
     ) -> None:
+        """`agent`: another adapter's command and its environment (made from its home) in
+        place of Claude's pointed at `standin`."""
         self.url = url
         self.tmp_path = tmp_path
         self.standin = standin
@@ -137,13 +140,13 @@ class Claude:
         self.worker_env = {"LANEWAY_WORKTREES": str(tmp_path / "worktrees")}
         with open_host(url) as host:
             (workflow,) = host.workflows.import_file(path)
-            host.profiles.add(
-                "claude",
-                command=[adapter("claude-agent-acp")],
-                protocol="acp",
-                env=environment(standin, str(home), **(env or {})),
-                **profile,
-            )
+            if agent is None:
+                assert standin is not None
+                command = [adapter("claude-agent-acp")]
+                agent_env = environment(standin, str(home), **(env or {}))
+            else:
+                command, agent_env = agent[0], agent[1](home)
+            host.profiles.add("claude", command=command, protocol="acp", env=agent_env, **profile)
             host.participants.add(
                 step=seat[0], role=seat[1], profile="claude", workflow=workflow.id
             )
@@ -211,17 +214,6 @@ class Claude:
         return Path(workspace["path"])
 
 
-@pytest.fixture
-def running() -> Iterator[list[subprocess.Popen[str]]]:
-    """Workers a test starts; any still running at its end are killed (by their own id)."""
-    procs: list[subprocess.Popen[str]] = []
-    yield procs
-    for proc in procs:
-        if proc.poll() is None:
-            proc.kill()
-            proc.communicate(timeout=30)
-
-
 def finish(worker: subprocess.Popen[str], timeout: float = 120.0) -> str:
     try:
         _out, err = worker.communicate(timeout=timeout)
@@ -261,7 +253,7 @@ def result_text(block: Mapping[str, Any]) -> str:
 
 
 def test_issue_41_item_2_claude_writes_a_file_after_a_person_allows_it_from_the_cli(
-    db_url: str, tmp_path: Path, running: list[subprocess.Popen[str]]
+    db_url: str, tmp_path: Path, started: list[subprocess.Popen[str]]
 ) -> None:
     """`--permissions ask` and `--mode default` (its mode that asks before every edit): the
     scripted model calls Write, the real agent asks, the request waits on the board titled with
@@ -270,7 +262,7 @@ def test_issue_41_item_2_claude_writes_a_file_after_a_person_allows_it_from_the_
     with anthropic(write_script()) as standin:
         board = Claude(db_url, tmp_path, standin, permissions="ask", mode="default")
         worker = board.start_worker()
-        running.append(worker)
+        started.append(worker)
         (asked,) = eventually(board.pending, timeout=90, what="a pending request", every=0.2)
         assert asked["tool_call"]["kind"] == "edit"
         assert asked["tool_call"]["title"] == "Write hello.txt"
@@ -297,14 +289,14 @@ def test_issue_41_item_2_claude_writes_a_file_after_a_person_allows_it_from_the_
 
 @pytest.mark.one_database
 def test_issue_41_item_2_claude_does_not_write_the_file_after_a_deny(
-    db_url: str, tmp_path: Path, running: list[subprocess.Popen[str]]
+    db_url: str, tmp_path: Path, started: list[subprocess.Popen[str]]
 ) -> None:
     """`permission deny`: the agent is answered with its reject option, nothing is written,
     the diff is empty, and the model is told the call was refused."""
     with anthropic(write_script()) as standin:
         board = Claude(db_url, tmp_path, standin, permissions="ask", mode="default")
         worker = board.start_worker()
-        running.append(worker)
+        started.append(worker)
         (asked,) = eventually(board.pending, timeout=90, what="a pending request", every=0.2)
         denied = board.cli("permission", "deny", asked["id"])
         assert denied["state"] == "denied"
@@ -318,7 +310,7 @@ def test_issue_41_item_2_claude_does_not_write_the_file_after_a_deny(
 
 @pytest.mark.one_database
 def test_issue_41_item_2_claude_writes_a_file_after_a_person_allows_it_over_http(
-    db_url: str, tmp_path: Path, running: list[subprocess.Popen[str]]
+    db_url: str, tmp_path: Path, started: list[subprocess.Popen[str]]
 ) -> None:
     """The same allow through `POST /api/permissions/{p}` of a `laneway serve` process."""
     from tests.serve.conftest import start_serve
@@ -329,7 +321,7 @@ def test_issue_41_item_2_claude_writes_a_file_after_a_person_allows_it_over_http
         served = start_serve(db_url, tmp_path)
         try:
             worker = board.start_worker()
-            running.append(worker)
+            started.append(worker)
             with served.client() as c:
                 query = {"task": board.task_id, "state": "pending"}
                 (asked,) = eventually(
@@ -511,7 +503,7 @@ def alive(pids: Iterator[int] | list[int]) -> list[int]:
 
 
 def test_issue_41_item_2_claude_survives_kill_9_of_its_worker_mid_turn(
-    db_url: str, tmp_path: Path, running: list[subprocess.Popen[str]]
+    db_url: str, tmp_path: Path, started: list[subprocess.Popen[str]]
 ) -> None:
     """A first turn answered; the second turn's model request held by the stand-in; the
     worker killed with SIGKILL: the adapter, the `claude` process and the tool server are gone
@@ -524,7 +516,7 @@ def test_issue_41_item_2_claude_survives_kill_9_of_its_worker_mid_turn(
             db_url, tmp_path, standin, yaml=workflow_yaml(second=True), permissions="allow"
         )
         worker = board.start_worker()
-        running.append(worker)
+        started.append(worker)
         assert held.reached.wait(120), "the second turn never reached the model"
         tree = descendants(worker.pid)
         assert any("claude-agent-acp" in c for c in tree.values()), tree
