@@ -140,6 +140,9 @@ class Standin:
     side: str = "Scripted title"
     then: Reply = Text("DONE")
     """The reply to every conversation request once the script is used up."""
+    keep: bool = True
+    """Whether requests are recorded (a benchmark's thousands of them are only counted)."""
+    answered: int = 0
     url: str = ""
     requests: list[Request] = attrs.field(factory=list)
     strays: list[str] = attrs.field(factory=list)
@@ -153,7 +156,9 @@ class Standin:
 
     def next_reply(self, request: Request) -> Reply:
         with self.lock:
-            self.requests.append(request)
+            self.answered += 1
+            if self.keep:
+                self.requests.append(request)
             if not request.conversation:
                 return Text(self.side)
             return self.script.pop(0) if self.script else self.then
@@ -351,10 +356,13 @@ def _handler(standin: Standin) -> type[BaseHTTPRequestHandler]:
 
 @contextmanager
 def anthropic(
-    script: Sequence[Reply] = (), side: str = "Scripted title", then: Reply = Text("DONE")
+    script: Sequence[Reply] = (),
+    side: str = "Scripted title",
+    then: Reply = Text("DONE"),
+    keep: bool = True,
 ) -> Iterator[Standin]:
     """A stand-in serving on a free loopback port for the `with` block."""
-    standin = Standin(list(script), side, then)
+    standin = Standin(list(script), side, then, keep)
     server = ThreadingHTTPServer(("127.0.0.1", 0), _handler(standin))
     server.daemon_threads = True
     standin.url = f"http://127.0.0.1:{server.server_address[1]}"
