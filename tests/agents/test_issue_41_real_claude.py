@@ -521,6 +521,7 @@ def test_issue_41_item_2_claude_survives_kill_9_of_its_worker_mid_turn(
         tree = descendants(worker.pid)
         assert any("claude-agent-acp" in c for c in tree.values()), tree
         assert any("/claude" in c.split(" ")[0] for c in tree.values()), tree
+        assert any("core.agents.tools" in c for c in tree.values()), tree  # the tool server
         os.kill(worker.pid, signal.SIGKILL)
         worker.communicate(timeout=30)
         eventually(
