@@ -44,6 +44,7 @@ def outputs(standin: Standin) -> list[str]:
     return list(found.values())
 
 
+@pytest.mark.one_database  # the board's side of a permission is proved on both by Claude's
 @pytest.mark.parametrize("answer", ["allow", "deny"])
 def test_issue_41_item_2_codex_applies_a_patch_only_after_a_person_allows_it(
     db_url: str, tmp_path: Path, started: list[subprocess.Popen[str]], answer: str
