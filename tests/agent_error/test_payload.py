@@ -22,6 +22,7 @@ def _payload(world: World) -> dict[str, str]:
     return seen["payload"]
 
 
+@pytest.mark.subprocess  # starts a real agent or interpreter (tier audit)
 def test_ac_d1_failed_session_id_is_the_session_that_failed(world: World) -> None:
     """AC-D1: `failed_session_id` is the failed session's id (a real R1 failure), never
     empty on a dispatched trigger."""
@@ -91,6 +92,7 @@ def test_ac_d3_error_message_or_the_agent_failed_default(
     assert recorded == payload["error_message"]
 
 
+@pytest.mark.subprocess  # starts a real agent or interpreter (tier audit)
 def test_ac_d3_a_real_failure_carries_the_agents_error(world: World) -> None:
     """AC-D3 with a real process (R1): the message is the failure's own (exit status and the
     last stderr line of the agent)."""
