@@ -9,6 +9,9 @@ import pytest
 from core.model import Session, Task
 from tests.agent_error.helpers import World, probe
 
+# the tests here run real agent processes (the tier audit, tests/conftest.py)
+pytestmark = pytest.mark.subprocess
+
 
 def _pair(world: World, *, with_profile: bool = True) -> tuple[Task, Session]:
     wf = world.board([probe("recover")])
@@ -22,7 +25,6 @@ def _payload(world: World) -> dict[str, str]:
     return seen["payload"]
 
 
-@pytest.mark.subprocess  # starts a real agent or interpreter (tier audit)
 def test_ac_d1_failed_session_id_is_the_session_that_failed(world: World) -> None:
     """AC-D1: `failed_session_id` is the failed session's id (a real R1 failure), never
     empty on a dispatched trigger."""
@@ -92,7 +94,6 @@ def test_ac_d3_error_message_or_the_agent_failed_default(
     assert recorded == payload["error_message"]
 
 
-@pytest.mark.subprocess  # starts a real agent or interpreter (tier audit)
 def test_ac_d3_a_real_failure_carries_the_agents_error(world: World) -> None:
     """AC-D3 with a real process (R1): the message is the failure's own (exit status and the
     last stderr line of the agent)."""
