@@ -277,10 +277,11 @@ class Failures:
             )
             return lambda: False
         with self.guards.guard(failure.session_id):
-            self._bookkeeping(failure)
-        return lambda: self._dispatch(failure)
+            failed_at = self._bookkeeping(failure)
+        return lambda: self._dispatch(failure, failed_at)
 
-    def _bookkeeping(self, failure: AgentFailure) -> None:
+    def _bookkeeping(self, failure: AgentFailure) -> str | None:
+        """The bookkeeping; returns the step the task stood at when its agent failed."""
         host = self.peers
         assert failure.session_id is not None
         try:
@@ -314,18 +315,31 @@ class Failures:
         turn = self.in_flight.turns.get(failure.session_id)
         if turn is not None and turn.proc is not None:
             threading.Thread(target=turn.proc.kill, daemon=True).start()
+        return task.workflow_step_id if task is not None else None
 
-    def _dispatch(self, failure: AgentFailure) -> bool:
+    def _dispatch(self, failure: AgentFailure, failed_at: str | None) -> bool:
         dispatched = False
 
         def core_dispatch() -> None:
             nonlocal dispatched
             dispatched = dispatch(self.peers, failure)
 
+        def left_for_a_person() -> None:
+            if failure.user_initiated or failed_at is None:
+                return  # the person who stopped it knows; a task gone needs no one
+            self.peers.tasks.wait_after_failure(
+                failure.task_id,
+                failed_at,
+                run_id=failure.run_id,
+                session_id=failure.session_id,
+                error=failure.error_message or "agent failed",
+            )
+
         # Each in its own guard: a failing dispatch never keeps plugins from observing.
         for step in (
             core_dispatch,
             lambda: self.peers.bundle.registry.hooks.agent_failed(self.peers, failure),
+            left_for_a_person,
         ):
             try:
                 step()

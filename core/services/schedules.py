@@ -231,5 +231,6 @@ class ScheduleService(Service):
             upsert_into(conn.dialect.name, t.applied_operations)
             .values(operation_id=op, state="applied", epoch=None, created_at=ids.now())
             .on_conflict_do_nothing()
+            .execution_options(preserve_rowcount=True)
         )
         return True

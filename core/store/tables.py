@@ -626,3 +626,16 @@ schedules = sa.Table(
     sa.Column("last_slot", sa.BigInteger, nullable=False),
     sa.Column("created_at", sa.String(40), nullable=False),
 )
+
+# Why a task waits for a person beyond a pending permission (issue 42 item 2,
+# core/store/waits.py): one row per (task, reason) while the wait lasts. Its insert (a
+# conditional INSERT whose row count decides) writes `task.needs_person`; its delete writes
+# `task.needs_person_ended` with the same `data`, so the two events pair exactly.
+person_waits = sa.Table(
+    "person_waits",
+    metadata,
+    sa.Column("task_id", sa.String(64), primary_key=True),
+    sa.Column("reason", sa.String(20), primary_key=True),
+    sa.Column("data", sa.Text, nullable=False, server_default="{}"),
+    sa.Column("created_at", sa.String(40), nullable=False),
+)

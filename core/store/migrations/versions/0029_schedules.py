@@ -1,4 +1,5 @@
-"""Schedules (issue 42 item 4): `schedules`, a task created once per slot of `every_seconds`.
+"""Schedules (issue 42 item 4): `schedules`, a task created once per slot of `every_seconds`;
+and `person_waits` (issue 42 item 2): why a task waits for a person, beyond a permission.
 
 `last_slot` is the start of the last slot that created its task: a conditional UPDATE that
 raises it (its row count decides) and the task's insert share one transaction, so of any number
@@ -38,6 +39,15 @@ def upgrade() -> None:
         sa.Column("created_at", sa.String(40), nullable=False),
     )
 
+    op.create_table(
+        "person_waits",
+        sa.Column("task_id", sa.String(64), primary_key=True),
+        sa.Column("reason", sa.String(20), primary_key=True),
+        sa.Column("data", sa.Text, nullable=False, server_default="{}"),
+        sa.Column("created_at", sa.String(40), nullable=False),
+    )
+
 
 def downgrade() -> None:
+    op.drop_table("person_waits")
     op.drop_table("schedules")
