@@ -153,3 +153,13 @@ def test_issue_42_item_3_the_page_asks_for_the_permission_once(browser: Any, boa
     page.wait_for_selector(".live[data-state='live']", timeout=15_000)
     assert page.evaluate("window.__asked") == 0  # remembered: not asked again
     page.context.close()
+
+
+def test_issue_42_item_3_a_wait_begun_before_the_page_opened_counts_in_the_title(
+    browser: Any, board: Board
+) -> None:
+    laneway(board.db, "task", "block", board.gate, "--by", board.task)
+    page = _open(browser, board.served, permissions=["notifications"])
+    eventually(lambda: page.title() == "(1) laneway board", timeout=10, what="the tab's count")
+    assert _notes(page) == []  # it began before: nothing new to raise
+    page.context.close()

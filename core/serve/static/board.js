@@ -1533,7 +1533,11 @@ function trackWait(data, waiting) {
 
 function showWaitingCount() {
   const ids = new Set(state.personWaits.keys());
-  if (state.board) for (const task of state.board.tasks) if (needsPerson(task)) ids.add(task.id);
+  if (state.board) {
+    for (const task of state.board.tasks) {
+      if (needsPerson(task) || (task.badges.needs_person || []).length) ids.add(task.id);
+    }
+  }
   document.title = ids.size ? `(${ids.size}) ${PAGE_TITLE}` : PAGE_TITLE;
 }
 
