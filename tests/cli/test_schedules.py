@@ -11,6 +11,7 @@ import sqlalchemy as sa
 
 from core.services.schedules import operation_id
 from core.store import tables as t
+from plugins.testing.logs import captured
 from tests.cli.conftest import Laneway
 from tests.conftest import open_host
 
@@ -143,3 +144,26 @@ def test_issue_42_item_4_deleting_the_workflow_removes_its_schedules(board: Lane
     board.json("schedule", "add", "--workflow", "Kanban", "--title", "x", "--every", "60")
     board.json("workflow", "delete", "Kanban")
     assert board.json("schedule", "list") == []
+
+
+def test_issue_42_item_4_a_slot_that_cannot_make_its_task_is_one_error_and_spent(
+    board: Laneway,
+) -> None:
+    made = board.json(
+        "schedule", "add", "--workflow", "Kanban", "--title", "lost", "--every", str(SLOT)
+    )
+    with open_host(board.url) as host:
+        first = host.schedules.list()[0].next_at
+        with host.store.transaction() as uow:  # its step went away (an edited workflow)
+            uow.conn.execute(
+                sa.update(t.schedules).where(t.schedules.c.id == made["id"]).values(step_id="gone")
+            )
+        with captured() as logs:
+            assert host.schedules.fire_due(now=first) == 0
+            assert host.schedules.fire_due(now=first + 1) == 0  # spent: not one ERROR a pass
+        errors = [r for r in logs if r["level"] == "ERROR"]
+        assert [(r["message"], r["extra"]["operation_id"]) for r in errors] == [
+            ("scheduled task not created", operation_id(made["id"], first))
+        ]
+        assert host.schedules.list()[0].next_at == first + SLOT
+    assert _titled(board, "lost") == []
