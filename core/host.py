@@ -61,6 +61,7 @@ if TYPE_CHECKING:
         PluginService,
         ProfileService,
         RunService,
+        ScheduleService,
         SessionService,
         TaskService,
         TriggerService,
@@ -325,6 +326,12 @@ class Host:
         from core.services.triggers import TriggerService
 
         return TriggerService(self, sessions=lambda: self.sessions)
+
+    @_Built
+    def schedules(self) -> ScheduleService:
+        from core.services.schedules import ScheduleService
+
+        return ScheduleService(self, workflows=lambda: self.workflows)
 
     @property
     def selection(self) -> PluginSelection:

@@ -22,7 +22,7 @@ import sqlalchemy as sa
 
 from core import ids
 from core.model import Run
-from core.store import events, prepared, rows
+from core.store import events, prepared, rows, waits
 from core.store import tables as t
 from core.store.database import UnitOfWork
 from core.store.prepared import insert_of
@@ -674,6 +674,19 @@ def requeue_dead(uow: UnitOfWork) -> Requeued:
             .returning(*R.c)
         ).mappings()
     ]
+    for run in (r for r in poisoned if r.task_id):
+        # given up on: a person decides what now (unless another run of the task is queued)
+        waits.begin(
+            uow,
+            str(run.task_id),
+            "failure",
+            ~sa.select(R.c.id)
+            .where(R.c.task_id == run.task_id, R.c.status.in_(("queued", CLAIMED)))
+            .exists(),
+            run_id=run.id,
+            session_id=None,
+            error=run.error_message or "",
+        )
     # The dead worker's questions can never be answered to it: a re-run asks again.
     cancel_permissions(uow, [r.id for r in (*stopped, *poisoned, *back)], by="worker_died")
     for run in (*stopped, *poisoned, *back):

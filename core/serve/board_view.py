@@ -136,6 +136,7 @@ def read(
         _decisions(conn, wf, page, step_of, badges)
         check()
         _permissions(conn, page, badges)
+        _person_waits(conn, page, badges)
         check()
         _latest_runs(conn, page, badges)
         check()
@@ -193,6 +194,7 @@ def _empty_badges() -> dict[str, Any]:
         "dead_session": False,
         "dead_run": False,
         "waiting_for_person": False,
+        "needs_person": [],
         "queued": False,
         "queued_behind": 0,
         "last_error": None,
@@ -422,6 +424,20 @@ def _merged(
     taken = {(role, agent) for _id, role, agent, _req in mine}
     kept = [(i, req) for i, role, agent, req in template if (role, agent) not in taken]
     return kept + [(i, req) for i, _role, _agent, req in mine]
+
+
+def _person_waits(
+    conn: sa.Connection, page: sa.Select[Any], badges: dict[str, dict[str, Any]]
+) -> None:
+    """Why a task waits for a person beyond a permission (core.store.waits): `failure`,
+    `blocked`; the page counts these tasks in its tab title."""
+    waits = t.person_waits
+    for task_id, reason in conn.execute(
+        sa.select(waits.c.task_id, waits.c.reason)
+        .where(waits.c.task_id.in_(page))
+        .order_by(waits.c.task_id, waits.c.reason)
+    ):
+        badges[task_id]["needs_person"].append(reason)
 
 
 def _permissions(

@@ -371,6 +371,31 @@ def hook_remove(call: Call) -> Reply:
     return Reply(hooks.remove(call.host.store, call.path["h"]).as_json())
 
 
+def schedules_list(call: Call) -> Reply:
+    """As `schedule list`."""
+    return Reply([s.as_json() for s in call.host.schedules.list()])
+
+
+def schedule_add(call: Call) -> Reply:
+    """As `schedule add`: `{"workflow", "title", "every", "description"?, "step"?}`."""
+    every = call.obj().get("every")
+    if every is None or isinstance(every, bool) or not isinstance(every, (int, float, str)):
+        raise bad("field 'every': expected a whole number of seconds")
+    made = call.host.schedules.add(
+        workflow=call.text("workflow"),
+        title=call.text("title"),
+        every=str(every),
+        description=call.opt_text("description") or "",
+        step=call.opt_text("step"),
+    )
+    return Reply(made.as_json(), status=201)
+
+
+def schedule_remove(call: Call) -> Reply:
+    """As `schedule remove`."""
+    return Reply({"removed": call.host.schedules.remove(call.path["s"]).id})
+
+
 def hook_deliveries(call: Call) -> Reply:
     """As `hook deliveries`: `?hook=H&state=S` narrow it."""
     from core.services import hooks
@@ -538,6 +563,9 @@ ROUTES = [
     Route("/api/hooks", endpoint(hook_add), methods=["POST"]),
     Route("/api/hooks/deliveries", endpoint(hook_deliveries), methods=["GET"]),
     Route("/api/hooks/{h}", endpoint(hook_remove), methods=["DELETE"]),
+    Route("/api/schedules", endpoint(schedules_list), methods=["GET"]),
+    Route("/api/schedules", endpoint(schedule_add), methods=["POST"]),
+    Route("/api/schedules/{s}", endpoint(schedule_remove), methods=["DELETE"]),
     Route("/api/runs/{r}/cancel", endpoint(run_cancel), methods=["POST"]),
     Route("/api/runs/{r}/retry", endpoint(run_retry), methods=["POST"]),
     Route("/api/decisions", endpoint(decision_record), methods=["POST"]),

@@ -21,6 +21,7 @@ if TYPE_CHECKING:
     from core.services.plugins import PluginService
     from core.services.profiles import ProfileService
     from core.services.runs import RunService
+    from core.services.schedules import ScheduleService
     from core.services.sessions import SessionService
     from core.services.tasks import TaskService
     from core.services.triggers import TriggerService
@@ -40,6 +41,7 @@ MODULES = {
     "PluginService": "plugins",
     "ProfileService": "profiles",
     "RunService": "runs",
+    "ScheduleService": "schedules",
     "SessionService": "sessions",
     "TaskService": "tasks",
     "TriggerService": "triggers",
@@ -61,6 +63,7 @@ __all__ = [
     "PluginService",
     "ProfileService",
     "RunService",
+    "ScheduleService",
     "SessionService",
     "TaskService",
     "TriggerService",

@@ -603,3 +603,39 @@ def column_length(column: sa.Column[Any]) -> int:
     length = getattr(column.type, "length", None)
     assert isinstance(length, int), column
     return length
+
+
+# Schedules (issue 42 item 4, core/services/schedules.py): a task created once per slot of
+# `every_seconds` (the multiples of it since the Unix epoch). `last_slot` is the start of the
+# last slot that made its task; raising it by a conditional UPDATE in the task's own
+# transaction is what decides which process makes a slot's task.
+schedules = sa.Table(
+    "schedules",
+    metadata,
+    sa.Column("id", sa.String(64), primary_key=True),
+    sa.Column(
+        "workflow_id",
+        sa.String(64),
+        sa.ForeignKey("workflows.id", ondelete=CASCADE),
+        nullable=False,
+    ),
+    sa.Column("step_id", sa.String(64), nullable=True),
+    sa.Column("title", sa.Text, nullable=False),
+    sa.Column("description", sa.Text, nullable=False, server_default=""),
+    sa.Column("every_seconds", sa.BigInteger, nullable=False),
+    sa.Column("last_slot", sa.BigInteger, nullable=False),
+    sa.Column("created_at", sa.String(40), nullable=False),
+)
+
+# Why a task waits for a person beyond a pending permission (issue 42 item 2,
+# core/store/waits.py): one row per (task, reason) while the wait lasts. Its insert (a
+# conditional INSERT whose row count decides) writes `task.needs_person`; its delete writes
+# `task.needs_person_ended` with the same `data`, so the two events pair exactly.
+person_waits = sa.Table(
+    "person_waits",
+    metadata,
+    sa.Column("task_id", sa.String(64), primary_key=True),
+    sa.Column("reason", sa.String(20), primary_key=True),
+    sa.Column("data", sa.Text, nullable=False, server_default="{}"),
+    sa.Column("created_at", sa.String(40), nullable=False),
+)

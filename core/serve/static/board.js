@@ -27,6 +27,7 @@ const state = {
   visibleEnds: new Set(), // step ids whose lane end is in view (load on)
   focusTask: null, // a card to focus once a board read draws it (an undone archive's)
   pending: new Map(), // task id -> its pending permission requests
+  personWaits: new Map(), // task id -> Set of reasons it waits for a person (task.needs_person)
   agentsByTask: null, // task id -> Set of profile ids with a run on it (read for the agent filter)
   openTaskId: null,
   cameFrom: null, // the task whose card opened the panel: focus goes back to it
@@ -450,6 +451,7 @@ function renderBoard() {
     h("span", { key: "waiting" }, h("b", {}, String(waiting)), " awaiting decisions"),
     person ? h("span", { key: "person", class: "needs" }, h("b", {}, String(person)), " need a person") : null,
   );
+  showWaitingCount();
 }
 
 function renderLane(step, tasks) {
@@ -1494,6 +1496,71 @@ async function submitCreate(event) {
   }
 }
 
+// -- calling the person ----------------------------------------------------------------------
+
+// While the page is open a person is told, by the browser, when a task starts waiting for them
+// (`task.needs_person`); the tab's title counts the tasks that wait. The page asks for the
+// permission once (remembered in localStorage), never again after an answer.
+const NOTIFY_ASKED_KEY = "laneway.notifications.asked";
+const PAGE_TITLE = "laneway board";
+const WAITS_FOR = {
+  permission: "its agent asks for permission",
+  question: "its agent asks a question",
+  verdict: "it waits for a verdict",
+  failure: "its agent failed",
+  blocked: "an unfinished task blocks it",
+};
+
+function canNotify() {
+  return typeof window.Notification === "function";
+}
+
+function askToNotify() {
+  if (!canNotify() || Notification.permission !== "default") return;
+  if (localStorage.getItem(NOTIFY_ASKED_KEY)) return;
+  localStorage.setItem(NOTIFY_ASKED_KEY, "1");
+  Promise.resolve(Notification.requestPermission()).catch(() => {});
+}
+
+function trackWait(data, waiting) {
+  const reasons = state.personWaits.get(data.task_id) || new Set();
+  if (waiting) reasons.add(data.reason);
+  else reasons.delete(data.reason);
+  if (reasons.size) state.personWaits.set(data.task_id, reasons);
+  else state.personWaits.delete(data.task_id);
+  showWaitingCount();
+}
+
+function showWaitingCount() {
+  const ids = new Set(state.personWaits.keys());
+  if (state.board) {
+    for (const task of state.board.tasks) {
+      if (needsPerson(task) || (task.badges.needs_person || []).length) ids.add(task.id);
+    }
+  }
+  document.title = ids.size ? `(${ids.size}) ${PAGE_TITLE}` : PAGE_TITLE;
+}
+
+async function callPerson(data) {
+  if (!canNotify() || Notification.permission !== "granted") return;
+  let title = taskTitle(data.task_id);
+  if (!title) {
+    try {
+      title = (await state.api.get(`/api/tasks/${encodeURIComponent(data.task_id)}`)).title;
+    } catch {
+      title = shortId(data.task_id);
+    }
+  }
+  const what = WAITS_FOR[data.reason] || "it waits for a person";
+  const body = data.reason === "failure" && data.error ? `${what}: ${data.error}` : what;
+  const note = new Notification(`“${title}” needs you`, { body, tag: `laneway-${data.task_id}-${data.reason}` });
+  note.onclick = () => {
+    window.focus();
+    note.close();
+    openDetail(data.task_id);
+  };
+}
+
 // -- live updates ----------------------------------------------------------------------------
 
 function taskTitle(taskId) {
@@ -1524,6 +1591,12 @@ function onEvent(event) {
     }
   }
   if (type === "task.deleted" && data.task_id === state.openTaskId) closeDetail();
+  if (type === "task.needs_person") {
+    trackWait(data, true);
+    callPerson(data).catch(() => {});
+  } else if (type === "task.needs_person_ended") {
+    trackWait(data, false);
+  }
 }
 
 function onStreamState(value) {
@@ -1563,6 +1636,7 @@ async function start(token) {
     return;
   }
   state.api.stream(onEvent, onStreamState);
+  askToNotify();
 }
 
 // On a phone the panel is a full-width sheet: it ends above the toasts, so none covers it.
