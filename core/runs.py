@@ -213,11 +213,28 @@ CLAIMED: Final = "claimed"
 T = t.tasks
 
 
-def _host_of_worktree(sqlite: bool) -> sa.ColumnElement[Any]:
-    """The host a task's worktree record names (its JSON's `host`), in each dialect's words."""
+def _worktree_field(sqlite: bool, name: str) -> sa.ColumnElement[Any]:
+    """A field of a task's worktree record (its JSON), in each dialect's words."""
     if sqlite:
-        return sa.func.json_extract(T.c.workspace, sa.literal_column("'$.host'"))
-    return sa.literal_column("(tasks.workspace::json ->> 'host')")
+        return sa.func.json_extract(T.c.workspace, sa.literal_column(f"'$.{name}'"))
+    return sa.literal_column(f"(tasks.workspace::json ->> '{name}')")
+
+
+def _host_of_worktree(sqlite: bool) -> sa.ColumnElement[Any]:
+    """The host a task's worktree record names (its JSON's `host`)."""
+    return _worktree_field(sqlite, "host")
+
+
+WF: Final = t.workflows
+
+
+def _travels(sqlite: bool) -> sa.ColumnElement[bool]:
+    """The task's worktree travels: its workflow has a remote its branch is pushed to, and
+    the last push did not fail (a failed push `held` the task on its host, work not lost)."""
+    has_remote = sa.exists().where(
+        WF.c.id == T.c.workflow_id, WF.c.remote.is_not(None), WF.c.remote != ""
+    )
+    return sa.and_(has_remote, _worktree_field(sqlite, "held").is_(None))
 
 
 def _next_eligible(
@@ -225,7 +242,8 @@ def _next_eligible(
 ) -> sa.Select[tuple[str, str]]:
     """The oldest queued run whose agent is below its limit of claimed runs, that this
     process's host (`:host`) may run: its task has no worktree, or one on this host (a worktree
-    lives on the machine that made it: docs/operations.md "Many machines"). With `profiles`,
+    lives on the machine that made it: docs/operations.md "Many machines"), or one whose branch
+    travels through its workflow's remote (any host re-creates it: core.services.worktrees). With `profiles`,
     only runs of those agent profiles (`worker --profiles`). The index on (status,
     requested_at) is read in order and the scan stops at the first eligible run, so its cost
     does not grow with the queue behind it."""
@@ -233,6 +251,7 @@ def _next_eligible(
         T.c.id == R.c.task_id,
         T.c.workspace.is_not(None),
         _host_of_worktree(sqlite) != sa.bindparam("host", type_=sa.String),
+        ~_travels(sqlite),
     )
     query = (
         sa.select(R.c.id, R.c.agent_profile_id)
