@@ -229,12 +229,16 @@ WF: Final = t.workflows
 
 
 def _travels(sqlite: bool) -> sa.ColumnElement[bool]:
-    """The task's worktree travels: its workflow has a remote its branch is pushed to, and
+    """The task's worktree travels: its workflow has a remote its branch was pushed to, and
     the last push did not fail (a failed push `held` the task on its host, work not lost)."""
     has_remote = sa.exists().where(
         WF.c.id == T.c.workflow_id, WF.c.remote.is_not(None), WF.c.remote != ""
     )
-    return sa.and_(has_remote, _worktree_field(sqlite, "held").is_(None))
+    return sa.and_(
+        has_remote,
+        _worktree_field(sqlite, "push").is_not(None),
+        _worktree_field(sqlite, "held").is_(None),
+    )
 
 
 def _next_eligible(
@@ -242,9 +246,9 @@ def _next_eligible(
 ) -> sa.Select[tuple[str, str]]:
     """The oldest queued run whose agent is below its limit of claimed runs, that this
     process's host (`:host`) may run: its task has no worktree, or one on this host (a worktree
-    lives on the machine that made it: docs/operations.md "Many machines"), or one whose branch
-    travels through its workflow's remote (any host re-creates it: core.services.worktrees). With `profiles`,
-    only runs of those agent profiles (`worker --profiles`). The index on (status,
+    lives on the machine that made it: docs/operations.md "Many machines"), or one whose
+    branch travels through its workflow's remote (any host re-creates it: core.services.travel).
+    With `profiles`, only runs of those agent profiles (`worker --profiles`). The index on (status,
     requested_at) is read in order and the scan stops at the first eligible run, so its cost
     does not grow with the queue behind it."""
     elsewhere = sa.exists().where(

@@ -207,7 +207,7 @@ class RunService(Service):
         for task_id, text, remote in records:
             record = json.loads(text)
             # a branch that travels through the remote is re-created by any host (core.runs)
-            if not remote or record.get("held"):
+            if not remote or record.get("held") or not record.get("push"):
                 hosts[task_id] = record.get("host")
         return {
             r.id: str(hosts[r.task_id])
