@@ -201,7 +201,7 @@ def test_issue_43_item_2_a_push_that_fails_keeps_the_task_on_its_host(
 
 def start_worker(db_url: str, tmp_path: Path, env: dict[str, str]) -> subprocess.Popen[str]:
     return subprocess.Popen(
-        [laneway_script(), "--db", db_url, "worker", "--poll-interval", "0.1"],
+        [laneway_script(), "--db", db_url, "worker"],
         cwd=tmp_path,
         env=script_env(env),
         stdout=subprocess.DEVNULL,
