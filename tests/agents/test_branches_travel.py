@@ -180,6 +180,7 @@ def test_issue_43_item_2_a_push_that_fails_keeps_the_task_on_its_host(
     assert record is not None
     assert record["held"]["why"]
     (failed,) = events_of(host, task, "task.push_failed")
+    assert json.loads(failed["data"])["remote"] == "origin"
     third = enqueue(host, agent, task)
     listed = {r["id"]: r for r in cli(db_url, tmp_path, "runs", "list", env=beta)}
     assert listed[third]["waits_for_host"] == "alpha"
