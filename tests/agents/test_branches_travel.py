@@ -314,3 +314,69 @@ def test_issue_43_item_2_a_worker_killed_at_the_remote_push_loses_nothing(
     assert (record["host"], record.get("held")) == ("beta", None)
     assert "beta-2.txt" in remote_files(bare, branch)
     assert host.runs.list(status="failed") == []
+
+
+def test_issue_43_item_1_a_host_no_worker_is_alive_on_is_said_once(
+    host: Host, db_url: str, tmp_path: Path
+) -> None:
+    """A run waits for alpha (no remote). While a worker on alpha is alive (serving another
+    profile) nothing is said; once it is `kill -9`ed, `recover` says so (one
+    `host.unattended` event, one WARNING), and neither a second `recover` nor a worker's
+    scheduler pass says it again."""
+    alpha, beta = machine(tmp_path, "alpha"), machine(tmp_path, "beta")
+    now = {"LANEWAY_UNATTENDED_S": "0"}
+    log = tmp_path / "seen.log"
+    wf, _repo, _bare = setup(host, tmp_path, remote=False)
+    task = host.tasks.create(workflow=wf, title="card").id
+    agent = host.profiles.add("v", command=visiting_agent(log), pass_env=["MACHINE"]).id
+    host.profiles.add("other", command=visiting_agent(log))
+    enqueue(host, agent, task)
+    assert cli(db_url, tmp_path, "worker", "--once", env=alpha)["finished"] == 1
+    run = enqueue(host, agent, task)
+
+    worker = subprocess.Popen(
+        [laneway_script(), "--db", db_url, "worker", "--profiles", "other"],
+        cwd=tmp_path, env=script_env(alpha), stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL, start_new_session=True,
+    )  # fmt: skip
+    try:
+
+        def registered() -> bool:
+            from core.store import tables as t
+
+            with host.store.read() as conn:
+                found = conn.execute(
+                    t.host_epochs.select().where(
+                        t.host_epochs.c.hostname == "alpha",
+                        t.host_epochs.c.worker.is_(True),
+                        t.host_epochs.c.closed_at.is_(None),
+                    )
+                ).all()
+            return bool(found)
+
+        wait_for(registered, "alpha's worker")
+        assert cli(db_url, tmp_path, "recover", env={**beta, **now})["hosts_unattended"] == []
+    finally:
+        kill_group(worker)
+    said = laneway("--db", db_url, "--json", "recover", cwd=tmp_path, env={**beta, **now})
+    assert json.loads(said.stdout)["hosts_unattended"] == ["alpha"]
+    assert said.stderr.count("WARNING  | core.services.unattended") == 1
+    (event,) = events_of_all(host, "host.unattended")
+    assert json.loads(event["data"])["host"] == "alpha"
+    assert json.loads(event["data"])["run_id"] == run
+    again = laneway("--db", db_url, "--json", "recover", cwd=tmp_path, env={**beta, **now})
+    assert json.loads(again.stdout)["hosts_unattended"] == []
+    passed = laneway("--db", db_url, "--json", "worker", "--once", cwd=tmp_path,
+                     env={**beta, **now})  # fmt: skip
+    assert json.loads(passed.stdout)["claimed"] == 0
+    assert "no worker there is alive" not in passed.stderr
+    assert len(events_of_all(host, "host.unattended")) == 1
+    assert status(host, run) == "queued"
+
+
+def events_of_all(host: Host, kind: str) -> list[dict[str, Any]]:
+    from core.store import tables as t
+
+    with host.store.read() as conn:
+        rows = conn.execute(t.board_events.select().where(t.board_events.c.type == kind))
+        return [dict(r) for r in rows.mappings()]
