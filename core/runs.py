@@ -241,6 +241,19 @@ def _travels(sqlite: bool) -> sa.ColumnElement[bool]:
     )
 
 
+def pinned_host(workspace: str | None, remote: str | None) -> str | None:
+    """The host whose workers alone may claim a queued run of a task with this worktree record
+    (its stored JSON) in a workflow with this remote: the claim's statement's rule, in Python
+    (`runs list`'s and the board's "waits for a worker on H"). None: any host's worker."""
+    if workspace is None:
+        return None
+    record = json.loads(workspace)
+    if remote and record.get("push") and not record.get("held"):
+        return None  # its branch travels: any host re-creates the worktree
+    host = record.get("host")
+    return str(host) if host else None
+
+
 def _next_eligible(
     sqlite: bool, profiles: tuple[str, ...] | None = None
 ) -> sa.Select[tuple[str, str]]:

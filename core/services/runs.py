@@ -203,12 +203,7 @@ class RunService(Service):
                 )
                 .where(t.tasks.c.id.in_(sorted(task_ids)), t.tasks.c.workspace.is_not(None))
             ).all()
-        hosts = {}
-        for task_id, text, remote in records:
-            record = json.loads(text)
-            # a branch that travels through the remote is re-created by any host (core.runs)
-            if not remote or record.get("held") or not record.get("push"):
-                hosts[task_id] = record.get("host")
+        hosts = {task_id: runs.pinned_host(text, remote) for task_id, text, remote in records}
         return {
             r.id: str(hosts[r.task_id])
             for r in found

@@ -65,6 +65,18 @@ def remote_files(bare: Path, branch: str) -> list[str]:
     return sorted(listed.split())
 
 
+def card_waits_for(host: Host, wf: str, task: str) -> Any:
+    """The board's card of `task`: its `waits_for_host` badge (what the page says)."""
+    from core.serve import board_view
+
+    with host.store.read() as conn:
+        view = board_view.read(
+            conn, host.workflows.by_id(wf), board_view.BoardQuery(), lambda: None
+        )
+    (card,) = [c for c in view["tasks"] if c["id"] == task]
+    return card["badges"]["waits_for_host"]
+
+
 def events_of(host: Host, task: str, kind: str) -> list[dict[str, Any]]:
     from core.store import tables as t
 
@@ -105,6 +117,7 @@ def test_issue_43_item_2_the_next_turn_runs_on_beta_and_sees_alphas_files(
     second = enqueue(host, agent, task)
     listed = {r["id"]: r for r in cli(db_url, tmp_path, "runs", "list", env=beta)}
     assert listed[second]["waits_for_host"] is None
+    assert card_waits_for(host, wf, task) is None  # its branch travels: any worker
     on_beta = cli(db_url, tmp_path, "worker", "--once", env=beta)
     assert (on_beta["claimed"], on_beta["finished"], on_beta["failed"]) == (1, 1, 0)
     assert status(host, second) == "finished"
@@ -149,6 +162,7 @@ def test_issue_43_item_1_without_a_remote_beta_never_claims_and_nothing_fails(
     second = enqueue(host, agent, task)
     assert cli(db_url, tmp_path, "worker", "--once", env=beta)["claimed"] == 0
     assert status(host, second) == "queued"
+    assert card_waits_for(host, wf, task) == "alpha"
     record = host.tasks.get(task).workspace
     assert record is not None
     assert "push" not in record
@@ -184,6 +198,7 @@ def test_issue_43_item_2_a_push_that_fails_keeps_the_task_on_its_host(
     third = enqueue(host, agent, task)
     listed = {r["id"]: r for r in cli(db_url, tmp_path, "runs", "list", env=beta)}
     assert listed[third]["waits_for_host"] == "alpha"
+    assert card_waits_for(host, wf, task) == "alpha"
     assert cli(db_url, tmp_path, "worker", "--once", env=beta)["claimed"] == 0
 
     away.rename(bare)  # back
