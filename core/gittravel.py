@@ -69,11 +69,7 @@ def recreate(repo: Path, url: str, path: Path, branch: str, keep_as: str) -> tup
     was at `path`, fetch the branch into `repo`, add the worktree. The commit it stands on, and
     the commit that kept a left worktree's uncommitted work (if any)."""
     kept = set_aside(path, keep_as)
-    done = git(repo, "fetch", "--quiet", "--no-tags", url, f"refs/heads/{branch}", check=False)
-    if done.returncode != 0:
-        last = (done.stderr.strip().splitlines() or [f"exit {done.returncode}"])[-1]
-        raise GitError(f"remote {url}: cannot fetch branch {branch}: {last}")
-    commit = git(repo, "rev-parse", "FETCH_HEAD^{commit}").stdout.strip()
+    commit = fetch(repo, url, branch)
     local = gitmerge.ref_commit(repo, f"refs/heads/{branch}")
     if local is not None and not gitmerge.is_ancestor(repo, local, commit):
         # commits made here that never reached the remote (a turn killed before its push)
@@ -82,6 +78,16 @@ def recreate(repo: Path, url: str, path: Path, branch: str, keep_as: str) -> tup
     git(repo, "update-ref", f"refs/heads/{branch}", commit)
     ensure_worktree(repo, path, branch, commit)
     return commit, kept
+
+
+def fetch(repo: Path, url: str, branch: str) -> str:
+    """The commit the remote's `branch` holds, its objects fetched into `repo` (no ref of
+    `repo` moved: FETCH_HEAD only)."""
+    done = git(repo, "fetch", "--quiet", "--no-tags", url, f"refs/heads/{branch}", check=False)
+    if done.returncode != 0:
+        last = (done.stderr.strip().splitlines() or [f"exit {done.returncode}"])[-1]
+        raise GitError(f"remote {url}: cannot fetch branch {branch}: {last}")
+    return git(repo, "rev-parse", "FETCH_HEAD^{commit}").stdout.strip()
 
 
 def left_ref(task_id: str) -> str:

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 import sqlalchemy as sa
 
-from core import faults, gitmerge, gittravel, hosts, ids
+from core import faults, gitmerge, gittravel, gitwork, hosts, ids
 from core.errors import LanewayError
 from core.logs import logger
 from core.store import events
@@ -190,3 +190,29 @@ def amend(
                     events.record(uow, event[0], task_id, **event[1])
                 return
     raise LanewayError(f"task {task_id}: its workspace record kept changing")
+
+
+def bring_home(record: Mapping[str, Any], repo: Path, left_here: Path) -> None:
+    """Before `task merge` in `repo` on this host: when the task's worktree now lives on
+    another host (its branch travelled), the branch in `repo` is brought to the commit last
+    pushed from there, so the merge lands every turn's work. A worktree the task left on this
+    host (`left_here`) is set aside first (its uncommitted work kept, as on re-creation). Only
+    a fast-forward: a local branch with commits the remote lacks is refused in one line."""
+    pushed = record.get("push") or {}
+    if record.get("host") == hosts.name() or not pushed.get("url") or not pushed.get("commit"):
+        return
+    branch = str(record["branch"])
+    local = gitmerge.ref_commit(repo, f"refs/heads/{branch}")
+    if local == pushed["commit"]:
+        return
+    gittravel.set_aside(left_here, gittravel.left_ref(str(left_here.name)))
+    commit = gittravel.fetch(repo, str(pushed["url"]), branch)
+    if local is not None and not gitmerge.is_ancestor(repo, local, commit):
+        raise LanewayError(
+            f"branch {branch} in {repo} has commits the remote's lacks; push them or merge "
+            f"on host {record.get('host')!r}"
+        )
+    gitwork.git(repo, "update-ref", f"refs/heads/{branch}", commit)
+    logger.bind(branch=branch, commit=commit, repo=str(repo)).info(
+        "brought the task's branch home from the remote before merging it"
+    )

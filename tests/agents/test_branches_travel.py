@@ -395,3 +395,26 @@ def events_of_all(host: Host, kind: str) -> list[dict[str, Any]]:
     with host.store.read() as conn:
         rows = conn.execute(t.board_events.select().where(t.board_events.c.type == kind))
         return [dict(r) for r in rows.mappings()]
+
+
+def test_issue_43_item_2_task_merge_on_the_home_host_lands_the_work_done_elsewhere(
+    host: Host, db_url: str, tmp_path: Path
+) -> None:
+    """alpha's turn, then beta's: `task merge` run on alpha (whose repository's branch still
+    stands where alpha left it) brings the branch home from the remote first, so main gets
+    both turns' files; alpha's left worktree is set aside, nothing of it lost."""
+    alpha, beta = machine(tmp_path, "alpha"), machine(tmp_path, "beta")
+    log = tmp_path / "seen.log"
+    wf, repo, _bare = setup(host, tmp_path, remote=True)
+    task = host.tasks.create(workflow=wf, title="card").id
+    agent = host.profiles.add("v", command=visiting_agent(log), pass_env=["MACHINE"]).id
+    enqueue(host, agent, task)
+    assert cli(db_url, tmp_path, "worker", "--once", env=alpha)["finished"] == 1
+    enqueue(host, agent, task)
+    assert cli(db_url, tmp_path, "worker", "--once", env=beta)["finished"] == 1
+    merged = cli(db_url, tmp_path, "task", "merge", task, env=alpha)
+    assert merged["into"] == "main"
+    assert sorted(git(repo, "ls-tree", "--name-only", "main").split()) == [
+        "README.md", "alpha-0.txt", "beta-1.txt",
+    ]  # fmt: skip
+    assert not (tmp_path / "worktrees-alpha" / task).exists()
