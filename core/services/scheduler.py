@@ -1,5 +1,5 @@
 """The scheduler every `worker` and `serve` runs: a thread making a trigger pass
-(`TriggerService.run_pass`: the outbox's triggers, then the heartbeats due; then the hosts runs
+(`TriggerService.run_pass`: the outbox's triggers, then the heartbeats due, then the hosts runs
 wait for with no worker alive, `core.services.unattended`) every
 `interval` seconds until stopped, and beside it the webhook `Deliverer` (core.services.hooks).
 
@@ -17,7 +17,6 @@ import threading
 from typing import TYPE_CHECKING, Protocol, Self
 
 from core.logs import logger
-from core.services import unattended
 from core.services.hooks import Deliverer
 from core.store.database import database_away
 
@@ -26,9 +25,8 @@ if TYPE_CHECKING:
     from core.store.database import Store
 
 
-class Peers(unattended.Peers, Protocol):
-    """What a pass calls: the trigger service, what tells unattended hosts; and the store the
-    webhook deliverer reads."""
+class Peers(Protocol):
+    """What a pass calls: the trigger service; and the store the webhook deliverer reads."""
 
     @property
     def triggers(self) -> TriggerService: ...
@@ -76,7 +74,6 @@ def run_pass(host: Peers, *, away: bool = False) -> bool:
     `away` says the last pass found the database away; the result says this one did."""
     try:
         report = host.triggers.run_pass()
-        unattended.notice(host)
     except Exception as exc:  # noqa: BLE001 - the scheduler outlives one bad pass
         cause = f"{type(exc).__name__}: {exc}".splitlines()[0]
         if not database_away(exc):

@@ -16,14 +16,13 @@ from typing import TYPE_CHECKING, Protocol
 
 import sqlalchemy as sa
 
-from core import ids
+from core import ids, runs
 from core.logs import logger
 from core.store import events
 from core.store import tables as t
 
 if TYPE_CHECKING:
     from core.operations import Operations
-    from core.services.runs import RunService
     from core.store.database import Store
 
 DEFAULT_BOUND_S = 600.0
@@ -34,9 +33,6 @@ SCAN_LIMIT = 500
 class Peers(Protocol):
     @property
     def store(self) -> Store: ...
-
-    @property
-    def runs(self) -> RunService: ...
 
     @property
     def operations(self) -> Operations: ...
@@ -54,26 +50,21 @@ def notice(peers: Peers, bound: float | None = None) -> list[str]:
     """Say, once, which hosts queued runs have waited for longer than `bound` seconds with no
     live worker there; the hosts said now."""
     cutoff = ids.shift(ids.now(), -(bound_s() if bound is None else bound))
-    R = t.runs
+    R, T, W = t.runs, t.tasks, t.workflows
     with peers.store.read() as conn:
         found = conn.execute(
-            R.select()
-            .where(R.c.status == "queued", R.c.requested_at <= cutoff, R.c.task_id.is_not(None))
+            sa.select(R.c.id, T.c.workspace, W.c.remote)
+            .select_from(R.join(T, T.c.id == R.c.task_id).outerjoin(W, W.c.id == T.c.workflow_id))
+            .where(R.c.status == "queued", R.c.requested_at <= cutoff, T.c.workspace.is_not(None))
             .order_by(R.c.requested_at, R.c.id)
             .limit(SCAN_LIMIT)
         ).all()
-    if not found:
-        return []
-    from core.store import rows
-
-    waiting = [rows.run(r._mapping) for r in found]
-    hosts = peers.runs.waits_for_host(waiting)
     oldest: dict[str, str] = {}
     count: dict[str, int] = {}
-    for run in waiting:
-        host = hosts.get(run.id)
+    for run_id, workspace, remote in found:
+        host = runs.pinned_host(workspace, remote)
         if host is not None:
-            oldest.setdefault(host, run.id)
+            oldest.setdefault(host, run_id)
             count[host] = count.get(host, 0) + 1
     said = []
     for host, run_id in oldest.items():
