@@ -464,6 +464,12 @@ class Host:
         host."""
         return self._keeper.epoch if self._keeper is not None else self._closed_epoch
 
+    def register_worker(self) -> None:
+        """This process claims runs (`laneway worker`): its epoch is recorded as a worker's on
+        its host (`core.services.unattended`)."""
+        if self._keeper is not None:
+            self._keeper.mark_worker()
+
     def live_epoch(self) -> str:
         """The epoch to claim under: checks the liveness lock still holds, and fences this
         host onto a new epoch when it does not (see `core.store.liveness`)."""

@@ -213,11 +213,45 @@ CLAIMED: Final = "claimed"
 T = t.tasks
 
 
-def _host_of_worktree(sqlite: bool) -> sa.ColumnElement[Any]:
-    """The host a task's worktree record names (its JSON's `host`), in each dialect's words."""
+def _worktree_field(sqlite: bool, name: str) -> sa.ColumnElement[Any]:
+    """A field of a task's worktree record (its JSON), in each dialect's words."""
     if sqlite:
-        return sa.func.json_extract(T.c.workspace, sa.literal_column("'$.host'"))
-    return sa.literal_column("(tasks.workspace::json ->> 'host')")
+        return sa.func.json_extract(T.c.workspace, sa.literal_column(f"'$.{name}'"))
+    return sa.literal_column(f"(tasks.workspace::json ->> '{name}')")
+
+
+def _host_of_worktree(sqlite: bool) -> sa.ColumnElement[Any]:
+    """The host a task's worktree record names (its JSON's `host`)."""
+    return _worktree_field(sqlite, "host")
+
+
+WF: Final = t.workflows
+
+
+def _travels(sqlite: bool) -> sa.ColumnElement[bool]:
+    """The task's worktree travels: its workflow has a remote its branch was pushed to, and
+    the last push did not fail (a failed push `held` the task on its host, work not lost)."""
+    has_remote = sa.exists().where(
+        WF.c.id == T.c.workflow_id, WF.c.remote.is_not(None), WF.c.remote != ""
+    )
+    return sa.and_(
+        has_remote,
+        _worktree_field(sqlite, "push").is_not(None),
+        _worktree_field(sqlite, "held").is_(None),
+    )
+
+
+def pinned_host(workspace: str | None, remote: str | None) -> str | None:
+    """The host whose workers alone may claim a queued run of a task with this worktree record
+    (its stored JSON) in a workflow with this remote: the claim's statement's rule, in Python
+    (`runs list`'s and the board's "waits for a worker on H"). None: any host's worker."""
+    if workspace is None:
+        return None
+    record = json.loads(workspace)
+    if remote and record.get("push") and not record.get("held"):
+        return None  # its branch travels: any host re-creates the worktree
+    host = record.get("host")
+    return str(host) if host else None
 
 
 def _next_eligible(
@@ -225,14 +259,16 @@ def _next_eligible(
 ) -> sa.Select[tuple[str, str]]:
     """The oldest queued run whose agent is below its limit of claimed runs, that this
     process's host (`:host`) may run: its task has no worktree, or one on this host (a worktree
-    lives on the machine that made it: docs/operations.md "Many machines"). With `profiles`,
-    only runs of those agent profiles (`worker --profiles`). The index on (status,
+    lives on the machine that made it: docs/operations.md "Many machines"), or one whose
+    branch travels through its workflow's remote (any host re-creates it: core.services.travel).
+    With `profiles`, only runs of those agent profiles (`worker --profiles`). The index on (status,
     requested_at) is read in order and the scan stops at the first eligible run, so its cost
     does not grow with the queue behind it."""
     elsewhere = sa.exists().where(
         T.c.id == R.c.task_id,
         T.c.workspace.is_not(None),
         _host_of_worktree(sqlite) != sa.bindparam("host", type_=sa.String),
+        ~_travels(sqlite),
     )
     query = (
         sa.select(R.c.id, R.c.agent_profile_id)

@@ -27,6 +27,7 @@ from core.agents.values import TurnEnd, TurnOutcome
 from core.errors import LanewayError
 from core.logs import logger
 from core.model import AgentFailure, AgentProfile, Session, Task
+from core.services import travel
 from core.services.worktrees import workspace_for
 
 DEFAULT_RETRY_DELAYS = (5.0, 10.0, 20.0, 40.0, 60.0)
@@ -257,7 +258,12 @@ class TurnLoop:
                 sessions.set_state(session_id, "RUNNING")
             return TurnEnd("cancelled", "the turn was cancelled")
         call = TurnCall(session_id, session, profile, env, prompt, cwd, want, record, execution_id)
-        return protocol.attempt(turn, call)
+        end = protocol.attempt(turn, call)
+        if turn.stopped != "fenced":
+            # before the turn's end is routed (which may queue the next run, for any host):
+            # its branch is on the remote first (a workflow with one; core.services.travel)
+            travel.carry(self.peers, turn.task_id, known[1] if known else None)
+        return end
 
     def _cancelled_during(self, turn: LiveTurn, session_id: str, delay: float) -> bool:
         """Wait out a retry delay; True when the user cancels meanwhile, in this process

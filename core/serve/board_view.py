@@ -21,6 +21,7 @@ import sqlalchemy as sa
 
 from core.model import WORKING_STATES, Workflow
 from core.outbox import TERMINAL_STATES
+from core.runs import pinned_host
 from core.shapes import workflow_json
 from core.store import tables as t
 
@@ -197,6 +198,7 @@ def _empty_badges() -> dict[str, Any]:
         "needs_person": [],
         "queued": False,
         "queued_behind": 0,
+        "waits_for_host": None,
         "last_error": None,
         "last_run": None,
         "blockers": [],
@@ -249,6 +251,21 @@ def _runs(conn: sa.Connection, page: sa.Select[Any], badges: dict[str, dict[str,
             first_queued[r["task_id"]] = (r["agent_profile_id"], r["requested_at"], r["id"])
     if first_queued:
         _queued_behind(conn, first_queued, badges)
+        _waits_for_host(conn, sorted(first_queued), badges)
+
+
+def _waits_for_host(
+    conn: sa.Connection, task_ids: list[str], badges: dict[str, dict[str, Any]]
+) -> None:
+    """The host whose workers alone may take each queued task's runs (`core.runs.pinned_host`):
+    the card's "waits for a worker on alpha"."""
+    W = t.workflows
+    for task_id, workspace, remote in conn.execute(
+        sa.select(T.c.id, T.c.workspace, W.c.remote)
+        .select_from(T.outerjoin(W, W.c.id == T.c.workflow_id))
+        .where(T.c.id.in_(task_ids), T.c.workspace.is_not(None))
+    ):
+        badges[task_id]["waits_for_host"] = pinned_host(workspace, remote)
 
 
 def _queued_behind(

@@ -1,6 +1,7 @@
 """The scheduler every `worker` and `serve` runs: a thread making a trigger pass
-(`TriggerService.run_pass`: the outbox's triggers, then the heartbeats due; then the
-schedules' tasks due, `ScheduleService.fire_due`) every
+(`TriggerService.run_pass`: the outbox's triggers, then the heartbeats due, then the hosts runs
+wait for with no worker alive, `core.services.unattended`; then the schedules' tasks due,
+`ScheduleService.fire_due`) every
 `interval` seconds until stopped, and beside it the webhook `Deliverer` (core.services.hooks).
 
 No leader is elected: passes in any number of processes overlap freely, and the operation

@@ -10,8 +10,10 @@ worker runs, as before.
 Which worktree a task has is decided by the database: the record is written by an update
 conditional on the task having none, so two workers racing on one task agree on one path,
 branch and base commit; git itself is then driven under a per-task lock (`core.gitwork`).
-A worktree lives on the machine that made it (the record names the host): a worker on another
-machine refuses the task's turns with one line saying where it lives, and never makes a second.
+A worktree lives on the machine that made it (the record names the host): only workers there
+claim the task's runs (core.runs), unless the task's workflow has a remote: then its branch
+travels through it (core.services.travel) and a worker on any machine re-creates the worktree
+from the remote before its turn, the record moving to its host.
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ from core import gitwork, hosts, ids
 from core.errors import LanewayError
 from core.logs import logger
 from core.model import Task, Workflow
+from core.services import travel
 from core.store import tables as t
 
 if TYPE_CHECKING:
@@ -102,11 +105,10 @@ def workspace_for(peers: Peers, task_id: str, task: Task | None = None) -> Path:
             return Path.cwd()
         record = _claim(peers, task, repository, base_branch)
     if record.get("host") != host_name():
-        raise LanewayError(
-            f"task {task.id}'s worktree {record['path']} is on host {record.get('host')!r}; "
-            "a worker there runs its turns"
-        )
-    repo = Path(record["repository"])
+        # its branch travels through the workflow's remote: made again here from there (else
+        # the claim never gave this host the run: a race, refused in one line)
+        record = recreate(peers, task)
+    repo = travel.checkout(record)
     if not repo.is_dir():
         raise LanewayError(f"task {task.id}: repository {repo} is gone")
     path = Path(record["path"])
@@ -119,6 +121,13 @@ def workspace_for(peers: Peers, task_id: str, task: Task | None = None) -> Path:
         # worked again after it ended: the worktree is back, from the branch that kept it all
         _record(peers.store, task.id, {k: v for k, v in record.items() if k != "removed_at"})
     return path
+
+
+def recreate(peers: Peers, task: Task) -> dict[str, Any]:
+    """Re-create on this host, from its workflow's remote, the worktree the task's previous
+    turn left on another host (core.services.travel); the record as it now stands. One call
+    that a setup step can follow (it runs after the worktree exists, as after `_claim`)."""
+    return travel.recreate_here(peers, task, root())
 
 
 def _claim(peers: Peers, task: Task, repository: str, base_branch: str | None) -> dict[str, Any]:
@@ -155,7 +164,7 @@ def diff(peers: Peers, ref: str) -> dict[str, Any]:
     base = record["base_commit"]
     if record.get("removed_at"):
         # the checkout is gone; its branch holds everything
-        change = gitwork.branch_diff(Path(record["repository"]), base, record["branch"])
+        change = gitwork.branch_diff(travel.checkout(record), base, record["branch"])
     else:
         change = gitwork.diff(path, base)
     return {
@@ -179,7 +188,7 @@ def retire(store: Store, task: Task, why: str) -> None:
         return
     try:
         commit = gitwork.retire(
-            Path(record["repository"]),
+            travel.checkout(record),
             Path(record["path"]),
             record["branch"],
             f"laneway: work left uncommitted in task {task.id} when it was {why}",

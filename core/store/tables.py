@@ -462,6 +462,9 @@ host_epochs = sa.Table(
     sa.Column("hostname", sa.String(200), nullable=False),
     sa.Column("opened_at", sa.String(40), nullable=False),
     sa.Column("closed_at", sa.String(40), nullable=True),
+    # a `worker` process (migration 0030): the scheduler tells a host no worker is alive on
+    sa.Column("worker", sa.Boolean, nullable=False, server_default=sa.false()),
+    sa.Index("ix_host_epochs_host_open", "hostname", "closed_at"),
 )
 
 # The board's event log (an outbox): every change that `laneway serve` streams is written here

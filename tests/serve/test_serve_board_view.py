@@ -101,6 +101,9 @@ def _reference_badges(host: Host, task: Task) -> dict[str, Any]:
         "needs_person": _person_waits(host, task.id),
         "queued": bool(queued),
         "queued_behind": behind,
+        "waits_for_host": host.runs.waits_for_host(queued[:1]).get(queued[0].id)
+        if queued
+        else None,
         "last_error": last.error_message if last is not None and last.status == "failed" else None,
         "last_run": last.status if last is not None else None,
         "blockers": [

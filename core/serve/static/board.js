@@ -163,7 +163,9 @@ function waitsFor(task) {
   if (needsPerson(task)) return { kind: "person", text: "Waits for a person: its agent asks for permission" };
   if (b.running) return { kind: "agent", text: "An agent is working on it" };
   if (b.last_error) return { kind: "failed", text: `Failed: ${b.last_error}` };
-  const forWorker = "waits for a worker (start one with `laneway worker`)";
+  const forWorker = b.waits_for_host
+    ? `waits for a worker on ${b.waits_for_host} (its worktree is there: start \`laneway worker\` there)`
+    : "waits for a worker (start one with `laneway worker`)";
   if (b.queued_behind) return { kind: "queued", text: `Queued behind ${plural(b.queued_behind, "run")} of its agent; ${forWorker}` };
   if (!task.wip_admitted) return { kind: "queued", text: "Waits for room in this step" };
   const left = b.decisions.required - b.decisions.approved;
@@ -517,6 +519,7 @@ function renderBadges(task) {
       `✓ ${b.decisions.approved}/${b.decisions.required}`));
   }
   if (b.queued_behind) badges.push(h("span", { class: "badge queued", title: "runs of its agent ahead of this one" }, `behind ${b.queued_behind}`));
+  if (b.queued && b.waits_for_host) badges.push(h("span", { class: "badge queued", title: `only a worker on ${b.waits_for_host} may take its runs (its worktree is there)` }, `waits for ${b.waits_for_host}`));
   if (b.open_entry) badges.push(h("span", { class: "badge entry", title: "an entry sequence has not finished" }, "entry open"));
   if (b.failed_marker) badges.push(h("span", { class: "badge failed", title: "an entry action failed" }, "action failed"));
   if (b.last_error) badges.push(h("span", { class: "badge failed", title: b.last_error }, "error"));
