@@ -16,6 +16,7 @@ import time
 from collections.abc import Mapping
 
 from core import ids
+from core.agents import sandbox
 from core.agents.bounds import item
 from core.agents.desired import desired
 from core.agents.environment import agent_env
@@ -245,6 +246,7 @@ class TurnLoop:
             sessions.set_state(session_id, "RUNNING")
         try:
             cwd = workspace_for(self.peers, turn.task_id, known[1] if known else None)
+            room = sandbox.room(profile, cwd, turn.task_id, self.peers.store.url)
         except LanewayError as exc:
             if not protocol.running_first:
                 sessions.set_state(session_id, "RUNNING")
@@ -256,7 +258,9 @@ class TurnLoop:
             if not protocol.running_first:
                 sessions.set_state(session_id, "RUNNING")
             return TurnEnd("cancelled", "the turn was cancelled")
-        call = TurnCall(session_id, session, profile, env, prompt, cwd, want, record, execution_id)
+        call = TurnCall(
+            session_id, session, profile, env, prompt, cwd, want, record, execution_id, room
+        )
         return protocol.attempt(turn, call)
 
     def _cancelled_during(self, turn: LiveTurn, session_id: str, delay: float) -> bool:

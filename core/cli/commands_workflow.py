@@ -317,6 +317,24 @@ def _profile_options(*, for_set: bool) -> Callable[[_F], _F]:
             "adapter's modes.",
         ),
         click.option(
+            "--sandbox",
+            "sandbox",
+            default=None if for_set else "none",
+            show_default=not for_set,
+            metavar="none|bwrap",
+            help="The agent's room: bwrap runs it under bubblewrap, seeing the machine "
+            "read-only and writing only to its worktree, its home and temporary directories "
+            '(docs/agents.md, "Sandbox").',
+        ),
+        click.option(
+            "--network",
+            "network",
+            default=None if for_set else "on",
+            show_default=not for_set,
+            metavar="on|off",
+            help="Under a sandbox, off leaves the agent loopback only.",
+        ),
+        click.option(
             "--env", "env", multiple=True, metavar="K=V", help=f"Stored. Repeatable{when}."
         ),
         click.option(
@@ -355,7 +373,16 @@ def _profile_changes(given: dict[str, Any]) -> dict[str, Any]:
     """The command line's options as ProfileService arguments, parsed before the host opens
     (a typo must not cost a lock and a recovery scan); options not given are left out."""
     changes: dict[str, Any] = {}
-    for option in ("role", "protocol", "permissions", "turn_timeout", "idle_timeout", "mode"):
+    for option in (
+        "role",
+        "protocol",
+        "permissions",
+        "turn_timeout",
+        "idle_timeout",
+        "mode",
+        "sandbox",
+        "network",
+    ):
         if given[option] is not None:
             changes[option] = given[option]
     if given["command"] is not None:
