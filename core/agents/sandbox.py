@@ -114,7 +114,9 @@ class Room:
         ops += [(p, kind, None) for p, kind in self.exposed]
         # the program and what lies beside it (a script's modules, a venv's python's link)
         ops += [(program.parent, "ro", None), (program.resolve().parent, "ro", None)]
-        ops += [(self.home_at, "rw", self.home), (self.cwd, "rw", None)]
+        ops.append((self.home_at, "rw", self.home))
+        if self.cwd != Path("/"):  # a worker run from / gives its agents a read-only directory
+            ops.append((self.cwd, "rw", None))
         # Shallow before deep; at one path, hiding before exposing (the turn's own directory
         # stays usable even when it is a hidden one: its database files are still covered).
         # bwrap follows a symlink in a destination: every path is named as it resolves

@@ -27,7 +27,9 @@ import pytest
 
 from core.agents import worker
 from core.host import Host
+from tests.acp.test_real_adapters import adapter
 from tests.agents.conftest import enqueue, laneway, laneway_script, plain_workflow, script_env
+from tests.agents.test_acp_worker import Board as AcpBoard
 from tests.agents.test_worktrees import make_repo
 from tests.conftest import open_host
 
@@ -396,3 +398,36 @@ def test_issue_43_item_4_profile_sandbox_and_network_on_the_command_line(tmp_pat
     assert bad.stderr.strip().splitlines() == [
         "laneway: profile 'p', sandbox: 'docker' is not one of none, bwrap"
     ]
+
+
+@pytest.mark.one_database
+def test_issue_43_item_4_the_real_claude_adapter_starts_in_a_sandbox_without_network(
+    db_url: str, tmp_path: Path
+) -> None:
+    """claude-agent-acp (npm, on Debian's node) in `--sandbox bwrap --network off`: it starts,
+    initialises, opens a session in its room and offers its modes, writing only
+    its own home; with no credentials and no network its turn then fails R3 with its own
+    "Authentication required", as it does outside a sandbox (test_acp_real_worker). A scripted
+    turn against a model stand-in is not here: no stand-in of the model API is in the tree."""
+    home = tmp_path / "home"
+    home.mkdir()
+    board = AcpBoard(
+        db_url,
+        tmp_path,
+        {},
+        command=[adapter("claude-agent-acp")],
+        permissions="deny",
+        sandbox="bwrap",
+        network="off",
+    )
+    board.work(env={"HOME": str(home), "LANEWAY_RETRY_DELAYS": "0.1"})
+    step, session, _items = board.read()
+    assert "plan" in session.agent["modes"]
+    error = session.metadata["last_agent_error"]
+    assert error["route"] == "R3", error
+    assert "Authentication required" in error["message"]
+    assert step == "Trouble"
+    # what it wrote of its own went to the task's home, not the worker's
+    assert not (home / ".claude.json").exists()
+    homes = home / ".local" / "share" / "laneway" / "worktrees" / ".homes"
+    assert (homes / board.task_id / ".claude.json").exists()
