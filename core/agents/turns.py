@@ -267,7 +267,8 @@ class TurnLoop:
                 env=env,
                 room=room,
                 record=record,
-                execution_id=execution_id,
+                # its own mark: the sweep after it must not reach the agent's processes
+                execution_id=ids.new_id(),
             )
             if ended is not None:
                 return ended
