@@ -431,3 +431,67 @@ def test_issue_43_item_4_the_real_claude_adapter_starts_in_a_sandbox_without_net
     assert not (home / ".claude.json").exists()
     homes = home / ".local" / "share" / "laneway" / "worktrees" / ".homes"
     assert (homes / board.task_id / ".claude.json").exists()
+
+
+COMMITTER = textwrap.dedent(
+    """\
+    #!/bin/sh
+    # Commits in its worktree, then tries to plant a hook and change the repository's config.
+    cat > /dev/null
+    echo work > work.txt
+    git add work.txt && git commit -q -m "agent's work" && echo "commit: ok"
+    common=$(git rev-parse --git-common-dir)
+    (echo 'echo pwned' > "$common/hooks/post-commit") 2>/dev/null && echo "hook: ok" \\
+        || echo "hook: refused"
+    git config --file "$common/config" core.hooksPath /tmp 2>/dev/null && echo "config: ok" \\
+        || echo "config: refused"
+    """
+)
+
+
+@pytest.mark.one_database
+def test_issue_43_item_4_a_sandboxed_agent_commits_but_plants_no_hook(
+    db_url: str, tmp_path: Path
+) -> None:
+    """git works in the room (objects, refs, logs and the worktree's own git directory are
+    writable): the agent's commit is on the task's branch in the repository; the repository's
+    hooks and config stay read-only, so it cannot plant what a person's git would run."""
+    repo = make_repo(tmp_path / "repo")
+    agents = tmp_path / "agents"
+    agents.mkdir()
+    committer = agents / "commit.sh"
+    committer.write_text(COMMITTER)
+    committer.chmod(0o755)
+    identity = {
+        f"GIT_{who}_{what}": value
+        for who in ("AUTHOR", "COMMITTER")
+        for what, value in (("NAME", "agent"), ("EMAIL", "agent@example.com"))
+    }
+    with open_host(db_url) as host:
+        wf = plain_workflow(host, tmp_path)
+        host.workflows.set_repository(wf, str(repo), "main")
+        profile = host.profiles.add(
+            "boxed", command=[str(committer)], env=identity, sandbox="bwrap"
+        )
+        task = host.tasks.create(workflow=wf, title="commits")
+        host.sessions.start(task.id, profile="boxed", external=False)
+        enqueue(host, profile.id, task.id)
+    env = {"LANEWAY_WORKTREES": str(tmp_path / "wt")}
+    done = laneway("--db", db_url, "worker", "--once", cwd=tmp_path, env=env)
+    assert done.returncode == 0, done.stderr
+    said = _said(db_url, task.id)
+    assert (said.get("commit"), said.get("hook"), said.get("config")) == (
+        "ok",
+        "refused",
+        "refused",
+    ), said
+    branch = f"laneway/{task.id[-8:]}"
+    shown = subprocess.run(
+        ["git", "log", "-1", "--format=%s", branch],
+        cwd=repo,
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert shown.stdout.strip() == "agent's work"
+    assert not (repo / ".git" / "hooks" / "post-commit").exists()
