@@ -17,6 +17,7 @@ import pytest
 import sqlalchemy as sa
 
 from core.agents.item_queue import TURN_ITEMS
+from core.services.worktrees import retire
 from core.store import tables as t
 from core.text import MAX_TEXT
 from tests.agents.conftest import (
@@ -237,3 +238,23 @@ def test_issue_43_item_5_cleanup_runs_in_the_worktree_before_it_is_removed(
     listed = record.read_text().splitlines()
     assert "agent-ran" in listed  # it ran in the worktree, before it was removed
     assert listed[-1] == str(worktree)
+
+
+def test_issue_43_item_5_a_worktree_made_anew_runs_its_setup_again(
+    db_url: str, tmp_path: Path
+) -> None:
+    """The setup's mark lives in the worktree's own git directory: a worktree retired and made
+    again from its branch (as one re-created on another machine is) runs the setup again."""
+    board = Board(db_url, tmp_path)
+    board.cli("workflow", "set", board.wf, "--setup", "echo once >> setup-ran")
+    task = board.task("made twice")
+    board.turn(task)
+    worktree, _session, _items = board.read(task)
+    assert (worktree / "setup-ran").read_text() == "once\n"
+    with open_host(db_url) as host:
+        retire(host.store, host.tasks.get(task), "done")
+    assert not worktree.exists()
+    board.turn(task)
+    # the retirement committed the first run's file to the branch; the new worktree ran it again
+    assert (worktree / "setup-ran").read_text() == "once\nonce\n"
+    assert (worktree / "agent-ran").read_text() == "turn\nturn\n"
