@@ -149,6 +149,15 @@ def _checked(name: str, options: Mapping[str, Any]) -> dict[str, Any]:
     return values
 
 
+def _room_checked(name: str, sandbox: str, network: str) -> None:
+    """`--network off` is a sandbox's: without one it would promise what nothing keeps."""
+    if network == "off" and sandbox == "none":
+        raise LanewayError(
+            f"profile {name!r}, network: off needs a sandbox (--sandbox bwrap); "
+            "without one the agent has the worker's network"
+        )
+
+
 class ProfileService(Service):
     """Agent profiles: the command that runs an agent, its env and its role."""
 
@@ -207,6 +216,7 @@ class ProfileService(Service):
                 "network": network,
             },
         )
+        _room_checked(name, sandbox, network)
         workspace = self._workspace().get()
         profile_id = ids.new_id()
         with self.peers.store.transaction() as uow:
@@ -240,6 +250,11 @@ class ProfileService(Service):
         values = _checked(profile.name, changes)
         if not values:
             return profile
+        _room_checked(
+            profile.name,
+            values.get("sandbox", profile.sandbox),
+            values.get("network", profile.network),
+        )
         with self.peers.store.transaction() as uow:
             changed = uow.conn.execute(
                 sa.update(t.agent_profiles)

@@ -398,6 +398,22 @@ def test_issue_43_item_4_profile_sandbox_and_network_on_the_command_line(tmp_pat
     assert bad.stderr.strip().splitlines() == [
         "laneway: profile 'p', sandbox: 'docker' is not one of none, bwrap"
     ]
+    # --network off is a sandbox's: refused without one, rather than promised and not kept
+    add = ("profile", "add", "q", "--command", "true", "--network", "off")
+    bad = laneway("--db", db, *add, cwd=tmp_path)
+    assert bad.returncode == 1
+    assert bad.stderr.strip().splitlines() == [
+        (
+            "laneway: profile 'q', network: off needs a sandbox (--sandbox bwrap); without one "
+            "the agent has the worker's network"
+        )
+    ]
+    laneway("--db", db, "profile", "set", "p", "--network", "off", cwd=tmp_path)
+    bad = laneway("--db", db, "profile", "set", "p", "--sandbox", "none", cwd=tmp_path)
+    assert bad.returncode == 1
+    assert "network: off needs a sandbox" in bad.stderr
+    shown = laneway("--db", db, "profile", "list", cwd=tmp_path).stdout
+    assert "sandbox=bwrap  network=off  command=true" in shown
 
 
 @pytest.mark.one_database
