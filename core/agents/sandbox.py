@@ -123,12 +123,18 @@ class Room:
         ops = list({(p.resolve(), k, src): None for p, k, src in ops})
         order = {"hide": 0, "ro": 1, "rw": 2}
         covered = [p for p, kind, _ in ops if kind == "hide"]
+        writable = [p for p, kind, _ in ops if kind == "rw"]
         for path, kind, source in sorted(ops, key=lambda o: (len(o[0].parts), order[o[1]])):
             if kind == "hide":
                 if path.is_dir():
                     args += ["--tmpfs", str(path)]
-            elif kind == "ro" and not any(path.is_relative_to(c) for c in covered):
-                continue  # visible read-only already, as the whole machine is
+            elif kind == "ro" and (
+                not any(path.is_relative_to(c) for c in covered)
+                or any(path.is_relative_to(w) for w in writable)
+            ):
+                # visible already: read-only as the whole machine is, or writable as its
+                # room (the agent's own program in its worktree stays its to change)
+                continue
             elif source is not None or path.exists():
                 flag = "--bind" if kind == "rw" else "--ro-bind"
                 args += [flag, str(source or path), str(path)]
