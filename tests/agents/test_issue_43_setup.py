@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import shutil
 import subprocess
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -33,6 +34,7 @@ from tests.conftest import open_host
 
 pytestmark = pytest.mark.slow
 
+FAKE = str(Path(__file__).resolve().with_name("fake_acp_agent.py"))
 MIB = 1024 * 1024
 SLACK = 48 * MIB
 """What a worker's peak memory may grow by over a quiet setup's (10 MB printed must not be
@@ -258,3 +260,26 @@ def test_issue_43_item_5_a_worktree_made_anew_runs_its_setup_again(
     # the retirement committed the first run's file to the branch; the new worktree ran it again
     assert (worktree / "setup-ran").read_text() == "once\nonce\n"
     assert (worktree / "agent-ran").read_text() == "turn\nturn\n"
+
+
+def test_issue_43_item_5_an_acp_agents_worktree_is_set_up_before_its_conversation(
+    db_url: str, tmp_path: Path
+) -> None:
+    """Setup is the turn's, not the protocol's: an ACP agent (the fake one) finds the file
+    the setup made when its conversation's first prompt comes."""
+    script = {"turns": [[{"python": "result = open('prepared').read().strip()"}]]}
+    board = Board(
+        db_url,
+        tmp_path,
+        command=[sys.executable, FAKE],
+        protocol="acp",
+        env={"FAKE_ACP_SCRIPT": json.dumps(script)},
+    )
+    board.cli("workflow", "set", board.wf, "--setup", "echo ready > prepared; echo prepared it")
+    task = board.task("acp")
+    board.turn(task)
+    _worktree, session, items = board.read(task)
+    said = [(i.kind, i.text) for i in items]
+    assert ("output", "prepared it") in said
+    assert any(kind == "message" and "python: ready" in text for kind, text in said), said
+    assert session.state == "WAITING_FOR_INPUT"
