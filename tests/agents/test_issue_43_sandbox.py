@@ -273,7 +273,7 @@ def test_issue_43_item_4_the_orphan_rules_hold_in_a_sandbox(
         if end == "worker killed with -9":
             worker.send_signal(signal.SIGKILL)
         worker.wait(timeout=60)
-        _until(lambda: not _marked(mark), 5, "the sleepers to die with the turn")
+        _until(lambda: not _marked(mark), 10, "the sleepers to die with the turn")
     finally:
         if worker.poll() is None:
             worker.kill()
