@@ -63,6 +63,8 @@ def workflow_json(workflow: Workflow) -> dict[str, Any]:
         "base_branch": workflow.base_branch,
         "retire_worktrees": workflow.retire_worktrees,
         "remote": workflow.remote,
+        "setup": workflow.setup,
+        "cleanup": workflow.cleanup,
         "forge": dict(workflow.forge) if workflow.forge is not None else None,
         "steps": [step_json(s) for s in sorted(workflow.steps, key=lambda s: s.position)],
     }

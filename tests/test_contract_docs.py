@@ -23,7 +23,6 @@ DOCS = Path(__file__).resolve().parents[1] / "docs"
 
 CLI_NOT_YET: Final[dict[tuple[str, ...], set[str]]] = {
     # phase 4 (CLI.md) beyond issue 38's undo commands and --version: later changes build them
-    ("workflow", "set"): {"--setup"},
     ("question", "list"): set(),
     ("question", "answer"): set(),
     ("user", "add"): set(),

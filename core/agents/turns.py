@@ -16,11 +16,12 @@ import time
 from collections.abc import Mapping
 
 from core import ids
+from core.agents import sandbox
 from core.agents.bounds import item
 from core.agents.desired import desired
 from core.agents.environment import agent_env
 from core.agents.failure import Failures
-from core.agents.protocols import TurnCall, TurnProtocol
+from core.agents.protocols import TurnCall, TurnProtocol, setup
 from core.agents.record import BoardRecord
 from core.agents.stops import InFlight, LiveTurn
 from core.agents.values import TurnEnd, TurnOutcome
@@ -28,7 +29,7 @@ from core.errors import LanewayError
 from core.logs import logger
 from core.model import AgentFailure, AgentProfile, Session, Task
 from core.services import travel
-from core.services.worktrees import workspace_for
+from core.services.worktrees import wanted, workspace_for
 
 DEFAULT_RETRY_DELAYS = (5.0, 10.0, 20.0, 40.0, 60.0)
 CANCEL_POLL_S = 0.2
@@ -246,10 +247,32 @@ class TurnLoop:
             sessions.set_state(session_id, "RUNNING")
         try:
             cwd = workspace_for(self.peers, turn.task_id, known[1] if known else None)
+            room = sandbox.room(profile, cwd, turn.task_id, self.peers.store.url)
         except LanewayError as exc:
             if not protocol.running_first:
                 sessions.set_state(session_id, "RUNNING")
             return TurnEnd("failed", str(exc), route="R2")
+        task = known[1] if known is not None else self.peers.tasks.get(turn.task_id)
+        command = None
+        if task.workflow_id and wanted(self.peers, task)[0] is not None:  # a worktree's turn
+            command = self.peers.workflows.by_id(task.workflow_id).setup
+        if setup.pending(cwd, command) and turn.stopped is None:
+            assert command is not None
+            if not protocol.running_first:
+                sessions.set_state(session_id, "RUNNING")
+            ended = setup.run(
+                turn,
+                command,
+                profile=profile,
+                cwd=cwd,
+                env=env,
+                room=room,
+                record=record,
+                # its own mark: the sweep after it must not reach the agent's processes
+                execution_id=ids.new_id(),
+            )
+            if ended is not None:
+                return ended
         # set_state(RUNNING) changes its state only, which nothing here reads
         session = known[0] if known is not None else sessions.get(session_id)
         want = desired(session.metadata, profile.name)
@@ -257,7 +280,9 @@ class TurnLoop:
             if not protocol.running_first:
                 sessions.set_state(session_id, "RUNNING")
             return TurnEnd("cancelled", "the turn was cancelled")
-        call = TurnCall(session_id, session, profile, env, prompt, cwd, want, record, execution_id)
+        call = TurnCall(
+            session_id, session, profile, env, prompt, cwd, want, record, execution_id, room
+        )
         end = protocol.attempt(turn, call)
         if turn.stopped != "fenced":
             # before the turn's end is routed (which may queue the next run, for any host):

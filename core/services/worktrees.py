@@ -18,8 +18,12 @@ from the remote before its turn, the record moving to its host.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import signal
+import subprocess
+import threading
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -186,6 +190,7 @@ def retire(store: Store, task: Task, why: str) -> None:
     if record.get("host") != host_name():
         log.warning(f"task {why}; its worktree is on host {record.get('host')!r}: left there")
         return
+    cleanup(store, task, Path(record["path"]))
     try:
         commit = gitwork.retire(
             travel.checkout(record),
@@ -200,6 +205,65 @@ def retire(store: Store, task: Task, why: str) -> None:
     if why == "deleted":
         return
     _record(store, task.id, {**record, "removed_at": ids.now()})
+
+
+CLEANUP_TIMEOUT = 120.0
+"""Seconds a workflow's cleanup command may run before it is killed (the removal goes on)."""
+CLEANUP_TAIL = 2000
+"""The characters of a cleanup's output kept for its log record (its last ones)."""
+
+
+def cleanup(store: Store, task: Task, path: Path) -> None:
+    """Run the task's workflow's cleanup command (`workflow set --cleanup`) in its worktree,
+    before it is removed: in a process group of its own, with the base environment an agent
+    gets and the task's id, bounded in time and in the output kept (its tail, logged).
+    Never stops the removal: a failure is a WARNING."""
+    if task.workflow_id is None or not path.is_dir():
+        return
+    with store.read() as conn:
+        command = conn.execute(
+            sa.select(t.workflows.c.cleanup).where(t.workflows.c.id == task.workflow_id)
+        ).scalar()
+    if not command:
+        return
+    base = ("PATH", "HOME", "LANG", "LC_ALL", "LC_CTYPE", "TMPDIR")
+    env = {k: os.environ[k] for k in base if k in os.environ}
+    env["LANEWAY_TASK_ID"] = task.id
+    log = logger.bind(task_id=task.id, path=str(path), cleanup=command)
+    proc = subprocess.Popen(
+        ["/bin/sh", "-c", command],
+        cwd=path,
+        env=env,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        process_group=0,
+    )
+    tail = bytearray()
+
+    def drain() -> None:
+        assert proc.stdout is not None
+        while chunk := os.read(proc.stdout.fileno(), 65536):
+            tail.extend(chunk)
+            del tail[: max(0, len(tail) - CLEANUP_TAIL)]
+
+    reader = threading.Thread(target=drain, name="laneway-cleanup", daemon=True)
+    reader.start()
+    try:
+        code = proc.wait(timeout=CLEANUP_TIMEOUT)
+    except subprocess.TimeoutExpired:
+        code = None
+    finally:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(proc.pid, signal.SIGKILL)  # what it left running goes with it
+        proc.wait()
+        reader.join(timeout=5)
+    said = bytes(tail).decode("utf-8", "replace").strip()
+    if code == 0:
+        log.bind(output=said).info("ran the workflow's cleanup")
+    else:
+        why = f"exited with status {code}" if code is not None else "timed out"
+        log.bind(output=said).warning(f"the workflow's cleanup {why}; removing the worktree")
 
 
 def retire_at_terminal(peers: Peers, task_id: str, workflow: Workflow, step_id: str) -> None:

@@ -78,6 +78,8 @@ def profile(row: RowLike) -> AgentProfile:
         turn_timeout=float(row["turn_timeout"]),
         idle_timeout=float(row["idle_timeout"]),
         mode=row["mode"],
+        sandbox=row["sandbox"],
+        network=row["network"],
     )
 
 
@@ -140,6 +142,8 @@ def workflow(row: RowLike, steps: tuple[Step, ...]) -> Workflow:
         base_branch=row["base_branch"],
         retire_worktrees=bool(row["retire_worktrees"]),
         remote=row["remote"],
+        setup=row["setup"],
+        cleanup=row["cleanup"],
         forge=json.loads(row["forge"]) if row["forge"] else None,
     )
 

@@ -58,6 +58,9 @@ agent_profiles = sa.Table(
     sa.Column("turn_timeout", sa.Float, nullable=False, server_default="3600"),
     sa.Column("idle_timeout", sa.Float, nullable=False, server_default="900"),
     sa.Column("mode", sa.String(200), nullable=True),
+    # the agent's room (AGENTS.md `--sandbox`): none, or bwrap; its network under it, on or off
+    sa.Column("sandbox", sa.String(20), nullable=False, server_default="none"),
+    sa.Column("network", sa.String(10), nullable=False, server_default="on"),
     sa.UniqueConstraint("workspace_id", "name", name="uq_agent_profiles_name"),
 )
 
@@ -89,6 +92,10 @@ workflows = sa.Table(
     sa.Column("remote", sa.String(4000), nullable=True),
     # the forge its pull requests are opened on: JSON kind, repo, url, token_env
     sa.Column("forge", sa.Text, nullable=True),
+    # shell commands run in a task's worktree: once it is new (before its first turn), and
+    # before it is removed
+    sa.Column("setup", sa.Text, nullable=True),
+    sa.Column("cleanup", sa.Text, nullable=True),
 )
 
 workflow_steps = sa.Table(

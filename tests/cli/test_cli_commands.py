@@ -30,6 +30,8 @@ WORKFLOW_KEYS = {
     "repository",
     "retire_worktrees",
     "remote",
+    "setup",
+    "cleanup",
     "forge",
     "base_branch",
     "steps",

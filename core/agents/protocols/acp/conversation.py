@@ -23,7 +23,7 @@ import time
 from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Any, Final, Protocol
+from typing import TYPE_CHECKING, Any, Final, Protocol
 
 import attrs
 
@@ -38,8 +38,12 @@ from core.agents.values import (
     TranscriptItem,
     TurnEnd,
 )
+from core.errors import LanewayError
 from core.logs import logger
 from core.model import AgentProfile
+
+if TYPE_CHECKING:
+    from core.agents.sandbox import Room
 
 LIVE_LIMIT: Final = 32
 """Conversations a worker keeps alive between turns; the least recently used one past it ends
@@ -93,6 +97,8 @@ class AcpTurn:
     reported: Mapping[str, Any]
     """The session's `agent` as stored (the last turn's report)."""
     mcp_servers: Sequence[McpServer] = ()
+    room: Room | None = None
+    """The sandbox its agent process starts in (None: none)."""
 
 
 class Conversations:
@@ -106,14 +112,28 @@ class Conversations:
         self._running: dict[str, AgentConnection] = {}
         self._lock = threading.Lock()
 
-    def start(self, profile: AgentProfile, env: Mapping[str, str], cwd: Path) -> AgentConnection:
-        """Start the profile's agent and `initialize` it (AcpError when that fails)."""
+    def start(
+        self,
+        profile: AgentProfile,
+        env: Mapping[str, str],
+        cwd: Path,
+        room: Room | None = None,
+    ) -> AgentConnection:
+        """Start the profile's agent (in `room`, when given) and `initialize` it (AcpError when
+        that fails; R2 when it cannot start)."""
         policy = PermissionPolicy(
             profile.permissions,  # type: ignore[arg-type]  # checked when the profile was stored
             frozenset(profile.auto_allow),
         )
+        command = profile.command
+        if room is not None:
+            try:
+                command = room.wrap(command, env)
+            except LanewayError as exc:
+                raise AcpError(TurnEnd("failed", str(exc), route="R2")) from None
+            env = room.env(env)
         return self._loop().start_agent(
-            profile.command, env=env, cwd=cwd, policy=policy, init_timeout=init_timeout()
+            command, env=env, cwd=cwd, policy=policy, init_timeout=init_timeout()
         )
 
     def take(self, session_id: str, run_id: str = "") -> AgentConnection | None:
@@ -200,7 +220,7 @@ def run_acp_turn(conversations: Conversations, turn: AcpTurn, record: Record) ->
     conn = conversations.take(turn.session_id, run_id)
     try:
         if conn is None:
-            conn = conversations.start(turn.profile, turn.env, turn.cwd)
+            conn = conversations.start(turn.profile, turn.env, turn.cwd, turn.room)
         _state, prompt = _prepare(conn, turn, record)
     except AcpError as exc:
         if conn is not None:

@@ -3,10 +3,14 @@ conversation, which this process keeps between turns (the SDK loads with the fir
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import TYPE_CHECKING
+
+from acp.schema import McpServerStdio
 
 from core.agents.stops import InFlight, LiveTurn
 from core.agents.tools.access import ToolAccess
+from core.agents.tools.wire import SOCKET_ENV
 from core.agents.values import TurnEnd
 
 if TYPE_CHECKING:
@@ -53,6 +57,16 @@ class AcpProtocol:
             run_id=turn.run_id,
             agent_profile_id=turn.agent_profile_id,
         )
+        room = call.room
+        if room is not None:
+            # the tool server the agent starts reaches the worker's broker by its socket
+            room = room.exposing(
+                Path(env.value).parent
+                for server in servers
+                if isinstance(server, McpServerStdio)
+                for env in server.env
+                if env.name == SOCKET_ENV
+            )
         try:
             with self.in_flight.peers.store.agent_turn():
                 return run_acp_turn(
@@ -66,6 +80,7 @@ class AcpProtocol:
                         call.want,
                         call.session.agent,
                         servers,
+                        room,
                     ),
                     call.record,
                 )
