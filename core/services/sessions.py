@@ -12,6 +12,7 @@ from core.errors import LanewayError, NotFound, RunFenced
 from core.model import (
     ACTIVE_SESSION_STATES,
     ITEM_KINDS,
+    TERMINAL_STEP_NAMES,
     WAITING_STATES,
     WORKING_STATES,
     Item,
@@ -381,6 +382,47 @@ class SessionService(Service):
             query = query.where(ITEMS.c.run_id == run_id)
         with self.peers.store.read() as conn:
             return [rows.item(r) for r in conn.execute(query).mappings()]
+
+    def ended(self, session_ids: Sequence[str]) -> dict[str, str]:
+        """Which of `session_ids` have had their conversations ended by the board, and why:
+        `deleted` (the session or its task gone), `archived` (its task archived) or
+        `terminal` (its task at its workflow's terminal step, `Workflow.terminal_step`).
+        One read; the worker ends what it keeps of them (AGENTS.md "Phase 4")."""
+        if not session_ids:
+            return {}
+        tasks, steps = t.tasks, t.workflow_steps
+        later = steps.alias("later")
+        names = sorted(TERMINAL_STEP_NAMES)
+        terminal = sa.and_(
+            sa.func.lower(steps.c.name).in_(names),
+            ~sa.exists().where(
+                later.c.workflow_id == steps.c.workflow_id,
+                later.c.position > steps.c.position,
+                sa.func.lower(later.c.name).in_(names),
+            ),
+        )
+        query = (
+            sa.select(
+                S.c.id,
+                tasks.c.archived_at.is_not(None).label("archived"),
+                sa.case((terminal, True), else_=False).label("terminal"),
+            )
+            .join(tasks, tasks.c.id == S.c.task_id)
+            .outerjoin(steps, steps.c.id == tasks.c.workflow_step_id)
+            .where(S.c.id.in_(list(session_ids)))
+        )
+        with self.peers.store.read() as conn:
+            found = {r.id: r for r in conn.execute(query)}
+        why: dict[str, str] = {}
+        for session_id in session_ids:
+            row = found.get(session_id)
+            if row is None:
+                why[session_id] = "deleted"
+            elif row.archived:
+                why[session_id] = "archived"
+            elif row.terminal:
+                why[session_id] = "terminal"
+        return why
 
     def run_items(self, run_id: str) -> builtins.list[Item]:
         """Every transcript item of one run, in the order they were kept."""
