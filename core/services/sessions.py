@@ -56,6 +56,40 @@ _APPEND = (
     .returning(ITEMS.c.seq)
 )
 
+_NEXT = (
+    sa.select((sa.func.coalesce(sa.func.max(ITEMS.c.seq), 0) + 1).label("seq"))
+    .where(ITEMS.c.session_id == sa.bindparam("session_id", type_=sa.String))
+    .subquery("next")
+)
+_KEPT = ITEMS.alias("kept")
+# A turn's prompt, kept once per (run, turn) (issue 41 item 8): sent again by a transient retry or
+# by the run re-queued after its worker died, it is not a second row. The INSERT decides, from
+# the rows already there (its row count says whether it was kept), never a read before it.
+_APPEND_PROMPT = (
+    sa.insert(ITEMS)
+    .from_select(
+        ["session_id", "seq", "run_id", "kind", "text", "data", "at"],
+        sa.select(
+            sa.bindparam("session_id", type_=sa.String),
+            _NEXT.c.seq,
+            sa.bindparam("run_id", type_=sa.String),
+            sa.bindparam("kind", type_=sa.String),
+            sa.bindparam("text", type_=sa.Text),
+            sa.bindparam("data", type_=sa.Text),
+            sa.bindparam("at", type_=sa.String),
+        )
+        .select_from(_NEXT)
+        .where(
+            ~sa.exists().where(
+                _KEPT.c.run_id == sa.bindparam("run_id", type_=sa.String),
+                _KEPT.c.kind == sa.literal_column("'prompt'"),
+                _KEPT.c.data == sa.bindparam("data", type_=sa.Text),
+            )
+        ),
+    )
+    .returning(ITEMS.c.seq)
+)
+
 
 # The statements every run makes (core.agents.worker), as prepared driver SQL (core.store.prepared)
 _BY_ID = sa.bindparam("session_id", type_=sa.String)
@@ -337,19 +371,21 @@ class SessionService(Service):
                     raise RunFenced(run_id, refused)
             stamp = ids.now()
             for item in checked:
-                seq = int(
-                    uow.run(
-                        _APPEND,
-                        {
-                            "session_id": session_id,
-                            "run_id": run_id,
-                            "kind": item.kind,
-                            "text": item.text,
-                            "data": json.dumps(item.data, default=str),
-                            "at": stamp,
-                        },
-                    ).scalar_one()
-                )
+                once = item.kind == "prompt" and run_id is not None
+                kept = uow.run(
+                    _APPEND_PROMPT if once else _APPEND,
+                    {
+                        "session_id": session_id,
+                        "run_id": run_id,
+                        "kind": item.kind,
+                        "text": item.text,
+                        "data": json.dumps(item.data, default=str),
+                        "at": stamp,
+                    },
+                ).scalar()
+                if kept is None:
+                    continue  # this turn's prompt is kept already
+                seq = int(kept)
                 seqs.append(seq)
                 events.record(
                     uow,
