@@ -217,9 +217,18 @@ class Conversations:
         for conn in running:
             conn.cancel(grace=0.5)
             conn.close(grace=0.5)
-        for session_id, conn in idle:
-            if conn not in running:
-                _ended(session_id, conn, "shutdown", grace=0.5)
+        # at once, not one after another: each agent may take CLOSE_TIMEOUT to answer
+        enders = [
+            threading.Thread(
+                target=_ended, args=(session_id, conn, "shutdown", 0.5), name="laneway-close"
+            )
+            for session_id, conn in idle
+            if conn not in running
+        ]
+        for ender in enders:
+            ender.start()
+        for ender in enders:
+            ender.join()
 
 
 def _ended(session_id: str, conn: AgentConnection, why: str, grace: float = 2.0) -> None:
