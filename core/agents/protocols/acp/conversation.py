@@ -135,9 +135,10 @@ class Conversations:
 
         A process's environment is fixed when it starts, so one started for an earlier run
         holds a stale LANEWAY_RUN_ID (AGENTS.md "Phase 4": it is the run being executed on
-        every turn). When the agent can load its sessions, the conversation loses nothing by a
-        restart (`session/load` continues it), so the process is replaced; an agent that cannot
-        is kept, its conversation being worth more, and `get_task`'s `run_id` says the run."""
+        every turn). When the agent can resume or load its sessions, the conversation loses
+        nothing by a restart (`session/resume` or `session/load` continues it), so the process
+        is replaced; an agent that can neither is kept, its conversation being worth more, and
+        `get_task`'s `run_id` says the run."""
         with self._lock:
             conn = self._live.pop(session_id, None)
             started_for = self._run_ids.pop(session_id, "")
