@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import textwrap
 import time
@@ -22,7 +23,7 @@ from typing import Any
 import pytest
 
 from tests.agents.conftest import laneway, laneway_script, script_env
-from tests.agents.test_acp_worker import Board, echoes, warnings
+from tests.agents.test_acp_worker import Board, echoes, messages, warnings
 
 pytestmark = pytest.mark.slow
 
@@ -322,3 +323,35 @@ def test_issue_41_item_5_no_close_is_sent_on_any_path_when_not_offered(
         err = worker.stop()
     assert "session/close" not in _methods(log), err
     assert [(e["why"], e["session_close"]) for e in _ended(err)] == [("archived", False)], err
+
+
+@pytest.mark.one_database
+def test_issue_41_item_5_a_resume_only_agent_is_restarted_between_runs_and_resumed(
+    db_url: str, tmp_path: Path
+) -> None:
+    """One worker takes both runs: an agent that offers `session/resume` (and not load) is
+    restarted for the second run, so its LANEWAY_RUN_ID is that run's (AGENTS.md "Phase 4"),
+    and the conversation goes on by `session/resume`, not `session/close`d (it is not over)."""
+    log = tmp_path / "agent.log"
+    script = _script(tmp_path, resume_session=True, close_session=True)
+    board = Board(db_url, tmp_path, {**script, "turns": [[{"env_value": "LANEWAY_RUN_ID"}]]})
+    worker = Worker(board)
+    try:
+        _wait("the second run's turn", lambda: _methods(log).count("session/prompt") == 2, worker)
+        _wait("the task at Done", lambda: board.read()[0] == "Done", worker)
+        _step, session, items = board.read()
+    finally:
+        err = worker.stop()
+    entries = _log(log)
+    pids = [e["pid"] for e in entries if e["method"] == "session/prompt"]
+    assert len(set(pids)) == 2, err  # a process per run
+    assert next(e["method"] for e in entries if e["pid"] == pids[1]) == "session/resume"
+    assert echoes(items)[1].endswith("(previous: work on it)")
+    run_ids = {i["run_id"] for i in items if i["kind"] == "prompt"}
+    said = re.findall(r"LANEWAY_RUN_ID=([0-9a-f-]+)", messages(items))
+    assert len(said) == 2
+    assert set(said) == run_ids
+    # closed once, at the end (Done is the terminal step, or the worker stopping), never between
+    closes = [e for e in entries if e["method"] == "session/close"]
+    assert [e["pid"] for e in closes] == [pids[1]], err
+    assert session.agent["continued_by"] == "resume"
