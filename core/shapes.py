@@ -140,8 +140,18 @@ def template_json(decl: Any) -> dict[str, Any]:
     }
 
 
-AGENT_KEYS = ("acp_session_id", "modes", "mode", "config_options", "model", "plan_mode")
-"""What an agent reported of its conversation, as a session's `agent` shows it (AGENTS.md)."""
+AGENT_KEYS = (
+    "acp_session_id",
+    "modes",
+    "mode",
+    "config_options",
+    "model",
+    "plan_mode",
+    "continued_by",
+)
+"""What an agent reported of its conversation, as a session's `agent` shows it (AGENTS.md);
+`continued_by` says how the agent process now holding it took it up: `new`, `resume` or `load`
+(issue 41 item 5)."""
 _LISTS = frozenset({"modes", "config_options"})
 
 

@@ -26,9 +26,20 @@ class BoardRecord:
     run_id: str | None
     on_refused: Callable[[str], None] | None = None
     """Told the reason when the board refuses the run's transcript (core.runs.fence)."""
+    turn: int = 0
+    """Which of its run's turns this is (0: the run's own; 1, 2...: messages queued during it)."""
 
     def items(self, items: Sequence[TranscriptItem]) -> None:
         if items:
+            # The turn's prompt says which turn of the run it is: the board keeps one prompt
+            # item per (run, turn), however often the prompt is sent (a transient retry, the
+            # run re-queued after its worker died) - issue 41 item 8
+            items = [
+                TranscriptItem(i.kind, i.text, {**i.data, "turn": self.turn})
+                if i.kind == "prompt" and self.run_id is not None
+                else i
+                for i in items
+            ]
             try:
                 self.peers.sessions.append_items(
                     self.session_id,

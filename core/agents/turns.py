@@ -88,13 +88,20 @@ class TurnLoop:
             step_id=step_id,
             known=(session, task) if session is not None and session.id == session_id else None,
         )
+        ordinal = 0
         while outcome.ok and outcome.messages_waiting:
             message = self.peers.sessions.pop_queued_message(session_id)
             if message is None:
                 break
             self.peers.turns.start_internal(session_id)
+            ordinal += 1
             outcome = self._one_turn(
-                session_id, message, run_id=run_id, reason="user_message", step_id=None
+                session_id,
+                message,
+                run_id=run_id,
+                reason="user_message",
+                step_id=None,
+                ordinal=ordinal,
             )
         return outcome
 
@@ -107,7 +114,10 @@ class TurnLoop:
         reason: str,
         step_id: str | None,
         known: tuple[Session, Task | None] | None = None,
+        ordinal: int = 0,
     ) -> TurnOutcome:
+        """One turn; `ordinal` counts the run's turns (its queued messages follow its first),
+        so that the turn's prompt is kept once however often it is sent."""
         host = self.peers
         fail = self.failures.fail_and_dispatch
         session, task = known if known is not None else (host.sessions.get(session_id), None)
@@ -154,6 +164,7 @@ class TurnLoop:
                 session_id,
                 run_id,
                 functools.partial(self.in_flight.refused_once, turn),
+                ordinal,
             )
             attempt = 0
             while True:

@@ -59,6 +59,16 @@ class AgentInfo:
     version: str | None
     load_session: bool
     auth_methods: tuple[str, ...]
+    resume_session: bool = False
+    """It offers `session/resume` (`sessionCapabilities.resume`): a conversation continues
+    without its history replayed."""
+    close_session: bool = False
+    """It offers `session/close` (`sessionCapabilities.close`)."""
+
+    @property
+    def continues(self) -> bool:
+        """It can take up a stored conversation in a new process (resume or load)."""
+        return self.resume_session or self.load_session
 
 
 @attrs.frozen

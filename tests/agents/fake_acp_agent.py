@@ -6,12 +6,18 @@ The script is JSON, from the file named by FAKE_ACP_SCRIPT_FILE or inline in FAK
      "new": "ok" | "auth_error", "load": "ok" | "auth_error",
      "modes": ["default", "plan"], "mode": "default",
      "load_session": false,
+     "resume_session": false, "close_session": false,   # sessionCapabilities.resume / .close
+     "resume": "ok" | "error",                          # session/resume's answer
+     "log": "FILE",   # one JSON line per session request: {"method", "session_id", "pid"}
      "config_options": [{"id", "name", "values": [...], "current", "category"?}],
      "state_dir": "DIR",   # conversations kept here, so session/load works in a new process
      "turns": [[STEP, ...], ...]}   # the n-th prompt of the process runs turns[n] (the last
                                     # one repeats); without turns a prompt is echoed
 STEP is one of {"message": T}, {"thought": T}, {"tool_call": {"id", "title", "kind"}},
-{"tool_update": {"id", "status"}}, {"plan": [T, ...]}, {"permission": {"kind", "title", "meta"}}
+{"tool_update": {"id", "status"}},
+{"chunks": [T, ...], "kind": "message"|"thought", "message_id": ID, "pause": S} (streamed: one
+update per chunk, `pause` seconds apart, each carrying `messageId` ID when given),
+{"plan": [T, ...]}, {"permission": {"kind", "title", "meta"}}
 (its answer becomes a message `permission: OPTION-ID|cancelled`), {"read": PATH},
 {"write": PATH, "content": T}, {"terminal": true}, {"usage": {"used", "size", "cost"}},
 {"sleep": S}, {"wait_cancel": true}, {"garbage": T}, {"huge_line": MB}, {"stderr": T},
@@ -60,15 +66,23 @@ from acp import (
 from acp.interfaces import Client
 from acp.schema import (
     AgentCapabilities,
+    AgentMessageChunk,
+    AgentThoughtChunk,
+    CloseSessionResponse,
     Cost,
     CurrentModeUpdate,
     Implementation,
     PermissionOption,
+    ResumeSessionResponse,
+    SessionCapabilities,
+    SessionCloseCapabilities,
     SessionConfigOptionSelect,
     SessionConfigSelectOption,
     SessionMode,
     SessionModeState,
+    SessionResumeCapabilities,
     SetSessionConfigOptionResponse,
+    TextContentBlock,
     ToolCallUpdate,
     UsageUpdate,
 )
@@ -107,6 +121,13 @@ class FakeAgent(Agent):
 
     def on_connect(self, conn: Client) -> None:
         self.client = conn
+
+    def _log(self, method: str, session_id: str | None) -> None:
+        path = self.script.get("log")
+        if path:
+            line = {"method": method, "session_id": session_id, "pid": os.getpid()}
+            with open(path, "a") as file:
+                file.write(json.dumps(line) + "\n")
 
     # -- the conversation, kept on disk when state_dir is given --------------------------
 
@@ -163,7 +184,13 @@ class FakeAgent(Agent):
         return InitializeResponse(
             protocol_version=PROTOCOL_VERSION,
             agent_capabilities=AgentCapabilities(
-                load_session=bool(self.script.get("load_session", False))
+                load_session=bool(self.script.get("load_session", False)),
+                session_capabilities=SessionCapabilities(
+                    resume=SessionResumeCapabilities()
+                    if self.script.get("resume_session")
+                    else None,
+                    close=SessionCloseCapabilities() if self.script.get("close_session") else None,
+                ),
             ),
             agent_info=Implementation(name="fake-acp-agent", version="1.0"),
             auth_methods=[],
@@ -180,6 +207,7 @@ class FakeAgent(Agent):
         self.mcp_servers[session_id] = list(kwargs.get("mcp_servers") or [])
         self.cwd[session_id] = cwd
         self._save(session_id)
+        self._log("session/new", session_id)
         return NewSessionResponse(
             session_id=session_id, modes=self._mode_state(), config_options=self._config() or None
         )
@@ -198,7 +226,29 @@ class FakeAgent(Agent):
         assert self.client is not None
         for text in self.history[session_id]:  # ACP: load replays the conversation
             await self.client.session_update(session_id, update_agent_message_text(text))
+        self._log("session/load", session_id)
         return LoadSessionResponse(modes=self._mode_state(), config_options=self._config() or None)
+
+    async def resume_session(
+        self, cwd: str, session_id: str, **kwargs: Any
+    ) -> ResumeSessionResponse:
+        """ACP session/resume: the stored conversation goes on, nothing replayed."""
+        path = self._store(session_id)
+        if self.script.get("resume") == "error" or path is None or not path.exists():
+            self._log("session/resume:failed", session_id)
+            raise RequestError.resource_not_found(session_id)
+        self.history[session_id] = list(json.loads(path.read_text()))
+        self.mcp_servers[session_id] = list(kwargs.get("mcp_servers") or [])
+        self.cwd[session_id] = cwd
+        self._log("session/resume", session_id)
+        return ResumeSessionResponse(
+            modes=self._mode_state(), config_options=self._config() or None
+        )
+
+    async def close_session(self, session_id: str, **kwargs: Any) -> CloseSessionResponse:
+        self._log("session/close", session_id)
+        self.history.pop(session_id, None)
+        return CloseSessionResponse()
 
     async def set_session_mode(
         self, mode_id: str, session_id: str, **kwargs: Any
@@ -237,6 +287,7 @@ class FakeAgent(Agent):
         history.append(text)
         self.prompt_text = text
         self._save(session_id)
+        self._log("session/prompt", session_id)
         await self.client.session_update(
             session_id, update_agent_message_text(f"echo: {text} (previous: {previous})")
         )
@@ -259,6 +310,20 @@ class FakeAgent(Agent):
             await self._say(session_id, step["message"])
         elif "thought" in step:
             await client.session_update(session_id, update_agent_thought_text(step["thought"]))
+        elif "chunks" in step:
+            kind = AgentThoughtChunk if step.get("kind") == "thought" else AgentMessageChunk
+            update = "agent_thought_chunk" if kind is AgentThoughtChunk else "agent_message_chunk"
+            for n, text in enumerate(step["chunks"]):
+                if n and step.get("pause"):
+                    await asyncio.sleep(float(step["pause"]))
+                await client.session_update(
+                    session_id,
+                    kind(
+                        session_update=update,  # type: ignore[arg-type]
+                        content=TextContentBlock(type="text", text=text),
+                        message_id=step.get("message_id"),
+                    ),
+                )
         elif "tool_call" in step:
             call = step["tool_call"]
             await client.session_update(
@@ -410,7 +475,7 @@ class FakeAgent(Agent):
 
 
 def main() -> None:
-    asyncio.run(run_agent(FakeAgent(_script())))
+    asyncio.run(run_agent(FakeAgent(_script()), use_unstable_protocol=True))
 
 
 if __name__ == "__main__":

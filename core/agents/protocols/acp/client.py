@@ -48,7 +48,8 @@ from core.agents.values import (
 MAX_READ: Final = 8 * 1024 * 1024
 """The largest file `fs/read_text_file` returns (bytes): the answer is one stdin line."""
 CHUNK_QUIET: Final = 0.2
-"""Message text gathered from chunks is one item once the agent has paused this long (s)."""
+"""Message text gathered from chunks the agent did not mark with a `messageId` is one item once
+the agent has paused this long (s): nothing else says where such a message ends."""
 ALLOW_KINDS: Final = ("allow_once", "allow_always")
 REJECT_KINDS: Final = ("reject_once", "reject_always")
 
@@ -111,6 +112,7 @@ class LanewayClient:
         self.usage: TokenUsage | None = None
         self.asks: set[asyncio.Future[str | None]] = set()
         self._chunk_kind: str | None = None
+        self._chunk_id: str | None = None
         self._chunks: list[str] = []
         self._chunk_chars = 0
         self._quiet: asyncio.TimerHandle | None = None
@@ -125,19 +127,30 @@ class LanewayClient:
         if self._chunk_kind is not None and self._chunks:
             kind: ItemKind = "message" if self._chunk_kind == "message" else "thought"
             self.post(item(kind, "".join(self._chunks)))
-        self._chunk_kind, self._chunks, self._chunk_chars = None, [], 0
+        self._chunk_kind, self._chunk_id, self._chunks, self._chunk_chars = None, None, [], 0
 
-    def _chunk(self, kind: str, text: str) -> None:
-        if kind != self._chunk_kind or self._chunk_chars + len(text) > MAX_TEXT:
+    def _chunk(self, kind: str, text: str, message_id: str | None) -> None:
+        """One streamed chunk, joined to the message it belongs to (issue 41 item 8): the
+        item ends at a boundary - a chunk of the other kind or of another message
+        (`messageId`), any other update, a permission question, the turn's end - or at the
+        item's bound (MAX_TEXT: the rest goes on in the next item)."""
+        if (
+            kind != self._chunk_kind
+            or message_id != self._chunk_id
+            or self._chunk_chars + len(text) > MAX_TEXT
+        ):
             self.flush()
-            self._chunk_kind = kind
+            self._chunk_kind, self._chunk_id = kind, message_id
         self._chunks.append(text)
         self._chunk_chars += len(text)
-        # Chunks have no end marker: a pause ends the item, so the board sees it while the
-        # turn runs rather than at its end.
         if self._quiet is not None:
             self._quiet.cancel()
-        self._quiet = asyncio.get_running_loop().call_later(CHUNK_QUIET, self.flush)
+            self._quiet = None
+        if message_id is None:
+            # Unmarked chunks have no end but the next boundary: a pause ends the item, so the
+            # board sees it while the turn runs rather than at its end. A marked message goes
+            # on across pauses, as one item.
+            self._quiet = asyncio.get_running_loop().call_later(CHUNK_QUIET, self.flush)
 
     async def session_update(self, session_id: str, update: Any, **kwargs: Any) -> None:
         if isinstance(update, CurrentModeUpdate):
@@ -159,9 +172,9 @@ class LanewayClient:
         if self.replaying:
             return  # session/load replays a conversation laneway has already kept
         if isinstance(update, AgentMessageChunk):
-            self._chunk("message", block_text(update.content))
+            self._chunk("message", block_text(update.content), update.message_id)
         elif isinstance(update, AgentThoughtChunk):
-            self._chunk("thought", block_text(update.content))
+            self._chunk("thought", block_text(update.content), update.message_id)
         elif (found := update_item(update, self.cwd)) is not None:
             self.flush()
             self.post(found)

@@ -3,8 +3,11 @@
 A laneway session is one agent conversation (AGENTS.md "A session is one conversation"). The
 agent process lives as long as its conversation (`Conversations` keeps it between turns, up to
 a bound per worker); when it is gone — the worker restarted, the process died — the stored ACP
-session id is loaded (`session/load`) where the agent offers it, else a new conversation opens
-and the session says `conversation lost`.
+session is resumed (`session/resume`) where the agent offers it, else loaded (`session/load`),
+else a new conversation opens and the session says `conversation lost`; the session's
+`agent.continued_by` says which. When laneway itself ends a conversation (its task archived,
+deleted or at its terminal step, the worker's limit of live conversations, the worker stopping)
+the agent is sent `session/close` where it offers it (AGENTS.md "Phase 4").
 
 Before each prompt the agent is reconciled with what the workflow wants (`core.agents.desired`):
 mode, plan mode, model, config options and a fresh start. What the agent reported is written
@@ -62,6 +65,17 @@ def init_timeout() -> float:
     return value if value > 0 else INIT_TIMEOUT
 
 
+def live_limit() -> int:
+    """Conversations a worker keeps alive between turns: `LANEWAY_ACP_LIVE_CONVERSATIONS` on
+    the worker (a positive whole number), default LIVE_LIMIT."""
+    raw = os.environ.get("LANEWAY_ACP_LIVE_CONVERSATIONS", "")
+    try:
+        value = int(raw) if raw else LIVE_LIMIT
+    except ValueError:
+        value = LIVE_LIMIT
+    return value if value > 0 else LIVE_LIMIT
+
+
 class Record(Protocol):
     """Where a turn's results go (the runtime writes them to the board)."""
 
@@ -104,9 +118,9 @@ class AcpTurn:
 class Conversations:
     """The agent processes this worker keeps, by laneway session id."""
 
-    def __init__(self, loop: Callable[[], AcpLoop], limit: int = LIVE_LIMIT) -> None:
+    def __init__(self, loop: Callable[[], AcpLoop], limit: int | None = None) -> None:
         self._loop = loop
-        self._limit = limit
+        self._limit = live_limit() if limit is None else limit
         self._live: OrderedDict[str, AgentConnection] = OrderedDict()
         self._run_ids: dict[str, str] = {}  # the LANEWAY_RUN_ID each kept process started with
         self._running: dict[str, AgentConnection] = {}
@@ -141,16 +155,17 @@ class Conversations:
 
         A process's environment is fixed when it starts, so one started for an earlier run
         holds a stale LANEWAY_RUN_ID (AGENTS.md "Phase 4": it is the run being executed on
-        every turn). When the agent can load its sessions, the conversation loses nothing by a
-        restart (`session/load` continues it), so the process is replaced; an agent that cannot
-        is kept, its conversation being worth more, and `get_task`'s `run_id` says the run."""
+        every turn). When the agent can resume or load its sessions, the conversation loses
+        nothing by a restart (`session/resume` or `session/load` continues it), so the process
+        is replaced; an agent that can neither is kept, its conversation being worth more, and
+        `get_task`'s `run_id` says the run."""
         with self._lock:
             conn = self._live.pop(session_id, None)
             started_for = self._run_ids.pop(session_id, "")
         if conn is not None and not conn.alive:
             conn.close()
             return None
-        loadable = conn is not None and conn.info is not None and conn.info.load_session
+        loadable = conn is not None and conn.info is not None and conn.info.continues
         if conn is not None and started_for != run_id and loadable:
             conn.close()
             return None
@@ -165,9 +180,9 @@ class Conversations:
             while len(self._live) > self._limit:
                 gone, old = self._live.popitem(last=False)
                 self._run_ids.pop(gone, None)
-                evicted.append(old)
-        for old in evicted:
-            old.close()
+                evicted.append((gone, old))
+        for gone, old in evicted:
+            _ended(gone, old, "limit")
 
     def running(self, session_id: str, conn: AgentConnection | None) -> None:
         with self._lock:
@@ -195,22 +210,58 @@ class Conversations:
             conn.cancel(grace)
         return True
 
-    def end(self, session_id: str) -> None:
+    def idle(self) -> list[str]:
+        """The sessions whose conversations this worker keeps between turns."""
+        with self._lock:
+            return [s for s in self._live if s not in self._running]
+
+    def end(self, session_id: str, why: str) -> bool:
+        """laneway ends the conversation (`why`: archived, deleted, terminal): its agent gets
+        `session/close` where it offers it, then stops. False when none was kept here."""
         with self._lock:
             conn = self._live.pop(session_id, None)
             self._run_ids.pop(session_id, None)
-        if conn is not None:
-            conn.close()
+        if conn is None:
+            return False
+        _ended(session_id, conn, why)
+        return True
 
     def close_all(self) -> None:
-        """Shutdown: every conversation's process group ends, running turns included."""
+        """Shutdown: every conversation's process group ends, running turns included. An idle
+        conversation's agent is sent `session/close` first; a running turn's is cancelled,
+        its run going back to the queue and its conversation on with the next worker."""
         with self._lock:
-            conns = [*self._live.values(), *self._running.values()]
+            idle = list(self._live.items())
+            running = list(self._running.values())
             self._live.clear()
             self._run_ids.clear()
-        for conn in conns:
+        for conn in running:
             conn.cancel(grace=0.5)
             conn.close(grace=0.5)
+        # at once, not one after another: each agent may take CLOSE_TIMEOUT to answer
+        enders = [
+            threading.Thread(
+                target=_ended, args=(session_id, conn, "shutdown", 0.5), name="laneway-close"
+            )
+            for session_id, conn in idle
+            if conn not in running
+        ]
+        for ender in enders:
+            ender.start()
+        for ender in enders:
+            ender.join()
+
+
+def _ended(session_id: str, conn: AgentConnection, why: str, grace: float = 2.0) -> None:
+    """Stop a conversation's agent because laneway ends the conversation: `session/close`
+    first where the agent offers it."""
+    closed = conn.close(grace, end=True)
+    logger.bind(
+        session_id=session_id,
+        acp_session_id=conn.session.session_id if conn.session else None,
+        why=why,
+        session_close=closed,
+    ).info("conversation ended")
 
 
 def run_acp_turn(conversations: Conversations, turn: AcpTurn, record: Record) -> TurnEnd:
@@ -280,17 +331,13 @@ def _prepare(conn: AgentConnection, turn: AcpTurn, record: Record) -> tuple[Sess
     if fresh or state is None:
         state = None
         if not fresh and isinstance(stored, str) and stored:
-            reason = "the agent cannot load it"
-            try:
-                state = conn.load_session(stored, turn.cwd, turn.mcp_servers)
-            except AcpError as exc:
-                if exc.end.route == "R3" or not conn.alive:
-                    raise  # authentication, or an agent gone: the turn fails as it says
-                state, reason = None, exc.end.message
+            state, how, reason = _continue(conn, stored, turn)
+            report["continued_by"] = how
             if state is None:
                 record.warning("conversation lost", acp_session_id=stored, reason=reason)
         if state is None:
             state = conn.new_session(turn.cwd, turn.mcp_servers)
+            report["continued_by"] = "new"
             report["original"] = {
                 "mode": state.mode,
                 "model": state.model,
@@ -361,6 +408,26 @@ def _prepare(conn: AgentConnection, turn: AcpTurn, record: Record) -> tuple[Sess
     instructed = want.plan_mode and PLAN_MODE not in state.mode_ids
     record.agent(**report, **_reported(state, instructed), warned=sorted(warned))
     return state, with_plan_instruction(turn.prompt) if instructed else turn.prompt
+
+
+def _continue(
+    conn: AgentConnection, stored: str, turn: AcpTurn
+) -> tuple[SessionState | None, str, str]:
+    """The stored conversation taken up by a new process: `session/resume` where the agent
+    offers it (nothing replayed), else `session/load`; the state, how ("resume", "load" or
+    "new"), and why it could not be when it could not."""
+    reason = "the agent can neither resume nor load it"
+    for how, open_ in (("resume", conn.resume_session), ("load", conn.load_session)):
+        try:
+            state = open_(stored, turn.cwd, turn.mcp_servers)
+        except AcpError as exc:
+            if exc.end.route == "R3" or not conn.alive:
+                raise  # authentication, or an agent gone: the turn fails as it says
+            reason = f"session/{how}: {exc.end.message}"
+            continue
+        if state is not None:
+            return state, how, ""
+    return None, "new", reason
 
 
 def _lacking(what: str, wanted: object, offered: tuple[str, ...]) -> str:

@@ -58,6 +58,7 @@ from core.agents.values import (
     TranscriptItem,
     TurnEnd,
 )
+from core.logs import logger
 
 T = TypeVar("T")
 McpServer = McpServerStdio | HttpMcpServer | SseMcpServer
@@ -71,6 +72,8 @@ MAX_LINE: Final = 16 * 1024 * 1024
 INIT_TIMEOUT: Final = 30.0
 REQUEST_TIMEOUT: Final = 60.0
 CANCEL_GRACE: Final = 10.0
+CLOSE_TIMEOUT: Final = 5.0
+"""How long an agent may take to answer `session/close` before it is stopped anyway."""
 MAX_PENDING: Final = 10_000
 """Items queued for a caller that is not draining them; past that they are dropped, counted."""
 
@@ -285,12 +288,15 @@ class AgentConnection:
             init_timeout,
         )
         caps = answer.agent_capabilities
+        sessions = caps.session_capabilities if caps else None
         self.info = AgentInfo(
             protocol_version=answer.protocol_version,
             name=answer.agent_info.name if answer.agent_info else None,
             version=answer.agent_info.version if answer.agent_info else None,
             load_session=bool(caps and caps.load_session),
             auth_methods=tuple(m.id for m in answer.auth_methods or ()),
+            resume_session=bool(sessions and sessions.resume is not None),
+            close_session=bool(sessions and sessions.close is not None),
         )
 
     async def _guard(self, phase: str, coro: Awaitable[T], timeout: float | None) -> T:
@@ -450,6 +456,33 @@ class AgentConnection:
         assert state is not None
         return state
 
+    def resume_session(
+        self, session_id: str, cwd: str | Path, mcp_servers: Sequence[McpServer] = ()
+    ) -> SessionState | None:
+        """`session/resume` of a stored conversation; None when the agent does not offer it.
+
+        Unlike `session/load` the agent replays nothing: the conversation goes on as it was."""
+        if self.info is None or not self.info.resume_session:
+            return None
+        return self._call(self._resume(session_id, Path(cwd), list(mcp_servers)))
+
+    async def _resume(self, session_id: str, cwd: Path, servers: list[McpServer]) -> SessionState:
+        assert self._conn is not None
+        self.client.cwd = cwd
+        answer = await self._guard(
+            "session/resume",
+            self._conn.resume_session(
+                cwd=str(cwd),
+                session_id=session_id,
+                mcp_servers=servers,  # type: ignore[arg-type]
+            ),
+            self.request_timeout,
+        )
+        self._take_session(session_id, answer.modes, answer.config_options)
+        state = self.session
+        assert state is not None
+        return state
+
     def set_mode(self, mode_id: str) -> Change:
         """`session/set_mode` when the agent offers `mode_id`; else nothing is sent and the
         answer names the modes it offers (the caller's WARNING)."""
@@ -601,14 +634,21 @@ class AgentConnection:
             if not task.done():
                 await self._kill()
 
-    def close(self, grace: float = 2.0) -> None:
-        """End the conversation: close the agent's stdin, then kill its process group."""
+    def close(self, grace: float = 2.0, *, end: bool = False) -> bool:
+        """Stop the agent: close its stdin, then kill its process group. With `end`, laneway
+        is ending the conversation itself (AGENTS.md "Phase 4"): the agent is sent
+        `session/close` first when it offers it. Whether `session/close` was answered."""
         if self._closed:
-            return
+            return False
         self._closed = True
-        asyncio.run_coroutine_threadsafe(self._close(grace), self._loop).result(grace + 10)
+        return asyncio.run_coroutine_threadsafe(self._close(grace, end), self._loop).result(
+            grace + CLOSE_TIMEOUT + 10
+        )
 
-    async def _close(self, grace: float) -> None:
+    async def _close(self, grace: float, end: bool) -> bool:
+        closed = False
+        if end and self._can_close():
+            closed = await self._close_session()
         proc = self._proc
         if proc is not None and proc.stdin is not None:
             with contextlib.suppress(Exception):
@@ -621,6 +661,34 @@ class AgentConnection:
                 await self._conn.close()
         if self._stderr_task is not None:
             self._stderr_task.cancel()
+        return closed
+
+    def _can_close(self) -> bool:
+        return (
+            self.info is not None
+            and self.info.close_session
+            and self._conn is not None
+            and self._session_id is not None
+            and self._proc is not None
+            and self._proc.returncode is None
+            and self._prompt_task is None
+        )
+
+    async def _close_session(self) -> bool:
+        """`session/close` of the open session, waited for at most CLOSE_TIMEOUT: the agent
+        frees what it holds for it; one that does not answer is stopped all the same."""
+        assert self._conn is not None
+        assert self._session_id is not None
+        try:
+            await asyncio.wait_for(
+                self._conn.close_session(session_id=self._session_id), CLOSE_TIMEOUT
+            )
+        except Exception as exc:  # noqa: BLE001 - the process is stopped next whatever it says
+            logger.bind(acp_session_id=self._session_id, cause=f"{type(exc).__name__}: {exc}").info(
+                "session/close not answered; the agent is stopped"
+            )
+            return False
+        return True
 
 
 def _settle(answer: asyncio.Future[str | None], option_id: str | None) -> None:

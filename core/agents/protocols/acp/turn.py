@@ -47,6 +47,18 @@ class AcpProtocol:
         if self._conversations is not None:
             self._conversations.close_all()
 
+    def end_finished(self) -> dict[str, str]:
+        """End the kept conversations whose sessions the board has finished with (archived,
+        deleted, at the terminal step): `session/close` where the agent offers it. What was
+        ended, and why."""
+        if self._conversations is None:
+            return {}
+        idle = self._conversations.idle()
+        if not idle:
+            return {}  # nothing kept: no read at all
+        finished = self.in_flight.peers.sessions.ended(idle)
+        return {s: why for s, why in finished.items() if self._conversations.end(s, why)}
+
     def attempt(self, turn: LiveTurn, call: TurnCall) -> TurnEnd:
         from core.agents.protocols.acp.conversation import AcpTurn, run_acp_turn
 
