@@ -20,6 +20,7 @@ if TYPE_CHECKING:
     from core.services.permissions import PermissionService
     from core.services.plugins import PluginService
     from core.services.profiles import ProfileService
+    from core.services.questions import QuestionService
     from core.services.runs import RunService
     from core.services.sessions import SessionService
     from core.services.tasks import TaskService
@@ -39,6 +40,7 @@ MODULES = {
     "PermissionService": "permissions",
     "PluginService": "plugins",
     "ProfileService": "profiles",
+    "QuestionService": "questions",
     "RunService": "runs",
     "SessionService": "sessions",
     "TaskService": "tasks",
@@ -60,6 +62,7 @@ __all__ = [
     "PermissionService",
     "PluginService",
     "ProfileService",
+    "QuestionService",
     "RunService",
     "SessionService",
     "TaskService",
