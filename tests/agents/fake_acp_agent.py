@@ -25,7 +25,8 @@ message `python: RESULT` of the variable `result` it sets),
 {"error": {"code", "message", "data"?}}, {"mcp": {"tool": NAME, "args": {...}}} (starts the
 stdio MCP server `laneway` from the mcpServers of the session's session/new or session/load
 with the MCP client SDK, calls the tool, and says `mcp NAME: RESULT TEXT`, or
-`mcp NAME error: TEXT` when the call fails or no `laneway` server was given), {"stop": REASON}
+`mcp NAME error: TEXT` when the call fails or no `laneway` server was given; with "beat": true
+a thought every 0.2 s while the server starts), {"stop": REASON}
 (ends the turn; default end_turn). A request's error answer (read, write, terminal) becomes a
 message `error CODE: MESSAGE`. Each prompt's text is also echoed as `echo: TEXT (previous: P)`.
 """
@@ -33,6 +34,7 @@ message `error CODE: MESSAGE`. Each prompt's text is also echoed as `echo: TEXT 
 from __future__ import annotations
 
 import asyncio
+import importlib
 import json
 import os
 import select
@@ -376,13 +378,39 @@ class FakeAgent(Agent):
             await self._say(session_id, f"python: {scope.get('result')}")
         elif "mcp" in step:
             call = step["mcp"]
-            await self._say(session_id, await self._mcp(session_id, call["tool"], call.get("args")))
+            said = await self._mcp(
+                session_id, call["tool"], call.get("args"), beat=bool(call.get("beat"))
+            )
+            await self._say(session_id, said)
         elif "stop" in step:
             return str(step["stop"])
         return None
 
-    async def _mcp(self, session_id: str, tool: str, args: dict[str, Any] | None) -> str:
-        """Call `tool` on the session's `laneway` MCP server, started as an agent starts one."""
+    async def _beat(self, session_id: str) -> None:
+        await _beat_forever(self, session_id)
+
+    async def _mcp(
+        self, session_id: str, tool: str, args: dict[str, Any] | None, *, beat: bool = False
+    ) -> str:
+        """Call `tool` on the session's `laneway` MCP server, started as an agent starts one.
+        With `beat`, a thought `starting tools` every 0.2 s until the server is up (its start
+        is the agent's work, not silence), none while the call runs."""
+        beating = asyncio.create_task(self._beat(session_id)) if beat else None
+        try:
+            return await self._call_mcp(session_id, tool, args, beating)
+        finally:
+            if beating is not None:
+                beating.cancel()
+
+    async def _call_mcp(
+        self,
+        session_id: str,
+        tool: str,
+        args: dict[str, Any] | None,
+        beating: asyncio.Task[None] | None,
+    ) -> str:
+        # imported off the loop: a slow import must not keep the beat from being said
+        await asyncio.to_thread(importlib.import_module, "mcp.client.stdio")
         from mcp.client.session import ClientSession
         from mcp.client.stdio import StdioServerParameters, stdio_client
 
@@ -402,11 +430,20 @@ class FakeAgent(Agent):
                 ClientSession(read, write) as session,
             ):
                 await session.initialize()
+                if beating is not None:
+                    beating.cancel()
                 result = await session.call_tool(tool, args or {})
         except Exception as exc:  # noqa: BLE001 - reported to the test as the agent's message
             return f"mcp {tool} error: {type(exc).__name__}: {exc}"
         text = " ".join(getattr(c, "text", "") for c in result.content)
         return f"mcp {tool} error: {text}" if result.is_error else f"mcp {tool}: {text}"
+
+
+async def _beat_forever(agent: FakeAgent, session_id: str) -> None:
+    assert agent.client is not None
+    while True:
+        await agent.client.session_update(session_id, update_agent_thought_text("starting tools"))
+        await asyncio.sleep(0.2)
 
 
 def main() -> None:

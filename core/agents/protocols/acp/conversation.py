@@ -93,6 +93,9 @@ class AcpTurn:
     reported: Mapping[str, Any]
     """The session's `agent` as stored (the last turn's report)."""
     mcp_servers: Sequence[McpServer] = ()
+    asking: Callable[[], bool] | None = None
+    """Whether the turn's agent waits for a person now (the tool server's `ask`): the idle
+    watch counts that wait as no silence."""
 
 
 class Conversations:
@@ -206,7 +209,7 @@ def run_acp_turn(conversations: Conversations, turn: AcpTurn, record: Record) ->
         if conn is not None:
             conn.close()
         return exc.end
-    watch = _IdleWatch(conn, turn.profile.idle_timeout)
+    watch = _IdleWatch(conn, turn.profile.idle_timeout, turn.asking)
     conversations.running(turn.session_id, conn)
 
     said = ItemQueue(record.items)
@@ -413,8 +416,11 @@ def _report_usage(end: TurnEnd, record: Record, reported: Mapping[str, Any]) -> 
 class _IdleWatch:
     """Cancels a turn from which nothing was heard for `limit` seconds (`--idle-timeout`)."""
 
-    def __init__(self, conn: AgentConnection, limit: float) -> None:
+    def __init__(
+        self, conn: AgentConnection, limit: float, asking: Callable[[], bool] | None = None
+    ) -> None:
         self._conn = conn
+        self._asking = asking
         self._limit = limit
         self._last = time.monotonic()
         self._stop = threading.Event()
@@ -442,7 +448,7 @@ class _IdleWatch:
 
     def _run(self) -> None:
         while not self._stop.wait(min(IDLE_POLL, self._limit)):
-            if self._paused:
+            if self._paused or (self._asking is not None and self._asking()):
                 self._last = time.monotonic()
                 continue
             if time.monotonic() - self._last > self._limit:

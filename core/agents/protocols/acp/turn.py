@@ -66,6 +66,7 @@ class AcpProtocol:
                         call.want,
                         call.session.agent,
                         servers,
+                        asking=lambda: self.tools.asking(token),
                     ),
                     call.record,
                 )
