@@ -22,13 +22,15 @@ text - and `servers` - the session's mcpServers as {name, command, args, env} - 
 message `python: RESULT` of the variable `result` it sets),
 {"cwd": true} (a message `cwd: SESSION CWD (process: ITS OWN CWD)`),
 {"state": true} (a message `state: mode=M options={ID: CURRENT, ...}`: what the agent is set to),
-{"error": {"code", "message", "data"?}}, {"mcp": {"tool": NAME, "args": {...}}} (starts the
-stdio MCP server `laneway` from the mcpServers of the session's session/new or session/load
-with the MCP client SDK, calls the tool, and says `mcp NAME: RESULT TEXT`, or
-`mcp NAME error: TEXT` when the call fails or no `laneway` server was given; with "beat": true
-a thought every 0.2 s while the server starts), {"stop": REASON}
-(ends the turn; default end_turn). A request's error answer (read, write, terminal) becomes a
-message `error CODE: MESSAGE`. Each prompt's text is also echoed as `echo: TEXT (previous: P)`.
+{"elicit": {"message", "schema" (JSON Schema of the form), "url"?}} (elicitation/create; says
+`elicit: ACTION CONTENT-JSON`), {"error": {"code", "message", "data"?}},
+{"mcp": {"tool": NAME, "args": {...}}} (starts the stdio MCP server `laneway` from the
+mcpServers of the session's session/new or session/load with the MCP client SDK, calls the
+tool, and says `mcp NAME: RESULT TEXT`, or `mcp NAME error: TEXT` when the call fails or no
+`laneway` server was given; with "beat": true a thought every 0.2 s while the server starts),
+{"stop": REASON} (ends the turn; default end_turn). A request's error answer (read, write,
+terminal) becomes a message `error CODE: MESSAGE`. Each prompt's text is also echoed as
+`echo: TEXT (previous: P)`.
 """
 
 from __future__ import annotations
@@ -64,6 +66,9 @@ from acp.schema import (
     AgentCapabilities,
     Cost,
     CurrentModeUpdate,
+    ElicitationFormSessionMode,
+    ElicitationSchema,
+    ElicitationUrlSessionMode,
     Implementation,
     PermissionOption,
     SessionConfigOptionSelect,
@@ -145,6 +150,7 @@ class FakeAgent(Agent):
     # -- the protocol --------------------------------------------------------------------
 
     async def initialize(self, protocol_version: int, **kwargs: Any) -> InitializeResponse:
+        self.client_capabilities = kwargs.get("client_capabilities")
         behaviour = self.script.get("init", "ok")
         if behaviour == "hang":
             await asyncio.Event().wait()
@@ -382,9 +388,39 @@ class FakeAgent(Agent):
                 session_id, call["tool"], call.get("args"), beat=bool(call.get("beat"))
             )
             await self._say(session_id, said)
+        elif "elicit" in step:
+            await self._say(session_id, await self._elicit(session_id, step["elicit"]))
         elif "stop" in step:
             return str(step["stop"])
         return None
+
+    async def _elicit(self, session_id: str, ask: dict[str, Any]) -> str:
+        """elicitation/create in form mode (or url mode), as an agent does when the client
+        advertised the capability; says `elicit: ACTION CONTENT` (`elicit: no capability`
+        when the client did not advertise form elicitation)."""
+        assert self.client is not None
+        caps = getattr(self, "client_capabilities", None)
+        elicitation = getattr(caps, "elicitation", None)
+        mode: Any
+        if ask.get("url"):
+            mode = ElicitationUrlSessionMode(
+                session_id=session_id, elicitation_id="e1", url=str(ask["url"])
+            )
+        else:
+            if elicitation is None or elicitation.form is None:
+                return "elicit: no capability"
+            mode = ElicitationFormSessionMode(
+                session_id=session_id,
+                requested_schema=ElicitationSchema.model_validate(ask.get("schema") or {}),
+            )
+        try:
+            answer = await self.client.create_elicitation(
+                message=str(ask.get("message", "?")), mode=mode
+            )
+        except RequestError as exc:
+            return f"elicit error {exc.code}: {exc}"
+        content = getattr(answer, "content", None)
+        return f"elicit: {answer.action} {json.dumps(content, sort_keys=True)}"
 
     async def _beat(self, session_id: str) -> None:
         await _beat_forever(self, session_id)

@@ -223,3 +223,124 @@ def test_issue_41_item_6_a_turn_that_ends_while_asking_cancels_the_question(
     refused = cli(board, "question", "answer", asked["id"], "--field", "answer=red")
     assert refused.returncode == 1
     assert "is already cancelled" in refused.stderr
+
+
+FORM = {
+    "elicit": {
+        "message": "How shall I deploy?",
+        "schema": {
+            "type": "object",
+            "properties": {
+                "target": {"type": "string", "title": "Target", "enum": ["staging", "prod"]},
+                "replicas": {"type": "integer", "title": "Replicas"},
+                "dry_run": {"type": "boolean"},
+                "note": {"type": "string", "description": "Anything else"},
+            },
+            "required": ["target", "replicas"],
+        },
+    }
+}
+"""The fake agent's elicitation/create in form mode; it says `elicit: ACTION CONTENT`."""
+
+
+def test_issue_41_item_6_an_acp_elicitation_becomes_a_question_a_person_answers(
+    db_url: str, tmp_path: Path
+) -> None:
+    """AGENTS.md: an agent's `elicitation/create` (form mode; laneway advertises the form
+    capability at initialize) becomes a question with the form's fields (type, title,
+    required, choices); an answer that does not fit is refused naming the field; a separate
+    `question answer` process answers and the agent gets the values, typed."""
+    board = Board(db_url, tmp_path, {"turns": [[FORM], []]})
+    worker = start_worker(board)
+    try:
+        (asked,) = wait_for("a pending question", lambda: pending(board))
+        assert asked["message"] == "How shall I deploy?"
+        assert asked["fields"] == [
+            {
+                "name": "target",
+                "type": "string",
+                "title": "Target",
+                "required": True,
+                "choices": ["staging", "prod"],
+            },
+            {
+                "name": "replicas",
+                "type": "integer",
+                "title": "Replicas",
+                "required": True,
+                "choices": [],
+            },
+            {"name": "dry_run", "type": "boolean", "title": "", "required": False, "choices": []},
+            {
+                "name": "note",
+                "type": "string",
+                "title": "Anything else",
+                "required": False,
+                "choices": [],
+            },
+        ]
+        refused = cli(
+            board,
+            "question",
+            "answer",
+            asked["id"],
+            "--field",
+            "target=prod",
+            "--field",
+            "replicas=many",
+        )
+        assert refused.returncode == 1
+        assert json.loads(refused.stderr.strip())["error"] == (
+            "answer field 'replicas': expected an integer, got \"many\""
+        )
+        cli_json(
+            board,
+            "question",
+            "answer",
+            asked["id"],
+            "--field",
+            "target=prod",
+            "--field",
+            "replicas=3",
+            "--field",
+            "dry_run=true",
+        )
+        finish(worker)
+    finally:
+        if worker.poll() is None:
+            worker.kill()
+            worker.wait()
+    step, _session, items = board.read()
+    assert 'elicit: accept {"dry_run": true, "replicas": 3, "target": "prod"}' in messages(items)
+    assert step == "Done"
+    (run,) = [r for r in run_rows(db_url) if r["id"] == asked["run_id"]]
+    assert run["status"] == "finished"
+
+
+@pytest.mark.one_database
+def test_issue_41_item_6_an_elicitation_laneway_cannot_show_is_declined(
+    db_url: str, tmp_path: Path
+) -> None:
+    """A URL-mode elicitation, or a form with a field of a type laneway cannot ask (a
+    multi-select), is declined at once with a warning in the transcript; no question."""
+    multi = {
+        "elicit": {
+            "message": "Pick some",
+            "schema": {
+                "properties": {
+                    "tags": {"type": "array", "items": {"type": "string", "enum": ["a", "b"]}}
+                }
+            },
+        }
+    }
+    url = {"elicit": {"message": "Log in", "url": "https://example.invalid/login"}}
+    board = Board(db_url, tmp_path, {"turns": [[multi, url], []]})
+    board.work()
+    step, _session, items = board.read()
+    text = messages(items)
+    assert text.count("elicit: decline null") == 2
+    logs = [i["text"] for i in items if i["kind"] == "log"]
+    assert "agent question declined: fields of a type laneway cannot ask: tags" in logs
+    assert "agent question declined: laneway asks only forms" in logs
+    assert cli_json(board, "question", "list") == []
+    assert step == "Done"

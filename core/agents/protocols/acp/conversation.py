@@ -32,6 +32,8 @@ from core.agents.item_queue import ItemQueue
 from core.agents.protocols.acp.facade import INIT_TIMEOUT, AcpLoop, AgentConnection, McpServer
 from core.agents.values import (
     AcpError,
+    ElicitationAnswer,
+    ElicitationRequest,
     PermissionPolicy,
     PermissionRequest,
     SessionState,
@@ -77,6 +79,15 @@ class Record(Protocol):
         """Block until a person answers the request (the option id chosen, or None when
         denied without a reject option) or `stop()` says the turn is over (None; the request
         ends cancelled)."""
+        ...
+
+    def question(self, request: ElicitationRequest) -> str:
+        """Put the agent's form question on the board; the pending question's id."""
+        ...
+
+    def await_question(self, question_id: str, stop: Callable[[], bool]) -> ElicitationAnswer:
+        """Block until a person answers or declines the question, or `stop()` says the turn
+        is over (`cancel`; the question ends cancelled)."""
         ...
 
 
@@ -222,10 +233,18 @@ def run_acp_turn(conversations: Conversations, turn: AcpTurn, record: Record) ->
         said.flush()  # what it said before asking is on the board beside the question
         return _ask(request, record, conn, watch)
 
+    def elicit(request: ElicitationRequest) -> ElicitationAnswer:
+        said.flush()
+        return _elicit(request, record, conn, watch)
+
     try:
         watch.start()
         end = conn.prompt(
-            prompt, on_item=keep, on_permission=ask, timeout=turn.profile.turn_timeout
+            prompt,
+            on_item=keep,
+            on_permission=ask,
+            timeout=turn.profile.turn_timeout,
+            on_elicit=elicit,
         )
         said.close()  # everything it said is kept before its turn ends
     except BaseException:
@@ -389,6 +408,28 @@ def _ask(
             tool_call=str(request.tool_call.get("title") or request.tool_kind or ""),
         )
         return None
+    finally:
+        watch.resume()
+
+
+def _elicit(
+    request: ElicitationRequest, record: Record, conn: AgentConnection, watch: _IdleWatch
+) -> ElicitationAnswer:
+    """An agent's form question (`elicitation/create`) goes to the board as a question and
+    the turn waits for a person, as for a permission request (`_ask`): not the agent's
+    silence; a turn that ends meanwhile cancels it."""
+    watch.pause()
+    try:
+        question_id = record.question(request)
+        return record.await_question(
+            question_id, stop=lambda: conn.cancel_requested or not conn.alive
+        )
+    except Exception as exc:  # noqa: BLE001 - the agent is answered; the turn never hangs
+        record.warning(
+            "agent question answered cancel: it could not be put to a person",
+            cause=f"{type(exc).__name__}: {exc}",
+        )
+        return ElicitationAnswer("cancel")
     finally:
         watch.resume()
 
