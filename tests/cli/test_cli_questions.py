@@ -9,9 +9,11 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import sqlalchemy as sa
 from starlette.testclient import TestClient
 
 from core.serve.app import build_app
+from core.store import tables as t
 from tests.cli.conftest import Laneway
 from tests.conftest import open_host
 from tests.store.test_store_questions import asked_question
@@ -88,6 +90,18 @@ def test_issue_41_item_6_question_list_and_answer_from_the_cli(
         f"laneway: question {asked.id} is already answered by user:alice; it cannot be answered"
     )
     assert laneway.json("question", "list", "--state", "answered")[0]["id"] == asked.id
+    with open_host(laneway.url) as host, host.store.read() as conn:
+        kept = conn.execute(
+            sa.select(sa.func.count()).where(t.board_events.c.task_id == asked.task_id)
+        ).scalar_one()
+    watched = laneway.run(
+        "watch", "--since", "0", "--count", str(kept), "--task", asked.task_id
+    ).stdout.splitlines()
+    short = asked.id[-8:]
+    assert [line.split("  ")[-1] for line in watched if " question." in line] == [
+        f"question {short} pending",
+        f"question {short} answered",
+    ]
 
 
 def test_issue_41_item_6_questions_over_http(db_url: str, tmp_path: Path) -> None:
