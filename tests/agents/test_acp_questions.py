@@ -159,13 +159,27 @@ def test_issue_41_item_6_a_declined_question_tells_the_agent_and_the_wait_is_not
     assert step == "Done"
 
 
+PICK = {
+    "elicit": {
+        "message": "Which colour?",
+        "schema": {
+            "properties": {"answer": {"type": "string", "enum": ["red", "blue"]}},
+            "required": ["answer"],
+        },
+    }
+}
+"""An elicitation asking what ASK asks, with the same one field."""
+
+
+@pytest.mark.parametrize("how", ["ask", "elicitation"])
 def test_issue_41_item_6_worker_killed_while_a_question_is_pending(
-    db_url: str, tmp_path: Path
+    db_url: str, tmp_path: Path, how: str
 ) -> None:
-    """kill -9 of the worker while its agent waits on a question: the run is re-queued and the
-    question ends `cancelled` (`worker_died`) in that step (`laneway recover`); the re-run
-    asks again, and that question is answered and reaches the agent."""
-    board = Board(db_url, tmp_path, {"turns": [[ASK], []]})
+    """kill -9 of the worker while its agent waits on a question (the tool server's `ask`, or
+    ACP `elicitation/create`): the run is re-queued and the question ends `cancelled`
+    (`worker_died`) in that step (`laneway recover`); the re-run asks again, and that question
+    is answered and reaches the agent."""
+    board = Board(db_url, tmp_path, {"turns": [[ASK if how == "ask" else PICK], []]})
     worker = start_worker(board)
     try:
         (first,) = wait_for("a pending question", lambda: pending(board))
@@ -203,7 +217,10 @@ def test_issue_41_item_6_worker_killed_while_a_question_is_pending(
             worker.kill()
             worker.wait()
     _step, _session, items = board.read()
-    assert said(items, "mcp ask:")["answer"] == "red"
+    if how == "ask":
+        assert said(items, "mcp ask:")["answer"] == "red"
+    else:
+        assert 'elicit: accept {"answer": "red"}' in messages(items)
     assert [q["state"] for q in cli_json(board, "question", "list")] == ["cancelled", "answered"]
     with open_host(db_url, read_only=True) as host:
         assert host.questions.get(first["id"]).state == "cancelled"
