@@ -227,12 +227,15 @@ def test_issue_41_item_6_worker_killed_while_a_question_is_pending(
 
 
 @pytest.mark.one_database
+@pytest.mark.parametrize("how", ["ask", "elicitation"])
 def test_issue_41_item_6_a_turn_that_ends_while_asking_cancels_the_question(
-    db_url: str, tmp_path: Path
+    db_url: str, tmp_path: Path, how: str
 ) -> None:
-    """A turn that ends while its agent waits on a question (here its turn timeout) ends the
-    question `cancelled`; a person's later answer is refused naming that state."""
-    board = Board(db_url, tmp_path, {"turns": [[ASK], []]}, turn_timeout=2.0)
+    """A turn that ends while its agent waits on a question (here its turn timeout; 10 s, room
+    for the tool server to start on a loaded machine) ends the question `cancelled`; a
+    person's later answer is refused naming that state."""
+    step = ASK if how == "ask" else PICK
+    board = Board(db_url, tmp_path, {"turns": [[step], []]}, turn_timeout=10.0)
     board.work()
     (asked,) = cli_json(board, "question", "list")
     assert asked["state"] == "cancelled"
