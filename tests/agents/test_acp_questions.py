@@ -171,14 +171,25 @@ PICK = {
 """An elicitation asking what ASK asks, with the same one field."""
 
 
-@pytest.mark.parametrize("how", ["ask", "elicitation"])
 def test_issue_41_item_6_worker_killed_while_a_question_is_pending(
-    db_url: str, tmp_path: Path, how: str
+    db_url: str, tmp_path: Path
 ) -> None:
-    """kill -9 of the worker while its agent waits on a question (the tool server's `ask`, or
-    ACP `elicitation/create`): the run is re-queued and the question ends `cancelled`
-    (`worker_died`) in that step (`laneway recover`); the re-run asks again, and that question
-    is answered and reaches the agent."""
+    """kill -9 of the worker while its agent waits on a question (the tool server's `ask`):
+    the run is re-queued and the question ends `cancelled` (`worker_died`) in that step
+    (`laneway recover`); the re-run asks again, and that question is answered and reaches the
+    agent."""
+    killed_while_asking(db_url, tmp_path, "ask")
+
+
+@pytest.mark.one_database
+def test_issue_41_item_6_worker_killed_while_an_elicitation_is_pending(
+    db_url: str, tmp_path: Path
+) -> None:
+    """As above, the question being an ACP `elicitation/create`."""
+    killed_while_asking(db_url, tmp_path, "elicitation")
+
+
+def killed_while_asking(db_url: str, tmp_path: Path, how: str) -> None:
     board = Board(db_url, tmp_path, {"turns": [[ASK if how == "ask" else PICK], []]})
     worker = start_worker(board)
     try:
