@@ -60,6 +60,7 @@ if TYPE_CHECKING:
         PermissionService,
         PluginService,
         ProfileService,
+        QuestionService,
         RunService,
         ScheduleService,
         SessionService,
@@ -303,6 +304,12 @@ class Host:
         from core.services.permissions import PermissionService
 
         return PermissionService(self, tasks=lambda: self.tasks)
+
+    @_Built
+    def questions(self) -> QuestionService:
+        from core.services.questions import QuestionService
+
+        return QuestionService(self, tasks=lambda: self.tasks)
 
     @_Built
     def blockers(self) -> BlockerService:

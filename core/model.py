@@ -398,6 +398,42 @@ class Permission:
     decided_at: str | None
 
 
+QUESTION_STATES: Final = ("pending", "answered", "declined", "cancelled")
+"""A question's states (CLI.md); it leaves `pending` once."""
+FIELD_TYPES: Final = ("string", "number", "integer", "boolean")
+"""The types of a question's fields (ACP elicitation's primitive schema types)."""
+
+
+@attrs.frozen
+class QuestionField:
+    """One field of a question's form: its name, type, title, whether it is required and the
+    values it may take (empty: any of its type)."""
+
+    name: str
+    type: str = "string"
+    title: str = ""
+    required: bool = True
+    choices: Sequence[Any] = ()
+
+
+@attrs.frozen
+class Question:
+    """A question an agent asked a person (the tool server's `ask`, ACP `elicitation/create`):
+    its message and form, and the answer given (an object of field values), by whom, when."""
+
+    id: str
+    task_id: str
+    session_id: str
+    run_id: str | None
+    message: str
+    fields: Sequence[QuestionField]
+    state: str
+    answer: Mapping[str, Any] | None
+    answered_by: str | None
+    created_at: str
+    answered_at: str | None
+
+
 @attrs.frozen
 class Participant:
     id: str

@@ -353,7 +353,10 @@ _RELEASE = (
     .returning(
         sa.exists()
         .where(t.permissions.c.run_id == R.c.id, t.permissions.c.state == "pending")
-        .label("asked")
+        .label("asked"),
+        sa.exists()
+        .where(t.questions.c.run_id == R.c.id, t.questions.c.state == "pending")
+        .label("questioned"),
     )
 )
 
@@ -416,6 +419,8 @@ def release(
         return False
     if done[0]:
         cancel_permissions(uow, [run.id], by="run_ended")
+    if done[1]:
+        cancel_questions(uow, [run.id], by="run_ended")
     events.record(
         uow,
         {"cancelled": "run.cancelled", "finished": "run.finished"}.get(status, "run.failed"),
@@ -725,6 +730,7 @@ def requeue_dead(uow: UnitOfWork) -> Requeued:
         )
     # The dead worker's questions can never be answered to it: a re-run asks again.
     cancel_permissions(uow, [r.id for r in (*stopped, *poisoned, *back)], by="worker_died")
+    cancel_questions(uow, [r.id for r in (*stopped, *poisoned, *back)], by="worker_died")
     for run in (*stopped, *poisoned, *back):
         uow.conn.execute(_BUMP, {"agent": run.agent_profile_id, "delta": -1})
         events.record(
@@ -779,6 +785,52 @@ def cancel_permissions(
             task_id,
             reason="permission",
             permission_id=permission_id,
+            run_id=run_id,
+        )
+    return [str(row[0]) for row in ended]
+
+
+Q = t.questions
+
+
+def cancel_questions(
+    uow: UnitOfWork,
+    run_ids: Sequence[str] = (),
+    *,
+    question_ids: Sequence[str] = (),
+    by: str,
+) -> list[str]:
+    """End the still pending questions of `run_ids` (or those named) `cancelled`,
+    `answered_by` saying why, each with its `question.answered` event, in `uow`'s
+    transaction. Conditional on `pending`: one a person answered meanwhile keeps the answer."""
+    which = []
+    if run_ids:
+        which.append(Q.c.run_id.in_(list(run_ids)))
+    if question_ids:
+        which.append(Q.c.id.in_(list(question_ids)))
+    if not which:
+        return []
+    ended = uow.conn.execute(
+        sa.update(Q)
+        .where(Q.c.state == "pending", sa.or_(*which))
+        .values(state="cancelled", answered_by=by, answered_at=ids.now())
+        .returning(Q.c.id, Q.c.task_id, Q.c.run_id)
+    ).all()
+    for question_id, task_id, run_id in ended:
+        events.record(
+            uow,
+            "question.answered",
+            task_id,
+            question_id=question_id,
+            run_id=run_id,
+            state="cancelled",
+        )
+        events.record(
+            uow,
+            "task.needs_person_ended",
+            task_id,
+            reason="question",
+            question_id=question_id,
             run_id=run_id,
         )
     return [str(row[0]) for row in ended]

@@ -11,7 +11,12 @@ import attrs
 
 from core.agents.bounds import item
 from core.agents.ports import AgentPort
-from core.agents.values import PermissionRequest, TranscriptItem
+from core.agents.values import (
+    ElicitationAnswer,
+    ElicitationRequest,
+    PermissionRequest,
+    TranscriptItem,
+)
 from core.errors import LanewayError, RunFenced
 from core.logs import logger
 
@@ -97,6 +102,32 @@ class BoardRecord:
             self.peers.permissions.cancel(permission_id, by="turn_ended")
             return None
         return found.option_id if found.state in ("allowed", "denied") else None
+
+    def question(self, request: ElicitationRequest) -> str:
+        found = self.peers.questions.ask(
+            self.task_id,
+            self.session_id,
+            run_id=self.run_id,
+            message=request.message,
+            fields=request.fields,
+        )
+        logger.bind(
+            task_id=self.task_id,
+            session_id=self.session_id,
+            run_id=self.run_id,
+            question_id=found.id,
+        ).info("agent question waits for a person")
+        return found.id
+
+    def await_question(self, question_id: str, stop: Callable[[], bool]) -> ElicitationAnswer:
+        found = self.peers.questions.wait(question_id, stop=stop)
+        if found.state == "pending":
+            # The turn ended first: the question is withdrawn; an answer now would reach no one.
+            self.peers.questions.cancel(question_id, by="turn_ended")
+            return ElicitationAnswer("cancel")
+        if found.state == "answered":
+            return ElicitationAnswer("accept", dict(found.answer or {}))
+        return ElicitationAnswer("decline" if found.state == "declined" else "cancel")
 
 
 def _amount(value: Any) -> bool:

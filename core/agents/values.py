@@ -135,6 +135,24 @@ class PermissionRequest:
 
 
 @attrs.frozen
+class ElicitationRequest:
+    """An agent's `elicitation/create` in form mode, as the caller's callback sees it: the
+    message and the form as a question's fields (`core.services.questions`)."""
+
+    session_id: str
+    message: str
+    fields: tuple[Mapping[str, Any], ...]
+
+
+@attrs.frozen
+class ElicitationAnswer:
+    """What the agent is told: `accept` with the values given, `decline` or `cancel`."""
+
+    action: Literal["accept", "decline", "cancel"]
+    content: Mapping[str, Any] | None = None
+
+
+@attrs.frozen
 class PermissionPolicy:
     """A profile's `--permissions` and `--auto-allow` (AGENTS.md "Profiles")."""
 

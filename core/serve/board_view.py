@@ -33,6 +33,7 @@ M = t.step_entry_markers
 P = t.workflow_step_participants
 D = t.workflow_step_decisions
 PERM = t.permissions
+Q = t.questions
 
 MAX_LIMIT: Final = 1000
 RUN_STATES: Final = ("claimed", "dead", "failed", "queued")
@@ -196,6 +197,7 @@ def _empty_badges() -> dict[str, Any]:
         "dead_run": False,
         "waiting_for_person": False,
         "needs_person": [],
+        "questions": 0,
         "queued": False,
         "queued_behind": 0,
         "waits_for_host": None,
@@ -466,3 +468,11 @@ def _permissions(
         .distinct()
     ):
         badges[task_id]["waiting_for_person"] = True
+    # an agent's pending questions (issue 41 item 6): the card says its agent asks one
+    for task_id, asked in conn.execute(
+        sa.select(Q.c.task_id, sa.func.count())
+        .where(Q.c.state == "pending", Q.c.task_id.in_(page))
+        .group_by(Q.c.task_id)
+    ):
+        badges[task_id]["waiting_for_person"] = True
+        badges[task_id]["questions"] = int(asked)

@@ -341,6 +341,28 @@ def permission_answer(call: Call) -> Reply:
     return Reply(answered)
 
 
+def questions_list(call: Call) -> Reply:
+    """As `question list`: `?task=T&state=S` narrow it."""
+    return Reply(
+        call.host.questions.list(task=call.query.get("task"), state=call.query.get("state"))
+    )
+
+
+def question_answer(call: Call) -> Reply:
+    """As `question answer`: `{"answer": {name: value}}` or `{"decline": true}`."""
+    body = call.obj()
+    decline = body.get("decline", False)
+    if not isinstance(decline, bool):
+        raise bad("field 'decline': expected a boolean")
+    answer = body.get("answer")
+    if decline and answer is not None:
+        raise bad("give either 'answer' or 'decline', not both")
+    if not decline and not isinstance(answer, dict):
+        raise bad("field 'answer': expected an object of field values (or 'decline': true)")
+    answered = call.host.questions.answer(call.path["q"], answer, decline=decline, by="user")
+    return Reply(answered)
+
+
 def hooks_list(call: Call) -> Reply:
     """As `hook list`: never a secret."""
     from core.services import hooks
@@ -559,6 +581,8 @@ ROUTES = [
     Route("/api/runs/{r}", endpoint(run_show), methods=["GET"]),
     Route("/api/permissions", endpoint(permissions_list), methods=["GET"]),
     Route("/api/permissions/{p}", endpoint(permission_answer), methods=["POST"]),
+    Route("/api/questions", endpoint(questions_list), methods=["GET"]),
+    Route("/api/questions/{q}", endpoint(question_answer), methods=["POST"]),
     Route("/api/hooks", endpoint(hooks_list), methods=["GET"]),
     Route("/api/hooks", endpoint(hook_add), methods=["POST"]),
     Route("/api/hooks/deliveries", endpoint(hook_deliveries), methods=["GET"]),

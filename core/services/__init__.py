@@ -20,6 +20,7 @@ if TYPE_CHECKING:
     from core.services.permissions import PermissionService
     from core.services.plugins import PluginService
     from core.services.profiles import ProfileService
+    from core.services.questions import QuestionService
     from core.services.runs import RunService
     from core.services.schedules import ScheduleService
     from core.services.sessions import SessionService
@@ -40,6 +41,7 @@ MODULES = {
     "PermissionService": "permissions",
     "PluginService": "plugins",
     "ProfileService": "profiles",
+    "QuestionService": "questions",
     "RunService": "runs",
     "ScheduleService": "schedules",
     "SessionService": "sessions",
@@ -62,6 +64,7 @@ __all__ = [
     "PermissionService",
     "PluginService",
     "ProfileService",
+    "QuestionService",
     "RunService",
     "ScheduleService",
     "SessionService",

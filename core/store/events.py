@@ -84,6 +84,8 @@ TYPES: Final = (
     "agent_error.dispatched",
     "permission.requested",
     "permission.resolved",
+    "question.asked",
+    "question.answered",
     "hook.failed",
     "task.needs_person",
     "task.needs_person_ended",

@@ -19,6 +19,8 @@ from core.model import (
     Marker,
     Participant,
     Permission,
+    Question,
+    QuestionField,
     Run,
     Session,
     Step,
@@ -218,6 +220,32 @@ def permission(row: RowLike) -> Permission:
         decided_by=row["decided_by"],
         created_at=row["created_at"],
         decided_at=row["decided_at"],
+    )
+
+
+def question(row: RowLike) -> Question:
+    answer = row["answer"]
+    return Question(
+        id=row["id"],
+        task_id=row["task_id"],
+        session_id=row["session_id"],
+        run_id=row["run_id"],
+        message=row["message"],
+        fields=[
+            QuestionField(
+                name=f["name"],
+                type=f.get("type", "string"),
+                title=f.get("title", ""),
+                required=bool(f.get("required", True)),
+                choices=tuple(f.get("choices") or ()),
+            )
+            for f in json.loads(row["fields"])
+        ],
+        state=row["state"],
+        answer=json.loads(answer) if answer is not None else None,
+        answered_by=row["answered_by"],
+        created_at=row["created_at"],
+        answered_at=row["answered_at"],
     )
 
 

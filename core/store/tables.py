@@ -338,6 +338,30 @@ permissions = sa.Table(
     sa.Index("ix_permissions_run", "run_id", "state"),
 )
 
+# Questions an agent asks a person (AGENTS.md `ask`, ACP `elicitation/create`; CLI.md
+# `question`). As permissions: `state` leaves `pending` once, by a conditional UPDATE; `run_id`
+# is what a run ending, or re-queued from a dead worker, cancels by. `fields` is the form (JSON
+# `[{"name", "type", "title", "required", "choices"}]`), `answer` the JSON object given.
+questions = sa.Table(
+    "questions",
+    metadata,
+    sa.Column("id", sa.String(64), primary_key=True),
+    sa.Column(
+        "task_id", sa.String(64), sa.ForeignKey("tasks.id", ondelete=CASCADE), nullable=False
+    ),
+    sa.Column("session_id", sa.String(64), nullable=False),
+    sa.Column("run_id", sa.String(64), nullable=True),
+    sa.Column("message", sa.Text, nullable=False, server_default=""),
+    sa.Column("fields", sa.Text, nullable=False, server_default="[]"),
+    sa.Column("state", sa.String(20), nullable=False, server_default="pending"),
+    sa.Column("answer", sa.Text, nullable=True),
+    sa.Column("answered_by", sa.String(200), nullable=True),
+    sa.Column("created_at", sa.String(40), nullable=False),
+    sa.Column("answered_at", sa.String(40), nullable=True),
+    sa.Index("ix_questions_task", "task_id", "created_at"),
+    sa.Index("ix_questions_run", "run_id", "state"),
+)
+
 runs = sa.Table(
     "runs",
     metadata,

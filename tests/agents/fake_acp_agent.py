@@ -28,17 +28,21 @@ text - and `servers` - the session's mcpServers as {name, command, args, env} - 
 message `python: RESULT` of the variable `result` it sets),
 {"cwd": true} (a message `cwd: SESSION CWD (process: ITS OWN CWD)`),
 {"state": true} (a message `state: mode=M options={ID: CURRENT, ...}`: what the agent is set to),
-{"error": {"code", "message", "data"?}}, {"mcp": {"tool": NAME, "args": {...}}} (starts the
-stdio MCP server `laneway` from the mcpServers of the session's session/new or session/load
-with the MCP client SDK, calls the tool, and says `mcp NAME: RESULT TEXT`, or
-`mcp NAME error: TEXT` when the call fails or no `laneway` server was given), {"stop": REASON}
-(ends the turn; default end_turn). A request's error answer (read, write, terminal) becomes a
-message `error CODE: MESSAGE`. Each prompt's text is also echoed as `echo: TEXT (previous: P)`.
+{"elicit": {"message", "schema" (JSON Schema of the form), "url"?}} (elicitation/create; says
+`elicit: ACTION CONTENT-JSON`), {"error": {"code", "message", "data"?}},
+{"mcp": {"tool": NAME, "args": {...}}} (starts the stdio MCP server `laneway` from the
+mcpServers of the session's session/new or session/load with the MCP client SDK, calls the
+tool, and says `mcp NAME: RESULT TEXT`, or `mcp NAME error: TEXT` when the call fails or no
+`laneway` server was given; with "beat": true a thought every 0.2 s while the server starts),
+{"stop": REASON} (ends the turn; default end_turn). A request's error answer (read, write,
+terminal) becomes a message `error CODE: MESSAGE`. Each prompt's text is also echoed as
+`echo: TEXT (previous: P)`.
 """
 
 from __future__ import annotations
 
 import asyncio
+import importlib
 import json
 import os
 import select
@@ -71,6 +75,9 @@ from acp.schema import (
     CloseSessionResponse,
     Cost,
     CurrentModeUpdate,
+    ElicitationFormSessionMode,
+    ElicitationSchema,
+    ElicitationUrlSessionMode,
     Implementation,
     PermissionOption,
     ResumeSessionResponse,
@@ -164,6 +171,7 @@ class FakeAgent(Agent):
     # -- the protocol --------------------------------------------------------------------
 
     async def initialize(self, protocol_version: int, **kwargs: Any) -> InitializeResponse:
+        self.client_capabilities = kwargs.get("client_capabilities")
         behaviour = self.script.get("init", "ok")
         if behaviour == "hang":
             await asyncio.Event().wait()
@@ -441,13 +449,69 @@ class FakeAgent(Agent):
             await self._say(session_id, f"python: {scope.get('result')}")
         elif "mcp" in step:
             call = step["mcp"]
-            await self._say(session_id, await self._mcp(session_id, call["tool"], call.get("args")))
+            said = await self._mcp(
+                session_id, call["tool"], call.get("args"), beat=bool(call.get("beat"))
+            )
+            await self._say(session_id, said)
+        elif "elicit" in step:
+            await self._say(session_id, await self._elicit(session_id, step["elicit"]))
         elif "stop" in step:
             return str(step["stop"])
         return None
 
-    async def _mcp(self, session_id: str, tool: str, args: dict[str, Any] | None) -> str:
-        """Call `tool` on the session's `laneway` MCP server, started as an agent starts one."""
+    async def _elicit(self, session_id: str, ask: dict[str, Any]) -> str:
+        """elicitation/create in form mode (or url mode), as an agent does when the client
+        advertised the capability; says `elicit: ACTION CONTENT` (`elicit: no capability`
+        when the client did not advertise form elicitation)."""
+        assert self.client is not None
+        caps = getattr(self, "client_capabilities", None)
+        elicitation = getattr(caps, "elicitation", None)
+        mode: Any
+        if ask.get("url"):
+            mode = ElicitationUrlSessionMode(
+                session_id=session_id, elicitation_id="e1", url=str(ask["url"])
+            )
+        else:
+            if elicitation is None or elicitation.form is None:
+                return "elicit: no capability"
+            mode = ElicitationFormSessionMode(
+                session_id=session_id,
+                requested_schema=ElicitationSchema.model_validate(ask.get("schema") or {}),
+            )
+        try:
+            answer = await self.client.create_elicitation(
+                message=str(ask.get("message", "?")), mode=mode
+            )
+        except RequestError as exc:
+            return f"elicit error {exc.code}: {exc}"
+        content = getattr(answer, "content", None)
+        return f"elicit: {answer.action} {json.dumps(content, sort_keys=True)}"
+
+    async def _beat(self, session_id: str) -> None:
+        await _beat_forever(self, session_id)
+
+    async def _mcp(
+        self, session_id: str, tool: str, args: dict[str, Any] | None, *, beat: bool = False
+    ) -> str:
+        """Call `tool` on the session's `laneway` MCP server, started as an agent starts one.
+        With `beat`, a thought `starting tools` every 0.2 s until the server is up (its start
+        is the agent's work, not silence), none while the call runs."""
+        beating = asyncio.create_task(self._beat(session_id)) if beat else None
+        try:
+            return await self._call_mcp(session_id, tool, args, beating)
+        finally:
+            if beating is not None:
+                beating.cancel()
+
+    async def _call_mcp(
+        self,
+        session_id: str,
+        tool: str,
+        args: dict[str, Any] | None,
+        beating: asyncio.Task[None] | None,
+    ) -> str:
+        # imported off the loop: a slow import must not keep the beat from being said
+        await asyncio.to_thread(importlib.import_module, "mcp.client.stdio")
         from mcp.client.session import ClientSession
         from mcp.client.stdio import StdioServerParameters, stdio_client
 
@@ -467,11 +531,20 @@ class FakeAgent(Agent):
                 ClientSession(read, write) as session,
             ):
                 await session.initialize()
+                if beating is not None:
+                    beating.cancel()
                 result = await session.call_tool(tool, args or {})
         except Exception as exc:  # noqa: BLE001 - reported to the test as the agent's message
             return f"mcp {tool} error: {type(exc).__name__}: {exc}"
         text = " ".join(getattr(c, "text", "") for c in result.content)
         return f"mcp {tool} error: {text}" if result.is_error else f"mcp {tool}: {text}"
+
+
+async def _beat_forever(agent: FakeAgent, session_id: str) -> None:
+    assert agent.client is not None
+    while True:
+        await agent.client.session_update(session_id, update_agent_thought_text("starting tools"))
+        await asyncio.sleep(0.2)
 
 
 def main() -> None:

@@ -97,7 +97,11 @@ def _reference_badges(host: Host, task: Task) -> dict[str, Any]:
         "failed_marker": latest is not None and any(m.state == "failed" for m in latest[1]),
         "dead_session": bool(sessions) and sessions[-1].state == "FAILED",
         "dead_run": any(r.status == "dead" for r in runs),
-        "waiting_for_person": bool(host.permissions.list(task=task.id, state="pending")),
+        "waiting_for_person": bool(
+            host.permissions.list(task=task.id, state="pending")
+            or host.questions.list(task=task.id, state="pending")
+        ),
+        "questions": len(host.questions.list(task=task.id, state="pending")),
         "needs_person": _person_waits(host, task.id),
         "queued": bool(queued),
         "queued_behind": behind,

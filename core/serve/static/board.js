@@ -160,7 +160,10 @@ function atReviewStep(task) {
 
 function waitsFor(task) {
   const b = task.badges;
-  if (needsPerson(task)) return { kind: "person", text: "Waits for a person: its agent asks for permission" };
+  if (needsPerson(task)) {
+    const asks = b.questions ? "its agent asks a question" : "its agent asks for permission";
+    return { kind: "person", text: `Waits for a person: ${asks}` };
+  }
   if (b.running) return { kind: "agent", text: "An agent is working on it" };
   if (b.last_error) return { kind: "failed", text: `Failed: ${b.last_error}` };
   const forWorker = b.waits_for_host
@@ -511,7 +514,7 @@ function renderLane(step, tasks) {
 function renderBadges(task) {
   const b = task.badges;
   const badges = [];
-  if (needsPerson(task)) badges.push(h("span", { class: "badge person", title: "a permission request waits for an answer" }, "needs you"));
+  if (needsPerson(task)) badges.push(h("span", { class: "badge person", title: task.badges.questions ? "a question waits for an answer" : "a permission request waits for an answer" }, "needs you"));
   if (b.running) badges.push(h("span", { class: "badge running", title: "an agent is working" }, h("i"), "running"));
   if (b.decisions.required > 0) {
     const done = b.decisions.approved >= b.decisions.required;
@@ -740,18 +743,19 @@ async function loadDetail(taskId) {
     }
     throw error;
   }
-  const [entries, runs, sessions, decisions, permissions, comments, diff] = await Promise.all([
+  const [entries, runs, sessions, decisions, permissions, questions, comments, diff] = await Promise.all([
     api.get(`/api/tasks/${id}/entries`),
     api.get(`/api/runs?task=${id}`),
     api.get(`/api/sessions?task=${id}`),
     api.get(`/api/tasks/${id}/decisions`),
     api.get(`/api/permissions?task=${id}&state=pending`),
+    api.get(`/api/questions?task=${id}&state=pending`),
     api.get(`/api/tasks/${id}/comments`),
     // a task has a diff once its first turn made its worktree
     task.workspace ? api.get(`/api/tasks/${id}/diff`).catch((error) => ({ error: error.message })) : null,
   ]);
   if (state.openTaskId !== taskId) return;
-  state.detail = { task, entries, runs, sessions, decisions, permissions, comments, diff };
+  state.detail = { task, entries, runs, sessions, decisions, permissions, questions, comments, diff };
   await followRun(runs);
   if (state.openTaskId !== taskId) return;
   renderDetail();
@@ -822,7 +826,7 @@ function section(key, title, count, ...body) {
 }
 
 function renderDetail() {
-  const { task, entries, runs, sessions, decisions, permissions, comments, diff } = state.detail;
+  const { task, entries, runs, sessions, decisions, permissions, questions, comments, diff } = state.detail;
   const boardTask = state.board?.tasks.find((t) => t.id === task.id);
   $("detail-title").textContent = task.title;
   $("detail-step").textContent = task.wip_admitted ? stepName(task.workflow_step_id) : `${stepName(task.workflow_step_id)} · queued`;
@@ -838,6 +842,7 @@ function renderDetail() {
       : task.description ? h("p", { key: "description", class: "description" }, task.description) : null,
     renderRelations(task, boardTask),
     permissions.length ? renderPermissions(permissions, task) : null,
+    questions.length ? renderQuestions(questions) : null,
     renderActions(task, runs, decisions, sessions, boardTask),
     renderTranscript(runs),
     diff ? section("changes", "Changes", diff.files ? diff.files.length : null, renderChanges(task, diff)) : null,
@@ -945,6 +950,88 @@ function renderPermissions(permissions, task) {
       );
     }),
   );
+}
+
+// A question an agent asked (issue 41 item 6): a form of its fields. The server checks the
+// answer against them and names a field that does not fit; the values are sent typed.
+function renderQuestions(questions) {
+  return h("section", { key: "questions", class: "permissions questions", role: "group", "aria-label": "Questions" },
+    h("h3", {}, questions.length > 1 ? "Questions for you" : "A question for you"),
+    questions.map((q) => {
+      const session = state.detail.sessions.find((s) => s.id === q.session_id);
+      const who = session && session.agent_profile_id ? profileName(session.agent_profile_id) : "The agent";
+      // novalidate: the server checks the answer and its one line names the field
+      return h("form", {
+        class: "question", key: q.id, dataset: { questionId: q.id }, novalidate: true,
+        // the live form (a re-render patches it in place; this render's element is not it)
+        onsubmit: (event) => { event.preventDefault(); answerQuestion(q, event.currentTarget); },
+      },
+        h("p", {}, h("b", {}, who), " asks: ", h("span", { class: "question-message" }, q.message)),
+        q.fields.map((f) => questionField(q, f)),
+        h("div", { class: "seat-buttons" },
+          h("button", { type: "submit", class: "approve" }, "Answer"),
+          h("button", { type: "button", class: "reject", onclick: () => declineQuestion(q) }, "Decline"),
+        ),
+      );
+    }),
+  );
+}
+
+function questionField(q, f) {
+  const id = `q-${q.id.slice(-8)}-${f.name}`;
+  const label = `${f.title || f.name}${f.required ? "" : " (optional)"}`;
+  let input;
+  if (f.choices && f.choices.length) {
+    input = h("select", { id, name: f.name, key: id },
+      f.required ? null : h("option", { value: "" }, "—"),
+      f.choices.map((c) => h("option", { value: String(c) }, String(c))));
+  } else if (f.type === "boolean") {
+    input = h("select", { id, name: f.name, key: id },
+      f.required ? null : h("option", { value: "" }, "—"),
+      h("option", { value: "true" }, "yes"), h("option", { value: "false" }, "no"));
+  } else {
+    const numeric = f.type === "number" || f.type === "integer";
+    input = h("input", {
+      id, name: f.name, key: id, type: numeric ? "number" : "text",
+      step: f.type === "integer" ? "1" : numeric ? "any" : null, required: f.required ? true : null,
+    });
+  }
+  return h("div", { class: "question-field", key: `${id}-row` }, h("label", { for: id }, label), input);
+}
+
+function questionValues(q, form) {
+  const answer = {};
+  for (const f of q.fields) {
+    const el = form.querySelector(`[name="${CSS.escape(f.name)}"]`);
+    const raw = el ? el.value : "";
+    if (raw === "") continue;
+    if (f.type === "boolean") answer[f.name] = raw === "true";
+    else if (f.type === "integer" || f.type === "number") answer[f.name] = Number(raw);
+    else answer[f.name] = raw;
+  }
+  return answer;
+}
+
+async function answerQuestion(q, form) {
+  try {
+    const answered = await state.api.post(`/api/questions/${encodeURIComponent(q.id)}`, { answer: questionValues(q, form) });
+    toast(`Question ${answered.state}: ${q.message}`, "ok");
+    scheduleRefresh(0);
+    scheduleDetail(0);
+  } catch (error) {
+    showError(error);
+  }
+}
+
+async function declineQuestion(q) {
+  try {
+    const answered = await state.api.post(`/api/questions/${encodeURIComponent(q.id)}`, { decline: true });
+    toast(`Question ${answered.state}: ${q.message}`, "ok");
+    scheduleRefresh(0);
+    scheduleDetail(0);
+  } catch (error) {
+    showError(error);
+  }
 }
 
 async function answerPermission(permission, outcome) {
@@ -1580,7 +1667,7 @@ function onEvent(event) {
     // a transcript item changes nothing on the board; its run's start and end do
     if (mine && type !== "agent.item") scheduleRefresh();
     const title = taskTitle(data.task_id);
-    if (title && type === "permission.requested") announce(`“${title}”: its agent waits for a person`);
+    if (title && (type === "permission.requested" || type === "question.asked")) announce(`“${title}”: its agent waits for a person`);
     if (title && type === "run.failed") announce(`“${title}”: a run failed`);
   }
   if (state.openTaskId && data.task_id === state.openTaskId) {

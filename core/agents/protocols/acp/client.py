@@ -17,12 +17,21 @@ from typing import Any, Final
 import attrs
 from acp import RequestError
 from acp.schema import (
+    AcceptElicitationResponse,
     AgentMessageChunk,
     AgentThoughtChunk,
     AllowedOutcome,
+    CancelElicitationResponse,
     ConfigOptionUpdate,
     CurrentModeUpdate,
+    DeclineElicitationResponse,
     DeniedOutcome,
+    ElicitationBooleanPropertySchema,
+    ElicitationFormRequestMode,
+    ElicitationFormSessionMode,
+    ElicitationIntegerPropertySchema,
+    ElicitationNumberPropertySchema,
+    ElicitationStringPropertySchema,
     ReadTextFileResponse,
     RequestPermissionResponse,
     ToolCallUpdate,
@@ -37,6 +46,8 @@ from core.agents.protocols.acp import confined
 from core.agents.protocols.acp.items import MAX_TEXT, block_text, dump, item, update_item
 from core.agents.tools.wire import SERVER_NAME, TOOLS
 from core.agents.values import (
+    ElicitationAnswer,
+    ElicitationRequest,
     ItemKind,
     PermissionOption,
     PermissionPolicy,
@@ -62,7 +73,48 @@ class Ask:
     answer: asyncio.Future[str | None]
 
 
-Post = Callable[[TranscriptItem | Ask], None]
+@attrs.frozen
+class Elicit:
+    """An agent's form question for the caller; its answer sets `answer`."""
+
+    request: ElicitationRequest
+    answer: asyncio.Future[ElicitationAnswer]
+
+
+Post = Callable[[TranscriptItem | Ask | Elicit], None]
+
+_FIELD_TYPES: Final = (
+    (ElicitationStringPropertySchema, "string"),
+    (ElicitationNumberPropertySchema, "number"),
+    (ElicitationIntegerPropertySchema, "integer"),
+    (ElicitationBooleanPropertySchema, "boolean"),
+)
+
+
+def form_fields(schema: Any) -> tuple[list[dict[str, Any]], list[str]]:
+    """A form's properties as a question's fields (name, type, title, required, choices),
+    and the names of those laneway cannot ask (multi-select, or a type it does not know)."""
+    required = set(schema.required or ())
+    fields: list[dict[str, Any]] = []
+    unknown: list[str] = []
+    for name, prop in (schema.properties or {}).items():
+        kind = next((k for cls, k in _FIELD_TYPES if isinstance(prop, cls)), None)
+        if kind is None:
+            unknown.append(name)
+            continue
+        choices: list[Any] = []
+        if isinstance(prop, ElicitationStringPropertySchema):
+            choices = list(prop.enum or ()) or [o.const for o in prop.one_of or ()]
+        fields.append(
+            {
+                "name": name,
+                "type": kind,
+                "title": prop.title or prop.description or "",
+                "required": name in required,
+                "choices": choices,
+            }
+        )
+    return fields, unknown
 
 
 def pick(options: tuple[PermissionOption, ...], kinds: tuple[str, ...]) -> str | None:
@@ -111,6 +163,7 @@ class LanewayClient:
         self.config_options: list[Any] | None = None
         self.usage: TokenUsage | None = None
         self.asks: set[asyncio.Future[str | None]] = set()
+        self.forms: set[asyncio.Future[ElicitationAnswer]] = set()
         self._chunk_kind: str | None = None
         self._chunk_id: str | None = None
         self._chunks: list[str] = []
@@ -231,10 +284,51 @@ class LanewayClient:
         )
 
     def cancel_asks(self) -> None:
-        """ACP: once a turn is cancelled, every pending permission question answers cancelled."""
+        """ACP: once a turn is cancelled, every pending permission question answers cancelled
+        (and every form question: `cancel`)."""
         for answer in list(self.asks):
             if not answer.done():
                 answer.set_result(None)
+        for form in list(self.forms):
+            if not form.done():
+                form.set_result(ElicitationAnswer("cancel"))
+
+    # -- questions (elicitation/create, form mode) --------------------------------------------
+
+    async def create_elicitation(self, message: str, mode: Any, **kwargs: Any) -> Any:
+        """A form question becomes a question on the board (CLI.md `question`) the turn waits
+        on; a URL question, or a form laneway cannot show, is declined with a warning."""
+        self.flush()
+        if not isinstance(mode, ElicitationFormSessionMode | ElicitationFormRequestMode):
+            self.post(
+                item("log", "agent question declined: laneway asks only forms", _level(message))
+            )
+            return DeclineElicitationResponse(action="decline")
+        fields, unknown = form_fields(mode.requested_schema)
+        if unknown:
+            self.post(
+                item(
+                    "log",
+                    "agent question declined: fields of a type laneway cannot ask: "
+                    + ", ".join(unknown),
+                    _level(message),
+                )
+            )
+            return DeclineElicitationResponse(action="decline")
+        session_id = getattr(mode, "session_id", None) or ""
+        future: asyncio.Future[ElicitationAnswer] = asyncio.get_running_loop().create_future()
+        self.forms.add(future)
+        try:
+            self.post(Elicit(ElicitationRequest(session_id, message, tuple(fields)), future))
+            answer = await future
+        finally:
+            self.forms.discard(future)
+        self.post(item("log", f"agent question {answer.action}: {message}", {"level": "info"}))
+        if answer.action == "accept":
+            return AcceptElicitationResponse(action="accept", content=dict(answer.content or {}))
+        if answer.action == "decline":
+            return DeclineElicitationResponse(action="decline")
+        return CancelElicitationResponse(action="cancel")
 
     # -- the file system, confined to the session's working directory ------------------------
 
@@ -327,3 +421,7 @@ class LanewayClient:
 
     async def kill_terminal(self, *args: Any, **kwargs: Any) -> Any:
         raise RequestError.method_not_found("terminal/kill")
+
+
+def _level(message: str) -> dict[str, Any]:
+    return {"level": "warning", "question": message}

@@ -35,6 +35,8 @@ from core.agents.item_queue import ItemQueue
 from core.agents.protocols.acp.facade import INIT_TIMEOUT, AcpLoop, AgentConnection, McpServer
 from core.agents.values import (
     AcpError,
+    ElicitationAnswer,
+    ElicitationRequest,
     PermissionPolicy,
     PermissionRequest,
     SessionState,
@@ -97,6 +99,15 @@ class Record(Protocol):
         ends cancelled)."""
         ...
 
+    def question(self, request: ElicitationRequest) -> str:
+        """Put the agent's form question on the board; the pending question's id."""
+        ...
+
+    def await_question(self, question_id: str, stop: Callable[[], bool]) -> ElicitationAnswer:
+        """Block until a person answers or declines the question, or `stop()` says the turn
+        is over (`cancel`; the question ends cancelled)."""
+        ...
+
 
 @attrs.frozen
 class AcpTurn:
@@ -113,6 +124,9 @@ class AcpTurn:
     mcp_servers: Sequence[McpServer] = ()
     room: Room | None = None
     """The sandbox its agent process starts in (None: none)."""
+    asking: Callable[[], bool] | None = None
+    """Whether the turn's agent waits for a person now (the tool server's `ask`): the idle
+    watch counts that wait as no silence."""
 
 
 class Conversations:
@@ -277,7 +291,7 @@ def run_acp_turn(conversations: Conversations, turn: AcpTurn, record: Record) ->
         if conn is not None:
             conn.close()
         return exc.end
-    watch = _IdleWatch(conn, turn.profile.idle_timeout)
+    watch = _IdleWatch(conn, turn.profile.idle_timeout, turn.asking)
     conversations.running(turn.session_id, conn)
 
     said = ItemQueue(record.items)
@@ -290,10 +304,18 @@ def run_acp_turn(conversations: Conversations, turn: AcpTurn, record: Record) ->
         said.flush()  # what it said before asking is on the board beside the question
         return _ask(request, record, conn, watch)
 
+    def elicit(request: ElicitationRequest) -> ElicitationAnswer:
+        said.flush()
+        return _elicit(request, record, conn, watch)
+
     try:
         watch.start()
         end = conn.prompt(
-            prompt, on_item=keep, on_permission=ask, timeout=turn.profile.turn_timeout
+            prompt,
+            on_item=keep,
+            on_permission=ask,
+            timeout=turn.profile.turn_timeout,
+            on_elicit=elicit,
         )
         said.close()  # everything it said is kept before its turn ends
     except BaseException:
@@ -477,6 +499,28 @@ def _ask(
         watch.resume()
 
 
+def _elicit(
+    request: ElicitationRequest, record: Record, conn: AgentConnection, watch: _IdleWatch
+) -> ElicitationAnswer:
+    """An agent's form question (`elicitation/create`) goes to the board as a question and
+    the turn waits for a person, as for a permission request (`_ask`): not the agent's
+    silence; a turn that ends meanwhile cancels it."""
+    watch.pause()
+    try:
+        question_id = record.question(request)
+        return record.await_question(
+            question_id, stop=lambda: conn.cancel_requested or not conn.alive
+        )
+    except Exception as exc:  # noqa: BLE001 - the agent is answered; the turn never hangs
+        record.warning(
+            "agent question answered cancel: it could not be put to a person",
+            cause=f"{type(exc).__name__}: {exc}",
+        )
+        return ElicitationAnswer("cancel")
+    finally:
+        watch.resume()
+
+
 def _report_usage(end: TurnEnd, record: Record, reported: Mapping[str, Any]) -> None:
     usage = end.usage
     if usage is None:
@@ -500,8 +544,11 @@ def _report_usage(end: TurnEnd, record: Record, reported: Mapping[str, Any]) -> 
 class _IdleWatch:
     """Cancels a turn from which nothing was heard for `limit` seconds (`--idle-timeout`)."""
 
-    def __init__(self, conn: AgentConnection, limit: float) -> None:
+    def __init__(
+        self, conn: AgentConnection, limit: float, asking: Callable[[], bool] | None = None
+    ) -> None:
         self._conn = conn
+        self._asking = asking
         self._limit = limit
         self._last = time.monotonic()
         self._stop = threading.Event()
@@ -529,7 +576,7 @@ class _IdleWatch:
 
     def _run(self) -> None:
         while not self._stop.wait(min(IDLE_POLL, self._limit)):
-            if self._paused:
+            if self._paused or (self._asking is not None and self._asking()):
                 self._last = time.monotonic()
                 continue
             if time.monotonic() - self._last > self._limit:

@@ -29,6 +29,8 @@ from acp import PROTOCOL_VERSION, Client, RequestError, text_block
 from acp.client.connection import ClientSideConnection
 from acp.schema import (
     ClientCapabilities,
+    ElicitationCapabilities,
+    ElicitationFormCapabilities,
     FileSystemCapabilities,
     HttpMcpServer,
     Implementation,
@@ -41,7 +43,7 @@ from pydantic import ValidationError
 
 from core.agents import watchdog_link
 from core.agents.protocols.acp.classify import error_end, failed, stop_reason_end
-from core.agents.protocols.acp.client import Ask, LanewayClient
+from core.agents.protocols.acp.client import Ask, Elicit, LanewayClient
 from core.agents.protocols.acp.items import item
 from core.agents.protocols.acp.transport import LineTransport, keep_stderr_tail, stderr_text
 from core.agents.protocols.exec_process import _parent_death_signal, kill_group
@@ -50,6 +52,8 @@ from core.agents.values import (
     AgentInfo,
     Change,
     ConfigOption,
+    ElicitationAnswer,
+    ElicitationRequest,
     Mode,
     PermissionPolicy,
     PermissionRequest,
@@ -65,6 +69,8 @@ McpServer = McpServerStdio | HttpMcpServer | SseMcpServer
 OnItem = Callable[[TranscriptItem], None]
 OnPermission = Callable[[PermissionRequest], str | None]
 """Answers a permission question with an option id, or None (cancelled); may block."""
+OnElicit = Callable[[ElicitationRequest], ElicitationAnswer]
+"""Answers a form question (ACP elicitation); may block."""
 
 DEFAULT_POLICY: Final = PermissionPolicy()
 MAX_LINE: Final = 16 * 1024 * 1024
@@ -162,7 +168,7 @@ class AgentConnection:
         request_timeout: float,
     ) -> None:
         self._loop = loop
-        self._events: queue.SimpleQueue[TranscriptItem | Ask | _Done] = queue.SimpleQueue()
+        self._events: queue.SimpleQueue[TranscriptItem | Ask | Elicit | _Done] = queue.SimpleQueue()
         self._pending = 0
         self._dropped = 0
         self.client = LanewayClient(self._post, policy)
@@ -183,7 +189,7 @@ class AgentConnection:
 
     # -- the caller's side of the queue ------------------------------------------------------
 
-    def _post(self, event: TranscriptItem | Ask | _Done) -> None:
+    def _post(self, event: TranscriptItem | Ask | Elicit | _Done) -> None:
         if isinstance(event, TranscriptItem):
             if self._pending >= MAX_PENDING:
                 self._dropped += 1
@@ -196,6 +202,7 @@ class AgentConnection:
         coro: Awaitable[T],
         on_item: OnItem | None = None,
         on_permission: OnPermission | None = None,
+        on_elicit: OnElicit | None = None,
     ) -> T:
         on_item = on_item or self.on_item
         on_permission = on_permission or self.on_permission
@@ -223,6 +230,9 @@ class AgentConnection:
             elif isinstance(event, Ask):
                 answer = on_permission(event.request) if on_permission is not None else None
                 self._loop.call_soon_threadsafe(_settle, event.answer, answer)
+            elif isinstance(event, Elicit):
+                form = on_elicit(event.request) if on_elicit else ElicitationAnswer("cancel")
+                self._loop.call_soon_threadsafe(_settle, event.answer, form)
         return future.result()
 
     # -- starting ---------------------------------------------------------------------------
@@ -274,9 +284,15 @@ class AgentConnection:
         self._stderr_task = asyncio.create_task(keep_stderr_tail(proc.stderr, self._stderr))
         self._transport = LineTransport(proc.stdout, proc.stdin, max_line=max_line)
         # LanewayClient serves what laneway serves; the SDK answers the rest method-not-found.
-        self._conn = ClientSideConnection(cast(Client, self.client), self._transport)
+        # the unstable protocol: elicitation/create (a question to a person) is part of it
+        self._conn = ClientSideConnection(
+            cast(Client, self.client), self._transport, use_unstable_protocol=True
+        )
         capabilities = ClientCapabilities(
-            fs=FileSystemCapabilities(read_text_file=True, write_text_file=True), terminal=False
+            fs=FileSystemCapabilities(read_text_file=True, write_text_file=True),
+            terminal=False,
+            # form questions only: laneway sends no one to a URL
+            elicitation=ElicitationCapabilities(form=ElicitationFormCapabilities()),
         )
         answer = await self._guard(
             "initialize",
@@ -558,6 +574,7 @@ class AgentConnection:
         on_item: OnItem | None = None,
         on_permission: OnPermission | None = None,
         timeout: float | None = None,
+        on_elicit: OnElicit | None = None,
     ) -> TurnEnd:
         """One turn: `session/prompt` with `text`, every update handed to `on_item` (the
         prompt first), until the agent answers; routed as AGENTS.md says. Never raises for
@@ -567,7 +584,9 @@ class AgentConnection:
         if deliver is not None:
             deliver(item("prompt", text))
         self._cancelled = False
-        return self._call(self._prompt(state.session_id, text, timeout), on_item, on_permission)
+        return self._call(
+            self._prompt(state.session_id, text, timeout), on_item, on_permission, on_elicit
+        )
 
     async def _prompt(self, session_id: str, text: str, timeout: float | None) -> TurnEnd:
         assert self._conn is not None
@@ -691,9 +710,9 @@ class AgentConnection:
         return True
 
 
-def _settle(answer: asyncio.Future[str | None], option_id: str | None) -> None:
+def _settle(answer: asyncio.Future[T], value: T) -> None:
     if not answer.done():
-        answer.set_result(option_id)
+        answer.set_result(value)
 
 
 def _option(option: Any) -> ConfigOption:

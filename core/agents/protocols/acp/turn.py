@@ -93,6 +93,7 @@ class AcpProtocol:
                         call.session.agent,
                         servers,
                         room,
+                        asking=lambda: self.tools.asking(token),
                     ),
                     call.record,
                 )

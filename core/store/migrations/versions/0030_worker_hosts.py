@@ -3,7 +3,7 @@ tell that no worker on a host a run waits for is alive (`hostname` is the proces
 `core.hosts` names it: `LANEWAY_HOST` when set).
 
 Revision ID: 0030
-Revises: 0027
+Revises: 0029
 Create Date: 2026-12-06
 """
 

@@ -6,7 +6,7 @@
 - `workflows.cleanup`: a shell command run in a worktree before it is removed.
 
 Revision ID: 0031
-Revises: 0027
+Revises: 0030
 Create Date: 2026-12-06
 """
 
