@@ -29,11 +29,6 @@ CLI_NOT_YET: Final[dict[tuple[str, ...], set[str]]] = {
     ("schedule", "remove"): set(),
     ("question", "list"): set(),
     ("question", "answer"): set(),
-    ("user", "add"): set(),
-    ("user", "list"): set(),
-    ("user", "set"): set(),
-    ("user", "remove"): set(),
-    ("user", "token"): set(),
 }
 """Contract rows (CLI.md) another change builds: the commands, or a command's options."""
 

@@ -173,6 +173,13 @@ def task_comment(call: Call) -> Reply:
     return Reply(added, status=201)
 
 
+def task_history(call: Call) -> Reply:
+    """As `task history --json`: the task's retained events, each with its actor."""
+    from core.services.history import task_history as history
+
+    return Reply(history(call.host, call.path["t"]))
+
+
 def task_merge(call: Call) -> Reply:
     body = call.body if call.body is not None else {}
     strategy = into = None
@@ -527,6 +534,7 @@ ROUTES = [
     Route("/api/tasks/{t}/entries", endpoint(task_entries), methods=["GET"]),
     Route("/api/tasks/{t}/decisions", endpoint(task_decisions), methods=["GET"]),
     Route("/api/tasks/{t}/diff", endpoint(task_diff), methods=["GET"]),
+    Route("/api/tasks/{t}/history", endpoint(task_history), methods=["GET"]),
     Route("/api/tasks/{t}/merge", endpoint(task_merge), methods=["POST"]),
     Route("/api/tasks/{t}/push", endpoint(task_push), methods=["POST"]),
     Route("/api/entries", endpoint(entries_list), methods=["GET"]),

@@ -37,7 +37,7 @@ import attrs
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
-from core import ids
+from core import actors, ids
 from core.store import prepared
 from core.store import tables as t
 
@@ -104,8 +104,10 @@ class Event:
     data: Mapping[str, Any]
 
     def as_json(self) -> dict[str, Any]:
-        """The stream's `data:` object: at least `id`, `type`, `task_id` and `at`."""
+        """The stream's `data:` object: at least `id`, `type`, `task_id`, `at` and `actor`
+        (`system` for an event stored before actors were recorded)."""
         return {
+            "actor": actors.SYSTEM,
             **self.data,
             "id": self.id,
             "type": self.type,
@@ -139,6 +141,8 @@ class _Pending:
     fields: dict[str, Any]
     entry_id: str | None = None
     """Set when the task is not known at the write site; `flush` looks it up."""
+    actor: str = attrs.field(factory=actors.current)
+    """Who made the change (`core.actors`), read where the event is recorded."""
 
 
 # -- writing ----------------------------------------------------------------------------------
@@ -255,7 +259,7 @@ def flush(uow: UnitOfWork) -> list[Event]:
             "type": p.type,
             "task_id": p.task_id,
             "at": p.at,
-            "data": _encode(p.fields),
+            "data": _encode({**p.fields, "actor": p.actor}),
         }
         for p in pending
     ]
@@ -271,7 +275,9 @@ def flush(uow: UnitOfWork) -> list[Event]:
         sa.insert(EV).returning(EV.c.id, sort_by_parameter_order=True), rows
     ).scalars()
     return [
-        Event(id=int(i), type=p.type, task_id=p.task_id, at=p.at, data=p.fields)
+        Event(
+            id=int(i), type=p.type, task_id=p.task_id, at=p.at, data={**p.fields, "actor": p.actor}
+        )
         for i, p in zip(inserted, pending, strict=True)
     ]
 
@@ -282,7 +288,8 @@ def notify(store: Store, type_: str, task_id: str | None, **fields: Any) -> None
     observer = store.observer
     if observer is None or not observer.wanted():
         return
-    observer.committed([Event(id=0, type=type_, task_id=task_id, at=ids.now(), data=fields)])
+    data = {**fields, "actor": actors.current()}
+    observer.committed([Event(id=0, type=type_, task_id=task_id, at=ids.now(), data=data)])
     observer.drain()
 
 

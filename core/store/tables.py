@@ -284,6 +284,7 @@ workflow_step_decisions = sa.Table(
     # Set by clear_decisions on a new entry: the row belongs to an earlier review round, kept
     # readable (`decision list --all`) but no longer counted by the quorum.
     sa.Column("cleared_at", sa.String(40), nullable=True),
+    sa.Column("actor", sa.String(200), nullable=False, server_default="system"),
     sa.Index("ix_decisions_task_step", "task_id", "step_id"),
     # A re-run of one run (its worker died after the verdict) adds nothing: NULLs are
     # distinct on both databases, so decisions recorded outside a run are not limited.
@@ -305,6 +306,8 @@ comments = sa.Table(
     # a comment on a line of the task's diff: the file's path and the line's number
     sa.Column("file", sa.String(4000), nullable=True),
     sa.Column("line", sa.Integer, nullable=True),
+    # who wrote it (core.actors): `user:<name>`, `agent:<profile>` or `system`
+    sa.Column("actor", sa.String(200), nullable=False, server_default="system"),
     sa.Index("ix_comments_task", "task_id", "created_at"),
 )
 
@@ -327,6 +330,8 @@ permissions = sa.Table(
     sa.Column("decided_by", sa.String(200), nullable=True),
     sa.Column("created_at", sa.String(40), nullable=False),
     sa.Column("decided_at", sa.String(40), nullable=True),
+    # who answered it (core.actors); `decided_by` is the free text the answer gave
+    sa.Column("actor", sa.String(200), nullable=False, server_default="system"),
     sa.Index("ix_permissions_task", "task_id", "created_at"),
     sa.Index("ix_permissions_run", "run_id", "state"),
 )
@@ -603,3 +608,17 @@ def column_length(column: sa.Column[Any]) -> int:
     length = getattr(column.type, "length", None)
     assert isinstance(length, int), column
     return length
+
+
+# People of the board (issue 44, `laneway user`): a name, a role and the sha256 of the
+# person's token (the token itself is printed once and never stored). A request's token is
+# looked up by its hash, so no comparison runs over names.
+users = sa.Table(
+    "users",
+    metadata,
+    sa.Column("name", sa.String(100), primary_key=True),
+    sa.Column("role", sa.String(20), nullable=False),
+    sa.Column("token_hash", sa.String(64), nullable=False),
+    sa.Column("created_at", sa.String(40), nullable=False),
+    sa.UniqueConstraint("token_hash", name="uq_users_token_hash"),
+)

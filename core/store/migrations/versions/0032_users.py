@@ -1,0 +1,43 @@
+"""People of the board and who did what (issue 44): `users` (a name, a role and the sha256 of
+the person's token, never the token), and an `actor` column on the rows a person writes
+(comments, verdicts, permission answers).
+
+Revision ID: 0032
+Revises: 0027
+Create Date: 2026-12-06
+"""
+
+from __future__ import annotations
+
+import sqlalchemy as sa
+from alembic import op
+
+revision = "0032"
+down_revision = "0027"
+branch_labels = None
+depends_on = None
+
+ACTOR_TABLES = ("comments", "workflow_step_decisions", "permissions")
+
+
+def upgrade() -> None:
+    op.create_table(
+        "users",
+        sa.Column("name", sa.String(100), primary_key=True),
+        sa.Column("role", sa.String(20), nullable=False),
+        sa.Column("token_hash", sa.String(64), nullable=False),
+        sa.Column("created_at", sa.String(40), nullable=False),
+        sa.UniqueConstraint("token_hash", name="uq_users_token_hash"),
+    )
+    for table in ACTOR_TABLES:
+        with op.batch_alter_table(table) as batch:
+            batch.add_column(
+                sa.Column("actor", sa.String(200), nullable=False, server_default="system")
+            )
+
+
+def downgrade() -> None:
+    for table in ACTOR_TABLES:
+        with op.batch_alter_table(table) as batch:
+            batch.drop_column("actor")
+    op.drop_table("users")
