@@ -49,11 +49,6 @@ def acting(actor: str) -> Iterator[None]:
         _current.reset(token)
 
 
-def act_as(actor: str) -> None:
-    """Write as `actor` from now on in this context (the CLI sets it once per process)."""
-    _current.set(actor)
-
-
 def cli_user() -> str:
     """The CLI's person: `$LANEWAY_USER`, else the login name, else `someone`."""
     name = os.environ.get(USER_ENV, "").strip()

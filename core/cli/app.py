@@ -408,10 +408,11 @@ def build_cli(
         )
         ctx.obj = settings
         if ctx.invoked_subcommand not in PROCESSES_OF_THE_BOARD:
-            # a person at the command line: what this process writes names them (CLI.md)
+            # a person at the command line: what this command writes names them (CLI.md);
+            # undone when the command ends, for a caller that runs several in one process
             from core import actors
 
-            actors.act_as(actors.cli_user())
+            ctx.with_resource(actors.acting(actors.cli_user()))
         ctx.call_on_close(_start_logging(settings))
         # A plugin that fails, or tries to replace a built-in command, is reported by every
         # command that loads plugins: a plugin's command, `--help`, and every command that
