@@ -480,6 +480,8 @@ board_events = sa.Table(
     sa.Column("task_id", sa.String(64), nullable=True),
     sa.Column("at", sa.String(40), nullable=False),
     sa.Column("data", sa.Text, nullable=False),
+    # who made the change (core.actors): `user:<name>`, `agent:<profile>` or `system`
+    sa.Column("actor", sa.String(200), nullable=False, server_default="system"),
     # No index beside the primary key (migration 0007 dropped those on `at` and on
     # (task_id, id), issue 14): every event paid for them, and their readers go along the id
     # instead - pruning from the oldest ids (ids grow with time), a `?task=` stream's

@@ -148,7 +148,7 @@ def test_issue_44_item_3_an_agents_tool_calls_name_its_profile(host: Host) -> No
     [verdict] = host.decisions.list(board.task.id, board.step("Review"))
     assert verdict.actor == "agent:r1"
     stored = events.read_all(host.store, task_id=board.task.id)
-    by_type = {e.type: e.data["actor"] for e in stored}
+    by_type = {e.type: e.actor for e in stored}
     assert by_type["comment.added"] == "agent:r1"
     assert by_type["decision.recorded"] == "agent:r1"
     assert by_type["task.created"] == "system"

@@ -40,9 +40,7 @@ def test_issue14_a_transactions_events_are_stored_in_the_order_recorded(host: Ho
     with pytest.raises(Refused):
         rolled_back()
     stored = events.read_all(host.store)[len(before) :]
-    # every event names its actor (issue 44): what no person's request wrote is `system`'s
-    expected = [(type_, task, {**fields, "actor": "system"}) for type_, task, fields in recorded]
-    assert [(e.type, e.task_id, dict(e.data)) for e in stored] == expected
+    assert [(e.type, e.task_id, dict(e.data)) for e in stored] == recorded
     assert [e.id for e in stored] == sorted(e.id for e in stored)
     assert len({e.id for e in stored}) == len(stored)
     assert all(e.at for e in stored)

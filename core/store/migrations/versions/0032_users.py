@@ -1,6 +1,6 @@
 """People of the board and who did what (issue 44): `users` (a name, a role and the sha256 of
-the person's token, never the token), and an `actor` column on the rows a person writes
-(comments, verdicts, permission answers).
+the person's token, never the token), and an `actor` column on every event and on the rows a
+person writes (comments, verdicts, permission answers).
 
 Revision ID: 0032
 Revises: 0027
@@ -17,7 +17,7 @@ down_revision = "0027"
 branch_labels = None
 depends_on = None
 
-ACTOR_TABLES = ("comments", "workflow_step_decisions", "permissions")
+ACTOR_TABLES = ("board_events", "comments", "workflow_step_decisions", "permissions")
 
 
 def upgrade() -> None:
@@ -29,11 +29,12 @@ def upgrade() -> None:
         sa.Column("created_at", sa.String(40), nullable=False),
         sa.UniqueConstraint("token_hash", name="uq_users_token_hash"),
     )
+    # a plain ADD COLUMN on both databases (SQLite's batch mode would copy board_events and
+    # lose its AUTOINCREMENT, migration 0006); a constant default fills the rows there are
     for table in ACTOR_TABLES:
-        with op.batch_alter_table(table) as batch:
-            batch.add_column(
-                sa.Column("actor", sa.String(200), nullable=False, server_default="system")
-            )
+        op.add_column(
+            table, sa.Column("actor", sa.String(200), nullable=False, server_default="system")
+        )
 
 
 def downgrade() -> None:
