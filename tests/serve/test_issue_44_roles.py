@@ -92,3 +92,21 @@ def test_issue_44_item_2_unknown_and_missing_tokens_are_401_on_every_endpoint(
                     answer = c.request(method, _path(template), json={}, headers=headers)
                     assert answer.status_code == 401, (method, template, answer.text)
                     assert answer.json()["code"] == "unauthorised"
+
+
+def test_issue_44_item_5_a_trusted_proxys_user_header_names_the_person(sqlite_url: str) -> None:
+    """`serve --user-header H`: a request carrying H is the user it names, with that user's
+    role; a name the board does not know is a 401; without the option the header is ignored."""
+    lw = Laneway(sqlite_url)
+    lw.json("init")
+    lw.json("user", "add", "vera", "--role", "viewer")
+    with open_host(sqlite_url) as host:
+        proxied = build_app(host, token=ADMIN, user_header="X-Forwarded-User")
+        with TestClient(proxied) as c:
+            me = c.get("/api/me", headers={"X-Forwarded-User": "vera"})
+            assert me.json() == {"name": "vera", "role": "viewer", "actor": "user:vera"}
+            refused = c.post("/api/tasks", json={}, headers={"X-Forwarded-User": "vera"})
+            assert (refused.status_code, refused.json()["role"]) == (403, "operator")
+            assert c.get("/api/me", headers={"X-Forwarded-User": "mallory"}).status_code == 401
+        with TestClient(build_app(host, token=ADMIN)) as c:
+            assert c.get("/api/me", headers={"X-Forwarded-User": "vera"}).status_code == 401
