@@ -7,7 +7,7 @@ it presents (an indexed lookup, then `hmac.compare_digest` on the hash), so no c
 over names and nothing about one person's token tells anything about another's. Every request
 asks the database, so `remove` and `token` take a token away at once from every `serve` of the
 board, whichever process made the change (correctness first; the benchmark in
-tests/benchmarks/test_bench_users.py measures what the lookup costs).
+tests/benchmarks/bench_users.py measures what the lookup costs).
 
 Every change is one statement whose row count decides (a duplicate name is the primary key's
 refusal, a missing one an update or delete that touched nothing).
