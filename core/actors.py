@@ -31,12 +31,20 @@ def current() -> str:
     return _current.get()
 
 
+MAX_NAME: Final = 100
+"""An actor is stored in 200 characters; a profile's or a login's name is cut to this."""
+
+
+def _clean(name: str) -> str:
+    return "".join(ch for ch in " ".join(name.split()) if ch.isprintable())[:MAX_NAME]
+
+
 def user(name: str) -> str:
-    return f"user:{name}"
+    return f"user:{_clean(name)}"
 
 
 def agent(profile: str) -> str:
-    return f"agent:{profile}"
+    return f"agent:{_clean(profile)}"
 
 
 @contextlib.contextmanager
@@ -57,5 +65,4 @@ def cli_user() -> str:
             name = getpass.getuser()
         except (KeyError, OSError):  # no passwd entry in a container
             name = ""
-    name = " ".join(name.split())[:100]
-    return user(name or "someone")
+    return user(_clean(name) or "someone")

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any, Final
 
 import attrs
+import sqlalchemy as sa
 from starlette.applications import Starlette
 from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException
@@ -25,6 +26,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from core import actors
 from core.errors import ReadOnly
 from core.host import Host
+from core.logs import logger
 from core.serve import roles, routes
 from core.serve.http import MAX_BODY, HttpError, error_response, one_line
 from core.serve.stream import Hub
@@ -138,6 +140,15 @@ class Guard:
             await self.app(scope, receive, send)
 
     async def _principal(self, headers: dict[bytes, bytes]) -> Principal:
+        try:
+            return await self._lookup(headers)
+        except sa.exc.SQLAlchemyError as exc:
+            logger.bind(error=one_line(str(getattr(exc, "orig", None) or exc))).warning(
+                "database error while checking a token"
+            )
+            raise HttpError(503, "database unavailable; try again") from None
+
+    async def _lookup(self, headers: dict[bytes, bytes]) -> Principal:
         if self.user_header is not None and self.user_header in headers:
             name = headers[self.user_header].decode("latin-1")
             found = await run_in_threadpool(users.authenticate_name, self.store, name)
