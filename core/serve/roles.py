@@ -70,6 +70,9 @@ RULES: Final[dict[tuple[str, str], str]] = {
     ("POST", "/api/permissions/{p}"): OPERATOR,
     ("POST", "/api/sessions/{s}/send"): OPERATOR,
     ("POST", "/api/sessions/{s}/cancel-retry"): OPERATOR,
+    # questions (HTTP.md; their routes are being built beside this table)
+    ("GET", "/api/questions"): VIEWER,
+    ("POST", "/api/questions/{q}"): OPERATOR,
     # changing the board itself
     ("POST", "/api/workflows"): ADMIN,
     ("POST", "/api/workflows/import"): ADMIN,

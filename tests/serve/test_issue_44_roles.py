@@ -18,6 +18,7 @@ from core.serve.app import build_app
 from core.services import users
 from tests.cli.conftest import Laneway
 from tests.conftest import open_host
+from tests.test_contract_docs import HTTP_NOT_YET
 
 ADMIN = "admin-token-0123456789"
 
@@ -39,7 +40,8 @@ def test_issue_44_item_2_every_route_has_a_rule(sqlite_url: str) -> None:
         served = _api_routes(build_app(host, token=ADMIN))
     missing = [r for r in served if r not in roles.RULES]
     assert not missing, f"routes without a role in core/serve/roles.py RULES: {missing}"
-    stale = sorted(set(roles.RULES) - set(served))
+    # a contract route another change builds may have its rule first (HTTP_NOT_YET)
+    stale = sorted(set(roles.RULES) - set(served) - HTTP_NOT_YET)
     assert not stale, f"RULES names routes the app does not serve: {stale}"
 
 
