@@ -78,3 +78,6 @@ def user_token(settings: Settings, name: str) -> None:
         {"name": name, "token": token},
         [f"token: {token}", "(shown once; the old one no longer works)"],
     )
+
+
+COMMANDS: tuple[click.Command, ...] = (user,)
