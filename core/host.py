@@ -190,7 +190,7 @@ class Host:
     def workspace(self) -> WorkspaceService:
         from core.services.workspace import WorkspaceService
 
-        return WorkspaceService(self, workflows=lambda: self.workflows)
+        return WorkspaceService(self)
 
     @_Built
     def profiles(self) -> ProfileService:
@@ -202,12 +202,7 @@ class Host:
     def workflows(self) -> WorkflowService:
         from core.services.workflows import WorkflowService
 
-        return WorkflowService(
-            self,
-            participants=lambda: self.participants,
-            profiles=lambda: self.profiles,
-            workspace=lambda: self.workspace,
-        )
+        return WorkflowService(self, profiles=lambda: self.profiles)
 
     @_Built
     def tasks(self) -> TaskService:
@@ -249,7 +244,7 @@ class Host:
     def sessions(self) -> SessionService:
         from core.services.sessions import SessionService
 
-        return SessionService(self, profiles=lambda: self.profiles, tasks=lambda: self.tasks)
+        return SessionService(self, profiles=lambda: self.profiles)
 
     @_Built
     def turns(self) -> TurnService:
@@ -312,7 +307,7 @@ class Host:
     def blockers(self) -> BlockerService:
         from core.services.blockers import BlockerService
 
-        return BlockerService(self, tasks=lambda: self.tasks)
+        return BlockerService(self)
 
     @_Built
     def budgets(self) -> BudgetService:

@@ -506,3 +506,33 @@ class AgentFailure:
         """The failure's identity: a session hosts several executions, each may fail once."""
         base = f"agent_error:session:{self.session_id}"
         return f"{base}:{self.agent_execution_id}" if self.agent_execution_id else base
+
+
+@attrs.frozen
+class FailureCase:
+    """A terminal agent failure as decided once (core.agents.failure): the failure bookkeeping,
+    the host's on_agent_error dispatch and every `laneway_agent_failed` observer receive this
+    value, so none of them asks again whose task it is.
+
+    :param failure: the failure itself.
+    :param owner: the plugin owning the task (Office for its tasks), None for the host's own:
+        asked once, under the session's guard, from the task as the failure found it.
+    :param found: the task as the failure found it (before the bookkeeping); None when it could
+        not be read, which leaves its ownership undecided and the dispatch closed.
+    :param task: the task as it stands when the dispatch runs (a reconciled completion signal
+        may have moved it); None until the dispatch read it, or when it stopped before.
+    :param session: the failed session as the dispatch read it; None until then, or when it
+        stopped before or could not read it.
+    :param dispatched: whether the host's own dispatch ran on_agent_error.
+    """
+
+    failure: AgentFailure
+    owner: str | None = None
+    found: Task | None = None
+    task: Task | None = None
+    session: Session | None = None
+    dispatched: bool = False
+
+    @property
+    def route(self) -> str:
+        return self.failure.route

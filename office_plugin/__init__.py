@@ -13,6 +13,7 @@ from plugins import api
 from plugins.api import (
     ActionKind,
     AgentFailure,
+    FailureCase,
     GuardKind,
     PluginHost,
     Task,
@@ -50,10 +51,12 @@ def laneway_task_ownership(task: Task, workspace: Workspace) -> str | None:
 
 
 @hookimpl
-def laneway_agent_failed(host: PluginHost, failure: AgentFailure) -> None:
+def laneway_agent_failed(host: PluginHost, failure: AgentFailure, case: FailureCase) -> None:
     """Office's own on_agent_error path: for an Office task whose failed session was running a
     claimed Office run, under the run's own operation id. Without such a run nothing fires
-    (the host's dispatch skips Office tasks), so one failure dispatches at most once."""
+    (the host's dispatch skips Office tasks), so one failure dispatches at most once. Whose
+    task it is, and the task as it stands, are the host's decided case's: Office asks
+    neither again."""
     if failure.user_initiated or failure.run_id is None:
         return
     bundle = host.bundle  # read once: the feature switch and the engine from one publication
@@ -63,8 +66,9 @@ def laneway_agent_failed(host: PluginHost, failure: AgentFailure) -> None:
             task_id=failure.task_id, session_id=failure.session_id, run_id=failure.run_id
         ).debug("office is off: its on_agent_error path does not run")
         return
-    task = host.tasks.get(failure.task_id)
-    if laneway_task_ownership(task, host.workspace.by_id(task.workspace_id)) != NAME:
+    task = case.task
+    if case.owner != NAME or task is None:
+        # not Office's, or the host's dispatch stopped before the task (session gone/unreadable)
         return
     run = host.runs.get(failure.run_id)
     if run is None or run.status != "claimed" or run.task_id != task.id:

@@ -19,8 +19,9 @@ What is here:
 - values: :class:`Task`, :class:`Step`, :class:`Workflow`, :class:`Workspace`,
   :class:`Session`, :class:`Participant`, :class:`Decision`, :class:`Run`,
   ``PARTICIPANT_ROLES``, :class:`RunRequest` (what ``services.runs.enqueue`` takes),
-  :class:`AgentFailure` (what ``laneway_agent_failed`` observes) and :func:`payload_of`
-  (the on_agent_error payload for a failure), :func:`build_prompt`;
+  :class:`AgentFailure` (what ``laneway_agent_failed`` observes), :class:`FailureCase` (the
+  failure as the host decided it once, which the hook receives beside it) and
+  :func:`payload_of` (the on_agent_error payload for a failure), :func:`build_prompt`;
 - :func:`fault_point` (``core.faults.reach``): a named point crash tests can stop at;
 - landing a task's branch: :class:`ChangesView` (``ctx.services.changes``), the
   :class:`Claim` an executor names to it, :class:`MergeConflict` (its ``paths``) and
@@ -48,6 +49,7 @@ from core.model import (
     PARTICIPANT_ROLES,
     AgentFailure,
     Decision,
+    FailureCase,
     Participant,
     Run,
     Session,
@@ -134,6 +136,7 @@ __all__ = [
     "ConfigError",
     "Decision",
     "DecisionsView",
+    "FailureCase",
     "Features",
     "Forge",
     "ForgeConfig",

@@ -29,12 +29,14 @@ def _imported_by(statement: str) -> set[str]:
     }
 
 
+@pytest.mark.subprocess  # starts a real agent or interpreter (tier audit)
 def test_the_measure_sees_the_plugin_loader() -> None:
     """The check can fail: importing the loader itself lists pluggy and the loader."""
     modules = _imported_by("import core.plugin.loading")
     assert {"pluggy", "core.plugin.loading"} <= modules
 
 
+@pytest.mark.subprocess  # starts a real agent or interpreter (tier audit)
 @pytest.mark.parametrize("absent", ABSENT)
 def test_importing_the_ledger_loads_no_click_nor_plugin_loader(absent: str) -> None:
     """Issue 26 item 1: `import core.ledger` loads neither click nor the plugin loader."""

@@ -1,6 +1,13 @@
-"""An agent's terminal failure: the bookkeeping under the session's guard, then on_agent_error.
+"""An agent's terminal failure: decided once, the bookkeeping under the session's guard, then
+on_agent_error.
 
-`Failures.handle` runs the bookkeeping in the order the agent-error spec fixes (session state
+`decide` reads the failure's task once and asks its owner once, into a `FailureCase` (a frozen
+value of core.model); the bookkeeping, the host's dispatch and every `laneway_agent_failed`
+observer (Office's own path among them) receive that case, so none asks again whose task it
+is. The dispatch adds what it reads (the session and the task as they stand then, per the
+guards below) to the case it hands on.
+
+`Failures.settle` runs the bookkeeping in the order the agent-error spec fixes (session state
 -> task review state -> pending step-completion reconciliation -> cleanup launched, not
 awaited) under the session's guard; the guard is then released and the dispatch runs,
 synchronously on the same thread, so an action that needs the guard again (auto_start_agent)
@@ -14,8 +21,9 @@ line (at most one record per failure):
 1. no bundle or no engine (silent)       2. no session id (silent)
 3. user-initiated, route R6 (DEBUG)
 4. the session, read once by the failure's session id: gone (DEBUG); unreadable (WARNING)
-5. the task, read once by the failure's task id: unreadable or gone (WARNING, fails closed)
-6. Office owns the task (silent: Office's own path handles it)
+5. the task, read once by the failure's task id: unreadable or gone (WARNING, fails closed);
+   a task the decision could not read has no decided owner (WARNING, fails closed too)
+6. a plugin owns the task, as the case decided (silent: Office's own path handles it)
 7. ephemeral, archived, or at no step (silent)
 8. another session of the task is working (DEBUG)
 
@@ -33,12 +41,14 @@ import threading
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+import attrs
+
 from core.agents.guards import SessionGuards
 from core.agents.stops import InFlight
 from core.agents.values import TurnOutcome
 from core.errors import LanewayError, NotFound
 from core.logs import logger
-from core.model import WORKING_STATES, AgentFailure, Task
+from core.model import WORKING_STATES, AgentFailure, FailureCase, Task
 
 if TYPE_CHECKING:
     from loguru import Logger
@@ -100,45 +110,76 @@ def payload_of(failure: AgentFailure, session_agent_id: str | None) -> dict[str,
     }
 
 
+def decide(host: AgentPort, failure: AgentFailure) -> FailureCase:
+    """The failure's case, decided once: its task read once and its owner asked once (an
+    unreadable task leaves the owner undecided, the bookkeeping treats it as the host's own
+    and the dispatch stays closed)."""
+    try:
+        task = host.tasks.get(failure.task_id)
+    except LanewayError:
+        return FailureCase(failure)
+    return FailureCase(failure, owner=host.tasks.owner(task), found=task)
+
+
 def dispatch(host: AgentPort, failure: AgentFailure) -> bool:
-    """Dispatch on_agent_error for one terminal failure; True when the engine ran it."""
+    """Decide `failure` and dispatch on_agent_error for it, with no bookkeeping (a caller that
+    has none to do); True when the engine ran it."""
+    return dispatch_case(host, FailureCase(failure), undecided=True).dispatched
+
+
+def dispatch_case(host: AgentPort, case: FailureCase, *, undecided: bool = False) -> FailureCase:
+    """Dispatch on_agent_error for one decided failure; the case with what the dispatch read
+    (the session, the task as it stands now) and whether the engine ran it. An `undecided`
+    case (no bookkeeping decided it) is decided here, once, from the task the dispatch reads."""
+    failure = case.failure
     bundle = host.current_bundle()  # read once: engine, registry and store together
     if bundle is None or bundle.engine is None:
-        return False
+        return case
     if not failure.session_id:
-        return False
+        return case
     if failure.user_initiated:
         _record(failure, route=failure.route).debug("user cancelled the retries: no dispatch")
-        return False
+        return case
     try:
         session = host.sessions.get(failure.session_id)
     except NotFound:
         _record(failure).debug("failed session is gone: nothing to dispatch")
-        return False
+        return case
     except Exception as exc:  # noqa: BLE001 - fail closed on any read problem
         _record(failure, cause=str(exc)).warning("failed session unreadable: no dispatch")
-        return False
+        return case
+    read = attrs.evolve(case, session=session)
     try:
+        # as it stands now: a reconciled completion signal may have moved it since the decision
         task: Task = host.tasks.get(failure.task_id)
     except Exception as exc:  # noqa: BLE001 - fails closed: unknown ownership is not "kanban"
         _record(failure, cause=str(exc)).warning("task unreadable: no dispatch")
-        return False
-    if host.tasks.owner(task) is not None:
-        return False
+        return read
+    read = attrs.evolve(read, task=task)
+    if undecided:
+        case = read = attrs.evolve(read, found=task, owner=host.tasks.owner(task))
+    if case.found is None:
+        # the decision could not read the task, so its owner is undecided: not "kanban" either
+        _record(failure, cause="the task was unreadable when the failure was decided").warning(
+            "task unreadable: no dispatch"
+        )
+        return read
+    if case.owner is not None:
+        return read
     if task.is_ephemeral or task.archived_at is not None or not task.workflow_step_id:
-        return False
+        return read
     try:
         blocking = _working_sibling(host, task, failure.session_id)
     except Exception as exc:  # noqa: BLE001 - fails closed, with the reader's own warning
         logger.bind(task_id=task.id, cause=str(exc)).warning(
             "could not list the task's sessions; not dispatching on_agent_error"
         )
-        return False
+        return read
     if blocking is not None:
         _record(failure, blocking_session_id=blocking).debug(
             "another session of the task is working: no dispatch"
         )
-        return False
+        return read
 
     _walk(host, bundle.registry, task, failure)
     operation_id = failure.operation_id
@@ -157,9 +198,9 @@ def dispatch(host: AgentPort, failure: AgentFailure) -> bool:
         _record(failure, operation_id=operation_id, cause=f"{type(exc).__name__}: {exc}").error(
             "on_agent_error dispatch failed"
         )
-        return False
+        return read
     if result.idempotent:
-        return False
+        return read
     if result.failed:
         _record(
             failure,
@@ -169,7 +210,7 @@ def dispatch(host: AgentPort, failure: AgentFailure) -> bool:
             action_type=result.failed_action,
             position=result.failed_position,
         ).error("on_agent_error dispatch failed")
-        return False
+        return read
     dispatched(
         host,
         failure,
@@ -187,7 +228,7 @@ def dispatch(host: AgentPort, failure: AgentFailure) -> bool:
         _record(failure, step_id=task.workflow_step_id, operation_id=operation_id).debug(
             "on_agent_error dispatched: the step declares no actions"
         )
-    return True
+    return attrs.evolve(read, dispatched=True)
 
 
 def _working_sibling(host: AgentPort, task: Task, failed_session_id: str) -> str | None:
@@ -223,23 +264,26 @@ def _walk(host: AgentPort, registry: Registry, task: Task, failure: AgentFailure
             ).warning("on_agent_error action has no executor")
 
 
-def why_not_dispatched(host: AgentPort, task: Task, failed_session_id: str) -> str:
-    """Why a failure of `failed_session_id` on `task` dispatched nothing, for a person (the
-    `agent fail` command): the guards above that are silent, said in words."""
-    owner = host.tasks.owner(task)
+def why_not_dispatched(host: AgentPort, case: FailureCase) -> str:
+    """Why a decided failure dispatched nothing, for a person (the `agent fail` command): the
+    guards above that are silent, said in words, from the case as the dispatch left it."""
+    owner = case.owner
     if owner is not None:
         return (
             f"the task is {owner}'s: laneway's own dispatch leaves it alone, and {owner} "
             "dispatches on_agent_error only when an agent fails while running one of its "
             "claimed runs (`laneway worker`), which a failure reported from outside is not"
         )
+    task = case.task
+    if task is None or case.failure.session_id is None:
+        return "the failed session or its task could not be read (see the log)"
     if task.archived_at is not None:
         return "the task is archived"
     if task.is_ephemeral:
         return "the task is ephemeral"
     if not task.workflow_step_id:
         return "the task stands at no step"
-    blocking = _working_sibling(host, task, failed_session_id)
+    blocking = _working_sibling(host, task, case.failure.session_id)
     if blocking is not None:
         return f"another session of the task ({blocking}) is working"
     return (
@@ -267,27 +311,33 @@ class Failures:
         """The failure bookkeeping. Returns the dispatch for the caller to run once it has
         released the guard; it answers whether on_agent_error was dispatched (a sessionless
         failure has no guard and dispatches nothing)."""
+        settle = self.settle(failure)
+        return lambda: settle().dispatched
+
+    def settle(self, failure: AgentFailure) -> Callable[[], FailureCase]:
+        """Decide the case and do the bookkeeping under the session's guard; the dispatch
+        handed back (to run once the guard is released) answers the case as it left it."""
+        undecided = FailureCase(failure)
         if not failure.session_id:
-            return lambda: False
+            return lambda: undecided
         refused = self.in_flight.fenced(failure.run_id)
         if refused == "claim_lost":
             # the run is another worker's now: its failure is not this process's to handle
             logger.bind(task_id=failure.task_id, run_id=failure.run_id, reason=refused).warning(
                 "agent failure not handled: the run's claim was taken from this process"
             )
-            return lambda: False
+            return lambda: undecided
         with self.guards.guard(failure.session_id):
-            self._bookkeeping(failure)
-        return lambda: self._dispatch(failure)
+            case = decide(self.peers, failure)
+            self._bookkeeping(case)
+        return lambda: self._dispatch(case)
 
-    def _bookkeeping(self, failure: AgentFailure) -> None:
+    def _bookkeeping(self, case: FailureCase) -> None:
         host = self.peers
+        failure = case.failure
         assert failure.session_id is not None
-        try:
-            task = host.tasks.get(failure.task_id)
-        except LanewayError:
-            task = None
-        office = task is not None and host.tasks.owner(task) is not None
+        task = case.found
+        office = case.owner is not None
         # 1. session state: Office sessions fail; a kanban session stays recoverable
         host.sessions.set_state(
             failure.session_id,
@@ -315,17 +365,19 @@ class Failures:
         if turn is not None and turn.proc is not None:
             threading.Thread(target=turn.proc.kill, daemon=True).start()
 
-    def _dispatch(self, failure: AgentFailure) -> bool:
-        dispatched = False
+    def _dispatch(self, case: FailureCase) -> FailureCase:
+        failure = case.failure
+        decided = case
 
         def core_dispatch() -> None:
-            nonlocal dispatched
-            dispatched = dispatch(self.peers, failure)
+            nonlocal decided
+            decided = dispatch_case(self.peers, case)
 
-        # Each in its own guard: a failing dispatch never keeps plugins from observing.
+        # Each in its own guard: a failing dispatch never keeps plugins from observing, and the
+        # plugins observe the case as the dispatch left it (the task as it stands now).
         for step in (
             core_dispatch,
-            lambda: self.peers.bundle.registry.hooks.agent_failed(self.peers, failure),
+            lambda: self.peers.bundle.registry.hooks.agent_failed(self.peers, failure, decided),
         ):
             try:
                 step()
@@ -335,7 +387,7 @@ class Failures:
                     session_id=failure.session_id,
                     cause=f"{type(exc).__name__}: {exc}",
                 ).opt(exception=exc).error("on_agent_error dispatch raised; recovered")
-        return dispatched
+        return decided
 
 
 def _reconcile_signal(host: AgentPort, task_id: str, failure: AgentFailure) -> None:

@@ -22,7 +22,7 @@ from core.agents.stops import STOPS, InFlight
 from core.agents.tools.access import ToolAccess
 from core.agents.turns import DEFAULT_RETRY_DELAYS, TurnLoop, retry_delays_from_env
 from core.agents.values import TurnOutcome
-from core.model import AgentFailure
+from core.model import AgentFailure, FailureCase
 
 if TYPE_CHECKING:
     from core.agents.protocols.acp.conversation import Conversations
@@ -127,3 +127,6 @@ class AgentRuntime:
 
     def handle_failure(self, failure: AgentFailure) -> Callable[[], bool]:
         return self.failures.handle_failure(failure)
+
+    def settle(self, failure: AgentFailure) -> Callable[[], FailureCase]:
+        return self.failures.settle(failure)

@@ -30,7 +30,7 @@ from core.cli.numbers import FiniteFloat, whole
 from core.cli.output import emit, item_line
 from core.errors import LanewayError
 from core.host import Host
-from core.model import AgentFailure, Item, Run, Session
+from core.model import AgentFailure, FailureCase, Item, Run, Session
 from core.shapes import item_json, session_json
 
 
@@ -140,11 +140,11 @@ SESSION_COMMANDS: tuple[click.Command, ...] = (session_send, session_cancel_retr
 # -- agent fail -------------------------------------------------------------------------------
 
 
-def report_failure(host: Host, failure: AgentFailure) -> bool:
+def report_failure(host: Host, failure: AgentFailure) -> FailureCase:
     """An external agent's terminal failure, handled as the runtime handles its own agents':
-    bookkeeping under the session guard, then (guard released) the dispatch. True when the
-    step's on_agent_error trigger ran."""
-    return host.runtime.handle_failure(failure)()
+    decided once, bookkeeping under the session guard, then (guard released) the dispatch.
+    The case as the dispatch left it (`dispatched`: the step's on_agent_error trigger ran)."""
+    return host.runtime.settle(failure)()
 
 
 @click.group()
@@ -184,16 +184,14 @@ def agent_fail(
             agent_execution_id=execution_id,
             agent_profile_id=session.agent_profile_id or "",
         )
-        dispatched = report_failure(host, failure)
-        reason = (
-            None if dispatched else why_not_dispatched(host, host.tasks.get(task.id), session.id)
-        )
+        case = report_failure(host, failure)
+        reason = None if case.dispatched else why_not_dispatched(host, case)
     line = f"on_agent_error dispatched (operation {failure.operation_id})"
     if reason is not None:
         line = f"on_agent_error not dispatched (operation {failure.operation_id}): {reason}"
     emit(
         settings.json,
-        {"dispatched": dispatched, "operation_id": failure.operation_id}
+        {"dispatched": case.dispatched, "operation_id": failure.operation_id}
         | ({"reason": reason} if reason is not None else {}),
         [line],
     )

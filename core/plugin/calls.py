@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any, Final, TypeVar
 import attrs
 
 from core.logs import logger
+from core.model import FailureCase
 from core.plugin.loaded import PluginError
 
 if TYPE_CHECKING:
@@ -166,9 +167,14 @@ class Hooks:
                 return str(owner)
         return None
 
-    def agent_failed(self, host: PluginHost, failure: AgentFailure) -> None:
+    def agent_failed(
+        self, host: PluginHost, failure: AgentFailure, case: FailureCase | None = None
+    ) -> None:
+        """Every observer of `failure`; `case` is how the host decided it (an undecided case,
+        owner unknown and nothing read, when a caller reports a failure it did not decide)."""
         context = {"task_id": failure.task_id, "session_id": failure.session_id}
-        self.observe("laneway_agent_failed", context, host=host, failure=failure)
+        decided = case if case is not None else FailureCase(failure)
+        self.observe("laneway_agent_failed", context, host=host, failure=failure, case=decided)
 
     def host_started(self, host: PluginHost) -> None:
         calls = hook_calls(self.manager, "laneway_host_started")

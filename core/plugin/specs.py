@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 
 import pluggy
 
-from core.model import AgentFailure, Task, Workspace
+from core.model import AgentFailure, FailureCase, Task, Workspace
 from core.plugin.kinds import ActionKind, Forge, GuardKind
 from core.plugin.views import PluginHost
 
@@ -77,12 +77,16 @@ def laneway_task_ownership(task: Task, workspace: Workspace) -> str | None:
 
 
 @hookspec
-def laneway_agent_failed(host: PluginHost, failure: AgentFailure) -> None:
+def laneway_agent_failed(host: PluginHost, failure: AgentFailure, case: FailureCase) -> None:
     """Observe a terminal agent failure (plugins with their own recovery path act here).
 
     :param host: the host, typed as :class:`plugins.api.PluginHost`.
     :param failure: the :class:`core.model.AgentFailure`: task, session, route,
         message, execution id, run id, and whether the user initiated it (route R6).
+    :param case: the :class:`core.model.FailureCase`, the failure as the host decided it once:
+        the task's owner, the task as it stands at the dispatch (None when the dispatch stopped
+        before reading it), and whether the host's own dispatch ran. An implementation reads
+        ownership from here rather than deciding it again.
 
     Called once per terminal failure, after the host's own bookkeeping and its on_agent_error
     dispatch for tasks it owns, with the session's guard released. Office implements it for

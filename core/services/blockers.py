@@ -17,7 +17,7 @@ Unblocking removes edges, which closes no cycle, and takes no lock.
 from __future__ import annotations
 
 import json
-from typing import TYPE_CHECKING, Final
+from typing import Final
 
 import sqlalchemy as sa
 
@@ -25,14 +25,11 @@ from core import ids
 from core.errors import Conflict, LanewayError
 from core.model import Task
 from core.outbox import TERMINAL_STATES
-from core.services.base import Lazy, Service
+from core.services.base import Service
+from core.services.refs import find_task
 from core.store import events
 from core.store import tables as t
 from core.store.database import UnitOfWork
-
-if TYPE_CHECKING:
-    from core.services.peers import Peers
-    from core.services.tasks import TaskService
 
 TASKS = t.tasks
 BLOCKERS = t.task_blockers
@@ -88,16 +85,17 @@ class BlockerService(Service):
     not start while a blocker is unfinished: `task start` refuses, and a `task_assigned` run
     (an arrival's auto start) is not queued (`RunService.assign`)."""
 
-    def __init__(self, peers: Peers, *, tasks: Lazy[TaskService]) -> None:
-        super().__init__(peers)
-        self._tasks = tasks
+    def _task(self, ref: str) -> Task:
+        # the plain reader `TaskService.get` is, so the blockers name no task service: the task
+        # service names them (its start refuses a blocked task), and one arrow is enough
+        return find_task(self.peers.store, self.peers.repository, ref)
 
     def block(self, task_ref: str, by: str) -> Task:
         """B (`by`) blocks the task. Blocking a task on itself, or on a task that already
         waits on it, is refused; blocking it again by the same task changes nothing."""
         self._require_writer()
-        task = self._tasks().get(task_ref)
-        blocker = self._tasks().get(by)
+        task = self._task(task_ref)
+        blocker = self._task(by)
         if blocker.id == task.id:
             raise LanewayError(f"task {task.id}: a task cannot block itself")
         with self.peers.store.transaction() as uow:
@@ -120,13 +118,13 @@ class BlockerService(Service):
             if added == 1:
                 write_blocked_by(uow, task.id)
                 events.record(uow, "task.updated", task.id, blocked_by=blocker.id)
-        return self._tasks().get(task.id)
+        return self._task(task.id)
 
     def unblock(self, task_ref: str, by: str) -> Task:
         """B no longer blocks the task (an error when it did not)."""
         self._require_writer()
-        task = self._tasks().get(task_ref)
-        blocker = self._tasks().get(by)
+        task = self._task(task_ref)
+        blocker = self._task(by)
         with self.peers.store.transaction() as uow:
             gone = uow.conn.execute(
                 sa.delete(BLOCKERS)
@@ -137,7 +135,7 @@ class BlockerService(Service):
                 raise LanewayError(f"task {task.id} is not blocked by {blocker.id}")
             write_blocked_by(uow, task.id)
             events.record(uow, "task.updated", task.id, unblocked_by=blocker.id)
-        return self._tasks().get(task.id)
+        return self._task(task.id)
 
     def unfinished(self, task_id: str) -> list[Task]:
         """The task's blockers that have not finished (not at a terminal step, nor failed or
@@ -156,11 +154,11 @@ class BlockerService(Service):
                     .order_by(BLOCKERS.c.created_at, BLOCKERS.c.blocker_id)
                 ).scalars()
             ]
-        return [self._tasks().get(b) for b in waiting]
+        return [self._task(b) for b in waiting]
 
     def blocking(self, task_ref: str) -> list[str]:
         """The ids of the tasks the task blocks."""
-        task = self._tasks().get(task_ref)
+        task = self._task(task_ref)
         with self.peers.store.read() as conn:
             return [
                 str(r)

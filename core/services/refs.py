@@ -11,7 +11,8 @@ from sqlalchemy.engine import Connection
 from core.errors import LanewayError, NotFound
 
 if TYPE_CHECKING:
-    from core.model import Task
+    from core.model import Task, Workflow
+    from core.services.peers import Peers
     from core.store.database import Store
     from core.store.repository import Repository
 
@@ -96,3 +97,33 @@ def find_task(store: Store, repository: Repository, ref: str) -> Task:
     with store.read() as conn:
         task_id = resolve_task(conn, tasks, ref)
     return repository.task(task_id)
+
+
+def find_workflow(peers: Peers, ref: str) -> Workflow:
+    """A workflow by id, or by name (case-insensitive), as the board has it now:
+    `WorkflowService.get`, and what the workspace names its office workflow by (it names no
+    workflow service: the workflows read the workspace).
+
+    The repository serves the cache as of this thread's last transaction or read; this checks
+    the board's version first."""
+    from core.store.tables import workflows
+
+    if not peers.store.in_transaction:
+        peers.follow_board()
+    try:
+        return peers.repository.workflow(ref)
+    except NotFound:
+        pass
+    with peers.store.read() as conn:
+        found = list(
+            conn.execute(
+                sa.select(workflows.c.id).order_by(workflows.c.created_at, workflows.c.id)
+            ).scalars()
+        )
+    wanted = ref.casefold()
+    matches = [w for w in map(peers.repository.workflow, found) if w.name.casefold() == wanted]
+    if not matches:
+        raise NotFound(f"no workflow {ref!r}")
+    if len(matches) > 1:
+        raise LanewayError(f"workflow name {ref!r} is ambiguous; use its id")
+    return matches[0]

@@ -16,17 +16,17 @@ from core.model import (
     WORKING_STATES,
     Item,
     Session,
+    Task,
     TranscriptItem,
 )
 from core.services.base import Lazy, Service
-from core.services.refs import resolve_id
+from core.services.refs import find_task, resolve_id
 from core.store import events, prepared, rows
 from core.store import tables as t
 
 if TYPE_CHECKING:
     from core.services.peers import Peers
     from core.services.profiles import ProfileService
-    from core.services.tasks import TaskService
     from core.store.database import Store
 
 S = t.task_sessions
@@ -102,12 +102,14 @@ _INSERT = (
 class SessionService(Service):
     """Agent sessions. One live session per task: starting one completes the previous."""
 
-    def __init__(
-        self, peers: Peers, *, profiles: Lazy[ProfileService], tasks: Lazy[TaskService]
-    ) -> None:
+    def __init__(self, peers: Peers, *, profiles: Lazy[ProfileService]) -> None:
         super().__init__(peers)
         self._profiles = profiles
-        self._tasks = tasks
+
+    def _task(self, ref: str) -> Task:
+        # the plain reader `TaskService.get` is, so the sessions name no task service: the task
+        # service names them (a start opens the agent's session), and one arrow is enough
+        return find_task(self.peers.store, self.peers.repository, ref)
 
     def start(self, task: str, *, profile: str | None = None, external: bool = True) -> Session:
         """Open a session for an agent and make it the task's primary one.
@@ -117,7 +119,7 @@ class SessionService(Service):
         per agent working the task, e.g. each reviewer) stay side by side.
         """
         self._require_writer()
-        task_row = self._tasks().get(task)
+        task_row = self._task(task)
         agent_id = self._profiles().get(profile).id if profile else None
         return open_session(self.peers.store, task_row.id, agent_id, external=external)
 
@@ -131,7 +133,7 @@ class SessionService(Service):
         return self.get(session_id)
 
     def list(self, *, task: str) -> list[Session]:
-        return sessions_of(self.peers.store, self._tasks().get(task).id)
+        return sessions_of(self.peers.store, self._task(task).id)
 
     def live(self, task_id: str) -> Session | None:
         return self.peers.repository.live_session(task_id)
@@ -216,7 +218,7 @@ class SessionService(Service):
                         f"session {session.id}: its agent profile was removed; "
                         "start a new session with another"
                     )
-                task = self._tasks().get(session.task_id)
+                task = self._task(session.task_id)
                 runs.enqueue(
                     uow,
                     runs.RunRequest(

@@ -11,18 +11,19 @@ import sqlalchemy as sa
 from core import board, gitwork, ids
 from core.errors import Conflict, LanewayError, NotFound
 from core.logs import logger
-from core.model import AgentProfile, Step, Workflow
+from core.model import AgentProfile, Participant, Step, Workflow
 from core.services.base import Lazy, Service
+from core.services.participants import merged_seats
+from core.services.refs import find_workflow
+from core.services.workspace import default_workspace
 from core.store import rows
 from core.store import tables as t
 from core.text import require_text
 
 if TYPE_CHECKING:
     from core.plugin.registry import Registry
-    from core.services.participants import ParticipantService
     from core.services.peers import Peers
     from core.services.profiles import ProfileService
-    from core.services.workspace import WorkspaceService
     from core.workflows import AgentUseAt, WorkflowDecl
 
 # core.workflows (YAML, template loading, checks) is imported by the methods that use it:
@@ -93,18 +94,15 @@ class WorkflowService(Service):
     in this process or any other.
     """
 
-    def __init__(
-        self,
-        peers: Peers,
-        *,
-        participants: Lazy[ParticipantService],
-        profiles: Lazy[ProfileService],
-        workspace: Lazy[WorkspaceService],
-    ) -> None:
+    def __init__(self, peers: Peers, *, profiles: Lazy[ProfileService]) -> None:
         super().__init__(peers)
-        self._participants = participants
         self._profiles = profiles
-        self._workspace = workspace
+
+    def _seats_at(self, step_id: str) -> builtins.list[Participant]:
+        # the template seats, read as `ParticipantService.seats_at` does: the participants name
+        # the workflows (a seat is at a workflow's step), and one arrow is enough
+        with self.peers.store.read() as conn:
+            return merged_seats(conn, step_id, "")
 
     def forget(self) -> None:
         """Drop every cached declaration (the cache is the kernel's repository's)."""
@@ -168,7 +166,7 @@ class WorkflowService(Service):
 
         self._require_writer()
         registry = self.peers.bundle.registry
-        workspace = self._workspace().get()
+        workspace = default_workspace(self.peers.store)
         for decl in decls:
             try:
                 validate_with_registry(decl, registry)
@@ -237,18 +235,7 @@ class WorkflowService(Service):
 
         `by_id` and `step_by_id` (the arrival path's) serve the cache as of this thread's last
         transaction or read; this one checks the board's version first."""
-        if not self.peers.store.in_transaction:
-            self.peers.follow_board()
-        try:
-            return self.by_id(ref)
-        except NotFound:
-            pass
-        matches = [w for w in self.list() if w.name.casefold() == ref.casefold()]
-        if not matches:
-            raise NotFound(f"no workflow {ref!r}")
-        if len(matches) > 1:
-            raise LanewayError(f"workflow name {ref!r} is ambiguous; use its id")
-        return matches[0]
+        return find_workflow(self.peers, ref)
 
     def step(self, workflow: Workflow, ref: str) -> Step:
         """A step of `workflow` by id or by name (case-insensitive)."""
@@ -471,7 +458,7 @@ class WorkflowService(Service):
         step = workflow.step(step_name)
         if step is None:
             return []
-        seats = self._participants().seats_at("", step.id)
+        seats = self._seats_at(step.id)
         runner = [s.agent_profile_id for s in seats if s.role == "runner"]
         for ref in (*runner[:1], step.agent_profile_id, workflow.agent_profile_id):
             if ref:
@@ -500,7 +487,7 @@ class WorkflowService(Service):
             elif use.target == "primary" and isinstance(declared, Workflow):
                 names = self._primary(declared, at.step, by_ref)
             elif use.role is not None and at.step in step_ids:
-                seats = self._participants().seats_at("", step_ids[at.step])
+                seats = self._seats_at(step_ids[at.step])
                 ids_ = [s.agent_profile_id for s in seats if s.role == use.role]
                 names = [by_ref[i].name if i in by_ref else i for i in dict.fromkeys(ids_)]
             found.append(AgentReach(at, tuple(names), unknown))

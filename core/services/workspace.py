@@ -7,23 +7,19 @@ import sqlalchemy as sa
 from core import board, ids
 from core.errors import NotFound
 from core.model import Workspace
-from core.services.base import Lazy, Service
+from core.services.base import Service
+from core.services.refs import find_workflow
 from core.store import rows
 from core.store import tables as t
 
 if TYPE_CHECKING:
-    from core.services.peers import Peers
-    from core.services.workflows import WorkflowService
+    from core.store.database import Store
 
 DEFAULT_NAME = "Default"
 
 
 class WorkspaceService(Service):
     """The default workspace. A task in its office workflow, or with a project, is Office's."""
-
-    def __init__(self, peers: Peers, *, workflows: Lazy[WorkflowService]) -> None:
-        super().__init__(peers)
-        self._workflows = workflows
 
     def ensure_default(self) -> None:
         if not self.peers.writable:
@@ -40,15 +36,7 @@ class WorkspaceService(Service):
                 )
 
     def get(self) -> Workspace:
-        with self.peers.store.read() as conn:
-            row = (
-                conn.execute(sa.select(t.workspaces).where(t.workspaces.c.is_default))
-                .mappings()
-                .first()
-            )
-        if row is None:
-            raise NotFound("no default workspace; run `laneway init`")
-        return rows.workspace(row)
+        return default_workspace(self.peers.store)
 
     def by_id(self, workspace_id: str) -> Workspace:
         with self.peers.store.read() as conn:
@@ -68,7 +56,7 @@ class WorkspaceService(Service):
         if name is not None:
             values["name"] = name
         if office_workflow is not None:
-            values["office_workflow_id"] = self._workflows().get(office_workflow).id
+            values["office_workflow_id"] = find_workflow(self.peers, office_workflow).id
         if values:
             with self.peers.store.transaction() as uow:
                 uow.conn.execute(
@@ -76,3 +64,17 @@ class WorkspaceService(Service):
                 )
                 board.bump(uow)
         return self.get()
+
+
+def default_workspace(store: Store) -> Workspace:
+    """The default workspace's row: `WorkspaceService.get`, and what the workflows read it by
+    (they name no workspace service: the workspace names a workflow as its office one)."""
+    with store.read() as conn:
+        row = (
+            conn.execute(sa.select(t.workspaces).where(t.workspaces.c.is_default))
+            .mappings()
+            .first()
+        )
+    if row is None:
+        raise NotFound("no default workspace; run `laneway init`")
+    return rows.workspace(row)

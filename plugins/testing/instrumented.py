@@ -9,6 +9,7 @@ held, what it returned. `Sentinel` is the kit's ``laneway_contract_kit`` plugin,
 from __future__ import annotations
 
 import importlib
+import inspect
 import sys
 import threading
 import types
@@ -170,10 +171,13 @@ class InstrumentedPlugin:
         return impl(task=task, workspace=workspace) if impl is not None else None
 
     @hookimpl
-    def laneway_agent_failed(self, host: Any, failure: Any) -> None:
+    def laneway_agent_failed(self, host: Any, failure: Any, case: Any) -> None:
         impl = _hookimpl_of(self.plugin, "laneway_agent_failed")
         if impl is not None:
-            impl(host=host, failure=failure)
+            # as pluggy does: the implementation receives only the arguments it names
+            given = {"host": host, "failure": failure, "case": case}
+            named = inspect.signature(impl).parameters
+            impl(**{name: value for name, value in given.items() if name in named})
 
     @hookimpl
     def laneway_host_started(self, host: Any) -> None:

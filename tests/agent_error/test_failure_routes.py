@@ -26,6 +26,9 @@ from tests.agent_error.helpers import (
     wait_for,
 )
 
+# every test here runs a real agent process (the tier audit, tests/conftest.py)
+pytestmark = pytest.mark.subprocess
+
 UNSET_CREDENTIAL = "LANEWAY_AE_TEST_CREDENTIAL_NEVER_SET"
 
 RECOVERY = [probe("recover"), act("move_to_next")]

@@ -94,6 +94,7 @@ def test_ac_a6_the_four_outcomes_emit_at_most_one_record(
 # -- AC-C1, AC-C2 ----------------------------------------------------------------------------------
 
 
+@pytest.mark.subprocess  # starts a real agent or interpreter (tier audit)
 def test_ac_c1_operation_id_is_session_and_execution(
     world: World, laneway_logs: list[dict[str, Any]]
 ) -> None:
@@ -172,6 +173,7 @@ def test_ac_c3_a_bundle_republish_does_not_forget_applied_operations(world: Worl
     assert world.probe.labels() == ["recover"]
 
 
+@pytest.mark.subprocess  # starts a real agent or interpreter (tier audit)
 def test_ac_c4_two_executions_of_one_session_both_dispatch(
     world: World, laneway_logs: list[dict[str, Any]]
 ) -> None:

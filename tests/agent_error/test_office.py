@@ -18,6 +18,9 @@ from core.model import Task, Workflow
 from core.runs import RunRequest
 from tests.agent_error.helpers import World, dispatch_records, probe, with_fields
 
+# every test here runs a real agent process (the tier audit, tests/conftest.py)
+pytestmark = pytest.mark.subprocess
+
 OWNERSHIP = ["project", "office-workflow"]
 
 

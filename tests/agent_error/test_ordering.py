@@ -35,6 +35,7 @@ exit 1
 """
 
 
+@pytest.mark.subprocess  # starts a real agent or interpreter (tier audit)
 def test_ac_a3_dispatch_is_last_after_bookkeeping_and_cleanup_launch(
     world: World, laneway_logs: list[dict[str, Any]], monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -85,6 +86,7 @@ def test_ac_a3_dispatch_is_last_after_bookkeeping_and_cleanup_launch(
     assert len(dispatch_records(laneway_logs, task_id=task.id)) == 1
 
 
+@pytest.mark.subprocess  # starts a real agent or interpreter (tier audit)
 def test_ac_a4_a_reconciled_completion_signal_moves_the_task_before_the_dispatch(
     world: World, laneway_logs: list[dict[str, Any]]
 ) -> None:
@@ -141,6 +143,7 @@ def test_ac_a11_dispatch_runs_off_the_guard_on_the_failing_thread(world: World) 
     assert seen["thread"] == threading.get_ident()
 
 
+@pytest.mark.subprocess  # starts a real agent or interpreter (tier audit)
 def test_ac_a11_auto_start_agent_under_on_agent_error_completes(world: World) -> None:
     """AC-A11: a step whose on_agent_error declares a bare auto_start_agent completes instead
     of deadlocking: the turn (a real crashing agent) returns, the agent is restarted (a
@@ -163,6 +166,7 @@ def test_ac_a11_auto_start_agent_under_on_agent_error_completes(world: World) ->
     assert try_guard(world.host, session.id)
 
 
+@pytest.mark.subprocess  # starts a real agent or interpreter (tier audit)
 def test_ac_a11_a_panicking_callback_is_recovered_and_logged(
     world: World, laneway_logs: list[dict[str, Any]]
 ) -> None:
@@ -192,6 +196,7 @@ def test_ac_a11_a_panicking_callback_is_recovered_and_logged(
     assert len(with_fields(laneway_logs, "ERROR", task_id=task.id, session_id=session.id)) == 1
 
 
+@pytest.mark.subprocess  # starts a real agent or interpreter (tier audit)
 def test_ac_a11_a_panic_in_the_closure_is_recovered_and_is_not_a_dispatch_record(
     world: World, laneway_logs: list[dict[str, Any]]
 ) -> None:

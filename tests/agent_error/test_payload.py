@@ -9,6 +9,9 @@ import pytest
 from core.model import Session, Task
 from tests.agent_error.helpers import World, probe
 
+# the tests here run real agent processes (the tier audit, tests/conftest.py)
+pytestmark = pytest.mark.subprocess
+
 
 def _pair(world: World, *, with_profile: bool = True) -> tuple[Task, Session]:
     wf = world.board([probe("recover")])

@@ -19,6 +19,9 @@ from core.runs import RunRequest
 from plugins.testing.logs import matching
 from tests.agent_error.helpers import World, act, dispatch_records, probe
 
+# every test here runs a real agent process (the tier audit, tests/conftest.py)
+pytestmark = pytest.mark.subprocess
+
 SIGNAL_THEN_CRASH = """
 echo '{"step_complete": true}'
 echo "crashed after signalling" >&2

@@ -120,6 +120,7 @@ def test_ac_e2_a_step_without_actions_is_a_quiet_marked_no_op(
 # -- AC-E3, AC-E10, AC-E11 -------------------------------------------------------------------------
 
 
+@pytest.mark.subprocess  # starts a real agent or interpreter (tier audit)
 def test_ac_e3_a_recovery_move_runs_the_destinations_on_enter(world: World) -> None:
     """AC-E3: the transition an on_agent_error action resolves goes through the transition
     function, so the destination's on_enter runs (entry path E1) - a real R1 failure."""
@@ -135,6 +136,7 @@ def test_ac_e3_a_recovery_move_runs_the_destinations_on_enter(world: World) -> N
     assert entered["step_id"] == world.step_id(wf, "Recover")
 
 
+@pytest.mark.subprocess  # starts a real agent or interpreter (tier audit)
 @pytest.mark.parametrize("description", ["Fix the login bug", ""])
 def test_ac_e3_the_restarted_agent_gets_the_tasks_description(
     world: World, description: str
@@ -308,6 +310,7 @@ def test_ac_e9_requires_approval_is_not_a_transition(
 # -- AC-E5 -----------------------------------------------------------------------------------------
 
 
+@pytest.mark.subprocess  # starts a real agent or interpreter (tier audit)
 def test_ac_e5_an_engine_error_is_logged_not_raised(
     world: World, laneway_logs: list[dict[str, Any]]
 ) -> None:

@@ -103,7 +103,8 @@ def test_wrong_argument_names_are_reported(reference: str) -> None:
 
 def test_reordered_arguments_are_reported(reference: str) -> None:
     edited = reference.replace(
-        "## `laneway_agent_failed(host, failure)`", "## `laneway_agent_failed(failure, host)`"
+        "## `laneway_agent_failed(host, failure, case)`",
+        "## `laneway_agent_failed(failure, host, case)`",
     )
     assert len(drift(edited)) == 1
 
