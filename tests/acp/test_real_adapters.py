@@ -30,13 +30,17 @@ def _missing(reason: str) -> None:
     pytest.skip(reason)
 
 
-def adapter(name: str) -> str:
+def adapter(name: str, package: str | None = None) -> str:
+    """The adapter's executable; `package` is the npm package that brings it (by default
+    `@agentclientprotocol/<name>`), named when it is missing."""
     folder = os.environ.get("LANEWAY_ACP_ADAPTERS")
     found = (
         str(Path(folder, ".bin", name)) if folder and Path(folder, ".bin", name).exists() else None
     ) or shutil.which(name)
     if found is None:
-        _missing(f"{name} is not installed (npm install @agentclientprotocol/{name})")
+        _missing(
+            f"{name} is not installed (npm install {package or '@agentclientprotocol/' + name})"
+        )
     if not sys.platform.startswith("linux") or shutil.which("unshare") is None:
         _missing("no unshare here to run the adapter without a network")
     probe = subprocess.run(["unshare", "-n", "true"], capture_output=True, check=False)

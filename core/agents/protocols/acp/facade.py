@@ -407,14 +407,14 @@ class AgentConnection:
             )
             current = models.get("currentModelId")
             model = current if isinstance(current, str) else None
-        return SessionState(
-            self._session_id,
-            self._modes,
-            self.client.mode,
-            options,
-            offered,
-            model,
-        )
+        modes, mode = self._modes, self.client.mode
+        mode_option = _mode_option(options) if not modes else None
+        if mode_option is not None:
+            # agents that offer their modes only as a config option of category `mode`
+            # (OpenCode 1.18): the same modes, set through that option
+            modes = tuple(Mode(v, v) for v in mode_option.values)
+            mode = str(mode_option.current)
+        return SessionState(self._session_id, modes, mode, options, offered, model)
 
     def _take_session(self, session_id: str, modes: SessionModeState | None, options: Any) -> None:
         self._session_id = session_id
@@ -500,11 +500,16 @@ class AgentConnection:
         return state
 
     def set_mode(self, mode_id: str) -> Change:
-        """`session/set_mode` when the agent offers `mode_id`; else nothing is sent and the
+        """`session/set_mode` when the agent offers `mode_id` (its config option of category
+        `mode` when it offers its modes only that way); else nothing is sent and the
         answer names the modes it offers (the caller's WARNING)."""
         state = self._need_session()
         if mode_id not in state.mode_ids:
             return Change(False, state.mode, state.mode_ids)
+        option = _mode_option(state.config_options) if not self._modes else None
+        if option is not None:
+            after = self.set_config_option(option.id, mode_id)
+            return Change(True, after.mode, after.mode_ids)
         self._call(self._set_mode(state.session_id, mode_id))
         return Change(True, mode_id, state.mode_ids)
 
@@ -713,6 +718,10 @@ class AgentConnection:
 def _settle(answer: asyncio.Future[T], value: T) -> None:
     if not answer.done():
         answer.set_result(value)
+
+
+def _mode_option(options: Sequence[ConfigOption]) -> ConfigOption | None:
+    return next((o for o in options if o.category == "mode" and o.type == "select"), None)
 
 
 def _option(option: Any) -> ConfigOption:

@@ -1,0 +1,136 @@
+"""Issue 41 item 2: the real OpenCode agent (`opencode acp`, npm `opencode-ai`, its binary inside
+the package) doing a real turn through a real `laneway worker`, with no credentials and no
+network: its model answered by tests/agents/chat_standin.py (OpenAI chat completions) on
+loopback, named as a provider with `options.baseURL` in the opencode.json its environment
+points at.
+
+OpenCode asks before an edit when its `permission` config says `edit: ask` (docs/agents.md);
+its `build` mode then asks. The profile is named `claude` only because the board helper of
+test_issue_41_real_claude.py names it so.
+"""
+
+from __future__ import annotations
+
+import re
+import subprocess
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.acp.test_real_adapters import adapter
+from tests.agents.chat_standin import Call, Say, Standin, chat, opencode_env
+from tests.agents.test_issue_41_real_claude import Claude, finish
+from tests.conftest import eventually
+
+pytestmark = pytest.mark.slow
+
+
+def opencode(
+    standin: Standin, **permission: str
+) -> tuple[list[str], Callable[[Path], dict[str, str]]]:
+    def env(home: Path) -> dict[str, str]:
+        return opencode_env(standin, home, **permission)
+
+    return [adapter("opencode", "opencode-ai"), "acp"], env
+
+
+def in_workdir(name: str, content: str) -> Callable[[Mapping[str, Any]], Mapping[str, Any]]:
+    """The write tool's arguments for `name` in the working directory OpenCode told the model
+    about in its system prompt (the task's worktree)."""
+
+    def make(body: Mapping[str, Any]) -> Mapping[str, Any]:
+        text = " ".join(str(m.get("content")) for m in body["messages"] if m["role"] == "system")
+        found = re.search(r"Working directory: (\S+)", text)
+        assert found is not None, "OpenCode told the model no working directory"
+        return {"filePath": str(Path(found.group(1), name)), "content": content}
+
+    return make
+
+
+def tool_outputs(standin: Standin) -> list[str]:
+    """The tool results the model was sent, each once."""
+    found: dict[str, str] = {}
+    for body in standin.turns():
+        for message in body["messages"]:
+            if message["role"] == "tool":
+                found.setdefault(message["tool_call_id"], str(message.get("content")))
+    return list(found.values())
+
+
+@pytest.mark.one_database  # the board's side of a permission is proved on both by Claude's
+@pytest.mark.parametrize("answer", ["allow", "deny"])
+def test_issue_41_item_2_opencode_writes_a_file_only_after_a_person_allows_it(
+    db_url: str, tmp_path: Path, started: list[subprocess.Popen[str]], answer: str
+) -> None:
+    """The scripted model calls OpenCode's `write` for hello.txt; OpenCode asks; a separate
+    `permission allow|deny` process answers. Allowed: the file is in the task's worktree,
+    `task diff` shows it, the model's closing words arrive, the card moves on. Denied: nothing
+    is written and the diff is empty."""
+    script = [Call("write", in_workdir("hello.txt", "hello from opencode\n")), Say("Written.")]
+    with chat(script) as standin:
+        board = Claude(
+            db_url,
+            tmp_path,
+            None,
+            agent=opencode(standin, edit="ask"),
+            permissions="ask",
+            mode="build",
+        )
+        worker = board.start_worker()
+        started.append(worker)
+        (asked,) = eventually(board.pending, timeout=120, what="a pending request", every=0.2)
+        assert asked["tool_call"]["kind"] == "edit"
+        assert not (board.worktree() / "hello.txt").exists()
+        board.cli("permission", answer, asked["id"])
+        finish(worker, timeout=180)
+        assert standin.strays() == []
+        assert standin.turns()[0]["model"] == "standin-coder"
+    diff = board.cli("task", "diff", board.task_id)
+    step, session, items = board.read()
+    assert session.agent["mode"] == "build"
+    if answer == "allow":
+        assert session.metadata.get("last_agent_error") is None
+        assert step == "Done"
+        assert "Written." in [i["text"] for i in items if i["kind"] == "message"]
+        assert (board.worktree() / "hello.txt").read_text() == "hello from opencode\n"
+        assert [(f["path"], f["status"]) for f in diff["files"]] == [("hello.txt", "added")]
+        assert "Wrote file successfully" in tool_outputs(standin)[0]
+    else:
+        assert not (board.worktree() / "hello.txt").exists()
+        assert diff["files"] == []
+        # OpenCode ends its turn at a rejected permission (`end_turn`, the model is not
+        # called again): the turn ended, the card moves on
+        assert session.metadata.get("last_agent_error") is None
+        assert step == "Done"
+        assert tool_outputs(standin) == []
+
+
+@pytest.mark.one_database
+def test_issue_41_item_2_opencode_takes_the_profiles_plan_mode_and_writes_nothing(
+    db_url: str, tmp_path: Path, started: list[subprocess.Popen[str]]
+) -> None:
+    """`--mode plan`: OpenCode 1.18 offers its modes (`build`, `plan`) only as a config
+    option of category `mode`, and laneway sets it through that option before the first
+    prompt. In `plan` (and no `permission` config: OpenCode's `edit: ask` would override the
+    mode and ask) OpenCode refuses the scripted model's edit on its own: no person is asked,
+    nothing is written, the model is told."""
+    script = [Call("write", in_workdir("hello.txt", "hello from opencode\n")), Say("Planned.")]
+    with chat(script) as standin:
+        board = Claude(
+            db_url, tmp_path, None, agent=opencode(standin), permissions="ask", mode="plan"
+        )
+        worker = board.start_worker()
+        started.append(worker)
+        finish(worker, timeout=180)
+        assert standin.strays() == []
+    step, session, _items = board.read()
+    assert session.agent["mode"] == "plan"
+    assert session.agent["warned"] == []
+    assert board.cli("permission", "list") == []
+    assert not (board.worktree() / "hello.txt").exists()
+    assert board.cli("task", "diff", board.task_id)["files"] == []
+    (told,) = tool_outputs(standin)
+    assert "prevents you from using this specific tool call" in told
+    assert step == "Done"
