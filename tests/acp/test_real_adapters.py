@@ -1,6 +1,7 @@
 """Issue 29 "The real adapters", moved to the adapters people install today (issue 41 item 1):
-`@agentclientprotocol/claude-agent-acp` and `@agentclientprotocol/codex-acp`, with no
-credentials and no network (an empty network namespace, `unshare -n`), driven through laneway's
+`@agentclientprotocol/claude-agent-acp` and `@agentclientprotocol/codex-acp`, `gemini --acp`
+(`@google/gemini-cli`) and `opencode acp` (`opencode-ai`), with no credentials and no network
+(an empty network namespace, `unshare -n`, where the agent allows it), driven through laneway's
 ACP client.
 
 Opt-in: an adapter is found on PATH or in $LANEWAY_ACP_ADAPTERS (a node_modules folder, e.g.
@@ -93,5 +94,77 @@ def test_issue_41_item_1_codex_acp_refuses_at_session_new_as_r3(tmp_path: Path) 
             agent.new_session(tmp_path)
         assert caught.value.end.route == "R3"
         assert "Authentication required" in caught.value.end.message
+    finally:
+        agent.close()
+
+
+@pytest.mark.slow  # it starts a process: the subprocess tier
+def test_issue_41_item_1_gemini_acp_starts_offline_and_refuses_at_session_new_as_r3(
+    tmp_path: Path,
+) -> None:
+    """`gemini --acp` (npm `@google/gemini-cli`) with no credentials and no network answers
+    `initialize` (naming its auth methods, the Gemini API key among them); session/new fails
+    as R3 with the agent's "Gemini API key is missing" message."""
+    command = ["unshare", "-n", adapter("gemini", "@google/gemini-cli"), "--acp"]
+    agent = shared_loop().start_agent(command, env=no_credentials(tmp_path), cwd=tmp_path)
+    try:
+        assert agent.info is not None
+        assert "gemini-api-key" in agent.info.auth_methods
+        with pytest.raises(AcpError) as caught:
+            agent.new_session(tmp_path)
+        assert caught.value.end.route == "R3"
+        assert "Gemini API key is missing" in caught.value.end.message
+    finally:
+        agent.close()
+
+
+@pytest.mark.slow  # it starts a process: the subprocess tier
+def test_issue_41_item_1_gemini_acp_opens_a_session_with_its_modes_given_a_key(
+    tmp_path: Path,
+) -> None:
+    """With a (dummy) GEMINI_API_KEY and no network, `gemini --acp` opens a session offering
+    the modes docs/agents.md lists (`default`, `autoEdit`, `yolo`, `plan`) and takes `plan`."""
+    command = ["unshare", "-n", adapter("gemini", "@google/gemini-cli"), "--acp"]
+    env = {**no_credentials(tmp_path), "GEMINI_API_KEY": "dummy-key"}
+    agent = shared_loop().start_agent(command, env=env, cwd=tmp_path)
+    try:
+        state = agent.new_session(tmp_path)
+        assert {"default", "autoEdit", "yolo", "plan"} <= set(state.mode_ids)
+        assert state.mode == "default"
+        assert agent.set_mode("plan").applied
+        assert agent.session is not None
+        assert agent.session.mode == "plan"
+    finally:
+        agent.close()
+
+
+@pytest.mark.slow  # it starts a process: the subprocess tier
+def test_issue_41_item_1_opencode_acp_offers_its_modes_as_a_config_option(
+    tmp_path: Path,
+) -> None:
+    """`opencode acp` (npm `opencode-ai`), its provider a loopback address nothing answers and
+    every fetch of its own turned off (not `unshare -n`: OpenCode serves itself on loopback,
+    which an empty network namespace has down, and fails "directory"): it initialises
+    offering `session/resume` and `session/close`, opens a session whose modes (`build`,
+    `plan`) come only as a config option of category `mode`, which laneway reports as its
+    modes and sets through that option."""
+    from tests.agents.chat_standin import Standin, opencode_env
+
+    nowhere = Standin([], url="http://127.0.0.1:9")
+    env = {**no_credentials(tmp_path), **opencode_env(nowhere, tmp_path / "home")}
+    command = [adapter("opencode", "opencode-ai"), "acp"]
+    work = tmp_path / "work"  # a project of its own, beside its home
+    work.mkdir()
+    agent = shared_loop().start_agent(command, env=env, cwd=work)
+    try:
+        assert agent.info is not None
+        assert agent.info.resume_session
+        assert agent.info.close_session
+        state = agent.new_session(work)
+        assert state.mode_ids == ("build", "plan")
+        assert state.mode == "build"
+        assert agent.set_mode("plan").applied
+        assert agent.session is not None
+        assert agent.session.mode == "plan"
     finally:
         agent.close()
