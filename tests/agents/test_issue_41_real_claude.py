@@ -38,8 +38,10 @@ from tests.agents.anthropic_standin import (
 from tests.agents.conftest import laneway, laneway_script, run_rows, script_env
 from tests.agents.test_worktrees import make_repo
 from tests.conftest import eventually, open_host, wait_for_dead_processes
+from tests.serve.page_kit import browser
 
 pytestmark = pytest.mark.slow
+__all__ = ["browser"]  # the page test's browser fixture, used by name
 
 PROMPT = "Please write hello.txt."
 SECOND = "And now the second part."
@@ -337,6 +339,45 @@ def test_issue_41_item_2_claude_writes_a_file_after_a_person_allows_it_over_http
             served.stop(signal.SIGKILL)
     assert (board.worktree() / "hello.txt").read_text() == "hello from claude\n"
     assert [f["path"] for f in board.cli("task", "diff", board.task_id)["files"]] == ["hello.txt"]
+
+
+@pytest.mark.one_database
+def test_issue_41_item_2_claude_writes_a_file_after_a_person_clicks_allow_on_the_page(
+    db_url: str, tmp_path: Path, started: list[subprocess.Popen[str]], browser: Any
+) -> None:
+    """The same allow from the board page in Debian's chromium: the card's panel shows the
+    real agent's request titled with the path relative to the worktree, a person clicks Allow,
+    the file is in the task's worktree, the request leaves the panel and the card moves on."""
+    from tests.serve.conftest import start_serve
+    from tests.serve.page_kit import open_page
+
+    with anthropic(write_script()) as standin:
+        board = Claude(db_url, tmp_path, standin, permissions="ask", mode="default")
+        served = start_serve(db_url, tmp_path)
+        try:
+            worker = board.start_worker()
+            started.append(worker)
+            page = open_page(browser, served)
+            page.locator(".card[data-title='Card']").click()
+            page.locator("#detail-title", has_text="Card").wait_for(timeout=10_000)
+            request = page.locator(".permissions .permission", has_text="Write hello.txt")
+            request.wait_for(timeout=90_000)
+            assert not (board.worktree() / "hello.txt").exists()  # it waits for the person
+            request.locator("button", has_text="Allow").click()
+            page.locator(".toast.ok", has_text="Permission allowed").wait_for(timeout=10_000)
+            finish(worker)
+            page.locator(".permissions").wait_for(state="detached", timeout=10_000)
+            page.locator(".lane[data-step-name='Done'] .card[data-title='Card']").wait_for(
+                timeout=10_000
+            )
+            assert page.errors == []
+            page.context.close()
+        finally:
+            served.stop(signal.SIGKILL)
+    assert (board.worktree() / "hello.txt").read_text() == "hello from claude\n"
+    assert [f["path"] for f in board.cli("task", "diff", board.task_id)["files"]] == ["hello.txt"]
+    (answered,) = board.cli("permission", "list")
+    assert (answered["state"], answered["decided_by"]) == ("allowed", "user")
 
 
 # -- (2) laneway's own tools, never asking a person ---------------------------------------------
