@@ -23,6 +23,8 @@ What is here:
   failure as the host decided it once, which the hook receives beside it) and
   :func:`payload_of` (the on_agent_error payload for a failure), :func:`build_prompt`;
 - :func:`fault_point` (``core.faults.reach``): a named point crash tests can stop at;
+- :func:`disable_logs` (``core.logs.disable``): loguru's ``logger.disable`` for a plugin's
+  package at import, without importing loguru before anything logs;
 - landing a task's branch: :class:`ChangesView` (``ctx.services.changes``), the
   :class:`Claim` an executor names to it, :class:`MergeConflict` (its ``paths``) and
   ``MERGE_STRATEGIES``.
@@ -41,6 +43,7 @@ from typing import TYPE_CHECKING, Any
 import pluggy
 
 import core.logs  # noqa: F401 - a plugin's records, like laneway's, stay off until enabled
+from core.logs import disable as disable_logs
 from core.errors import LanewayError
 from core.faults import reach as fault_point
 from core.gitmerge import STRATEGIES as MERGE_STRATEGIES
@@ -171,6 +174,7 @@ __all__ = [
     "WorkspaceView",
     "accept_any",
     "build_prompt",
+    "disable_logs",
     "dispatched",
     "fault_point",
     "hookimpl",

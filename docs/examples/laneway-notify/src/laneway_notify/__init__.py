@@ -10,8 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from loguru import logger
-from plugins.api import ActionKind, hookimpl
+from plugins.api import ActionKind, disable_logs, hookimpl
 
 from laneway_notify.kind import DECLARATION, ENV_FILE, KIND, NotifyConfig, notify, validate
 
@@ -27,7 +26,8 @@ __all__ = [
 
 # A library stays silent until the application enables it (loguru's recipe for libraries):
 # `logger.enable("laneway_notify")`. The contract kit enables it while it checks the records.
-logger.disable("laneway_notify")
+# `disable_logs` is loguru's `logger.disable` without importing loguru before anything logs.
+disable_logs("laneway_notify")
 
 
 @hookimpl
