@@ -43,11 +43,11 @@ from typing import TYPE_CHECKING, Any
 import pluggy
 
 import core.logs  # noqa: F401 - a plugin's records, like laneway's, stay off until enabled
-from core.logs import disable as disable_logs
 from core.errors import LanewayError
 from core.faults import reach as fault_point
 from core.gitmerge import STRATEGIES as MERGE_STRATEGIES
 from core.gitmerge import MergeConflict
+from core.logs import disable as disable_logs
 from core.model import (
     PARTICIPANT_ROLES,
     AgentFailure,
