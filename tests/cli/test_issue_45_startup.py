@@ -94,23 +94,24 @@ def test_issue_45_item_6_a_record_still_reaches_stderr_when_one_is_made(
     records = [json.loads(line)["record"] for line in lines[:-1] if line.startswith("{")]
     opened = [r for r in records if r["message"] == "host opened"]
     assert opened, done.stderr
-    assert opened[0]["extra"]["command"] and opened[0]["name"] == "core.cli.app"
+    assert opened[0]["extra"]["command"]
+    assert opened[0]["name"] == "core.cli.app"
 
 
 # A host that imports laneway first and loguru later, and adds its own list sink.
 LIST_SINK_PROBE = """
 import json, sys
-from core.logs import logger
 import core.logs
 assert "loguru" not in sys.modules
-exec("from core.logs import logger\\nlogger.bind(k=1).info('before enable')", {"__name__": "core.probe"})
+AS_CORE = {"__name__": "core.probe"}
+exec("from core.logs import logger; logger.bind(k=1).info('before enable')", AS_CORE)
 from loguru import logger as real
 seen = []
 real.add(lambda m: seen.append([m.record["name"], m.record["message"], m.record["extra"]]))
-exec("from core.logs import logger\\nlogger.info('silenced')", {"__name__": "core.probe"})
+exec("from core.logs import logger; logger.info('silenced')", AS_CORE)
 real.enable("core")
-exec("from core.logs import logger\\nlogger.bind(k=2).warning('heard')", {"__name__": "core.probe"})
-exec("from core.logs import logger\\nlogger.opt(lazy=True).debug('lazy {}', lambda: 3)", {"__name__": "core.probe"})
+exec("from core.logs import logger; logger.bind(k=2).warning('heard')", AS_CORE)
+exec("from core.logs import logger; logger.opt(lazy=True).debug('lazy {}', lambda: 3)", AS_CORE)
 print(json.dumps(seen))
 """
 
