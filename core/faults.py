@@ -29,6 +29,8 @@ POINTS = frozenset(
         "merge.after_ref",
         "merge.before_marker",
         "push.after_push",
+        "travel.before_push",
+        "travel.after_push",
         "push.before_marker",
         "pull_request.after_open",
         "pull_request.before_marker",

@@ -70,7 +70,7 @@ def ref_commit(repo: Path, ref: str) -> str | None:
     return done.stdout.strip() if done.returncode == 0 else None
 
 
-def _is_ancestor(repo: Path, ancestor: str, of: str) -> bool:
+def is_ancestor(repo: Path, ancestor: str, of: str) -> bool:
     return git(repo, "merge-base", "--is-ancestor", ancestor, of, check=False).returncode == 0
 
 
@@ -171,7 +171,7 @@ def land(
 
 
 def _already(repo: Path, old: str, source: str, key: str | None) -> str | None:
-    if _is_ancestor(repo, source, old):
+    if is_ancestor(repo, source, old):
         return old
     if key is not None:
         return carrying(repo, old, source, key)

@@ -104,7 +104,7 @@ def branch_commit(repo: Path, branch: str) -> str:
 
 
 @contextlib.contextmanager
-def _creation_lock(path: Path) -> Iterator[None]:
+def creation_lock(path: Path) -> Iterator[None]:
     path.parent.mkdir(parents=True, exist_ok=True)
     with open(path.with_name(path.name + ".lock"), "a") as handle:
         fcntl.flock(handle, fcntl.LOCK_EX)
@@ -141,7 +141,7 @@ def ensure_worktree(repo: Path, path: Path, branch: str, base_commit: str) -> bo
 
 
 def _ensure(repo: Path, path: Path, branch: str, base_commit: str) -> bool:
-    with _creation_lock(path):
+    with creation_lock(path):
         entry = _registered(repo).get(path.resolve())
         half_made = entry is not None and entry.get("locked") == "initializing"
         if entry is not None and not half_made and (path / ".git").exists():

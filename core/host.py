@@ -60,7 +60,9 @@ if TYPE_CHECKING:
         PermissionService,
         PluginService,
         ProfileService,
+        QuestionService,
         RunService,
+        ScheduleService,
         SessionService,
         TaskService,
         TriggerService,
@@ -304,6 +306,12 @@ class Host:
         return PermissionService(self, tasks=lambda: self.tasks)
 
     @_Built
+    def questions(self) -> QuestionService:
+        from core.services.questions import QuestionService
+
+        return QuestionService(self, tasks=lambda: self.tasks)
+
+    @_Built
     def blockers(self) -> BlockerService:
         from core.services.blockers import BlockerService
 
@@ -325,6 +333,12 @@ class Host:
         from core.services.triggers import TriggerService
 
         return TriggerService(self, sessions=lambda: self.sessions)
+
+    @_Built
+    def schedules(self) -> ScheduleService:
+        from core.services.schedules import ScheduleService
+
+        return ScheduleService(self, workflows=lambda: self.workflows)
 
     @property
     def selection(self) -> PluginSelection:
@@ -456,6 +470,12 @@ class Host:
         """This host's epoch as last checked (its last one, once closed); None for a read-only
         host."""
         return self._keeper.epoch if self._keeper is not None else self._closed_epoch
+
+    def register_worker(self) -> None:
+        """This process claims runs (`laneway worker`): its epoch is recorded as a worker's on
+        its host (`core.services.unattended`)."""
+        if self._keeper is not None:
+            self._keeper.mark_worker()
 
     def live_epoch(self) -> str:
         """The epoch to claim under: checks the liveness lock still holds, and fences this

@@ -59,6 +59,9 @@ SESSION_STATES: Final = (
 )
 PROTOCOLS: Final = ("exec", "acp")
 """How laneway talks to a profile's agent (AGENTS.md "Profiles")."""
+SANDBOXES: Final = ("none", "bwrap")
+"""An agent's room (`profile add|set --sandbox`)."""
+NETWORKS: Final = ("on", "off")
 PERMISSION_MODES: Final = ("ask", "allow", "deny")
 TOOL_KINDS: Final = (
     "read",
@@ -193,6 +196,11 @@ class AgentProfile:
     mode: str | None = None
     """The ACP mode its conversations start in (the step's session kinds change it per step);
     None: the agent's own starting mode."""
+    sandbox: str = "none"
+    """The agent's room: `none` (the worker's user's every right) or `bwrap` (bubblewrap:
+    core.agents.sandbox)."""
+    network: str = "on"
+    """Under a sandbox, `off` leaves the agent loopback only."""
 
 
 @attrs.frozen
@@ -249,6 +257,11 @@ class Workflow:
         default=None, converter=attrs.converters.optional(_frozen_mapping)
     )
     """The forge its pull requests are opened on: kind, repo, url, token_env."""
+    setup: str | None = None
+    """A shell command run in a task's new worktree before its first turn (under the turn's
+    profile's sandbox); its failure ends the turn (R2)."""
+    cleanup: str | None = None
+    """A shell command run in a task's worktree before it is removed."""
 
     def step(self, ref: str) -> Step | None:
         """The step named by id, or by name case-insensitively."""
@@ -383,6 +396,42 @@ class Permission:
     decided_by: str | None
     created_at: str
     decided_at: str | None
+
+
+QUESTION_STATES: Final = ("pending", "answered", "declined", "cancelled")
+"""A question's states (CLI.md); it leaves `pending` once."""
+FIELD_TYPES: Final = ("string", "number", "integer", "boolean")
+"""The types of a question's fields (ACP elicitation's primitive schema types)."""
+
+
+@attrs.frozen
+class QuestionField:
+    """One field of a question's form: its name, type, title, whether it is required and the
+    values it may take (empty: any of its type)."""
+
+    name: str
+    type: str = "string"
+    title: str = ""
+    required: bool = True
+    choices: Sequence[Any] = ()
+
+
+@attrs.frozen
+class Question:
+    """A question an agent asked a person (the tool server's `ask`, ACP `elicitation/create`):
+    its message and form, and the answer given (an object of field values), by whom, when."""
+
+    id: str
+    task_id: str
+    session_id: str
+    run_id: str | None
+    message: str
+    fields: Sequence[QuestionField]
+    state: str
+    answer: Mapping[str, Any] | None
+    answered_by: str | None
+    created_at: str
+    answered_at: str | None
 
 
 @attrs.frozen

@@ -26,12 +26,13 @@ import sqlalchemy as sa
 
 from core import ids
 from core.store import tables as t
+from core.store import waits
 from core.store.database import UnitOfWork
 
 OUT = t.trigger_outbox
 TASKS = t.tasks
 BLOCKERS = t.task_blockers
-TERMINAL_STATES: Final = frozenset({"COMPLETED", "FAILED", "CANCELLED"})
+TERMINAL_STATES: Final = frozenset(waits.TERMINAL_STATES)
 
 _PUT = sa.text(
     "INSERT INTO trigger_outbox (operation_id, task_id, trigger, payload, created_at) "
@@ -162,6 +163,7 @@ def note_blocked(uow: UnitOfWork, blocker_id: str, resolution: str) -> list[str]
                 "on_blocker_resolved",
                 {"resolved_blocker_ids": sorted(states)},
             )
+            waits.end(uow, task_id, "blocked")
             queued.append(task_id)
     return queued
 

@@ -22,7 +22,7 @@ import sqlalchemy as sa
 
 from core import ids
 from core.model import Run
-from core.store import events, prepared, rows
+from core.store import events, prepared, rows, waits
 from core.store import tables as t
 from core.store.database import UnitOfWork
 from core.store.prepared import insert_of
@@ -213,11 +213,45 @@ CLAIMED: Final = "claimed"
 T = t.tasks
 
 
-def _host_of_worktree(sqlite: bool) -> sa.ColumnElement[Any]:
-    """The host a task's worktree record names (its JSON's `host`), in each dialect's words."""
+def _worktree_field(sqlite: bool, name: str) -> sa.ColumnElement[Any]:
+    """A field of a task's worktree record (its JSON), in each dialect's words."""
     if sqlite:
-        return sa.func.json_extract(T.c.workspace, sa.literal_column("'$.host'"))
-    return sa.literal_column("(tasks.workspace::json ->> 'host')")
+        return sa.func.json_extract(T.c.workspace, sa.literal_column(f"'$.{name}'"))
+    return sa.literal_column(f"(tasks.workspace::json ->> '{name}')")
+
+
+def _host_of_worktree(sqlite: bool) -> sa.ColumnElement[Any]:
+    """The host a task's worktree record names (its JSON's `host`)."""
+    return _worktree_field(sqlite, "host")
+
+
+WF: Final = t.workflows
+
+
+def _travels(sqlite: bool) -> sa.ColumnElement[bool]:
+    """The task's worktree travels: its workflow has a remote its branch was pushed to, and
+    the last push did not fail (a failed push `held` the task on its host, work not lost)."""
+    has_remote = sa.exists().where(
+        WF.c.id == T.c.workflow_id, WF.c.remote.is_not(None), WF.c.remote != ""
+    )
+    return sa.and_(
+        has_remote,
+        _worktree_field(sqlite, "push").is_not(None),
+        _worktree_field(sqlite, "held").is_(None),
+    )
+
+
+def pinned_host(workspace: str | None, remote: str | None) -> str | None:
+    """The host whose workers alone may claim a queued run of a task with this worktree record
+    (its stored JSON) in a workflow with this remote: the claim's statement's rule, in Python
+    (`runs list`'s and the board's "waits for a worker on H"). None: any host's worker."""
+    if workspace is None:
+        return None
+    record = json.loads(workspace)
+    if remote and record.get("push") and not record.get("held"):
+        return None  # its branch travels: any host re-creates the worktree
+    host = record.get("host")
+    return str(host) if host else None
 
 
 def _next_eligible(
@@ -225,14 +259,16 @@ def _next_eligible(
 ) -> sa.Select[tuple[str, str]]:
     """The oldest queued run whose agent is below its limit of claimed runs, that this
     process's host (`:host`) may run: its task has no worktree, or one on this host (a worktree
-    lives on the machine that made it: docs/operations.md "Many machines"). With `profiles`,
-    only runs of those agent profiles (`worker --profiles`). The index on (status,
+    lives on the machine that made it: docs/operations.md "Many machines"), or one whose
+    branch travels through its workflow's remote (any host re-creates it: core.services.travel).
+    With `profiles`, only runs of those agent profiles (`worker --profiles`). The index on (status,
     requested_at) is read in order and the scan stops at the first eligible run, so its cost
     does not grow with the queue behind it."""
     elsewhere = sa.exists().where(
         T.c.id == R.c.task_id,
         T.c.workspace.is_not(None),
         _host_of_worktree(sqlite) != sa.bindparam("host", type_=sa.String),
+        ~_travels(sqlite),
     )
     query = (
         sa.select(R.c.id, R.c.agent_profile_id)
@@ -317,7 +353,10 @@ _RELEASE = (
     .returning(
         sa.exists()
         .where(t.permissions.c.run_id == R.c.id, t.permissions.c.state == "pending")
-        .label("asked")
+        .label("asked"),
+        sa.exists()
+        .where(t.questions.c.run_id == R.c.id, t.questions.c.state == "pending")
+        .label("questioned"),
     )
 )
 
@@ -380,6 +419,8 @@ def release(
         return False
     if done[0]:
         cancel_permissions(uow, [run.id], by="run_ended")
+    if done[1]:
+        cancel_questions(uow, [run.id], by="run_ended")
     events.record(
         uow,
         {"cancelled": "run.cancelled", "finished": "run.finished"}.get(status, "run.failed"),
@@ -674,8 +715,22 @@ def requeue_dead(uow: UnitOfWork) -> Requeued:
             .returning(*R.c)
         ).mappings()
     ]
+    for run in (r for r in poisoned if r.task_id):
+        # given up on: a person decides what now (unless another run of the task is queued)
+        waits.begin(
+            uow,
+            str(run.task_id),
+            "failure",
+            ~sa.select(R.c.id)
+            .where(R.c.task_id == run.task_id, R.c.status.in_(("queued", CLAIMED)))
+            .exists(),
+            run_id=run.id,
+            session_id=None,
+            error=run.error_message or "",
+        )
     # The dead worker's questions can never be answered to it: a re-run asks again.
     cancel_permissions(uow, [r.id for r in (*stopped, *poisoned, *back)], by="worker_died")
+    cancel_questions(uow, [r.id for r in (*stopped, *poisoned, *back)], by="worker_died")
     for run in (*stopped, *poisoned, *back):
         uow.conn.execute(_BUMP, {"agent": run.agent_profile_id, "delta": -1})
         events.record(
@@ -730,6 +785,52 @@ def cancel_permissions(
             task_id,
             reason="permission",
             permission_id=permission_id,
+            run_id=run_id,
+        )
+    return [str(row[0]) for row in ended]
+
+
+Q = t.questions
+
+
+def cancel_questions(
+    uow: UnitOfWork,
+    run_ids: Sequence[str] = (),
+    *,
+    question_ids: Sequence[str] = (),
+    by: str,
+) -> list[str]:
+    """End the still pending questions of `run_ids` (or those named) `cancelled`,
+    `answered_by` saying why, each with its `question.answered` event, in `uow`'s
+    transaction. Conditional on `pending`: one a person answered meanwhile keeps the answer."""
+    which = []
+    if run_ids:
+        which.append(Q.c.run_id.in_(list(run_ids)))
+    if question_ids:
+        which.append(Q.c.id.in_(list(question_ids)))
+    if not which:
+        return []
+    ended = uow.conn.execute(
+        sa.update(Q)
+        .where(Q.c.state == "pending", sa.or_(*which))
+        .values(state="cancelled", answered_by=by, answered_at=ids.now())
+        .returning(Q.c.id, Q.c.task_id, Q.c.run_id)
+    ).all()
+    for question_id, task_id, run_id in ended:
+        events.record(
+            uow,
+            "question.answered",
+            task_id,
+            question_id=question_id,
+            run_id=run_id,
+            state="cancelled",
+        )
+        events.record(
+            uow,
+            "task.needs_person_ended",
+            task_id,
+            reason="question",
+            question_id=question_id,
             run_id=run_id,
         )
     return [str(row[0]) for row in ended]

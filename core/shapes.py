@@ -63,6 +63,8 @@ def workflow_json(workflow: Workflow) -> dict[str, Any]:
         "base_branch": workflow.base_branch,
         "retire_worktrees": workflow.retire_worktrees,
         "remote": workflow.remote,
+        "setup": workflow.setup,
+        "cleanup": workflow.cleanup,
         "forge": dict(workflow.forge) if workflow.forge is not None else None,
         "steps": [step_json(s) for s in sorted(workflow.steps, key=lambda s: s.position)],
     }
@@ -138,8 +140,18 @@ def template_json(decl: Any) -> dict[str, Any]:
     }
 
 
-AGENT_KEYS = ("acp_session_id", "modes", "mode", "config_options", "model", "plan_mode")
-"""What an agent reported of its conversation, as a session's `agent` shows it (AGENTS.md)."""
+AGENT_KEYS = (
+    "acp_session_id",
+    "modes",
+    "mode",
+    "config_options",
+    "model",
+    "plan_mode",
+    "continued_by",
+)
+"""What an agent reported of its conversation, as a session's `agent` shows it (AGENTS.md);
+`continued_by` says how the agent process now holding it took it up: `new`, `resume` or `load`
+(issue 41 item 5)."""
 _LISTS = frozenset({"modes", "config_options"})
 
 

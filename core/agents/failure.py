@@ -368,16 +368,29 @@ class Failures:
     def _dispatch(self, case: FailureCase) -> FailureCase:
         failure = case.failure
         decided = case
+        failed_at = case.found.workflow_step_id if case.found is not None else None
 
         def core_dispatch() -> None:
             nonlocal decided
             decided = dispatch_case(self.peers, case)
+
+        def left_for_a_person() -> None:
+            if failure.user_initiated or failed_at is None:
+                return  # the person who stopped it knows; a task gone needs no one
+            self.peers.tasks.wait_after_failure(
+                failure.task_id,
+                failed_at,
+                run_id=failure.run_id,
+                session_id=failure.session_id,
+                error=failure.error_message or "agent failed",
+            )
 
         # Each in its own guard: a failing dispatch never keeps plugins from observing, and the
         # plugins observe the case as the dispatch left it (the task as it stands now).
         for step in (
             core_dispatch,
             lambda: self.peers.bundle.registry.hooks.agent_failed(self.peers, failure, decided),
+            left_for_a_person,
         ):
             try:
                 step()

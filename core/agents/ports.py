@@ -22,6 +22,7 @@ if TYPE_CHECKING:
     from core.services.participants import ParticipantService
     from core.services.permissions import PermissionService
     from core.services.profiles import ProfileService
+    from core.services.questions import QuestionService
     from core.services.runs import RunService
     from core.services.sessions import SessionService
     from core.services.tasks import TaskService
@@ -79,6 +80,9 @@ class AgentPort(Protocol):
 
     @property
     def permissions(self) -> PermissionService: ...
+
+    @property
+    def questions(self) -> QuestionService: ...
 
     @property
     def triggers(self) -> TriggerService: ...

@@ -11,7 +11,12 @@ import attrs
 
 from core.agents.bounds import item
 from core.agents.ports import AgentPort
-from core.agents.values import PermissionRequest, TranscriptItem
+from core.agents.values import (
+    ElicitationAnswer,
+    ElicitationRequest,
+    PermissionRequest,
+    TranscriptItem,
+)
 from core.errors import LanewayError, RunFenced
 from core.logs import logger
 
@@ -26,9 +31,20 @@ class BoardRecord:
     run_id: str | None
     on_refused: Callable[[str], None] | None = None
     """Told the reason when the board refuses the run's transcript (core.runs.fence)."""
+    turn: int = 0
+    """Which of its run's turns this is (0: the run's own; 1, 2...: messages queued during it)."""
 
     def items(self, items: Sequence[TranscriptItem]) -> None:
         if items:
+            # The turn's prompt says which turn of the run it is: the board keeps one prompt
+            # item per (run, turn), however often the prompt is sent (a transient retry, the
+            # run re-queued after its worker died) - issue 41 item 8
+            items = [
+                TranscriptItem(i.kind, i.text, {**i.data, "turn": self.turn})
+                if i.kind == "prompt" and self.run_id is not None
+                else i
+                for i in items
+            ]
             try:
                 self.peers.sessions.append_items(
                     self.session_id,
@@ -86,6 +102,32 @@ class BoardRecord:
             self.peers.permissions.cancel(permission_id, by="turn_ended")
             return None
         return found.option_id if found.state in ("allowed", "denied") else None
+
+    def question(self, request: ElicitationRequest) -> str:
+        found = self.peers.questions.ask(
+            self.task_id,
+            self.session_id,
+            run_id=self.run_id,
+            message=request.message,
+            fields=request.fields,
+        )
+        logger.bind(
+            task_id=self.task_id,
+            session_id=self.session_id,
+            run_id=self.run_id,
+            question_id=found.id,
+        ).info("agent question waits for a person")
+        return found.id
+
+    def await_question(self, question_id: str, stop: Callable[[], bool]) -> ElicitationAnswer:
+        found = self.peers.questions.wait(question_id, stop=stop)
+        if found.state == "pending":
+            # The turn ended first: the question is withdrawn; an answer now would reach no one.
+            self.peers.questions.cancel(question_id, by="turn_ended")
+            return ElicitationAnswer("cancel")
+        if found.state == "answered":
+            return ElicitationAnswer("accept", dict(found.answer or {}))
+        return ElicitationAnswer("decline" if found.state == "declined" else "cancel")
 
 
 def _amount(value: Any) -> bool:

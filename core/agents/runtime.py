@@ -115,6 +115,11 @@ class AgentRuntime:
     def cancel_retry(self, session_id: str) -> bool:
         return self.in_flight.cancel_retry(session_id)
 
+    def end_finished_conversations(self) -> dict[str, str]:
+        """The ACP conversations kept here whose tasks are archived, deleted or at their
+        terminal step end (`session/close` where offered); which, and why."""
+        return self.acp.end_finished()
+
     def close(self) -> None:
         """The worker is done: the conversations it kept end (their agents' process groups)."""
         self.acp.close()

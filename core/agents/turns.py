@@ -16,18 +16,20 @@ import time
 from collections.abc import Mapping
 
 from core import ids
+from core.agents import sandbox
 from core.agents.bounds import item
 from core.agents.desired import desired
 from core.agents.environment import agent_env
 from core.agents.failure import Failures
-from core.agents.protocols import TurnCall, TurnProtocol
+from core.agents.protocols import TurnCall, TurnProtocol, setup
 from core.agents.record import BoardRecord
 from core.agents.stops import InFlight, LiveTurn
 from core.agents.values import TurnEnd, TurnOutcome
 from core.errors import LanewayError
 from core.logs import logger
 from core.model import AgentFailure, AgentProfile, Session, Task
-from core.services.worktrees import workspace_for
+from core.services import travel
+from core.services.worktrees import wanted, workspace_for
 
 DEFAULT_RETRY_DELAYS = (5.0, 10.0, 20.0, 40.0, 60.0)
 CANCEL_POLL_S = 0.2
@@ -86,13 +88,20 @@ class TurnLoop:
             step_id=step_id,
             known=(session, task) if session is not None and session.id == session_id else None,
         )
+        ordinal = 0
         while outcome.ok and outcome.messages_waiting:
             message = self.peers.sessions.pop_queued_message(session_id)
             if message is None:
                 break
             self.peers.turns.start_internal(session_id)
+            ordinal += 1
             outcome = self._one_turn(
-                session_id, message, run_id=run_id, reason="user_message", step_id=None
+                session_id,
+                message,
+                run_id=run_id,
+                reason="user_message",
+                step_id=None,
+                ordinal=ordinal,
             )
         return outcome
 
@@ -105,7 +114,10 @@ class TurnLoop:
         reason: str,
         step_id: str | None,
         known: tuple[Session, Task | None] | None = None,
+        ordinal: int = 0,
     ) -> TurnOutcome:
+        """One turn; `ordinal` counts the run's turns (its queued messages follow its first),
+        so that the turn's prompt is kept once however often it is sent."""
         host = self.peers
         fail = self.failures.fail_and_dispatch
         session, task = known if known is not None else (host.sessions.get(session_id), None)
@@ -152,6 +164,7 @@ class TurnLoop:
                 session_id,
                 run_id,
                 functools.partial(self.in_flight.refused_once, turn),
+                ordinal,
             )
             attempt = 0
             while True:
@@ -245,10 +258,32 @@ class TurnLoop:
             sessions.set_state(session_id, "RUNNING")
         try:
             cwd = workspace_for(self.peers, turn.task_id, known[1] if known else None)
+            room = sandbox.room(profile, cwd, turn.task_id, self.peers.store.url)
         except LanewayError as exc:
             if not protocol.running_first:
                 sessions.set_state(session_id, "RUNNING")
             return TurnEnd("failed", str(exc), route="R2")
+        task = known[1] if known is not None else self.peers.tasks.get(turn.task_id)
+        command = None
+        if task.workflow_id and wanted(self.peers, task)[0] is not None:  # a worktree's turn
+            command = self.peers.workflows.by_id(task.workflow_id).setup
+        if setup.pending(cwd, command) and turn.stopped is None:
+            assert command is not None
+            if not protocol.running_first:
+                sessions.set_state(session_id, "RUNNING")
+            ended = setup.run(
+                turn,
+                command,
+                profile=profile,
+                cwd=cwd,
+                env=env,
+                room=room,
+                record=record,
+                # its own mark: the sweep after it must not reach the agent's processes
+                execution_id=ids.new_id(),
+            )
+            if ended is not None:
+                return ended
         # set_state(RUNNING) changes its state only, which nothing here reads
         session = known[0] if known is not None else sessions.get(session_id)
         want = desired(session.metadata, profile.name)
@@ -256,8 +291,15 @@ class TurnLoop:
             if not protocol.running_first:
                 sessions.set_state(session_id, "RUNNING")
             return TurnEnd("cancelled", "the turn was cancelled")
-        call = TurnCall(session_id, session, profile, env, prompt, cwd, want, record, execution_id)
-        return protocol.attempt(turn, call)
+        call = TurnCall(
+            session_id, session, profile, env, prompt, cwd, want, record, execution_id, room
+        )
+        end = protocol.attempt(turn, call)
+        if turn.stopped != "fenced":
+            # before the turn's end is routed (which may queue the next run, for any host):
+            # its branch is on the remote first (a workflow with one; core.services.travel)
+            travel.carry(self.peers, turn.task_id, known[1] if known else None)
+        return end
 
     def _cancelled_during(self, turn: LiveTurn, session_id: str, delay: float) -> bool:
         """Wait out a retry delay; True when the user cancels meanwhile, in this process

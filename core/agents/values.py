@@ -59,6 +59,16 @@ class AgentInfo:
     version: str | None
     load_session: bool
     auth_methods: tuple[str, ...]
+    resume_session: bool = False
+    """It offers `session/resume` (`sessionCapabilities.resume`): a conversation continues
+    without its history replayed."""
+    close_session: bool = False
+    """It offers `session/close` (`sessionCapabilities.close`)."""
+
+    @property
+    def continues(self) -> bool:
+        """It can take up a stored conversation in a new process (resume or load)."""
+        return self.resume_session or self.load_session
 
 
 @attrs.frozen
@@ -122,6 +132,24 @@ class PermissionRequest:
     def tool_kind(self) -> str | None:
         kind = self.tool_call.get("kind")
         return kind if isinstance(kind, str) else None
+
+
+@attrs.frozen
+class ElicitationRequest:
+    """An agent's `elicitation/create` in form mode, as the caller's callback sees it: the
+    message and the form as a question's fields (`core.services.questions`)."""
+
+    session_id: str
+    message: str
+    fields: tuple[Mapping[str, Any], ...]
+
+
+@attrs.frozen
+class ElicitationAnswer:
+    """What the agent is told: `accept` with the values given, `decline` or `cancel`."""
+
+    action: Literal["accept", "decline", "cancel"]
+    content: Mapping[str, Any] | None = None
 
 
 @attrs.frozen

@@ -40,6 +40,9 @@ if TYPE_CHECKING:
 KILL_GRACE_S = 10.0
 CANCEL_POLL_S = 0.5
 """How often a running run's row is read for a cancel request (from any process)."""
+CONVERSATION_SWEEP_S = 1.0
+"""How often a worker asks which of the ACP conversations it keeps belong to tasks the board is
+done with (one read, none while it keeps none)."""
 ORPHAN_SCAN_S = 0.5
 """While claims keep finding work, runs of dead epochs are looked for at most this often (a
 worker that finds the queue empty looks again before its next claim): a scan per claim was a
@@ -450,6 +453,7 @@ def _work(
     running: dict[Future[TurnOutcome], Run] = {}
     away = _Away()
     scanned, starved = -ORPHAN_SCAN_S, True
+    swept = time.monotonic()
     watch = CancelWatch(host)
     with (
         contextlib.closing(watch),
@@ -464,6 +468,11 @@ def _work(
                 ):
                     requeue_orphans(host)  # "the next time any worker looks"
                     scanned = time.monotonic()
+                if time.monotonic() - swept >= CONVERSATION_SWEEP_S:
+                    # conversations kept for tasks the board is done with end now, not when
+                    # the worker stops (AGENTS.md "Phase 4": `session/close`)
+                    swept = time.monotonic()
+                    host.runtime.end_finished_conversations()
                 while (
                     not stop.is_set()
                     and len(running) < concurrency

@@ -19,6 +19,7 @@ BUILTIN_COMMANDS: dict[str, tuple[str, str]] = {
     "runs": ("commands_ledger", "runs"),
     "entries": ("commands_ledger", "entries"),
     "permission": ("commands_permissions", "permission"),
+    "question": ("commands_questions", "question"),
     "budget": ("commands_budget", "budget"),
     "costs": ("commands_budget", "costs"),
     "agent": ("commands_agents", "agent"),
@@ -28,6 +29,7 @@ BUILTIN_COMMANDS: dict[str, tuple[str, str]] = {
     "events": ("commands_watch", "events_command"),
     "prune": ("commands_prune", "prune"),
     "hook": ("commands_hooks", "hook"),
+    "schedule": ("commands_schedules", "schedule"),
 }
 """Each built-in command: its module under `core.cli` and the attribute holding it. A command
 imports its module (and what that needs) only when it runs; `--help` reads `BUILTIN_HELP`."""
@@ -53,6 +55,7 @@ BUILTIN_HELP: dict[str, str] = {
     "runs": "The runs queue.",
     "entries": "The entry ledger.",
     "permission": "Permission requests of ACP agents, answered by a person.",
+    "question": "Questions agents asked a person.",
     "budget": "Spending limits: on_budget_alert fires as a scope's spending crosses them.",
     "costs": "What agents reported they spent.",
     "agent": "Agents that run outside laneway.",
@@ -65,6 +68,7 @@ BUILTIN_HELP: dict[str, str] = {
     ),
     "prune": "Delete old transcript items, and nothing else.",
     "hook": "Outbound webhooks: board events POSTed to a URL, signed, retried, never lost.",
+    "schedule": "Tasks created by themselves, once per slot of N seconds.",
 }
 """Each built-in command's short help, as `laneway --help` lists it without importing the
 command modules (`tests/cli/test_cli_lazy.py` keeps it equal to the commands' own)."""

@@ -393,6 +393,7 @@ def worker_command(
             host, stop, worker.KILL_GRACE_S if grace is None else grace, as_json=settings.json
         )
         served = _served(host, profiles)
+        host.register_worker()  # its host's runs have a worker alive (core.services.unattended)
         progress = WorkerProgress(host, as_json=settings.json)
         try:
             with shutdown.installed(), _scheduling(host, once):

@@ -115,6 +115,7 @@ def recover(settings: Settings) -> None:
     """Open the host (which runs the recovery scan), put runs claimed by dead workers back in
     the queue, and report what was done."""
     from core.agents import worker
+    from core.services import unattended
 
     if settings.features is not None:
         raise LanewayError(
@@ -126,6 +127,9 @@ def recover(settings: Settings) -> None:
         runs = worker.requeue_orphans(host)
         # triggers whose cause committed before a crash and were never delivered (core.outbox)
         delivered = host.triggers.drain()
+        # hosts that queued runs wait for with no worker alive there (said once)
+        unattended_hosts = unattended.notice(host)
+    report["hosts_unattended"] = unattended_hosts
     report["runs_requeued"] = len(runs.requeued)
     report["runs_dead"] = len(runs.dead)
     report["triggers_delivered"] = delivered.delivered
@@ -141,7 +145,11 @@ def recover(settings: Settings) -> None:
                 f"errors {report['errors']}, skipped: {skipped_text}; runs re-queued "
                 f"{report['runs_requeued']}, dead {report['runs_dead']}; triggers delivered "
                 f"{report['triggers_delivered']}"
-            )
+            ),
+            *(
+                f"runs wait for a worker on {name}, and no worker there is alive"
+                for name in unattended_hosts
+            ),
         ],
     )
 

@@ -105,6 +105,8 @@ def _detail(event: Event, names: Names) -> str:
         return f"{d.get('kind')}: {first[0] if first else ''}"
     if kind.startswith("permission."):
         return f"permission {short(d.get('permission_id'))} {d.get('state')}"
+    if kind.startswith("question."):
+        return f"question {short(d.get('question_id'))} {d.get('state')}"
     if kind == "comment.added":
         return f"comment {short(d.get('comment_id'))}"
     return "  ".join(f"{k}={v}" for k, v in d.items() if not k.endswith("_id"))

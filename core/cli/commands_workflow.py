@@ -112,6 +112,17 @@ def workflow_show(settings: Settings, ref: str) -> None:
     help="A git remote (a name or URL) task branches are pushed to ('' clears it).",
 )
 @click.option(
+    "--setup",
+    metavar="CMD",
+    help="A shell command run in a task's new worktree before its first turn, under the "
+    "agent's sandbox; its failure fails the turn ('' clears it).",
+)
+@click.option(
+    "--cleanup",
+    metavar="CMD",
+    help="A shell command run in a task's worktree before it is removed ('' clears it).",
+)
+@click.option(
     "--forge", metavar="NAME", help="Where pull requests are opened: github ('' clears it)."
 )
 @click.option("--forge-repo", metavar="OWNER/NAME", help="The repository on the forge.")
@@ -128,6 +139,8 @@ def workflow_set(
     base_branch: str | None,
     retire_worktrees: bool | None,
     remote: str | None,
+    setup: str | None,
+    cleanup: str | None,
     forge: str | None,
     forge_repo: str | None,
     forge_url: str | None,
@@ -140,11 +153,13 @@ def workflow_set(
         and base_branch is None
         and retire_worktrees is None
         and remote is None
+        and setup is None
+        and cleanup is None
         and forge is None
     ):
         raise click.UsageError(
-            "give --max-step-arrivals, --repository, --base-branch, --remote, --forge "
-            "or --retire-worktrees/--keep-worktrees"
+            "give --max-step-arrivals, --repository, --base-branch, --remote, --setup, "
+            "--cleanup, --forge or --retire-worktrees/--keep-worktrees"
         )
     if forge is None and (forge_repo or forge_url or forge_token_env):
         raise click.UsageError("--forge-repo, --forge-url and --forge-token-env go with --forge")
@@ -158,6 +173,8 @@ def workflow_set(
             wf = host.workflows.set_retire_worktrees(wf.id, retire_worktrees)
         if remote is not None:
             wf = host.workflows.set_remote(wf.id, remote)
+        if setup is not None or cleanup is not None:
+            wf = host.workflows.set_commands(wf.id, setup=setup, cleanup=cleanup)
         if forge is not None:
             wf = host.changes.set_forge(
                 wf.id, forge, repo=forge_repo, url=forge_url, token_env=forge_token_env
@@ -317,6 +334,24 @@ def _profile_options(*, for_set: bool) -> Callable[[_F], _F]:
             "adapter's modes.",
         ),
         click.option(
+            "--sandbox",
+            "sandbox",
+            default=None if for_set else "none",
+            show_default=not for_set,
+            metavar="none|bwrap",
+            help="The agent's room: bwrap runs it under bubblewrap, seeing the machine "
+            "read-only and writing only to its worktree, its home and temporary directories "
+            '(docs/agents.md, "Sandbox").',
+        ),
+        click.option(
+            "--network",
+            "network",
+            default=None if for_set else "on",
+            show_default=not for_set,
+            metavar="on|off",
+            help="Under a sandbox, off leaves the agent loopback only.",
+        ),
+        click.option(
             "--env", "env", multiple=True, metavar="K=V", help=f"Stored. Repeatable{when}."
         ),
         click.option(
@@ -355,7 +390,16 @@ def _profile_changes(given: dict[str, Any]) -> dict[str, Any]:
     """The command line's options as ProfileService arguments, parsed before the host opens
     (a typo must not cost a lock and a recovery scan); options not given are left out."""
     changes: dict[str, Any] = {}
-    for option in ("role", "protocol", "permissions", "turn_timeout", "idle_timeout", "mode"):
+    for option in (
+        "role",
+        "protocol",
+        "permissions",
+        "turn_timeout",
+        "idle_timeout",
+        "mode",
+        "sandbox",
+        "network",
+    ):
         if given[option] is not None:
             changes[option] = given[option]
     if given["command"] is not None:

@@ -168,9 +168,12 @@ def workflow_lines(workflow: Workflow, *, with_steps: bool) -> list[str]:
 
 
 def profile_line(profile: AgentProfile) -> str:
+    room = ""
+    if profile.sandbox != "none":
+        room = f"sandbox={profile.sandbox}  network={profile.network}  "
     return (
         f"{profile.id}  {profile.name}  role={profile.role}  protocol={profile.protocol}  "
-        f"command={shlex.join(profile.command)}"
+        f"{room}command={shlex.join(profile.command)}"
     )
 
 

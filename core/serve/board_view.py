@@ -21,6 +21,7 @@ import sqlalchemy as sa
 
 from core.model import WORKING_STATES, Workflow
 from core.outbox import TERMINAL_STATES
+from core.runs import pinned_host
 from core.shapes import workflow_json
 from core.store import tables as t
 
@@ -32,6 +33,7 @@ M = t.step_entry_markers
 P = t.workflow_step_participants
 D = t.workflow_step_decisions
 PERM = t.permissions
+Q = t.questions
 
 MAX_LIMIT: Final = 1000
 RUN_STATES: Final = ("claimed", "dead", "failed", "queued")
@@ -139,6 +141,7 @@ def read(
         _decisions(conn, wf, page, step_of, badges)
         check()
         _permissions(conn, page, badges)
+        _person_waits(conn, page, badges)
         check()
         _latest_runs(conn, page, badges)
         check()
@@ -196,8 +199,11 @@ def _empty_badges() -> dict[str, Any]:
         "dead_session": False,
         "dead_run": False,
         "waiting_for_person": False,
+        "needs_person": [],
+        "questions": 0,
         "queued": False,
         "queued_behind": 0,
+        "waits_for_host": None,
         "last_error": None,
         "last_run": None,
         "blockers": [],
@@ -250,6 +256,21 @@ def _runs(conn: sa.Connection, page: sa.Select[Any], badges: dict[str, dict[str,
             first_queued[r["task_id"]] = (r["agent_profile_id"], r["requested_at"], r["id"])
     if first_queued:
         _queued_behind(conn, first_queued, badges)
+        _waits_for_host(conn, sorted(first_queued), badges)
+
+
+def _waits_for_host(
+    conn: sa.Connection, task_ids: list[str], badges: dict[str, dict[str, Any]]
+) -> None:
+    """The host whose workers alone may take each queued task's runs (`core.runs.pinned_host`):
+    the card's "waits for a worker on alpha"."""
+    W = t.workflows
+    for task_id, workspace, remote in conn.execute(
+        sa.select(T.c.id, T.c.workspace, W.c.remote)
+        .select_from(T.outerjoin(W, W.c.id == T.c.workflow_id))
+        .where(T.c.id.in_(task_ids), T.c.workspace.is_not(None))
+    ):
+        badges[task_id]["waits_for_host"] = pinned_host(workspace, remote)
 
 
 def _queued_behind(
@@ -427,6 +448,20 @@ def _merged(
     return kept + [(i, req) for i, _role, _agent, req in mine]
 
 
+def _person_waits(
+    conn: sa.Connection, page: sa.Select[Any], badges: dict[str, dict[str, Any]]
+) -> None:
+    """Why a task waits for a person beyond a permission (core.store.waits): `failure`,
+    `blocked`; the page counts these tasks in its tab title."""
+    waits = t.person_waits
+    for task_id, reason in conn.execute(
+        sa.select(waits.c.task_id, waits.c.reason)
+        .where(waits.c.task_id.in_(page))
+        .order_by(waits.c.task_id, waits.c.reason)
+    ):
+        badges[task_id]["needs_person"].append(reason)
+
+
 def _permissions(
     conn: sa.Connection, page: sa.Select[Any], badges: dict[str, dict[str, Any]]
 ) -> None:
@@ -436,3 +471,11 @@ def _permissions(
         .distinct()
     ):
         badges[task_id]["waiting_for_person"] = True
+    # an agent's pending questions (issue 41 item 6): the card says its agent asks one
+    for task_id, asked in conn.execute(
+        sa.select(Q.c.task_id, sa.func.count())
+        .where(Q.c.state == "pending", Q.c.task_id.in_(page))
+        .group_by(Q.c.task_id)
+    ):
+        badges[task_id]["waiting_for_person"] = True
+        badges[task_id]["questions"] = int(asked)

@@ -341,6 +341,28 @@ def permission_answer(call: Call) -> Reply:
     return Reply(answered)
 
 
+def questions_list(call: Call) -> Reply:
+    """As `question list`: `?task=T&state=S` narrow it."""
+    return Reply(
+        call.host.questions.list(task=call.query.get("task"), state=call.query.get("state"))
+    )
+
+
+def question_answer(call: Call) -> Reply:
+    """As `question answer`: `{"answer": {name: value}}` or `{"decline": true}`."""
+    body = call.obj()
+    decline = body.get("decline", False)
+    if not isinstance(decline, bool):
+        raise bad("field 'decline': expected a boolean")
+    answer = body.get("answer")
+    if decline and answer is not None:
+        raise bad("give either 'answer' or 'decline', not both")
+    if not decline and not isinstance(answer, dict):
+        raise bad("field 'answer': expected an object of field values (or 'decline': true)")
+    answered = call.host.questions.answer(call.path["q"], answer, decline=decline, by="user")
+    return Reply(answered)
+
+
 def hooks_list(call: Call) -> Reply:
     """As `hook list`: never a secret."""
     from core.services import hooks
@@ -369,6 +391,31 @@ def hook_remove(call: Call) -> Reply:
     from core.services import hooks
 
     return Reply(hooks.remove(call.host.store, call.path["h"]).as_json())
+
+
+def schedules_list(call: Call) -> Reply:
+    """As `schedule list`."""
+    return Reply([s.as_json() for s in call.host.schedules.list()])
+
+
+def schedule_add(call: Call) -> Reply:
+    """As `schedule add`: `{"workflow", "title", "every", "description"?, "step"?}`."""
+    every = call.obj().get("every")
+    if every is None or isinstance(every, bool) or not isinstance(every, (int, float, str)):
+        raise bad("field 'every': expected a whole number of seconds")
+    made = call.host.schedules.add(
+        workflow=call.text("workflow"),
+        title=call.text("title"),
+        every=str(every),
+        description=call.opt_text("description") or "",
+        step=call.opt_text("step"),
+    )
+    return Reply(made.as_json(), status=201)
+
+
+def schedule_remove(call: Call) -> Reply:
+    """As `schedule remove`."""
+    return Reply({"removed": call.host.schedules.remove(call.path["s"]).id})
 
 
 def hook_deliveries(call: Call) -> Reply:
@@ -541,10 +588,15 @@ ROUTES = [
     Route("/api/runs/{r}", endpoint(run_show), methods=["GET"]),
     Route("/api/permissions", endpoint(permissions_list), methods=["GET"]),
     Route("/api/permissions/{p}", endpoint(permission_answer), methods=["POST"]),
+    Route("/api/questions", endpoint(questions_list), methods=["GET"]),
+    Route("/api/questions/{q}", endpoint(question_answer), methods=["POST"]),
     Route("/api/hooks", endpoint(hooks_list), methods=["GET"]),
     Route("/api/hooks", endpoint(hook_add), methods=["POST"]),
     Route("/api/hooks/deliveries", endpoint(hook_deliveries), methods=["GET"]),
     Route("/api/hooks/{h}", endpoint(hook_remove), methods=["DELETE"]),
+    Route("/api/schedules", endpoint(schedules_list), methods=["GET"]),
+    Route("/api/schedules", endpoint(schedule_add), methods=["POST"]),
+    Route("/api/schedules/{s}", endpoint(schedule_remove), methods=["DELETE"]),
     Route("/api/runs/{r}/cancel", endpoint(run_cancel), methods=["POST"]),
     Route("/api/runs/{r}/retry", endpoint(run_retry), methods=["POST"]),
     Route("/api/decisions", endpoint(decision_record), methods=["POST"]),

@@ -20,7 +20,9 @@ if TYPE_CHECKING:
     from core.services.permissions import PermissionService
     from core.services.plugins import PluginService
     from core.services.profiles import ProfileService
+    from core.services.questions import QuestionService
     from core.services.runs import RunService
+    from core.services.schedules import ScheduleService
     from core.services.sessions import SessionService
     from core.services.tasks import TaskService
     from core.services.triggers import TriggerService
@@ -39,7 +41,9 @@ MODULES = {
     "PermissionService": "permissions",
     "PluginService": "plugins",
     "ProfileService": "profiles",
+    "QuestionService": "questions",
     "RunService": "runs",
+    "ScheduleService": "schedules",
     "SessionService": "sessions",
     "TaskService": "tasks",
     "TriggerService": "triggers",
@@ -60,7 +64,9 @@ __all__ = [
     "PermissionService",
     "PluginService",
     "ProfileService",
+    "QuestionService",
     "RunService",
+    "ScheduleService",
     "SessionService",
     "TaskService",
     "TriggerService",

@@ -27,7 +27,7 @@ from core.model import Task
 from core.outbox import TERMINAL_STATES
 from core.services.base import Service
 from core.services.refs import find_task
-from core.store import events
+from core.store import events, waits
 from core.store import tables as t
 from core.store.database import UnitOfWork
 
@@ -118,6 +118,13 @@ class BlockerService(Service):
             if added == 1:
                 write_blocked_by(uow, task.id)
                 events.record(uow, "task.updated", task.id, blocked_by=blocker.id)
+                waits.begin(
+                    uow,
+                    task.id,
+                    "blocked",
+                    waits.unfinished_blockers(task.id),
+                    blocked_by=blocker.id,
+                )
         return self._task(task.id)
 
     def unblock(self, task_ref: str, by: str) -> Task:
@@ -135,6 +142,7 @@ class BlockerService(Service):
                 raise LanewayError(f"task {task.id} is not blocked by {blocker.id}")
             write_blocked_by(uow, task.id)
             events.record(uow, "task.updated", task.id, unblocked_by=blocker.id)
+            waits.end(uow, task.id, "blocked", ~waits.unfinished_blockers(task.id))
         return self._task(task.id)
 
     def unfinished(self, task_id: str) -> list[Task]:

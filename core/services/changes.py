@@ -26,6 +26,7 @@ from core.logs import logger
 from core.model import Task, Workflow
 from core.plugin.kinds import Forge, ForgeConfig
 from core.plugin.views import Claim
+from core.services import travel, worktrees
 from core.services.base import Lazy, Service
 from core.store import events
 from core.store import tables as t
@@ -87,6 +88,7 @@ class ChangeService(Service):
         if gitmerge.ref_commit(repo, f"refs/heads/{target}") is None:
             raise LanewayError(f"task {task.id}: repository {repo} has no branch {target!r}")
         committed = self._commit_uncommitted(task, record, "merge")
+        travel.bring_home(record, repo, worktrees.root() / task.id)
         log = logger.bind(task_id=task.id, branch=record["branch"], into=target, strategy=how)
         try:
             landed = gitmerge.land(

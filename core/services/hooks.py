@@ -277,7 +277,6 @@ class _Claimed:
 def claim_next(store: Store, me: str, busy: set[str], *, only: str | None = None) -> list[_Claimed]:
     """Claim the oldest pending delivery of each hook not in `busy` (or of hook `only`),
     when it is due."""
-    now = ids.now()
     query = (
         sa.select(D.c.hook_id, sa.func.min(D.c.event_id))
         .where(D.c.state == "pending")
@@ -292,42 +291,53 @@ def claim_next(store: Store, me: str, busy: set[str], *, only: str | None = None
         if only is None and (hook_id in busy or len(busy) + len(claimed) >= MAX_IN_FLIGHT):
             continue
         with store.transaction(follow_board=False) as uow:
-            won = uow.conn.execute(
-                sa.update(D)
-                .where(
-                    D.c.hook_id == hook_id,
-                    D.c.event_id == event_id,
-                    D.c.state == "pending",
-                    D.c.next_at <= now,
-                    sa.or_(D.c.lease_until.is_(None), D.c.lease_until < now),
-                )
-                .values(
-                    claimed_by=me,
-                    lease_until=ids.shift(now, _lease_s()),
-                    attempts=D.c.attempts + 1,
-                )
-            ).rowcount
-            if won != 1:
-                continue
-            row = uow.conn.execute(
-                sa.select(D, H.c.url, H.c.secret)
-                .join(H, H.c.id == D.c.hook_id)
-                .where(D.c.hook_id == hook_id, D.c.event_id == event_id)
-            ).one()
-        claimed.append(
-            _Claimed(
-                row.id,
-                hook_id,
-                int(event_id),
-                row.type,
-                row.body,
-                row.created_at,
-                int(row.attempts),
-                row.url,
-                row.secret,
-            )
-        )
+            found = _claim(uow.conn, me, str(hook_id), int(event_id), ids.now())
+        if found is not None:
+            claimed.append(found)
     return claimed
+
+
+def _claim(conn: sa.Connection, me: str, hook_id: str, event_id: int, now: str) -> _Claimed | None:
+    """Claim the hook's delivery of `event_id` when it is pending, due and not leased: one
+    conditional UPDATE, whose row count decides among processes."""
+    won = conn.execute(
+        sa.update(D)
+        .where(
+            D.c.hook_id == hook_id,
+            D.c.event_id == event_id,
+            D.c.state == "pending",
+            D.c.next_at <= now,
+            sa.or_(D.c.lease_until.is_(None), D.c.lease_until < now),
+        )
+        .values(claimed_by=me, lease_until=ids.shift(now, _lease_s()), attempts=D.c.attempts + 1)
+    ).rowcount
+    if won != 1:
+        return None
+    row = conn.execute(
+        sa.select(D, H.c.url, H.c.secret)
+        .join(H, H.c.id == D.c.hook_id)
+        .where(D.c.hook_id == hook_id, D.c.event_id == event_id)
+    ).one()
+    return _Claimed(
+        row.id,
+        hook_id,
+        event_id,
+        row.type,
+        row.body,
+        row.created_at,
+        int(row.attempts),
+        row.url,
+        row.secret,
+    )
+
+
+def _claim_following(conn: sa.Connection, me: str, hook_id: str, now: str) -> _Claimed | None:
+    """In the transaction that recorded a delivery, claim the hook's next one (its queue
+    drains at the endpoint's pace, one transaction a delivery rather than two)."""
+    head = conn.execute(
+        sa.select(sa.func.min(D.c.event_id)).where(D.c.hook_id == hook_id, D.c.state == "pending")
+    ).scalar()
+    return None if head is None else _claim(conn, me, hook_id, int(head), now)
 
 
 def post(url: str, body: bytes, headers: dict[str, str]) -> int:
@@ -348,8 +358,12 @@ def post(url: str, body: bytes, headers: dict[str, str]) -> int:
         conn.close()
 
 
-def send(store: Store, me: str, c: _Claimed) -> str:
-    """Send one claimed delivery and record the outcome; returns its new state."""
+def send(
+    store: Store, me: str, c: _Claimed, *, follow: bool = False
+) -> tuple[str, _Claimed | None]:
+    """Send one claimed delivery and record the outcome; returns its new state and, with
+    `follow` and the delivery delivered, the hook's next delivery, claimed in the same
+    transaction (None when there is none due, or another process holds it)."""
     body = c.body.encode()
     headers = {
         "Content-Type": "application/json",
@@ -381,7 +395,8 @@ def send(store: Store, me: str, c: _Claimed) -> str:
     with store.transaction() as uow:
         if error is None:
             uow.conn.execute(release(state="delivered", delivered_at=now, last_error=None))
-            return "delivered"
+            following = _claim_following(uow.conn, me, c.hook_id, now) if follow else None
+            return "delivered", following
         window = _window_s()
         if ids.parse(now) >= ids.parse(ids.shift(c.created_at, window)):
             gave_up = uow.conn.execute(release(state="failed", last_error=error)).rowcount
@@ -390,11 +405,11 @@ def send(store: Store, me: str, c: _Claimed) -> str:
                 logger.bind(hook=c.hook_id, delivery=c.id, error=error).warning(
                     "webhook delivery failed for good"
                 )
-            return "failed"
+            return "failed", None
         uow.conn.execute(
             release(last_error=error, next_at=ids.shift(now, backoff_s(c.attempts, window)))
         )
-    return "pending"
+    return "pending", None
 
 
 class Deliverer:
@@ -448,11 +463,14 @@ class Deliverer:
         current: _Claimed | None = c
         try:
             while current is not None:
-                state = send(self.store, self.me, current)
-                if state == "pending" or self._stop.is_set():
+                stopping = self._stop.is_set()
+                state, following = send(self.store, self.me, current, follow=not stopping)
+                if state == "pending" or stopping:
                     return  # waiting out its backoff (or stopping): a later pass claims it
-                follow = claim_next(self.store, self.me, set(), only=current.hook_id)
-                current = follow[0] if follow else None
+                if state == "failed":
+                    nxt = claim_next(self.store, self.me, set(), only=current.hook_id)
+                    following = nxt[0] if nxt else None
+                current = following
         except Exception as exc:  # noqa: BLE001 - the lease runs out; it is sent again
             logger.bind(delivery=c.id, cause=f"{type(exc).__name__}: {exc}").warning(
                 "webhook delivery failed to be recorded"

@@ -8,7 +8,14 @@ import sqlalchemy as sa
 
 from core import board, ids
 from core.errors import Conflict, LanewayError, NotFound
-from core.model import PERMISSION_MODES, PROTOCOLS, TOOL_KINDS, AgentProfile
+from core.model import (
+    NETWORKS,
+    PERMISSION_MODES,
+    PROTOCOLS,
+    SANDBOXES,
+    TOOL_KINDS,
+    AgentProfile,
+)
 from core.services.base import Lazy, Service
 from core.store import prepared, rows
 from core.store import tables as t
@@ -32,6 +39,8 @@ SETTABLE = (
     "turn_timeout",
     "idle_timeout",
     "mode",
+    "sandbox",
+    "network",
 )
 """The options of a profile `set` may change: all of `add`'s but the name."""
 
@@ -115,6 +124,10 @@ def _checked(name: str, options: Mapping[str, Any]) -> dict[str, Any]:
         _one_of(name, "protocol", options["protocol"], PROTOCOLS)
     if "permissions" in options:
         _one_of(name, "permissions", options["permissions"], PERMISSION_MODES)
+    if "sandbox" in options:
+        _one_of(name, "sandbox", options["sandbox"], SANDBOXES)
+    if "network" in options:
+        _one_of(name, "network", options["network"], NETWORKS)
     for kind in options.get("auto_allow", ()):
         _one_of(name, "auto_allow", kind, TOOL_KINDS)
     if options.get("mode") is not None:
@@ -134,6 +147,15 @@ def _checked(name: str, options: Mapping[str, Any]) -> dict[str, Any]:
         else:
             values[option] = value
     return values
+
+
+def _room_checked(name: str, sandbox: str, network: str) -> None:
+    """`--network off` is a sandbox's: without one it would promise what nothing keeps."""
+    if network == "off" and sandbox == "none":
+        raise LanewayError(
+            f"profile {name!r}, network: off needs a sandbox (--sandbox bwrap); "
+            "without one the agent has the worker's network"
+        )
 
 
 class ProfileService(Service):
@@ -160,13 +182,16 @@ class ProfileService(Service):
         turn_timeout: float = 3600.0,
         idle_timeout: float = 900.0,
         mode: str | None = None,
+        sandbox: str = "none",
+        network: str = "on",
     ) -> AgentProfile:
         """A new profile. Its agents see only the base environment (`core.agents.environment`),
         `env`, the worker variables `pass_env` and `requires_env` name, and `env_from`
         (agent variable -> worker variable, read at run time).
 
         `protocol` is how laneway talks to the agent (`exec` or `acp`); `permissions`,
-        `auto_allow`, `turn_timeout` and `idle_timeout` are AGENTS.md's "Profiles"."""
+        `auto_allow`, `turn_timeout` and `idle_timeout` are AGENTS.md's "Profiles"; `sandbox`
+        and `network` the agent's room (`core.agents.sandbox`)."""
         self._require_writer()
         if not name.strip():
             raise LanewayError("profile name: must not be empty")
@@ -187,8 +212,11 @@ class ProfileService(Service):
                 "turn_timeout": turn_timeout,
                 "idle_timeout": idle_timeout,
                 "mode": mode,
+                "sandbox": sandbox,
+                "network": network,
             },
         )
+        _room_checked(name, sandbox, network)
         workspace = self._workspace().get()
         profile_id = ids.new_id()
         with self.peers.store.transaction() as uow:
@@ -222,6 +250,11 @@ class ProfileService(Service):
         values = _checked(profile.name, changes)
         if not values:
             return profile
+        _room_checked(
+            profile.name,
+            values.get("sandbox", profile.sandbox),
+            values.get("network", profile.network),
+        )
         with self.peers.store.transaction() as uow:
             changed = uow.conn.execute(
                 sa.update(t.agent_profiles)

@@ -190,17 +190,20 @@ class RunService(Service):
 
     def waits_for_host(self, found: Sequence[Run]) -> dict[str, str]:
         """Queued runs among `found` that only a worker on one host may take (their task's
-        worktree lives there: core.runs claims them only there): run id -> that host."""
+        worktree lives there and its branch does not travel through a remote: core.runs claims
+        them only there): run id -> that host."""
         task_ids = {r.task_id for r in found if r.status == "queued" and r.task_id is not None}
         if not task_ids:
             return {}
         with self.peers.store.read() as conn:
             records = conn.execute(
-                sa.select(t.tasks.c.id, t.tasks.c.workspace).where(
-                    t.tasks.c.id.in_(sorted(task_ids)), t.tasks.c.workspace.is_not(None)
+                sa.select(t.tasks.c.id, t.tasks.c.workspace, t.workflows.c.remote)
+                .select_from(
+                    t.tasks.outerjoin(t.workflows, t.workflows.c.id == t.tasks.c.workflow_id)
                 )
+                .where(t.tasks.c.id.in_(sorted(task_ids)), t.tasks.c.workspace.is_not(None))
             ).all()
-        hosts = {task_id: json.loads(text).get("host") for task_id, text in records}
+        hosts = {task_id: runs.pinned_host(text, remote) for task_id, text, remote in records}
         return {
             r.id: str(hosts[r.task_id])
             for r in found

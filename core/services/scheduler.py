@@ -1,5 +1,7 @@
 """The scheduler every `worker` and `serve` runs: a thread making a trigger pass
-(`TriggerService.run_pass`: the outbox's triggers, then the heartbeats due) every
+(`TriggerService.run_pass`: the outbox's triggers, then the heartbeats due, then the hosts runs
+wait for with no worker alive, `core.services.unattended`; then the schedules' tasks due,
+`ScheduleService.fire_due`) every
 `interval` seconds until stopped, and beside it the webhook `Deliverer` (core.services.hooks).
 
 No leader is elected: passes in any number of processes overlap freely, and the operation
@@ -20,15 +22,20 @@ from core.services.hooks import Deliverer
 from core.store.database import database_away
 
 if TYPE_CHECKING:
+    from core.services.schedules import ScheduleService
     from core.services.triggers import TriggerService
     from core.store.database import Store
 
 
 class Peers(Protocol):
-    """What a pass calls: the trigger service; and the store the webhook deliverer reads."""
+    """What a pass calls: the trigger service and the schedules; and the store the webhook
+    deliverer reads."""
 
     @property
     def triggers(self) -> TriggerService: ...
+
+    @property
+    def schedules(self) -> ScheduleService: ...
 
     @property
     def store(self) -> Store: ...
@@ -73,6 +80,7 @@ def run_pass(host: Peers, *, away: bool = False) -> bool:
     `away` says the last pass found the database away; the result says this one did."""
     try:
         report = host.triggers.run_pass()
+        scheduled = host.schedules.fire_due()
     except Exception as exc:  # noqa: BLE001 - the scheduler outlives one bad pass
         cause = f"{type(exc).__name__}: {exc}".splitlines()[0]
         if not database_away(exc):
@@ -85,6 +93,6 @@ def run_pass(host: Peers, *, away: bool = False) -> bool:
         return True
     if away:
         logger.info("database available again; trigger passes run again")
-    if report.delivered or report.heartbeats or report.failed:
-        logger.bind(**report.as_dict()).debug("scheduler pass")
+    if report.delivered or report.heartbeats or report.failed or scheduled:
+        logger.bind(**report.as_dict(), scheduled=scheduled).debug("scheduler pass")
     return False

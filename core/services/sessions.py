@@ -12,6 +12,7 @@ from core.errors import LanewayError, NotFound, RunFenced
 from core.model import (
     ACTIVE_SESSION_STATES,
     ITEM_KINDS,
+    TERMINAL_STEP_NAMES,
     WAITING_STATES,
     WORKING_STATES,
     Item,
@@ -51,6 +52,40 @@ _APPEND = (
             sa.bindparam("data", type_=sa.Text),
             sa.bindparam("at", type_=sa.String),
         ).where(ITEMS.c.session_id == sa.bindparam("session_id", type_=sa.String)),
+    )
+    .returning(ITEMS.c.seq)
+)
+
+_NEXT = (
+    sa.select((sa.func.coalesce(sa.func.max(ITEMS.c.seq), 0) + 1).label("seq"))
+    .where(ITEMS.c.session_id == sa.bindparam("session_id", type_=sa.String))
+    .subquery("next")
+)
+_KEPT = ITEMS.alias("kept")
+# A turn's prompt, kept once per (run, turn) (issue 41 item 8): sent again by a transient retry or
+# by the run re-queued after its worker died, it is not a second row. The INSERT decides, from
+# the rows already there (its row count says whether it was kept), never a read before it.
+_APPEND_PROMPT = (
+    sa.insert(ITEMS)
+    .from_select(
+        ["session_id", "seq", "run_id", "kind", "text", "data", "at"],
+        sa.select(
+            sa.bindparam("session_id", type_=sa.String),
+            _NEXT.c.seq,
+            sa.bindparam("run_id", type_=sa.String),
+            sa.bindparam("kind", type_=sa.String),
+            sa.bindparam("text", type_=sa.Text),
+            sa.bindparam("data", type_=sa.Text),
+            sa.bindparam("at", type_=sa.String),
+        )
+        .select_from(_NEXT)
+        .where(
+            ~sa.exists().where(
+                _KEPT.c.run_id == sa.bindparam("run_id", type_=sa.String),
+                _KEPT.c.kind == sa.literal_column("'prompt'"),
+                _KEPT.c.data == sa.bindparam("data", type_=sa.Text),
+            )
+        ),
     )
     .returning(ITEMS.c.seq)
 )
@@ -338,19 +373,21 @@ class SessionService(Service):
                     raise RunFenced(run_id, refused)
             stamp = ids.now()
             for item in checked:
-                seq = int(
-                    uow.run(
-                        _APPEND,
-                        {
-                            "session_id": session_id,
-                            "run_id": run_id,
-                            "kind": item.kind,
-                            "text": item.text,
-                            "data": json.dumps(item.data, default=str),
-                            "at": stamp,
-                        },
-                    ).scalar_one()
-                )
+                once = item.kind == "prompt" and run_id is not None
+                kept = uow.run(
+                    _APPEND_PROMPT if once else _APPEND,
+                    {
+                        "session_id": session_id,
+                        "run_id": run_id,
+                        "kind": item.kind,
+                        "text": item.text,
+                        "data": json.dumps(item.data, default=str),
+                        "at": stamp,
+                    },
+                ).scalar()
+                if kept is None:
+                    continue  # this turn's prompt is kept already
+                seq = int(kept)
                 seqs.append(seq)
                 events.record(
                     uow,
@@ -383,6 +420,47 @@ class SessionService(Service):
             query = query.where(ITEMS.c.run_id == run_id)
         with self.peers.store.read() as conn:
             return [rows.item(r) for r in conn.execute(query).mappings()]
+
+    def ended(self, session_ids: Sequence[str]) -> dict[str, str]:
+        """Which of `session_ids` have had their conversations ended by the board, and why:
+        `deleted` (the session or its task gone), `archived` (its task archived) or
+        `terminal` (its task at its workflow's terminal step, `Workflow.terminal_step`).
+        One read; the worker ends what it keeps of them (AGENTS.md "Phase 4")."""
+        if not session_ids:
+            return {}
+        tasks, steps = t.tasks, t.workflow_steps
+        later = steps.alias("later")
+        names = sorted(TERMINAL_STEP_NAMES)
+        terminal = sa.and_(
+            sa.func.lower(steps.c.name).in_(names),
+            ~sa.exists().where(
+                later.c.workflow_id == steps.c.workflow_id,
+                later.c.position > steps.c.position,
+                sa.func.lower(later.c.name).in_(names),
+            ),
+        )
+        query = (
+            sa.select(
+                S.c.id,
+                tasks.c.archived_at.is_not(None).label("archived"),
+                sa.case((terminal, True), else_=False).label("terminal"),
+            )
+            .join(tasks, tasks.c.id == S.c.task_id)
+            .outerjoin(steps, steps.c.id == tasks.c.workflow_step_id)
+            .where(S.c.id.in_(list(session_ids)))
+        )
+        with self.peers.store.read() as conn:
+            found = {r.id: r for r in conn.execute(query)}
+        why: dict[str, str] = {}
+        for session_id in session_ids:
+            row = found.get(session_id)
+            if row is None:
+                why[session_id] = "deleted"
+            elif row.archived:
+                why[session_id] = "archived"
+            elif row.terminal:
+                why[session_id] = "terminal"
+        return why
 
     def run_items(self, run_id: str) -> builtins.list[Item]:
         """Every transcript item of one run, in the order they were kept."""

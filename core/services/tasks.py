@@ -11,7 +11,7 @@ from core.logs import logger
 from core.model import TASK_STATES, Step, Task, Workflow
 from core.services.base import Lazy, Service
 from core.services.refs import find_task, resolve_task
-from core.store import events, rows
+from core.store import events, rows, waits
 from core.store import tables as t
 from core.store.database import UnitOfWork
 from core.text import require_text
@@ -392,6 +392,50 @@ class TaskService(Service):
         with self.peers.store.transaction() as uow:
             uow.conn.execute(
                 sa.update(TASKS).where(TASKS.c.id == ref).values(state=state, updated_at=ids.now())
+            )
+
+    def wait_after_failure(
+        self,
+        task_id: str,
+        step_id: str | None,
+        *,
+        run_id: str | None = None,
+        session_id: str | None = None,
+        error: str = "",
+    ) -> bool:
+        """An agent failed and on_agent_error is done: when the task still stands at the
+        step it failed at, in REVIEW, with no other run of it queued or running, it waits for
+        a person (`task.needs_person`, reason `failure`). One conditional INSERT decides
+        (core.store.waits); True when this call began the wait."""
+        if step_id is None:
+            return False
+        runs = t.runs
+        still = sa.and_(
+            sa.select(TASKS.c.id)
+            .where(
+                TASKS.c.id == task_id,
+                TASKS.c.workflow_step_id == step_id,
+                TASKS.c.state == "REVIEW",
+                TASKS.c.archived_at.is_(None),
+            )
+            .exists(),
+            ~sa.select(runs.c.id)
+            .where(
+                runs.c.task_id == task_id,
+                runs.c.status.in_(("queued", "claimed")),
+                runs.c.id != (run_id or ""),
+            )
+            .exists(),
+        )
+        with self.peers.store.transaction() as uow:
+            return waits.begin(
+                uow,
+                task_id,
+                "failure",
+                still,
+                run_id=run_id,
+                session_id=session_id,
+                error=error[:500],
             )
 
     # -- lifecycle --------------------------------------------------------------------------------

@@ -29,6 +29,7 @@ from core import faults, outbox
 from core.engine import TriggerResult
 from core.errors import NotFound
 from core.logs import logger
+from core.services import unattended
 from core.services.base import Lazy, Service
 from core.store import tables as t
 
@@ -102,10 +103,12 @@ class TriggerService(Service):
         self._sessions = sessions
 
     def run_pass(self, now: float | None = None) -> PassReport:
-        """One pass: deliver what the outbox holds, then fire the heartbeats due."""
+        """One pass: deliver what the outbox holds, then fire the heartbeats due, then say (once)
+        which hosts queued runs wait for with no worker alive there."""
         self._require_writer()
         drained = self.drain()
         beats = self.heartbeats(now)
+        unattended.notice(self.peers)  # runs that wait for a host no worker is alive on
         return PassReport(
             delivered=drained.delivered,
             heartbeats=beats.heartbeats,

@@ -319,6 +319,29 @@ class WorkflowService(Service):
         self.peers.repository.forget(wf.id)
         return self.by_id(wf.id)
 
+    def set_commands(
+        self, ref: str, *, setup: str | None = None, cleanup: str | None = None
+    ) -> Workflow:
+        """The shell commands run in its tasks' worktrees: `setup` once a worktree is new,
+        before its first turn; `cleanup` before a worktree is removed. None keeps one, an
+        empty one clears it."""
+        self._require_writer()
+        wf = self.get(ref)
+        values: dict[str, str | None] = {}
+        for name, given in (("setup", setup), ("cleanup", cleanup)):
+            if given is None:
+                continue
+            if given.strip():
+                require_text(given, f"workflow {wf.name}, {name}")
+            values[name] = given if given.strip() else None
+        if not values:
+            return wf
+        with self.peers.store.transaction() as uow:
+            uow.conn.execute(sa.update(t.workflows).where(t.workflows.c.id == wf.id).values(values))
+            board.bump(uow)
+        self.peers.repository.forget(wf.id)
+        return self.by_id(wf.id)
+
     def delete(self, ref: str) -> str:
         """Delete a workflow without tasks, its steps and their seats with it; refused while
         a task (archived ones too) is in it. One conditional DELETE decides: a task created

@@ -10,14 +10,20 @@ worker runs, as before.
 Which worktree a task has is decided by the database: the record is written by an update
 conditional on the task having none, so two workers racing on one task agree on one path,
 branch and base commit; git itself is then driven under a per-task lock (`core.gitwork`).
-A worktree lives on the machine that made it (the record names the host): a worker on another
-machine refuses the task's turns with one line saying where it lives, and never makes a second.
+A worktree lives on the machine that made it (the record names the host): only workers there
+claim the task's runs (core.runs), unless the task's workflow has a remote: then its branch
+travels through it (core.services.travel) and a worker on any machine re-creates the worktree
+from the remote before its turn, the record moving to its host.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import signal
+import subprocess
+import threading
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -27,6 +33,7 @@ from core import gitwork, hosts, ids
 from core.errors import LanewayError
 from core.logs import logger
 from core.model import Task, Workflow
+from core.services import travel
 from core.store import tables as t
 
 if TYPE_CHECKING:
@@ -102,11 +109,10 @@ def workspace_for(peers: Peers, task_id: str, task: Task | None = None) -> Path:
             return Path.cwd()
         record = _claim(peers, task, repository, base_branch)
     if record.get("host") != host_name():
-        raise LanewayError(
-            f"task {task.id}'s worktree {record['path']} is on host {record.get('host')!r}; "
-            "a worker there runs its turns"
-        )
-    repo = Path(record["repository"])
+        # its branch travels through the workflow's remote: made again here from there (else
+        # the claim never gave this host the run: a race, refused in one line)
+        record = recreate(peers, task)
+    repo = travel.checkout(record)
     if not repo.is_dir():
         raise LanewayError(f"task {task.id}: repository {repo} is gone")
     path = Path(record["path"])
@@ -119,6 +125,13 @@ def workspace_for(peers: Peers, task_id: str, task: Task | None = None) -> Path:
         # worked again after it ended: the worktree is back, from the branch that kept it all
         _record(peers.store, task.id, {k: v for k, v in record.items() if k != "removed_at"})
     return path
+
+
+def recreate(peers: Peers, task: Task) -> dict[str, Any]:
+    """Re-create on this host, from its workflow's remote, the worktree the task's previous
+    turn left on another host (core.services.travel); the record as it now stands. One call
+    that a setup step can follow (it runs after the worktree exists, as after `_claim`)."""
+    return travel.recreate_here(peers, task, root())
 
 
 def _claim(peers: Peers, task: Task, repository: str, base_branch: str | None) -> dict[str, Any]:
@@ -155,7 +168,7 @@ def diff(peers: Peers, ref: str) -> dict[str, Any]:
     base = record["base_commit"]
     if record.get("removed_at"):
         # the checkout is gone; its branch holds everything
-        change = gitwork.branch_diff(Path(record["repository"]), base, record["branch"])
+        change = gitwork.branch_diff(travel.checkout(record), base, record["branch"])
     else:
         change = gitwork.diff(path, base)
     return {
@@ -177,9 +190,10 @@ def retire(store: Store, task: Task, why: str) -> None:
     if record.get("host") != host_name():
         log.warning(f"task {why}; its worktree is on host {record.get('host')!r}: left there")
         return
+    cleanup(store, task, Path(record["path"]))
     try:
         commit = gitwork.retire(
-            Path(record["repository"]),
+            travel.checkout(record),
             Path(record["path"]),
             record["branch"],
             f"laneway: work left uncommitted in task {task.id} when it was {why}",
@@ -191,6 +205,65 @@ def retire(store: Store, task: Task, why: str) -> None:
     if why == "deleted":
         return
     _record(store, task.id, {**record, "removed_at": ids.now()})
+
+
+CLEANUP_TIMEOUT = 120.0
+"""Seconds a workflow's cleanup command may run before it is killed (the removal goes on)."""
+CLEANUP_TAIL = 2000
+"""The characters of a cleanup's output kept for its log record (its last ones)."""
+
+
+def cleanup(store: Store, task: Task, path: Path) -> None:
+    """Run the task's workflow's cleanup command (`workflow set --cleanup`) in its worktree,
+    before it is removed: in a process group of its own, with the base environment an agent
+    gets and the task's id, bounded in time and in the output kept (its tail, logged).
+    Never stops the removal: a failure is a WARNING."""
+    if task.workflow_id is None or not path.is_dir():
+        return
+    with store.read() as conn:
+        command = conn.execute(
+            sa.select(t.workflows.c.cleanup).where(t.workflows.c.id == task.workflow_id)
+        ).scalar()
+    if not command:
+        return
+    base = ("PATH", "HOME", "LANG", "LC_ALL", "LC_CTYPE", "TMPDIR")
+    env = {k: os.environ[k] for k in base if k in os.environ}
+    env["LANEWAY_TASK_ID"] = task.id
+    log = logger.bind(task_id=task.id, path=str(path), cleanup=command)
+    proc = subprocess.Popen(
+        ["/bin/sh", "-c", command],
+        cwd=path,
+        env=env,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        process_group=0,
+    )
+    tail = bytearray()
+
+    def drain() -> None:
+        assert proc.stdout is not None
+        while chunk := os.read(proc.stdout.fileno(), 65536):
+            tail.extend(chunk)
+            del tail[: max(0, len(tail) - CLEANUP_TAIL)]
+
+    reader = threading.Thread(target=drain, name="laneway-cleanup", daemon=True)
+    reader.start()
+    try:
+        code = proc.wait(timeout=CLEANUP_TIMEOUT)
+    except subprocess.TimeoutExpired:
+        code = None
+    finally:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(proc.pid, signal.SIGKILL)  # what it left running goes with it
+        proc.wait()
+        reader.join(timeout=5)
+    said = bytes(tail).decode("utf-8", "replace").strip()
+    if code == 0:
+        log.bind(output=said).info("ran the workflow's cleanup")
+    else:
+        why = f"exited with status {code}" if code is not None else "timed out"
+        log.bind(output=said).warning(f"the workflow's cleanup {why}; removing the worktree")
 
 
 def retire_at_terminal(peers: Peers, task_id: str, workflow: Workflow, step_id: str) -> None:

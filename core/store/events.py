@@ -84,6 +84,8 @@ TYPES: Final = (
     "agent_error.dispatched",
     "permission.requested",
     "permission.resolved",
+    "question.asked",
+    "question.answered",
     "hook.failed",
     "task.needs_person",
     "task.needs_person_ended",
@@ -239,6 +241,40 @@ def _without_passing_claims(pending: list[_Pending]) -> list[_Pending]:
     ]
 
 
+ENDS_FAILURE_WAIT: Final = frozenset({"task.moved", "run.queued", "task.archived", "task.deleted"})
+"""Events whose commit ends the task's `failure` wait (core.store.waits): someone moved it,
+queued its agent again, archived or deleted it. Archiving or deleting ends every wait."""
+_ENDS_EVERY_WAIT: Final = frozenset({"task.archived", "task.deleted"})
+
+
+def _ended_waits(conn: Connection, pending: list[_Pending]) -> list[_Pending]:
+    """The `task.needs_person_ended` events the unit's own events imply (one DELETE, and only
+    in a unit holding such an event)."""
+    failure = {p.task_id for p in pending if p.type in ENDS_FAILURE_WAIT and p.task_id}
+    if not failure:
+        return []
+    every = {p.task_id for p in pending if p.type in _ENDS_EVERY_WAIT and p.task_id}
+    waits = t.person_waits
+    gone = conn.execute(
+        sa.delete(waits)
+        .where(
+            waits.c.task_id.in_(sorted(failure)),
+            sa.or_(waits.c.reason == "failure", waits.c.task_id.in_(sorted(every))),
+        )
+        .returning(waits.c.task_id, waits.c.reason, waits.c.data)
+    ).all()
+    at = ids.now()
+    return [
+        _Pending(
+            "task.needs_person_ended",
+            str(task),
+            at,
+            {"reason": str(reason), **json.loads(str(data))},
+        )
+        for task, reason, data in sorted(gone)
+    ]
+
+
 def flush(uow: UnitOfWork) -> list[Event]:
     """Insert the unit's pending events; called by `Store.transaction` before COMMIT.
 
@@ -250,6 +286,7 @@ def flush(uow: UnitOfWork) -> list[Event]:
     pending = _without_passing_claims(pending)
     conn = uow.conn
     _resolve_tasks(conn, pending)
+    pending.extend(_ended_waits(conn, pending))
     rows = [
         {
             "type": p.type,

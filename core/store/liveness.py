@@ -35,7 +35,7 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.engine import URL, Connection, Engine
 
-from core import ids
+from core import hosts, ids
 from core.errors import DatabaseUnusable
 from core.logs import logger
 from core.store import dialect
@@ -392,6 +392,7 @@ class EpochKeeper:
         self._on_lost: list[Callable[[str], object]] = []
         self._told: set[str] = set()
         self._lock: EpochLock | None = None
+        self._worker = False
         self._lock = self._mint()
 
     @property
@@ -489,12 +490,26 @@ class EpochKeeper:
                     sa.insert(t.host_epochs).values(
                         epoch=epoch,
                         pid=os.getpid(),
-                        hostname=socket.gethostname()[:200],
+                        hostname=hosts.name()[:200],
                         opened_at=ids.now(),
+                        worker=self._worker,
                     )
                 )
             return lock
         raise LockLost("could not take a liveness lock for a new epoch")
+
+    def mark_worker(self) -> None:
+        """This process is a `worker` (it claims runs): its epoch row says so, and so will the
+        row of any epoch it re-mints (the scheduler's "no worker alive on host H")."""
+        with self._mutex:
+            self._worker = True
+            assert self._lock is not None
+            with self._begin() as conn:
+                conn.execute(
+                    sa.update(t.host_epochs)
+                    .where(t.host_epochs.c.epoch == self._lock.epoch)
+                    .values(worker=True)
+                )
 
     def close(self) -> None:
         with self._mutex:

@@ -19,6 +19,8 @@ from core.model import (
     Marker,
     Participant,
     Permission,
+    Question,
+    QuestionField,
     Run,
     Session,
     Step,
@@ -78,6 +80,8 @@ def profile(row: RowLike) -> AgentProfile:
         turn_timeout=float(row["turn_timeout"]),
         idle_timeout=float(row["idle_timeout"]),
         mode=row["mode"],
+        sandbox=row["sandbox"],
+        network=row["network"],
     )
 
 
@@ -140,6 +144,8 @@ def workflow(row: RowLike, steps: tuple[Step, ...]) -> Workflow:
         base_branch=row["base_branch"],
         retire_worktrees=bool(row["retire_worktrees"]),
         remote=row["remote"],
+        setup=row["setup"],
+        cleanup=row["cleanup"],
         forge=json.loads(row["forge"]) if row["forge"] else None,
     )
 
@@ -214,6 +220,32 @@ def permission(row: RowLike) -> Permission:
         decided_by=row["decided_by"],
         created_at=row["created_at"],
         decided_at=row["decided_at"],
+    )
+
+
+def question(row: RowLike) -> Question:
+    answer = row["answer"]
+    return Question(
+        id=row["id"],
+        task_id=row["task_id"],
+        session_id=row["session_id"],
+        run_id=row["run_id"],
+        message=row["message"],
+        fields=[
+            QuestionField(
+                name=f["name"],
+                type=f.get("type", "string"),
+                title=f.get("title", ""),
+                required=bool(f.get("required", True)),
+                choices=tuple(f.get("choices") or ()),
+            )
+            for f in json.loads(row["fields"])
+        ],
+        state=row["state"],
+        answer=json.loads(answer) if answer is not None else None,
+        answered_by=row["answered_by"],
+        created_at=row["created_at"],
+        answered_at=row["answered_at"],
     )
 
 

@@ -58,6 +58,9 @@ agent_profiles = sa.Table(
     sa.Column("turn_timeout", sa.Float, nullable=False, server_default="3600"),
     sa.Column("idle_timeout", sa.Float, nullable=False, server_default="900"),
     sa.Column("mode", sa.String(200), nullable=True),
+    # the agent's room (AGENTS.md `--sandbox`): none, or bwrap; its network under it, on or off
+    sa.Column("sandbox", sa.String(20), nullable=False, server_default="none"),
+    sa.Column("network", sa.String(10), nullable=False, server_default="on"),
     sa.UniqueConstraint("workspace_id", "name", name="uq_agent_profiles_name"),
 )
 
@@ -89,6 +92,10 @@ workflows = sa.Table(
     sa.Column("remote", sa.String(4000), nullable=True),
     # the forge its pull requests are opened on: JSON kind, repo, url, token_env
     sa.Column("forge", sa.Text, nullable=True),
+    # shell commands run in a task's worktree: once it is new (before its first turn), and
+    # before it is removed
+    sa.Column("setup", sa.Text, nullable=True),
+    sa.Column("cleanup", sa.Text, nullable=True),
 )
 
 workflow_steps = sa.Table(
@@ -331,6 +338,30 @@ permissions = sa.Table(
     sa.Index("ix_permissions_run", "run_id", "state"),
 )
 
+# Questions an agent asks a person (AGENTS.md `ask`, ACP `elicitation/create`; CLI.md
+# `question`). As permissions: `state` leaves `pending` once, by a conditional UPDATE; `run_id`
+# is what a run ending, or re-queued from a dead worker, cancels by. `fields` is the form (JSON
+# `[{"name", "type", "title", "required", "choices"}]`), `answer` the JSON object given.
+questions = sa.Table(
+    "questions",
+    metadata,
+    sa.Column("id", sa.String(64), primary_key=True),
+    sa.Column(
+        "task_id", sa.String(64), sa.ForeignKey("tasks.id", ondelete=CASCADE), nullable=False
+    ),
+    sa.Column("session_id", sa.String(64), nullable=False),
+    sa.Column("run_id", sa.String(64), nullable=True),
+    sa.Column("message", sa.Text, nullable=False, server_default=""),
+    sa.Column("fields", sa.Text, nullable=False, server_default="[]"),
+    sa.Column("state", sa.String(20), nullable=False, server_default="pending"),
+    sa.Column("answer", sa.Text, nullable=True),
+    sa.Column("answered_by", sa.String(200), nullable=True),
+    sa.Column("created_at", sa.String(40), nullable=False),
+    sa.Column("answered_at", sa.String(40), nullable=True),
+    sa.Index("ix_questions_task", "task_id", "created_at"),
+    sa.Index("ix_questions_run", "run_id", "state"),
+)
+
 runs = sa.Table(
     "runs",
     metadata,
@@ -462,6 +493,9 @@ host_epochs = sa.Table(
     sa.Column("hostname", sa.String(200), nullable=False),
     sa.Column("opened_at", sa.String(40), nullable=False),
     sa.Column("closed_at", sa.String(40), nullable=True),
+    # a `worker` process (migration 0030): the scheduler tells a host no worker is alive on
+    sa.Column("worker", sa.Boolean, nullable=False, server_default=sa.false()),
+    sa.Index("ix_host_epochs_host_open", "hostname", "closed_at"),
 )
 
 # The board's event log (an outbox): every change that `laneway serve` streams is written here
@@ -603,3 +637,39 @@ def column_length(column: sa.Column[Any]) -> int:
     length = getattr(column.type, "length", None)
     assert isinstance(length, int), column
     return length
+
+
+# Schedules (issue 42 item 4, core/services/schedules.py): a task created once per slot of
+# `every_seconds` (the multiples of it since the Unix epoch). `last_slot` is the start of the
+# last slot that made its task; raising it by a conditional UPDATE in the task's own
+# transaction is what decides which process makes a slot's task.
+schedules = sa.Table(
+    "schedules",
+    metadata,
+    sa.Column("id", sa.String(64), primary_key=True),
+    sa.Column(
+        "workflow_id",
+        sa.String(64),
+        sa.ForeignKey("workflows.id", ondelete=CASCADE),
+        nullable=False,
+    ),
+    sa.Column("step_id", sa.String(64), nullable=True),
+    sa.Column("title", sa.Text, nullable=False),
+    sa.Column("description", sa.Text, nullable=False, server_default=""),
+    sa.Column("every_seconds", sa.BigInteger, nullable=False),
+    sa.Column("last_slot", sa.BigInteger, nullable=False),
+    sa.Column("created_at", sa.String(40), nullable=False),
+)
+
+# Why a task waits for a person beyond a pending permission (issue 42 item 2,
+# core/store/waits.py): one row per (task, reason) while the wait lasts. Its insert (a
+# conditional INSERT whose row count decides) writes `task.needs_person`; its delete writes
+# `task.needs_person_ended` with the same `data`, so the two events pair exactly.
+person_waits = sa.Table(
+    "person_waits",
+    metadata,
+    sa.Column("task_id", sa.String(64), primary_key=True),
+    sa.Column("reason", sa.String(20), primary_key=True),
+    sa.Column("data", sa.Text, nullable=False, server_default="{}"),
+    sa.Column("created_at", sa.String(40), nullable=False),
+)

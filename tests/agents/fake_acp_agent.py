@@ -6,12 +6,18 @@ The script is JSON, from the file named by FAKE_ACP_SCRIPT_FILE or inline in FAK
      "new": "ok" | "auth_error", "load": "ok" | "auth_error",
      "modes": ["default", "plan"], "mode": "default",
      "load_session": false,
+     "resume_session": false, "close_session": false,   # sessionCapabilities.resume / .close
+     "resume": "ok" | "error",                          # session/resume's answer
+     "log": "FILE",   # one JSON line per session request: {"method", "session_id", "pid"}
      "config_options": [{"id", "name", "values": [...], "current", "category"?}],
      "state_dir": "DIR",   # conversations kept here, so session/load works in a new process
      "turns": [[STEP, ...], ...]}   # the n-th prompt of the process runs turns[n] (the last
                                     # one repeats); without turns a prompt is echoed
 STEP is one of {"message": T}, {"thought": T}, {"tool_call": {"id", "title", "kind"}},
-{"tool_update": {"id", "status"}}, {"plan": [T, ...]}, {"permission": {"kind", "title", "meta"}}
+{"tool_update": {"id", "status"}},
+{"chunks": [T, ...], "kind": "message"|"thought", "message_id": ID, "pause": S} (streamed: one
+update per chunk, `pause` seconds apart, each carrying `messageId` ID when given),
+{"plan": [T, ...]}, {"permission": {"kind", "title", "meta"}}
 (its answer becomes a message `permission: OPTION-ID|cancelled`), {"read": PATH},
 {"write": PATH, "content": T}, {"terminal": true}, {"usage": {"used", "size", "cost"}},
 {"sleep": S}, {"wait_cancel": true}, {"garbage": T}, {"huge_line": MB}, {"stderr": T},
@@ -22,17 +28,21 @@ text - and `servers` - the session's mcpServers as {name, command, args, env} - 
 message `python: RESULT` of the variable `result` it sets),
 {"cwd": true} (a message `cwd: SESSION CWD (process: ITS OWN CWD)`),
 {"state": true} (a message `state: mode=M options={ID: CURRENT, ...}`: what the agent is set to),
-{"error": {"code", "message", "data"?}}, {"mcp": {"tool": NAME, "args": {...}}} (starts the
-stdio MCP server `laneway` from the mcpServers of the session's session/new or session/load
-with the MCP client SDK, calls the tool, and says `mcp NAME: RESULT TEXT`, or
-`mcp NAME error: TEXT` when the call fails or no `laneway` server was given), {"stop": REASON}
-(ends the turn; default end_turn). A request's error answer (read, write, terminal) becomes a
-message `error CODE: MESSAGE`. Each prompt's text is also echoed as `echo: TEXT (previous: P)`.
+{"elicit": {"message", "schema" (JSON Schema of the form), "url"?}} (elicitation/create; says
+`elicit: ACTION CONTENT-JSON`), {"error": {"code", "message", "data"?}},
+{"mcp": {"tool": NAME, "args": {...}}} (starts the stdio MCP server `laneway` from the
+mcpServers of the session's session/new or session/load with the MCP client SDK, calls the
+tool, and says `mcp NAME: RESULT TEXT`, or `mcp NAME error: TEXT` when the call fails or no
+`laneway` server was given; with "beat": true a thought every 0.2 s while the server starts),
+{"stop": REASON} (ends the turn; default end_turn). A request's error answer (read, write,
+terminal) becomes a message `error CODE: MESSAGE`. Each prompt's text is also echoed as
+`echo: TEXT (previous: P)`.
 """
 
 from __future__ import annotations
 
 import asyncio
+import importlib
 import json
 import os
 import select
@@ -60,15 +70,26 @@ from acp import (
 from acp.interfaces import Client
 from acp.schema import (
     AgentCapabilities,
+    AgentMessageChunk,
+    AgentThoughtChunk,
+    CloseSessionResponse,
     Cost,
     CurrentModeUpdate,
+    ElicitationFormSessionMode,
+    ElicitationSchema,
+    ElicitationUrlSessionMode,
     Implementation,
     PermissionOption,
+    ResumeSessionResponse,
+    SessionCapabilities,
+    SessionCloseCapabilities,
     SessionConfigOptionSelect,
     SessionConfigSelectOption,
     SessionMode,
     SessionModeState,
+    SessionResumeCapabilities,
     SetSessionConfigOptionResponse,
+    TextContentBlock,
     ToolCallUpdate,
     UsageUpdate,
 )
@@ -108,6 +129,13 @@ class FakeAgent(Agent):
     def on_connect(self, conn: Client) -> None:
         self.client = conn
 
+    def _log(self, method: str, session_id: str | None) -> None:
+        path = self.script.get("log")
+        if path:
+            line = {"method": method, "session_id": session_id, "pid": os.getpid()}
+            with open(path, "a") as file:
+                file.write(json.dumps(line) + "\n")
+
     # -- the conversation, kept on disk when state_dir is given --------------------------
 
     def _store(self, session_id: str) -> Path | None:
@@ -143,6 +171,7 @@ class FakeAgent(Agent):
     # -- the protocol --------------------------------------------------------------------
 
     async def initialize(self, protocol_version: int, **kwargs: Any) -> InitializeResponse:
+        self.client_capabilities = kwargs.get("client_capabilities")
         behaviour = self.script.get("init", "ok")
         if behaviour == "hang":
             await asyncio.Event().wait()
@@ -163,7 +192,13 @@ class FakeAgent(Agent):
         return InitializeResponse(
             protocol_version=PROTOCOL_VERSION,
             agent_capabilities=AgentCapabilities(
-                load_session=bool(self.script.get("load_session", False))
+                load_session=bool(self.script.get("load_session", False)),
+                session_capabilities=SessionCapabilities(
+                    resume=SessionResumeCapabilities()
+                    if self.script.get("resume_session")
+                    else None,
+                    close=SessionCloseCapabilities() if self.script.get("close_session") else None,
+                ),
             ),
             agent_info=Implementation(name="fake-acp-agent", version="1.0"),
             auth_methods=[],
@@ -180,6 +215,7 @@ class FakeAgent(Agent):
         self.mcp_servers[session_id] = list(kwargs.get("mcp_servers") or [])
         self.cwd[session_id] = cwd
         self._save(session_id)
+        self._log("session/new", session_id)
         return NewSessionResponse(
             session_id=session_id, modes=self._mode_state(), config_options=self._config() or None
         )
@@ -198,7 +234,29 @@ class FakeAgent(Agent):
         assert self.client is not None
         for text in self.history[session_id]:  # ACP: load replays the conversation
             await self.client.session_update(session_id, update_agent_message_text(text))
+        self._log("session/load", session_id)
         return LoadSessionResponse(modes=self._mode_state(), config_options=self._config() or None)
+
+    async def resume_session(
+        self, cwd: str, session_id: str, **kwargs: Any
+    ) -> ResumeSessionResponse:
+        """ACP session/resume: the stored conversation goes on, nothing replayed."""
+        path = self._store(session_id)
+        if self.script.get("resume") == "error" or path is None or not path.exists():
+            self._log("session/resume:failed", session_id)
+            raise RequestError.resource_not_found(session_id)
+        self.history[session_id] = list(json.loads(path.read_text()))
+        self.mcp_servers[session_id] = list(kwargs.get("mcp_servers") or [])
+        self.cwd[session_id] = cwd
+        self._log("session/resume", session_id)
+        return ResumeSessionResponse(
+            modes=self._mode_state(), config_options=self._config() or None
+        )
+
+    async def close_session(self, session_id: str, **kwargs: Any) -> CloseSessionResponse:
+        self._log("session/close", session_id)
+        self.history.pop(session_id, None)
+        return CloseSessionResponse()
 
     async def set_session_mode(
         self, mode_id: str, session_id: str, **kwargs: Any
@@ -237,6 +295,7 @@ class FakeAgent(Agent):
         history.append(text)
         self.prompt_text = text
         self._save(session_id)
+        self._log("session/prompt", session_id)
         await self.client.session_update(
             session_id, update_agent_message_text(f"echo: {text} (previous: {previous})")
         )
@@ -259,6 +318,20 @@ class FakeAgent(Agent):
             await self._say(session_id, step["message"])
         elif "thought" in step:
             await client.session_update(session_id, update_agent_thought_text(step["thought"]))
+        elif "chunks" in step:
+            kind = AgentThoughtChunk if step.get("kind") == "thought" else AgentMessageChunk
+            update = "agent_thought_chunk" if kind is AgentThoughtChunk else "agent_message_chunk"
+            for n, text in enumerate(step["chunks"]):
+                if n and step.get("pause"):
+                    await asyncio.sleep(float(step["pause"]))
+                await client.session_update(
+                    session_id,
+                    kind(
+                        session_update=update,  # type: ignore[arg-type]
+                        content=TextContentBlock(type="text", text=text),
+                        message_id=step.get("message_id"),
+                    ),
+                )
         elif "tool_call" in step:
             call = step["tool_call"]
             await client.session_update(
@@ -376,13 +449,69 @@ class FakeAgent(Agent):
             await self._say(session_id, f"python: {scope.get('result')}")
         elif "mcp" in step:
             call = step["mcp"]
-            await self._say(session_id, await self._mcp(session_id, call["tool"], call.get("args")))
+            said = await self._mcp(
+                session_id, call["tool"], call.get("args"), beat=bool(call.get("beat"))
+            )
+            await self._say(session_id, said)
+        elif "elicit" in step:
+            await self._say(session_id, await self._elicit(session_id, step["elicit"]))
         elif "stop" in step:
             return str(step["stop"])
         return None
 
-    async def _mcp(self, session_id: str, tool: str, args: dict[str, Any] | None) -> str:
-        """Call `tool` on the session's `laneway` MCP server, started as an agent starts one."""
+    async def _elicit(self, session_id: str, ask: dict[str, Any]) -> str:
+        """elicitation/create in form mode (or url mode), as an agent does when the client
+        advertised the capability; says `elicit: ACTION CONTENT` (`elicit: no capability`
+        when the client did not advertise form elicitation)."""
+        assert self.client is not None
+        caps = getattr(self, "client_capabilities", None)
+        elicitation = getattr(caps, "elicitation", None)
+        mode: Any
+        if ask.get("url"):
+            mode = ElicitationUrlSessionMode(
+                session_id=session_id, elicitation_id="e1", url=str(ask["url"])
+            )
+        else:
+            if elicitation is None or elicitation.form is None:
+                return "elicit: no capability"
+            mode = ElicitationFormSessionMode(
+                session_id=session_id,
+                requested_schema=ElicitationSchema.model_validate(ask.get("schema") or {}),
+            )
+        try:
+            answer = await self.client.create_elicitation(
+                message=str(ask.get("message", "?")), mode=mode
+            )
+        except RequestError as exc:
+            return f"elicit error {exc.code}: {exc}"
+        content = getattr(answer, "content", None)
+        return f"elicit: {answer.action} {json.dumps(content, sort_keys=True)}"
+
+    async def _beat(self, session_id: str) -> None:
+        await _beat_forever(self, session_id)
+
+    async def _mcp(
+        self, session_id: str, tool: str, args: dict[str, Any] | None, *, beat: bool = False
+    ) -> str:
+        """Call `tool` on the session's `laneway` MCP server, started as an agent starts one.
+        With `beat`, a thought `starting tools` every 0.2 s until the server is up (its start
+        is the agent's work, not silence), none while the call runs."""
+        beating = asyncio.create_task(self._beat(session_id)) if beat else None
+        try:
+            return await self._call_mcp(session_id, tool, args, beating)
+        finally:
+            if beating is not None:
+                beating.cancel()
+
+    async def _call_mcp(
+        self,
+        session_id: str,
+        tool: str,
+        args: dict[str, Any] | None,
+        beating: asyncio.Task[None] | None,
+    ) -> str:
+        # imported off the loop: a slow import must not keep the beat from being said
+        await asyncio.to_thread(importlib.import_module, "mcp.client.stdio")
         from mcp.client.session import ClientSession
         from mcp.client.stdio import StdioServerParameters, stdio_client
 
@@ -402,6 +531,8 @@ class FakeAgent(Agent):
                 ClientSession(read, write) as session,
             ):
                 await session.initialize()
+                if beating is not None:
+                    beating.cancel()
                 result = await session.call_tool(tool, args or {})
         except Exception as exc:  # noqa: BLE001 - reported to the test as the agent's message
             return f"mcp {tool} error: {type(exc).__name__}: {exc}"
@@ -409,8 +540,15 @@ class FakeAgent(Agent):
         return f"mcp {tool} error: {text}" if result.is_error else f"mcp {tool}: {text}"
 
 
+async def _beat_forever(agent: FakeAgent, session_id: str) -> None:
+    assert agent.client is not None
+    while True:
+        await agent.client.session_update(session_id, update_agent_thought_text("starting tools"))
+        await asyncio.sleep(0.2)
+
+
 def main() -> None:
-    asyncio.run(run_agent(FakeAgent(_script())))
+    asyncio.run(run_agent(FakeAgent(_script()), use_unstable_protocol=True))
 
 
 if __name__ == "__main__":

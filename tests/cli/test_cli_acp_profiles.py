@@ -21,6 +21,7 @@ AGENT_KEYS = {
     "config_options",
     "model",
     "plan_mode",
+    "continued_by",
     "desired",
 }
 

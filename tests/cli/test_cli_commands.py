@@ -30,6 +30,8 @@ WORKFLOW_KEYS = {
     "repository",
     "retire_worktrees",
     "remote",
+    "setup",
+    "cleanup",
     "forge",
     "base_branch",
     "steps",
@@ -632,11 +634,13 @@ def test_recover_reports_the_scan(laneway: Laneway) -> None:
         "runs_requeued",
         "runs_dead",
         "triggers_delivered",
+        "hosts_unattended",
     }
     counts = ("scanned", "redispatched", "errors", "runs_requeued", "runs_dead")
     counts += ("triggers_delivered",)
     assert all(isinstance(report[k], int) for k in counts)
     assert isinstance(report["skipped"], dict)
+    assert report["hosts_unattended"] == []
     assert report["scanned"] == 0
 
 

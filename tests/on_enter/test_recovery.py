@@ -820,7 +820,8 @@ def test_ac_b9_recover_json_reports_the_scan(db_url: str) -> None:
         return report
 
     # `runs_requeued` / `runs_dead` extend CLI.md's shape: runs of dead workers re-queued;
-    # `triggers_delivered`: what the trigger outbox held (issue 24).
+    # `triggers_delivered`: what the trigger outbox held (issue 24); `hosts_unattended`: hosts
+    # runs wait for with no worker alive (issue 43).
     assert recover() == {
         "scanned": 5,
         "redispatched": 1,
@@ -829,6 +830,7 @@ def test_ac_b9_recover_json_reports_the_scan(db_url: str) -> None:
         "runs_requeued": 0,
         "runs_dead": 0,
         "triggers_delivered": 0,
+        "hosts_unattended": [],
     }
     assert recover() == {
         "scanned": 0,
@@ -838,6 +840,7 @@ def test_ac_b9_recover_json_reports_the_scan(db_url: str) -> None:
         "runs_requeued": 0,
         "runs_dead": 0,
         "triggers_delivered": 0,
+        "hosts_unattended": [],
     }
 
 

@@ -97,9 +97,17 @@ def _reference_badges(host: Host, task: Task) -> dict[str, Any]:
         "failed_marker": latest is not None and any(m.state == "failed" for m in latest[1]),
         "dead_session": bool(sessions) and sessions[-1].state == "FAILED",
         "dead_run": any(r.status == "dead" for r in runs),
-        "waiting_for_person": bool(host.permissions.list(task=task.id, state="pending")),
+        "waiting_for_person": bool(
+            host.permissions.list(task=task.id, state="pending")
+            or host.questions.list(task=task.id, state="pending")
+        ),
+        "questions": len(host.questions.list(task=task.id, state="pending")),
+        "needs_person": _person_waits(host, task.id),
         "queued": bool(queued),
         "queued_behind": behind,
+        "waits_for_host": host.runs.waits_for_host(queued[:1]).get(queued[0].id)
+        if queued
+        else None,
         "last_error": last.error_message if last is not None and last.status == "failed" else None,
         "last_run": last.status if last is not None else None,
         "blockers": [
@@ -214,6 +222,8 @@ def test_issue_38_item_12_a_failure_a_later_run_made_good_leaves_no_error_badge(
     assert cards[cancelled]["last_run"] == "cancelled"
     assert cards[failing]["last_error"] == "the second one failed"
     assert [b["id"] for b in cards[blocked]["blockers"]] == [gate]
+    assert cards[blocked]["needs_person"] == ["blocked"]  # issue 42 item 3: the tab counts it
+    assert cards[gate]["needs_person"] == []
     assert cards[parent]["subtasks"] == {"done": 1, "total": 2}
     # a blocked task does not start: the page's Start (`task start` over HTTP) is refused
     refused = client.post(f"/api/tasks/{blocked}/start", json={}, headers=AUTH)
@@ -222,6 +232,7 @@ def test_issue_38_item_12_a_failure_a_later_run_made_good_leaves_no_error_badge(
     host.tasks.move(gate, "Done")
     again = client.get("/api/board", params={"workflow": wf.name}, headers=AUTH).json()
     assert {c["id"]: c["badges"] for c in again["tasks"]}[blocked]["blockers"] == []
+    assert {c["id"]: c["badges"] for c in again["tasks"]}[blocked]["needs_person"] == []
 
 
 def test_board_pages_with_a_cursor_and_filters_by_step_and_search(
@@ -406,3 +417,15 @@ def test_a_page_from_a_cursor_seeks_the_board_index_on_both_databases(
 
 def _go_on() -> None:
     return None
+
+
+def _person_waits(host: Any, task_id: str) -> list[str]:
+    """Issue 42 item 3: the reasons a task waits for a person beyond a permission."""
+    waits = t.person_waits
+    with host.store.read() as conn:
+        return [
+            str(r)
+            for r in conn.execute(
+                sa.select(waits.c.reason).where(waits.c.task_id == task_id).order_by(waits.c.reason)
+            ).scalars()
+        ]

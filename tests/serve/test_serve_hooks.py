@@ -53,3 +53,36 @@ def test_issue_42_item_1_http_hooks_and_a_serve_that_delivers(db_url: str, tmp_p
             assert c.delete(f"/api/hooks/{hook['id']}").status_code == 404
     finally:
         served.stop()
+
+
+def test_issue_42_item_4_http_schedules_and_a_serve_that_makes_their_tasks(
+    db_url: str, tmp_path: Path
+) -> None:
+    """The schedule endpoints answer as the `schedule` commands do, bad `every` values are a
+    400 naming the field, and a writable serve (which runs the scheduler) makes the tasks."""
+    laneway(db_url, "init")
+    laneway(db_url, "workflow", "create", "--template", "simple")
+    served = start_serve(db_url, tmp_path)
+    try:
+        with served.client() as c:
+            add = {"workflow": "Kanban", "title": "tick"}
+            for every in (0, -5, "inf", "nan", 10**30, True, None, 1.5):
+                refused = c.post("/api/schedules", json={**add, "every": every})
+                assert refused.status_code == 400, (every, refused.text)
+                assert "every" in refused.json()["error"]
+            made = c.post("/api/schedules", json={**add, "every": 1})
+            assert made.status_code == 201, made.text
+            schedule = made.json()
+            assert [s["id"] for s in c.get("/api/schedules").json()] == [schedule["id"]]
+            eventually(
+                lambda: [x for x in c.get("/api/tasks").json() if x["title"] == "tick"],
+                timeout=30,
+                what="serve made a scheduled task",
+            )
+            assert c.delete(f"/api/schedules/{schedule['id']}").json() == {
+                "removed": schedule["id"]
+            }
+            assert c.get("/api/schedules").json() == []
+            assert c.delete(f"/api/schedules/{schedule['id']}").status_code == 404
+    finally:
+        served.stop()

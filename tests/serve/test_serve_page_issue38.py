@@ -84,6 +84,12 @@ def board(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Board]:
         repo = make_repo(tmp / "repo")
         agent = task("Edit in the worktree", repository=str(repo))
         root = str(worktrees.workspace_for(host, agent))
+        # issue 43 item 1: a task whose worktree is on another machine, queued there
+        patch.setenv("LANEWAY_HOST", "alpha")
+        pinned = task("Made on alpha", repository=str(repo))
+        worktrees.workspace_for(host, pinned)
+        patch.delenv("LANEWAY_HOST")
+        host.tasks.start(pinned)
         session = host.sessions.start(agent, profile="bot", external=False)
         turn = host.runs.enqueue(
             RunRequest(
@@ -138,6 +144,18 @@ def open_panel(page: Any, title: str) -> None:
     _card(page, title).locator(".card-title").click()
     page.locator("#detail-title", has_text=title).wait_for(timeout=10_000)
     page.locator("#detail-body .actions").wait_for(timeout=10_000)
+
+
+def test_issue_43_item_1_the_card_says_which_host_its_runs_wait_for(
+    browser: Any, board: Board
+) -> None:
+    """A queued task whose worktree lives on alpha (no remote): its card says a worker on
+    alpha is what it waits for, in its line and a badge."""
+    page = page_of(browser, board)
+    said = waits(page, "Made on alpha")
+    assert "waits for a worker on alpha" in said, said
+    badge = _card(page, "Made on alpha").locator(".badge", has_text="waits for alpha")
+    assert badge.count() == 1
 
 
 def test_issue_38_item_11_the_card_says_who_is_on_it_truly(browser: Any, board: Board) -> None:

@@ -33,9 +33,15 @@ class _Triggers:
         return _Report()
 
 
+class _Schedules:
+    def fire_due(self) -> int:
+        return 0
+
+
 class _Host:
     def __init__(self, outcomes: list[BaseException | None]) -> None:
         self.triggers = _Triggers(outcomes)
+        self.schedules = _Schedules()
 
 
 def _lost() -> sa.exc.OperationalError:

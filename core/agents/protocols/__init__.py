@@ -17,6 +17,7 @@ import attrs
 if TYPE_CHECKING:
     from core.agents.desired import Desired
     from core.agents.record import BoardRecord
+    from core.agents.sandbox import Room
     from core.agents.stops import LiveTurn
     from core.agents.values import TurnEnd
     from core.model import AgentProfile, Session
@@ -36,6 +37,8 @@ class TurnCall:
     want: Desired
     record: BoardRecord
     execution_id: str
+    room: Room | None = None
+    """The sandbox the agent runs in (`profile --sandbox`), None: the worker's user's rights."""
 
 
 class TurnProtocol(Protocol):

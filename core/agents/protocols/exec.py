@@ -59,12 +59,21 @@ class ExecProtocol:
             watch.heard()
             said.put([item("output", text)])
 
+        env = {**call.env, **exec_env(want, fresh=fresh)}
+        command = profile.command
+        if call.room is not None:
+            try:
+                command = call.room.wrap(command, env)
+            except LanewayError as exc:
+                said.stop()
+                return TurnEnd("failed", str(exc), route="R2")
+            env = call.room.env(env)
         with self.peers.store.agent_turn():  # the board is followed while it works
             try:
                 proc = process.start(
-                    profile.command,
+                    command,
                     prompt=prompt,
-                    env={**call.env, **exec_env(want, fresh=fresh)},
+                    env=env,
                     execution_id=call.execution_id,
                     on_message=message,
                     on_line=line,

@@ -57,6 +57,10 @@ class ToolAccess:
         self._tokens[session_id] = grant.token
         return (mcp_server(grant),), grant.token
 
+    def asking(self, token: str) -> bool:
+        """Whether the run holding `token` waits for a person (an `ask` in flight)."""
+        return self._broker is not None and self._broker.asking(token)
+
     def revoke(self, token: str) -> None:
         self.broker.revoke(token)
 

@@ -118,7 +118,10 @@ class ToolBroker:
             "decide": self._decide,
             "complete_step": self._complete_step,
             "comment": self._comment,
+            "ask": self._ask,
         }
+        self._asking: dict[str, int] = {}
+        """Tokens whose turn waits for a person now (an `ask` call in flight), and how many."""
         self._thread = threading.Thread(
             target=self._accept, name="laneway-tool-broker", daemon=True
         )
@@ -163,6 +166,22 @@ class ToolBroker:
         """The run is over: its token no longer acts (a server the agent keeps is refused)."""
         with self._lock:
             self._grants.pop(token, None)
+
+    def asking(self, token: str) -> bool:
+        """Whether the run holding `token` waits for a person's answer now (AGENTS.md: the
+        wait counts as neither silence nor work)."""
+        with self._lock:
+            return self._asking.get(token, 0) > 0
+
+    def _over(self, grant: Grant) -> bool:
+        """Whether `grant`'s turn is over: revoked (its turn ended), the broker closed, or no
+        agent runs it any more."""
+        if self._closed.is_set():
+            return True
+        with self._lock:
+            if self._grants.get(grant.token) is not grant:
+                return True
+        return self._owner is not None and self._owner(grant) is None
 
     def close(self) -> None:
         if self._closed.is_set():
@@ -341,6 +360,57 @@ class ToolBroker:
         )
         result: dict[str, Any] = plain(added)
         return result
+
+    def _ask(self, grant: Grant, args: Mapping[str, Any]) -> dict[str, Any]:
+        """A question to a person (CLI.md *question*, one field `answer`, of `choices` when
+        given); blocks this call's thread until it is answered, declined, or the turn is over
+        (then it ends `cancelled` and the agent is told so)."""
+        text = args.get("question")
+        if not isinstance(text, str) or not text.strip():
+            raise ToolRefused("ask: question must be non-empty text")
+        choices = args.get("choices") or []
+        if not isinstance(choices, list) or not all(isinstance(c, str) for c in choices):
+            raise ToolRefused("ask: choices must be a list of text")
+        if not grant.session_id:
+            raise ToolRefused("ask: this run works in no session")
+        questions = self._peers.questions
+        # from the call on, the turn waits for a person: not the agent's silence
+        with self._lock:
+            self._asking[grant.token] = self._asking.get(grant.token, 0) + 1
+        try:
+            asked = questions.ask(
+                grant.task_id,
+                grant.session_id,
+                run_id=grant.run_id,
+                message=text,
+                fields=[{"name": "answer", "type": "string", "required": True, "choices": choices}],
+            )
+            logger.bind(task_id=grant.task_id, run_id=grant.run_id, question_id=asked.id).info(
+                "agent question waits for a person"
+            )
+            found = questions.wait(asked.id, stop=lambda: self._over(grant))
+        finally:
+            with self._lock:
+                left = self._asking.get(grant.token, 1) - 1
+                if left > 0:
+                    self._asking[grant.token] = left
+                else:
+                    self._asking.pop(grant.token, None)
+        if found.state == "pending":
+            # the turn ended first: the question is withdrawn, an answer would reach no one
+            questions.cancel(asked.id, by="turn_ended")
+            found = questions.get(asked.id)
+        if found.state == "answered":
+            given = dict(found.answer or {})
+            return {
+                "question_id": found.id,
+                "state": "answered",
+                "answer": given.get("answer"),
+                "answered_by": found.answered_by,
+            }
+        if found.state == "declined":
+            return {"question_id": found.id, "state": "declined", "answer": None}
+        raise ToolRefused(f"ask: question {found.id} was cancelled ({found.answered_by})")
 
 
 def peer_pid(conn: Connection) -> int | None:

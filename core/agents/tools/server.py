@@ -66,14 +66,15 @@ def _args(**given: Any) -> dict[str, Any]:
 
 
 def build(channel: Channel) -> MCPServer[Any]:
-    """The `laneway` MCP server whose four tools forward to `channel`."""
+    """The `laneway` MCP server whose five tools forward to `channel`."""
     server: MCPServer[Any] = MCPServer(
         wire.SERVER_NAME,
         # the agent's stderr is laneway's failure evidence: a refused call is not news there
         log_level="WARNING",
         instructions=(
             "Tools acting on the laneway board for the task you are working on: read the "
-            "task, record your verdict, signal that the step is complete, comment."
+            "task, record your verdict, signal that the step is complete, comment, ask a "
+            "person a question."
         ),
     )
 
@@ -105,6 +106,16 @@ def build(channel: Channel) -> MCPServer[Any]:
     @server.tool(description="Add a comment to the task, by you.")
     def comment(text: str, task_id: str | None = None) -> str:
         return answer("comment", _args(text=text, task_id=task_id))
+
+    @server.tool(
+        description=(
+            "Ask a person a question and wait for the answer (it may take a while: a person "
+            "answers from the laneway board). With `choices`, the answer is one of them. "
+            "Returns {state: answered|declined, answer}."
+        )
+    )
+    def ask(question: str, choices: list[str] | None = None, task_id: str | None = None) -> str:
+        return answer("ask", _args(question=question, choices=choices, task_id=task_id))
 
     return server
 

@@ -20,7 +20,7 @@ TOKEN_ENV: Final = "LANEWAY_TOOL_TOKEN"
 """The run's capability: which task, step and seat its calls act for."""
 
 SERVER_NAME: Final = "laneway"
-TOOLS: Final = ("get_task", "decide", "complete_step", "comment")
+TOOLS: Final = ("get_task", "decide", "complete_step", "comment", "ask")
 
 MAX_MESSAGE: Final = 4 * 1024 * 1024
 """The largest request or reply, in bytes: a larger one is refused, not read."""

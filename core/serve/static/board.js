@@ -27,6 +27,7 @@ const state = {
   visibleEnds: new Set(), // step ids whose lane end is in view (load on)
   focusTask: null, // a card to focus once a board read draws it (an undone archive's)
   pending: new Map(), // task id -> its pending permission requests
+  personWaits: new Map(), // task id -> Set of reasons it waits for a person (task.needs_person)
   agentsByTask: null, // task id -> Set of profile ids with a run on it (read for the agent filter)
   openTaskId: null,
   cameFrom: null, // the task whose card opened the panel: focus goes back to it
@@ -159,10 +160,15 @@ function atReviewStep(task) {
 
 function waitsFor(task) {
   const b = task.badges;
-  if (needsPerson(task)) return { kind: "person", text: "Waits for a person: its agent asks for permission" };
+  if (needsPerson(task)) {
+    const asks = b.questions ? "its agent asks a question" : "its agent asks for permission";
+    return { kind: "person", text: `Waits for a person: ${asks}` };
+  }
   if (b.running) return { kind: "agent", text: "An agent is working on it" };
   if (b.last_error) return { kind: "failed", text: `Failed: ${b.last_error}` };
-  const forWorker = "waits for a worker (start one with `laneway worker`)";
+  const forWorker = b.waits_for_host
+    ? `waits for a worker on ${b.waits_for_host} (its worktree is there: start \`laneway worker\` there)`
+    : "waits for a worker (start one with `laneway worker`)";
   if (b.queued_behind) return { kind: "queued", text: `Queued behind ${plural(b.queued_behind, "run")} of its agent; ${forWorker}` };
   if (!task.wip_admitted) return { kind: "queued", text: "Waits for room in this step" };
   const left = b.decisions.required - b.decisions.approved;
@@ -459,6 +465,7 @@ function renderBoard() {
     h("span", { key: "waiting" }, h("b", {}, String(waiting)), " awaiting decisions"),
     person ? h("span", { key: "person", class: "needs" }, h("b", {}, String(person)), " need a person") : null,
   );
+  showWaitingCount();
 }
 
 function renderLane(step, tasks) {
@@ -516,7 +523,7 @@ function renderLane(step, tasks) {
 function renderBadges(task) {
   const b = task.badges;
   const badges = [];
-  if (needsPerson(task)) badges.push(h("span", { class: "badge person", title: "a permission request waits for an answer" }, "needs you"));
+  if (needsPerson(task)) badges.push(h("span", { class: "badge person", title: task.badges.questions ? "a question waits for an answer" : "a permission request waits for an answer" }, "needs you"));
   if (b.running) badges.push(h("span", { class: "badge running", title: "an agent is working" }, h("i"), "running"));
   if (b.decisions.required > 0) {
     const done = b.decisions.approved >= b.decisions.required;
@@ -524,6 +531,7 @@ function renderBadges(task) {
       `✓ ${b.decisions.approved}/${b.decisions.required}`));
   }
   if (b.queued_behind) badges.push(h("span", { class: "badge queued", title: "runs of its agent ahead of this one" }, `behind ${b.queued_behind}`));
+  if (b.queued && b.waits_for_host) badges.push(h("span", { class: "badge queued", title: `only a worker on ${b.waits_for_host} may take its runs (its worktree is there)` }, `waits for ${b.waits_for_host}`));
   if (b.open_entry) badges.push(h("span", { class: "badge entry", title: "an entry sequence has not finished" }, "entry open"));
   if (b.failed_marker) badges.push(h("span", { class: "badge failed", title: "an entry action failed" }, "action failed"));
   if (b.last_error) badges.push(h("span", { class: "badge failed", title: b.last_error }, "error"));
@@ -744,18 +752,19 @@ async function loadDetail(taskId) {
     }
     throw error;
   }
-  const [entries, runs, sessions, decisions, permissions, comments, diff] = await Promise.all([
+  const [entries, runs, sessions, decisions, permissions, questions, comments, diff] = await Promise.all([
     api.get(`/api/tasks/${id}/entries`),
     api.get(`/api/runs?task=${id}`),
     api.get(`/api/sessions?task=${id}`),
     api.get(`/api/tasks/${id}/decisions`),
     api.get(`/api/permissions?task=${id}&state=pending`),
+    api.get(`/api/questions?task=${id}&state=pending`),
     api.get(`/api/tasks/${id}/comments`),
     // a task has a diff once its first turn made its worktree
     task.workspace ? api.get(`/api/tasks/${id}/diff`).catch((error) => ({ error: error.message })) : null,
   ]);
   if (state.openTaskId !== taskId) return;
-  state.detail = { task, entries, runs, sessions, decisions, permissions, comments, diff };
+  state.detail = { task, entries, runs, sessions, decisions, permissions, questions, comments, diff };
   await followRun(runs);
   if (state.openTaskId !== taskId) return;
   renderDetail();
@@ -826,7 +835,7 @@ function section(key, title, count, ...body) {
 }
 
 function renderDetail() {
-  const { task, entries, runs, sessions, decisions, permissions, comments, diff } = state.detail;
+  const { task, entries, runs, sessions, decisions, permissions, questions, comments, diff } = state.detail;
   const boardTask = state.board?.tasks.find((t) => t.id === task.id);
   $("detail-title").textContent = task.title;
   $("detail-step").textContent = task.wip_admitted ? stepName(task.workflow_step_id) : `${stepName(task.workflow_step_id)} · queued`;
@@ -842,6 +851,7 @@ function renderDetail() {
       : task.description ? h("p", { key: "description", class: "description" }, task.description) : null,
     renderRelations(task, boardTask),
     permissions.length ? renderPermissions(permissions, task) : null,
+    questions.length ? renderQuestions(questions) : null,
     renderActions(task, runs, decisions, sessions, boardTask),
     renderTranscript(runs),
     diff ? section("changes", "Changes", diff.files ? diff.files.length : null, renderChanges(task, diff)) : null,
@@ -949,6 +959,88 @@ function renderPermissions(permissions, task) {
       );
     }),
   );
+}
+
+// A question an agent asked (issue 41 item 6): a form of its fields. The server checks the
+// answer against them and names a field that does not fit; the values are sent typed.
+function renderQuestions(questions) {
+  return h("section", { key: "questions", class: "permissions questions", role: "group", "aria-label": "Questions" },
+    h("h3", {}, questions.length > 1 ? "Questions for you" : "A question for you"),
+    questions.map((q) => {
+      const session = state.detail.sessions.find((s) => s.id === q.session_id);
+      const who = session && session.agent_profile_id ? profileName(session.agent_profile_id) : "The agent";
+      // novalidate: the server checks the answer and its one line names the field
+      return h("form", {
+        class: "question", key: q.id, dataset: { questionId: q.id }, novalidate: true,
+        // the live form (a re-render patches it in place; this render's element is not it)
+        onsubmit: (event) => { event.preventDefault(); answerQuestion(q, event.currentTarget); },
+      },
+        h("p", {}, h("b", {}, who), " asks: ", h("span", { class: "question-message" }, q.message)),
+        q.fields.map((f) => questionField(q, f)),
+        h("div", { class: "seat-buttons" },
+          h("button", { type: "submit", class: "approve" }, "Answer"),
+          h("button", { type: "button", class: "reject", onclick: () => declineQuestion(q) }, "Decline"),
+        ),
+      );
+    }),
+  );
+}
+
+function questionField(q, f) {
+  const id = `q-${q.id.slice(-8)}-${f.name}`;
+  const label = `${f.title || f.name}${f.required ? "" : " (optional)"}`;
+  let input;
+  if (f.choices && f.choices.length) {
+    input = h("select", { id, name: f.name, key: id },
+      f.required ? null : h("option", { value: "" }, "—"),
+      f.choices.map((c) => h("option", { value: String(c) }, String(c))));
+  } else if (f.type === "boolean") {
+    input = h("select", { id, name: f.name, key: id },
+      f.required ? null : h("option", { value: "" }, "—"),
+      h("option", { value: "true" }, "yes"), h("option", { value: "false" }, "no"));
+  } else {
+    const numeric = f.type === "number" || f.type === "integer";
+    input = h("input", {
+      id, name: f.name, key: id, type: numeric ? "number" : "text",
+      step: f.type === "integer" ? "1" : numeric ? "any" : null, required: f.required ? true : null,
+    });
+  }
+  return h("div", { class: "question-field", key: `${id}-row` }, h("label", { for: id }, label), input);
+}
+
+function questionValues(q, form) {
+  const answer = {};
+  for (const f of q.fields) {
+    const el = form.querySelector(`[name="${CSS.escape(f.name)}"]`);
+    const raw = el ? el.value : "";
+    if (raw === "") continue;
+    if (f.type === "boolean") answer[f.name] = raw === "true";
+    else if (f.type === "integer" || f.type === "number") answer[f.name] = Number(raw);
+    else answer[f.name] = raw;
+  }
+  return answer;
+}
+
+async function answerQuestion(q, form) {
+  try {
+    const answered = await state.api.post(`/api/questions/${encodeURIComponent(q.id)}`, { answer: questionValues(q, form) });
+    toast(`Question ${answered.state}: ${q.message}`, "ok");
+    scheduleRefresh(0);
+    scheduleDetail(0);
+  } catch (error) {
+    showError(error);
+  }
+}
+
+async function declineQuestion(q) {
+  try {
+    const answered = await state.api.post(`/api/questions/${encodeURIComponent(q.id)}`, { decline: true });
+    toast(`Question ${answered.state}: ${q.message}`, "ok");
+    scheduleRefresh(0);
+    scheduleDetail(0);
+  } catch (error) {
+    showError(error);
+  }
 }
 
 async function answerPermission(permission, outcome) {
@@ -1503,6 +1595,71 @@ async function submitCreate(event) {
   }
 }
 
+// -- calling the person ----------------------------------------------------------------------
+
+// While the page is open a person is told, by the browser, when a task starts waiting for them
+// (`task.needs_person`); the tab's title counts the tasks that wait. The page asks for the
+// permission once (remembered in localStorage), never again after an answer.
+const NOTIFY_ASKED_KEY = "laneway.notifications.asked";
+const PAGE_TITLE = "laneway board";
+const WAITS_FOR = {
+  permission: "its agent asks for permission",
+  question: "its agent asks a question",
+  verdict: "it waits for a verdict",
+  failure: "its agent failed",
+  blocked: "an unfinished task blocks it",
+};
+
+function canNotify() {
+  return typeof window.Notification === "function";
+}
+
+function askToNotify() {
+  if (!canNotify() || Notification.permission !== "default") return;
+  if (localStorage.getItem(NOTIFY_ASKED_KEY)) return;
+  localStorage.setItem(NOTIFY_ASKED_KEY, "1");
+  Promise.resolve(Notification.requestPermission()).catch(() => {});
+}
+
+function trackWait(data, waiting) {
+  const reasons = state.personWaits.get(data.task_id) || new Set();
+  if (waiting) reasons.add(data.reason);
+  else reasons.delete(data.reason);
+  if (reasons.size) state.personWaits.set(data.task_id, reasons);
+  else state.personWaits.delete(data.task_id);
+  showWaitingCount();
+}
+
+function showWaitingCount() {
+  const ids = new Set(state.personWaits.keys());
+  if (state.board) {
+    for (const task of state.board.tasks) {
+      if (needsPerson(task) || (task.badges.needs_person || []).length) ids.add(task.id);
+    }
+  }
+  document.title = ids.size ? `(${ids.size}) ${PAGE_TITLE}` : PAGE_TITLE;
+}
+
+async function callPerson(data) {
+  if (!canNotify() || Notification.permission !== "granted") return;
+  let title = taskTitle(data.task_id);
+  if (!title) {
+    try {
+      title = (await state.api.get(`/api/tasks/${encodeURIComponent(data.task_id)}`)).title;
+    } catch {
+      title = shortId(data.task_id);
+    }
+  }
+  const what = WAITS_FOR[data.reason] || "it waits for a person";
+  const body = data.reason === "failure" && data.error ? `${what}: ${data.error}` : what;
+  const note = new Notification(`“${title}” needs you`, { body, tag: `laneway-${data.task_id}-${data.reason}` });
+  note.onclick = () => {
+    window.focus();
+    note.close();
+    openDetail(data.task_id);
+  };
+}
+
 // -- live updates ----------------------------------------------------------------------------
 
 function taskTitle(taskId) {
@@ -1519,7 +1676,7 @@ function onEvent(event) {
     // a transcript item changes nothing on the board; its run's start and end do
     if (mine && type !== "agent.item") scheduleRefresh();
     const title = taskTitle(data.task_id);
-    if (title && type === "permission.requested") announce(`“${title}”: its agent waits for a person`);
+    if (title && (type === "permission.requested" || type === "question.asked")) announce(`“${title}”: its agent waits for a person`);
     if (title && type === "run.failed") announce(`“${title}”: a run failed`);
   }
   if (state.openTaskId && data.task_id === state.openTaskId) {
@@ -1533,6 +1690,12 @@ function onEvent(event) {
     }
   }
   if (type === "task.deleted" && data.task_id === state.openTaskId) closeDetail();
+  if (type === "task.needs_person") {
+    trackWait(data, true);
+    callPerson(data).catch(() => {});
+  } else if (type === "task.needs_person_ended") {
+    trackWait(data, false);
+  }
 }
 
 function onStreamState(value) {
@@ -1572,6 +1735,7 @@ async function start(token) {
     return;
   }
   state.api.stream(onEvent, onStreamState);
+  askToNotify();
 }
 
 // On a phone the panel is a full-width sheet: it ends above the toasts, so none covers it.

@@ -17,12 +17,21 @@ from typing import Any, Final
 import attrs
 from acp import RequestError
 from acp.schema import (
+    AcceptElicitationResponse,
     AgentMessageChunk,
     AgentThoughtChunk,
     AllowedOutcome,
+    CancelElicitationResponse,
     ConfigOptionUpdate,
     CurrentModeUpdate,
+    DeclineElicitationResponse,
     DeniedOutcome,
+    ElicitationBooleanPropertySchema,
+    ElicitationFormRequestMode,
+    ElicitationFormSessionMode,
+    ElicitationIntegerPropertySchema,
+    ElicitationNumberPropertySchema,
+    ElicitationStringPropertySchema,
     ReadTextFileResponse,
     RequestPermissionResponse,
     ToolCallUpdate,
@@ -37,6 +46,8 @@ from core.agents.protocols.acp import confined
 from core.agents.protocols.acp.items import MAX_TEXT, block_text, dump, item, update_item
 from core.agents.tools.wire import SERVER_NAME, TOOLS
 from core.agents.values import (
+    ElicitationAnswer,
+    ElicitationRequest,
     ItemKind,
     PermissionOption,
     PermissionPolicy,
@@ -48,7 +59,8 @@ from core.agents.values import (
 MAX_READ: Final = 8 * 1024 * 1024
 """The largest file `fs/read_text_file` returns (bytes): the answer is one stdin line."""
 CHUNK_QUIET: Final = 0.2
-"""Message text gathered from chunks is one item once the agent has paused this long (s)."""
+"""Message text gathered from chunks the agent did not mark with a `messageId` is one item once
+the agent has paused this long (s): nothing else says where such a message ends."""
 ALLOW_KINDS: Final = ("allow_once", "allow_always")
 REJECT_KINDS: Final = ("reject_once", "reject_always")
 
@@ -61,7 +73,48 @@ class Ask:
     answer: asyncio.Future[str | None]
 
 
-Post = Callable[[TranscriptItem | Ask], None]
+@attrs.frozen
+class Elicit:
+    """An agent's form question for the caller; its answer sets `answer`."""
+
+    request: ElicitationRequest
+    answer: asyncio.Future[ElicitationAnswer]
+
+
+Post = Callable[[TranscriptItem | Ask | Elicit], None]
+
+_FIELD_TYPES: Final = (
+    (ElicitationStringPropertySchema, "string"),
+    (ElicitationNumberPropertySchema, "number"),
+    (ElicitationIntegerPropertySchema, "integer"),
+    (ElicitationBooleanPropertySchema, "boolean"),
+)
+
+
+def form_fields(schema: Any) -> tuple[list[dict[str, Any]], list[str]]:
+    """A form's properties as a question's fields (name, type, title, required, choices),
+    and the names of those laneway cannot ask (multi-select, or a type it does not know)."""
+    required = set(schema.required or ())
+    fields: list[dict[str, Any]] = []
+    unknown: list[str] = []
+    for name, prop in (schema.properties or {}).items():
+        kind = next((k for cls, k in _FIELD_TYPES if isinstance(prop, cls)), None)
+        if kind is None:
+            unknown.append(name)
+            continue
+        choices: list[Any] = []
+        if isinstance(prop, ElicitationStringPropertySchema):
+            choices = list(prop.enum or ()) or [o.const for o in prop.one_of or ()]
+        fields.append(
+            {
+                "name": name,
+                "type": kind,
+                "title": prop.title or prop.description or "",
+                "required": name in required,
+                "choices": choices,
+            }
+        )
+    return fields, unknown
 
 
 def pick(options: tuple[PermissionOption, ...], kinds: tuple[str, ...]) -> str | None:
@@ -110,7 +163,9 @@ class LanewayClient:
         self.config_options: list[Any] | None = None
         self.usage: TokenUsage | None = None
         self.asks: set[asyncio.Future[str | None]] = set()
+        self.forms: set[asyncio.Future[ElicitationAnswer]] = set()
         self._chunk_kind: str | None = None
+        self._chunk_id: str | None = None
         self._chunks: list[str] = []
         self._chunk_chars = 0
         self._quiet: asyncio.TimerHandle | None = None
@@ -125,19 +180,30 @@ class LanewayClient:
         if self._chunk_kind is not None and self._chunks:
             kind: ItemKind = "message" if self._chunk_kind == "message" else "thought"
             self.post(item(kind, "".join(self._chunks)))
-        self._chunk_kind, self._chunks, self._chunk_chars = None, [], 0
+        self._chunk_kind, self._chunk_id, self._chunks, self._chunk_chars = None, None, [], 0
 
-    def _chunk(self, kind: str, text: str) -> None:
-        if kind != self._chunk_kind or self._chunk_chars + len(text) > MAX_TEXT:
+    def _chunk(self, kind: str, text: str, message_id: str | None) -> None:
+        """One streamed chunk, joined to the message it belongs to (issue 41 item 8): the
+        item ends at a boundary - a chunk of the other kind or of another message
+        (`messageId`), any other update, a permission question, the turn's end - or at the
+        item's bound (MAX_TEXT: the rest goes on in the next item)."""
+        if (
+            kind != self._chunk_kind
+            or message_id != self._chunk_id
+            or self._chunk_chars + len(text) > MAX_TEXT
+        ):
             self.flush()
-            self._chunk_kind = kind
+            self._chunk_kind, self._chunk_id = kind, message_id
         self._chunks.append(text)
         self._chunk_chars += len(text)
-        # Chunks have no end marker: a pause ends the item, so the board sees it while the
-        # turn runs rather than at its end.
         if self._quiet is not None:
             self._quiet.cancel()
-        self._quiet = asyncio.get_running_loop().call_later(CHUNK_QUIET, self.flush)
+            self._quiet = None
+        if message_id is None:
+            # Unmarked chunks have no end but the next boundary: a pause ends the item, so the
+            # board sees it while the turn runs rather than at its end. A marked message goes
+            # on across pauses, as one item.
+            self._quiet = asyncio.get_running_loop().call_later(CHUNK_QUIET, self.flush)
 
     async def session_update(self, session_id: str, update: Any, **kwargs: Any) -> None:
         if isinstance(update, CurrentModeUpdate):
@@ -159,9 +225,9 @@ class LanewayClient:
         if self.replaying:
             return  # session/load replays a conversation laneway has already kept
         if isinstance(update, AgentMessageChunk):
-            self._chunk("message", block_text(update.content))
+            self._chunk("message", block_text(update.content), update.message_id)
         elif isinstance(update, AgentThoughtChunk):
-            self._chunk("thought", block_text(update.content))
+            self._chunk("thought", block_text(update.content), update.message_id)
         elif (found := update_item(update, self.cwd)) is not None:
             self.flush()
             self.post(found)
@@ -218,10 +284,51 @@ class LanewayClient:
         )
 
     def cancel_asks(self) -> None:
-        """ACP: once a turn is cancelled, every pending permission question answers cancelled."""
+        """ACP: once a turn is cancelled, every pending permission question answers cancelled
+        (and every form question: `cancel`)."""
         for answer in list(self.asks):
             if not answer.done():
                 answer.set_result(None)
+        for form in list(self.forms):
+            if not form.done():
+                form.set_result(ElicitationAnswer("cancel"))
+
+    # -- questions (elicitation/create, form mode) --------------------------------------------
+
+    async def create_elicitation(self, message: str, mode: Any, **kwargs: Any) -> Any:
+        """A form question becomes a question on the board (CLI.md `question`) the turn waits
+        on; a URL question, or a form laneway cannot show, is declined with a warning."""
+        self.flush()
+        if not isinstance(mode, ElicitationFormSessionMode | ElicitationFormRequestMode):
+            self.post(
+                item("log", "agent question declined: laneway asks only forms", _level(message))
+            )
+            return DeclineElicitationResponse(action="decline")
+        fields, unknown = form_fields(mode.requested_schema)
+        if unknown:
+            self.post(
+                item(
+                    "log",
+                    "agent question declined: fields of a type laneway cannot ask: "
+                    + ", ".join(unknown),
+                    _level(message),
+                )
+            )
+            return DeclineElicitationResponse(action="decline")
+        session_id = getattr(mode, "session_id", None) or ""
+        future: asyncio.Future[ElicitationAnswer] = asyncio.get_running_loop().create_future()
+        self.forms.add(future)
+        try:
+            self.post(Elicit(ElicitationRequest(session_id, message, tuple(fields)), future))
+            answer = await future
+        finally:
+            self.forms.discard(future)
+        self.post(item("log", f"agent question {answer.action}: {message}", {"level": "info"}))
+        if answer.action == "accept":
+            return AcceptElicitationResponse(action="accept", content=dict(answer.content or {}))
+        if answer.action == "decline":
+            return DeclineElicitationResponse(action="decline")
+        return CancelElicitationResponse(action="cancel")
 
     # -- the file system, confined to the session's working directory ------------------------
 
@@ -314,3 +421,7 @@ class LanewayClient:
 
     async def kill_terminal(self, *args: Any, **kwargs: Any) -> Any:
         raise RequestError.method_not_found("terminal/kill")
+
+
+def _level(message: str) -> dict[str, Any]:
+    return {"level": "warning", "question": message}

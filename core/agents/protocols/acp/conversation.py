@@ -3,8 +3,11 @@
 A laneway session is one agent conversation (AGENTS.md "A session is one conversation"). The
 agent process lives as long as its conversation (`Conversations` keeps it between turns, up to
 a bound per worker); when it is gone — the worker restarted, the process died — the stored ACP
-session id is loaded (`session/load`) where the agent offers it, else a new conversation opens
-and the session says `conversation lost`.
+session is resumed (`session/resume`) where the agent offers it, else loaded (`session/load`),
+else a new conversation opens and the session says `conversation lost`; the session's
+`agent.continued_by` says which. When laneway itself ends a conversation (its task archived,
+deleted or at its terminal step, the worker's limit of live conversations, the worker stopping)
+the agent is sent `session/close` where it offers it (AGENTS.md "Phase 4").
 
 Before each prompt the agent is reconciled with what the workflow wants (`core.agents.desired`):
 mode, plan mode, model, config options and a fresh start. What the agent reported is written
@@ -23,7 +26,7 @@ import time
 from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Any, Final, Protocol
+from typing import TYPE_CHECKING, Any, Final, Protocol
 
 import attrs
 
@@ -32,14 +35,20 @@ from core.agents.item_queue import ItemQueue
 from core.agents.protocols.acp.facade import INIT_TIMEOUT, AcpLoop, AgentConnection, McpServer
 from core.agents.values import (
     AcpError,
+    ElicitationAnswer,
+    ElicitationRequest,
     PermissionPolicy,
     PermissionRequest,
     SessionState,
     TranscriptItem,
     TurnEnd,
 )
+from core.errors import LanewayError
 from core.logs import logger
 from core.model import AgentProfile
+
+if TYPE_CHECKING:
+    from core.agents.sandbox import Room
 
 LIVE_LIMIT: Final = 32
 """Conversations a worker keeps alive between turns; the least recently used one past it ends
@@ -56,6 +65,17 @@ def init_timeout() -> float:
     except ValueError:
         value = INIT_TIMEOUT
     return value if value > 0 else INIT_TIMEOUT
+
+
+def live_limit() -> int:
+    """Conversations a worker keeps alive between turns: `LANEWAY_ACP_LIVE_CONVERSATIONS` on
+    the worker (a positive whole number), default LIVE_LIMIT."""
+    raw = os.environ.get("LANEWAY_ACP_LIVE_CONVERSATIONS", "")
+    try:
+        value = int(raw) if raw else LIVE_LIMIT
+    except ValueError:
+        value = LIVE_LIMIT
+    return value if value > 0 else LIVE_LIMIT
 
 
 class Record(Protocol):
@@ -79,6 +99,15 @@ class Record(Protocol):
         ends cancelled)."""
         ...
 
+    def question(self, request: ElicitationRequest) -> str:
+        """Put the agent's form question on the board; the pending question's id."""
+        ...
+
+    def await_question(self, question_id: str, stop: Callable[[], bool]) -> ElicitationAnswer:
+        """Block until a person answers or declines the question, or `stop()` says the turn
+        is over (`cancel`; the question ends cancelled)."""
+        ...
+
 
 @attrs.frozen
 class AcpTurn:
@@ -93,27 +122,46 @@ class AcpTurn:
     reported: Mapping[str, Any]
     """The session's `agent` as stored (the last turn's report)."""
     mcp_servers: Sequence[McpServer] = ()
+    room: Room | None = None
+    """The sandbox its agent process starts in (None: none)."""
+    asking: Callable[[], bool] | None = None
+    """Whether the turn's agent waits for a person now (the tool server's `ask`): the idle
+    watch counts that wait as no silence."""
 
 
 class Conversations:
     """The agent processes this worker keeps, by laneway session id."""
 
-    def __init__(self, loop: Callable[[], AcpLoop], limit: int = LIVE_LIMIT) -> None:
+    def __init__(self, loop: Callable[[], AcpLoop], limit: int | None = None) -> None:
         self._loop = loop
-        self._limit = limit
+        self._limit = live_limit() if limit is None else limit
         self._live: OrderedDict[str, AgentConnection] = OrderedDict()
         self._run_ids: dict[str, str] = {}  # the LANEWAY_RUN_ID each kept process started with
         self._running: dict[str, AgentConnection] = {}
         self._lock = threading.Lock()
 
-    def start(self, profile: AgentProfile, env: Mapping[str, str], cwd: Path) -> AgentConnection:
-        """Start the profile's agent and `initialize` it (AcpError when that fails)."""
+    def start(
+        self,
+        profile: AgentProfile,
+        env: Mapping[str, str],
+        cwd: Path,
+        room: Room | None = None,
+    ) -> AgentConnection:
+        """Start the profile's agent (in `room`, when given) and `initialize` it (AcpError when
+        that fails; R2 when it cannot start)."""
         policy = PermissionPolicy(
             profile.permissions,  # type: ignore[arg-type]  # checked when the profile was stored
             frozenset(profile.auto_allow),
         )
+        command = profile.command
+        if room is not None:
+            try:
+                command = room.wrap(command, env)
+            except LanewayError as exc:
+                raise AcpError(TurnEnd("failed", str(exc), route="R2")) from None
+            env = room.env(env)
         return self._loop().start_agent(
-            profile.command, env=env, cwd=cwd, policy=policy, init_timeout=init_timeout()
+            command, env=env, cwd=cwd, policy=policy, init_timeout=init_timeout()
         )
 
     def take(self, session_id: str, run_id: str = "") -> AgentConnection | None:
@@ -121,16 +169,17 @@ class Conversations:
 
         A process's environment is fixed when it starts, so one started for an earlier run
         holds a stale LANEWAY_RUN_ID (AGENTS.md "Phase 4": it is the run being executed on
-        every turn). When the agent can load its sessions, the conversation loses nothing by a
-        restart (`session/load` continues it), so the process is replaced; an agent that cannot
-        is kept, its conversation being worth more, and `get_task`'s `run_id` says the run."""
+        every turn). When the agent can resume or load its sessions, the conversation loses
+        nothing by a restart (`session/resume` or `session/load` continues it), so the process
+        is replaced; an agent that can neither is kept, its conversation being worth more, and
+        `get_task`'s `run_id` says the run."""
         with self._lock:
             conn = self._live.pop(session_id, None)
             started_for = self._run_ids.pop(session_id, "")
         if conn is not None and not conn.alive:
             conn.close()
             return None
-        loadable = conn is not None and conn.info is not None and conn.info.load_session
+        loadable = conn is not None and conn.info is not None and conn.info.continues
         if conn is not None and started_for != run_id and loadable:
             conn.close()
             return None
@@ -145,9 +194,9 @@ class Conversations:
             while len(self._live) > self._limit:
                 gone, old = self._live.popitem(last=False)
                 self._run_ids.pop(gone, None)
-                evicted.append(old)
-        for old in evicted:
-            old.close()
+                evicted.append((gone, old))
+        for gone, old in evicted:
+            _ended(gone, old, "limit")
 
     def running(self, session_id: str, conn: AgentConnection | None) -> None:
         with self._lock:
@@ -175,22 +224,58 @@ class Conversations:
             conn.cancel(grace)
         return True
 
-    def end(self, session_id: str) -> None:
+    def idle(self) -> list[str]:
+        """The sessions whose conversations this worker keeps between turns."""
+        with self._lock:
+            return [s for s in self._live if s not in self._running]
+
+    def end(self, session_id: str, why: str) -> bool:
+        """laneway ends the conversation (`why`: archived, deleted, terminal): its agent gets
+        `session/close` where it offers it, then stops. False when none was kept here."""
         with self._lock:
             conn = self._live.pop(session_id, None)
             self._run_ids.pop(session_id, None)
-        if conn is not None:
-            conn.close()
+        if conn is None:
+            return False
+        _ended(session_id, conn, why)
+        return True
 
     def close_all(self) -> None:
-        """Shutdown: every conversation's process group ends, running turns included."""
+        """Shutdown: every conversation's process group ends, running turns included. An idle
+        conversation's agent is sent `session/close` first; a running turn's is cancelled,
+        its run going back to the queue and its conversation on with the next worker."""
         with self._lock:
-            conns = [*self._live.values(), *self._running.values()]
+            idle = list(self._live.items())
+            running = list(self._running.values())
             self._live.clear()
             self._run_ids.clear()
-        for conn in conns:
+        for conn in running:
             conn.cancel(grace=0.5)
             conn.close(grace=0.5)
+        # at once, not one after another: each agent may take CLOSE_TIMEOUT to answer
+        enders = [
+            threading.Thread(
+                target=_ended, args=(session_id, conn, "shutdown", 0.5), name="laneway-close"
+            )
+            for session_id, conn in idle
+            if conn not in running
+        ]
+        for ender in enders:
+            ender.start()
+        for ender in enders:
+            ender.join()
+
+
+def _ended(session_id: str, conn: AgentConnection, why: str, grace: float = 2.0) -> None:
+    """Stop a conversation's agent because laneway ends the conversation: `session/close`
+    first where the agent offers it."""
+    closed = conn.close(grace, end=True)
+    logger.bind(
+        session_id=session_id,
+        acp_session_id=conn.session.session_id if conn.session else None,
+        why=why,
+        session_close=closed,
+    ).info("conversation ended")
 
 
 def run_acp_turn(conversations: Conversations, turn: AcpTurn, record: Record) -> TurnEnd:
@@ -200,13 +285,13 @@ def run_acp_turn(conversations: Conversations, turn: AcpTurn, record: Record) ->
     conn = conversations.take(turn.session_id, run_id)
     try:
         if conn is None:
-            conn = conversations.start(turn.profile, turn.env, turn.cwd)
+            conn = conversations.start(turn.profile, turn.env, turn.cwd, turn.room)
         _state, prompt = _prepare(conn, turn, record)
     except AcpError as exc:
         if conn is not None:
             conn.close()
         return exc.end
-    watch = _IdleWatch(conn, turn.profile.idle_timeout)
+    watch = _IdleWatch(conn, turn.profile.idle_timeout, turn.asking)
     conversations.running(turn.session_id, conn)
 
     said = ItemQueue(record.items)
@@ -219,10 +304,18 @@ def run_acp_turn(conversations: Conversations, turn: AcpTurn, record: Record) ->
         said.flush()  # what it said before asking is on the board beside the question
         return _ask(request, record, conn, watch)
 
+    def elicit(request: ElicitationRequest) -> ElicitationAnswer:
+        said.flush()
+        return _elicit(request, record, conn, watch)
+
     try:
         watch.start()
         end = conn.prompt(
-            prompt, on_item=keep, on_permission=ask, timeout=turn.profile.turn_timeout
+            prompt,
+            on_item=keep,
+            on_permission=ask,
+            timeout=turn.profile.turn_timeout,
+            on_elicit=elicit,
         )
         said.close()  # everything it said is kept before its turn ends
     except BaseException:
@@ -260,17 +353,13 @@ def _prepare(conn: AgentConnection, turn: AcpTurn, record: Record) -> tuple[Sess
     if fresh or state is None:
         state = None
         if not fresh and isinstance(stored, str) and stored:
-            reason = "the agent cannot load it"
-            try:
-                state = conn.load_session(stored, turn.cwd, turn.mcp_servers)
-            except AcpError as exc:
-                if exc.end.route == "R3" or not conn.alive:
-                    raise  # authentication, or an agent gone: the turn fails as it says
-                state, reason = None, exc.end.message
+            state, how, reason = _continue(conn, stored, turn)
+            report["continued_by"] = how
             if state is None:
                 record.warning("conversation lost", acp_session_id=stored, reason=reason)
         if state is None:
             state = conn.new_session(turn.cwd, turn.mcp_servers)
+            report["continued_by"] = "new"
             report["original"] = {
                 "mode": state.mode,
                 "model": state.model,
@@ -343,6 +432,26 @@ def _prepare(conn: AgentConnection, turn: AcpTurn, record: Record) -> tuple[Sess
     return state, with_plan_instruction(turn.prompt) if instructed else turn.prompt
 
 
+def _continue(
+    conn: AgentConnection, stored: str, turn: AcpTurn
+) -> tuple[SessionState | None, str, str]:
+    """The stored conversation taken up by a new process: `session/resume` where the agent
+    offers it (nothing replayed), else `session/load`; the state, how ("resume", "load" or
+    "new"), and why it could not be when it could not."""
+    reason = "the agent can neither resume nor load it"
+    for how, open_ in (("resume", conn.resume_session), ("load", conn.load_session)):
+        try:
+            state = open_(stored, turn.cwd, turn.mcp_servers)
+        except AcpError as exc:
+            if exc.end.route == "R3" or not conn.alive:
+                raise  # authentication, or an agent gone: the turn fails as it says
+            reason = f"session/{how}: {exc.end.message}"
+            continue
+        if state is not None:
+            return state, how, ""
+    return None, "new", reason
+
+
 def _lacking(what: str, wanted: object, offered: tuple[str, ...]) -> str:
     """The WARNING for a desired setting the agent does not offer, naming what it does."""
     return f"{what} {wanted!r} is not offered by the agent; it offers: " + (
@@ -390,6 +499,28 @@ def _ask(
         watch.resume()
 
 
+def _elicit(
+    request: ElicitationRequest, record: Record, conn: AgentConnection, watch: _IdleWatch
+) -> ElicitationAnswer:
+    """An agent's form question (`elicitation/create`) goes to the board as a question and
+    the turn waits for a person, as for a permission request (`_ask`): not the agent's
+    silence; a turn that ends meanwhile cancels it."""
+    watch.pause()
+    try:
+        question_id = record.question(request)
+        return record.await_question(
+            question_id, stop=lambda: conn.cancel_requested or not conn.alive
+        )
+    except Exception as exc:  # noqa: BLE001 - the agent is answered; the turn never hangs
+        record.warning(
+            "agent question answered cancel: it could not be put to a person",
+            cause=f"{type(exc).__name__}: {exc}",
+        )
+        return ElicitationAnswer("cancel")
+    finally:
+        watch.resume()
+
+
 def _report_usage(end: TurnEnd, record: Record, reported: Mapping[str, Any]) -> None:
     usage = end.usage
     if usage is None:
@@ -413,8 +544,11 @@ def _report_usage(end: TurnEnd, record: Record, reported: Mapping[str, Any]) -> 
 class _IdleWatch:
     """Cancels a turn from which nothing was heard for `limit` seconds (`--idle-timeout`)."""
 
-    def __init__(self, conn: AgentConnection, limit: float) -> None:
+    def __init__(
+        self, conn: AgentConnection, limit: float, asking: Callable[[], bool] | None = None
+    ) -> None:
         self._conn = conn
+        self._asking = asking
         self._limit = limit
         self._last = time.monotonic()
         self._stop = threading.Event()
@@ -442,7 +576,7 @@ class _IdleWatch:
 
     def _run(self) -> None:
         while not self._stop.wait(min(IDLE_POLL, self._limit)):
-            if self._paused:
+            if self._paused or (self._asking is not None and self._asking()):
                 self._last = time.monotonic()
                 continue
             if time.monotonic() - self._last > self._limit:

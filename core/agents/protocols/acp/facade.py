@@ -29,6 +29,8 @@ from acp import PROTOCOL_VERSION, Client, RequestError, text_block
 from acp.client.connection import ClientSideConnection
 from acp.schema import (
     ClientCapabilities,
+    ElicitationCapabilities,
+    ElicitationFormCapabilities,
     FileSystemCapabilities,
     HttpMcpServer,
     Implementation,
@@ -41,7 +43,7 @@ from pydantic import ValidationError
 
 from core.agents import watchdog_link
 from core.agents.protocols.acp.classify import error_end, failed, stop_reason_end
-from core.agents.protocols.acp.client import Ask, LanewayClient
+from core.agents.protocols.acp.client import Ask, Elicit, LanewayClient
 from core.agents.protocols.acp.items import item
 from core.agents.protocols.acp.transport import LineTransport, keep_stderr_tail, stderr_text
 from core.agents.protocols.exec_process import _parent_death_signal, kill_group
@@ -50,6 +52,8 @@ from core.agents.values import (
     AgentInfo,
     Change,
     ConfigOption,
+    ElicitationAnswer,
+    ElicitationRequest,
     Mode,
     PermissionPolicy,
     PermissionRequest,
@@ -58,12 +62,15 @@ from core.agents.values import (
     TranscriptItem,
     TurnEnd,
 )
+from core.logs import logger
 
 T = TypeVar("T")
 McpServer = McpServerStdio | HttpMcpServer | SseMcpServer
 OnItem = Callable[[TranscriptItem], None]
 OnPermission = Callable[[PermissionRequest], str | None]
 """Answers a permission question with an option id, or None (cancelled); may block."""
+OnElicit = Callable[[ElicitationRequest], ElicitationAnswer]
+"""Answers a form question (ACP elicitation); may block."""
 
 DEFAULT_POLICY: Final = PermissionPolicy()
 MAX_LINE: Final = 16 * 1024 * 1024
@@ -71,6 +78,8 @@ MAX_LINE: Final = 16 * 1024 * 1024
 INIT_TIMEOUT: Final = 30.0
 REQUEST_TIMEOUT: Final = 60.0
 CANCEL_GRACE: Final = 10.0
+CLOSE_TIMEOUT: Final = 5.0
+"""How long an agent may take to answer `session/close` before it is stopped anyway."""
 MAX_PENDING: Final = 10_000
 """Items queued for a caller that is not draining them; past that they are dropped, counted."""
 
@@ -159,7 +168,7 @@ class AgentConnection:
         request_timeout: float,
     ) -> None:
         self._loop = loop
-        self._events: queue.SimpleQueue[TranscriptItem | Ask | _Done] = queue.SimpleQueue()
+        self._events: queue.SimpleQueue[TranscriptItem | Ask | Elicit | _Done] = queue.SimpleQueue()
         self._pending = 0
         self._dropped = 0
         self.client = LanewayClient(self._post, policy)
@@ -180,7 +189,7 @@ class AgentConnection:
 
     # -- the caller's side of the queue ------------------------------------------------------
 
-    def _post(self, event: TranscriptItem | Ask | _Done) -> None:
+    def _post(self, event: TranscriptItem | Ask | Elicit | _Done) -> None:
         if isinstance(event, TranscriptItem):
             if self._pending >= MAX_PENDING:
                 self._dropped += 1
@@ -193,6 +202,7 @@ class AgentConnection:
         coro: Awaitable[T],
         on_item: OnItem | None = None,
         on_permission: OnPermission | None = None,
+        on_elicit: OnElicit | None = None,
     ) -> T:
         on_item = on_item or self.on_item
         on_permission = on_permission or self.on_permission
@@ -220,6 +230,9 @@ class AgentConnection:
             elif isinstance(event, Ask):
                 answer = on_permission(event.request) if on_permission is not None else None
                 self._loop.call_soon_threadsafe(_settle, event.answer, answer)
+            elif isinstance(event, Elicit):
+                form = on_elicit(event.request) if on_elicit else ElicitationAnswer("cancel")
+                self._loop.call_soon_threadsafe(_settle, event.answer, form)
         return future.result()
 
     # -- starting ---------------------------------------------------------------------------
@@ -271,9 +284,15 @@ class AgentConnection:
         self._stderr_task = asyncio.create_task(keep_stderr_tail(proc.stderr, self._stderr))
         self._transport = LineTransport(proc.stdout, proc.stdin, max_line=max_line)
         # LanewayClient serves what laneway serves; the SDK answers the rest method-not-found.
-        self._conn = ClientSideConnection(cast(Client, self.client), self._transport)
+        # the unstable protocol: elicitation/create (a question to a person) is part of it
+        self._conn = ClientSideConnection(
+            cast(Client, self.client), self._transport, use_unstable_protocol=True
+        )
         capabilities = ClientCapabilities(
-            fs=FileSystemCapabilities(read_text_file=True, write_text_file=True), terminal=False
+            fs=FileSystemCapabilities(read_text_file=True, write_text_file=True),
+            terminal=False,
+            # form questions only: laneway sends no one to a URL
+            elicitation=ElicitationCapabilities(form=ElicitationFormCapabilities()),
         )
         answer = await self._guard(
             "initialize",
@@ -285,12 +304,15 @@ class AgentConnection:
             init_timeout,
         )
         caps = answer.agent_capabilities
+        sessions = caps.session_capabilities if caps else None
         self.info = AgentInfo(
             protocol_version=answer.protocol_version,
             name=answer.agent_info.name if answer.agent_info else None,
             version=answer.agent_info.version if answer.agent_info else None,
             load_session=bool(caps and caps.load_session),
             auth_methods=tuple(m.id for m in answer.auth_methods or ()),
+            resume_session=bool(sessions and sessions.resume is not None),
+            close_session=bool(sessions and sessions.close is not None),
         )
 
     async def _guard(self, phase: str, coro: Awaitable[T], timeout: float | None) -> T:
@@ -450,6 +472,33 @@ class AgentConnection:
         assert state is not None
         return state
 
+    def resume_session(
+        self, session_id: str, cwd: str | Path, mcp_servers: Sequence[McpServer] = ()
+    ) -> SessionState | None:
+        """`session/resume` of a stored conversation; None when the agent does not offer it.
+
+        Unlike `session/load` the agent replays nothing: the conversation goes on as it was."""
+        if self.info is None or not self.info.resume_session:
+            return None
+        return self._call(self._resume(session_id, Path(cwd), list(mcp_servers)))
+
+    async def _resume(self, session_id: str, cwd: Path, servers: list[McpServer]) -> SessionState:
+        assert self._conn is not None
+        self.client.cwd = cwd
+        answer = await self._guard(
+            "session/resume",
+            self._conn.resume_session(
+                cwd=str(cwd),
+                session_id=session_id,
+                mcp_servers=servers,  # type: ignore[arg-type]
+            ),
+            self.request_timeout,
+        )
+        self._take_session(session_id, answer.modes, answer.config_options)
+        state = self.session
+        assert state is not None
+        return state
+
     def set_mode(self, mode_id: str) -> Change:
         """`session/set_mode` when the agent offers `mode_id`; else nothing is sent and the
         answer names the modes it offers (the caller's WARNING)."""
@@ -525,6 +574,7 @@ class AgentConnection:
         on_item: OnItem | None = None,
         on_permission: OnPermission | None = None,
         timeout: float | None = None,
+        on_elicit: OnElicit | None = None,
     ) -> TurnEnd:
         """One turn: `session/prompt` with `text`, every update handed to `on_item` (the
         prompt first), until the agent answers; routed as AGENTS.md says. Never raises for
@@ -534,7 +584,9 @@ class AgentConnection:
         if deliver is not None:
             deliver(item("prompt", text))
         self._cancelled = False
-        return self._call(self._prompt(state.session_id, text, timeout), on_item, on_permission)
+        return self._call(
+            self._prompt(state.session_id, text, timeout), on_item, on_permission, on_elicit
+        )
 
     async def _prompt(self, session_id: str, text: str, timeout: float | None) -> TurnEnd:
         assert self._conn is not None
@@ -601,14 +653,21 @@ class AgentConnection:
             if not task.done():
                 await self._kill()
 
-    def close(self, grace: float = 2.0) -> None:
-        """End the conversation: close the agent's stdin, then kill its process group."""
+    def close(self, grace: float = 2.0, *, end: bool = False) -> bool:
+        """Stop the agent: close its stdin, then kill its process group. With `end`, laneway
+        is ending the conversation itself (AGENTS.md "Phase 4"): the agent is sent
+        `session/close` first when it offers it. Whether `session/close` was answered."""
         if self._closed:
-            return
+            return False
         self._closed = True
-        asyncio.run_coroutine_threadsafe(self._close(grace), self._loop).result(grace + 10)
+        return asyncio.run_coroutine_threadsafe(self._close(grace, end), self._loop).result(
+            grace + CLOSE_TIMEOUT + 10
+        )
 
-    async def _close(self, grace: float) -> None:
+    async def _close(self, grace: float, end: bool) -> bool:
+        closed = False
+        if end and self._can_close():
+            closed = await self._close_session()
         proc = self._proc
         if proc is not None and proc.stdin is not None:
             with contextlib.suppress(Exception):
@@ -621,11 +680,39 @@ class AgentConnection:
                 await self._conn.close()
         if self._stderr_task is not None:
             self._stderr_task.cancel()
+        return closed
+
+    def _can_close(self) -> bool:
+        return (
+            self.info is not None
+            and self.info.close_session
+            and self._conn is not None
+            and self._session_id is not None
+            and self._proc is not None
+            and self._proc.returncode is None
+            and self._prompt_task is None
+        )
+
+    async def _close_session(self) -> bool:
+        """`session/close` of the open session, waited for at most CLOSE_TIMEOUT: the agent
+        frees what it holds for it; one that does not answer is stopped all the same."""
+        assert self._conn is not None
+        assert self._session_id is not None
+        try:
+            await asyncio.wait_for(
+                self._conn.close_session(session_id=self._session_id), CLOSE_TIMEOUT
+            )
+        except Exception as exc:  # noqa: BLE001 - the process is stopped next whatever it says
+            logger.bind(acp_session_id=self._session_id, cause=f"{type(exc).__name__}: {exc}").info(
+                "session/close not answered; the agent is stopped"
+            )
+            return False
+        return True
 
 
-def _settle(answer: asyncio.Future[str | None], option_id: str | None) -> None:
+def _settle(answer: asyncio.Future[T], value: T) -> None:
     if not answer.done():
-        answer.set_result(option_id)
+        answer.set_result(value)
 
 
 def _option(option: Any) -> ConfigOption:

@@ -34,13 +34,13 @@ class LineTransport:
         self.bad_usage: str | None = None
         """The last answer's usage that was not numbers laneway can count (left out of it)."""
         self.last_heard = time.monotonic()
-        # The unstable `models` field of session/new and session/load answers: the schema
-        # drops it, yet it is how some adapters offer their model choice.
+        # The unstable `models` field of session/new, session/load and session/resume answers:
+        # the schema drops it, yet it is how some adapters offer their model choice.
         self._watch: set[Any] = set()
         self.models: dict[str, Any] | None = None
 
     async def send(self, message: dict[str, Any]) -> None:
-        if message.get("method") in ("session/new", "session/load"):
+        if message.get("method") in ("session/new", "session/load", "session/resume"):
             self._watch.add(message.get("id"))
         data = json.dumps(message, separators=(",", ":")).encode() + b"\n"
         async with self._lock:

@@ -3,10 +3,14 @@ conversation, which this process keeps between turns (the SDK loads with the fir
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import TYPE_CHECKING
+
+from acp.schema import McpServerStdio
 
 from core.agents.stops import InFlight, LiveTurn
 from core.agents.tools.access import ToolAccess
+from core.agents.tools.wire import SOCKET_ENV
 from core.agents.values import TurnEnd
 
 if TYPE_CHECKING:
@@ -43,6 +47,18 @@ class AcpProtocol:
         if self._conversations is not None:
             self._conversations.close_all()
 
+    def end_finished(self) -> dict[str, str]:
+        """End the kept conversations whose sessions the board has finished with (archived,
+        deleted, at the terminal step): `session/close` where the agent offers it. What was
+        ended, and why."""
+        if self._conversations is None:
+            return {}
+        idle = self._conversations.idle()
+        if not idle:
+            return {}  # nothing kept: no read at all
+        finished = self.in_flight.peers.sessions.ended(idle)
+        return {s: why for s, why in finished.items() if self._conversations.end(s, why)}
+
     def attempt(self, turn: LiveTurn, call: TurnCall) -> TurnEnd:
         from core.agents.protocols.acp.conversation import AcpTurn, run_acp_turn
 
@@ -53,6 +69,16 @@ class AcpProtocol:
             run_id=turn.run_id,
             agent_profile_id=turn.agent_profile_id,
         )
+        room = call.room
+        if room is not None:
+            # the tool server the agent starts reaches the worker's broker by its socket
+            room = room.exposing(
+                Path(env.value).parent
+                for server in servers
+                if isinstance(server, McpServerStdio)
+                for env in server.env
+                if env.name == SOCKET_ENV
+            )
         try:
             with self.in_flight.peers.store.agent_turn():
                 return run_acp_turn(
@@ -66,6 +92,8 @@ class AcpProtocol:
                         call.want,
                         call.session.agent,
                         servers,
+                        room,
+                        asking=lambda: self.tools.asking(token),
                     ),
                     call.record,
                 )

@@ -1,0 +1,92 @@
+"""Issue 41 item 2: the real Codex agent (`@agentclientprotocol/codex-acp` 2.6 and the `codex`
+binary it runs) doing a real turn through a real `laneway worker`, with no credentials and no
+network: its model answered by tests/agents/openai_standin.py (the OpenAI Responses API) on
+loopback, named as a custom model provider in its CODEX_HOME's config.toml.
+
+`--mode read-only` is Codex's mode that asks before every edit (docs/agents.md): the scripted
+model's `apply_patch` waits on the board for a person. The profile is named `claude` only
+because the board helper of test_issue_41_real_claude.py names it so.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from tests.acp.test_real_adapters import adapter
+from tests.agents.openai_standin import Call, Say, Standin, codex_home, openai
+from tests.agents.test_issue_41_real_claude import Claude, finish
+from tests.conftest import eventually
+
+pytestmark = pytest.mark.slow
+
+PATCH = "*** Begin Patch\n*** Add File: hello.txt\n+hello from codex\n*** End Patch\n"
+
+
+def codex(standin: Standin) -> tuple[list[str], object]:
+    def env(home: Path) -> dict[str, str]:
+        where = codex_home(standin, home / ".codex")
+        return {"HOME": str(home), "CODEX_HOME": str(where), "STANDIN_API_KEY": "sk-standin"}
+
+    return [adapter("codex-acp")], env
+
+
+def outputs(standin: Standin) -> list[str]:
+    """The outputs of the tool calls the model was sent back, each once."""
+    found: dict[str, str] = {}
+    for body in standin.responses():
+        for item in body.get("input", []):
+            if item.get("type") in ("custom_tool_call_output", "function_call_output"):
+                found.setdefault(item["call_id"], json.dumps(item.get("output")))
+    return list(found.values())
+
+
+@pytest.mark.one_database  # the board's side of a permission is proved on both by Claude's
+@pytest.mark.parametrize("answer", ["allow", "deny"])
+def test_issue_41_item_2_codex_applies_a_patch_only_after_a_person_allows_it(
+    db_url: str, tmp_path: Path, started: list[subprocess.Popen[str]], answer: str
+) -> None:
+    """The scripted model calls `apply_patch` to add hello.txt; codex-acp asks; a separate
+    `permission allow|deny` process answers. Allowed: the file is in the task's worktree and
+    `task diff` shows it, the model's closing words arrive, the card moves on. Denied:
+    nothing is written, the diff is empty, and Codex ends its turn (see below)."""
+    with openai([Call("apply_patch", PATCH, custom=True), Say("Patched.")]) as standin:
+        board = Claude(
+            db_url,
+            tmp_path,
+            None,
+            agent=codex(standin),  # type: ignore[arg-type]
+            permissions="ask",
+            mode="read-only",
+        )
+        worker = board.start_worker()
+        started.append(worker)
+        (asked,) = eventually(board.pending, timeout=90, what="a pending request", every=0.2)
+        assert asked["tool_call"]["kind"] == "edit"
+        assert not (board.worktree() / "hello.txt").exists()
+        board.cli("permission", answer, asked["id"])
+        finish(worker)
+        assert standin.responses()[0]["model"] == "gpt-5.5"
+    diff = board.cli("task", "diff", board.task_id)
+    step, session, items = board.read()
+    assert session.agent["mode"] == "read-only"
+    if answer == "allow":
+        assert session.metadata.get("last_agent_error") is None
+        assert step == "Done"
+        assert "Patched." in [i["text"] for i in items if i["kind"] == "message"]
+        assert (board.worktree() / "hello.txt").read_text() == "hello from codex\n"
+        assert [(f["path"], f["status"]) for f in diff["files"]] == [("hello.txt", "added")]
+        assert "Success" in outputs(standin)[0]
+    else:
+        assert not (board.worktree() / "hello.txt").exists()
+        assert diff["files"] == []
+        # Codex's one reject option is `cancel` ("No, and tell Codex what to do
+        # differently"): it ends its turn `cancelled`, which laneway did not ask for, so the
+        # turn is a failure (R1) as AGENTS.md says, and on_agent_error runs
+        assert [o["option_id"] for o in asked["options"]][-1] == "cancel"
+        error = session.metadata["last_agent_error"]
+        assert (error["route"], step) == ("R1", "Trouble")
+        assert "'cancelled' unasked" in error["message"]
