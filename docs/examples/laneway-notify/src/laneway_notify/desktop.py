@@ -23,7 +23,6 @@ import subprocess
 from collections.abc import Mapping
 from typing import Any, Final, Protocol
 
-
 ENV_COMMAND: Final = "LANEWAY_NOTIFY_COMMAND"
 WAITS_FOR: Final[Mapping[str, str]] = {
     "permission": "its agent asks for permission",
