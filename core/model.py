@@ -373,6 +373,8 @@ class Comment:
     file: str | None = None
     """A comment on a line of the task's diff: the file's path (None: on the task)."""
     line: int | None = None
+    actor: str = "system"
+    """Who wrote it (`core.actors`): `user:<name>`, `agent:<profile>` or `system`."""
 
 
 PERMISSION_STATES: Final = ("pending", "allowed", "denied", "cancelled")
@@ -396,6 +398,8 @@ class Permission:
     decided_by: str | None
     created_at: str
     decided_at: str | None
+    actor: str = "system"
+    """Who answered it (`core.actors`); `system` while pending."""
 
 
 QUESTION_STATES: Final = ("pending", "answered", "declined", "cancelled")
@@ -463,6 +467,8 @@ class Decision:
     """The run whose agent gave the verdict; one verdict per run and seat."""
     cleared_at: str | None = None
     """When a new entry into the step cleared it (an earlier review round); None: current."""
+    actor: str = "system"
+    """Who gave the verdict (`core.actors`)."""
     round: int = 1
     """The review round it belongs to at its step, 1 first (computed when read, not stored)."""
     cleared: bool = False

@@ -20,7 +20,7 @@ from typing import Any, ClassVar
 import attrs
 import sqlalchemy as sa
 
-from core import faults, ids, ledger, outbox, runaway
+from core import actors, faults, ids, ledger, outbox, runaway
 from core.board import ROW_ID as BOARD_ROW
 from core.entry import Arrival  # the value `move` returns, defined beside its consumer
 from core.errors import LanewayError, NotFound
@@ -158,7 +158,7 @@ def _write_history(
             "from_step_id": from_step,
             "to_step_id": to_step,
             "trigger": label,
-            "actor_id": actor,
+            "actor_id": (actor or actors.current())[:64],
             "created_at": ids.now(),
         },
     )

@@ -266,10 +266,16 @@ TIERS = ("unit", "store", "subprocess", "browser")
 _STORE_FIXTURES = frozenset(
     {"db_url", "sqlite_url", "pg_database", "host", "sqlite_host", "idle_timeout_db"}
 )
-PROCESS_FIXTURES = frozenset({"start", "started", "sleepers", "current_board", "holder"})
+PROCESS_FIXTURES = frozenset(
+    {"start", "started", "sleepers", "current_board", "holder", "pytester", "laneway_fault"}
+)
 """Fixtures that start a process, or hand the test what it starts them with: an ACP agent
 (tests/acp), the agents a test starts (tests/agents), the `laneway` commands that make a board
-(tests/cli/test_cli_startup.py), a liveness holder (tests/store/test_liveness.py)."""
+(tests/cli/test_cli_startup.py), a liveness holder (tests/store/test_liveness.py), a pytest
+run of its own (`pytester`: the contract kit's own tests), the kit's fault child."""
+KIT_CHILD_TESTS = frozenset({"test_crash_after_effect_reruns_at_most_once_more"})
+"""The contract kit's checks that start a child process (plugins/testing/contract.py): the kit
+is what plugin authors run, so it cannot carry this suite's tier marks; they are named here."""
 
 
 def tier_of(item: pytest.Item) -> str:
@@ -281,6 +287,7 @@ def tier_of(item: pytest.Item) -> str:
         or item.get_closest_marker("subprocess") is not None
         or "multiprocess" in item.path.parts
         or fixtures & PROCESS_FIXTURES
+        or getattr(item, "originalname", item.name) in KIT_CHILD_TESTS
     ):
         return "subprocess"
     if fixtures & _STORE_FIXTURES:

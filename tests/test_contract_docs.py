@@ -23,11 +23,6 @@ DOCS = Path(__file__).resolve().parents[1] / "docs"
 
 CLI_NOT_YET: Final[dict[tuple[str, ...], set[str]]] = {
     # phase 4 (CLI.md) beyond issue 38's undo commands and --version: later changes build them
-    ("user", "add"): set(),
-    ("user", "list"): set(),
-    ("user", "set"): set(),
-    ("user", "remove"): set(),
-    ("user", "token"): set(),
 }
 """Contract rows (CLI.md) another change builds: the commands, or a command's options."""
 

@@ -213,6 +213,10 @@ class LanewayGroup(click.Group):
 
 pass_settings = click.make_pass_decorator(Settings)
 
+PROCESSES_OF_THE_BOARD = frozenset({"worker", "serve"})
+"""Commands whose process works for the board, not for the person who started it: what a
+worker or `serve` does by itself is the `system`'s (serve's requests name their own actor)."""
+
 
 # -- opening the host ----------------------------------------------------------------------
 
@@ -397,6 +401,12 @@ def build_cli(
             db=db, json=as_json, no_office=no_office, log_json=log_json, verbose=verbose
         )
         ctx.obj = settings
+        if ctx.invoked_subcommand not in PROCESSES_OF_THE_BOARD:
+            # a person at the command line: what this command writes names them (CLI.md);
+            # undone when the command ends, for a caller that runs several in one process
+            from core import actors
+
+            ctx.with_resource(actors.acting(actors.cli_user()))
         ctx.call_on_close(_start_logging(settings))
         # A plugin that fails, or tries to replace a built-in command, is reported by every
         # command that loads plugins: a plugin's command, `--help`, and every command that

@@ -30,6 +30,7 @@ BUILTIN_COMMANDS: dict[str, tuple[str, str]] = {
     "prune": ("commands_prune", "prune"),
     "hook": ("commands_hooks", "hook"),
     "schedule": ("commands_schedules", "schedule"),
+    "user": ("commands_users", "user"),
 }
 """Each built-in command: its module under `core.cli` and the attribute holding it. A command
 imports its module (and what that needs) only when it runs; `--help` reads `BUILTIN_HELP`."""
@@ -69,6 +70,7 @@ BUILTIN_HELP: dict[str, str] = {
     "prune": "Delete old transcript items, and nothing else.",
     "hook": "Outbound webhooks: board events POSTed to a URL, signed, retried, never lost.",
     "schedule": "Tasks created by themselves, once per slot of N seconds.",
+    "user": "People of the board: their roles and tokens (for `serve`).",
 }
 """Each built-in command's short help, as `laneway --help` lists it without importing the
 command modules (`tests/cli/test_cli_lazy.py` keeps it equal to the commands' own)."""

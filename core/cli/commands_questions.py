@@ -4,12 +4,11 @@
 
 from __future__ import annotations
 
-import getpass
 import json
-import os
 
 import click
 
+from core import actors
 from core.cli.app import Settings, pass_settings, reader, writer
 from core.cli.output import emit
 from core.errors import LanewayError
@@ -25,17 +24,6 @@ def question_line(q: Question) -> str:
         f"{q.id}  {q.state}  task={q.task_id}  run={q.run_id or '-'}  fields={fields}  "
         f"{message}{answer}{by}"
     )
-
-
-def cli_actor() -> str:
-    """Who answers from this shell: `user:<$LANEWAY_USER>`, else `user:<login name>`."""
-    name = os.environ.get("LANEWAY_USER", "").strip()
-    if not name:
-        try:
-            name = getpass.getuser()
-        except (KeyError, OSError):
-            name = ""
-    return f"user:{name}" if name else "user"
 
 
 @click.group()
@@ -84,7 +72,7 @@ def question_answer(settings: Settings, ref: str, given: tuple[str, ...], declin
             raise LanewayError(f"--field {name!r}: given twice")
         values[name] = value
     with writer(settings) as host:
-        answered = host.questions.answer(ref, values, decline=decline, by=cli_actor())
+        answered = host.questions.answer(ref, values, decline=decline, by=actors.current())
     emit(settings.json, answered, [question_line(answered)])
 
 

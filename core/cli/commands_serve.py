@@ -23,6 +23,9 @@ if TYPE_CHECKING:
 _TOKEN_OK = re.compile(r"[A-Za-z0-9._~+/=-]{16,512}")
 
 
+_HEADER_OK = re.compile(r"[A-Za-z0-9-]{1,100}")
+
+
 def _token(given: str | None) -> str:
     token = given if given is not None else os.environ.get("LANEWAY_TOKEN") or None
     if token is None:
@@ -87,6 +90,14 @@ def _token(given: str | None) -> str:
     metavar="N",
     help="Answer 503 to, and close, a new connection from an address already holding N.",
 )
+@click.option(
+    "--user-header",
+    metavar="NAME",
+    help=(
+        "Trust this request header to name the board's user (set by an authenticating "
+        "reverse proxy; only behind one, docs/serve.md)."
+    ),
+)
 @pass_settings
 def serve(
     settings: Settings,
@@ -100,6 +111,7 @@ def serve(
     idle_timeout: float,
     max_connections: int,
     max_connections_per_peer: int,
+    user_header: str | None,
 ) -> None:
     """Serve the HTTP API, the event stream and the board page until SIGINT/SIGTERM."""
     from core.serve import server
@@ -109,6 +121,10 @@ def serve(
         sock = server.bind(bind_host, port)
     except OSError as exc:
         raise LanewayError(f"cannot listen on {bind_host}:{port}: {exc.strerror or exc}") from None
+    if user_header is not None and not _HEADER_OK.fullmatch(user_header):
+        raise LanewayError(f"--user-header {user_header!r}: not an HTTP header name")
+    if user_header is not None and user_header.lower() == "authorization":
+        raise LanewayError("--user-header: must not be Authorization")
     if not server.is_loopback(bind_host):
         logger.bind(host=bind_host).warning(
             "serving beyond loopback: put a TLS reverse proxy in front (docs/serve.md)"
@@ -131,6 +147,7 @@ def serve(
                 token=secret,
                 read_only=read_only,
                 allow_origins=allow_origins,
+                user_header=user_header,
                 on_ready=announce,
                 limits=server.Limits(
                     header_timeout=header_timeout,

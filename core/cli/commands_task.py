@@ -410,6 +410,22 @@ def task_comments(settings: Settings, ref: str) -> None:
     )
 
 
+@task.command("history")
+@click.argument("ref", metavar="T")
+@pass_settings
+def task_history(settings: Settings, ref: str) -> None:
+    """What happened to a task and who did it: its retained events, oldest first."""
+    from core.services.history import task_history as history
+
+    with reader(settings) as host:
+        found = history(host, ref)
+    emit(
+        settings.json,
+        found,
+        [f"{e['at']}  {e['actor']}  {e['type']}" for e in found] or ["no events retained"],
+    )
+
+
 @task.command("block")
 @click.argument("ref", metavar="T")
 @click.option("--by", "by", required=True, metavar="B", help="The task blocking T.")

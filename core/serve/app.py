@@ -10,7 +10,10 @@ from importlib import resources
 from pathlib import Path
 from typing import Any, Final
 
+import attrs
+import sqlalchemy as sa
 from starlette.applications import Starlette
+from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException
 from starlette.middleware import Middleware
 from starlette.middleware.cors import CORSMiddleware
@@ -20,11 +23,15 @@ from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 from starlette.types import ASGIApp, Receive, Scope, Send
 
+from core import actors
 from core.errors import ReadOnly
 from core.host import Host
-from core.serve import routes
-from core.serve.http import MAX_BODY, error_response, one_line
+from core.logs import logger
+from core.serve import roles, routes
+from core.serve.http import MAX_BODY, HttpError, error_response, one_line
 from core.serve.stream import Hub
+from core.services import users
+from core.store.database import Store
 
 MAX_EVENT_ID: Final = 2**63 - 1
 READS = frozenset({"GET", "HEAD", "OPTIONS"})
@@ -45,15 +52,52 @@ def static_dir() -> Path:
     return Path(str(resources.files("core.serve") / "static"))
 
 
-class Guard:
-    """Every `/api` request: a bearer token compared in constant time (401), no writes when
-    read-only (403), no declared body past 1 MiB (413; a streamed one is cut off by
-    `read_body`). Nothing about the token is logged or echoed."""
+@attrs.frozen
+class Principal:
+    """Who a request is: the board's admin token (`admin`) or a person (`laneway user`)."""
 
-    def __init__(self, app: ASGIApp, *, token: str, read_only: bool) -> None:
+    name: str
+    role: str
+
+    @property
+    def actor(self) -> str:
+        return actors.user(self.name)
+
+    def as_json(self) -> dict[str, str]:
+        return {"name": self.name, "role": self.role, "actor": self.actor}
+
+
+PRINCIPAL_KEY: Final = "laneway.principal"
+"""Where the guard leaves the request's `Principal` in the ASGI scope."""
+
+
+class Guard:
+    """Every `/api` request: who it is (401), whether their role may make it (403 naming the
+    role it needs, `core.serve.roles`), no writes when read-only (403), no declared body past
+    1 MiB (413; a streamed one is cut off by `read_body`). Then the request runs as its
+    person (`core.actors`). Nothing about a token is logged or echoed.
+
+    A token is the board's admin token (compared in constant time) or a person's, found by
+    its hash in the database on every request, so a removed person or a replaced token is
+    refused at once by every `serve` of the board. With `user_header`, a request carrying
+    that header is the person it names (a reverse proxy in front verified them)."""
+
+    def __init__(
+        self,
+        app: ASGIApp,
+        *,
+        token: str,
+        read_only: bool,
+        store: Store,
+        table: roles.Table,
+        user_header: str | None = None,
+    ) -> None:
         self.app = app
         self._expected = f"Bearer {token}".encode()
         self.read_only = read_only
+        self.store = store
+        self.table = table
+        self.user_header = user_header.lower().encode() if user_header else None
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http" or not str(scope.get("path", "")).startswith("/api"):
@@ -68,10 +112,20 @@ class Guard:
                 scope, receive, send
             )
             return
-        presented = headers.get(b"authorization", b"")
-        if not hmac.compare_digest(presented, self._expected):
-            answer = error_response(401, "unauthorized", {"WWW-Authenticate": "Bearer"})
-            await answer(scope, receive, send)
+        try:
+            principal = await self._principal(headers)
+        except HttpError as exc:
+            extra = {"WWW-Authenticate": "Bearer"} if exc.status == 401 else None
+            await error_response(exc.status, exc.message, extra)(scope, receive, send)
+            return
+        needed = self.table.needed(scope)
+        if needed is not None and not roles.allows(principal.role, needed):
+            refusal = error_response(
+                403,
+                f"this request needs the {needed} role; {principal.name} is {principal.role}",
+                extra={"role": needed},
+            )
+            await refusal(scope, receive, send)
             return
         if self.read_only and scope.get("method") not in READS:
             refusal = error_response(403, "this server is read-only", code=ReadOnly.code)
@@ -81,7 +135,46 @@ class Guard:
         if declared is not None and declared.isdigit() and int(declared) > MAX_BODY:
             await error_response(413, "request body is larger than 1 MiB")(scope, receive, send)
             return
-        await self.app(scope, receive, send)
+        scope[PRINCIPAL_KEY] = principal
+        with actors.acting(principal.actor):
+            await self.app(scope, receive, send)
+
+    async def _principal(self, headers: dict[bytes, bytes]) -> Principal:
+        try:
+            return await self._lookup(headers)
+        except sa.exc.SQLAlchemyError as exc:
+            logger.bind(error=one_line(str(getattr(exc, "orig", None) or exc))).warning(
+                "database error while checking a token"
+            )
+            raise HttpError(503, "database unavailable; try again") from None
+
+    async def _lookup(self, headers: dict[bytes, bytes]) -> Principal:
+        if self.user_header is not None and self.user_header in headers:
+            name = headers[self.user_header].decode("latin-1")
+            found = await run_in_threadpool(users.authenticate_name, self.store, name)
+            if found is None:
+                raise HttpError(401, "unauthorized: the proxy named no user of this board")
+            return Principal(found.name, found.role)
+        presented = headers.get(b"authorization", b"")
+        if hmac.compare_digest(presented, self._expected):
+            return Principal(users.ADMIN_NAME, roles.ADMIN)
+        scheme, _, token = presented.decode("latin-1").partition(" ")
+        if scheme.lower() != "bearer" or not token:
+            raise HttpError(401, "unauthorized")
+        problem = users.token_problem(token)
+        if problem is not None:
+            raise HttpError(400, problem)
+        found = await run_in_threadpool(users.authenticate, self.store, token)
+        if found is None:
+            raise HttpError(401, "unauthorized")
+        return Principal(found.name, found.role)
+
+
+async def me(request: Request) -> Response:
+    """Who the request's token is (`GET /api/me`): the page shows it and hides what the role
+    may not do."""
+    principal: Principal = request.scope[PRINCIPAL_KEY]
+    return JSONResponse(principal.as_json())
 
 
 async def healthz(_request: Request) -> Response:
@@ -140,8 +233,10 @@ def build_app(
     read_only: bool = False,
     allow_origins: Sequence[str] = (),
     body_timeout: float = 30.0,
+    user_header: str | None = None,
 ) -> Starlette:
-    """The application for `host`. CORS stays off unless `allow_origins` names origins."""
+    """The application for `host`. CORS stays off unless `allow_origins` names origins;
+    `user_header` (serve `--user-header`) trusts a reverse proxy's verified user header."""
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
@@ -152,7 +247,24 @@ def build_app(
             await hub.close()
 
     hub = Hub(host, prune=host.writable and not read_only)
-    middleware = [Middleware(Guard, token=token, read_only=read_only)]
+    app_routes: list[Any] = [
+        Route("/", page, methods=["GET"]),
+        Route("/healthz", healthz, methods=["GET"]),
+        Route("/api/events", events_stream, methods=["GET"]),
+        Route("/api/me", me, methods=["GET"]),
+        *routes.ROUTES,
+        Mount("/static", app=StaticFiles(directory=static_dir()), name="static"),
+    ]
+    middleware = [
+        Middleware(
+            Guard,
+            token=token,
+            read_only=read_only,
+            store=host.store,
+            table=roles.Table(app_routes),
+            user_header=user_header,
+        )
+    ]
     if allow_origins:
         middleware.insert(
             0,
@@ -163,13 +275,6 @@ def build_app(
                 allow_headers=["Authorization", "Content-Type", "Last-Event-ID"],
             ),
         )
-    app_routes: list[Any] = [
-        Route("/", page, methods=["GET"]),
-        Route("/healthz", healthz, methods=["GET"]),
-        Route("/api/events", events_stream, methods=["GET"]),
-        *routes.ROUTES,
-        Mount("/static", app=StaticFiles(directory=static_dir()), name="static"),
-    ]
     app = Starlette(
         routes=app_routes,
         middleware=middleware,

@@ -9,6 +9,7 @@ from typing import Any, Final
 from starlette.responses import Response
 from starlette.routing import Route
 
+from core import actors
 from core.model import Decision, Participant
 from core.serve.http import Call, Reply, bad, endpoint
 from core.shapes import (
@@ -171,6 +172,13 @@ def task_comment(call: Call) -> Reply:
         line=call.opt_int("line"),
     )
     return Reply(added, status=201)
+
+
+def task_history(call: Call) -> Reply:
+    """As `task history --json`: the task's retained events, each with its actor."""
+    from core.services.history import task_history as history
+
+    return Reply(history(call.host, call.path["t"]))
 
 
 def task_merge(call: Call) -> Reply:
@@ -359,7 +367,9 @@ def question_answer(call: Call) -> Reply:
         raise bad("give either 'answer' or 'decline', not both")
     if not decline and not isinstance(answer, dict):
         raise bad("field 'answer': expected an object of field values (or 'decline': true)")
-    answered = call.host.questions.answer(call.path["q"], answer, decline=decline, by="user")
+    answered = call.host.questions.answer(
+        call.path["q"], answer, decline=decline, by=actors.current()
+    )
     return Reply(answered)
 
 
@@ -581,6 +591,7 @@ ROUTES = [
     Route("/api/tasks/{t}/entries", endpoint(task_entries), methods=["GET"]),
     Route("/api/tasks/{t}/decisions", endpoint(task_decisions), methods=["GET"]),
     Route("/api/tasks/{t}/diff", endpoint(task_diff), methods=["GET"]),
+    Route("/api/tasks/{t}/history", endpoint(task_history), methods=["GET"]),
     Route("/api/tasks/{t}/merge", endpoint(task_merge), methods=["POST"]),
     Route("/api/tasks/{t}/push", endpoint(task_push), methods=["POST"]),
     Route("/api/entries", endpoint(entries_list), methods=["GET"]),

@@ -329,6 +329,7 @@ def run(
     token: str,
     read_only: bool,
     allow_origins: Sequence[str] = (),
+    user_header: str | None = None,
     on_ready: Callable[[], None],
     limits: Limits | None = None,
 ) -> None:
@@ -340,6 +341,7 @@ def run(
         read_only=read_only,
         allow_origins=allow_origins,
         body_timeout=limits.body_timeout,
+        user_header=user_header,
     )
     _room_for(limits.max_connections)
     opened = OpenConnections()

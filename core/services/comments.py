@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 
 import sqlalchemy as sa
 
-from core import ids
+from core import actors, ids
 from core.engine import TriggerResult
 from core.errors import LanewayError, NotFound
 from core.model import Comment
@@ -83,6 +83,7 @@ class CommentService(Service):
             created_at=ids.now(),
             file=file,
             line=line,
+            actor=actors.current(),
         )
         with self.peers.store.transaction() as uow:
             uow.conn.execute(
@@ -94,6 +95,7 @@ class CommentService(Service):
                     created_at=comment.created_at,
                     file=comment.file,
                     line=comment.line,
+                    actor=comment.actor,
                 )
             )
             events.record(uow, "comment.added", task.id, comment_id=comment.id)
@@ -125,6 +127,7 @@ class CommentService(Service):
             "created_at": at,
             "file": file,
             "line": line,
+            "actor": actors.current(),
         }
         absent = ~sa.exists().where(C.c.id == comment_id)
         select = sa.select(*(sa.literal(v, C.c[k].type) for k, v in values.items())).where(absent)

@@ -6,7 +6,7 @@ from typing import TYPE_CHECKING, Any
 import attrs
 import sqlalchemy as sa
 
-from core import ids, runs
+from core import actors, ids, runs
 from core.errors import LanewayError, RunFenced
 from core.model import VERDICTS, Decision
 from core.services.base import Lazy, Service
@@ -109,6 +109,7 @@ class DecisionService(Service):
             decider_id=seat.agent_profile_id,
             role=seat.role,
             run_id=run_id,
+            actor=actors.current(),
         )
         with self.peers.store.transaction() as uow:
             if run_id is not None:

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any, Final
 
 import sqlalchemy as sa
 
-from core import ids, runs
+from core import actors, ids, runs
 from core.engine import TriggerResult
 from core.errors import Conflict, LanewayError, NotFound
 from core.model import PERMISSION_STATES, Permission
@@ -148,7 +148,13 @@ class PermissionService(Service):
             won = uow.conn.execute(
                 sa.update(P)
                 .where(P.c.id == found.id, P.c.state == "pending")
-                .values(state=state, option_id=option_id, decided_by=by, decided_at=ids.now())
+                .values(
+                    state=state,
+                    option_id=option_id,
+                    decided_by=by,
+                    decided_at=ids.now(),
+                    actor=actors.current(),
+                )
                 .execution_options(preserve_rowcount=True)
             ).rowcount
             if won == 1:

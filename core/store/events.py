@@ -37,7 +37,7 @@ import attrs
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
-from core import ids
+from core import actors, ids
 from core.store import prepared
 from core.store import tables as t
 
@@ -51,7 +51,7 @@ PG_ORDER_LOCK: Final = 0x6C6E7765766E74
 RETENTION: Final = timedelta(hours=24)
 PRUNE_BATCH: Final = 500
 _ENTRY_TASK_CACHE_MAX: Final = 4096
-_INSERT = prepared.insert_of(EV, ("type", "task_id", "at", "data"))
+_INSERT = prepared.insert_of(EV, ("type", "task_id", "at", "data", "actor"))
 _PG_ORDER = f"SELECT pg_advisory_xact_lock({PG_ORDER_LOCK}), pg_notify('{CHANNEL}', '')"
 # PostgreSQL, no observer: the order lock (and the NOTIFY) taken by the insert itself, one
 # round trip fewer per transaction. The uncorrelated subquery is a one-time filter, evaluated
@@ -60,9 +60,9 @@ _PG_ORDER = f"SELECT pg_advisory_xact_lock({PG_ORDER_LOCK}), pg_notify('{CHANNEL
 # row of the same transaction is a no-op in effect (the transaction already holds it), and
 # PostgreSQL folds identical notifications of one transaction into one.
 _PG_ORDERED_INSERT = sa.text(
-    "INSERT INTO board_events (type, task_id, at, data) "
+    "INSERT INTO board_events (type, task_id, at, data, actor) "
     "SELECT CAST(:type AS VARCHAR), CAST(:task_id AS VARCHAR), CAST(:at AS VARCHAR), "
-    "CAST(:data AS TEXT) WHERE (SELECT count(*) FROM "
+    "CAST(:data AS TEXT), CAST(:actor AS VARCHAR) WHERE (SELECT count(*) FROM "
     f"(SELECT pg_advisory_xact_lock({PG_ORDER_LOCK}), pg_notify('{CHANNEL}', '')) AS ordered"
     ") = 1"
 )
@@ -104,11 +104,15 @@ class Event:
     task_id: str | None
     at: str
     data: Mapping[str, Any]
+    actor: str = actors.SYSTEM
+    """Who made the change (`core.actors`; its own column, `system` for an event stored
+    before actors were recorded)."""
 
     def as_json(self) -> dict[str, Any]:
-        """The stream's `data:` object: at least `id`, `type`, `task_id` and `at`."""
+        """The stream's `data:` object: at least `id`, `type`, `task_id`, `at` and `actor`."""
         return {
             **self.data,
+            "actor": self.actor,
             "id": self.id,
             "type": self.type,
             "task_id": self.task_id,
@@ -141,6 +145,8 @@ class _Pending:
     fields: dict[str, Any]
     entry_id: str | None = None
     """Set when the task is not known at the write site; `flush` looks it up."""
+    actor: str = attrs.field(factory=actors.current)
+    """Who made the change (`core.actors`), read where the event is recorded."""
 
 
 # -- writing ----------------------------------------------------------------------------------
@@ -293,6 +299,7 @@ def flush(uow: UnitOfWork) -> list[Event]:
             "task_id": p.task_id,
             "at": p.at,
             "data": _encode(p.fields),
+            "actor": p.actor,
         }
         for p in pending
     ]
@@ -308,7 +315,7 @@ def flush(uow: UnitOfWork) -> list[Event]:
         sa.insert(EV).returning(EV.c.id, sort_by_parameter_order=True), rows
     ).scalars()
     return [
-        Event(id=int(i), type=p.type, task_id=p.task_id, at=p.at, data=p.fields)
+        Event(id=int(i), type=p.type, task_id=p.task_id, at=p.at, data=p.fields, actor=p.actor)
         for i, p in zip(inserted, pending, strict=True)
     ]
 
@@ -319,7 +326,10 @@ def notify(store: Store, type_: str, task_id: str | None, **fields: Any) -> None
     observer = store.observer
     if observer is None or not observer.wanted():
         return
-    observer.committed([Event(id=0, type=type_, task_id=task_id, at=ids.now(), data=fields)])
+    now = ids.now()
+    observer.committed(
+        [Event(id=0, type=type_, task_id=task_id, at=now, data=fields, actor=actors.current())]
+    )
     observer.drain()
 
 
@@ -387,7 +397,12 @@ def rollback_to(uow: UnitOfWork, count: int) -> None:
 
 def _event(row: Any) -> Event:
     return Event(
-        id=int(row.id), type=row.type, task_id=row.task_id, at=row.at, data=json.loads(row.data)
+        id=int(row.id),
+        type=row.type,
+        task_id=row.task_id,
+        at=row.at,
+        data=json.loads(row.data),
+        actor=row.actor,
     )
 
 

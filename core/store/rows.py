@@ -220,6 +220,7 @@ def permission(row: RowLike) -> Permission:
         decided_by=row["decided_by"],
         created_at=row["created_at"],
         decided_at=row["decided_at"],
+        actor=row["actor"],
     )
 
 

@@ -291,6 +291,7 @@ workflow_step_decisions = sa.Table(
     # Set by clear_decisions on a new entry: the row belongs to an earlier review round, kept
     # readable (`decision list --all`) but no longer counted by the quorum.
     sa.Column("cleared_at", sa.String(40), nullable=True),
+    sa.Column("actor", sa.String(200), nullable=False, server_default="system"),
     sa.Index("ix_decisions_task_step", "task_id", "step_id"),
     # A re-run of one run (its worker died after the verdict) adds nothing: NULLs are
     # distinct on both databases, so decisions recorded outside a run are not limited.
@@ -312,6 +313,8 @@ comments = sa.Table(
     # a comment on a line of the task's diff: the file's path and the line's number
     sa.Column("file", sa.String(4000), nullable=True),
     sa.Column("line", sa.Integer, nullable=True),
+    # who wrote it (core.actors): `user:<name>`, `agent:<profile>` or `system`
+    sa.Column("actor", sa.String(200), nullable=False, server_default="system"),
     sa.Index("ix_comments_task", "task_id", "created_at"),
 )
 
@@ -334,6 +337,8 @@ permissions = sa.Table(
     sa.Column("decided_by", sa.String(200), nullable=True),
     sa.Column("created_at", sa.String(40), nullable=False),
     sa.Column("decided_at", sa.String(40), nullable=True),
+    # who answered it (core.actors); `decided_by` is the free text the answer gave
+    sa.Column("actor", sa.String(200), nullable=False, server_default="system"),
     sa.Index("ix_permissions_task", "task_id", "created_at"),
     sa.Index("ix_permissions_run", "run_id", "state"),
 )
@@ -509,6 +514,8 @@ board_events = sa.Table(
     sa.Column("task_id", sa.String(64), nullable=True),
     sa.Column("at", sa.String(40), nullable=False),
     sa.Column("data", sa.Text, nullable=False),
+    # who made the change (core.actors): `user:<name>`, `agent:<profile>` or `system`
+    sa.Column("actor", sa.String(200), nullable=False, server_default="system"),
     # No index beside the primary key (migration 0007 dropped those on `at` and on
     # (task_id, id), issue 14): every event paid for them, and their readers go along the id
     # instead - pruning from the oldest ids (ids grow with time), a `?task=` stream's
@@ -672,4 +679,17 @@ person_waits = sa.Table(
     sa.Column("reason", sa.String(20), primary_key=True),
     sa.Column("data", sa.Text, nullable=False, server_default="{}"),
     sa.Column("created_at", sa.String(40), nullable=False),
+)
+
+# People of the board (issue 44, `laneway user`): a name, a role and the sha256 of the
+# person's token (the token itself is printed once and never stored). A request's token is
+# looked up by its hash, so no comparison runs over names.
+users = sa.Table(
+    "users",
+    metadata,
+    sa.Column("name", sa.String(100), primary_key=True),
+    sa.Column("role", sa.String(20), nullable=False),
+    sa.Column("token_hash", sa.String(64), nullable=False),
+    sa.Column("created_at", sa.String(40), nullable=False),
+    sa.UniqueConstraint("token_hash", name="uq_users_token_hash"),
 )

@@ -44,6 +44,7 @@ PERMISSION_KEYS = {
     "decided_by",
     "created_at",
     "decided_at",
+    "actor",  # who answered it (issue 44)
 }
 ASK = {"permission": {"kind": "edit", "title": "Edit a.py"}}
 """The fake agent asks before editing; its options are yes (allow_once), always

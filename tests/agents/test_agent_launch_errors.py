@@ -39,6 +39,7 @@ def _file(directory: Path, mode: int | None) -> Path:
     [(None, "No such file"), (0o644, "Permission denied"), (0o755, "Exec format error")],
     ids=["missing", "not-executable", "no-shebang"],
 )
+@pytest.mark.slow
 def test_a_command_exec_refuses_is_a_launch_error(
     tmp_path: Path, mode: int | None, reason: str
 ) -> None:

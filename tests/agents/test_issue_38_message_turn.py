@@ -5,6 +5,8 @@ task's prompt as a second turn: the turn starting is the agent's turn."""
 
 from __future__ import annotations
 
+import pytest
+
 from core.agents import worker
 from tests.agents.conftest import python_agent
 from tests.conftest import open_host
@@ -12,6 +14,7 @@ from tests.conftest import open_host
 ECHO = python_agent("import sys; print('got:' + sys.stdin.read()[:40])")
 
 
+@pytest.mark.slow
 def test_issue_38_item_14_a_message_at_review_makes_one_turn(db_url: str) -> None:
     with open_host(db_url) as host:
         wf = host.workflows.create_from_template("simple")

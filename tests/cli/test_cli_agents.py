@@ -178,6 +178,7 @@ def _queued_run(lw: Laneway) -> str:
     return str(run["id"])
 
 
+@pytest.mark.slow
 def test_worker_once_prints_the_summary_and_json_progress(laneway: Laneway) -> None:
     lw = laneway
     assert lw.json("worker", "--once") == {"claimed": 0, "finished": 0, "failed": 0}
@@ -198,6 +199,7 @@ def test_worker_once_prints_the_summary_and_json_progress(laneway: Laneway) -> N
     assert run["id"] == run_id
 
 
+@pytest.mark.slow
 def test_worker_prints_plain_progress_lines_off_a_terminal(sqlite_laneway: Laneway) -> None:
     lw = sqlite_laneway
     run_id = _queued_run(lw)
@@ -224,6 +226,7 @@ def test_worker_usage_errors(sqlite_laneway: Laneway, args: tuple[str, str]) -> 
 # -- demo -------------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_demo_json_shape(
     fresh_laneway: Laneway, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

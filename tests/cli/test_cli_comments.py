@@ -10,7 +10,7 @@ from core.store import tables as t
 from tests.cli.conftest import Laneway
 from tests.conftest import open_host
 
-COMMENT_KEYS = {"id", "task_id", "author", "body", "created_at", "file", "line"}
+COMMENT_KEYS = {"id", "task_id", "author", "body", "created_at", "file", "line", "actor"}
 """CLI.md: a comment, with `file` and `line` since phase 4 (null for a comment on the task)."""
 
 

@@ -53,6 +53,7 @@ def _one_line(done: subprocess.CompletedProcess[str]) -> str:
 # -- plugins ---------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_plugins_list_works_without_a_database(tmp_path: Path) -> None:
     """Right after `pip install`, in an empty directory: it lists the installed plugins and
     creates no database."""
@@ -77,6 +78,7 @@ def test_allow_list_name_matching_no_plugin_is_warned(laneway_logs: list[dict[st
     assert "office" in warning["extra"]["known"]
 
 
+@pytest.mark.slow
 def test_allow_list_warning_reaches_the_command_line(tmp_path: Path) -> None:
     done = _cli("plugins", "list", cwd=tmp_path, env={"LANEWAY_PLUGINS_ALLOW": "kanban,offfice"})
     assert done.returncode == 0
@@ -87,6 +89,7 @@ def test_allow_list_warning_reaches_the_command_line(tmp_path: Path) -> None:
 # -- the database file -------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_corrupt_database_file_is_one_clear_line(tmp_path: Path) -> None:
     (tmp_path / "board.db").write_text("these are my notes, not a database\n")
     for args in (("init",), ("task", "list"), ("recover",)):
@@ -96,6 +99,7 @@ def test_corrupt_database_file_is_one_clear_line(tmp_path: Path) -> None:
         Host.open(f"sqlite:///{tmp_path / 'board.db'}")
 
 
+@pytest.mark.slow
 def test_read_only_directory_is_one_clear_line() -> None:
     """A directory the user may not write (mode 0555; run without capabilities, since root
     with them writes anywhere)."""
@@ -111,6 +115,7 @@ def test_read_only_directory_is_one_clear_line() -> None:
         assert list(here.iterdir()) == []
 
 
+@pytest.mark.slow
 def test_two_slash_sqlite_url_is_one_clear_line(tmp_path: Path) -> None:
     for url in ("sqlite://board.db", "sqlite://"):
         line = _one_line(_cli("--db", url, "init", cwd=tmp_path))
@@ -118,6 +123,7 @@ def test_two_slash_sqlite_url_is_one_clear_line(tmp_path: Path) -> None:
     assert list(tmp_path.iterdir()) == []
 
 
+@pytest.mark.slow
 def test_init_refuses_to_create_a_missing_directory(tmp_path: Path) -> None:
     line = _one_line(_cli("--db", "sqlite:///no/such/dir/board.db", "init", cwd=tmp_path))
     assert "directory no/such/dir does not exist" in line
@@ -306,6 +312,7 @@ def test_runs_list_status_filters(sqlite_url: str) -> None:
     assert "'bogus' is not one of" in lw.fails("runs", "list", "--status", "bogus", code=2)
 
 
+@pytest.mark.slow
 def test_demo_db_leaves_no_temporary_folders(tmp_path: Path) -> None:
     scratch = tmp_path / "tmp"
     scratch.mkdir()

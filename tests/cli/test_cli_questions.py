@@ -135,11 +135,11 @@ def test_issue_41_item_6_questions_over_http(db_url: str, tmp_path: Path) -> Non
             assert (answered["state"], answered["answer"], answered["answered_by"]) == (
                 "answered",
                 {"colour": "red", "count": 2, "ratio": 0.5},
-                "user",
+                "user:admin",  # the board's admin token (serve --token): issue 44's actor
             )
             again = c.post(f"/api/questions/{asked.id}", json={"decline": True})
             assert again.status_code == 409
-            assert "is already answered by user" in again.json()["error"]
+            assert "is already answered by user:admin" in again.json()["error"]
             declined = ok(c.post(f"/api/questions/{declined_q.id[-8:]}", json={"decline": True}))
             assert (declined["state"], declined["answer"]) == ("declined", None)
             assert [q["state"] for q in ok(c.get("/api/questions"))] == ["answered", "declined"]

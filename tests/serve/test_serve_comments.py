@@ -4,10 +4,13 @@ event stream carries `comment.added` with `comment_id`."""
 
 from __future__ import annotations
 
+import pytest
+
 from tests.serve.conftest import EventReader, OfficeBoard, Served, laneway
 from tests.serve.test_serve_api import error, ok
 
 
+@pytest.mark.slow
 def test_comments_over_http_answer_the_cli_shapes(served: Served, office: OfficeBoard) -> None:
     reader = EventReader(served, task=office.task_id)
     try:

@@ -7,6 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 import httpx
+import pytest
 
 from tests.serve.conftest import OfficeBoard, Served
 
@@ -16,6 +17,7 @@ def ok(response: httpx.Response) -> Any:
     return response.json()
 
 
+@pytest.mark.slow
 def test_decisions_route_lists_every_round_with_all_and_the_current_one_without(
     office: OfficeBoard, served: Served
 ) -> None:
@@ -50,6 +52,7 @@ def test_decisions_route_lists_every_round_with_all_and_the_current_one_without(
         assert "task" in missing.json()["error"]
 
 
+@pytest.mark.slow
 def test_tasks_route_filters_by_state_and_search_and_names_a_task_by_title(
     office: OfficeBoard, served: Served
 ) -> None:

@@ -110,7 +110,8 @@ def test_comment_lands_by_the_agent_and_fires_on_comment_once(
         mcp_server(reviewer_grant(broker, host, board)), ("comment", {"text": "Needs a test."})
     )
     made = _ok(answer.text)
-    assert set(made) == {"id", "task_id", "author", "body", "created_at", "file", "line"}
+    assert set(made) == {"id", "task_id", "author", "body", "created_at", "file", "line", "actor"}
+    assert made["actor"] == "agent:r1"  # issue 44 item 3
     assert (made["file"], made["line"]) == (None, None)  # not a line comment (issue 40)
     assert (made["task_id"], made["author"], made["body"]) == (
         board.task.id,

@@ -11,6 +11,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from core import Host
 from core.model import DEFAULT_MAX_STEP_ARRIVALS
 from office_plugin.demo import agent_command
@@ -109,6 +111,7 @@ def _laneway(db: str, *args: str, timeout: float = 120) -> subprocess.CompletedP
     )
 
 
+@pytest.mark.slow
 def test_runaway_loop_worker_once_ends_with_reviewers_that_always_reject(
     tmp_path: Path,
 ) -> None:

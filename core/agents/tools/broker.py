@@ -38,6 +38,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Self
 import attrs
 from acp.schema import EnvVariable, McpServerStdio
 
+from core import actors
 from core.agents.tools import wire
 from core.errors import LanewayError
 from core.logs import logger
@@ -262,7 +263,9 @@ class ToolBroker:
             named = args.get("task_id")
             if named not in (None, "", grant.task_id):
                 raise ToolRefused(f"this run acts for task {grant.task_id} only")
-            result = self._tools[tool](grant, args)
+            # what the agent writes through its tools names it (CLI.md `agent:<profile>`)
+            with actors.acting(self._actor(grant)):
+                result = self._tools[tool](grant, args)
         except LanewayError as exc:
             log.bind(error=str(exc)).warning("agent tool call refused")
             return {"error": _one_line(str(exc))}
@@ -271,6 +274,14 @@ class ToolBroker:
             return {"error": _one_line(f"tool {tool} failed: {type(exc).__name__}: {exc}")}
         log.info("agent tool call")
         return {"ok": result}
+
+    def _actor(self, grant: Grant) -> str:
+        if not grant.agent_profile_id:
+            return actors.agent("agent")
+        try:
+            return actors.agent(self._peers.profiles.get(grant.agent_profile_id).name)
+        except LanewayError:  # the profile was removed while its run went on
+            return actors.agent(grant.agent_profile_id)
 
     # -- the tools --------------------------------------------------------------------------------
 

@@ -5,7 +5,7 @@
 // step. Renders patch what changed (dom.js), so typing and focus survive events.
 
 import { ApiError, createApi } from "./api.js";
-import { h, patch } from "./dom.js";
+import { h as element, patch } from "./dom.js";
 
 const TOKEN_KEY = "laneway.token";
 const WORKFLOW_KEY = "laneway.workflow";
@@ -38,9 +38,32 @@ const state = {
   editing: false, // the panel shows the title/description form
   lineComment: null, // { taskId, file, line }: the diff line a person clicked to comment on
   filters: { q: "", step: "", state: "", agent: "", person: false },
+  me: null, // { name, role, actor }: who the token is (GET /api/me)
 };
 
 const $ = (id) => document.getElementById(id);
+
+// -- who is signed in, and what their role may do (issue 44) --------------------------------
+
+const RANK = { viewer: 0, operator: 1, admin: 2 };
+
+function allows(needed) {
+  const me = state.me;
+  return !me || (RANK[me.role] ?? -1) >= RANK[needed];
+}
+
+function refusal(needed) {
+  return `Needs the ${needed} role: you are signed in as ${state.me.name}, a ${state.me.role}`;
+}
+
+// Every element of the page is built here: one with `needs: ROLE` is drawn disabled, saying
+// why on hover, when the signed-in person's role is below it (the server refuses it anyway).
+function h(tag, attrs = {}, ...children) {
+  if (!attrs || !("needs" in attrs)) return element(tag, attrs, ...children);
+  const { needs, ...rest } = attrs;
+  if (allows(needs)) return element(tag, rest, ...children);
+  return element(tag, { ...rest, disabled: true, title: refusal(needs), dataset: { ...(rest.dataset || {}), needs } }, ...children);
+}
 
 // -- telling the person ----------------------------------------------------------------------
 
@@ -560,7 +583,7 @@ function renderCard(task) {
   return h("article", {
     key: task.id,
     class: `card state-${task.state.toLowerCase()}${task.id === state.openTaskId ? " selected" : ""}${waits && waits.kind === "person" ? " needs-person" : ""}`,
-    draggable: "true",
+    draggable: allows("operator") ? "true" : "false",
     tabindex: "0",
     "aria-label": task.title,
     dataset: { taskId: task.id, title: task.title },
@@ -581,7 +604,7 @@ function renderCard(task) {
   h("div", { class: "card-top" },
     h("span", { class: "card-title" }, task.title),
     h("button", {
-      type: "button", class: "grip", "aria-label": `Move ${task.title}`, title: "Drag to another lane (or press to choose a step)",
+      type: "button", class: "grip", "aria-label": `Move ${task.title}`, title: "Drag to another lane (or press to choose a step)", needs: "operator",
       onpointerdown: (event) => startPointerDrag(event, task),
       // a press by keyboard (no pointer): the panel, at its Move
       onclick: (event) => { if (event.detail === 0) openDetail(task.id, { focus: "move-step" }); },
@@ -680,7 +703,7 @@ async function offerStart(taskId, step) {
   const el = h("div", { class: "toast ask", role: "group", "aria-label": `Start ${name}?` },
     h("span", {}, `Start ${name} on it?`),
     h("button", {
-      type: "button", class: "toast-action", id: "start-yes",
+      type: "button", class: "toast-action", id: "start-yes", needs: "operator",
       onclick: async () => {
         el.remove();
         try {
@@ -752,7 +775,7 @@ async function loadDetail(taskId) {
     }
     throw error;
   }
-  const [entries, runs, sessions, decisions, permissions, questions, comments, diff] = await Promise.all([
+  const [entries, runs, sessions, decisions, permissions, questions, comments, diff, events] = await Promise.all([
     api.get(`/api/tasks/${id}/entries`),
     api.get(`/api/runs?task=${id}`),
     api.get(`/api/sessions?task=${id}`),
@@ -762,9 +785,10 @@ async function loadDetail(taskId) {
     api.get(`/api/tasks/${id}/comments`),
     // a task has a diff once its first turn made its worktree
     task.workspace ? api.get(`/api/tasks/${id}/diff`).catch((error) => ({ error: error.message })) : null,
+    api.get(`/api/tasks/${id}/history`),
   ]);
   if (state.openTaskId !== taskId) return;
-  state.detail = { task, entries, runs, sessions, decisions, permissions, questions, comments, diff };
+  state.detail = { task, entries, runs, sessions, decisions, permissions, questions, comments, diff, events };
   await followRun(runs);
   if (state.openTaskId !== taskId) return;
   renderDetail();
@@ -835,7 +859,7 @@ function section(key, title, count, ...body) {
 }
 
 function renderDetail() {
-  const { task, entries, runs, sessions, decisions, permissions, questions, comments, diff } = state.detail;
+  const { task, entries, runs, sessions, decisions, permissions, questions, comments, diff, events } = state.detail;
   const boardTask = state.board?.tasks.find((t) => t.id === task.id);
   $("detail-title").textContent = task.title;
   $("detail-step").textContent = task.wip_admitted ? stepName(task.workflow_step_id) : `${stepName(task.workflow_step_id)} · queued`;
@@ -863,7 +887,41 @@ function renderDetail() {
       runs.length ? h("ul", { class: "rows" }, [...runs].reverse().map(renderRun)) : h("p", { class: "muted" }, "No runs.")),
     section("sessions", "Sessions", sessions.length,
       sessions.length ? h("ul", { class: "rows" }, [...sessions].reverse().map(renderSession)) : h("p", { class: "muted" }, "No sessions.")),
+    section("history", "Who did what", null, renderHistory(events)),
   );
+}
+
+// The task's retained events, newest first, each with who made it (`actor`): a person's
+// moves, comments, verdicts and answers, an agent's tool calls, the engine's own work.
+const HISTORY_SHOWN = 30;
+const PERSON_TYPES = new Set(["task.moved", "comment.added", "decision.recorded", "permission.resolved",
+  "question.answered", "run.cancelled", "task.merged", "task.pushed", "task.created", "task.archived", "task.updated"]);
+
+function renderHistory(events) {
+  const shown = [...events].reverse().filter((e) => PERSON_TYPES.has(e.type)).slice(0, HISTORY_SHOWN);
+  if (!shown.length) return h("p", { class: "muted" }, "Nothing retained yet.");
+  return h("ul", { class: "rows history" }, shown.map((e) =>
+    h("li", { key: `ev:${e.id}`, class: "history-row" },
+      h("span", { class: "actor mono" }, e.actor || "system"),
+      " ", h("span", {}, historyWords(e)),
+      " ", h("span", { class: "muted small", title: e.at }, ago(e.at)))));
+}
+
+function historyWords(e) {
+  switch (e.type) {
+    case "task.moved": return `moved it to ${stepName(e.to_step_id)}`;
+    case "comment.added": return "commented";
+    case "decision.recorded": return `gave the verdict ${String(e.verdict || "").replace("_", " ")}`;
+    case "permission.resolved": return `answered a permission request: ${e.state}`;
+    case "question.answered": return "answered a question";
+    case "run.cancelled": return "cancelled a run";
+    case "task.merged": return `merged it into ${e.into || "its base"}`;
+    case "task.pushed": return "pushed its branch";
+    case "task.created": return "created it";
+    case "task.archived": return "archived it";
+    case "task.updated": return "edited it";
+    default: return e.type;
+  }
 }
 
 // Its parent, the blockers that still hold it and its subtasks, each a link to its panel.
@@ -953,8 +1011,8 @@ function renderPermissions(permissions, task) {
         h("p", {}, h("b", {}, who), " asks to ", h("b", { class: "tool-title", title: call.title || "" }, relativePaths(call.title, task.workspace) || "use a tool"),
           call.kind ? h("span", { class: "muted" }, ` (${call.kind})`) : null),
         h("div", { class: "seat-buttons" },
-          h("button", { type: "button", class: "approve", onclick: () => answerPermission(p, "allow") }, "Allow"),
-          h("button", { type: "button", class: "reject", onclick: () => answerPermission(p, "deny") }, "Deny"),
+          h("button", { type: "button", class: "approve", needs: "operator", onclick: () => answerPermission(p, "allow") }, "Allow"),
+          h("button", { type: "button", class: "reject", needs: "operator", onclick: () => answerPermission(p, "deny") }, "Deny"),
         ),
       );
     }),
@@ -1069,7 +1127,7 @@ function renderStart(task, live, boardTask) {
   const why = blockers.length ? `Blocked by “${blockers[0].title}”: it can start once that is finished` : null;
   return h("span", { class: "start-group", key: "start" },
     h("button", {
-      type: "button", class: "primary", id: "start-task", disabled: blockers.length ? true : null,
+      type: "button", class: "primary", id: "start-task", disabled: blockers.length ? true : null, needs: "operator",
       "aria-describedby": why ? "start-why" : null,
       onclick: () => startTask(task, here ? task.workflow_step_id : first.id, agent),
     }, label),
@@ -1088,7 +1146,7 @@ async function startTask(task, stepId, agent) {
 }
 
 function renderActions(task, runs, decisions, sessions, boardTask) {
-  const select = h("select", { "aria-label": "Move to step", id: "move-step" },
+  const select = h("select", { "aria-label": "Move to step", id: "move-step", needs: "operator" },
     steps().map((s) => h("option", { value: s.id, key: s.id, selected: s.id === task.workflow_step_id }, s.name)));
   const live = runs.filter((r) => LIVE_RUN.has(r.status));
   const move = h("div", { class: "action-row", key: "move" },
@@ -1096,6 +1154,8 @@ function renderActions(task, runs, decisions, sessions, boardTask) {
     h("button", {
       type: "button",
       class: "primary",
+      id: "move-button",
+      needs: "operator",
       onclick: () => {
         const step = steps().find((s) => s.id === $("move-step").value);
         if (step) moveTask(task.id, step);
@@ -1104,15 +1164,15 @@ function renderActions(task, runs, decisions, sessions, boardTask) {
   );
   const other = h("div", { class: "action-row wrap", key: "other" },
     renderStart(task, live, boardTask),
-    live.length ? h("button", { type: "button", class: "reject", id: "cancel-task", onclick: () => cancelTask(task) },
+    live.length ? h("button", { type: "button", class: "reject", id: "cancel-task", needs: "operator", onclick: () => cancelTask(task) },
       `Cancel ${live.length === 1 ? "the run" : `${live.length} runs`}`) : null,
-    state.editing ? null : h("button", { type: "button", id: "edit", onclick: startEdit }, "Edit"),
+    state.editing ? null : h("button", { type: "button", id: "edit", needs: "operator", onclick: startEdit }, "Edit"),
     state.confirmArchive
       ? h("span", { class: "confirm", role: "group", "aria-label": "Confirm archive" },
         h("span", {}, "Archive this task?"),
         h("button", { type: "button", class: "reject", id: "archive-confirm", onclick: () => archiveTask(task) }, "Archive"),
         h("button", { type: "button", id: "archive-keep", onclick: () => { state.confirmArchive = false; renderDetail(); $("archive").focus(); } }, "Keep"))
-      : h("button", { type: "button", id: "archive", onclick: () => { state.confirmArchive = true; renderDetail(); $("archive-confirm").focus(); } }, "Archive…"),
+      : h("button", { type: "button", id: "archive", needs: "operator", onclick: () => { state.confirmArchive = true; renderDetail(); $("archive-confirm").focus(); } }, "Archive…"),
   );
   const waiting = decisions.seats.filter((s) => s.decision_required && s.verdict !== "approved");
   const seats = waiting.length ? h("div", { class: "seats", key: "seats" },
@@ -1125,8 +1185,8 @@ function renderActions(task, runs, decisions, sessions, boardTask) {
         seat.verdict ? h("span", { class: `pill verdict-${seat.verdict}` }, pretty(seat.verdict)) : h("span", { class: "pill waiting" }, "waiting"),
       ),
       h("div", { class: "seat-buttons" },
-        h("button", { type: "button", class: "approve", "aria-label": `Approve as ${profileName(seat.agent_profile_id)}`, onclick: () => verdict(task, decisions, seat, "approved") }, "Approve"),
-        h("button", { type: "button", class: "reject", "aria-label": `Reject as ${profileName(seat.agent_profile_id)}`, onclick: () => verdict(task, decisions, seat, "rejected") }, "Reject"),
+        h("button", { type: "button", class: "approve", needs: "operator", "aria-label": `Approve as ${profileName(seat.agent_profile_id)}`, onclick: () => verdict(task, decisions, seat, "approved") }, "Approve"),
+        h("button", { type: "button", class: "reject", needs: "operator", "aria-label": `Reject as ${profileName(seat.agent_profile_id)}`, onclick: () => verdict(task, decisions, seat, "rejected") }, "Reject"),
       ),
     ))) : null;
   const session = [...sessions].reverse().find((s) => ["CREATED", "STARTING", "RUNNING", "WAITING_FOR_INPUT"].includes(s.state));
@@ -1150,7 +1210,7 @@ function renderActions(task, runs, decisions, sessions, boardTask) {
         }
       },
     }, h("textarea", { id: "message-text", rows: "2", placeholder: `Message to ${to}…`, "aria-label": `Message to ${to}` }),
-    h("button", { type: "submit" }, "Send"));
+    h("button", { type: "submit", needs: "operator" }, "Send"));
   }
   return h("div", { class: "actions", key: "actions" }, move, other, seats, message);
 }
@@ -1331,7 +1391,7 @@ function renderComments(task, comments) {
       }
     },
   }, h("textarea", { id: "comment-text", rows: "2", placeholder: "Add a comment…", "aria-label": "Comment" }),
-  h("button", { type: "submit" }, "Comment"));
+  h("button", { type: "submit", needs: "operator" }, "Comment"));
   return [list, form];
 }
 
@@ -1406,9 +1466,9 @@ function renderLanding(task) {
   },
   h("label", { class: "field inline" }, h("span", {}, "Strategy"),
     h("select", { id: "merge-strategy" }, ["merge", "squash", "rebase"].map((s) => h("option", { value: s }, s)))),
-  h("button", { type: "submit", id: "merge-button" }, `Merge into ${record.base_branch || "base"}`),
+  h("button", { type: "submit", id: "merge-button", needs: "admin" }, `Merge into ${record.base_branch || "base"}`),
   workflow && workflow.remote
-    ? h("button", { type: "button", id: "push-button", onclick: () => run("push", `/api/tasks/${id}/push`, {}) }, `Push to ${workflow.remote}`)
+    ? h("button", { type: "button", id: "push-button", needs: "admin", onclick: () => run("push", `/api/tasks/${id}/push`, {}) }, `Push to ${workflow.remote}`)
     : null));
   return out;
 }
@@ -1434,7 +1494,7 @@ function renderLineForm(task) {
   },
   h("p", { class: "muted small" }, "On ", h("code", {}, `${at.file}:${at.line}`)),
   h("textarea", { id: "line-comment-text", rows: "2", placeholder: "Comment on this line…", "aria-label": `Comment on ${at.file} line ${at.line}` }),
-  h("button", { type: "submit" }, "Comment"),
+  h("button", { type: "submit", needs: "operator" }, "Comment"),
   h("button", { type: "button", class: "link", onclick: () => { state.lineComment = null; renderDetail(); } }, "Cancel"));
 }
 
@@ -1542,10 +1602,10 @@ function renderRun(run) {
     }, "Transcript"));
   }
   if (LIVE_RUN.has(run.status)) {
-    buttons.push(h("button", { type: "button", class: "small-button reject cancel-run", "aria-label": `Cancel run ${shortId(run.id)}`, onclick: () => runAction(run, "cancel") }, "Cancel"));
+    buttons.push(h("button", { type: "button", class: "small-button reject cancel-run", needs: "operator", "aria-label": `Cancel run ${shortId(run.id)}`, onclick: () => runAction(run, "cancel") }, "Cancel"));
   }
   if (RETRYABLE.has(run.status)) {
-    buttons.push(h("button", { type: "button", class: "small-button retry-run", "aria-label": `Retry run ${shortId(run.id)}`, onclick: () => runAction(run, "retry") }, "Retry"));
+    buttons.push(h("button", { type: "button", class: "small-button retry-run", needs: "operator", "aria-label": `Retry run ${shortId(run.id)}`, onclick: () => runAction(run, "retry") }, "Retry"));
   }
   return h("li", { key: run.id, class: `run${viewing ? " viewing" : ""}`, dataset: { runId: run.id, status: run.status } },
     h("span", {}, h("b", {}, profileName(run.agent_profile_id)), h("span", { class: "muted" }, ` · ${pretty(run.reason)}`),
@@ -1719,6 +1779,22 @@ function readToken() {
   return sessionStorage.getItem(TOKEN_KEY);
 }
 
+// Who is signed in, and a way out; what the role may not do is disabled and says why.
+function showWho() {
+  const me = state.me;
+  $("who-name").textContent = `${me.name} · ${me.role}`;
+  $("who").title = `Signed in as ${me.actor}`;
+  $("who").hidden = false;
+  const create = $("new-task");
+  create.disabled = !allows("operator");
+  create.title = allows("operator") ? "" : refusal("operator");
+}
+
+function signOut() {
+  sessionStorage.removeItem(TOKEN_KEY);
+  location.reload();
+}
+
 function askToken(message) {
   const dialog = $("token-dialog");
   if (message) dialog.querySelector("p").textContent = message;
@@ -1728,6 +1804,8 @@ function askToken(message) {
 async function start(token) {
   state.api = createApi(token);
   try {
+    state.me = await state.api.get("/api/me");
+    showWho();
     await loadWorkflows();
     await loadBoard();
   } catch (error) {
@@ -1769,6 +1847,7 @@ function init() {
     if (document.querySelector("dialog[open]")) return; // the dialog closes itself first
     closeDetail();
   });
+  $("sign-out").addEventListener("click", signOut);
   $("token-form").addEventListener("submit", () => {
     const value = $("token-input").value.trim();
     if (!value) return;
