@@ -163,9 +163,8 @@ class _WatchLoguru(importlib.abc.MetaPathFinder):
     ) -> ModuleSpec | None:
         if fullname != "loguru":
             return None
-        with contextlib.suppress(ValueError):
-            sys.meta_path.remove(self)
-        for finder in sys.meta_path:
+        # it stays on the path until loguru has run (a `find_spec` alone imports nothing)
+        for finder in [f for f in sys.meta_path if not isinstance(f, _WatchLoguru)]:
             find = getattr(finder, "find_spec", None)
             spec = find(fullname, path, target) if find is not None else None
             if spec is not None:
@@ -197,6 +196,7 @@ class _ThenSilence(importlib.abc.Loader):
                 os.environ.pop("LOGURU_AUTOINIT", None)
             else:
                 os.environ["LOGURU_AUTOINIT"] = saved
+        sys.meta_path[:] = [f for f in sys.meta_path if not isinstance(f, _WatchLoguru)]
         _silence(module.logger)
         started, _routes[:], _floor[:] = list(_routes), [], []
         for start in started:

@@ -104,8 +104,11 @@ import json, sys
 import core.logs
 assert "loguru" not in sys.modules
 AS_CORE = {"__name__": "core.probe"}
-exec("from core.logs import logger; logger.bind(k=1).info('before enable')", AS_CORE)
+import importlib.util
+assert importlib.util.find_spec("loguru") is not None  # looked up, not imported: still watched
+assert "loguru" not in sys.modules
 from loguru import logger as real
+exec("from core.logs import logger; logger.bind(k=1).info('before enable')", AS_CORE)
 seen = []
 real.add(lambda m: seen.append([m.record["name"], m.record["message"], m.record["extra"]]))
 exec("from core.logs import logger; logger.info('silenced')", AS_CORE)
