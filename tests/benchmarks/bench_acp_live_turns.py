@@ -11,7 +11,7 @@ conversation on both sides.
   ACP session, `session/prompt` after `session/prompt`, updates dropped.
 - **laneway**: what a worker does for each run of one agent on one task: `claim_next`,
   `execute` (the run's prompt with the feedback block, the turn on the live conversation, its
-  items and the agent's report written) and `finish`, with the worker's one `CancelWatch`. The
+  items and the agent's report written, the run finished), with the worker's one `CancelWatch`. The
   runs are queued before each round (not timed: the producer's cost).
 
 A round runs both sides one after the other, so load hits both alike; the figure is laneway
@@ -96,7 +96,6 @@ def _drain(host: Host, watch: worker.CancelWatch, n: int) -> float:
         assert run is not None
         outcome = worker.execute(host, run, watch)
         assert outcome.ok, outcome
-        worker.finish(host, run, outcome)
     return n / (time.perf_counter() - began)
 
 
