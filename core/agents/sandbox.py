@@ -31,7 +31,7 @@ import shutil
 import sys
 from collections.abc import Iterable, Mapping
 from pathlib import Path
-from typing import Final, Literal
+from typing import ClassVar, Final, Literal
 
 import attrs
 from sqlalchemy.engine import URL
@@ -54,6 +54,9 @@ Kind = Literal["hide", "ro", "rw"]
 
 class SandboxUnavailable(LanewayError):
     """The profile asks for a sandbox this machine cannot give (no `bwrap`)."""
+
+    code: ClassVar[str] = "sandbox_unavailable"
+    http_status: ClassVar[int] = 503
 
 
 @attrs.frozen
