@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING, Any, Final, Protocol
 
 import attrs
 
+from core.agents import spare
 from core.agents.desired import PLAN_MODE, Desired, with_plan_instruction
 from core.agents.item_queue import ItemQueue
 from core.agents.protocols.acp.facade import INIT_TIMEOUT, AcpLoop, AgentConnection, McpServer
@@ -552,7 +553,6 @@ class _IdleWatch:
         self._limit = limit
         self._last = time.monotonic()
         self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="laneway-idle", daemon=True)
         self._paused = False
         self.fired = False
 
@@ -569,7 +569,7 @@ class _IdleWatch:
 
     def start(self) -> None:
         self._last = time.monotonic()
-        self._thread.start()
+        spare.run(self._run)  # a thread kept from an earlier turn (core.agents.spare)
 
     def stop(self) -> None:
         self._stop.set()
