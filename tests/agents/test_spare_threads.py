@@ -11,11 +11,11 @@ from core.agents.values import TranscriptItem
 
 
 def test_issue_45_item_1_the_next_turns_writer_runs_on_the_thread_the_last_one_left() -> None:
-    writers: list[int] = []
+    writers: list[threading.Thread] = []  # the objects: an ended thread's ident is reused
     kept: list[str] = []
 
     def write(items: Sequence[TranscriptItem]) -> None:
-        writers.append(threading.get_ident())
+        writers.append(threading.current_thread())
         kept.extend(i.text for i in items)
 
     for turn in range(5):
@@ -23,8 +23,8 @@ def test_issue_45_item_1_the_next_turns_writer_runs_on_the_thread_the_last_one_l
         said.put([TranscriptItem("message", f"turn {turn}", {})])
         said.close()  # everything written, the writer ended: its thread is spare again
     assert kept == [f"turn {n}" for n in range(5)]
-    assert len(set(writers)) == 1
-    assert threading.get_ident() not in writers
+    assert len({id(w) for w in writers}) == 1
+    assert threading.current_thread() not in writers
 
 
 def test_issue_45_item_1_a_stopped_queue_waits_for_its_writer_to_end() -> None:
