@@ -14,8 +14,10 @@ conversation on both sides.
   items and the agent's report written, the run finished), with the worker's one `CancelWatch`. The
   runs are queued before each round (not timed: the producer's cost).
 
-A round runs both sides one after the other, so load hits both alike; the figure is laneway
-turns/s over floor turns/s, min/median/max over the rounds, with the load average printed.
+A round runs both sides one after the other, so load hits both alike; the figures are laneway
+turns/s over floor turns/s and the floor's CPU a turn over laneway's (this process's CPU time:
+the client's side of each, the agent's process not counted; steadier than wall time on a
+loaded machine), min/median/max over the rounds, with the load average printed.
 """
 
 from __future__ import annotations
@@ -47,7 +49,7 @@ class _Quiet:
         return None
 
 
-async def _floor(cwd: Path, turns: int) -> float:
+async def _floor(cwd: Path, turns: int) -> tuple[float, float]:
     async with spawn_agent_process(
         _Quiet(),  # type: ignore[arg-type]
         sys.executable,
@@ -57,10 +59,10 @@ async def _floor(cwd: Path, turns: int) -> float:
         await conn.initialize(protocol_version=PROTOCOL_VERSION)
         session = await conn.new_session(cwd=str(cwd), mcp_servers=[])
         await conn.prompt(session_id=session.session_id, prompt=[text_block("warm up")])
-        began = time.perf_counter()
+        began, cpu = time.perf_counter(), time.process_time()
         for n in range(turns):
             await conn.prompt(session_id=session.session_id, prompt=[text_block(f"turn {n}")])
-        return turns / (time.perf_counter() - began)
+        return turns / (time.perf_counter() - began), (time.process_time() - cpu) / turns
 
 
 def _board(host: Host, tmp: Path) -> tuple[str, str, str]:
@@ -89,18 +91,22 @@ def _queue(host: Host, agent: str, task: str, step: str, n: int) -> None:
         )
 
 
-def _drain(host: Host, watch: worker.CancelWatch, n: int) -> float:
-    began = time.perf_counter()
+def _drain(host: Host, watch: worker.CancelWatch, n: int) -> tuple[float, float]:
+    began, cpu = time.perf_counter(), time.process_time()
     for _ in range(n):
         run = worker.claim_next(host)
         assert run is not None
         outcome = worker.execute(host, run, watch)
         assert outcome.ok, outcome
-    return n / (time.perf_counter() - began)
+    return n / (time.perf_counter() - began), (time.process_time() - cpu) / n
 
 
-def _one_database(url: str, tmp: Path, rounds: int, turns: int) -> list[tuple[float, float]]:
-    got: list[tuple[float, float]] = []
+Round = tuple[tuple[float, float], tuple[float, float]]
+"""(laneway turns/s, CPU s a turn), (floor turns/s, CPU s a turn)"""
+
+
+def _one_database(url: str, tmp: Path, rounds: int, turns: int) -> list[Round]:
+    got: list[Round] = []
     with open_host(url) as host:
         agent, task, step = _board(host, tmp)
         watch = worker.CancelWatch(host)
@@ -116,13 +122,17 @@ def _one_database(url: str, tmp: Path, rounds: int, turns: int) -> list[tuple[fl
     return got
 
 
-def _report(db: str, got: list[tuple[float, float]], turns: int) -> None:
-    ratios = [ours / floor for ours, floor in got]
+def _report(db: str, got: list[Round], turns: int) -> None:
+    ratios = [ours[0] / floor[0] for ours, floor in got]
+    cpu = [floor[1] / ours[1] for ours, floor in got]
     print(
-        f"{db:10s} laneway {statistics.median(o for o, _ in got):7.1f} turns/s  "
-        f"floor {statistics.median(f for _, f in got):7.1f} turns/s  "
-        f"ratio min {min(ratios):.3f} median {statistics.median(ratios):.3f} "
-        f"max {max(ratios):.3f}  ({len(got)} rounds of {turns} turns; "
+        f"{db:10s} laneway {statistics.median(o[0] for o, _ in got):7.1f} turns/s "
+        f"({statistics.median(o[1] for o, _ in got) * 1000:.2f} ms CPU a turn)  "
+        f"floor {statistics.median(f[0] for _, f in got):7.1f} turns/s "
+        f"({statistics.median(f[1] for _, f in got) * 1000:.2f} ms CPU a turn)\n"
+        f"{'':10s} turns/s ratio min {min(ratios):.3f} median {statistics.median(ratios):.3f} "
+        f"max {max(ratios):.3f};  CPU ratio floor/laneway min {min(cpu):.3f} median "
+        f"{statistics.median(cpu):.3f} max {max(cpu):.3f}  ({len(got)} rounds of {turns} turns; "
         f"load {os.getloadavg()[0]:.2f})"
     )
 
