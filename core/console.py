@@ -8,9 +8,9 @@ features), so the collector is paused before the command line is imported; `core
 resumes it once the host is open (`resume_collector`). A program that imports `core.cli`
 itself (an embedding host, `build_cli()`, tests) keeps its own collector settings.
 
-It also imports loguru before anything else does, as `LOGURU_AUTOINIT=0` would: this process's
-logging is the command line's, which removes loguru's default handler, so it is not built
-(see `core.logs`).
+It also has loguru imported, when something first logs, as `LOGURU_AUTOINIT=0` would: this
+process's logging is the command line's, which removes loguru's default handler, so it is not
+built (see `core.logs`). A command that emits no record does not import loguru at all.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ import os
 import sys
 from typing import TYPE_CHECKING
 
-from core import secrecy
+from core import logs, secrecy
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -35,7 +35,7 @@ def main(argv: Sequence[str] | None = None) -> NoReturn:
     secrecy.scrub_argv(secrecy.secret_values(sys.argv[1:] if argv is None else argv))
     collecting = gc.isenabled()
     gc.disable()
-    import_loguru_without_default_handler()
+    logs.without_default_handler()
     from core.cli import app
 
     if collecting:

@@ -36,7 +36,7 @@ from contextlib import contextmanager
 import attrs
 import sqlalchemy as sa
 
-from core import entry, ids, ledger, recovery_close
+from core import entry, ids, ledger, logs, recovery_close
 from core.errors import LanewayError
 from core.kernel import HasKernel, Kernel, kernel_of
 from core.logs import logger
@@ -276,13 +276,11 @@ def _close_run(
 def _info_wanted() -> bool:
     """Whether any loguru handler takes INFO records: when none does (a host logs at WARNING
     unless told otherwise), the record per closed entry is not built at all, a bind and a
-    dispatch per entry that was a tenth of the scan's Python. loguru keeps the lowest level its
-    handlers want on its core; if that is not where this version keeps it, log as always."""
-    least = getattr(getattr(logger, "_core", None), "min_level", None)
-    return not isinstance(least, (int, float)) or least <= _INFO
+    dispatch per entry that was a tenth of the scan's Python."""
+    return logs.wanted(_INFO)
 
 
-_INFO = logger.level("INFO").no
+_INFO = 20  # loguru's INFO, known without importing loguru (core.logs)
 
 
 def _recover_guarded(

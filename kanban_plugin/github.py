@@ -9,9 +9,7 @@ action runs and sent as a bearer token; it is never stored.
 from __future__ import annotations
 
 import json
-import urllib.error
 import urllib.parse
-import urllib.request
 from collections.abc import Mapping
 from typing import Any, Final
 
@@ -24,6 +22,11 @@ TIMEOUT_S: Final = 10.0
 def _call(
     config: ForgeConfig, method: str, path: str, body: Mapping[str, Any] | None = None
 ) -> Any:
+    # urllib.request brings http.client, email and ssl: imported by the call that talks to
+    # GitHub, not by every command that loads the plugin (issue 45 item 6)
+    import urllib.error
+    import urllib.request
+
     url = (config.url or API).rstrip("/") + path
     data = json.dumps(body).encode() if body is not None else None
     request = urllib.request.Request(url, data=data, method=method)

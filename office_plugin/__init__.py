@@ -5,8 +5,6 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from loguru import logger
-
 from office_plugin import quorum
 from office_plugin.kinds import declarations
 from plugins import api
@@ -59,6 +57,10 @@ def laneway_agent_failed(host: PluginHost, failure: AgentFailure, case: FailureC
     neither again."""
     if failure.user_initiated or failure.run_id is None:
         return
+    # imported here: loguru (with asyncio, multiprocessing) is for the processes that log,
+    # not for every command that loads the plugin (issue 45 item 6)
+    from loguru import logger
+
     bundle = host.bundle  # read once: the feature switch and the engine from one publication
     if not bundle.registry.features.enabled(NAME):
         # Office off means off: its tasks are not dispatched nor moved by anyone

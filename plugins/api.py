@@ -23,6 +23,8 @@ What is here:
   failure as the host decided it once, which the hook receives beside it) and
   :func:`payload_of` (the on_agent_error payload for a failure), :func:`build_prompt`;
 - :func:`fault_point` (``core.faults.reach``): a named point crash tests can stop at;
+- :func:`disable_logs` (``core.logs.disable``): loguru's ``logger.disable`` for a plugin's
+  package at import, without importing loguru before anything logs;
 - landing a task's branch: :class:`ChangesView` (``ctx.services.changes``), the
   :class:`Claim` an executor names to it, :class:`MergeConflict` (its ``paths``) and
   ``MERGE_STRATEGIES``.
@@ -45,6 +47,7 @@ from core.errors import LanewayError
 from core.faults import reach as fault_point
 from core.gitmerge import STRATEGIES as MERGE_STRATEGIES
 from core.gitmerge import MergeConflict
+from core.logs import disable as disable_logs
 from core.model import (
     PARTICIPANT_ROLES,
     AgentFailure,
@@ -171,6 +174,7 @@ __all__ = [
     "WorkspaceView",
     "accept_any",
     "build_prompt",
+    "disable_logs",
     "dispatched",
     "fault_point",
     "hookimpl",

@@ -328,7 +328,6 @@ def reader(settings: Settings) -> Iterator[Host]:
 def _start_logging(settings: Settings) -> Callable[[], None]:
     """Route laneway's records to stderr for this invocation; returns the undo."""
     from core import logs
-    from core.logs import logger
 
     # --json promises machine-readable progress on stderr too, so it serialises records
     # as well; --log-json additionally lowers the threshold to INFO.
@@ -336,13 +335,8 @@ def _start_logging(settings: Settings) -> Callable[[], None]:
         level = "DEBUG" if settings.verbose else "INFO"
     else:
         level = "DEBUG" if settings.verbose else "WARNING"
-    handler = logs.enable(level=level, json=settings.log_json or settings.json, stream=sys.stderr)
-
-    def stop() -> None:
-        logger.remove(handler)
-        logs.disable()
-
-    return stop
+    # loguru is imported only when a record is made (core.logs): most commands make none
+    return logs.route(level=level, json=settings.log_json or settings.json, stream=sys.stderr)
 
 
 # -- the group -----------------------------------------------------------------------------
@@ -441,9 +435,9 @@ def main(argv: Sequence[str] | None = None) -> NoReturn:
 def _main(argv: Sequence[str] | None) -> NoReturn:
     # laneway owns this process: drop loguru's default DEBUG handler so only the handler the
     # global options ask for prints.
-    from core.logs import logger
+    from core import logs
 
-    logger.remove()
+    logs.remove_handlers()
     verbose = any(a in ("-v", "--verbose") for a in (argv if argv is not None else sys.argv))
     try:
         cli = build_cli()

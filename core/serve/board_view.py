@@ -52,6 +52,9 @@ class BoardQuery:
     q: str | None = None
     limit: int | None = None
     after: tuple[str, str] | None = None
+    counts: bool = True
+    """False (`?counts=0`): the lane counts are not read (`counts` is null). The page reads
+    them once per load, not once per lane: they count the whole workflow (issue 45 item 5)."""
 
 
 def encode_cursor(created_at: str, task_id: str) -> str:
@@ -160,7 +163,7 @@ def read(
         "workflow": workflow_json(wf),
         "tasks": task_rows,
         "profiles": profiles,
-        "counts": _counts(conn, wf, query),
+        "counts": _counts(conn, wf, query) if query.counts else None,
         "next_cursor": next_cursor,
         "step_agents": _step_agents(conn, wf),
     }

@@ -491,8 +491,15 @@ def board(call: Call) -> Reply:
             after = board_view.decode_cursor(cursor)
         except board_view.BadCursor:
             raise bad("query 'cursor': not a cursor this server gave") from None
+    counts = call.query.get("counts", "1")
+    if counts not in ("0", "1"):
+        raise bad(f"query 'counts': expected 0 or 1, got {counts!r}")
     query = board_view.BoardQuery(
-        step_id=step_id, q=call.query.get("q") or None, limit=limit, after=after
+        step_id=step_id,
+        q=call.query.get("q") or None,
+        limit=limit,
+        after=after,
+        counts=counts == "1",
     )
     call.check()
     with host.store.read() as conn:

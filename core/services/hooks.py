@@ -137,9 +137,34 @@ def parse_events(spec: str | None) -> tuple[str, ...]:
     return wanted
 
 
+MAX_SECRET: Final = 512
+"""A webhook secret is a shared random string (`openssl rand -hex 32` is 64 characters)."""
+
+
+def check_secret(secret: str | None) -> str | None:
+    """Refuse what is not a shared secret: a private key (someone's `$(cat ~/.ssh/id_rsa)`
+    would be stored and sent nowhere, but it has no business in a board's database), a file's
+    worth of text, control characters a header-minded receiver could not type back."""
+    if secret is None:
+        return None
+    if "PRIVATE KEY" in secret or secret.lstrip().startswith("-----BEGIN"):
+        raise LanewayError(
+            "hook secret: that is a key file, not a shared secret; use a random string "
+            "both sides know (for example `openssl rand -hex 32`)"
+        )
+    if len(secret) > MAX_SECRET:
+        raise LanewayError(
+            f"hook secret: {len(secret):,} characters; a shared secret is at most {MAX_SECRET}"
+        )
+    if not secret.isprintable():
+        raise LanewayError("hook secret: holds control characters or line breaks")
+    return secret
+
+
 def add(store: Store, url: str, event_types: Sequence[str], secret: str | None) -> Hook:
     """A hook taking the events committed from now on."""
     check_url(url)
+    check_secret(secret)
     hook = Hook(ids.new_id(), url, tuple(event_types), ids.now())
     with store.transaction() as uow:
         uow.conn.execute(

@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import builtins
+import functools
 import json
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Final
@@ -36,25 +37,57 @@ ITEMS = t.transcript_items
 """The longest text an `agent.item` event carries (HTTP.md: cut to 4 KiB)."""
 MAX_ITEMS_PAGE: Final = 1000
 
-# The next item's seq is decided by the INSERT itself, from the rows already there: two
-# writers can never both take one number (the session row is locked first, and SQLite's
-# writers queue on BEGIN IMMEDIATE), and no number is skipped.
-_APPEND = (
-    sa.insert(ITEMS)
-    .from_select(
-        ["session_id", "seq", "run_id", "kind", "text", "data", "at"],
-        sa.select(
-            sa.bindparam("session_id", type_=sa.String),
-            sa.func.coalesce(sa.func.max(ITEMS.c.seq), 0) + 1,
-            sa.bindparam("run_id", type_=sa.String),
-            sa.bindparam("kind", type_=sa.String),
-            sa.bindparam("text", type_=sa.Text),
-            sa.bindparam("data", type_=sa.Text),
-            sa.bindparam("at", type_=sa.String),
-        ).where(ITEMS.c.session_id == sa.bindparam("session_id", type_=sa.String)),
-    )
-    .returning(ITEMS.c.seq)
+# A batch's seqs: the next free one, read under the session row's lock (two writers can never
+# both take one number: the lock queues them, SQLite's writers queue on BEGIN IMMEDIATE, and the
+# primary key refuses a repeat), then the batch numbered from it; no number is skipped.
+_NEXT_SEQ = sa.select(sa.func.coalesce(sa.func.max(ITEMS.c.seq), 0) + 1).where(
+    ITEMS.c.session_id == sa.bindparam("session_id", type_=sa.String)
 )
+_ITEM_COLUMNS: Final = ("session_id", "seq", "run_id", "kind", "text", "data", "at")
+
+
+@functools.lru_cache(maxsize=64)
+def _items_sql(dialect: str, paramstyle: str, quoted: tuple[str, ...], rows: int) -> str:
+    """`INSERT INTO transcript_items (...) VALUES (...), (...)` for `rows` rows, as the
+    driver's SQL: built once per batch size, never compiled per batch."""
+    mark = "?" if paramstyle == "qmark" else "%s"
+    one = "(" + ", ".join([mark] * len(quoted)) + ")"
+    return f"INSERT INTO {ITEMS.name} ({', '.join(quoted)}) VALUES " + ", ".join([one] * rows)
+
+
+def _insert_items(
+    conn: sa.Connection,
+    session_id: str,
+    run_id: str | None,
+    stamp: str,
+    first: int,
+    items: Sequence[TranscriptItem],
+) -> None:
+    """The items as one multi-row INSERT (one per `_ROWS` items), numbered `first`,
+    `first + 1`, ... in order."""
+    dialect = conn.dialect
+    quoted = tuple(dialect.identifier_preparer.quote(c) for c in _ITEM_COLUMNS)
+    for at in range(0, len(items), _ROWS):
+        chunk = items[at : at + _ROWS]
+        values: builtins.list[Any] = []
+        for n, item in enumerate(chunk, start=first + at):
+            values += (
+                session_id,
+                n,
+                run_id,
+                item.kind,
+                item.text,
+                json.dumps(item.data, default=str),
+                stamp,
+            )
+        sql = _items_sql(dialect.name, str(dialect.paramstyle), quoted, len(chunk))
+        conn.exec_driver_sql(sql, tuple(values))
+
+
+_ROWS: Final = 500
+"""Rows at most in one INSERT: 3,500 parameters, well inside SQLite's and PostgreSQL's limits
+(the item writer's batch, core.agents.item_queue.BATCH, is this size)."""
+
 
 _NEXT = (
     sa.select((sa.func.coalesce(sa.func.max(ITEMS.c.seq), 0) + 1).label("seq"))
@@ -379,10 +412,31 @@ class SessionService(Service):
                 if refused == "claim_lost":
                     raise RunFenced(run_id, refused)
             stamp = ids.now()
+            # The batch's numbers are decided once, under the session row's lock taken above
+            # (SQLite's writers queue on BEGIN IMMEDIATE): the next free seq, then the plain
+            # items in one multi-row INSERT numbered from it (issue 45 item 2). A run's prompt
+            # is kept at most once (its own INSERT decides), so it ends a run of plain items.
+            following = int(uow.run(_NEXT_SEQ, {"session_id": session_id}).scalar_one())
+            plain: builtins.list[TranscriptItem] = []
+            kept: builtins.list[tuple[int, TranscriptItem]] = []
+
+            def write_plain() -> None:
+                nonlocal following
+                if not plain:
+                    return
+                _insert_items(uow.conn, session_id, run_id, stamp, following, plain)
+                for n, item in enumerate(plain):
+                    kept.append((following + n, item))
+                following += len(plain)
+                plain.clear()
+
             for item in checked:
-                once = item.kind == "prompt" and run_id is not None
-                kept = uow.run(
-                    _APPEND_PROMPT if once else _APPEND,
+                if not (item.kind == "prompt" and run_id is not None):
+                    plain.append(item)
+                    continue
+                write_plain()
+                once = uow.run(
+                    _APPEND_PROMPT,
                     {
                         "session_id": session_id,
                         "run_id": run_id,
@@ -392,9 +446,12 @@ class SessionService(Service):
                         "at": stamp,
                     },
                 ).scalar()
-                if kept is None:
+                if once is None:
                     continue  # this turn's prompt is kept already
-                seq = int(kept)
+                kept.append((int(once), item))
+                following = int(once) + 1
+            write_plain()
+            for seq, item in kept:
                 seqs.append(seq)
                 events.record(
                     uow,

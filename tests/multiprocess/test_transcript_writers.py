@@ -14,6 +14,7 @@ import time
 from pathlib import Path
 
 from core import Host, runs
+from core.store import events
 from tests.agents.conftest import plain_workflow
 from tests.conftest import open_host
 from tests.multiprocess.conftest import LANEWAY, Board, child_env
@@ -37,6 +38,25 @@ print("done", flush=True)
 """
 
 ROUNDS = 40
+
+BATCH_WRITER = """
+import sys
+import time
+from core import Host
+from core.plugin.selection import PluginSelection
+
+url, session, name = sys.argv[1:4]
+rounds, size = int(sys.argv[4]), int(sys.argv[5])
+with Host.open(url, plugins=PluginSelection(allow=frozenset({"kanban"}))) as host:
+    print("ready", flush=True)
+    sys.stdin.readline()
+    for i in range(rounds):
+        kinds = ("thought", "message")
+        batch = [(kinds[n % 2], f"{name} {i} {n}", {"n": n}) for n in range(size)]
+        host.sessions.append_items(session, batch)
+        time.sleep(0.005)
+print("done", flush=True)
+"""
 
 USAGE_WRITER = """
 import sys
@@ -83,6 +103,33 @@ def test_two_processes_appending_to_one_session_never_double_nor_lose_a_seq(
     writer_of = [i.text.split()[0] for i in items]
     switches = sum(1 for a, b in itertools.pairwise(writer_of) if a != b)
     assert switches > 1, "the writers did not run at the same time"
+
+
+def test_issue_45_item_2_batches_from_two_processes_keep_each_sessions_order(
+    board: Board, tmp_path: Path
+) -> None:
+    """Issue 45 item 2: a batch is one multi-row INSERT numbered once for the batch; two writer
+    processes appending 25-item batches to one session at once still give 1..N each exactly
+    once, each batch contiguous and in its order, each writer's batches in its order, and one
+    `agent.item` event per item with its row's seq."""
+    session = _session(board.url, tmp_path)
+    rounds, size = 12, 25
+    _together([[BATCH_WRITER, board.url, session, n, str(rounds), str(size)] for n in ("w1", "w2")])
+    with Host.open(board.url, read_only=True) as host:
+        items = host.sessions.items(session, limit=1000)
+        told = [e.data for e in events.read_all(host.store) if e.type == "agent.item"]
+    total = 2 * rounds * size
+    assert [i.seq for i in items] == list(range(1, total + 1))
+    for at in range(0, total, size):
+        batch = [i.text.split() for i in items[at : at + size]]
+        assert {w for w, _i, _n in batch} == {batch[0][0]}  # one writer's batch, whole
+        assert [int(n) for _w, _i, n in batch] == list(range(size))
+    for name in ("w1", "w2"):
+        mine = [i.text for i in items if i.text.startswith(name + " ")]
+        assert mine == [f"{name} {i} {n}" for i in range(rounds) for n in range(size)]
+    assert [(d["seq"], d["text"]) for d in told if d["session_id"] == session] == [
+        (i.seq, i.text) for i in items
+    ]
 
 
 def _together(scripts: list[list[str]]) -> None:

@@ -198,3 +198,50 @@ def test_runs_and_sessions_are_found_by_a_unique_suffix(host: Host, tmp_path: Pa
         host.runs.find(run[-5:])
     with pytest.raises(NotFound):
         host.sessions.find("zzzzzzzz")
+
+
+def test_issue_45_item_2_a_batch_of_items_is_one_insert_numbered_once(
+    host: Host, tmp_path: Path
+) -> None:
+    """Issue 45 item 2: a batch of transcript items is written by one multi-row INSERT, its
+    seqs decided once for the batch (not one `INSERT ... max(seq) + 1` per item), numbered
+    on from what the session already has; a run's prompt among them is still kept once and
+    keeps its place in the order."""
+    _task, session, run = _session(host, tmp_path)
+    host.sessions.append_items(session, [("log", "first", {})])
+    inserts: list[str] = []
+
+    def seen(_conn: Any, _cursor: Any, statement: str, *_rest: Any) -> None:
+        if statement.lstrip().upper().startswith("INSERT INTO TRANSCRIPT_ITEMS"):
+            inserts.append(statement)
+
+    sa.event.listen(host.store.engine, "before_cursor_execute", seen)
+    try:
+        batch = [("message" if n % 2 else "thought", f"item {n}", {"n": n}) for n in range(40)]
+        seqs = host.sessions.append_items(session, batch, run_id=run)
+        assert len(inserts) == 1
+        inserts.clear()
+        mixed = [
+            ("message", "before", {}),
+            ("prompt", "do it", {"turn": 1}),
+            ("message", "after", {}),
+            ("prompt", "do it", {"turn": 1}),  # the same turn's prompt again: not kept twice
+            ("message", "last", {}),
+        ]
+        more = host.sessions.append_items(session, mixed, run_id=run)
+    finally:
+        sa.event.remove(host.store.engine, "before_cursor_execute", seen)
+    assert seqs == list(range(2, 42))
+    assert more == [42, 43, 44, 45]
+    items = host.sessions.items(session, limit=1000)
+    assert [i.text for i in items] == [
+        "first",
+        *(f"item {n}" for n in range(40)),
+        "before",
+        "do it",
+        "after",
+        "last",
+    ]
+    assert [i.seq for i in items] == list(range(1, 46))
+    told = [e["seq"] for e in _events(host, "agent.item")]
+    assert told == list(range(1, 46))

@@ -235,10 +235,19 @@ async function loadWorkflows() {
   if (state.workflowId) select.value = state.workflowId;
 }
 
+// A lane's page without the lane counts (`counts=0`): they count the whole workflow, so the
+// page reads them once per load (`countsUrl`), not once per lane and page.
 function boardUrl(stepId, limit, cursor) {
-  const q = new URLSearchParams({ workflow: state.workflowId, step: stepId, limit: String(limit) });
+  const q = new URLSearchParams({ workflow: state.workflowId, step: stepId, limit: String(limit), counts: "0" });
   if (state.filters.q) q.set("q", state.filters.q);
   if (cursor) q.set("cursor", cursor);
+  return `/api/board?${q}`;
+}
+
+// The lane counts (and the workflow, when no lane is known yet), beside the lanes' first pages.
+function countsUrl() {
+  const q = new URLSearchParams({ workflow: state.workflowId, limit: "1" });
+  if (state.filters.q) q.set("q", state.filters.q);
   return `/api/board?${q}`;
 }
 
@@ -276,7 +285,7 @@ async function loadBoard() {
   // every lane's first page (or as much as was loaded of it) at once: the lanes in view first
   const [lanes, whole, pending, runs] = await Promise.all([
     Promise.all(stepIds.map((id) => readLane(id, Math.max(PAGE, state.lanes.get(id)?.tasks.length || 0)))),
-    stepIds.length ? null : state.api.get(`/api/board?workflow=${encodeURIComponent(state.workflowId)}&limit=1`),
+    state.api.get(countsUrl()),
     sayer ? [] : state.api.get("/api/permissions?state=pending"),
     state.filters.agent ? state.api.get("/api/runs") : null,
   ]);
@@ -286,7 +295,7 @@ async function loadBoard() {
   state.board = {
     workflow: answer.workflow,
     profiles: answer.profiles,
-    counts: answer.counts || {},
+    counts: whole.counts || {},
     step_agents: answer.step_agents || {},
     tasks: loadedTasks(),
   };
@@ -685,7 +694,7 @@ async function offerStart(taskId, step) {
   const agent = (state.board.step_agents || {})[step.id];
   if (!agent) return;
   // the card as it is now, read for itself (it may sit beyond the lane's loaded pages)
-  const q = new URLSearchParams({ workflow: state.workflowId, step: step.id, q: taskId, limit: "1" });
+  const q = new URLSearchParams({ workflow: state.workflowId, step: step.id, q: taskId, limit: "1", counts: "0" });
   const moved = (await state.api.get(`/api/board?${q}`)).tasks.find((t) => t.id === taskId);
   if (!moved || moved.workflow_step_id !== step.id) return;
   if (moved.badges.running || moved.badges.queued || FINISHED_STATES.has(moved.state)) return;

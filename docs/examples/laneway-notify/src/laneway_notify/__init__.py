@@ -13,8 +13,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from loguru import logger
-from plugins.api import ActionKind, PluginHost, hookimpl
+from plugins.api import ActionKind, PluginHost, disable_logs, hookimpl
 
 from laneway_notify import desktop
 from laneway_notify.kind import DECLARATION, ENV_FILE, KIND, NotifyConfig, notify, validate
@@ -31,7 +30,8 @@ __all__ = [
 
 # A library stays silent until the application enables it (loguru's recipe for libraries):
 # `logger.enable("laneway_notify")`. The contract kit enables it while it checks the records.
-logger.disable("laneway_notify")
+# `disable_logs` is loguru's `logger.disable` without importing loguru before anything logs.
+disable_logs("laneway_notify")
 
 
 @hookimpl

@@ -23,8 +23,6 @@ import subprocess
 from collections.abc import Mapping
 from typing import Any, Final, Protocol
 
-from loguru import logger
-
 ENV_COMMAND: Final = "LANEWAY_NOTIFY_COMMAND"
 WAITS_FOR: Final[Mapping[str, str]] = {
     "permission": "its agent asks for permission",
@@ -71,6 +69,9 @@ def notify(event: Any, titles: Titles | None) -> bool:
     argv = command()
     if argv is None:
         return False
+    # imported here: a command that loads the plugin and tells no desktop imports no loguru
+    from loguru import logger
+
     title = str(event.task_id)
     if titles is not None:
         # a title is a nicety: when it cannot be read, the id still says which task

@@ -1,0 +1,132 @@
+"""Issue 45 item 6 (start-up): loguru, and what it pulls in (multiprocessing; asyncio and ssl
+beyond what SQLAlchemy imports itself), is imported only by a command that makes a record; a
+plugin's GitHub client (urllib.request, http.client) only by a call to GitHub. The timing is
+`tests/benchmarks/bench_startup.py`; these tests keep the structure, and that every record
+still reaches every sink, from drifting."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+pytestmark = pytest.mark.slow  # its tests start `laneway` or `python`: the subprocess tier
+
+LANEWAY = Path(sys.executable).with_name("laneway")
+
+# The console script's own entry point, reporting on stderr which modules the process imported.
+CONSOLE_PROBE = """
+import atexit, json, sys
+atexit.register(lambda: print(json.dumps(sorted(sys.modules)), file=sys.stderr))
+from core.console import main
+main(sys.argv[1:])
+"""
+
+HEAVY = ("loguru", "multiprocessing", "http.client", "urllib.request", "asyncio", "ssl")
+
+
+def _run(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, *args], capture_output=True, text=True, timeout=120, check=False, env=env
+    )
+
+
+def _modules_of_sqlalchemy() -> set[str]:
+    done = _run("-c", "import json, sys, sqlalchemy; print(json.dumps(sorted(sys.modules)))")
+    assert done.returncode == 0, done.stderr
+    return set(json.loads(done.stdout))
+
+
+@pytest.fixture
+def board(sqlite_url: str) -> tuple[str, str]:
+    """A current SQLite board with one task in Backlog: (url, task id)."""
+    made: dict[str, Any] = {}
+    for args in (
+        ["init"],
+        ["workflow", "create", "--template", "simple"],
+        ["--json", "task", "create", "--workflow", "Kanban", "--title", "probe"],
+        ["task", "move", "<id>", "Backlog"],
+    ):
+        args = [made.get("id", a) if a == "<id>" else a for a in args]
+        done = subprocess.run(
+            [str(LANEWAY), "--db", sqlite_url, *args],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
+        )
+        assert done.returncode == 0, done.stderr
+        if "create" in args and "task" in args:
+            made = json.loads(done.stdout)
+    return sqlite_url, str(made["id"])
+
+
+def test_issue_45_item_6_task_move_imports_no_loguru_when_it_makes_no_record(
+    board: tuple[str, str],
+) -> None:
+    """A manual move at the default level (WARNING) makes no record a handler takes: the
+    process never imports loguru, multiprocessing or an HTTP client, and no asyncio or ssl
+    beyond what `import sqlalchemy` brings itself (SQLAlchemy 2 imports asyncio)."""
+    url, task_id = board
+    done = _run("-c", CONSOLE_PROBE, "--db", url, "task", "move", task_id, "Review")
+    assert done.returncode == 0, done.stderr
+    assert "moved from Backlog to Review" in done.stdout
+    modules = set(json.loads(done.stderr.splitlines()[-1]))
+    floor = _modules_of_sqlalchemy()
+    assert [m for m in HEAVY if m in modules and m not in floor] == []
+
+
+def test_issue_45_item_6_a_record_still_reaches_stderr_when_one_is_made(
+    board: tuple[str, str],
+) -> None:
+    """Behaviour unchanged: with `--log-json` the same move makes its INFO records, loguru is
+    imported for them, and each is a JSON line on stderr with its discrete fields, named for
+    the module that made it."""
+    url, task_id = board
+    done = _run("-c", CONSOLE_PROBE, "--db", url, "--log-json", "task", "move", task_id, "Review")
+    assert done.returncode == 0, done.stderr
+    lines = done.stderr.splitlines()
+    assert "loguru" in json.loads(lines[-1])
+    records = [json.loads(line)["record"] for line in lines[:-1] if line.startswith("{")]
+    opened = [r for r in records if r["message"] == "host opened"]
+    assert opened, done.stderr
+    assert opened[0]["extra"]["command"]
+    assert opened[0]["name"] == "core.cli.app"
+
+
+# A host that imports laneway first and loguru later, and adds its own list sink.
+LIST_SINK_PROBE = """
+import json, sys
+import core.logs
+assert "loguru" not in sys.modules
+AS_CORE = {"__name__": "core.probe"}
+import importlib.util
+assert importlib.util.find_spec("loguru") is not None  # looked up, not imported: still watched
+assert "loguru" not in sys.modules
+from loguru import logger as real
+exec("from core.logs import logger; logger.bind(k=1).info('before enable')", AS_CORE)
+seen = []
+real.add(lambda m: seen.append([m.record["name"], m.record["message"], m.record["extra"]]))
+exec("from core.logs import logger; logger.info('silenced')", AS_CORE)
+real.enable("core")
+exec("from core.logs import logger; logger.bind(k=2).warning('heard')", AS_CORE)
+exec("from core.logs import logger; logger.opt(lazy=True).debug('lazy {}', lambda: 3)", AS_CORE)
+print(json.dumps(seen))
+"""
+
+
+def test_issue_45_item_6_the_lazy_logger_feeds_sinks_added_through_loguru() -> None:
+    """`from core.logs import logger` keeps working for every caller: laneway's packages are
+    silenced the moment loguru is imported (by whoever imports it), a sink added through
+    loguru's own `logger.add` sees every record once the package is enabled, bound fields
+    and `opt` included, and each record names the module that made it."""
+    done = _run("-c", LIST_SINK_PROBE)
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout) == [
+        ["core.probe", "heard", {"k": 2}],
+        ["core.probe", "lazy 3", {}],
+    ]
