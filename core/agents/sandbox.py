@@ -126,7 +126,10 @@ class Room:
         ops = list({(p.resolve(), k, src): None for p, k, src in ops})
         order = {"hide": 0, "ro": 1, "rw": 2}
         covered = [p for p, kind, _ in ops if kind == "hide"]
-        writable = [p for p, kind, _ in ops if kind == "rw"]
+        # only a path bound to itself shows what is there: the agent's home is another
+        # directory at the worker's home's path, so what lies under the worker's home (a
+        # Python, an agent installed in ~/.local) is bound in again, read-only
+        writable = [p for p, kind, src in ops if kind == "rw" and src is None]
         for path, kind, source in sorted(ops, key=lambda o: (len(o[0].parts), order[o[1]])):
             if kind == "hide":
                 if path.is_dir():

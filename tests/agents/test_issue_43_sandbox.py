@@ -351,6 +351,61 @@ def test_issue_43_item_4_an_acp_agent_and_its_tool_server_in_a_sandbox(
     assert (Path(workspace["path"]) / "acp-mine.txt").read_text() == "mine"
 
 
+INSTALLED = textwrap.dedent(
+    """\
+    #!/usr/bin/python3
+    # An agent installed in the worker's home (~/.local/bin): it writes its worktree and its
+    # own home, and reads a data file installed beside it.
+    import os, sys
+    sys.stdin.read()
+    here = os.path.dirname(os.path.abspath(__file__))
+    data = open(os.path.join(here, "agent-data.txt")).read()
+    secret = os.path.exists(os.path.join(os.environ["HOME"], "secret"))
+    open("installed.txt", "w").write(f"{data}; the worker's secret seen: {secret}")
+    open(os.path.join(os.environ["HOME"], ".agent-state"), "w").write("1")
+    """
+)
+
+
+def test_issue_43_item_4_an_agent_installed_in_the_workers_home_runs_in_the_sandbox(
+    db_url: str, tmp_path: Path
+) -> None:
+    """The worker's home is hidden (the agent gets a home of its own at its path), yet what the
+    agent needs from under it stays visible, read-only: an agent installed in `~/.local/bin`
+    (as npm or pip install for a user), or a worker whose Python lives in its home (pyenv's
+    `~/.pyenv`: the `laneway` tool server is that Python). It starts, writes its worktree and
+    its own home (the task's, under LANEWAY_WORKTREES/.homes), and the worker's home is not
+    written; the secret beside the program stays hidden."""
+    repo = make_repo(tmp_path / "repo")
+    worktrees = tmp_path / "wt"
+    home = tmp_path / "home"
+    installed = home / ".local" / "bin"
+    installed.mkdir(parents=True)
+    (home / "secret").write_text("the worker's")
+    agent = installed / "agent"
+    agent.write_text(INSTALLED)
+    agent.chmod(0o755)
+    (installed / "agent-data.txt").write_text("installed in the worker's home")
+    with open_host(db_url) as host:
+        wf = plain_workflow(host, tmp_path)
+        host.workflows.set_repository(wf, str(repo), "main")
+        profile = host.profiles.add("boxed", command=[str(agent)], sandbox="bwrap")
+        task = host.tasks.create(workflow=wf, title="installed")
+        host.sessions.start(task.id, profile="boxed", external=False)
+        enqueue(host, profile.id, task.id)
+    env = {"LANEWAY_WORKTREES": str(worktrees), "HOME": str(home)}
+    done = laneway("--db", db_url, "--json", "worker", "--once", cwd=tmp_path, env=env)
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["finished"] == 1, done.stderr
+    with open_host(db_url) as host:
+        workspace = host.tasks.get(task.id).workspace
+    assert workspace is not None
+    written = Path(workspace["path"]) / "installed.txt"
+    assert written.read_text() == "installed in the worker's home; the worker's secret seen: False"
+    assert (worktrees / ".homes" / task.id / ".agent-state").exists()
+    assert not (home / ".agent-state").exists()
+
+
 def test_issue_43_item_4_a_missing_bwrap_is_r2_naming_the_package(
     host: Host, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
