@@ -15,7 +15,7 @@ import attrs
 import sqlalchemy as sa
 
 from core.model import Comment, Decision, Run, Task
-from core.store import prepared
+from core.store import prepared, rows
 from core.store import tables as t
 from core.text import cut_to
 
@@ -42,37 +42,86 @@ class Feedback:
 
 
 R = t.runs
-_LAST_START = sa.select(sa.func.max(R.c.claimed_at)).where(
-    R.c.task_id == sa.bindparam("task_id"),
-    R.c.agent_profile_id == sa.bindparam("agent"),
-    R.c.id != sa.bindparam("run_id"),
-    R.c.claimed_at.is_not(None),
+C = t.comments
+D = t.workflow_step_decisions
+_LAST_START = (
+    sa.select(sa.func.max(R.c.claimed_at))
+    .where(
+        R.c.task_id == sa.bindparam("task_id"),
+        R.c.agent_profile_id == sa.bindparam("agent"),
+        R.c.id != sa.bindparam("run_id"),
+        R.c.claimed_at.is_not(None),
+    )
+    .scalar_subquery()
+)
+_ME = (
+    sa.select(t.agent_profiles.c.name)
+    .where(t.agent_profiles.c.id == sa.bindparam("agent"))
+    .scalar_subquery()
+)
+_NEWS = sa.select(
+    _LAST_START.label("since"),
+    sa.exists()
+    .where(C.c.task_id == sa.bindparam("task_id"), C.c.created_at > _LAST_START, C.c.author != _ME)
+    .label("comments"),
+    sa.exists()
+    .where(
+        D.c.task_id == sa.bindparam("task_id"),
+        D.c.decided_at > _LAST_START,
+        D.c.superseded_at.is_(None),
+        sa.not_(sa.and_(D.c.decider_type == "agent", D.c.decider_id == sa.bindparam("agent"))),
+    )
+    .label("verdicts"),
+)
+"""The cursor and what lies past it, in one statement (one snapshot): the agent's last turn
+start, and whether a comment or a standing verdict of another was given after it. A turn of
+a live conversation, where nothing was said, reads the task's comments and rounds no further
+(issue 45: re-reading them all was a third of such a turn)."""
+
+_COMMENTS_SINCE = (
+    sa.select(C)
+    .where(C.c.task_id == sa.bindparam("task_id"), C.c.created_at > sa.bindparam("since"))
+    .order_by(C.c.created_at, C.c.id)
 )
 
 
-def last_turn_start(host: AgentPort, run: Run) -> str | None:
-    """When `run`'s agent last began a turn on its task (another run than `run`: a re-claimed
-    run is not its own last turn); None for a first run. One aggregate over the task's runs
-    (it read the task and every run of it, on every run).
+@attrs.frozen
+class _News:
+    since: str | None
+    comments: bool
+    verdicts: bool
+
+
+def _news(host: AgentPort, run: Run) -> _News:
+    """The cursor: when `run`'s agent last began a turn on its task (another run than `run`:
+    a re-claimed run is not its own last turn; None for a first run), and what lies past it.
 
     The start, not the end: a reviewer woken by this agent's turn may record its verdict
     before the worker has written the turn's end, and everything given after the agent's
-    last prompt is new to it. What the agent gave itself meanwhile is left out below."""
+    last prompt is new to it. What the agent gave itself meanwhile is left out."""
     with host.store.read() as conn:
         found = prepared.execute(  # once per run: prepared driver SQL
             conn,
-            _LAST_START,
+            _NEWS,
             {"task_id": run.task_id, "agent": run.agent_profile_id, "run_id": run.id},
-        ).scalar()
-    return str(found) if found is not None else None
+        ).first()
+    assert found is not None  # an aggregate's row
+    since, comments, verdicts = found
+    return _News(str(since) if since is not None else None, bool(comments), bool(verdicts))
 
 
 def since_last_turn(host: AgentPort, run: Run, task: Task | None = None) -> Feedback | None:
     """The feedback `run`'s agent has not seen, or None (a first run, or nothing new).
-    `task`: the run's task as the caller has just read it."""
+    `task`: the run's task as the caller has just read it.
+
+    The cursor is the agent's last turn start (its run's `claimed_at`): the comments and
+    verdicts past it are read, and only when the one statement of `_NEWS` says there are
+    any; the cursor and that answer come from the same read, so nothing committed between
+    two reads can fall between them."""
     if run.task_id is None:
         return None
-    since = last_turn_start(host, run)
+    news = _news(host, run)
+    since = news.since
     if task is None or task.id != run.task_id:
         task = host.tasks.get(run.task_id)
     conflict = _conflict(task, since)
@@ -81,22 +130,34 @@ def since_last_turn(host: AgentPort, run: Run, task: Task | None = None) -> Feed
         if conflict is None:
             return woken
         return attrs.evolve(woken or Feedback("", (), ()), conflict=conflict)
+    if not news.comments and not news.verdicts and conflict is None:
+        return None
     me = host.profiles.get(run.agent_profile_id).name
-    verdicts = tuple(
-        d
-        for d in host.decisions.rounds(run.task_id)
-        # a verdict its seat replaced later no longer stands (a cleared round keeps the
-        # verdicts it ended with: a new round supersedes nothing in it)
-        if d.decided_at > since
-        and d.superseded_at is None
-        and not (d.decider_type == "agent" and d.decider_id == run.agent_profile_id)
-    )
-    comments = tuple(
-        c for c in host.comments.list(run.task_id) if c.created_at > since and c.author != me
-    )
+    verdicts: tuple[Decision, ...] = ()
+    if news.verdicts:
+        verdicts = tuple(
+            d
+            for d in host.decisions.rounds(run.task_id)
+            # a verdict its seat replaced later no longer stands (a cleared round keeps the
+            # verdicts it ended with: a new round supersedes nothing in it)
+            if d.decided_at > since
+            and d.superseded_at is None
+            and not (d.decider_type == "agent" and d.decider_id == run.agent_profile_id)
+        )
+    comments: tuple[Comment, ...] = ()
+    if news.comments:
+        comments = tuple(c for c in _comments_since(host, run.task_id, since) if c.author != me)
     if not verdicts and not comments and conflict is None:
         return None
     return Feedback(since, verdicts, comments, conflict)
+
+
+def _comments_since(host: AgentPort, task_id: str, since: str) -> list[Comment]:
+    """The task's comments written after `since`, oldest first (the index on the task and
+    the time reads those only)."""
+    with host.store.read() as conn:
+        found = prepared.execute(conn, _COMMENTS_SINCE, {"task_id": task_id, "since": since})
+        return [rows.comment(r) for r in found.mappings()]
 
 
 def _conflict(task: Task, since: str | None) -> Mapping[str, Any] | None:

@@ -8,6 +8,7 @@ import threading
 from collections.abc import Callable, Sequence
 from typing import Final
 
+from core.agents import spare
 from core.agents.values import TranscriptItem
 from core.logs import logger
 
@@ -40,8 +41,9 @@ class ItemQueue:
         self._closed = False
         self._error: BaseException | None = None
         self._cond = threading.Condition()
-        self._thread: threading.Thread | None = None
-        """Started by the first `put`: most exec turns say nothing worth a writer."""
+        self._writing = False
+        """The writer runs (a spare thread's job, `core.agents.spare`), started by the first
+        `put`: most exec turns say nothing worth a writer."""
 
     def put(self, items: Sequence[TranscriptItem]) -> bool:
         """Queue `items` for the writer; False when they are past the turn's limit (dropped,
@@ -110,20 +112,27 @@ class ItemQueue:
             self._closed = True
             self._pending.clear()
             self._cond.notify_all()
-            thread = self._thread
-        if thread is not None:
-            thread.join()
+            while self._writing:
+                self._cond.wait()
 
     def _ensure_writer(self) -> None:
-        if self._thread is None:
-            self._thread = threading.Thread(target=self._run, name="transcript-writer", daemon=True)
-            self._thread.start()
+        if not self._writing:
+            self._writing = True  # under the lock, as `stop` reads it
+            spare.run(self._run)
 
     def _raise(self) -> None:
         if self._error is not None:
             raise self._error
 
     def _run(self) -> None:
+        try:
+            self._drain()
+        finally:
+            with self._cond:
+                self._writing = False
+                self._cond.notify_all()
+
+    def _drain(self) -> None:
         while True:
             with self._cond:
                 while not self._pending and not self._closed:

@@ -133,7 +133,7 @@ _SET_STATE = (
     .returning(S.c.task_id)
 )
 _LOCK_FOR_ITEMS = sa.select(S.c.task_id).where(S.c.id == _BY_ID).with_for_update(key_share=True)
-_LOCK_AGENT = sa.select(S.c.agent).where(S.c.id == _BY_ID).with_for_update(key_share=True)
+_LOCK_AGENT = sa.select(S).where(S.c.id == _BY_ID).with_for_update(key_share=True)
 _SET_AGENT = (
     sa.update(S)
     .where(S.c.id == _BY_ID)
@@ -355,12 +355,19 @@ class SessionService(Service):
 
     def record_agent(self, session_id: str, **fields: Any) -> Session:
         """Merge what the agent reported (acp_session_id, modes, mode, config_options, model,
-        plan_mode, ...) into the session's `agent`: each field given replaces its value."""
+        plan_mode, ...) into the session's `agent`: each field given replaces its value. The
+        row is written only when that changes it (read under its lock, compared, then
+        written: the lock makes the comparison hold until the write)."""
         with self.peers.store.transaction() as uow:
-            raw = uow.run(_LOCK_AGENT, {"session_id": session_id}).scalar()
-            if raw is None:
+            before = uow.run(_LOCK_AGENT, {"session_id": session_id}).mapping()
+            if before is None:
                 raise NotFound(f"no session {session_id!r}")
-            agent: dict[str, Any] = {**json.loads(raw), **fields}
+            had = json.loads(before["agent"])
+            agent: dict[str, Any] = {**had, **fields}
+            if json.loads(rows.dumps(agent)) == had:
+                # the agent reports the same on every turn of a conversation: the row is not
+                # written again (issue 45: rewriting it was an eighth of a live turn)
+                return rows.session(before)
             row = uow.run(
                 _SET_AGENT,
                 {"session_id": session_id, "agent": rows.dumps(agent), "stamp": ids.now()},

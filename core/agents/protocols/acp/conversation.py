@@ -19,6 +19,7 @@ Nothing here touches the database itself: the turn's `Record` does, on the turn'
 
 from __future__ import annotations
 
+import json
 import math
 import os
 import threading
@@ -30,6 +31,7 @@ from typing import TYPE_CHECKING, Any, Final, Protocol
 
 import attrs
 
+from core.agents import spare
 from core.agents.desired import PLAN_MODE, Desired, with_plan_instruction
 from core.agents.item_queue import ItemQueue
 from core.agents.protocols.acp.facade import INIT_TIMEOUT, AcpLoop, AgentConnection, McpServer
@@ -282,11 +284,12 @@ def run_acp_turn(conversations: Conversations, turn: AcpTurn, record: Record) ->
     """One turn, routed as AGENTS.md "How a turn ends (ACP)". Never raises for what the agent
     did; the process is kept for the next turn unless it is gone or failed us."""
     run_id = turn.env.get("LANEWAY_RUN_ID", "")
+    report = _Report(record, turn.reported)
     conn = conversations.take(turn.session_id, run_id)
     try:
         if conn is None:
             conn = conversations.start(turn.profile, turn.env, turn.cwd, turn.room)
-        _state, prompt = _prepare(conn, turn, record)
+        _state, prompt = _prepare(conn, turn, record, report)
     except AcpError as exc:
         if conn is not None:
             conn.close()
@@ -330,10 +333,10 @@ def run_acp_turn(conversations: Conversations, turn: AcpTurn, record: Record) ->
         conversations.running(turn.session_id, None)
     if watch.fired:
         end = TurnEnd("failed", f"agent silent for {turn.profile.idle_timeout:g} s", route="R1")
-    _report_usage(end, record, turn.reported)
+    _report_usage(end, record, turn.reported, report)
     after = conn.session
     if after is not None:
-        record.agent(**_reported(after, prompt != turn.prompt))
+        report(**_reported(after, prompt != turn.prompt))
     if end.warning:
         record.warning(end.warning, stop_reason=end.stop_reason)
     if conn.alive and end.outcome in ("ok", "cancelled", "transient"):
@@ -343,7 +346,29 @@ def run_acp_turn(conversations: Conversations, turn: AcpTurn, record: Record) ->
     return end
 
 
-def _prepare(conn: AgentConnection, turn: AcpTurn, record: Record) -> tuple[SessionState, str]:
+class _Report:
+    """What the agent reports, given to the record only when it changes the session's `agent`
+    as the turn began with it: a live conversation reports the same at every turn, and each
+    write is a transaction (issue 45). The store compares again under the row's lock."""
+
+    def __init__(self, record: Record, known: Mapping[str, Any]) -> None:
+        self._record = record
+        self._known: dict[str, Any] = dict(known)
+
+    def __call__(self, **fields: Any) -> None:
+        merged = {**self._known, **fields}
+        try:
+            same = json.loads(json.dumps(merged)) == self._known
+        except (TypeError, ValueError):  # not plain JSON: the store decides
+            same = False
+        if not same:
+            self._record.agent(**fields)
+            self._known = merged
+
+
+def _prepare(
+    conn: AgentConnection, turn: AcpTurn, record: Record, report_to: Callable[..., None]
+) -> tuple[SessionState, str]:
     """The conversation open and reconciled; the prompt the agent is sent."""
     want, reported = turn.want, turn.reported
     fresh = want.resets > int(reported.get("resets_applied") or 0)
@@ -428,7 +453,7 @@ def _prepare(conn: AgentConnection, turn: AcpTurn, record: Record) -> tuple[Sess
         if option.current != wanted:
             state = conn.set_config_option(option.id, wanted)
     instructed = want.plan_mode and PLAN_MODE not in state.mode_ids
-    record.agent(**report, **_reported(state, instructed), warned=sorted(warned))
+    report_to(**report, **_reported(state, instructed), warned=sorted(warned))
     return state, with_plan_instruction(turn.prompt) if instructed else turn.prompt
 
 
@@ -521,7 +546,9 @@ def _elicit(
         watch.resume()
 
 
-def _report_usage(end: TurnEnd, record: Record, reported: Mapping[str, Any]) -> None:
+def _report_usage(
+    end: TurnEnd, record: Record, reported: Mapping[str, Any], report_to: Callable[..., None]
+) -> None:
     usage = end.usage
     if usage is None:
         return
@@ -536,7 +563,7 @@ def _report_usage(end: TurnEnd, record: Record, reported: Mapping[str, Any]) -> 
         # the agent reports the conversation's cost so far: the turn's share is what it added
         seen = float(reported.get("cost_reported") or 0.0)
         found["cost_usd"] = max(0.0, usage.cost - seen)
-        record.agent(cost_reported=usage.cost)
+        report_to(cost_reported=usage.cost)
     if found:
         record.usage(found)
 
@@ -552,7 +579,6 @@ class _IdleWatch:
         self._limit = limit
         self._last = time.monotonic()
         self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="laneway-idle", daemon=True)
         self._paused = False
         self.fired = False
 
@@ -569,7 +595,7 @@ class _IdleWatch:
 
     def start(self) -> None:
         self._last = time.monotonic()
-        self._thread.start()
+        spare.run(self._run)  # a thread kept from an earlier turn (core.agents.spare)
 
     def stop(self) -> None:
         self._stop.set()

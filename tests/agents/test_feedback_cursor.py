@@ -1,0 +1,165 @@
+"""Issue 45 item 1: a live conversation's turn reads only what was given since the agent's last
+turn (the cursor: that turn's start, and whether anything lies past it, in one statement), and
+the cursor never skips a comment or a round.
+
+- a comment written during a turn, by another process (the agent's own turn runs `laneway task
+  comment` as alice), reaches the next turn of the same live conversation, once;
+- two review rounds within one turn both reach the next prompt;
+- a turn after which nothing was said gets no block, and one after a comment of the agent's
+  own gets none either.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+import sqlalchemy as sa
+
+from core.agents import worker
+from core.agents.feedback import HEADER
+from core.agents.session import prompt_for
+from core.host import Host
+from core.runs import RunRequest
+from core.store import tables as t
+from tests.agents.conftest import enqueue, laneway_script, set_run, stamp
+from tests.tools.board import review_board
+
+FAKE = str(Path(__file__).resolve().with_name("fake_acp_agent.py"))
+
+
+def _live_board(host: Host, db_url: str, tmp_path: Path) -> tuple[str, str, str]:
+    """A plain workflow's task and an ACP profile whose agent, in its first turn, has alice
+    comment on the task from a process of its own (the `laneway` CLI), then echoes each
+    prompt; the agent can neither load nor resume, so its process is the live conversation."""
+    workflow = tmp_path / "plain.yml"
+    workflow.write_text(
+        "id: plain\nname: Plain\nsteps:\n  - id: todo\n    name: Todo\n    position: 0\n"
+        "    is_start_step: true\n    prompt: Do it.\n"
+    )
+    (wf,) = host.workflows.import_file(workflow)
+    task = host.tasks.create(workflow=wf.id, title="live", description="A task.")
+    comment = (
+        "import subprocess\n"
+        f"subprocess.run([{laneway_script()!r}, 'task', 'comment', {task.id!r},"
+        " 'written during the turn', '--author', 'alice'], check=True, capture_output=True)\n"
+        "result = 'commented'\n"
+    )
+    script = tmp_path / "script.json"
+    script.write_text(json.dumps({"turns": [[{"python": comment}], []]}))
+    profile = host.profiles.add(
+        "live",
+        command=[sys.executable, FAKE],
+        protocol="acp",
+        env={"FAKE_ACP_SCRIPT_FILE": str(script), "LANEWAY_DB": db_url},
+    )
+    return profile.id, task.id, str(task.workflow_step_id)
+
+
+def _turn(host: Host, agent: str, task: str, step: str, watch: worker.CancelWatch) -> str:
+    """One run of the agent on the task, as a worker runs it (`execute` finishes it); the
+    prompt the agent echoed."""
+    host.runs.enqueue(
+        RunRequest(
+            agent_profile_id=agent,
+            task_id=task,
+            workflow_step_id=step,
+            reason="test",
+            coalesce_exempt=True,
+        )
+    )
+    run = worker.claim_next(host)
+    assert run is not None
+    assert run.agent_profile_id == agent
+    outcome = worker.execute(host, run, watch)
+    assert outcome.ok, outcome
+    assert host.runs.find(run.id).status == "finished"
+    items = t.transcript_items
+    with host.store.read() as conn:
+        said = conn.execute(
+            sa.select(items.c.text)
+            .where(items.c.run_id == run.id, items.c.kind == "message")
+            .order_by(items.c.seq)
+        ).scalars()
+        echoed = [s for s in said if s.startswith("echo: ")]
+    assert len(echoed) == 1, echoed
+    # `echo: PROMPT (previous: THE PREVIOUS PROMPT)`
+    return echoed[0].removeprefix("echo: ").split(" (previous: ")[0]
+
+
+@pytest.mark.slow  # it starts the fake ACP agent and the laneway CLI: the subprocess tier
+def test_issue_45_item_1_a_comment_written_during_a_turn_reaches_the_next_turn_once(
+    host: Host, db_url: str, tmp_path: Path
+) -> None:
+    agent, task, step = _live_board(host, db_url, tmp_path)
+    host.comments.add(task, "before the first turn", author="bob")
+    watch = worker.CancelWatch(host)
+    try:
+        first = _turn(host, agent, task, step, watch)
+        assert [c.body for c in host.comments.list(task)] == [
+            "before the first turn",
+            "written during the turn",
+        ]
+        second = _turn(host, agent, task, step, watch)
+        third = _turn(host, agent, task, step, watch)
+    finally:
+        watch.close()
+        host.runtime.close()
+    # a first run has no last turn: no block (as before the cursor)
+    assert HEADER not in first
+    # the comment alice wrote while the first turn ran, from another process, is past the
+    # cursor: the next turn of the same conversation carries it, and the one before it not
+    assert HEADER in second
+    assert "- alice: written during the turn" in second
+    assert "before the first turn" not in second
+    # nothing was said since: the third turn gets no block
+    assert HEADER not in third
+
+
+def test_issue_45_item_1_two_rounds_within_one_turn_both_reach_the_next_prompt(
+    host: Host,
+) -> None:
+    """While the worker's turn ran, the reviewer rejected, the task re-entered Review (a new
+    round) and the reviewer rejected again: the next prompt lists both rounds' verdicts."""
+    board = review_board(host)
+    task = board.task.id
+    worker_id = host.profiles.get("worker").id
+    host.tasks.move(task, "Work")
+    first = enqueue(host, worker_id, task)
+    set_run(host, first, status="finished", claimed_at=stamp(-5), finished_at=stamp(5))
+    r1 = host.profiles.get("r1").id
+    (seat,) = [
+        s for s in host.participants.list(step="Review", task=task) if s.agent_profile_id == r1
+    ]
+    host.tasks.move(task, "Review")
+    host.decisions.record(task, "Review", seat.id, "rejected", comment="round one")
+    host.tasks.move(task, "Review")  # a new entry: a new round
+    host.decisions.record(task, "Review", seat.id, "rejected", comment="round two")
+    second = enqueue(host, worker_id, task)
+
+    prompt = prompt_for(host, host.runs.find(second))
+    assert "Verdicts at Review (round 1):\n- rejected by reviewer: round one" in prompt
+    assert "Verdicts at Review (round 2):\n- rejected by reviewer: round two" in prompt
+    set_run(host, second, status="finished", claimed_at=stamp(10), finished_at=stamp(11))
+    # nothing since the second turn began: the third prompt has no block
+    third = enqueue(host, worker_id, task)
+    assert HEADER not in prompt_for(host, host.runs.find(third))
+
+
+def test_issue_45_item_1_the_agents_own_comment_after_its_turn_gives_no_block(
+    host: Host,
+) -> None:
+    """The cursor's check leaves out what the agent wrote itself, as the block does."""
+    board = review_board(host)
+    task = board.task.id
+    worker_id = host.profiles.get("worker").id
+    host.tasks.move(task, "Work")
+    first = enqueue(host, worker_id, task)
+    set_run(host, first, status="finished", claimed_at=stamp(-5), finished_at=stamp(5))
+    host.comments.add(task, "my own note", author="worker")
+    second = enqueue(host, worker_id, task)
+    assert HEADER not in prompt_for(host, host.runs.find(second))
+    host.comments.add(task, "and mine", author="carol")
+    assert prompt_for(host, host.runs.find(second)).endswith("Comments:\n- carol: and mine")
