@@ -310,6 +310,9 @@ async function loadBoard() {
   }
   renderFilters();
   renderBoard();
+  // the open panel's "waits for" line is drawn from this board read: a read landing after the
+  // panel's own reload must redraw it (keyed patching keeps typing and focus)
+  if (state.detail && state.openTaskId) renderDetail();
   // a step added since the last read has no lane read yet
   const now = answer.workflow.steps.map((s) => s.id);
   if (now.length !== stepIds.length || now.some((id) => !stepIds.includes(id))) scheduleRefresh(0);
