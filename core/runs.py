@@ -744,7 +744,47 @@ def requeue_dead(uow: UnitOfWork) -> Requeued:
     return Requeued(tuple(back), tuple(poisoned))
 
 
-P = t.permissions
+@attrs.frozen
+class _Wait:
+    """A turn's wait on a person: permission requests and questions end alike."""
+
+    table: sa.Table
+    noun: str
+    event: str
+    by: str
+    at: str
+
+
+_PERMISSIONS = _Wait(t.permissions, "permission", "permission.resolved", "decided_by", "decided_at")
+_QUESTIONS = _Wait(t.questions, "question", "question.answered", "answered_by", "answered_at")
+
+
+def _cancel_waits(
+    uow: UnitOfWork, wait: _Wait, run_ids: Sequence[str], named: Sequence[str], by: str
+) -> list[str]:
+    """End the still pending rows of `run_ids` (or those named) `cancelled`, `by` saying why,
+    each with its resolution event and `task.needs_person_ended`, in `uow`'s transaction.
+    Conditional on `pending`: one a person answered meanwhile keeps the answer."""
+    table = wait.table
+    which = []
+    if run_ids:
+        which.append(table.c.run_id.in_(list(run_ids)))
+    if named:
+        which.append(table.c.id.in_(list(named)))
+    if not which:
+        return []
+    ended = uow.conn.execute(
+        sa.update(table)
+        .where(table.c.state == "pending", sa.or_(*which))
+        .values({"state": "cancelled", wait.by: by, wait.at: ids.now()})
+        .returning(table.c.id, table.c.task_id, table.c.run_id)
+    ).all()
+    key = f"{wait.noun}_id"
+    for row_id, task_id, run_id in ended:
+        named_row = {key: row_id, "run_id": run_id}
+        events.record(uow, wait.event, task_id, **named_row, state="cancelled")
+        events.record(uow, "task.needs_person_ended", task_id, reason=wait.noun, **named_row)
+    return [str(row[0]) for row in ended]
 
 
 def cancel_permissions(
@@ -755,42 +795,8 @@ def cancel_permissions(
     by: str,
 ) -> list[str]:
     """End the still pending permission requests of `run_ids` (or those named) `cancelled`,
-    `decided_by` saying why, each with its `permission.resolved` event, in `uow`'s
-    transaction. Conditional on `pending`: one a person answered meanwhile keeps the answer."""
-    which = []
-    if run_ids:
-        which.append(P.c.run_id.in_(list(run_ids)))
-    if permission_ids:
-        which.append(P.c.id.in_(list(permission_ids)))
-    if not which:
-        return []
-    ended = uow.conn.execute(
-        sa.update(P)
-        .where(P.c.state == "pending", sa.or_(*which))
-        .values(state="cancelled", decided_by=by, decided_at=ids.now())
-        .returning(P.c.id, P.c.task_id, P.c.run_id)
-    ).all()
-    for permission_id, task_id, run_id in ended:
-        events.record(
-            uow,
-            "permission.resolved",
-            task_id,
-            permission_id=permission_id,
-            run_id=run_id,
-            state="cancelled",
-        )
-        events.record(
-            uow,
-            "task.needs_person_ended",
-            task_id,
-            reason="permission",
-            permission_id=permission_id,
-            run_id=run_id,
-        )
-    return [str(row[0]) for row in ended]
-
-
-Q = t.questions
+    `decided_by` saying why, each with its `permission.resolved` event."""
+    return _cancel_waits(uow, _PERMISSIONS, run_ids, permission_ids, by)
 
 
 def cancel_questions(
@@ -801,36 +807,5 @@ def cancel_questions(
     by: str,
 ) -> list[str]:
     """End the still pending questions of `run_ids` (or those named) `cancelled`,
-    `answered_by` saying why, each with its `question.answered` event, in `uow`'s
-    transaction. Conditional on `pending`: one a person answered meanwhile keeps the answer."""
-    which = []
-    if run_ids:
-        which.append(Q.c.run_id.in_(list(run_ids)))
-    if question_ids:
-        which.append(Q.c.id.in_(list(question_ids)))
-    if not which:
-        return []
-    ended = uow.conn.execute(
-        sa.update(Q)
-        .where(Q.c.state == "pending", sa.or_(*which))
-        .values(state="cancelled", answered_by=by, answered_at=ids.now())
-        .returning(Q.c.id, Q.c.task_id, Q.c.run_id)
-    ).all()
-    for question_id, task_id, run_id in ended:
-        events.record(
-            uow,
-            "question.answered",
-            task_id,
-            question_id=question_id,
-            run_id=run_id,
-            state="cancelled",
-        )
-        events.record(
-            uow,
-            "task.needs_person_ended",
-            task_id,
-            reason="question",
-            question_id=question_id,
-            run_id=run_id,
-        )
-    return [str(row[0]) for row in ended]
+    `answered_by` saying why, each with its `question.answered` event."""
+    return _cancel_waits(uow, _QUESTIONS, run_ids, question_ids, by)

@@ -15,7 +15,6 @@ The waiting turn (`wait`) learns of an answer at once on PostgreSQL (the board's
 from __future__ import annotations
 
 import json
-import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Final
 
@@ -212,21 +211,14 @@ class PermissionService(Service):
     def wait(self, permission_id: str, *, stop: Callable[[], bool]) -> Permission:
         """Block until the request is answered, or `stop()` says its turn is over (checked
         every POLL_S); the request as it then stands."""
-        commits = events.Commits(self.peers.store)
-        try:
-            read_at = 0.0
-            while True:
-                now = time.monotonic()
-                found = self.get(permission_id)
-                read_at = now
-                if found.state != "pending" or stop():
-                    return found
-                while True:
-                    woken = commits.wait(POLL_S)
-                    if woken or stop() or time.monotonic() - read_at >= RECHECK_S:
-                        break
-        finally:
-            commits.close()
+        return events.wait_until(
+            self.peers.store,
+            lambda: self.get(permission_id),
+            lambda found: found.state != "pending",
+            stop=stop,
+            poll_s=POLL_S,
+            recheck_s=RECHECK_S,
+        )
 
     def get(self, permission_id: str) -> Permission:
         with self.peers.store.read() as conn:

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import json
 import math
-import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Final
 
@@ -304,19 +303,14 @@ class QuestionService(Service):
     def wait(self, question_id: str, *, stop: Callable[[], bool]) -> Question:
         """Block until the question is answered, or `stop()` says its turn is over (checked
         every POLL_S); the question as it then stands."""
-        commits = events.Commits(self.peers.store)
-        try:
-            while True:
-                found = self.get(question_id)
-                read_at = time.monotonic()
-                if found.state != "pending" or stop():
-                    return found
-                while True:
-                    woken = commits.wait(POLL_S)
-                    if woken or stop() or time.monotonic() - read_at >= RECHECK_S:
-                        break
-        finally:
-            commits.close()
+        return events.wait_until(
+            self.peers.store,
+            lambda: self.get(question_id),
+            lambda found: found.state != "pending",
+            stop=stop,
+            poll_s=POLL_S,
+            recheck_s=RECHECK_S,
+        )
 
     def get(self, question_id: str) -> Question:
         with self.peers.store.read() as conn:

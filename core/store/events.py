@@ -29,9 +29,9 @@ from __future__ import annotations
 
 import contextlib
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from datetime import timedelta
-from typing import TYPE_CHECKING, Any, Final, Protocol
+from typing import TYPE_CHECKING, Any, Final, Protocol, TypeVar
 
 import attrs
 import sqlalchemy as sa
@@ -93,6 +93,8 @@ TYPES: Final = (
 OBSERVED_ONLY: Final = ("agent.output",)
 """Types handed to observers but never stored: nothing is written when they happen (an agent's
 output line). Such an event has id 0 and does not reach the HTTP stream."""
+
+_T = TypeVar("_T")
 
 
 @attrs.frozen
@@ -380,6 +382,35 @@ class Commits:
         if conn is not None:
             with contextlib.suppress(Exception):
                 conn.close()
+
+
+def wait_until(
+    store: Store,
+    read: Callable[[], _T],
+    settled: Callable[[_T], bool],
+    *,
+    stop: Callable[[], bool],
+    poll_s: float,
+    recheck_s: float,
+) -> _T:
+    """Read until `settled(read())` or `stop()`, re-reading when any process commits an event
+    (`Commits`: at once on PostgreSQL, every `poll_s` on SQLite) and at least every
+    `recheck_s` (a missed notification costs that long at most). What was last read."""
+    import time
+
+    commits = Commits(store)
+    try:
+        while True:
+            found = read()
+            read_at = time.monotonic()
+            if settled(found) or stop():
+                return found
+            while True:
+                woken = commits.wait(poll_s)
+                if woken or stop() or time.monotonic() - read_at >= recheck_s:
+                    break
+    finally:
+        commits.close()
 
 
 def mark(uow: UnitOfWork) -> int:
