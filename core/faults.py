@@ -34,6 +34,7 @@ POINTS = frozenset(
         "push.before_marker",
         "pull_request.after_open",
         "pull_request.before_marker",
+        "wake.mid_notify",
     }
 )
 EXIT_STATUS = 99

@@ -2,9 +2,9 @@
 
 It reads the event log (`board_events`) the way `laneway serve`'s stream does
 (core/serve/stream.py): every event after the last id it printed, in id order, woken by a
-PostgreSQL NOTIFY or a short poll on SQLite. So it needs no `serve` running, and sees what
-every process does (commands, workers, `serve`). It opens the board read-only: no epoch, no
-recovery scan.
+PostgreSQL NOTIFY or, on SQLite, a byte on its wake-up socket (`core.store.wake`). So it needs
+no `serve` running, and sees what every process does (commands, workers, `serve`). It opens
+the board read-only: no epoch, no recovery scan.
 """
 
 from __future__ import annotations
@@ -27,8 +27,10 @@ if TYPE_CHECKING:
     from core.host import Host
 
 SQLITE_POLL_S: Final = 0.2
-PG_POLL_S: Final = 1.0
-"""How long a wait lasts with no NOTIFY (PostgreSQL wakes at once on one)."""
+"""How long a wait lasts on a SQLite board where no wake-up socket could be had."""
+NOTIFIED_POLL_S: Final = 1.0
+"""How long a wait lasts with no wake-up: a NOTIFY (PostgreSQL) or a byte on this process's
+socket (SQLite, `core.store.wake`) ends it at once."""
 PAGE: Final = 500
 
 
@@ -131,7 +133,7 @@ def follow(
     """Hand every event after id `after` (of one task, or all) to `on_event`, in id order,
     then each new one as it is committed, until `stop()` or `count` events; how many."""
     commits = events.Commits(host.store)
-    poll = SQLITE_POLL_S if host.store.is_sqlite else PG_POLL_S
+    poll = NOTIFIED_POLL_S if commits.listening or not host.store.is_sqlite else SQLITE_POLL_S
     seen = 0
     try:
         while not stop():

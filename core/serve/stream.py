@@ -3,11 +3,13 @@
 The pump reads `board_events` after the last id it has seen, encodes each event once, and
 publishes the encoded bytes to a `Broadcast`: one bounded buffer shared by every connection.
 It wakes on a PostgreSQL NOTIFY (sent in the transaction that wrote the events, so it arrives
-at their COMMIT), or on a short poll (SQLite, and PostgreSQL as a fallback). A connection first
-catches up from the table itself (`Last-Event-ID`), then follows the buffer from where it
-subscribed, skipping ids it already sent: every event once, in id order. Each wake hands a
-connection everything new as one write (up to `CHUNK_BYTES`), the same bytes every other
-connection is handed.
+at their COMMIT), on SQLite on a byte its wake-up socket is sent after such a COMMIT
+(`core.store.wake`, read by the event loop itself), and on a poll as the fallback (a short one,
+with a stat of the write-ahead log, on a SQLite board where no socket could be had). A
+connection first catches up from the table itself (`Last-Event-ID`), then follows the buffer
+from where it subscribed, skipping ids it already sent: every event once, in id order. Each
+wake hands a connection everything new as one write (up to `CHUNK_BYTES`), the same bytes
+every other connection is handed.
 
 A connection that falls more than `KEEP` events behind the buffer (a client too slow to
 read) is dropped: it is sent a last `stream.reconnect` event naming the last id it was sent,
@@ -32,7 +34,7 @@ from starlette.concurrency import run_in_threadpool
 
 from core import ids
 from core.logs import logger
-from core.store import dialect, events
+from core.store import dialect, events, wake
 from core.store.dialect import sqlite_path
 from core.store.events import Event
 
@@ -41,8 +43,9 @@ if TYPE_CHECKING:
 
 SQLITE_POLL_S: Final = 0.15
 SQLITE_WATCH_S: Final = 0.02
-"""How often the pump looks at a SQLite board's write-ahead log: a commit changes the file, so
-a stat (no query) tells the pump to read at once; the poll stays as the fallback."""
+"""Without a wake-up socket, how often the pump looks at a SQLite board's write-ahead log: a
+commit changes the file, so a stat (no query) tells the pump to read; the poll stays as the
+fallback."""
 PG_FALLBACK_POLL_S: Final = 1.0
 KEEPALIVE_S: Final = 15.0
 PAGE: Final = 500
@@ -124,19 +127,25 @@ class Hub:
         self._tasks: list[asyncio.Task[None]] = []
         self._listener_stop = threading.Event()
         self._listener: threading.Thread | None = None
+        self._waiter: wake.Waiter | None = None
 
     # -- life ---------------------------------------------------------------------------------
 
     async def start(self) -> None:
         self._loop = asyncio.get_running_loop()
+        db = sqlite_path(self.host.store.url) if self.host.store.is_sqlite else None
+        if db is not None:
+            # bound before the first read: a commit after it wakes the pump
+            waiter = wake.Waiter(db)
+            if waiter.usable:
+                self._waiter = waiter
+                self._loop.add_reader(waiter.fileno(), self._woken)
         self._last_id = await run_in_threadpool(self._latest)
         self._tasks.append(asyncio.create_task(self._pump()))
         if self._prune:
             self._tasks.append(asyncio.create_task(self._pruner()))
-        if self.host.store.is_sqlite:
-            wal = sqlite_path(self.host.store.url)
-            if wal is not None:
-                self._tasks.append(asyncio.create_task(self._watch(Path(f"{wal}-wal"))))
+        if db is not None and self._waiter is None:
+            self._tasks.append(asyncio.create_task(self._watch(Path(f"{db}-wal"))))
         else:
             self._listener = threading.Thread(
                 target=self._listen, name="laneway-serve-listen", daemon=True
@@ -164,6 +173,16 @@ class Hub:
                 await task
         if self._listener is not None:
             await run_in_threadpool(self._listener.join, 3.0)
+        waiter, self._waiter = self._waiter, None
+        if waiter is not None:
+            if self._loop is not None and not self._loop.is_closed():
+                self._loop.remove_reader(waiter.fileno())
+            waiter.close()
+
+    def _woken(self) -> None:
+        """SQLite: a commit of events sent the wake-up socket a byte (on the loop's thread)."""
+        if self._waiter is not None and self._waiter.drain():
+            self._wake.set()
 
     async def _watch(self, wal: Path) -> None:
         """Wake the pump when the write-ahead log changed (any process's commit)."""
@@ -199,7 +218,10 @@ class Hub:
         return [Encoded(e.id, e.task_id, sse(e).encode()) for e in self._page(after, None)]
 
     async def _pump(self) -> None:
-        poll = SQLITE_POLL_S if self.host.store.is_sqlite else PG_FALLBACK_POLL_S
+        if not self.host.store.is_sqlite:
+            poll = PG_FALLBACK_POLL_S
+        else:
+            poll = wake.FALLBACK_S if self._waiter is not None else SQLITE_POLL_S
         with contextlib.suppress(ValueError):
             # An override for tests and tuning: proves, with a long poll, that NOTIFY wakes us.
             poll = float(os.environ.get("LANEWAY_SERVE_POLL_S", poll))

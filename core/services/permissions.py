@@ -8,8 +8,9 @@ change writes its event in the same transaction (`permission.requested`,
 `permission.resolved`). A person's answer fires `on_approval_resolved` on the task with the
 operation id `permission:<id>`, so a trigger delivered twice evaluates once.
 
-The waiting turn (`wait`) learns of an answer at once on PostgreSQL (the board's NOTIFY,
-`core.store.events.Commits`) and within `POLL_S` on SQLite.
+The waiting turn (`wait`) learns of an answer at once (`core.store.events.Commits`: the
+board's NOTIFY on PostgreSQL, its wake-up socket on SQLite; within `POLL_S` on a SQLite board
+where no socket could be had).
 """
 
 from __future__ import annotations

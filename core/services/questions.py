@@ -12,7 +12,8 @@ a permission's does, when the workflow declares it.
 
 An answer is checked against the question's fields (type, required, choices) before it is
 written; a bad one is a one-line LanewayError naming the field. The waiting turn (`wait`)
-learns of an answer at once on PostgreSQL (the board's NOTIFY) and within `POLL_S` on SQLite.
+learns of an answer at once (the board's NOTIFY on PostgreSQL, its wake-up socket on SQLite,
+`core.store.wake`), within `POLL_S` on a SQLite board where no socket could be had.
 """
 
 from __future__ import annotations

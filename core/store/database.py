@@ -26,7 +26,7 @@ from sqlalchemy.engine import URL, Connection, Engine
 
 from core.errors import DatabaseUnusable, ValueRefused
 from core.logs import logger
-from core.store import dialect, events, prepared
+from core.store import dialect, events, prepared, wake
 from core.store.liveness import Liveness
 
 T = TypeVar("T")
@@ -191,6 +191,9 @@ class Store:
         self._file = _FileIdentity.of(self.url) if self.is_sqlite else None
         if self._file is not None:
             dialect.hold_open(self._file.identity)
+        self._notifier = wake.Notifier(self._file.path) if self._file is not None else None
+        """Wakes the processes waiting on this SQLite board after a commit of events
+        (`core.store.wake`; PostgreSQL's NOTIFY goes with the insert itself)."""
         self.observer: events.Observer | None = None
         """Gets each transaction's events after its COMMIT (the host installs it)."""
         self.on_begin: Callable[[Connection], None] | None = None
@@ -242,6 +245,7 @@ class Store:
     @contextmanager
     def _transaction(self, follow_board: bool) -> Iterator[UnitOfWork]:
         committed: list[events.Event] = []
+        wrote = False
         try:
             with self._lock:
                 if self._file is not None:
@@ -254,9 +258,13 @@ class Store:
                         if self.on_begin is not None and follow_board and self._follows():
                             self.on_begin(conn)
                         yield uow
+                        wrote = bool(uow.events)
                         committed = events.flush(uow)
                         # what is still queued (the outbox's insert, a settle) goes with COMMIT
                         prepared.flush_deferred(conn, commit=True)
+                    if wrote and self._notifier is not None:
+                        # after COMMIT, never before: a woken reader must find the rows
+                        self._notifier.committed()
                     if uow.queued_triggers:
                         self.triggers_queued.set()
                     if committed and self.observer is not None:
@@ -386,6 +394,8 @@ class Store:
             if self._writer is not None:
                 self._writer.close()
                 self._writer = None
+            if self._notifier is not None:
+                self._notifier.close()
         self.engine.dispose()
         if self._file is not None:
             dialect.let_go(self._file.identity)

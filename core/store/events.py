@@ -43,6 +43,7 @@ from core.store import tables as t
 
 if TYPE_CHECKING:
     from core.store.database import Store, UnitOfWork
+    from core.store.wake import Waiter
 
 EV = t.board_events
 CHANNEL: Final = "laneway_board_events"
@@ -336,13 +337,23 @@ def notify(store: Store, type_: str, task_id: str | None, **fields: Any) -> None
 
 
 class Commits:
-    """Wakes a waiter when any process commits an event (PostgreSQL: a LISTEN on `CHANNEL`,
-    on a connection of its own) so it re-reads what it waits for at once; on SQLite, or when
-    the LISTEN connection cannot be had, every wait simply lasts `timeout` (a short poll)."""
+    """Wakes a waiter when any process commits an event, so it re-reads what it waits for at
+    once. PostgreSQL: a LISTEN on `CHANNEL`, on a connection of its own. SQLite: a socket of
+    this waiter's own in the board's wake directory, sent a byte after each commit of events
+    (`core.store.wake`). Bound here, so make it before the first read of what you wait for.
+    When neither can be had, every wait simply lasts `timeout` (a short poll)."""
 
     def __init__(self, store: Store) -> None:
         self._conn: Any = None
+        self._waiter: Waiter | None = None
         if store.is_sqlite:
+            from core.store import wake
+            from core.store.dialect import sqlite_path
+
+            db = sqlite_path(store.url)
+            if db is not None:
+                waiter = wake.Waiter(db)
+                self._waiter = waiter if waiter.usable else None
             return
         try:
             import psycopg
@@ -360,10 +371,18 @@ class Commits:
 
     @property
     def listening(self) -> bool:
-        return self._conn is not None
+        """Whether a commit wakes this waiter (else each wait is a poll of `timeout`)."""
+        return self._conn is not None or self._waiter is not None
+
+    @property
+    def woken(self) -> int:
+        """How many of this waiter's waits a wake-up ended (SQLite), for tests and benchmarks."""
+        return 0 if self._waiter is None else self._waiter.woken
 
     def wait(self, timeout: float) -> bool:
         """Wait up to `timeout` s; True when something may have committed (always, polling)."""
+        if self._waiter is not None:
+            return self._waiter.wait(timeout)
         if self._conn is None:
             import time
 
@@ -379,6 +398,9 @@ class Commits:
 
     def close(self) -> None:
         conn, self._conn = self._conn, None
+        waiter, self._waiter = self._waiter, None
+        if waiter is not None:
+            waiter.close()
         if conn is not None:
             with contextlib.suppress(Exception):
                 conn.close()
@@ -394,7 +416,8 @@ def wait_until(
     recheck_s: float,
 ) -> _T:
     """Read until `settled(read())` or `stop()`, re-reading when any process commits an event
-    (`Commits`: at once on PostgreSQL, every `poll_s` on SQLite) and at least every
+    (`Commits`: at once; every `poll_s` when it cannot listen), checking `stop()` every
+    `poll_s`, and re-reading at least every
     `recheck_s` (a missed notification costs that long at most). What was last read."""
     import time
 

@@ -161,12 +161,12 @@ def test_requests_go_with_their_task(host: Host, tmp_path: Path) -> None:
 
 def test_the_waiting_side_learns_of_an_answer_at_once(db_url: str, tmp_path: Path) -> None:
     """Issue 22: the waiting worker learns of an answer at once: PostgreSQL's NOTIFY wakes
-    it (well inside the 2 s re-check it falls back on), SQLite's short poll within ~0.2 s;
-    `stop()` ends the wait with the request still pending."""
+    it (well inside the 2 s re-check it falls back on), SQLite's wake-up socket likewise
+    (issue 45 item 3); `stop()` ends the wait with the request still pending."""
     with open_host(db_url) as host:
         asked, _run = _asked(host, tmp_path)
         listening = events.Commits(host.store)
-        assert listening.listening == (not host.store.is_sqlite)
+        assert listening.listening
         listening.close()
         stopped = host.permissions.wait(asked.id, stop=lambda: True)
         assert stopped.state == "pending"
