@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import os
 import queue
+import shutil
 import signal
 import stat
 import subprocess
@@ -158,3 +159,56 @@ def test_issue_45_item_3_wake_up_survives_a_listener_and_a_writer_killed_mid_not
         for w in waiters:
             w.proc.kill()
             w.proc.wait(30)
+
+
+_READ_ONLY_WAITER = r"""
+import json, sys
+from core.logs import logger
+from core.store import events
+from core.store.database import Store
+
+found = []
+logger.add(lambda m: found.append(dict(m.record["extra"])), level="WARNING")
+logger.enable("core")
+store = Store(sys.argv[1], read_only=True)
+waiting = [events.Commits(store) for _ in range(2)]
+print(json.dumps({"listening": [c.listening for c in waiting],
+                  "polled": [c.wait(0.01) for c in waiting], "warnings": found}), flush=True)
+"""
+
+
+@pytest.mark.one_database
+def test_issue_45_item_3_a_read_only_wake_directory_leaves_waiters_polling(
+    sqlite_url: str, tmp_path: Path
+) -> None:
+    """A waiter that cannot bind in the wake directory (read-only to it: a read-only bind
+    mount for root, who ignores modes; the mode otherwise) polls as before, with one
+    structured warning however many waits it makes; a writer's commit still succeeds."""
+    _record(sqlite_url, "test.before")
+    where = wake.directory(tmp_path / "board.db")[0]
+    where.mkdir()
+    if os.geteuid() == 0:
+        bwrap = shutil.which("bwrap")
+        if bwrap is None:
+            pytest.skip("root ignores modes, and a read-only mount needs bwrap (bubblewrap)")
+        prefix = [bwrap, "--dev-bind", "/", "/", "--ro-bind", str(where), str(where)]
+    else:
+        where.chmod(0o555)
+        prefix = []
+    child = subprocess.run(
+        [*prefix, sys.executable, "-c", _READ_ONLY_WAITER, sqlite_url],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    where.chmod(0o755)
+    assert child.returncode == 0, child.stderr
+    report = json.loads(child.stdout)
+    assert report["listening"] == [False, False]
+    assert report["polled"] == [True, True]  # each wait a poll: "something may have changed"
+    assert len(report["warnings"]) == 1
+    assert report["warnings"][0]["directory"] == str(where)
+    assert report["warnings"][0]["reason"].split(":")[0] in {"OSError", "PermissionError"}
+    assert _record(sqlite_url, "test.after") > 0
+    assert list(where.iterdir()) == []

@@ -7,6 +7,7 @@ older than 24 hours."""
 from __future__ import annotations
 
 import signal
+import stat
 import subprocess
 import time
 from pathlib import Path
@@ -15,7 +16,7 @@ import pytest
 import sqlalchemy as sa
 
 from core import ids
-from core.store import events
+from core.store import events, wake
 from core.store import tables as t
 from tests.conftest import open_host
 from tests.serve.conftest import (
@@ -340,3 +341,36 @@ def test_concurrent_writer_processes_on_postgresql_stream_every_event_in_id_orde
     finally:
         reader.close()
         assert served.stop() == 0
+
+
+def test_issue_45_item_3_sqlite_wake_socket_wakes_the_stream(
+    office: OfficeBoard, tmp_path: Path
+) -> None:
+    """Issue 45 item 3: on SQLite, other processes' commits wake the stream through its
+    wake-up socket (`core.store.wake`): with the fallback poll set to a minute, the changes of
+    two CLI processes arrive in seconds, every event once and in id order, exactly what the
+    table holds; serve's socket goes with it."""
+    served = start_serve(office.db, tmp_path, "--read-only", env={"LANEWAY_SERVE_POLL_S": "60"})
+    reader = EventReader(served)
+    board = sa.make_url(office.db).database
+    assert board is not None
+    where = wake.directory(Path(board))[0]
+    try:
+        time.sleep(0.5)  # connected: the stream's start is not what is measured
+        assert [p for p in where.iterdir() if stat.S_ISSOCK(p.lstat().st_mode)] != []
+        laneway(office.db, "task", "move", office.task_id, "Review")
+        laneway(office.db, "task", "move", office.task_id, "Backlog")
+        cli_done = time.monotonic()
+        got = reader.wait_for(
+            lambda es: office.steps["Backlog"] in _moves(es, office.task_id), timeout=30
+        )
+        assert time.monotonic() - cli_done < 30  # far below the 60 s poll: the socket woke it
+        _assert_once_in_order(got)
+        assert _moves(got, office.task_id) == [office.steps["Review"], office.steps["Backlog"]]
+        with open_host(office.db, read_only=True) as host:
+            stored = [e.id for e in events.read_all(host.store) if e.id >= got[0].id]
+        assert [e.id for e in got] == stored[: len(got)]
+    finally:
+        reader.close()
+        assert served.stop() == 0
+    assert list(where.iterdir()) == []
