@@ -9,8 +9,10 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shutil
 import socket
 import stat
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -38,6 +40,17 @@ def warnings() -> Iterator[list[dict[str, Any]]]:
         yield seen
     finally:
         logger.remove(handler)
+
+
+@pytest.fixture
+def short() -> Iterator[Path]:
+    """A directory with a path short enough for `<board.db>.wake/<socket>` beside the board
+    (pytest's own, under xdist, can be too long)."""
+    folder = Path(tempfile.mkdtemp(prefix="lw-", dir="/tmp"))
+    try:
+        yield folder
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
 
 
 def _board(path: Path) -> str:
@@ -88,24 +101,25 @@ def test_issue_45_item_3_a_path_too_long_for_af_unix_wakes_through_a_private_dir
 
 
 def test_issue_45_item_3_hostile_entries_are_ignored_and_never_followed(
-    tmp_path: Path, warnings: list[dict[str, Any]]
+    short: Path, warnings: list[dict[str, Any]]
 ) -> None:
     """Entries of the wake directory that are not sockets (a file, a FIFO, a symlink to a
     socket elsewhere, a dangling symlink) are neither sent to nor removed, and the waiter
     still wakes; a wake directory that is itself a symlink is not used: its waiters poll,
     with one warning however many there are."""
-    url = _board(tmp_path / "board.db")
+    url = _board(short / "board.db")
+    assert not wake.directory(short / "board.db")[1]
     store = Store(url, read_only=True)
     commits = events.Commits(store)
     outside = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
-    outside.bind(str(tmp_path / "outside.sock"))
+    outside.bind(str(short / "outside.sock"))
     outside.setblocking(False)
     try:
-        where = wake.directory(tmp_path / "board.db")[0]
+        where = wake.directory(short / "board.db")[0]
         (where / "junk").write_text("not a socket")
         os.mkfifo(where / "fifo")
-        (where / "link").symlink_to(tmp_path / "outside.sock")
-        (where / "dangling").symlink_to(tmp_path / "nowhere.sock")
+        (where / "link").symlink_to(short / "outside.sock")
+        (where / "dangling").symlink_to(short / "nowhere.sock")
         _commit(url)
         assert commits.wait(WAIT_S)
         assert commits.woken == 1
@@ -118,10 +132,10 @@ def test_issue_45_item_3_hostile_entries_are_ignored_and_never_followed(
         outside.close()
     assert warnings == []
 
-    target = tmp_path / "elsewhere"
+    target = short / "elsewhere"
     target.mkdir()
-    Path(f"{tmp_path / 'other.db'}{wake.SUFFIX}").symlink_to(target)
-    other = _board(tmp_path / "other.db")
+    Path(f"{short / 'other.db'}{wake.SUFFIX}").symlink_to(target)
+    other = _board(short / "other.db")
     stores = [Store(other, read_only=True) for _ in range(2)]
     waiting = [events.Commits(s) for s in stores]
     try:
@@ -133,5 +147,5 @@ def test_issue_45_item_3_hostile_entries_are_ignored_and_never_followed(
             c.close()
             s.close()
     assert len(warnings) == 1
-    assert warnings[0]["directory"] == f"{tmp_path / 'other.db'}{wake.SUFFIX}"
+    assert warnings[0]["directory"] == f"{short / 'other.db'}{wake.SUFFIX}"
     assert "NotADirectoryError" in warnings[0]["reason"]
