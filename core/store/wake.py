@@ -36,6 +36,7 @@ import contextlib
 import errno
 import os
 import stat
+import sys
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Final
@@ -48,8 +49,8 @@ if TYPE_CHECKING:
 SUFFIX: Final = ".wake"
 FALLBACK_S: Final = 1.0
 """How long a waiter with a socket waits with no wake-up before it re-reads anyway."""
-SUN_PATH_MAX: Final = 107
-"""sun_path is 108 bytes with its terminating NUL."""
+SUN_PATH_MAX: Final = 103 if sys.platform == "darwin" else 107
+"""sun_path is 108 bytes with its terminating NUL (104 on macOS)."""
 _NAME_MAX: Final = 24
 """A socket's name: `<pid>-<8 hex>`, a pid being at most 7 digits on Linux."""
 _RECENT_NS: Final = 2_000_000_000

@@ -56,6 +56,8 @@ import json, sqlite3, sys, time
 db, query = sys.argv[1], sys.argv[2]
 conn = sqlite3.connect(db, isolation_level=None)
 last, lags = 0, []
+for rid, _stamp in conn.execute(query, (0,)).fetchall():
+    last = rid  # what an earlier round left: not this round's
 print("ready", flush=True)
 deadline = time.monotonic() + 120
 while time.monotonic() < deadline:
@@ -94,6 +96,8 @@ def _reader(db: Path, query: str) -> subprocess.Popen[str]:
 
 def _lags(proc: subprocess.Popen[str]) -> list[float]:
     out, _ = proc.communicate(timeout=150)
+    if proc.returncode != 0 or not out.strip():
+        raise SystemExit(f"the floor's reader failed (exit {proc.returncode})")
     return [float(x) for x in json.loads(out.strip().splitlines()[-1])]
 
 
@@ -114,7 +118,7 @@ def _sqlite(db: Path) -> sqlite3.Connection:
 def floor_agent_line(tmp: Path, lines: int, interval: float) -> list[float]:
     """The paced agent's lines, each INSERTed and COMMITted as it is read from the pipe; a
     reader process polling every 2 ms times each row."""
-    db = tmp / "floor-items.db"
+    db = tmp / "floor-items.db"  # `tmp` is the round's own
     conn = _sqlite(db)
     conn.execute("CREATE TABLE IF NOT EXISTS floor_items (id INTEGER PRIMARY KEY, text TEXT)")
     reader = _reader(db, _ITEMS_QUERY_END)
@@ -233,7 +237,7 @@ def main() -> int:
                 db = f"sqlite:///{tmp}/a{n}/agent.db"
                 ours = laneway_agent_line(db, tmp / f"a{n}", args.lines, args.interval)
                 assert len(ours) == args.lines, f"{len(ours)} of {args.lines} lines arrived"
-                theirs = floor_agent_line(tmp, args.lines, args.interval)
+                theirs = floor_agent_line(tmp / f"a{n}", args.lines, args.interval)
                 rounds_a.append((_p50_ms(ours), _p50_ms(theirs), os.getloadavg()[0]))
             _row("A. agent line -> agent.item on an SSE client", rounds_a)
         if args.only != "agent":
