@@ -144,13 +144,13 @@ class Hub:
         self._tasks.append(asyncio.create_task(self._pump()))
         if self._prune:
             self._tasks.append(asyncio.create_task(self._pruner()))
-        if db is not None and self._waiter is None:
-            self._tasks.append(asyncio.create_task(self._watch(Path(f"{db}-wal"))))
-        else:
+        if not self.host.store.is_sqlite:
             self._listener = threading.Thread(
                 target=self._listen, name="laneway-serve-listen", daemon=True
             )
             self._listener.start()
+        elif db is not None and self._waiter is None:
+            self._tasks.append(asyncio.create_task(self._watch(Path(f"{db}-wal"))))
 
     def stop_soon(self) -> None:
         """Thread- and signal-safe: end every stream so the server can finish."""

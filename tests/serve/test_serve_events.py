@@ -374,3 +374,4 @@ def test_issue_45_item_3_sqlite_wake_socket_wakes_the_stream(
         reader.close()
         assert served.stop() == 0
     assert list(where.iterdir()) == []
+    assert "WARNING" not in served.stderr  # no PostgreSQL LISTEN tried, no fallback taken
