@@ -167,9 +167,14 @@ class Waiter:
             return False
         if self.drain():
             return True
+        # poll(), not select(): a worker with many agents' pipes open has descriptors past
+        # select's 1024, and a wait that failed at once would spin its caller
+        poller = select.poll()
         try:
-            ready, _, _ = select.select([self._sock], [], [], timeout)
-        except (OSError, ValueError):  # closed under us
+            poller.register(self._sock, select.POLLIN)
+            ready = poller.poll(max(0.0, timeout) * 1000)
+        except (OSError, ValueError):  # closed under us: a poll's worth of time, then a re-read
+            time.sleep(timeout)
             return False
         return bool(ready) and self.drain()
 
