@@ -302,6 +302,14 @@ class Hub:
                     last_id = page[-1].id
                 catch_up = len(page) == PAGE
             while not self.stopping.is_set():
+                if position == board.end:  # nothing new: no buffer to look at, wait
+                    changed = board.changed
+                    try:
+                        async with asyncio.timeout(KEEPALIVE_S):
+                            await changed.wait()
+                    except TimeoutError:
+                        yield b": keepalive\n\n"
+                    continue
                 try:
                     found, position = board.since(position)
                 except Behind:
@@ -310,14 +318,6 @@ class Hub:
                     )
                     yield reconnect(last_id)
                     return
-                if not found:
-                    changed = board.changed
-                    try:
-                        async with asyncio.timeout(KEEPALIVE_S):
-                            await changed.wait()
-                    except TimeoutError:
-                        yield b": keepalive\n\n"
-                    continue
                 wanted = [
                     e for e in found if e.id > last_id and (task_id is None or e.task_id == task_id)
                 ]
