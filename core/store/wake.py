@@ -115,6 +115,7 @@ class Waiter:
         """How many waits a wake-up ended (not the fallback): what tests assert on."""
         self._sock: socket.socket | None = None
         self._path: str | None = None
+        self._pid = os.getpid()
         where, private = directory(db)
         try:
             _own_directory(where, private=private)
@@ -181,7 +182,7 @@ class Waiter:
     def close(self) -> None:
         sock, path = self._sock, self._path
         self._sock = self._path = None
-        if path is not None:
+        if path is not None and os.getpid() == self._pid:  # a forked child's is its parent's
             with contextlib.suppress(OSError):
                 os.unlink(path)
         if sock is not None:
