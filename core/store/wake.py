@@ -97,7 +97,7 @@ def _own_directory(path: Path, *, private: bool) -> bool:
         if not stat.S_ISDIR(info.st_mode) or info.st_uid != os.getuid() or info.st_mode & 0o077:
             raise NotADirectoryError(errno.ENOTDIR, "not a private directory", str(parent))
     with contextlib.suppress(FileExistsError):
-        os.mkdir(path, 0o700 if private else 0o777)
+        os.mkdir(path, 0o700)  # owner-only, as the board and its `.epochs` are
     info = os.lstat(path)
     if not stat.S_ISDIR(info.st_mode):
         raise NotADirectoryError(errno.ENOTDIR, "not a directory", str(path))

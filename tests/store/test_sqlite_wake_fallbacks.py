@@ -116,6 +116,7 @@ def test_issue_45_item_3_hostile_entries_are_ignored_and_never_followed(
     outside.setblocking(False)
     try:
         where = wake.directory(short / "board.db")[0]
+        assert stat.S_IMODE(where.lstat().st_mode) == 0o700  # owner-only, as the board is
         (where / "junk").write_text("not a socket")
         os.mkfifo(where / "fifo")
         (where / "link").symlink_to(short / "outside.sock")
