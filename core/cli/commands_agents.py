@@ -13,7 +13,6 @@ import os
 import signal
 import sys
 import threading
-import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from types import FrameType
@@ -32,6 +31,7 @@ from core.errors import LanewayError
 from core.host import Host
 from core.model import AgentFailure, FailureCase, Item, Run, Session
 from core.shapes import item_json, session_json
+from core.store import events
 
 
 def _session_line(session: Session) -> str:
@@ -84,7 +84,8 @@ def session_cancel_retry(settings: Settings, session_id: str) -> None:
 
 
 FOLLOW_POLL_S = 0.5
-"""How often `session log --follow` looks for new items."""
+"""How long `session log --follow` waits for a commit's wake-up before it looks for new items
+anyway (a fallback: an item's event wakes it at once)."""
 
 
 @click.command("log")
@@ -120,7 +121,10 @@ def session_log(
                 after = page[-1].seq
             emit(settings.json, [item_json(i) for i in found], [item_line(i) for i in found])
             return
-        with contextlib.suppress(KeyboardInterrupt):
+        # bound before the first read: an item kept after it wakes the wait at once (each
+        # comes with an `agent.item` event: PostgreSQL's NOTIFY, SQLite's wake-up socket)
+        commits = events.Commits(host.store)
+        with contextlib.suppress(KeyboardInterrupt), contextlib.closing(commits):
             while True:
                 page = host.sessions.items(session.id, run_id=run_id, after=after, limit=1000)
                 for found_item in page:
@@ -131,7 +135,7 @@ def session_log(
                     after = found_item.seq
                 sys.stdout.flush()
                 if len(page) < 1000:
-                    time.sleep(FOLLOW_POLL_S)
+                    commits.wait(FOLLOW_POLL_S)
 
 
 SESSION_COMMANDS: tuple[click.Command, ...] = (session_send, session_cancel_retry, session_log)
