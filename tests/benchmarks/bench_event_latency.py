@@ -164,10 +164,26 @@ def floor_lag(db: str, path: Path, rate: int, seconds: float) -> list[float]:
     return _lags(reader)
 
 
+def _cpu_s(pid: int) -> float:
+    """A process's user + system CPU seconds so far (Linux: /proc)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 async def laneway_lag(
-    db: str, port: int, clients: int, rate: int, seconds: float, rounds: int, floor: Path
+    db: str,
+    serve: int,
+    port: int,
+    clients: int,
+    rate: int,
+    seconds: float,
+    rounds: int,
+    floor: Path,
 ) -> list[tuple[float, float, float]]:
-    """Per round: (laneway p50 ms, floor p50 ms, load); clients stay connected throughout."""
+    """Per round: (laneway p50 ms, floor p50 ms, load); clients stay connected throughout.
+    Also prints, per round, serve's CPU per producer transaction (each one wake of the stream)
+    and this process's (the clients' and the producer's), steadier than the lag on a loaded
+    machine."""
     stop = asyncio.Event()
     followers = [stream.Client() for _ in range(clients)]
     readies = [asyncio.Event() for _ in followers]
@@ -186,12 +202,18 @@ async def laneway_lag(
             c.count = 0
         written: list[int] = []
         producer = threading.Thread(target=stream.produce, args=(db, rate, seconds, written))
+        cpu_serve, cpu_self = _cpu_s(serve), time.process_time()
         producer.start()
         while producer.is_alive():
             await asyncio.sleep(0.2)
         deadline = time.monotonic() + 30
         while time.monotonic() < deadline and any(c.count < written[0] for c in followers):
             await asyncio.sleep(0.1)
+        commits = seconds / stream.TICK_S
+        print(
+            f"    serve CPU {(_cpu_s(serve) - cpu_serve) / commits * 1000:.2f} ms a commit; "
+            f"clients + producer {(time.process_time() - cpu_self) / commits * 1000:.2f} ms"
+        )
         lags = [lag for c in followers for lag in c.lags]
         got = sum(c.count for c in followers)
         if got != written[0] * clients:
@@ -253,7 +275,16 @@ def main() -> int:
             try:
                 port = int(url.rsplit(":", 1)[1])
                 rounds_b = asyncio.run(
-                    laneway_lag(db, port, args.clients, args.rate, args.seconds, args.rounds, floor)
+                    laneway_lag(
+                        db,
+                        serve.pid,
+                        port,
+                        args.clients,
+                        args.rate,
+                        args.seconds,
+                        args.rounds,
+                        floor,
+                    )
                 )
             finally:
                 serve.terminate()
