@@ -18,7 +18,7 @@ from starlette.exceptions import HTTPException
 from starlette.middleware import Middleware
 from starlette.middleware.cors import CORSMiddleware
 from starlette.requests import Request
-from starlette.responses import FileResponse, JSONResponse, Response, StreamingResponse
+from starlette.responses import FileResponse, JSONResponse, Response
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 from starlette.types import ASGIApp, Receive, Scope, Send
@@ -29,7 +29,7 @@ from core.host import Host
 from core.logs import logger
 from core.serve import roles, routes
 from core.serve.http import MAX_BODY, HttpError, error_response, one_line
-from core.serve.stream import Hub
+from core.serve.stream import Hub, StreamResponse
 from core.services import users
 from core.store.database import Store
 
@@ -213,11 +213,7 @@ async def events_stream(request: Request) -> Response:
             task_id = (await run_in_threadpool(host.tasks.get, task_ref)).id
         except NotFound as exc:
             return error_response(exc.http_status, one_line(str(exc)), code=exc.code)
-    return StreamingResponse(
-        hub.stream(last_id, task_id),
-        media_type="text/event-stream",
-        headers={"Cache-Control": "no-store", "X-Accel-Buffering": "no"},
-    )
+    return StreamResponse(hub.stream(last_id, task_id))
 
 
 async def http_error(_request: Request, exc: Exception) -> Response:

@@ -26,11 +26,14 @@ import json
 import os
 import threading
 from collections.abc import AsyncGenerator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import TYPE_CHECKING, Final
 
 import attrs
 from starlette.concurrency import run_in_threadpool
+from starlette.responses import Response
+from starlette.types import Receive, Scope, Send
 
 from core import ids
 from core.logs import logger
@@ -55,6 +58,7 @@ KEEP: Final = 10_000
 (at a busy board's 1,000 events a second, ten seconds)."""
 CHUNK_BYTES: Final = 256 * 1024
 RECONNECT: Final = "stream.reconnect"
+KEEPALIVE: Final = b": keepalive\n\n"
 
 
 @attrs.frozen
@@ -68,6 +72,18 @@ class Behind(Exception):
     """The connection fell out of the buffer: it must reconnect and catch up from the table."""
 
 
+@attrs.frozen
+class Recent:
+    """The last batch published, joined once: what every connection that was waiting at its
+    start, with no task filter, is sent (the same bytes object for all of them)."""
+
+    start: int
+    end: int
+    first_id: int
+    last_id: int
+    data: bytes
+
+
 class Broadcast:
     """The encoded events every connection reads, held once: a list with a moving start."""
 
@@ -76,7 +92,10 @@ class Broadcast:
         self.items: list[Encoded] = []
         self.first = 0
         """The position (a count of everything published) of `items[0]`."""
-        self.changed = asyncio.Event()
+        self.recent: Recent | None = None
+        self.ticks = 0
+        """Keepalive ticks so far (`Hub._keepalive`)."""
+        self._waiters: list[asyncio.Future[None]] = []
 
     @property
     def end(self) -> int:
@@ -85,16 +104,33 @@ class Broadcast:
     def publish(self, batch: list[Encoded]) -> None:
         if not batch:
             return
+        start = self.end
         self.items.extend(batch)
         if len(self.items) > 2 * self.keep:  # trim in steps: a cut costs a copy of the list
             cut = len(self.items) - self.keep
             del self.items[:cut]
             self.first += cut
+        data = batch[0].data if len(batch) == 1 else b"".join(e.data for e in batch)
+        self.recent = (
+            Recent(start, self.end, batch[0].id, batch[-1].id, data)
+            if len(data) <= CHUNK_BYTES
+            else None
+        )
         self.wake_all()
 
+    def waiter(self) -> asyncio.Future[None]:
+        """A future resolved at the next publish, tick or stop. One per waiting connection, so
+        one connection's cancelled wait cancels no other's; the list is emptied at each wake
+        (a done one is skipped), never searched."""
+        future = asyncio.get_running_loop().create_future()
+        self._waiters.append(future)
+        return future
+
     def wake_all(self) -> None:
-        changed, self.changed = self.changed, asyncio.Event()
-        changed.set()
+        waiters, self._waiters = self._waiters, []
+        for future in waiters:
+            if not future.done():
+                future.set_result(None)
 
     def since(self, position: int, limit_bytes: int = CHUNK_BYTES) -> tuple[list[Encoded], int]:
         """The events from `position` (up to about `limit_bytes`) and the position after."""
@@ -128,6 +164,9 @@ class Hub:
         self._listener_stop = threading.Event()
         self._listener: threading.Thread | None = None
         self._waiter: wake.Waiter | None = None
+        self._reader = ThreadPoolExecutor(1, thread_name_prefix="laneway-serve-pump")
+        """The pump's reads, on a thread of its own: a hop there and back costs a fraction of
+        the thread pool's (a capacity limiter, a run variable, a token per call)."""
 
     # -- life ---------------------------------------------------------------------------------
 
@@ -142,6 +181,7 @@ class Hub:
                 self._loop.add_reader(waiter.fileno(), self._woken)
         self._last_id = await run_in_threadpool(self._latest)
         self._tasks.append(asyncio.create_task(self._pump()))
+        self._tasks.append(asyncio.create_task(self._keepalive()))
         if self._prune:
             self._tasks.append(asyncio.create_task(self._pruner()))
         if not self.host.store.is_sqlite:
@@ -171,6 +211,7 @@ class Hub:
         for task in self._tasks:
             with contextlib.suppress(asyncio.CancelledError):
                 await task
+        self._reader.shutdown(wait=False, cancel_futures=True)
         if self._listener is not None:
             await run_in_threadpool(self._listener.join, 3.0)
         waiter, self._waiter = self._waiter, None
@@ -225,13 +266,16 @@ class Hub:
         with contextlib.suppress(ValueError):
             # An override for tests and tuning: proves, with a long poll, that NOTIFY wakes us.
             poll = float(os.environ.get("LANEWAY_SERVE_POLL_S", poll))
+        loop = asyncio.get_running_loop()
         while not self.stopping.is_set():
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._wake.wait(), timeout=poll)
             self._wake.clear()
             try:
                 while True:
-                    page = await run_in_threadpool(self._encoded_page, self._last_id)
+                    page = await loop.run_in_executor(
+                        self._reader, self._encoded_page, self._last_id
+                    )
                     self.broadcast.publish(page)
                     if page:
                         self._last_id = page[-1].id
@@ -242,6 +286,15 @@ class Hub:
                     "event stream: reading the event log failed; retrying"
                 )
                 await asyncio.sleep(1.0)
+
+    async def _keepalive(self) -> None:
+        """One timer for every stream (not one per stream and wait): a tick each half
+        `KEEPALIVE_S`."""
+        while not self.stopping.is_set():
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self.stopping.wait(), timeout=KEEPALIVE_S / 2)
+            self.broadcast.ticks += 1
+            self.broadcast.wake_all()
 
     async def _pruner(self) -> None:
         while not self.stopping.is_set():
@@ -301,14 +354,28 @@ class Hub:
                     yield "".join(sse(e) for e in page).encode()
                     last_id = page[-1].id
                 catch_up = len(page) == PAGE
+            ticks, quiet = board.ticks, False
             while not self.stopping.is_set():
                 if position == board.end:  # nothing new: no buffer to look at, wait
-                    changed = board.changed
-                    try:
-                        async with asyncio.timeout(KEEPALIVE_S):
-                            await changed.wait()
-                    except TimeoutError:
-                        yield b": keepalive\n\n"
+                    await board.waiter()
+                    if board.ticks != ticks and position == board.end:
+                        # Every KEEPALIVE_S / 2 a tick; a stream quiet for a whole tick
+                        # period is sent a comment: never more than KEEPALIVE_S of silence.
+                        ticks = board.ticks
+                        if quiet:
+                            yield KEEPALIVE
+                        quiet = True
+                    continue
+                recent = board.recent
+                if (
+                    recent is not None
+                    and recent.start == position
+                    and task_id is None
+                    and recent.first_id > last_id
+                ):
+                    # The common case: waiting when the batch came, it needs all of it.
+                    position, last_id, quiet = recent.end, recent.last_id, False
+                    yield recent.data
                     continue
                 try:
                     found, position = board.since(position)
@@ -322,10 +389,51 @@ class Hub:
                     e for e in found if e.id > last_id and (task_id is None or e.task_id == task_id)
                 ]
                 if wanted:
-                    last_id = wanted[-1].id
+                    last_id, quiet = wanted[-1].id, False
                     yield wanted[0].data if len(wanted) == 1 else b"".join(e.data for e in wanted)
         finally:
             self.connections -= 1
+
+
+class StreamResponse(Response):
+    """`GET /api/events`: a stream's chunks, each one `send` (no iterator wrapper, no task
+    group around it). A second task waits for the client's disconnect and cancels the
+    stream's (uvicorn's `send` to a closed connection returns quietly: without it, a gone
+    client would be written to until the next keepalive... forever)."""
+
+    media_type = "text/event-stream"
+
+    def __init__(self, chunks: AsyncGenerator[bytes, None]) -> None:
+        self.chunks = chunks
+        self.status_code = 200
+        self.background = None
+        self.init_headers({"Cache-Control": "no-store", "X-Accel-Buffering": "no"})
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        await send({"type": "http.response.start", "status": 200, "headers": self.raw_headers})
+        streaming = asyncio.current_task()
+        assert streaming is not None
+        gone = False
+
+        async def watch() -> None:
+            nonlocal gone
+            while (await receive())["type"] != "http.disconnect":
+                pass
+            gone = True
+            streaming.cancel()
+
+        watcher = asyncio.create_task(watch())
+        try:
+            async for chunk in self.chunks:
+                await send({"type": "http.response.body", "body": chunk, "more_body": True})
+            await send({"type": "http.response.body", "body": b"", "more_body": False})
+        except asyncio.CancelledError:
+            if not gone:
+                raise
+            streaming.uncancel()  # the client left: a normal end, not an error to log
+        finally:
+            watcher.cancel()
+            await self.chunks.aclose()
 
 
 def reconnect(last_id: int) -> bytes:
