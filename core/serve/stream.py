@@ -269,7 +269,8 @@ class Hub:
         loop = asyncio.get_running_loop()
         while not self.stopping.is_set():
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._wake.wait(), timeout=poll)
+                async with asyncio.timeout(poll):
+                    await self._wake.wait()
             self._wake.clear()
             try:
                 while True:
