@@ -134,3 +134,48 @@ def test_a_commit_to_a_sqlite_board_wakes_the_stream_before_the_poll(
                 await hub.close()
 
         assert asyncio.run(scenario()) < 1.0
+
+
+def test_issue_45_item_3_a_quiet_stream_gets_keepalives_from_the_shared_tick_and_a_busy_one_none(
+    sqlite_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 45 item 3: one keepalive timer ticks for every stream (no timer per stream and
+    wait). A stream with nothing to send gets a `: keepalive` comment within `KEEPALIVE_S`;
+    one that is sent events meanwhile gets the events, and no comment while they flow."""
+    monkeypatch.setattr(stream, "KEEPALIVE_S", 0.4)
+    with open_host(sqlite_url) as host:
+        wf = host.workflows.create_from_template("simple")
+
+        async def scenario() -> None:
+            hub = Hub(host, prune=False)
+            await hub.start()
+            try:
+                quiet = hub.stream(None, None)
+                busy = hub.stream(None, None)
+                for connection in (quiet, busy):
+                    assert (await anext(connection)).startswith(b"retry: 1000\n")
+                began = time.monotonic()
+                async with asyncio.timeout(10):
+                    assert await anext(quiet) == stream.KEEPALIVE
+                # at most KEEPALIVE_S of silence, plus what a loaded machine adds
+                assert time.monotonic() - began < 5
+                sent: list[bytes] = []
+
+                async def follow() -> None:
+                    while True:
+                        sent.append(await anext(busy))
+
+                reading = asyncio.create_task(follow())
+                for n in range(8):  # events every 0.1 s: never a whole tick period quiet
+                    await run_in_threadpool(host.tasks.create, workflow=wf.id, title=f"Busy {n}")
+                    await asyncio.sleep(0.1)
+                reading.cancel()
+                await asyncio.gather(reading, return_exceptions=True)
+                assert stream.KEEPALIVE not in sent[1:]
+                assert sum(len(_events(chunk)) for chunk in sent) == 8
+                await quiet.aclose()
+                await busy.aclose()
+            finally:
+                await hub.close()
+
+        asyncio.run(scenario())
