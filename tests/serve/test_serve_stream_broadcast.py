@@ -179,3 +179,62 @@ def test_issue_45_item_3_a_quiet_stream_gets_keepalives_from_the_shared_tick_and
                 await hub.close()
 
         asyncio.run(scenario())
+
+
+def test_issue_45_item_3_the_stream_response_ends_quietly_when_its_client_leaves(
+    sqlite_url: str,
+) -> None:
+    """Issue 45 item 3: `GET /api/events` is a plain ASGI response (one send a chunk). A
+    client that disconnects ends its stream at once, with no error, and frees its place in
+    the hub; a stream still open when serve stops is finished (the last empty body)."""
+    with open_host(sqlite_url) as host:
+
+        async def scenario() -> None:
+            hub = Hub(host, prune=False)
+            await hub.start()
+            try:
+                leaving = asyncio.Event()
+                messages: list[dict[str, Any]] = []
+
+                async def receive() -> dict[str, Any]:
+                    await leaving.wait()
+                    return {"type": "http.disconnect"}
+
+                async def never() -> dict[str, Any]:
+                    await asyncio.Event().wait()
+                    return {"type": "http.disconnect"}
+
+                async def send(message: Any) -> None:
+                    messages.append(message)
+
+                scope = {"type": "http", "method": "GET"}
+                left = asyncio.create_task(
+                    stream.StreamResponse(hub.stream(None, None))(scope, receive, send)
+                )
+                kept: list[dict[str, Any]] = []
+
+                async def keep(message: Any) -> None:
+                    kept.append(message)
+
+                stays = asyncio.create_task(
+                    stream.StreamResponse(hub.stream(None, None))(scope, never, keep)
+                )
+                async with asyncio.timeout(10):
+                    while hub.connections < 2 or len(messages) < 2 or len(kept) < 2:
+                        await asyncio.sleep(0.01)
+                assert messages[0]["type"] == "http.response.start"
+                assert messages[0]["status"] == 200
+                assert messages[1]["body"].startswith(b"retry: 1000\n")
+                leaving.set()
+                async with asyncio.timeout(10):
+                    await left  # returns: no CancelledError, no exception
+                assert hub.connections == 1
+                hub.stop_soon()
+                async with asyncio.timeout(10):
+                    await stays
+                assert kept[-1] == {"type": "http.response.body", "body": b"", "more_body": False}
+                assert hub.connections == 0
+            finally:
+                await hub.close()
+
+        asyncio.run(scenario())
