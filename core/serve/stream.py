@@ -9,7 +9,9 @@ with a stat of the write-ahead log, on a SQLite board where no socket could be h
 connection first catches up from the table itself (`Last-Event-ID`), then follows the buffer
 from where it subscribed, skipping ids it already sent: every event once, in id order. Each
 wake hands a connection everything new as one write (up to `CHUNK_BYTES`), the same bytes
-every other connection is handed.
+every other connection is handed: joined once per batch (`Recent`) for all the connections that
+were waiting when it came. What a wake costs per connection is one future resolved and one
+`send` (`StreamResponse`); one timer, not one per connection and wait, ticks the keepalives.
 
 A connection that falls more than `KEEP` events behind the buffer (a client too slow to
 read) is dropped: it is sent a last `stream.reconnect` event naming the last id it was sent,
