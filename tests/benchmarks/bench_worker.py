@@ -370,8 +370,10 @@ def floor_drain(url: str, count: int) -> float:
 SQLITE_FLOOR_CLAIM = """
 UPDATE runs SET status = 'claimed', claimed_at = ?, claimed_epoch = 'floor',
   attempts = attempts + 1
-WHERE id = (SELECT runs.id FROM runs JOIN agent_profiles ON agent_profiles.id = runs.agent_profile_id
-  WHERE runs.status = 'queued' AND agent_profiles.claimed_runs < agent_profiles.max_concurrent_sessions
+WHERE id = (SELECT runs.id FROM runs
+  JOIN agent_profiles ON agent_profiles.id = runs.agent_profile_id
+  WHERE runs.status = 'queued'
+    AND agent_profiles.claimed_runs < agent_profiles.max_concurrent_sessions
   ORDER BY runs.requested_at, runs.id LIMIT 1) AND status = 'queued'
 RETURNING id, task_id, agent_profile_id
 """
