@@ -51,6 +51,9 @@ TRANSIENT_EXIT: Final = 75
 EXECUTION_ENV: Final = "LANEWAY_EXECUTION_ID"
 """An exec turn's own mark in its agent's environment: what the agent starts inherits it."""
 SWEEP_PASSES: Final = 20
+HELD_OPEN_S: Final = 0.1
+"""How long after the agent's exit its output may stay open before what holds it is swept:
+an agent's output normally ends with it, and then the sweep after the turn is the only one."""
 MESSAGE_KEYS: Final = frozenset({"decision", "step_complete", "log", "usage"})
 STDERR_TAIL: Final = 2000
 """The characters of stderr a failure keeps (its last ones): stderr is read as it comes and
@@ -105,6 +108,8 @@ class AgentProcess:
     on_line: Callable[[str], None] | None = None
     """Each transcript line as it arrives (the board keeps it while the turn runs)."""
     lines: int = 0
+    read: threading.Event = attrs.field(factory=threading.Event)
+    """Set when the agent's output has ended (`_sweep_on_exit` waits for it)."""
 
     def wait(self) -> TurnResult:
         stdout, stderr = self.popen.stdout, self.popen.stderr
@@ -122,8 +127,11 @@ class AgentProcess:
         # threads kept from earlier turns (core.agents.spare): starting one waits for the
         # new thread to be scheduled, a millisecond a start on a busy machine (issue 45)
         spare.run(drain)
-        for line, cut in read_lines(stdout, MAX_LINE):
-            self._handle(line.rstrip("\r"), cut)
+        try:
+            for line, cut in read_lines(stdout, MAX_LINE):
+                self._handle(line.rstrip("\r"), cut)
+        finally:
+            self.read.set()
         # The agent has exited but is not reaped yet, so its pid (the group id) cannot have been
         # reused: sweep what it left behind in its group, then reap it.
         with contextlib.suppress(ChildProcessError, OSError):
@@ -312,24 +320,28 @@ def start(
     watchdog_link.track(popen.pid)
     # What the agent moved out of its group would hold its output pipes open past its exit
     # (the turn would not end until it did): swept the moment the agent exits.
-    pid = popen.pid
-    spare.run(lambda: _sweep_on_exit(execution_id, pid))
+    pid, read = popen.pid, threading.Event()
+    spare.run(lambda: _sweep_on_exit(execution_id, pid, read))
     assert popen.stdin is not None
     try:
         popen.stdin.write(prompt.encode("utf-8", "replace"))
         popen.stdin.close()
     except BrokenPipeError:
         pass  # the agent did not read its prompt; its exit status tells the rest
-    return AgentProcess(popen, execution_id, on_message, on_line)
+    return AgentProcess(popen, execution_id, on_message, on_line, read=read)
 
 
 def _sweep_quietly(execution_id: str, agent: int) -> None:
     sweep_leftovers(execution_id, agent)
 
 
-def _sweep_on_exit(execution_id: str, agent: int) -> None:
+def _sweep_on_exit(execution_id: str, agent: int, read: threading.Event) -> None:
     with contextlib.suppress(ChildProcessError, OSError):
         os.waitid(os.P_PID, agent, os.WEXITED | os.WNOWAIT)
+    if read.wait(HELD_OPEN_S):
+        # nothing holds its output open: the sweep after the turn finds what it left (a sweep
+        # reads every process's environment: one a run saved, issue 45)
+        return
     # the agent's group is the turn's end's to kill (what it still prints is the turn's)
     sweep_leftovers(execution_id, agent, spare_group=True)
 
