@@ -132,6 +132,13 @@ _SET_STATE = (
     .values(state=sa.bindparam("state"), updated_at=sa.bindparam("stamp"))
     .returning(S.c.task_id)
 )
+# a turn's end: the row as written, which the turn's end reads (no read of its own)
+_SET_STATE_ROW = (
+    sa.update(S)
+    .where(S.c.id == _BY_ID)
+    .values(state=sa.bindparam("state"), updated_at=sa.bindparam("stamp"))
+    .returning(*S.c)
+)
 _LOCK_FOR_ITEMS = sa.select(S.c.task_id).where(S.c.id == _BY_ID).with_for_update(key_share=True)
 _LOCK_AGENT = sa.select(S).where(S.c.id == _BY_ID).with_for_update(key_share=True)
 _SET_AGENT = (
@@ -236,6 +243,23 @@ class SessionService(Service):
                 ).scalar()
             if task_id is not None:
                 events.record(uow, "session.state", task_id, session_id=session_id, state=state)
+
+    def set_waiting(self, session_id: str) -> Session | None:
+        """A turn's end: the session waits for input (as `set_state`); the session as
+        written, read off the write (issue 45: a live turn's end read it again), or None when
+        there is no such session."""
+        with self.peers.store.transaction() as uow:
+            row = uow.run(
+                _SET_STATE_ROW,
+                {"session_id": session_id, "state": "WAITING_FOR_INPUT", "stamp": ids.now()},
+            ).mapping()
+            if row is None:
+                return None
+            session = rows.session(row)
+            events.record(
+                uow, "session.state", session.task_id, session_id=session_id, state=session.state
+            )
+        return session
 
     def turn_starting(self, session_id: str) -> bool:
         """Whether this thread is firing on_turn_start for a turn of the session now (a
