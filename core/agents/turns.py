@@ -123,7 +123,10 @@ class TurnLoop:
         session, task = known if known is not None else (host.sessions.get(session_id), None)
         if task is None or task.id != session.task_id:
             task = host.tasks.get(session.task_id)
-        profile = host.profiles.get(session.agent_profile_id) if session.agent_profile_id else None
+        # as the board's catalogue has it: the run's claim, or the reads above, followed it
+        profile = (
+            host.profiles.current(session.agent_profile_id) if session.agent_profile_id else None
+        )
         turn = LiveTurn(task.id, step_id or task.workflow_step_id, run_id, session.agent_profile_id)
         if self.in_flight.shut_down:
             turn.stopped = "shutdown"
