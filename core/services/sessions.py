@@ -426,7 +426,10 @@ class SessionService(Service):
         if not checked:
             return []
         seqs: builtins.list[int] = []
-        with self.peers.store.transaction() as uow:
+        # no board-version read: what an agent says is kept whatever the catalogue holds (a
+        # live turn's item writes were two of its four version reads, issue 45); the turn's
+        # end, which acts on the board, follows it
+        with self.peers.store.transaction(follow_board=False) as uow:
             task_id = uow.run(_LOCK_FOR_ITEMS, {"session_id": session_id}).scalar()
             if task_id is None:
                 raise NotFound(f"no session {session_id!r}")
