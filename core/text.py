@@ -59,11 +59,28 @@ def cut_to(text: str, limit: int) -> str:
     return cut_text(text, limit - len(f"... [cut: {len(text)} more characters]"))
 
 
+_FINITE_JSON = json.JSONEncoder(default=str, allow_nan=False).encode
+"""`json.dumps(value, default=str, allow_nan=False)` without an encoder built per call (each
+transcript item is measured by it; issue 45 item 2)."""
+DATA_JSON = json.JSONEncoder(default=str).encode
+"""`json.dumps(value, default=str)`, the stored JSON of an item's data, with one encoder."""
+
+
+def stored_text(text: str) -> str:
+    """`text` as every database can store it: NUL and lone surrogates replaced (U+FFFD). The
+    common text, which holds neither, is returned without a copy."""
+    if _BAD_CHAR.search(text) is None:
+        return text
+    return text.replace("\x00", "\ufffd").encode("utf-8", "replace").decode("utf-8")
+
+
 def bounded_data(data: Mapping[str, Any], limit: int = MAX_DATA) -> Mapping[str, Any]:
     """`data`, or, when its JSON is longer than `limit`, a stand-in that says it was cut
     (`{"cut": true, "chars": N, "preview": ...}`)."""
+    if not data:
+        return data  # `{}`: two characters
     try:
-        encoded = json.dumps(data, default=str, allow_nan=False)
+        encoded = _FINITE_JSON(data)
     except ValueError:
         # Infinity and NaN are not JSON: kept as their names, so every reader can parse it
         data = finite_json(data)
