@@ -113,7 +113,7 @@ def read(
     keys = list(result.keys())
     # Plain dicts straight from the rows: building a Task and `plain` of it per card cost
     # more than every query of the board together.
-    task_rows = [dict(zip(keys, row, strict=True)) for row in result]
+    task_rows = [dict(zip(keys, row, strict=True)) for row in result.all()]
     next_cursor = None
     if query.limit is not None and len(task_rows) > query.limit:
         task_rows = task_rows[: query.limit]
