@@ -35,6 +35,11 @@ D = t.workflow_step_decisions
 PERM = t.permissions
 Q = t.questions
 
+# Aliases built once: each one copies its table's columns, per request otherwise.
+LATER = R.alias("later")
+BLOCKER = T.alias("blocker")
+CHILD = T.alias("child")
+
 MAX_LIMIT: Final = 1000
 RUN_STATES: Final = ("claimed", "dead", "failed", "queued")
 
@@ -313,7 +318,7 @@ def _latest_runs(
     """Each task's latest run (the last requested): its status (`last_run`), and its error
     when it failed (`last_error`). A failure a later run made good is history, not a badge:
     the demo's finished task does not keep a red error."""
-    later = R.alias("later")
+    later = LATER
     found = conn.execute(
         sa.select(R.c.task_id, R.c.status, R.c.error_message).where(
             R.c.task_id.in_(page),
@@ -335,7 +340,7 @@ def _relations(
 ) -> None:
     """The blockers that still hold each task (`blockers`: id, title, state; finished ones
     left out) and how many of its subtasks are finished (`subtasks`: done, total)."""
-    blocker = T.alias("blocker")
+    blocker = BLOCKER
     for task_id, b_id, title, state in conn.execute(
         sa.select(t.task_blockers.c.task_id, blocker.c.id, blocker.c.title, blocker.c.state)
         .join(blocker, blocker.c.id == t.task_blockers.c.blocker_id)
@@ -346,7 +351,7 @@ def _relations(
         .order_by(t.task_blockers.c.created_at, blocker.c.id)
     ):
         badges[task_id]["blockers"].append({"id": b_id, "title": title, "state": state})
-    child = T.alias("child")
+    child = CHILD
     for parent_id, state, n in conn.execute(
         sa.select(child.c.parent_id, child.c.state, sa.func.count())
         .where(child.c.parent_id.in_(page), child.c.archived_at.is_(None))
