@@ -25,6 +25,7 @@ from core.services.base import Lazy, Service
 from core.services.refs import find_task, resolve_id
 from core.store import events, prepared, rows
 from core.store import tables as t
+from core.text import DATA_JSON
 
 if TYPE_CHECKING:
     from core.services.peers import Peers
@@ -77,7 +78,7 @@ def _insert_items(
                 run_id,
                 item.kind,
                 item.text,
-                json.dumps(item.data, default=str),
+                DATA_JSON(item.data),
                 stamp,
             )
         sql = _items_sql(dialect.name, str(dialect.paramstyle), quoted, len(chunk))
