@@ -1,0 +1,181 @@
+"""Issue 41 item 2: the real Gemini CLI (`gemini --acp`, npm `@google/gemini-cli` 0.61) doing real
+turns through a real `laneway worker`, with no credentials and no network: its model answered
+by tests/agents/gemini_standin.py (the Gemini API, `v1beta` streamGenerateContent) on loopback,
+named by GOOGLE_GEMINI_BASE_URL, everything else the CLI would reach turned off in the
+settings.json of its temporary HOME (and refused by the stand-in as its proxy: `strays`).
+
+Gemini's `default` mode asks before every edit; `autoEdit` edits on its own; `plan` refuses
+edits (docs/agents.md). Its edits go through laneway's `fs/read_text_file` and
+`fs/write_text_file`: the scripted model edits the repository's README.md with `replace`
+(Gemini CLI 0.61 cannot create a *new* file through a client's file system: it takes the
+client's "not found" answer to its read-before-write for a failure, see docs/agents.md). The
+profile is named `claude` only because the board helper of test_issue_41_real_claude.py names
+it so.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.acp.test_real_adapters import adapter
+from tests.agents.conftest import run_rows
+from tests.agents.gemini_standin import (
+    Call,
+    Fail,
+    Reply,
+    Request,
+    Standin,
+    Text,
+    environment,
+    gemini,
+)
+from tests.agents.test_issue_41_real_claude import (
+    PROMPT,
+    REVIEW_YAML,
+    SECOND,
+    Claude,
+    finish,
+    workflow_yaml,
+)
+from tests.conftest import eventually
+
+pytestmark = pytest.mark.slow
+
+
+def agent(
+    standin: Standin, config: Mapping[str, Any] | None = None
+) -> tuple[list[str], Callable[[Path], dict[str, str]]]:
+    def env(home: Path) -> dict[str, str]:
+        return environment(standin, str(home), config)
+
+    return [adapter("gemini", "@google/gemini-cli"), "--acp"], env
+
+
+def replace(old: str, new: str) -> Call:
+    """The model's `replace` of `old` by `new` in the workspace's README.md."""
+
+    def args(request: Request) -> Mapping[str, Any]:
+        return {
+            "file_path": f"{request.workdir()}/README.md",
+            "old_string": old,
+            "new_string": new,
+            "instruction": f"say {new} instead of {old}",
+        }
+
+    return Call("replace", args)
+
+
+def results(standin: Standin) -> list[dict[str, Any]]:
+    """The tool results (functionResponse parts) the model was sent, each once."""
+    found: dict[str, dict[str, Any]] = {}
+    for request in standin.conversation():
+        for response in request.function_responses():
+            found.setdefault(str(response.get("id")), response)
+    return list(found.values())
+
+
+# -- a prompt turn; an edit a person allows or denies ---------------------------------------------
+
+
+@pytest.mark.one_database  # the board's side of a permission is proved on both by Claude's
+@pytest.mark.parametrize("answer", ["allow", "deny"])
+def test_issue_41_item_2_gemini_edits_the_worktree_only_after_a_person_allows_it(
+    db_url: str, tmp_path: Path, started: list[subprocess.Popen[str]], answer: str
+) -> None:
+    """`--mode default` under `--permissions ask`: the step's prompt reaches the model, which
+    calls `replace` on README.md; Gemini asks, the request waits on the board (kind `edit`,
+    titled by Gemini with the path relative to the worktree), a separate `permission
+    allow|deny` process answers. Allowed: README.md is changed in the task's worktree, `task
+    diff` shows it, the model's closing words are in the transcript, the card moves on.
+    Denied: nothing changes and the diff is empty."""
+    with gemini([replace("world", "gemini"), Text("Replaced it.")]) as standin:
+        board = Claude(
+            db_url, tmp_path, None, agent=agent(standin), permissions="ask", mode="default"
+        )
+        worker = board.start_worker()
+        started.append(worker)
+        (asked,) = eventually(board.pending, timeout=90, what="a pending request", every=0.2)
+        assert asked["tool_call"]["kind"] == "edit"
+        assert asked["tool_call"]["title"] == "README.md: world => gemini"
+        assert (board.worktree() / "README.md").read_text() == "hello\nworld\n"  # it waits
+        board.cli("permission", answer, asked["id"])
+        finish(worker)
+        assert standin.strays == []
+        first = standin.conversation()[0]
+    assert first.said(PROMPT)
+    assert first.model == "gemini-2.5-pro"
+    diff = board.cli("task", "diff", board.task_id)
+    step, session, items = board.read()
+    assert session.agent["mode"] == "default"
+    (item,) = [i for i in items if i["kind"] == "permission"]
+    assert item["data"]["decided_by"] == "person"
+    if answer == "allow":
+        assert session.metadata.get("last_agent_error") is None
+        assert step == "Done"
+        assert "Replaced it." in [i["text"] for i in items if i["kind"] == "message"]
+        assert (board.worktree() / "README.md").read_text() == "hello\ngemini\n"
+        assert [(f["path"], f["status"]) for f in diff["files"]] == [("README.md", "modified")]
+        assert "+gemini" in diff["patch"]
+        (result,) = results(standin)
+        assert "Successfully modified file" in str(result["response"])
+    else:
+        assert (board.worktree() / "README.md").read_text() == "hello\nworld\n"
+        assert diff["files"] == []
+
+
+# -- the profile's mode, the step's plan mode, and the conversation across runs ------------------
+
+
+@pytest.mark.one_database
+def test_issue_41_item_2_gemini_auto_edit_edits_unasked_and_the_steps_plan_mode_refuses(
+    db_url: str, tmp_path: Path
+) -> None:
+    """`profile add --mode autoEdit` under `--permissions ask`: the conversation starts in
+    that mode, so Gemini edits README.md on its own (nothing waits for a person). The next
+    step's `set_session_mode: plan` puts the same conversation in Gemini's plan mode, where it
+    refuses the model's next edit itself: nothing asked, README.md keeps the first edit. The
+    second run continues the conversation (Gemini offers `session/load`, not
+    `session/resume`): the model's request in it carries the first turn."""
+    # the second step (Next) sets plan mode before its turn
+    head = f"prompt: {json.dumps(SECOND)}\n    events:\n      on_enter: ["
+    plan = json.dumps({"type": "set_session_mode", "config": {"mode": "plan"}})
+    yaml = workflow_yaml(second=True).replace(head, f"{head}{plan}, ", 1)
+    assert plan in yaml
+    script: list[Reply] = [
+        replace("world", "gemini"),
+        Text("First edit made."),
+        replace("gemini", "planned"),
+        Text("Plan written."),
+    ]
+    with gemini(script) as standin:
+        board = Claude(
+            db_url,
+            tmp_path,
+            None,
+            agent=agent(standin),
+            yaml=yaml,
+            permissions="ask",
+            mode="autoEdit",
+        )
+        board.work()
+        assert standin.strays == []
+        turns = standin.conversation()
+    step, session, items = board.read()
+    assert step == "Done"
+    assert board.cli("permission", "list") == []
+    assert [i for i in items if i["kind"] == "permission"] == []
+    assert (board.worktree() / "README.md").read_text() == "hello\ngemini\n"
+    assert session.agent["mode"] == "plan"
+    assert session.agent["continued_by"] == "load"
+    second = next(t for t in turns if t.said(SECOND))
+    assert second.said("First edit made.")  # the earlier turn, loaded
+    first, refused = results(standin)
+    assert "Successfully modified file" in str(first["response"])
+    assert "Successfully modified file" not in str(refused["response"])
+    assert [r["status"] for r in run_rows(db_url)] == ["finished", "finished"]
