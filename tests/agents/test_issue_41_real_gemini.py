@@ -179,3 +179,123 @@ def test_issue_41_item_2_gemini_auto_edit_edits_unasked_and_the_steps_plan_mode_
     assert "Successfully modified file" in str(first["response"])
     assert "Successfully modified file" not in str(refused["response"])
     assert [r["status"] for r in run_rows(db_url)] == ["finished", "finished"]
+
+
+# -- laneway's own tools, never asking a person ---------------------------------------------------
+
+
+@pytest.mark.one_database
+def test_issue_41_item_2_gemini_comments_and_decides_through_the_tool_server_without_asking(
+    db_url: str, tmp_path: Path
+) -> None:
+    """A reviewer seat under `--permissions ask` and `--mode default`: the scripted model calls
+    laneway's `comment` and `decide` (Gemini offers them to the model as
+    `mcp_laneway_comment`, `mcp_laneway_decide`, and asks before the first titled `comment
+    (laneway MCP Server)`); nothing waits for a person (the worker runs to the end with no one
+    answering): laneway allows it at once for the whole server, and the transcript shows that
+    permission decided by `laneway-tool`. Review has two reviewer seats (all_approve): the
+    other one, an exec agent, approves too, so the card reaches Done only if Gemini's verdict
+    counted."""
+    approve = (
+        "import json, sys; sys.stdin.read(); "
+        "print(json.dumps({'decision': 'approved', 'comment': 'the exec reviewer agrees'}))"
+    )
+    script: list[Reply] = [
+        Call("mcp_laneway_comment", {"text": "The change reads well."}),
+        Call("mcp_laneway_decide", {"verdict": "approved", "comment": "ship it"}),
+        Text("Approved."),
+    ]
+    with gemini(script) as standin:
+        board = Claude(
+            db_url,
+            tmp_path,
+            None,
+            agent=agent(standin),
+            yaml=REVIEW_YAML,
+            seat=("Review", "reviewer"),
+            start_at="Review",
+            permissions="ask",
+            mode="default",
+            setup=lambda host, workflow: (
+                host.profiles.add("exec-reviewer", command=["python3", "-c", approve]),
+                host.participants.add(
+                    step="Review", role="reviewer", profile="exec-reviewer", workflow=workflow
+                ),
+            ),
+        )
+        board.work()
+        assert standin.strays == []
+        first = standin.conversation()[0]
+    assert {"mcp_laneway_comment", "mcp_laneway_decide"} <= set(first.tool_names())
+    step, _session, items = board.read()
+    assert step == "Done"
+    assert board.cli("permission", "list") == []  # nothing was put to a person
+    (asked,) = [i["data"] for i in items if i["kind"] == "permission"]
+    assert asked["tool_call"]["title"] == "comment (laneway MCP Server)"
+    assert asked["decided_by"] == "laneway-tool"
+    titles = [i["data"].get("title") for i in items if i["kind"] == "tool_call"]
+    assert "decide (laneway MCP Server)" in titles  # the call still shows
+    comments = board.cli("task", "comments", board.task_id)
+    assert [(c["author"], c["body"]) for c in comments] == [("claude", "The change reads well.")]
+    verdicts = board.cli("decision", "list", "--task", board.task_id, "--step", "Review", "--all")
+    assert sorted((v["decision"], v["comment"]) for v in verdicts) == [
+        ("approved", "ship it"),
+        ("approved", "the exec reviewer agrees"),
+    ]
+    assert [r["name"] for r in results(standin)] == ["mcp_laneway_comment", "mcp_laneway_decide"]
+
+
+# -- the model API's errors ------------------------------------------------------------------------
+
+ONE_TRY = {"general": {"maxAttempts": 1}}
+"""Gemini CLI's own retries off (it tries a request up to 10 times with backoff otherwise)."""
+
+
+@pytest.mark.one_database
+def test_issue_41_item_2_a_401_from_the_gemini_api_is_r3(db_url: str, tmp_path: Path) -> None:
+    """Every request answered 401 UNAUTHENTICATED: Gemini ends its prompt with an error
+    carrying the API's answer; the run fails as R3 (authentication) with it, on_agent_error
+    moves the card to Trouble, and laneway does not retry it."""
+    fail = Fail(401, "API key not valid. Please pass a valid API key.")
+    with gemini(then=fail) as standin:
+        board = Claude(db_url, tmp_path, None, agent=agent(standin, ONE_TRY), permissions="allow")
+        board.work(env={"LANEWAY_RETRY_DELAYS": "0.1"})
+        asked = len(standin.conversation())
+    step, session, items = board.read()
+    error = session.metadata["last_agent_error"]
+    assert error["route"] == "R3"
+    assert "API key not valid" in error["message"]
+    assert step == "Trouble"
+    assert [r["status"] for r in run_rows(db_url)] == ["failed"]
+    assert len([i for i in items if i["kind"] == "prompt"]) == 1
+    assert asked == 1
+
+
+@pytest.mark.one_database
+def test_issue_41_item_2_a_busy_gemini_api_takes_the_transient_route(
+    db_url: str, tmp_path: Path
+) -> None:
+    """429 RESOURCE_EXHAUSTED naming a 2 s RetryInfo delay, then 503 UNAVAILABLE, then an
+    answer: Gemini ends each prompt with a JSON-RPC error whose code is the HTTP status;
+    laneway takes each as transient (R4) with a WARNING, retries the 429 after the delay the
+    API named (2 s, over its own ladder's 0.1 s) and the 503 after its ladder's delay, and the
+    third try finishes the run in one attempt."""
+    script: list[Reply] = [
+        Fail(429, "Resource has been exhausted (e.g. check quota).", retry_delay="2s"),
+        Fail(503, "The model is overloaded. Please try again later."),
+        Text("Done after the retries."),
+    ]
+    with gemini(script) as standin:
+        board = Claude(db_url, tmp_path, None, agent=agent(standin, ONE_TRY), permissions="allow")
+        said = board.work(env={"LANEWAY_RETRY_DELAYS": "0.1,0.1"})
+        asked = standin.conversation()
+    step, _session, items = board.read()
+    assert step == "Done"
+    (run,) = run_rows(db_url)
+    assert (run["status"], run["attempts"]) == ("finished", 1)
+    assert len(asked) == 3
+    assert asked[1].at - asked[0].at >= 2.0
+    assert "attempt=1, delay=2.0" in said
+    assert "attempt=2, delay=0.1" in said
+    messages = [i["text"] for i in items if i["kind"] == "message"]
+    assert messages[-1] == "Done after the retries."
