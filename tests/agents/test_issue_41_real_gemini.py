@@ -16,6 +16,8 @@ it so.
 from __future__ import annotations
 
 import json
+import os
+import signal
 import subprocess
 from collections.abc import Callable, Mapping
 from pathlib import Path
@@ -24,10 +26,11 @@ from typing import Any
 import pytest
 
 from tests.acp.test_real_adapters import adapter
-from tests.agents.conftest import run_rows
+from tests.agents.conftest import laneway, run_rows
 from tests.agents.gemini_standin import (
     Call,
     Fail,
+    Hold,
     Reply,
     Request,
     Standin,
@@ -40,10 +43,12 @@ from tests.agents.test_issue_41_real_claude import (
     REVIEW_YAML,
     SECOND,
     Claude,
+    alive,
+    descendants,
     finish,
     workflow_yaml,
 )
-from tests.conftest import eventually
+from tests.conftest import eventually, wait_for_dead_processes
 
 pytestmark = pytest.mark.slow
 
@@ -138,10 +143,10 @@ def test_issue_41_item_2_gemini_auto_edit_edits_unasked_and_the_steps_plan_mode_
 ) -> None:
     """`profile add --mode autoEdit` under `--permissions ask`: the conversation starts in
     that mode, so Gemini edits README.md on its own (nothing waits for a person). The next
-    step's `set_session_mode: plan` puts the same conversation in Gemini's plan mode, where it
-    refuses the model's next edit itself: nothing asked, README.md keeps the first edit. The
-    second run continues the conversation (Gemini offers `session/load`, not
-    `session/resume`): the model's request in it carries the first turn."""
+    step's `set_session_mode: plan` puts the session in Gemini's plan mode, where it refuses the
+    model's next edit itself: nothing asked, README.md keeps the first edit. (The second run
+    is a new Gemini process; whether it continues the conversation is not asserted: Gemini
+    0.61's `session/load` mostly loses it, see the kill -9 test.)"""
     # the second step (Next) sets plan mode before its turn
     head = f"prompt: {json.dumps(SECOND)}\n    events:\n      on_enter: ["
     plan = json.dumps({"type": "set_session_mode", "config": {"mode": "plan"}})
@@ -172,9 +177,7 @@ def test_issue_41_item_2_gemini_auto_edit_edits_unasked_and_the_steps_plan_mode_
     assert [i for i in items if i["kind"] == "permission"] == []
     assert (board.worktree() / "README.md").read_text() == "hello\ngemini\n"
     assert session.agent["mode"] == "plan"
-    assert session.agent["continued_by"] == "load"
-    second = next(t for t in turns if t.said(SECOND))
-    assert second.said("First edit made.")  # the earlier turn, loaded
+    assert any(t.said(SECOND) for t in turns)
     first, refused = results(standin)
     assert "Successfully modified file" in str(first["response"])
     assert "Successfully modified file" not in str(refused["response"])
@@ -299,3 +302,68 @@ def test_issue_41_item_2_a_busy_gemini_api_takes_the_transient_route(
     assert "attempt=2, delay=0.1" in said
     messages = [i["text"] for i in items if i["kind"] == "message"]
     assert messages[-1] == "Done after the retries."
+
+
+# -- kill -9 of the worker mid-turn ----------------------------------------------------------------
+
+
+@pytest.mark.one_database  # the board's side of a crash is proved on both by Claude's
+def test_issue_41_item_2_gemini_survives_kill_9_of_its_worker_mid_turn(
+    db_url: str, tmp_path: Path, started: list[subprocess.Popen[str]]
+) -> None:
+    """A first turn answered; the second turn's model request held by the stand-in; the
+    worker killed with SIGKILL: Gemini (and the node process it relaunches itself as) and the
+    tool server are gone (/proc), `laneway recover` re-queues the run, and the next worker
+    runs it again to the end (a new Gemini process, the step's prompt reaching the model).
+
+    The conversation itself is lost, and laneway says so: Gemini offers `session/load` (no
+    `session/resume`), but 0.61, loading in a new process, first records the session afresh
+    in the same file (its history replaced by the session context alone) and then finds
+    nothing to resume ("No previous sessions found for this project"), so laneway starts a new
+    ACP session with its WARNING `conversation lost` (docs/agents.md). That is a race inside
+    Gemini (a load has been seen to win it), so either outcome passes, the loss only with
+    Gemini's reason."""
+    held = Hold(Text("Held answer, never sent."))
+    script: list[Reply] = [Text("First answer: the plan is ready."), held, Text("Second answer.")]
+    with gemini(script) as standin:
+        board = Claude(
+            db_url,
+            tmp_path,
+            None,
+            agent=agent(standin),
+            yaml=workflow_yaml(second=True),
+            permissions="allow",
+        )
+        worker = board.start_worker()
+        started.append(worker)
+        assert held.reached.wait(120), "the second turn never reached the model"
+        tree = descendants(worker.pid)
+        assert any("gemini" in c for c in tree.values()), tree
+        assert any("core.agents.tools" in c for c in tree.values()), tree  # the tool server
+        os.kill(worker.pid, signal.SIGKILL)
+        worker.communicate(timeout=30)
+        eventually(
+            lambda: not alive(list(tree)), timeout=30, what=f"the agent processes gone: {tree}"
+        )
+        assert [r["status"] for r in run_rows(db_url)] == ["finished", "claimed"]
+        wait_for_dead_processes(db_url)
+        recovered = laneway("--db", db_url, "recover", cwd=tmp_path)
+        assert recovered.returncode == 0, recovered.stderr
+        assert [r["status"] for r in run_rows(db_url)] == ["finished", "queued"]
+        before = len(standin.conversation())
+        board.work()
+        after = standin.conversation()[before:]
+        assert standin.strays == []
+    step, _session, items = board.read()
+    assert step == "Done"
+    assert [(r["status"], r["attempts"]) for r in run_rows(db_url)] == [
+        ("finished", 1),
+        ("finished", 2),
+    ]
+    assert after, "the re-run never asked the model"
+    assert after[0].said(SECOND)
+    # continued (the earlier turn loaded), or lost and said so, with Gemini's reason
+    lost = [i["data"]["reason"] for i in items if i["text"] == "conversation lost"]
+    continued = after[0].said("First answer: the plan is ready.")
+    assert continued or (lost and "No previous sessions found" in lost[-1])
+    assert "Second answer." in [i["text"] for i in items if i["kind"] == "message"]
