@@ -312,9 +312,9 @@ def test_issue_41_item_2_gemini_survives_kill_9_of_its_worker_mid_turn(
     db_url: str, tmp_path: Path, started: list[subprocess.Popen[str]]
 ) -> None:
     """A first turn answered; the second turn's model request held by the stand-in; the
-    worker killed with SIGKILL: Gemini (and the node process it relaunches itself as) and the
-    tool server are gone (/proc), `laneway recover` re-queues the run, and the next worker
-    runs it again to the end (a new Gemini process, the step's prompt reaching the model).
+    worker killed with SIGKILL: Gemini and the tool server are gone (/proc), `laneway
+    recover` re-queues the run, and the next worker runs it again to the end (a new Gemini
+    process, the step's prompt reaching the model).
 
     The conversation itself is lost, and laneway says so: Gemini offers `session/load` (no
     `session/resume`), but 0.61, loading in a new process, first records the session afresh
