@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from core.agents.protocols.acp import PermissionPolicy, PermissionRequest, TranscriptItem
+from core.agents.protocols.acp.client import laneway_tool
 from tests.acp.conftest import Start, texts
 
 ASK_EDIT = [{"permission": {"kind": "edit", "title": "Edit main.py"}}]
@@ -141,3 +142,21 @@ def test_issue_41_item_4_another_servers_tool_of_the_same_name_still_asks(
     assert agent.prompt("go", on_item=items.append, on_permission=person).ok
     assert len(asked) == 1
     assert "permission: no" in texts(items)
+
+
+@pytest.mark.parametrize(
+    ("tool_call", "ours"),
+    [
+        ({"title": "comment (laneway MCP Server)", "kind": "other"}, True),
+        ({"title": "decide (laneway MCP Server)"}, True),
+        ({"title": "comment (github MCP Server)"}, False),
+        ({"title": "README.md: world => gemini", "kind": "edit"}, False),
+    ],
+)
+def test_issue_41_item_4_gemini_names_laneways_tools_by_title(
+    tool_call: dict[str, str], ours: bool
+) -> None:
+    """Gemini CLI titles a permission request for an MCP tool `<tool> (<server> MCP Server)`
+    (no `_meta`): laneway's own tools are recognised by it and allowed at once; another
+    server's tool of the same name is not."""
+    assert laneway_tool(tool_call) is ours

@@ -12,6 +12,8 @@ from core.agents.protocols.acp.transport import last_lines
 from core.agents.values import TokenUsage, TurnEnd
 
 AUTH_CODE: Final = -32000
+_AUTH_CODES: Final = frozenset({401, 403})
+_BUSY_CODES: Final = frozenset({429, 503, 529})
 _AUTH_STATUS = re.compile(r"\b(401|403)\b")
 _BUSY = re.compile(r"\b(429|503|529)\b|rate[ _-]?limit|overloaded|too many requests", re.IGNORECASE)
 _RETRY_TEXT = re.compile(
@@ -71,9 +73,12 @@ def error_end(exc: RequestError, *, stderr_tail: str = "") -> TurnEnd:
     """The route of a JSON-RPC error the agent answered with."""
     message = agent_message(exc)
     haystack = message + " " + _data_text(exc.data)
-    if exc.code == AUTH_CODE or _AUTH_STATUS.search(haystack):
+    # Gemini CLI answers a failed model request with the API's HTTP status as the JSON-RPC
+    # error code (401, 429, 503, ...) and only the API's message, which names no status.
+    status = exc.code if 400 <= exc.code < 600 else None
+    if exc.code == AUTH_CODE or status in _AUTH_CODES or _AUTH_STATUS.search(haystack):
         return TurnEnd("failed", f"authentication failed: {message}", route="R3")
-    if _BUSY.search(haystack):
+    if status in _BUSY_CODES or _BUSY.search(haystack):
         return TurnEnd(
             "transient",
             f"the provider is busy: {message}",

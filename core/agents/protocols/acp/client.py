@@ -123,11 +123,22 @@ def pick(options: tuple[PermissionOption, ...], kinds: tuple[str, ...]) -> str |
 
 # How the adapters name a tool of an MCP server in a tool call: Claude Code
 # `mcp__laneway__comment` (title or `_meta.claudeCode.toolName`), Codex `mcp.laneway.comment`,
-# OpenCode `laneway_comment`.
+# OpenCode `laneway_comment`, Gemini CLI `comment (laneway MCP Server)` (its title; the model
+# calls it `mcp_laneway_comment`).
 _LANEWAY_NAMES: Final = frozenset(
-    f"{prefix}{tool}"
-    for tool in TOOLS
-    for prefix in (f"mcp__{SERVER_NAME}__", f"mcp.{SERVER_NAME}.", f"{SERVER_NAME}_")
+    [
+        *(
+            f"{prefix}{tool}"
+            for tool in TOOLS
+            for prefix in (
+                f"mcp__{SERVER_NAME}__",
+                f"mcp.{SERVER_NAME}.",
+                f"{SERVER_NAME}_",
+                f"mcp_{SERVER_NAME}_",
+            )
+        ),
+        *(f"{tool} ({SERVER_NAME} MCP Server)" for tool in TOOLS),
+    ]
 )
 
 
