@@ -38,6 +38,8 @@ class Call:
     arguments: Any
     """A function call's arguments (JSON-encoded for it), or a custom tool's text input."""
     custom: bool = False
+    namespace: str | None = None
+    """The tool's namespace: an MCP server's tools are `comment` in `mcp__laneway`."""
 
 
 @attrs.frozen
@@ -47,7 +49,15 @@ class Status:
     headers: Mapping[str, str] = attrs.field(factory=dict)
 
 
-Reply = Say | Call | Status
+@attrs.frozen
+class Search:
+    """Codex's own `tool_search` (run by the client, Codex): how the model finds the deferred
+    tools of an MCP server (laneway's among them) before it calls one."""
+
+    query: str
+
+
+Reply = Say | Call | Search | Status
 
 
 @attrs.define
@@ -88,7 +98,16 @@ def codex_home(standin: Standin, where: Path, **config: str) -> Path:
     return where
 
 
-def _item(standin: Standin, reply: Say | Call) -> dict[str, Any]:
+def _item(standin: Standin, reply: Say | Call | Search) -> dict[str, Any]:
+    if isinstance(reply, Search):
+        return {
+            "type": "tool_search_call",
+            "id": standin.new_id("tsc"),
+            "status": "completed",
+            "call_id": standin.new_id("call"),
+            "execution": "client",
+            "arguments": {"query": reply.query, "limit": 8},
+        }
     if isinstance(reply, Say):
         return {
             "type": "message",
@@ -106,7 +125,7 @@ def _item(standin: Standin, reply: Say | Call) -> dict[str, Any]:
             "name": reply.name,
             "input": reply.arguments,
         }
-    return {
+    call = {
         "type": "function_call",
         "id": standin.new_id("fc"),
         "status": "completed",
@@ -114,6 +133,7 @@ def _item(standin: Standin, reply: Say | Call) -> dict[str, Any]:
         "name": reply.name,
         "arguments": json.dumps(reply.arguments),
     }
+    return call if reply.namespace is None else {**call, "namespace": reply.namespace}
 
 
 def _handler(standin: Standin) -> type[BaseHTTPRequestHandler]:

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from tests.acp.test_real_adapters import adapter
-from tests.agents.openai_standin import Call, Say, Standin, codex_home, openai
+from tests.agents.openai_standin import Call, Reply, Say, Search, Standin, codex_home, openai
 from tests.agents.test_issue_41_real_claude import Claude, finish
 from tests.conftest import eventually
 
@@ -90,3 +90,76 @@ def test_issue_41_item_2_codex_applies_a_patch_only_after_a_person_allows_it(
         error = session.metadata["last_agent_error"]
         assert (error["route"], step) == ("R1", "Trouble")
         assert "'cancelled' unasked" in error["message"]
+
+
+@pytest.mark.one_database
+def test_issue_41_item_2_codex_comments_and_decides_through_the_tool_server_without_asking(
+    db_url: str, tmp_path: Path
+) -> None:
+    """A reviewer seat under `--permissions ask` and `--mode read-only`: Codex defers MCP tools,
+    so the scripted model finds laneway's with its `tool_search` (which finds them only because
+    laneway makes codex-acp wait for the tool server before the first prompt), then calls
+    `comment` and `decide` in the `mcp__laneway` namespace. Codex asks before each MCP call,
+    naming it only by id; laneway recognises its own tool from the call Codex announced and
+    allows it at once (issue 41 item 4), so the worker runs to the end with no one answering.
+    Review's second reviewer seat, an exec agent, approves too: the card reaches Done only if
+    Codex's verdict counted."""
+    from tests.agents.test_issue_41_real_claude import REVIEW_YAML
+
+    approve = (
+        "import json, sys; sys.stdin.read(); "
+        "print(json.dumps({'decision': 'approved', 'comment': 'the exec reviewer agrees'}))"
+    )
+    script: list[Reply] = [
+        Search("laneway comment decide"),
+        Call("comment", {"text": "The change reads well."}, namespace="mcp__laneway"),
+        Call("decide", {"verdict": "approved", "comment": "ship it"}, namespace="mcp__laneway"),
+        Say("Approved."),
+    ]
+    with openai(script) as standin:
+        board = Claude(
+            db_url,
+            tmp_path,
+            None,
+            agent=codex(standin),  # type: ignore[arg-type]
+            yaml=REVIEW_YAML,
+            seat=("Review", "reviewer"),
+            start_at="Review",
+            permissions="ask",
+            mode="read-only",
+            setup=lambda host, workflow: (
+                host.profiles.add("exec-reviewer", command=["python3", "-c", approve]),
+                host.participants.add(
+                    step="Review", role="reviewer", profile="exec-reviewer", workflow=workflow
+                ),
+            ),
+        )
+        board.work()
+    (found,) = {
+        item["call_id"]: item
+        for body in standin.responses()
+        for item in body.get("input", [])
+        if item.get("type") == "tool_search_output"
+    }.values()
+    assert [t["name"] for t in found["tools"]] == ["mcp__laneway"]
+    step, _session, items = board.read()
+    assert step == "Done"
+    assert board.cli("permission", "list") == []  # nothing was put to a person
+    asked = [i["data"] for i in items if i["kind"] == "permission"]
+    assert [(a["tool_call"]["title"], a["decided_by"]) for a in asked] == [
+        ("mcp.laneway.comment", "laneway-tool"),
+        ("mcp.laneway.decide", "laneway-tool"),
+    ]
+    calls = [i["data"] for i in items if i["kind"] == "tool_call"]
+    assert [c["rawInput"]["tool"] for c in calls if c.get("rawInput", {}).get("server")] == [
+        "comment",
+        "decide",
+    ]
+    comments = board.cli("task", "comments", board.task_id)
+    assert [(c["author"], c["body"]) for c in comments] == [("claude", "The change reads well.")]
+    verdicts = board.cli("decision", "list", "--task", board.task_id, "--step", "Review", "--all")
+    assert sorted((v["decision"], v["comment"]) for v in verdicts) == [
+        ("approved", "ship it"),
+        ("approved", "the exec reviewer agrees"),
+    ]
+    assert not any("unsupported call" in o for o in outputs(standin))

@@ -77,6 +77,18 @@ MAX_LINE: Final = 16 * 1024 * 1024
 """The longest stdout line (bytes) an agent may write: one JSON-RPC message."""
 INIT_TIMEOUT: Final = 30.0
 REQUEST_TIMEOUT: Final = 60.0
+# codex-acp starts the MCP servers of a session in the background and answers session/new at
+# once, so Codex's first model request could go out before laneway's tool server is up (the
+# model is then offered none of its tools). This `_meta` key makes it wait that long for them;
+# other agents ignore it.
+MCP_STARTUP_WAIT_MS: Final = 30_000
+
+
+def _session_meta(servers: Sequence[McpServer]) -> dict[str, Any]:
+    """The `_meta` of session/new, session/load and session/resume."""
+    return {"mcpStartupAwaitTimeoutMs": MCP_STARTUP_WAIT_MS} if servers else {}
+
+
 CANCEL_GRACE: Final = 10.0
 CLOSE_TIMEOUT: Final = 5.0
 """How long an agent may take to answer `session/close` before it is stopped anyway."""
@@ -433,7 +445,11 @@ class AgentConnection:
         self.client.cwd = cwd
         answer = await self._guard(
             "session/new",
-            self._conn.new_session(cwd=str(cwd), mcp_servers=servers),  # type: ignore[arg-type]
+            self._conn.new_session(
+                cwd=str(cwd),
+                mcp_servers=servers,  # type: ignore[arg-type]
+                **_session_meta(servers),
+            ),
             self.request_timeout,
         )
         self._take_session(answer.session_id, answer.modes, answer.config_options)
@@ -462,6 +478,7 @@ class AgentConnection:
                     cwd=str(cwd),
                     session_id=session_id,
                     mcp_servers=servers,  # type: ignore[arg-type]
+                    **_session_meta(servers),
                 ),
                 self.request_timeout,
             )
@@ -491,6 +508,7 @@ class AgentConnection:
                 cwd=str(cwd),
                 session_id=session_id,
                 mcp_servers=servers,  # type: ignore[arg-type]
+                **_session_meta(servers),
             ),
             self.request_timeout,
         )
