@@ -134,3 +134,67 @@ def test_issue_41_item_2_opencode_takes_the_profiles_plan_mode_and_writes_nothin
     (told,) = tool_outputs(standin)
     assert "prevents you from using this specific tool call" in told
     assert step == "Done"
+
+
+@pytest.mark.one_database
+def test_issue_41_item_2_opencode_comments_and_decides_through_the_tool_server_without_asking(
+    db_url: str, tmp_path: Path
+) -> None:
+    """A reviewer seat under `--permissions ask`, OpenCode configured to ask before every tool
+    (`permission: {"*": "ask"}`): the scripted model calls laneway's `comment` and `decide`
+    (OpenCode names an MCP server's tools `laneway_comment`, `laneway_decide`); OpenCode asks,
+    laneway allows its own tools at once (issue 41 item 4), so the worker runs to the end with
+    no one answering and the transcript shows each call and its permission. Review's second
+    reviewer seat, an exec agent, approves too: the card reaches Done only if OpenCode's
+    verdict counted."""
+    from tests.agents.test_issue_41_real_claude import REVIEW_YAML
+
+    approve = (
+        "import json, sys; sys.stdin.read(); "
+        "print(json.dumps({'decision': 'approved', 'comment': 'the exec reviewer agrees'}))"
+    )
+    script = [
+        Call("laneway_comment", {"text": "The change reads well."}),
+        Call("laneway_decide", {"verdict": "approved", "comment": "ship it"}),
+        Say("Approved."),
+    ]
+    with chat(script) as standin:
+        board = Claude(
+            db_url,
+            tmp_path,
+            None,
+            agent=opencode(standin, **{"*": "ask"}),
+            yaml=REVIEW_YAML,
+            seat=("Review", "reviewer"),
+            start_at="Review",
+            permissions="ask",
+            mode="build",
+            setup=lambda host, workflow: (
+                host.profiles.add("exec-reviewer", command=["python3", "-c", approve]),
+                host.participants.add(
+                    step="Review", role="reviewer", profile="exec-reviewer", workflow=workflow
+                ),
+            ),
+        )
+        board.work()
+        assert standin.strays() == []
+    step, _session, items = board.read()
+    assert step == "Done"
+    assert board.cli("permission", "list") == []  # nothing was put to a person
+    asked = [i["data"] for i in items if i["kind"] == "permission"]
+    assert [(a["tool_call"]["title"], a["decided_by"]) for a in asked] == [
+        ("laneway_comment", "laneway-tool"),
+        ("laneway_decide", "laneway-tool"),
+    ]
+    calls = [i["data"] for i in items if i["kind"] == "tool_call" and i["data"].get("rawInput")]
+    assert [(c["title"], c["rawInput"]) for c in calls] == [
+        ("laneway_comment", {"text": "The change reads well."}),
+        ("laneway_decide", {"verdict": "approved", "comment": "ship it"}),
+    ]
+    comments = board.cli("task", "comments", board.task_id)
+    assert [(c["author"], c["body"]) for c in comments] == [("claude", "The change reads well.")]
+    verdicts = board.cli("decision", "list", "--task", board.task_id, "--step", "Review", "--all")
+    assert sorted((v["decision"], v["comment"]) for v in verdicts) == [
+        ("approved", "ship it"),
+        ("approved", "the exec reviewer agrees"),
+    ]
