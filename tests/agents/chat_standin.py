@@ -42,7 +42,16 @@ class Call:
     arguments: Mapping[str, Any] | Callable[[Mapping[str, Any]], Mapping[str, Any]]
 
 
-Reply = Say | Call
+@attrs.frozen
+class Status:
+    """An HTTP error answer (the model API refusing), with its headers (e.g. retry-after)."""
+
+    status: int
+    message: str
+    headers: Mapping[str, str] = attrs.field(factory=dict)
+
+
+Reply = Say | Call | Status
 
 
 @attrs.define
@@ -173,11 +182,13 @@ def _handler(standin: Standin) -> type[BaseHTTPRequestHandler]:
         def log_message(self, *_args: Any) -> None:
             pass
 
-        def _json(self, status: int, body: Any) -> None:
+        def _json(self, status: int, body: Any, headers: Mapping[str, str] = {}) -> None:
             raw = json.dumps(body).encode()
             self.send_response(status)
             self.send_header("Content-Type", "application/json")
             self.send_header("Content-Length", str(len(raw)))
+            for name, value in headers.items():
+                self.send_header(name, value)
             self.end_headers()
             self.wfile.write(raw)
 
@@ -205,6 +216,9 @@ def _handler(standin: Standin) -> type[BaseHTTPRequestHandler]:
                     reply = standin.script.pop(0) if standin.script else Say("DONE")
             else:
                 reply = Say(standin.side)
+            if isinstance(reply, Status):
+                error = {"message": reply.message, "type": "error", "code": str(reply.status)}
+                return self._json(reply.status, {"error": error}, reply.headers)
             with standin.lock:
                 cid = f"chatcmpl-{next(standin.ids):04d}"
             message = _message(standin, reply, body)

@@ -5,7 +5,8 @@ credentials and no network:
     POST /v1/responses   streaming (SSE) answered from the test's script
     anything else        404 (or an empty model list), recorded
 
-A reply is `Say` (assistant text) or `Call` (a function call, or a custom tool call such as
+Codex's side question for a conversation's title is answered `Card` without using the
+script. A reply is `Say` (assistant text) or `Call` (a function call, or a custom tool call such as
 `apply_patch` when `custom`); when the script is used up the model says `DONE`. Every request
 is recorded. `codex_home` writes the CODEX_HOME whose config.toml names the stand-in as the
 model provider (no OpenAI sign-in needed: a custom provider does not require one).
@@ -16,6 +17,7 @@ from __future__ import annotations
 import itertools
 import json
 import threading
+import time
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -65,6 +67,8 @@ class Standin:
     script: list[Reply]
     url: str = ""
     requests: list[tuple[str, str, Any]] = attrs.field(factory=list)
+    stamps: list[float] = attrs.field(factory=list)
+    """When each /v1/responses request arrived (time.monotonic())."""
     lock: threading.Lock = attrs.field(factory=threading.Lock)
     ids: Iterator[int] = attrs.field(factory=lambda: itertools.count(1))
 
@@ -136,6 +140,12 @@ def _item(standin: Standin, reply: Say | Call | Search) -> dict[str, Any]:
     return call if reply.namespace is None else {**call, "namespace": reply.namespace}
 
 
+def _titling(body: Any) -> bool:
+    """Whether a request is Codex's side question for the conversation's title (it asks in a
+    thread of its own after the first prompt): answered without using the script."""
+    return isinstance(body, dict) and "generate a very short title" in json.dumps(body.get("input"))
+
+
 def _handler(standin: Standin) -> type[BaseHTTPRequestHandler]:
     class Handler(BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.1"
@@ -170,9 +180,13 @@ def _handler(standin: Standin) -> type[BaseHTTPRequestHandler]:
             with standin.lock:
                 standin.requests.append(("POST", self.path, body))
                 is_turn = self.path.split("?")[0] == "/v1/responses"
-                reply = (
-                    (standin.script.pop(0) if standin.script else Say("DONE")) if is_turn else None
-                )
+                if not is_turn:
+                    reply: Reply | None = None
+                elif _titling(body):
+                    reply = Say("Card")
+                else:
+                    standin.stamps.append(time.monotonic())
+                    reply = standin.script.pop(0) if standin.script else Say("DONE")
             if reply is None:
                 return self._json(404, {"error": {"message": "not here"}})
             if isinstance(reply, Status):

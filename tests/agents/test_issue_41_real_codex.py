@@ -17,7 +17,17 @@ from pathlib import Path
 import pytest
 
 from tests.acp.test_real_adapters import adapter
-from tests.agents.openai_standin import Call, Reply, Say, Search, Standin, codex_home, openai
+from tests.agents.conftest import run_rows
+from tests.agents.openai_standin import (
+    Call,
+    Reply,
+    Say,
+    Search,
+    Standin,
+    Status,
+    codex_home,
+    openai,
+)
 from tests.agents.test_issue_41_real_claude import Claude, finish
 from tests.conftest import eventually
 
@@ -163,3 +173,71 @@ def test_issue_41_item_2_codex_comments_and_decides_through_the_tool_server_with
         ("approved", "the exec reviewer agrees"),
     ]
     assert not any("unsupported call" in o for o in outputs(standin))
+
+
+@pytest.mark.one_database
+def test_issue_41_item_2_a_401_from_the_model_api_is_r3_for_codex(
+    db_url: str, tmp_path: Path
+) -> None:
+    """The stand-in answers 401 (Codex's own retries off in its config): codex-acp answers
+    session/prompt with its authentication error, the run fails as R3 at once, on_agent_error
+    moves the card to Trouble, and laneway does not retry it (one model request, one prompt)."""
+    with openai([Status(401, "Incorrect API key provided: sk-stan***din.")]) as standin:
+        board = Claude(
+            db_url,
+            tmp_path,
+            None,
+            agent=codex(standin),  # type: ignore[arg-type]
+            permissions="allow",
+        )
+        board.work(env={"LANEWAY_RETRY_DELAYS": "0.1"})
+        asked = len(standin.responses())
+    step, session, items = board.read()
+    error = session.metadata["last_agent_error"]
+    assert error["route"] == "R3"
+    assert "Authentication required" in error["message"]
+    assert step == "Trouble"
+    assert [r["status"] for r in run_rows(db_url)] == ["failed"]
+    assert len([i for i in items if i["kind"] == "prompt"]) == 1
+    assert asked == 1
+
+
+@pytest.mark.one_database
+@pytest.mark.parametrize(
+    "busy",
+    [
+        Status(429, "Too many requests", {"retry-after": "1"}),
+        Status(529, "Overloaded"),
+    ],
+    ids=["429", "529"],
+)
+def test_issue_41_item_2_a_busy_model_api_takes_the_transient_route_for_codex(
+    db_url: str, tmp_path: Path, busy: Status
+) -> None:
+    """429 (with retry-after) and 529, Codex's own retries off (so the test is bounded):
+    codex-acp says the API's error as its closing message and answers `end_turn`; laneway
+    takes that turn as transient (R4, not the turn's end), retries the prompt after its
+    ladder's delay (LANEWAY_RETRY_DELAYS) with a WARNING, and the second answer finishes the
+    run in one attempt. (Codex's words do not carry the retry-after header: laneway's delay is
+    the one waited.)"""
+    with openai([busy, Say("Done after the retry.")]) as standin:
+        board = Claude(
+            db_url,
+            tmp_path,
+            None,
+            agent=codex(standin),  # type: ignore[arg-type]
+            permissions="allow",
+        )
+        said = board.work(env={"LANEWAY_RETRY_DELAYS": "0.5"})
+        stamps = list(standin.stamps)
+    step, session, items = board.read()
+    assert step == "Done"
+    assert session.metadata.get("last_agent_error") is None
+    (run,) = run_rows(db_url)
+    assert (run["status"], run["attempts"]) == ("finished", 1)
+    assert len(stamps) == 2
+    assert stamps[1] - stamps[0] >= 0.5
+    assert "transient agent failure; retrying" in said
+    messages = [i["text"] for i in items if i["kind"] == "message"]
+    assert str(busy.status) in messages[0]
+    assert messages[-1] == "Done after the retry."

@@ -176,6 +176,8 @@ class LanewayClient:
         self._chunk_chars = 0
         self._quiet: asyncio.TimerHandle | None = None
         self._announced: dict[str, dict[str, Any]] = {}
+        self.closing = ""
+        """The text of the last message item of the turn (what the agent said last)."""
 
     # -- transcript -------------------------------------------------------------------------
 
@@ -186,7 +188,10 @@ class LanewayClient:
             self._quiet = None
         if self._chunk_kind is not None and self._chunks:
             kind: ItemKind = "message" if self._chunk_kind == "message" else "thought"
-            self.post(item(kind, "".join(self._chunks)))
+            text = "".join(self._chunks)
+            if kind == "message":
+                self.closing = text
+            self.post(item(kind, text))
         self._chunk_kind, self._chunk_id, self._chunks, self._chunk_chars = None, None, [], 0
 
     def _chunk(self, kind: str, text: str, message_id: str | None) -> None:

@@ -42,7 +42,12 @@ from acp.schema import (
 from pydantic import ValidationError
 
 from core.agents import watchdog_link
-from core.agents.protocols.acp.classify import error_end, failed, stop_reason_end
+from core.agents.protocols.acp.classify import (
+    closing_message_end,
+    error_end,
+    failed,
+    stop_reason_end,
+)
 from core.agents.protocols.acp.client import Ask, Elicit, LanewayClient
 from core.agents.protocols.acp.items import item
 from core.agents.protocols.acp.transport import LineTransport, keep_stderr_tail, stderr_text
@@ -607,6 +612,7 @@ class AgentConnection:
         if deliver is not None:
             deliver(item("prompt", text))
         self._cancelled = False
+        self.client.closing = ""
         return self._call(
             self._prompt(state.session_id, text, timeout), on_item, on_permission, on_elicit
         )
@@ -648,6 +654,7 @@ class AgentConnection:
             )
             self.client.usage = usage  # on the run (its `usage`), not a blank transcript row
         end = stop_reason_end(answer.stop_reason, cancelled=self._cancelled, usage=usage)
+        end = closing_message_end(end, self.client.closing)
         bad = self._transport.bad_usage if self._transport is not None else None
         if bad is not None:
             self._transport.bad_usage = None  # type: ignore[union-attr]  # just read
