@@ -20,6 +20,7 @@ from __future__ import annotations
 import itertools
 import json
 import threading
+import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -60,6 +61,8 @@ class Standin:
     side: str = "Writing hello"
     url: str = ""
     requests: list[tuple[str, str, Any]] = attrs.field(factory=list)
+    stamps: list[float] = attrs.field(factory=list)
+    """When each conversation request arrived (time.monotonic())."""
     lock: threading.Lock = attrs.field(factory=threading.Lock)
     ids: Iterator[int] = attrs.field(factory=lambda: itertools.count(1))
 
@@ -213,6 +216,7 @@ def _handler(standin: Standin) -> type[BaseHTTPRequestHandler]:
                 return self._json(404, {"error": {"message": "not here"}})
             if _offers_tools(body):
                 with standin.lock:
+                    standin.stamps.append(time.monotonic())
                     reply = standin.script.pop(0) if standin.script else Say("DONE")
             else:
                 reply = Say(standin.side)

@@ -20,7 +20,8 @@ from typing import Any
 import pytest
 
 from tests.acp.test_real_adapters import adapter
-from tests.agents.chat_standin import Call, Say, Standin, chat, opencode_env
+from tests.agents.chat_standin import Call, Say, Standin, Status, chat, opencode_env
+from tests.agents.conftest import run_rows
 from tests.agents.test_issue_41_real_claude import Claude, finish
 from tests.conftest import eventually
 
@@ -198,3 +199,58 @@ def test_issue_41_item_2_opencode_comments_and_decides_through_the_tool_server_w
         ("approved", "ship it"),
         ("approved", "the exec reviewer agrees"),
     ]
+
+
+@pytest.mark.one_database
+def test_issue_41_item_2_a_401_from_the_model_api_is_r3_for_opencode(
+    db_url: str, tmp_path: Path
+) -> None:
+    """The stand-in answers 401 with the OpenAI API's words for a refused key: OpenCode answers
+    session/prompt -32603 with those words and no status, laneway takes them as R3 (not R1),
+    on_agent_error moves the card to Trouble, and the turn is not retried."""
+    refused = Status(401, "Incorrect API key provided: sk-stan***din.")
+    with chat([refused]) as standin:
+        board = Claude(
+            db_url, tmp_path, None, agent=opencode(standin), permissions="allow", mode="build"
+        )
+        board.work(env={"LANEWAY_RETRY_DELAYS": "0.1"})
+        asked = len(standin.turns())
+    step, session, items = board.read()
+    error = session.metadata["last_agent_error"]
+    assert error["route"] == "R3"
+    assert "Incorrect API key provided" in error["message"]
+    assert step == "Trouble"
+    assert [r["status"] for r in run_rows(db_url)] == ["failed"]
+    assert len([i for i in items if i["kind"] == "prompt"]) == 1
+    assert asked == 1
+
+
+@pytest.mark.one_database
+def test_issue_41_item_2_opencode_retries_a_busy_model_api_itself(
+    db_url: str, tmp_path: Path
+) -> None:
+    """429 with retry-after: 1, then 529: OpenCode retries a busy provider itself, honouring
+    the retry-after the API named (docs/agents.md), and never ends the turn with an error
+    laneway could route, so laneway's own transient route is not taken: the third request is
+    answered and the run finishes in one attempt, in bounded time, with no laneway retry."""
+    busy = [
+        Status(429, "Too many requests", {"retry-after": "1"}),
+        Status(529, "Overloaded"),
+        Say("Done after the retry."),
+    ]
+    with chat(busy) as standin:
+        board = Claude(
+            db_url, tmp_path, None, agent=opencode(standin), permissions="allow", mode="build"
+        )
+        said = board.work(env={"LANEWAY_RETRY_DELAYS": "0.5"})
+        stamps = list(standin.stamps)
+    step, session, items = board.read()
+    assert step == "Done"
+    assert session.metadata.get("last_agent_error") is None
+    (run,) = run_rows(db_url)
+    assert (run["status"], run["attempts"]) == ("finished", 1)
+    assert len(stamps) == 3
+    assert stamps[1] - stamps[0] >= 1.0  # the retry-after the API named
+    assert "transient agent failure" not in said
+    assert len([i for i in items if i["kind"] == "prompt"]) == 1
+    assert [i["text"] for i in items if i["kind"] == "message"][-1] == "Done after the retry."
