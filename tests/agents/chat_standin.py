@@ -52,7 +52,17 @@ class Status:
     headers: Mapping[str, str] = attrs.field(factory=dict)
 
 
-Reply = Say | Call | Status
+@attrs.frozen
+class Hold:
+    """The request is held until `release` is set (or the stand-in closes), then `reply`:
+    the model mid-answer, for a worker killed meanwhile."""
+
+    reply: Say | Call | Status
+    release: threading.Event = attrs.field(factory=threading.Event, eq=False)
+    reached: threading.Event = attrs.field(factory=threading.Event, eq=False)
+
+
+Reply = Say | Call | Status | Hold
 
 
 @attrs.define
@@ -64,6 +74,7 @@ class Standin:
     stamps: list[float] = attrs.field(factory=list)
     """When each conversation request arrived (time.monotonic())."""
     lock: threading.Lock = attrs.field(factory=threading.Lock)
+    closing: threading.Event = attrs.field(factory=threading.Event)
     ids: Iterator[int] = attrs.field(factory=lambda: itertools.count(1))
 
     def turns(self) -> list[dict[str, Any]]:
@@ -220,6 +231,12 @@ def _handler(standin: Standin) -> type[BaseHTTPRequestHandler]:
                     reply = standin.script.pop(0) if standin.script else Say("DONE")
             else:
                 reply = Say(standin.side)
+            if isinstance(reply, Hold):
+                reply.reached.set()
+                while not reply.release.wait(0.1):
+                    if standin.closing.is_set():
+                        return
+                reply = reply.reply
             if isinstance(reply, Status):
                 error = {"message": reply.message, "type": "error", "code": str(reply.status)}
                 return self._json(reply.status, {"error": error}, reply.headers)
@@ -266,5 +283,6 @@ def chat(script: Sequence[Reply] = (), side: str = "Writing hello") -> Iterator[
     try:
         yield standin
     finally:
+        standin.closing.set()
         server.shutdown()
         server.server_close()

@@ -59,7 +59,17 @@ class Search:
     query: str
 
 
-Reply = Say | Call | Search | Status
+@attrs.frozen
+class Hold:
+    """The request is held until `release` is set (or the stand-in closes), then `reply`:
+    the model mid-answer, for a worker killed meanwhile."""
+
+    reply: Say | Call | Search | Status
+    release: threading.Event = attrs.field(factory=threading.Event, eq=False)
+    reached: threading.Event = attrs.field(factory=threading.Event, eq=False)
+
+
+Reply = Say | Call | Search | Status | Hold
 
 
 @attrs.define
@@ -70,6 +80,7 @@ class Standin:
     stamps: list[float] = attrs.field(factory=list)
     """When each /v1/responses request arrived (time.monotonic())."""
     lock: threading.Lock = attrs.field(factory=threading.Lock)
+    closing: threading.Event = attrs.field(factory=threading.Event)
     ids: Iterator[int] = attrs.field(factory=lambda: itertools.count(1))
 
     def responses(self) -> list[dict[str, Any]]:
@@ -140,7 +151,7 @@ def _item(standin: Standin, reply: Say | Call | Search) -> dict[str, Any]:
     return call if reply.namespace is None else {**call, "namespace": reply.namespace}
 
 
-def _titling(body: Any) -> bool:
+def titling(body: Any) -> bool:
     """Whether a request is Codex's side question for the conversation's title (it asks in a
     thread of its own after the first prompt): answered without using the script."""
     return isinstance(body, dict) and "generate a very short title" in json.dumps(body.get("input"))
@@ -182,13 +193,19 @@ def _handler(standin: Standin) -> type[BaseHTTPRequestHandler]:
                 is_turn = self.path.split("?")[0] == "/v1/responses"
                 if not is_turn:
                     reply: Reply | None = None
-                elif _titling(body):
+                elif titling(body):
                     reply = Say("Card")
                 else:
                     standin.stamps.append(time.monotonic())
                     reply = standin.script.pop(0) if standin.script else Say("DONE")
             if reply is None:
                 return self._json(404, {"error": {"message": "not here"}})
+            if isinstance(reply, Hold):
+                reply.reached.set()
+                while not reply.release.wait(0.1):
+                    if standin.closing.is_set():
+                        return
+                reply = reply.reply
             if isinstance(reply, Status):
                 error = {"message": reply.message, "type": "error", "code": None}
                 return self._json(reply.status, {"error": error}, reply.headers)
@@ -248,5 +265,6 @@ def openai(script: Sequence[Reply] = ()) -> Iterator[Standin]:
     try:
         yield standin
     finally:
+        standin.closing.set()
         server.shutdown()
         server.server_close()

@@ -11,15 +11,19 @@ because the board helper of test_issue_41_real_claude.py names it so.
 from __future__ import annotations
 
 import json
+import os
+import signal
 import subprocess
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from tests.acp.test_real_adapters import adapter
-from tests.agents.conftest import run_rows
+from tests.agents.conftest import laneway, run_rows
 from tests.agents.openai_standin import (
     Call,
+    Hold,
     Reply,
     Say,
     Search,
@@ -27,9 +31,18 @@ from tests.agents.openai_standin import (
     Status,
     codex_home,
     openai,
+    titling,
 )
-from tests.agents.test_issue_41_real_claude import Claude, finish
-from tests.conftest import eventually
+from tests.agents.test_issue_41_real_claude import (
+    PROMPT,
+    SECOND,
+    Claude,
+    alive,
+    descendants,
+    finish,
+    workflow_yaml,
+)
+from tests.conftest import eventually, wait_for_dead_processes
 
 pytestmark = pytest.mark.slow
 
@@ -241,3 +254,63 @@ def test_issue_41_item_2_a_busy_model_api_takes_the_transient_route_for_codex(
     messages = [i["text"] for i in items if i["kind"] == "message"]
     assert str(busy.status) in messages[0]
     assert messages[-1] == "Done after the retry."
+
+
+def test_issue_41_item_2_codex_survives_kill_9_of_its_worker_mid_turn(
+    db_url: str, tmp_path: Path, started: list[subprocess.Popen[str]]
+) -> None:
+    """A first turn answered; the second turn's model request held by the stand-in; the
+    worker killed with SIGKILL: codex-acp, the `codex` app-server it runs and the tool server
+    are gone (/proc), `laneway recover` re-queues the run, the next worker takes the same
+    conversation up (`session/resume`, which codex-acp offers: `session list --json` says so),
+    and the model's next request carries the earlier turn's messages."""
+    held = Hold(Say("Held answer, never sent."))
+    script: list[Reply] = [Say("First answer: the plan is ready."), held, Say("Second answer.")]
+    with openai(script) as standin:
+        board = Claude(
+            db_url,
+            tmp_path,
+            None,
+            agent=codex(standin),  # type: ignore[arg-type]
+            yaml=workflow_yaml(second=True),
+            permissions="allow",
+        )
+        worker = board.start_worker()
+        started.append(worker)
+        assert held.reached.wait(120), "the second turn never reached the model"
+        tree = descendants(worker.pid)
+        assert any("codex-acp" in c for c in tree.values()), tree
+        assert any("/codex app-server" in c or "codex app-server" in c for c in tree.values()), tree
+        assert any("core.agents.tools" in c for c in tree.values()), tree  # the tool server
+        os.kill(worker.pid, signal.SIGKILL)
+        worker.communicate(timeout=30)
+        eventually(
+            lambda: not alive(list(tree)), timeout=30, what=f"the agent processes gone: {tree}"
+        )
+        assert [r["status"] for r in run_rows(db_url)] == ["finished", "claimed"]
+        wait_for_dead_processes(db_url)
+        recovered = laneway("--db", db_url, "recover", cwd=tmp_path)
+        assert recovered.returncode == 0, recovered.stderr
+        assert [r["status"] for r in run_rows(db_url)] == ["finished", "queued"]
+        before = len(standin.stamps)
+        board.work()
+        after = [json.dumps(b["input"]) for b in _conversation(standin)[before:]]
+    step, _session, items = board.read()
+    assert step == "Done"
+    assert [(r["status"], r["attempts"]) for r in run_rows(db_url)] == [
+        ("finished", 1),
+        ("finished", 2),
+    ]
+    assert after, "the re-run never asked the model"
+    assert "First answer: the plan is ready." in after[0]  # the earlier turn, resumed
+    assert PROMPT in after[0]
+    assert SECOND in after[0]
+    assert "Second answer." in [i["text"] for i in items if i["kind"] == "message"]
+    assert not [i for i in items if "conversation lost" in i["text"]]
+    listed = board.cli("session", "list", "--task", board.task_id)
+    assert [s["agent"]["continued_by"] for s in listed] == ["resume"]
+
+
+def _conversation(standin: Standin) -> list[dict[str, Any]]:
+    """The model requests of the conversation (not Codex's title question), in order."""
+    return [b for b in standin.responses() if not titling(b)]
