@@ -11,7 +11,10 @@ test_issue_41_real_claude.py names it so.
 
 from __future__ import annotations
 
+import json
+import os
 import re
+import signal
 import subprocess
 from collections.abc import Callable, Mapping
 from pathlib import Path
@@ -20,10 +23,18 @@ from typing import Any
 import pytest
 
 from tests.acp.test_real_adapters import adapter
-from tests.agents.chat_standin import Call, Say, Standin, Status, chat, opencode_env
-from tests.agents.conftest import run_rows
-from tests.agents.test_issue_41_real_claude import Claude, finish
-from tests.conftest import eventually
+from tests.agents.chat_standin import Call, Hold, Reply, Say, Standin, Status, chat, opencode_env
+from tests.agents.conftest import laneway, run_rows
+from tests.agents.test_issue_41_real_claude import (
+    PROMPT,
+    SECOND,
+    Claude,
+    alive,
+    descendants,
+    finish,
+    workflow_yaml,
+)
+from tests.conftest import eventually, wait_for_dead_processes
 
 pytestmark = pytest.mark.slow
 
@@ -254,3 +265,58 @@ def test_issue_41_item_2_opencode_retries_a_busy_model_api_itself(
     assert "transient agent failure" not in said
     assert len([i for i in items if i["kind"] == "prompt"]) == 1
     assert [i["text"] for i in items if i["kind"] == "message"][-1] == "Done after the retry."
+
+
+@pytest.mark.one_database  # OpenCode's start is slow; the board's side is proved on both
+def test_issue_41_item_2_opencode_survives_kill_9_of_its_worker_mid_turn(
+    db_url: str, tmp_path: Path, started: list[subprocess.Popen[str]]
+) -> None:
+    """A first turn answered; the second turn's model request held by the stand-in; the
+    worker killed with SIGKILL: `opencode acp` and the tool server are gone (/proc), `laneway
+    recover` re-queues the run, the next worker takes the same conversation up (`session list
+    --json` says how) and the model's next request carries the earlier turn's messages."""
+    held = Hold(Say("Held answer, never sent."))
+    script: list[Reply] = [Say("First answer: the plan is ready."), held, Say("Second answer.")]
+    with chat(script) as standin:
+        board = Claude(
+            db_url,
+            tmp_path,
+            None,
+            agent=opencode(standin),
+            yaml=workflow_yaml(second=True),
+            permissions="allow",
+            mode="build",
+        )
+        worker = board.start_worker()
+        started.append(worker)
+        assert held.reached.wait(180), "the second turn never reached the model"
+        tree = descendants(worker.pid)
+        assert any(" acp" in c and "opencode" in c for c in tree.values()), tree
+        assert any("core.agents.tools" in c for c in tree.values()), tree  # the tool server
+        os.kill(worker.pid, signal.SIGKILL)
+        worker.communicate(timeout=30)
+        eventually(
+            lambda: not alive(list(tree)), timeout=30, what=f"the agent processes gone: {tree}"
+        )
+        assert [r["status"] for r in run_rows(db_url)] == ["finished", "claimed"]
+        wait_for_dead_processes(db_url)
+        recovered = laneway("--db", db_url, "recover", cwd=tmp_path)
+        assert recovered.returncode == 0, recovered.stderr
+        assert [r["status"] for r in run_rows(db_url)] == ["finished", "queued"]
+        before = len(standin.turns())
+        board.work()
+        after = [json.dumps(b["messages"]) for b in standin.turns()[before:]]
+    step, _session, items = board.read()
+    assert step == "Done"
+    assert [(r["status"], r["attempts"]) for r in run_rows(db_url)] == [
+        ("finished", 1),
+        ("finished", 2),
+    ]
+    assert after, "the re-run never asked the model"
+    assert "First answer: the plan is ready." in after[0]  # the earlier turn, taken up
+    assert PROMPT in after[0]
+    assert SECOND in after[0]
+    assert "Second answer." in [i["text"] for i in items if i["kind"] == "message"]
+    assert not [i for i in items if "conversation lost" in i["text"]]
+    listed = board.cli("session", "list", "--task", board.task_id)
+    assert [s["agent"]["continued_by"] for s in listed] == ["resume"]
