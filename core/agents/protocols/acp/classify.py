@@ -14,7 +14,20 @@ from core.agents.values import TokenUsage, TurnEnd
 AUTH_CODE: Final = -32000
 _AUTH_CODES: Final = frozenset({401, 403})
 _BUSY_CODES: Final = frozenset({429, 503, 529})
-_AUTH_STATUS = re.compile(r"\b(401|403)\b")
+# OpenCode answers a model API's 401 with -32603 and only the API's message ("Incorrect API
+# key provided"), no status: its words for a key the API refused say authentication too.
+_AUTH_STATUS = re.compile(
+    r"\b(401|403)\b|unauthori[sz]ed|(invalid|incorrect|missing) (x-)?api[ _-]?key",
+    re.IGNORECASE,
+)
+# Codex (codex-acp, ACP v1) reports a model API error other than 401 as its turn's closing
+# message, then ends the turn `end_turn`: "exceeded retry limit, last status: 429 Too Many
+# Requests" or "unexpected status 503 Service Unavailable: ..., url: ...". Only a closing
+# message that is nothing but such a line counts.
+_CODEX_BUSY = re.compile(
+    r"\A\s*(exceeded retry limit, last status: (429|503|529)\b[^\n]*"
+    r"|unexpected status (429|503|529)\b[^\n]*, url: \S+)\s*\Z"
+)
 _BUSY = re.compile(r"\b(429|503|529)\b|rate[ _-]?limit|overloaded|too many requests", re.IGNORECASE)
 _RETRY_TEXT = re.compile(
     r"(?:retry|try again)\s*(?:after|in)?\s*:?\s*(\d+(?:\.\d+)?)\s*"
@@ -52,6 +65,22 @@ def stop_reason_end(stop_reason: str, *, cancelled: bool, usage: TokenUsage | No
         route="R1",
         stop_reason=stop_reason,
         usage=usage,
+    )
+
+
+def closing_message_end(end: TurnEnd, closing: str) -> TurnEnd:
+    """A turn that ended `end_turn` whose closing message is Codex's report of a busy model
+    API is transient (AGENTS.md: an error that says the provider is busy), not the turn's end."""
+    if end.outcome != "ok" or end.stop_reason != "end_turn" or not _CODEX_BUSY.match(closing):
+        return end
+    message = closing.strip()
+    return TurnEnd(
+        "transient",
+        f"the provider is busy: {message}",
+        route="R4",
+        retry_after=retry_delay(None, message),
+        stop_reason=end.stop_reason,
+        usage=end.usage,
     )
 
 
