@@ -256,6 +256,9 @@ def test_issue_41_item_2_a_busy_model_api_takes_the_transient_route_for_codex(
     assert messages[-1] == "Done after the retry."
 
 
+# The adapter is what this proves; the re-queue after a kill -9 is proven on both databases
+# with the fake agent (tests/agents/test_acp_crash.py).
+@pytest.mark.one_database
 def test_issue_41_item_2_codex_survives_kill_9_of_its_worker_mid_turn(
     db_url: str, tmp_path: Path, started: list[subprocess.Popen[str]]
 ) -> None:
