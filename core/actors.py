@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
-import getpass
 import os
 from collections.abc import Iterator
 from typing import Final
@@ -62,7 +61,20 @@ def cli_user() -> str:
     name = os.environ.get(USER_ENV, "").strip()
     if not name:
         try:
-            name = getpass.getuser()
+            name = _login_name()
         except (KeyError, OSError):  # no passwd entry in a container
             name = ""
     return user(_clean(name) or "someone")
+
+
+def _login_name() -> str:
+    """`getpass.getuser()`, as it finds the name (the environment's LOGNAME, USER, LNAME or
+    USERNAME, else the password database), without importing `getpass`: it loads `termios`
+    for its prompt, which every command paid for at start-up (issue 45 item 6)."""
+    for variable in ("LOGNAME", "USER", "LNAME", "USERNAME"):
+        found = os.environ.get(variable)
+        if found:
+            return found
+    import pwd
+
+    return pwd.getpwuid(os.getuid())[0]

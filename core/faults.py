@@ -24,6 +24,7 @@ POINTS = frozenset(
         "clear_decisions.before_commit",
         "fan_out.before_commit",
         "worker.after_claim",
+        "comment.before_commit",
         "outbox.after_deliver",
         "merge.after_commit",
         "merge.after_ref",

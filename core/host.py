@@ -608,6 +608,7 @@ class Host:
             if state.version == self._board_version:
                 return
             self.workflows.forget()
+            self.profiles.forget()
             if self.features_override is None and state.features != self.features:
                 self.features = state.features
                 # Building a bundle loads plugins and may take its time: not inside the

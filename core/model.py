@@ -11,7 +11,7 @@ from typing import Any, Final, Literal, get_args
 
 import attrs
 
-from core.text import bounded_data, cut_text
+from core.text import bounded_data, cut_text, stored_text
 
 TRIGGERS: Final = (
     "on_enter",
@@ -96,7 +96,7 @@ EVENT_TEXT: Final = 4096
 def _stored_text(text: str) -> str:
     # NUL and lone surrogates cannot be stored on every database: replaced, since a transcript
     # is the agent's output as it came, not input to refuse; then cut to MAX_TEXT
-    return cut_text(text.replace("\x00", "\ufffd").encode("utf-8", "replace").decode("utf-8"))
+    return cut_text(stored_text(text))
 
 
 def _stored_data(data: Mapping[str, Any] | None) -> Mapping[str, Any]:

@@ -33,9 +33,26 @@ STEP_KEYS = (
 )
 
 
+_AS_IS: frozenset[type] = frozenset({str, int, bool, type(None)})
+"""What JSON holds as it is: `plain` returns these without a look (a board's page of cards is
+mostly these, tens of thousands of values)."""
+
+
 def plain(value: Any) -> Any:
     """`value` with attrs instances, mappings and tuples made JSON-ready, recursively."""
-    if attrs.has(type(value)):
+    kind = type(value)
+    if kind in _AS_IS:
+        return value
+    if kind is dict:
+        # The common case first, each value that is already JSON taken without a call: a
+        # board page's 200 cards went through this 12,000 times (issue 45 item 5).
+        return {
+            k if type(k) is str else str(k): v if type(v) in _AS_IS else plain(v)
+            for k, v in value.items()
+        }
+    if kind is list:
+        return [v if type(v) in _AS_IS else plain(v) for v in value]
+    if attrs.has(kind):
         return {k: plain(v) for k, v in attrs.asdict(value, recurse=False).items()}
     if isinstance(value, Mapping):
         return {str(k): plain(v) for k, v in value.items()}

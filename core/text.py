@@ -59,11 +59,61 @@ def cut_to(text: str, limit: int) -> str:
     return cut_text(text, limit - len(f"... [cut: {len(text)} more characters]"))
 
 
+_FINITE_JSON = json.JSONEncoder(default=str, allow_nan=False).encode
+"""`json.dumps(value, default=str, allow_nan=False)` without an encoder built per call (each
+transcript item is measured by it; issue 45 item 2)."""
+DATA_JSON = json.JSONEncoder(default=str).encode
+"""`json.dumps(value, default=str)`, the stored JSON of an item's data, with one encoder."""
+
+
+def stored_text(text: str) -> str:
+    """`text` as every database can store it: NUL and lone surrogates replaced (U+FFFD). The
+    common text, which holds neither, is returned without a copy."""
+    if _BAD_CHAR.search(text) is None:
+        return text
+    return text.replace("\x00", "\ufffd").encode("utf-8", "replace").decode("utf-8")
+
+
+def _surely_within(data: Mapping[str, Any], limit: int) -> bool:
+    """Whether `data`'s JSON is surely no longer than `limit` without encoding it: a flat
+    mapping of text keys to text, whole numbers, booleans, None or finite floats, counted at
+    their longest (a character is at most 12 in JSON, `\\ud83d\\ude00`). Anything else
+    (nesting, a float that is not finite) is for the encoder to measure. An item's data is
+    nearly always such a mapping: measured here, it is encoded once, not twice (issue 45
+    item 2)."""
+    if type(data) is not dict:
+        return False
+    size = 2
+    for key, value in data.items():
+        if type(key) is not str:
+            return False
+        kind = type(value)
+        if kind is str:
+            size += 12 * len(value) + 2
+        elif kind is int:
+            # a whole number's digits, without making its text: 2**64 has 20 of them
+            size += 21 if -(2**64) < value < 2**64 else len(str(value))
+        elif kind is float:
+            if not math.isfinite(value):
+                return False
+            size += 24
+        elif value is None or kind is bool:
+            size += 5
+        else:
+            return False
+        size += 12 * len(key) + 4
+        if size > limit:
+            return False
+    return True
+
+
 def bounded_data(data: Mapping[str, Any], limit: int = MAX_DATA) -> Mapping[str, Any]:
     """`data`, or, when its JSON is longer than `limit`, a stand-in that says it was cut
     (`{"cut": true, "chars": N, "preview": ...}`)."""
+    if not data or _surely_within(data, limit):
+        return data
     try:
-        encoded = json.dumps(data, default=str, allow_nan=False)
+        encoded = _FINITE_JSON(data)
     except ValueError:
         # Infinity and NaN are not JSON: kept as their names, so every reader can parse it
         data = finite_json(data)

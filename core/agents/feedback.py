@@ -117,7 +117,10 @@ def since_last_turn(host: AgentPort, run: Run, task: Task | None = None) -> Feed
     The cursor is the agent's last turn start (its run's `claimed_at`): the comments and
     verdicts past it are read, and only when the one statement of `_NEWS` says there are
     any; the cursor and that answer come from the same read, so nothing committed between
-    two reads can fall between them."""
+    two reads can fall between them. A comment's and a verdict's times are taken in commit
+    order against a claim's (core.store.events.in_commit_order): one stamped before the last
+    turn's claim was committed before that turn read its feedback, so it was given then, and
+    one stamped after lies past the cursor: none falls behind it unseen."""
     if run.task_id is None:
         return None
     news = _news(host, run)

@@ -123,7 +123,10 @@ class TurnLoop:
         session, task = known if known is not None else (host.sessions.get(session_id), None)
         if task is None or task.id != session.task_id:
             task = host.tasks.get(session.task_id)
-        profile = host.profiles.get(session.agent_profile_id) if session.agent_profile_id else None
+        # as the board's catalogue has it: the run's claim, or the reads above, followed it
+        profile = (
+            host.profiles.current(session.agent_profile_id) if session.agent_profile_id else None
+        )
         turn = LiveTurn(task.id, step_id or task.workflow_step_id, run_id, session.agent_profile_id)
         if self.in_flight.shut_down:
             turn.stopped = "shutdown"
@@ -343,18 +346,17 @@ class TurnLoop:
         # one transaction: the fence holds the run's row while the session's state is written,
         # and the task and session are read on its connection (no reads of their own)
         with host.store.transaction():
-            reported = None
             if turn.report is not None:
-                reported = host.sessions.record_agent(session_id, **turn.report)
+                host.sessions.record_agent(session_id, **turn.report)
             refused = self.in_flight.fenced(turn.run_id)
             if refused == "claim_lost":
                 return True  # another worker has the run and the session now: nothing is ours
-            host.sessions.set_state(session_id, "WAITING_FOR_INPUT")
+            # the row as its state was written (only its metadata is read below): not read
+            # again, the row being this transaction's since (locked, or SQLite's one writer)
+            written = host.sessions.set_waiting(session_id)
             if refused is None:
                 task = host.tasks.get(turn.task_id)
-                # only its metadata is read below: the row record_agent wrote holds it as it
-                # is, the row being this transaction's since (locked, or SQLite's one writer)
-                session = reported if reported is not None else host.sessions.get(session_id)
+                session = written if written is not None else host.sessions.get(session_id)
         if refused is not None:
             logger.bind(task_id=turn.task_id, run_id=turn.run_id, reason=refused).warning(
                 "turn's outcome not applied: the step entry that queued its run is superseded"

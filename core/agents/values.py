@@ -5,7 +5,7 @@ object."""
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any, Literal
+from typing import Any, Final, Literal
 
 import attrs
 
@@ -50,6 +50,14 @@ class SessionState:
         return tuple(m.id for m in self.modes)
 
 
+LOAD_LOSES: Final = frozenset({"gemini-cli"})
+"""Agents (by `agentInfo.name`) whose `session/load` in a new process mostly loses the
+conversation it loads: Gemini CLI 0.61 records the session afresh in its file before reading
+it, then finds nothing to resume. Restarting one between runs would cost its conversation, so
+its live process is kept, as for an agent that cannot load (load stays the way back after a
+crash)."""
+
+
 @attrs.frozen
 class AgentInfo:
     """What `initialize` answered."""
@@ -68,7 +76,7 @@ class AgentInfo:
     @property
     def continues(self) -> bool:
         """It can take up a stored conversation in a new process (resume or load)."""
-        return self.resume_session or self.load_session
+        return self.resume_session or (self.load_session and self.name not in LOAD_LOSES)
 
 
 @attrs.frozen

@@ -12,6 +12,7 @@ from __future__ import annotations
 import base64
 import binascii
 import bisect
+import functools
 import json
 from collections.abc import Callable, Iterable
 from typing import Any, Final
@@ -34,6 +35,11 @@ P = t.workflow_step_participants
 D = t.workflow_step_decisions
 PERM = t.permissions
 Q = t.questions
+
+# Aliases built once: each one copies its table's columns, per request otherwise.
+LATER = R.alias("later")
+BLOCKER = T.alias("blocker")
+CHILD = T.alias("child")
 
 MAX_LIMIT: Final = 1000
 RUN_STATES: Final = ("claimed", "dead", "failed", "queued")
@@ -92,42 +98,100 @@ def _tasks_where(wf: Workflow, query: BoardQuery) -> list[sa.ColumnElement[bool]
     return where
 
 
+# The page's values, bound at each read: the statements of one shape of request are built once
+# (`_shape` and the badge reads' builders below), so SQLAlchemy neither builds nor keys them
+# anew per request (a third of a lane page's CPU; issue 45 item 5).
+_WF = sa.bindparam("board_workflow", type_=sa.String)
+_STEP = sa.bindparam("board_step", type_=sa.String)
+_AFTER_AT = sa.bindparam("board_after_at", type_=sa.String)
+_AFTER_ID = sa.bindparam("board_after_id", type_=sa.String)
+_LAST_AT = sa.bindparam("board_last_at", type_=sa.String)
+_LAST_ID = sa.bindparam("board_last_id", type_=sa.String)
+_ORDER = (T.c.created_at, T.c.id)
+_PROFILES = sa.select(t.agent_profiles.c.id, t.agent_profiles.c.name, t.agent_profiles.c.role)
+
+
+@functools.lru_cache(maxsize=64)
+def _shape(
+    step: bool, q: str | None, after: bool, limit: int | None
+) -> tuple[sa.Select[Any], sa.Select[Any], sa.Select[Any]]:
+    """The page's cards, the ids of the whole page, and the ids of a page cut at its last
+    card (`_LAST_AT`, `_LAST_ID`), for one shape of request."""
+    where: list[sa.ColumnElement[bool]] = [T.c.workflow_id == _WF, T.c.archived_at.is_(None)]
+    if step:
+        where.append(T.c.workflow_step_id == _STEP)
+    if q:
+        where.append(
+            sa.or_(
+                T.c.title.icontains(q, autoescape=True),
+                T.c.description.icontains(q, autoescape=True),
+                T.c.id.endswith(q.strip().lower(), autoescape=True),
+            )
+        )
+    if after:
+        # a row-value comparison, so both databases seek the (…, created_at, id) index to the
+        # cursor instead of walking every earlier row of the lane (migration 0018)
+        where.append(sa.tuple_(T.c.created_at, T.c.id) > sa.tuple_(_AFTER_AT, _AFTER_ID))
+    select = sa.select(T).where(*where).order_by(*_ORDER)
+    ids = sa.select(T.c.id).where(*where)
+    if limit is not None:
+        select = select.limit(limit + 1)
+        ids = ids.order_by(*_ORDER).limit(limit + 1)
+    # The badge queries of a cut page read exactly it: the rows up to its last one.
+    cut = sa.select(T.c.id).where(
+        *where,
+        sa.or_(
+            T.c.created_at < _LAST_AT,
+            sa.and_(T.c.created_at == _LAST_AT, T.c.id <= _LAST_ID),
+        ),
+    )
+    return select, ids, cut
+
+
+@attrs.frozen
+class _Page:
+    """The ids of the page's cards (a statement of `_shape`'s) and the values it is read with."""
+
+    ids: sa.Select[Any]
+    params: dict[str, Any]
+
+    def read(
+        self, conn: sa.Connection, build: Callable[[sa.Select[Any]], sa.Select[Any]]
+    ) -> sa.CursorResult[*tuple[Any, ...]]:
+        """`build`'s statement over this page's ids, built once per shape."""
+        return conn.execute(_built(build, self.ids), self.params)
+
+
+@functools.lru_cache(maxsize=256)
+def _built(
+    build: Callable[[sa.Select[Any]], sa.Select[Any]], ids: sa.Select[Any]
+) -> sa.Select[Any]:
+    return build(ids)
+
+
 def read(
     conn: sa.Connection, wf: Workflow, query: BoardQuery, check: Callable[[], None]
 ) -> dict[str, Any]:
     """The board's answer: `{workflow, tasks, profiles, counts, next_cursor}`."""
-    where = _tasks_where(wf, query)
-    order = (T.c.created_at, T.c.id)
-    paged = list(where)
+    select, ids, cut = _shape(
+        query.step_id is not None, query.q or None, query.after is not None, query.limit
+    )
+    params: dict[str, Any] = {_WF.key: wf.id, _STEP.key: query.step_id}
     if query.after is not None:
-        at, last_id = query.after
-        # a row-value comparison, so both databases seek the (…, created_at, id) index to the
-        # cursor instead of walking every earlier row of the lane (migration 0018)
-        paged.append(sa.tuple_(T.c.created_at, T.c.id) > sa.tuple_(at, last_id))
-    select = sa.select(T).where(*paged).order_by(*order)
-    ids = sa.select(T.c.id).where(*paged)
-    if query.limit is not None:
-        select = select.limit(query.limit + 1)
-        ids = ids.order_by(*order).limit(query.limit + 1)
-    result = conn.execute(select)
+        params[_AFTER_AT.key], params[_AFTER_ID.key] = query.after
+    result = conn.execute(select, params)
     keys = list(result.keys())
     # Plain dicts straight from the rows: building a Task and `plain` of it per card cost
     # more than every query of the board together.
-    task_rows = [dict(zip(keys, row, strict=True)) for row in result]
+    task_rows = [dict(zip(keys, row, strict=True)) for row in result.all()]
     next_cursor = None
     if query.limit is not None and len(task_rows) > query.limit:
         task_rows = task_rows[: query.limit]
         last = task_rows[-1]
         next_cursor = encode_cursor(last["created_at"], last["id"])
-        # The badge queries read exactly this page: the rows up to its last one.
-        ids = sa.select(T.c.id).where(
-            *paged,
-            sa.or_(
-                T.c.created_at < last["created_at"],
-                sa.and_(T.c.created_at == last["created_at"], T.c.id <= last["id"]),
-            ),
-        )
-    page = ids
+        ids = cut
+        params[_LAST_AT.key], params[_LAST_ID.key] = last["created_at"], last["id"]
+    page = _Page(ids, params)
     check()
     badges = {r["id"]: _empty_badges() for r in task_rows}
     if task_rows:
@@ -154,10 +218,7 @@ def read(
         card["blocked_by"] = json.loads(card["blocked_by"]) if card["blocked_by"] else []
         card["badges"] = badges[card["id"]]
     profiles = {
-        r["id"]: {"name": r["name"], "role": r["role"]}
-        for r in conn.execute(
-            sa.select(t.agent_profiles.c.id, t.agent_profiles.c.name, t.agent_profiles.c.role)
-        ).mappings()
+        r["id"]: {"name": r["name"], "role": r["role"]} for r in conn.execute(_PROFILES).mappings()
     }
     return {
         "workflow": workflow_json(wf),
@@ -229,8 +290,8 @@ def _counts(conn: sa.Connection, wf: Workflow, query: BoardQuery) -> dict[str, d
     return counts
 
 
-def _runs(conn: sa.Connection, page: sa.Select[Any], badges: dict[str, dict[str, Any]]) -> None:
-    found = conn.execute(
+def _runs_sql(page: sa.Select[Any]) -> sa.Select[Any]:
+    return (
         sa.select(
             R.c.task_id,
             R.c.status,
@@ -239,9 +300,17 @@ def _runs(conn: sa.Connection, page: sa.Select[Any], badges: dict[str, dict[str,
             R.c.id,
             R.c.error_message,
         )
-        .where(R.c.task_id.in_(page), R.c.status.in_(RUN_STATES))
+        # `status || ''`: the status is kept out of the index choice. SQLite, which keeps no
+        # statistics, otherwise walks the queue index (status, requested_at, id) over every
+        # run of those states on the board instead of the page's runs by task (4 ms of a
+        # lane's 200 cards at 100,000 tasks, against 0.1 ms; issue 45 item 5).
+        .where(R.c.task_id.in_(page), (R.c.status + "").in_(RUN_STATES))
         .order_by(R.c.requested_at, R.c.id)
-    ).mappings()
+    )
+
+
+def _runs(conn: sa.Connection, page: _Page, badges: dict[str, dict[str, Any]]) -> None:
+    found = page.read(conn, _runs_sql).mappings()
     first_queued: dict[str, tuple[str, str, str]] = {}
     for r in found:
         b = badges[r["task_id"]]
@@ -281,10 +350,21 @@ def _queued_behind(
     """How many queued runs of the same agent stand ahead of each task's first queued run, in
     the order workers claim them (requested_at, id): one read of the queue for those agents."""
     agents = {agent for agent, _at, _id in first_queued.values()}
+    # No run queued after the page's last first-queued one stands ahead of any of them: the
+    # queue is read up to there only, not to its end (a lane's first cards, oldest first, are
+    # near the head of a queue thousands long; issue 45 item 5).
+    last_at, last_id = max((at, run_id) for _agent, at, run_id in first_queued.values())
     queue: dict[str, list[tuple[str, str]]] = {}
     for agent, at, run_id in conn.execute(
         sa.select(R.c.agent_profile_id, R.c.requested_at, R.c.id)
-        .where(R.c.status == "queued", R.c.agent_profile_id.in_(sorted(agents)))
+        .where(
+            R.c.status == "queued",
+            R.c.agent_profile_id.in_(sorted(agents)),
+            sa.or_(
+                R.c.requested_at < last_at,
+                sa.and_(R.c.requested_at == last_at, R.c.id <= last_id),
+            ),
+        )
         .order_by(R.c.requested_at, R.c.id)
     ):
         queue.setdefault(agent, []).append((at, run_id))
@@ -292,22 +372,22 @@ def _queued_behind(
         badges[task_id]["queued_behind"] = bisect.bisect_left(queue.get(agent, []), (at, run_id))
 
 
-def _latest_runs(
-    conn: sa.Connection, page: sa.Select[Any], badges: dict[str, dict[str, Any]]
-) -> None:
+def _latest_runs_sql(page: sa.Select[Any]) -> sa.Select[Any]:
+    later = LATER
+    return sa.select(R.c.task_id, R.c.status, R.c.error_message).where(
+        R.c.task_id.in_(page),
+        ~sa.exists().where(
+            later.c.task_id == R.c.task_id,
+            sa.tuple_(later.c.requested_at, later.c.id) > sa.tuple_(R.c.requested_at, R.c.id),
+        ),
+    )
+
+
+def _latest_runs(conn: sa.Connection, page: _Page, badges: dict[str, dict[str, Any]]) -> None:
     """Each task's latest run (the last requested): its status (`last_run`), and its error
     when it failed (`last_error`). A failure a later run made good is history, not a badge:
     the demo's finished task does not keep a red error."""
-    later = R.alias("later")
-    found = conn.execute(
-        sa.select(R.c.task_id, R.c.status, R.c.error_message).where(
-            R.c.task_id.in_(page),
-            ~sa.exists().where(
-                later.c.task_id == R.c.task_id,
-                sa.tuple_(later.c.requested_at, later.c.id) > sa.tuple_(R.c.requested_at, R.c.id),
-            ),
-        )
-    )
+    found = page.read(conn, _latest_runs_sql)
     for task_id, status, error in found:
         b = badges[task_id]
         b["last_run"] = status
@@ -315,13 +395,9 @@ def _latest_runs(
             b["last_error"] = error or "run failed"
 
 
-def _relations(
-    conn: sa.Connection, page: sa.Select[Any], badges: dict[str, dict[str, Any]]
-) -> None:
-    """The blockers that still hold each task (`blockers`: id, title, state; finished ones
-    left out) and how many of its subtasks are finished (`subtasks`: done, total)."""
-    blocker = T.alias("blocker")
-    for task_id, b_id, title, state in conn.execute(
+def _blockers_sql(page: sa.Select[Any]) -> sa.Select[Any]:
+    blocker = BLOCKER
+    return (
         sa.select(t.task_blockers.c.task_id, blocker.c.id, blocker.c.title, blocker.c.state)
         .join(blocker, blocker.c.id == t.task_blockers.c.blocker_id)
         .where(
@@ -329,27 +405,41 @@ def _relations(
             blocker.c.state.not_in(sorted(TERMINAL_STATES)),
         )
         .order_by(t.task_blockers.c.created_at, blocker.c.id)
-    ):
-        badges[task_id]["blockers"].append({"id": b_id, "title": title, "state": state})
-    child = T.alias("child")
-    for parent_id, state, n in conn.execute(
+    )
+
+
+def _subtasks_sql(page: sa.Select[Any]) -> sa.Select[Any]:
+    child = CHILD
+    return (
         sa.select(child.c.parent_id, child.c.state, sa.func.count())
         .where(child.c.parent_id.in_(page), child.c.archived_at.is_(None))
         .group_by(child.c.parent_id, child.c.state)
-    ):
+    )
+
+
+def _relations(conn: sa.Connection, page: _Page, badges: dict[str, dict[str, Any]]) -> None:
+    """The blockers that still hold each task (`blockers`: id, title, state; finished ones
+    left out) and how many of its subtasks are finished (`subtasks`: done, total)."""
+    for task_id, b_id, title, state in page.read(conn, _blockers_sql):
+        badges[task_id]["blockers"].append({"id": b_id, "title": title, "state": state})
+    for parent_id, state, n in page.read(conn, _subtasks_sql):
         counted = badges[parent_id]["subtasks"]
         counted["total"] += int(n)
         if state in TERMINAL_STATES:
             counted["done"] += int(n)
 
 
-def _sessions(conn: sa.Connection, page: sa.Select[Any], badges: dict[str, dict[str, Any]]) -> None:
+def _sessions_sql(page: sa.Select[Any]) -> sa.Select[Any]:
     # The order `session list` gives; the last row of a task is its latest session.
-    found = conn.execute(
+    return (
         sa.select(S.c.task_id, S.c.state)
         .where(S.c.task_id.in_(page))
         .order_by(S.c.task_id, S.c.started_at, S.c.id)
     )
+
+
+def _sessions(conn: sa.Connection, page: _Page, badges: dict[str, dict[str, Any]]) -> None:
+    found = page.read(conn, _sessions_sql)
     latest: dict[str, str] = {}
     for task_id, state in found:
         if state in WORKING_STATES:
@@ -359,39 +449,67 @@ def _sessions(conn: sa.Connection, page: sa.Select[Any], badges: dict[str, dict[
         badges[task_id]["dead_session"] = state == "FAILED"
 
 
-def _entries(conn: sa.Connection, page: sa.Select[Any], badges: dict[str, dict[str, Any]]) -> None:
+def _open_entries_sql(page: sa.Select[Any]) -> sa.Select[Any]:
     # `terminal IS false` exactly: the partial index of pending entries answers it.
-    for (task_id,) in conn.execute(
-        sa.select(E.c.task_id).where(E.c.terminal.is_(False), E.c.task_id.in_(page)).distinct()
-    ):
-        badges[task_id]["open_entry"] = True
-    here = (
+    return sa.select(E.c.task_id).where(E.c.terminal.is_(False), E.c.task_id.in_(page)).distinct()
+
+
+def _entries_here_sql(page: sa.Select[Any]) -> sa.Select[Any]:
+    return (
         sa.select(E.c.id, E.c.task_id, E.c.entry_seq)
         .join(T, sa.and_(T.c.id == E.c.task_id, T.c.workflow_step_id == E.c.step_id))
         .where(E.c.task_id.in_(page))
     )
+
+
+def _failed_markers_sql(page: sa.Select[Any]) -> sa.Select[Any]:
+    here = _entries_here_sql(page)
+    return (
+        sa.select(M.c.entry_id)
+        .where(M.c.state == "failed", M.c.entry_id.in_(here.with_only_columns(E.c.id)))
+        .distinct()
+    )
+
+
+def _entries(conn: sa.Connection, page: _Page, badges: dict[str, dict[str, Any]]) -> None:
+    for (task_id,) in page.read(conn, _open_entries_sql):
+        badges[task_id]["open_entry"] = True
     latest: dict[str, tuple[int, str]] = {}
-    for entry_id, task_id, seq in conn.execute(here):
+    for entry_id, task_id, seq in page.read(conn, _entries_here_sql):
         if task_id not in latest or seq > latest[task_id][0]:
             latest[task_id] = (seq, entry_id)
     if not latest:
         return
-    failed = {
-        entry_id
-        for (entry_id,) in conn.execute(
-            sa.select(M.c.entry_id)
-            .where(M.c.state == "failed", M.c.entry_id.in_(here.with_only_columns(E.c.id)))
-            .distinct()
-        )
-    }
+    failed = {entry_id for (entry_id,) in page.read(conn, _failed_markers_sql)}
     for task_id, (_seq, entry_id) in latest.items():
         badges[task_id]["failed_marker"] = entry_id in failed
+
+
+def _own_seats_sql(page: sa.Select[Any]) -> sa.Select[Any]:
+    return (
+        sa.select(P.c.id, P.c.task_id, P.c.role, P.c.agent_profile_id, P.c.decision_required)
+        .join(T, sa.and_(T.c.id == P.c.task_id, T.c.workflow_step_id == P.c.step_id))
+        .where(P.c.task_id.in_(page))
+    )
+
+
+def _approvals_sql(page: sa.Select[Any]) -> sa.Select[Any]:
+    return (
+        sa.select(D.c.task_id, D.c.participant_id)
+        .join(T, sa.and_(T.c.id == D.c.task_id, T.c.workflow_step_id == D.c.step_id))
+        .where(
+            D.c.task_id.in_(page),
+            D.c.cleared_at.is_(None),
+            D.c.superseded_at.is_(None),
+            D.c.decision == "approved",
+        )
+    )
 
 
 def _decisions(
     conn: sa.Connection,
     wf: Workflow,
-    page: sa.Select[Any],
+    page: _Page,
     step_of: dict[str, str],
     badges: dict[str, dict[str, Any]],
 ) -> None:
@@ -407,25 +525,12 @@ def _decisions(
             (r["id"], r["role"], r["agent_profile_id"], bool(r["decision_required"]))
         )
     own: dict[str, list[tuple[str, str, str, bool]]] = {}
-    for r in conn.execute(
-        sa.select(P.c.id, P.c.task_id, P.c.role, P.c.agent_profile_id, P.c.decision_required)
-        .join(T, sa.and_(T.c.id == P.c.task_id, T.c.workflow_step_id == P.c.step_id))
-        .where(P.c.task_id.in_(page))
-    ).mappings():
+    for r in page.read(conn, _own_seats_sql).mappings():
         own.setdefault(r["task_id"], []).append(
             (r["id"], r["role"], r["agent_profile_id"], bool(r["decision_required"]))
         )
     approved: dict[str, set[str]] = {}
-    for task_id, participant_id in conn.execute(
-        sa.select(D.c.task_id, D.c.participant_id)
-        .join(T, sa.and_(T.c.id == D.c.task_id, T.c.workflow_step_id == D.c.step_id))
-        .where(
-            D.c.task_id.in_(page),
-            D.c.cleared_at.is_(None),
-            D.c.superseded_at.is_(None),
-            D.c.decision == "approved",
-        )
-    ):
+    for task_id, participant_id in page.read(conn, _approvals_sql):
         approved.setdefault(task_id, set()).add(participant_id)
     for task_id, step_id in step_of.items():
         if step_id not in template and task_id not in own:
@@ -448,34 +553,42 @@ def _merged(
     return kept + [(i, req) for i, _role, _agent, req in mine]
 
 
-def _person_waits(
-    conn: sa.Connection, page: sa.Select[Any], badges: dict[str, dict[str, Any]]
-) -> None:
-    """Why a task waits for a person beyond a permission (core.store.waits): `failure`,
-    `blocked`; the page counts these tasks in its tab title."""
+def _person_waits_sql(page: sa.Select[Any]) -> sa.Select[Any]:
     waits = t.person_waits
-    for task_id, reason in conn.execute(
+    return (
         sa.select(waits.c.task_id, waits.c.reason)
         .where(waits.c.task_id.in_(page))
         .order_by(waits.c.task_id, waits.c.reason)
-    ):
+    )
+
+
+def _person_waits(conn: sa.Connection, page: _Page, badges: dict[str, dict[str, Any]]) -> None:
+    """Why a task waits for a person beyond a permission (core.store.waits): `failure`,
+    `blocked`; the page counts these tasks in its tab title."""
+    for task_id, reason in page.read(conn, _person_waits_sql):
         badges[task_id]["needs_person"].append(reason)
 
 
-def _permissions(
-    conn: sa.Connection, page: sa.Select[Any], badges: dict[str, dict[str, Any]]
-) -> None:
-    for (task_id,) in conn.execute(
+def _pending_permissions_sql(page: sa.Select[Any]) -> sa.Select[Any]:
+    return (
         sa.select(PERM.c.task_id)
         .where(PERM.c.state == "pending", PERM.c.task_id.in_(page))
         .distinct()
-    ):
-        badges[task_id]["waiting_for_person"] = True
-    # an agent's pending questions (issue 41 item 6): the card says its agent asks one
-    for task_id, asked in conn.execute(
+    )
+
+
+def _pending_questions_sql(page: sa.Select[Any]) -> sa.Select[Any]:
+    return (
         sa.select(Q.c.task_id, sa.func.count())
         .where(Q.c.state == "pending", Q.c.task_id.in_(page))
         .group_by(Q.c.task_id)
-    ):
+    )
+
+
+def _permissions(conn: sa.Connection, page: _Page, badges: dict[str, dict[str, Any]]) -> None:
+    for (task_id,) in page.read(conn, _pending_permissions_sql):
+        badges[task_id]["waiting_for_person"] = True
+    # an agent's pending questions (issue 41 item 6): the card says its agent asks one
+    for task_id, asked in page.read(conn, _pending_questions_sql):
         badges[task_id]["waiting_for_person"] = True
         badges[task_id]["questions"] = int(asked)

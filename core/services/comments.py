@@ -7,9 +7,10 @@ from __future__ import annotations
 import hashlib
 from typing import TYPE_CHECKING
 
+import attrs
 import sqlalchemy as sa
 
-from core import actors, ids
+from core import actors, faults, ids
 from core.engine import TriggerResult
 from core.errors import LanewayError, NotFound
 from core.model import Comment
@@ -75,17 +76,17 @@ class CommentService(Service):
             raise LanewayError("comment author: must not be empty")
         require_text(author, "comment author", t.column_length(C.c.author))
         task = self._tasks().get(task_ref)
-        comment = Comment(
-            id=ids.new_id(),
-            task_id=task.id,
-            author=author,
-            body=body,
-            created_at=ids.now(),
-            file=file,
-            line=line,
-            actor=actors.current(),
-        )
         with self.peers.store.transaction() as uow:
+            comment = Comment(
+                id=ids.new_id(),
+                task_id=task.id,
+                author=author,
+                body=body,
+                created_at=ids.now(),  # in the transaction: see events.in_commit_order
+                file=file,
+                line=line,
+                actor=actors.current(),
+            )
             uow.conn.execute(
                 sa.insert(C).values(
                     id=comment.id,
@@ -98,6 +99,10 @@ class CommentService(Service):
                     actor=comment.actor,
                 )
             )
+            # the feedback cursor (a run's claim time) never passes a comment its run missed
+            at = events.in_commit_order(uow, C.c.created_at, comment.id, comment.created_at)
+            comment = attrs.evolve(comment, created_at=at)
+            faults.reach("comment.before_commit")
             events.record(uow, "comment.added", task.id, comment_id=comment.id)
         self.fire(comment.id, by_agent=by_agent)
         return comment
@@ -118,23 +123,25 @@ class CommentService(Service):
         self._require_writer()
         task = self._tasks().get(task_ref)
         comment_id = "k" + hashlib.sha256(f"{task.id}:{key}".encode()).hexdigest()[:40]
-        at = ids.now()
         values = {
             "id": comment_id,
             "task_id": task.id,
             "author": author[: t.column_length(C.c.author)] or "someone",
             "body": body if body.strip() else "(empty)",
-            "created_at": at,
+            "created_at": "",  # in the transaction: see events.in_commit_order
             "file": file,
             "line": line,
             "actor": actors.current(),
         }
         absent = ~sa.exists().where(C.c.id == comment_id)
-        select = sa.select(*(sa.literal(v, C.c[k].type) for k, v in values.items())).where(absent)
         with self.peers.store.transaction() as uow:
-            inserted = sa.insert(C).from_select(list(values), select).returning(C.c.id)
-            if uow.conn.execute(inserted).first() is None:
+            at = ids.now()
+            values["created_at"] = at
+            select = sa.select(*(sa.literal(v, C.c[k].type) for k, v in values.items()))
+            inserted = sa.insert(C).from_select(list(values), select.where(absent))
+            if uow.conn.execute(inserted.returning(C.c.id)).first() is None:
                 return None
+            events.in_commit_order(uow, C.c.created_at, comment_id, at)
             events.record(uow, "comment.added", task.id, comment_id=comment_id)
         self.fire(comment_id)
         return self.get(comment_id)

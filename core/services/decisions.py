@@ -96,22 +96,22 @@ class DecisionService(Service):
             raise LanewayError(
                 f"participant {participant} has no seat at step {step_row.name!r} for this task"
             )
-        stamp = ids.now()
-        decision = Decision(
-            id=ids.new_id(),
-            task_id=task_row.id,
-            step_id=step_row.id,
-            participant_id=seat.id,
-            decision=verdict,
-            comment=comment,
-            decided_at=stamp,
-            decider_type="agent",
-            decider_id=seat.agent_profile_id,
-            role=seat.role,
-            run_id=run_id,
-            actor=actors.current(),
-        )
         with self.peers.store.transaction() as uow:
+            stamp = ids.now()  # in the transaction: see events.in_commit_order
+            decision = Decision(
+                id=ids.new_id(),
+                task_id=task_row.id,
+                step_id=step_row.id,
+                participant_id=seat.id,
+                decision=verdict,
+                comment=comment,
+                decided_at=stamp,
+                decider_type="agent",
+                decider_id=seat.agent_profile_id,
+                role=seat.role,
+                run_id=run_id,
+                actor=actors.current(),
+            )
             if run_id is not None:
                 # a verdict is the run's outcome: only its live claim, in its own round, gives it
                 refused = runs.fence(uow, run_id, uow.store.liveness.own())
@@ -165,6 +165,9 @@ class DecisionService(Service):
                 verdict=verdict,
                 decision_id=decision.id,
             )
+            # the feedback cursor (a run's claim time) never passes a verdict its run missed
+            at = events.in_commit_order(uow, D.c.decided_at, decision.id, stamp)
+            decision = attrs.evolve(decision, decided_at=at)
             closed = uow.conn.execute(
                 sa.select(sa.func.count(sa.distinct(D.c.cleared_at))).where(
                     D.c.task_id == task_row.id, D.c.step_id == step_row.id

@@ -164,6 +164,24 @@ class ProfileService(Service):
     def __init__(self, peers: Peers, *, workspace: Lazy[WorkspaceService]) -> None:
         super().__init__(peers)
         self._workspace = workspace
+        self._kept: dict[str, AgentProfile] = {}
+
+    def forget(self) -> None:
+        """Drop the profiles `current` kept (the host calls it when the board's catalogue
+        version moved). A new dict, not a cleared one: a read that began before this call
+        fills the dict it started with, which nobody reads any more."""
+        self._kept = {}
+
+    def current(self, profile_id: str) -> AgentProfile:
+        """A profile by id, kept in this process until the board's catalogue version moves
+        (every change of a profile moves it; the host follows it at the start of each
+        transaction and read). For a turn whose run's claim followed the board a moment ago:
+        its agent's profile without a read of its own (issue 45: one a live turn)."""
+        kept = self._kept
+        found = kept.get(profile_id)
+        if found is None:
+            found = kept[profile_id] = self.get(profile_id)
+        return found
 
     def add(
         self,

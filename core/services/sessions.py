@@ -25,6 +25,7 @@ from core.services.base import Lazy, Service
 from core.services.refs import find_task, resolve_id
 from core.store import events, prepared, rows
 from core.store import tables as t
+from core.text import DATA_JSON
 
 if TYPE_CHECKING:
     from core.services.peers import Peers
@@ -77,7 +78,7 @@ def _insert_items(
                 run_id,
                 item.kind,
                 item.text,
-                json.dumps(item.data, default=str),
+                DATA_JSON(item.data),
                 stamp,
             )
         sql = _items_sql(dialect.name, str(dialect.paramstyle), quoted, len(chunk))
@@ -131,6 +132,13 @@ _SET_STATE = (
     .where(S.c.id == _BY_ID)
     .values(state=sa.bindparam("state"), updated_at=sa.bindparam("stamp"))
     .returning(S.c.task_id)
+)
+# a turn's end: the row as written, which the turn's end reads (no read of its own)
+_SET_STATE_ROW = (
+    sa.update(S)
+    .where(S.c.id == _BY_ID)
+    .values(state=sa.bindparam("state"), updated_at=sa.bindparam("stamp"))
+    .returning(*S.c)
 )
 _LOCK_FOR_ITEMS = sa.select(S.c.task_id).where(S.c.id == _BY_ID).with_for_update(key_share=True)
 _LOCK_AGENT = sa.select(S).where(S.c.id == _BY_ID).with_for_update(key_share=True)
@@ -236,6 +244,23 @@ class SessionService(Service):
                 ).scalar()
             if task_id is not None:
                 events.record(uow, "session.state", task_id, session_id=session_id, state=state)
+
+    def set_waiting(self, session_id: str) -> Session | None:
+        """A turn's end: the session waits for input (as `set_state`); the session as
+        written, read off the write (issue 45: a live turn's end read it again), or None when
+        there is no such session."""
+        with self.peers.store.transaction() as uow:
+            row = uow.run(
+                _SET_STATE_ROW,
+                {"session_id": session_id, "state": "WAITING_FOR_INPUT", "stamp": ids.now()},
+            ).mapping()
+            if row is None:
+                return None
+            session = rows.session(row)
+            events.record(
+                uow, "session.state", session.task_id, session_id=session_id, state=session.state
+            )
+        return session
 
     def turn_starting(self, session_id: str) -> bool:
         """Whether this thread is firing on_turn_start for a turn of the session now (a
@@ -402,7 +427,10 @@ class SessionService(Service):
         if not checked:
             return []
         seqs: builtins.list[int] = []
-        with self.peers.store.transaction() as uow:
+        # no board-version read: what an agent says is kept whatever the catalogue holds (a
+        # live turn's item writes were two of its four version reads, issue 45); the turn's
+        # end, which acts on the board, follows it
+        with self.peers.store.transaction(follow_board=False) as uow:
             task_id = uow.run(_LOCK_FOR_ITEMS, {"session_id": session_id}).scalar()
             if task_id is None:
                 raise NotFound(f"no session {session_id!r}")

@@ -53,6 +53,7 @@ RETENTION: Final = timedelta(hours=24)
 PRUNE_BATCH: Final = 500
 _ENTRY_TASK_CACHE_MAX: Final = 4096
 _INSERT = prepared.insert_of(EV, ("type", "task_id", "at", "data", "actor"))
+_PG_LOCK = f"SELECT pg_advisory_xact_lock({PG_ORDER_LOCK})"
 _PG_ORDER = f"SELECT pg_advisory_xact_lock({PG_ORDER_LOCK}), pg_notify('{CHANNEL}', '')"
 # PostgreSQL, no observer: the order lock (and the NOTIFY) taken by the insert itself, one
 # round trip fewer per transaction. The uncorrelated subquery is a one-time filter, evaluated
@@ -158,6 +159,28 @@ class _Pending:
 def record(uow: UnitOfWork, type_: str, task_id: str | None, **fields: Any) -> None:
     """Record an event in `uow`'s transaction (inserted at its COMMIT)."""
     uow.events.append(_Pending(type_, task_id, ids.now(), fields))
+
+
+def in_commit_order(uow: UnitOfWork, column: sa.Column[str], row_id: str, stamp: str) -> str:
+    """The time of a row `uow` wrote (`stamp`, in `column` of the row with id `row_id`), put
+    where commit order holds it, for a reader whose cursor compares it with another
+    transaction's time (a comment's or a verdict's, against a run's claim:
+    core.agents.feedback): a row stamped before a claim's time is committed before that claim
+    commits, so the claimed run's first read sees it. Call it after the transaction's other
+    statements; the time the row holds is returned.
+
+    SQLite: `stamp` was taken inside `uow`, which holds the database's write lock from its
+    BEGIN IMMEDIATE, as a claim does when it stamps: kept. PostgreSQL: the event order lock is
+    taken (held until COMMIT, and waiting on nothing else after it, as `flush` takes it) and
+    the row stamped again under it; a claim stamps, then at its COMMIT waits for that lock
+    (its `run.started` event), so it commits after any row stamped earlier under it."""
+    if uow.store.is_sqlite:
+        return stamp
+    prepared.run_driver_sql(uow.conn, _PG_LOCK)
+    at = ids.now()
+    table = column.table
+    uow.conn.execute(sa.update(table).where(table.c.id == row_id).values({column.name: at}))
+    return at
 
 
 def marker(

@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from core.agents.protocols.acp import PermissionPolicy, PermissionRequest, TranscriptItem
+from core.agents.protocols.acp.client import laneway_tool
 from tests.acp.conftest import Start, texts
 
 ASK_EDIT = [{"permission": {"kind": "edit", "title": "Edit main.py"}}]
@@ -141,3 +142,53 @@ def test_issue_41_item_4_another_servers_tool_of_the_same_name_still_asks(
     assert agent.prompt("go", on_item=items.append, on_permission=person).ok
     assert len(asked) == 1
     assert "permission: no" in texts(items)
+
+
+@pytest.mark.parametrize(
+    ("tool_call", "ours"),
+    [
+        ({"title": "comment (laneway MCP Server)", "kind": "other"}, True),
+        ({"title": "decide (laneway MCP Server)"}, True),
+        ({"title": "comment (github MCP Server)"}, False),
+        ({"title": "README.md: world => gemini", "kind": "edit"}, False),
+    ],
+)
+def test_issue_41_item_4_gemini_names_laneways_tools_by_title(
+    tool_call: dict[str, str], ours: bool
+) -> None:
+    """Gemini CLI titles a permission request for an MCP tool `<tool> (<server> MCP Server)`
+    (no `_meta`): laneway's own tools are recognised by it and allowed at once; another
+    server's tool of the same name is not."""
+    assert laneway_tool(tool_call) is ours
+
+
+@pytest.mark.parametrize(
+    ("announced", "asks"),
+    [("mcp.laneway.comment", False), ("mcp.other.comment", True)],
+    ids=["laneway", "another-server"],
+)
+def test_issue_41_item_4_a_request_naming_only_the_call_id_is_known_by_the_announced_call(
+    start: Start, tmp_path: Path, announced: str, asks: bool
+) -> None:
+    """codex-acp asks before an MCP tool call with only the call's id and kind (its name is in
+    the tool call it announced before): laneway knows its own tool by the announced call and
+    allows it at once; another server's tool is still put to the person. Either way the
+    request shown carries the announced title."""
+    asked: list[PermissionRequest] = []
+
+    def person(request: PermissionRequest) -> str:
+        asked.append(request)
+        return "no"
+
+    steps = [
+        {"tool_call": {"id": "call_7", "title": announced, "kind": "execute"}},
+        {"permission": {"id": "call_7", "kind": "execute", "title": None}},
+    ]
+    agent = start({"turns": [steps]}, policy=PermissionPolicy("ask"))
+    agent.new_session(tmp_path)
+    items: list[TranscriptItem] = []
+    assert agent.prompt("go", on_item=items.append, on_permission=person).ok
+    assert [r.tool_call["title"] for r in asked] == ([announced] if asks else [])
+    (shown,) = [i for i in items if i.kind == "permission"]
+    assert shown.data["tool_call"]["title"] == announced
+    assert shown.data["decided_by"] == ("person" if asks else "laneway-tool")

@@ -163,6 +163,20 @@ def test_busy_provider_in_the_text_is_transient(
     assert (end.outcome, end.route, end.retry_after) == ("transient", "R4", delay)
 
 
+@pytest.mark.parametrize(
+    ("code", "route"), [(401, "R3"), (403, "R3"), (429, "R4"), (503, "R4"), (529, "R4")]
+)
+def test_issue_41_item_2_an_http_status_as_the_error_code_routes_as_the_status(
+    start: Start, tmp_path: Path, code: int, route: str
+) -> None:
+    """Gemini CLI's form (issue 41 item 2): the model API's HTTP status is the JSON-RPC error
+    code and the message is only the API's words, naming no status: 401/403 are R3, 429, 503
+    and 529 transient."""
+    end, _ = turn(start, tmp_path, [{"error": {"code": code, "message": "the API's words"}}])
+    assert end.route == route
+    assert "the API's words" in end.message
+
+
 @pytest.mark.slow  # it starts a process: the subprocess tier
 def test_a_command_that_cannot_start_is_r2(tmp_path: Path) -> None:
     """Row "the process cannot be started": R2."""

@@ -20,6 +20,7 @@ from __future__ import annotations
 import itertools
 import json
 import threading
+import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -42,7 +43,26 @@ class Call:
     arguments: Mapping[str, Any] | Callable[[Mapping[str, Any]], Mapping[str, Any]]
 
 
-Reply = Say | Call
+@attrs.frozen
+class Status:
+    """An HTTP error answer (the model API refusing), with its headers (e.g. retry-after)."""
+
+    status: int
+    message: str
+    headers: Mapping[str, str] = attrs.field(factory=dict)
+
+
+@attrs.frozen
+class Hold:
+    """The request is held until `release` is set (or the stand-in closes), then `reply`:
+    the model mid-answer, for a worker killed meanwhile."""
+
+    reply: Say | Call | Status
+    release: threading.Event = attrs.field(factory=threading.Event, eq=False)
+    reached: threading.Event = attrs.field(factory=threading.Event, eq=False)
+
+
+Reply = Say | Call | Status | Hold
 
 
 @attrs.define
@@ -51,7 +71,10 @@ class Standin:
     side: str = "Writing hello"
     url: str = ""
     requests: list[tuple[str, str, Any]] = attrs.field(factory=list)
+    stamps: list[float] = attrs.field(factory=list)
+    """When each conversation request arrived (time.monotonic())."""
     lock: threading.Lock = attrs.field(factory=threading.Lock)
+    closing: threading.Event = attrs.field(factory=threading.Event)
     ids: Iterator[int] = attrs.field(factory=lambda: itertools.count(1))
 
     def turns(self) -> list[dict[str, Any]]:
@@ -173,11 +196,13 @@ def _handler(standin: Standin) -> type[BaseHTTPRequestHandler]:
         def log_message(self, *_args: Any) -> None:
             pass
 
-        def _json(self, status: int, body: Any) -> None:
+        def _json(self, status: int, body: Any, headers: Mapping[str, str] = {}) -> None:
             raw = json.dumps(body).encode()
             self.send_response(status)
             self.send_header("Content-Type", "application/json")
             self.send_header("Content-Length", str(len(raw)))
+            for name, value in headers.items():
+                self.send_header(name, value)
             self.end_headers()
             self.wfile.write(raw)
 
@@ -202,9 +227,19 @@ def _handler(standin: Standin) -> type[BaseHTTPRequestHandler]:
                 return self._json(404, {"error": {"message": "not here"}})
             if _offers_tools(body):
                 with standin.lock:
+                    standin.stamps.append(time.monotonic())
                     reply = standin.script.pop(0) if standin.script else Say("DONE")
             else:
                 reply = Say(standin.side)
+            if isinstance(reply, Hold):
+                reply.reached.set()
+                while not reply.release.wait(0.1):
+                    if standin.closing.is_set():
+                        return
+                reply = reply.reply
+            if isinstance(reply, Status):
+                error = {"message": reply.message, "type": "error", "code": str(reply.status)}
+                return self._json(reply.status, {"error": error}, reply.headers)
             with standin.lock:
                 cid = f"chatcmpl-{next(standin.ids):04d}"
             message = _message(standin, reply, body)
@@ -248,5 +283,6 @@ def chat(script: Sequence[Reply] = (), side: str = "Writing hello") -> Iterator[
     try:
         yield standin
     finally:
+        standin.closing.set()
         server.shutdown()
         server.server_close()

@@ -17,7 +17,7 @@ STEP is one of {"message": T}, {"thought": T}, {"tool_call": {"id", "title", "ki
 {"tool_update": {"id", "status"}},
 {"chunks": [T, ...], "kind": "message"|"thought", "message_id": ID, "pause": S} (streamed: one
 update per chunk, `pause` seconds apart, each carrying `messageId` ID when given),
-{"plan": [T, ...]}, {"permission": {"kind", "title", "meta"}}
+{"plan": [T, ...]}, {"permission": {"kind", "title", "meta", "id"?}} (a null title: none)
 (its answer becomes a message `permission: OPTION-ID|cancelled`), {"read": PATH},
 {"write": PATH, "content": T}, {"terminal": true}, {"usage": {"used", "size", "cost"}},
 {"sleep": S}, {"wait_cancel": true}, {"garbage": T}, {"huge_line": MB}, {"stderr": T},
@@ -352,7 +352,7 @@ class FakeAgent(Agent):
             answer = await client.request_permission(
                 session_id=session_id,
                 tool_call=ToolCallUpdate(
-                    tool_call_id="perm-1",
+                    tool_call_id=ask.get("id", "perm-1"),
                     title=ask.get("title", "tool"),
                     kind=ask.get("kind"),
                     field_meta=ask.get("meta"),

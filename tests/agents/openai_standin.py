@@ -5,7 +5,8 @@ credentials and no network:
     POST /v1/responses   streaming (SSE) answered from the test's script
     anything else        404 (or an empty model list), recorded
 
-A reply is `Say` (assistant text) or `Call` (a function call, or a custom tool call such as
+Codex's side question for a conversation's title is answered `Card` without using the
+script. A reply is `Say` (assistant text) or `Call` (a function call, or a custom tool call such as
 `apply_patch` when `custom`); when the script is used up the model says `DONE`. Every request
 is recorded. `codex_home` writes the CODEX_HOME whose config.toml names the stand-in as the
 model provider (no OpenAI sign-in needed: a custom provider does not require one).
@@ -16,6 +17,7 @@ from __future__ import annotations
 import itertools
 import json
 import threading
+import time
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -38,6 +40,8 @@ class Call:
     arguments: Any
     """A function call's arguments (JSON-encoded for it), or a custom tool's text input."""
     custom: bool = False
+    namespace: str | None = None
+    """The tool's namespace: an MCP server's tools are `comment` in `mcp__laneway`."""
 
 
 @attrs.frozen
@@ -47,7 +51,25 @@ class Status:
     headers: Mapping[str, str] = attrs.field(factory=dict)
 
 
-Reply = Say | Call | Status
+@attrs.frozen
+class Search:
+    """Codex's own `tool_search` (run by the client, Codex): how the model finds the deferred
+    tools of an MCP server (laneway's among them) before it calls one."""
+
+    query: str
+
+
+@attrs.frozen
+class Hold:
+    """The request is held until `release` is set (or the stand-in closes), then `reply`:
+    the model mid-answer, for a worker killed meanwhile."""
+
+    reply: Say | Call | Search | Status
+    release: threading.Event = attrs.field(factory=threading.Event, eq=False)
+    reached: threading.Event = attrs.field(factory=threading.Event, eq=False)
+
+
+Reply = Say | Call | Search | Status | Hold
 
 
 @attrs.define
@@ -55,7 +77,10 @@ class Standin:
     script: list[Reply]
     url: str = ""
     requests: list[tuple[str, str, Any]] = attrs.field(factory=list)
+    stamps: list[float] = attrs.field(factory=list)
+    """When each /v1/responses request arrived (time.monotonic())."""
     lock: threading.Lock = attrs.field(factory=threading.Lock)
+    closing: threading.Event = attrs.field(factory=threading.Event)
     ids: Iterator[int] = attrs.field(factory=lambda: itertools.count(1))
 
     def responses(self) -> list[dict[str, Any]]:
@@ -88,7 +113,16 @@ def codex_home(standin: Standin, where: Path, **config: str) -> Path:
     return where
 
 
-def _item(standin: Standin, reply: Say | Call) -> dict[str, Any]:
+def _item(standin: Standin, reply: Say | Call | Search) -> dict[str, Any]:
+    if isinstance(reply, Search):
+        return {
+            "type": "tool_search_call",
+            "id": standin.new_id("tsc"),
+            "status": "completed",
+            "call_id": standin.new_id("call"),
+            "execution": "client",
+            "arguments": {"query": reply.query, "limit": 8},
+        }
     if isinstance(reply, Say):
         return {
             "type": "message",
@@ -106,7 +140,7 @@ def _item(standin: Standin, reply: Say | Call) -> dict[str, Any]:
             "name": reply.name,
             "input": reply.arguments,
         }
-    return {
+    call = {
         "type": "function_call",
         "id": standin.new_id("fc"),
         "status": "completed",
@@ -114,6 +148,13 @@ def _item(standin: Standin, reply: Say | Call) -> dict[str, Any]:
         "name": reply.name,
         "arguments": json.dumps(reply.arguments),
     }
+    return call if reply.namespace is None else {**call, "namespace": reply.namespace}
+
+
+def titling(body: Any) -> bool:
+    """Whether a request is Codex's side question for the conversation's title (it asks in a
+    thread of its own after the first prompt): answered without using the script."""
+    return isinstance(body, dict) and "generate a very short title" in json.dumps(body.get("input"))
 
 
 def _handler(standin: Standin) -> type[BaseHTTPRequestHandler]:
@@ -150,11 +191,21 @@ def _handler(standin: Standin) -> type[BaseHTTPRequestHandler]:
             with standin.lock:
                 standin.requests.append(("POST", self.path, body))
                 is_turn = self.path.split("?")[0] == "/v1/responses"
-                reply = (
-                    (standin.script.pop(0) if standin.script else Say("DONE")) if is_turn else None
-                )
+                if not is_turn:
+                    reply: Reply | None = None
+                elif titling(body):
+                    reply = Say("Card")
+                else:
+                    standin.stamps.append(time.monotonic())
+                    reply = standin.script.pop(0) if standin.script else Say("DONE")
             if reply is None:
                 return self._json(404, {"error": {"message": "not here"}})
+            if isinstance(reply, Hold):
+                reply.reached.set()
+                while not reply.release.wait(0.1):
+                    if standin.closing.is_set():
+                        return
+                reply = reply.reply
             if isinstance(reply, Status):
                 error = {"message": reply.message, "type": "error", "code": None}
                 return self._json(reply.status, {"error": error}, reply.headers)
@@ -214,5 +265,6 @@ def openai(script: Sequence[Reply] = ()) -> Iterator[Standin]:
     try:
         yield standin
     finally:
+        standin.closing.set()
         server.shutdown()
         server.server_close()

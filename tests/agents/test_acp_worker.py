@@ -457,6 +457,7 @@ def test_a_busy_provider_is_retried_after_the_delay_it_names(db_url: str, tmp_pa
     assert step == "Done"
 
 
+@pytest.mark.one_database
 def test_usage_the_agent_reports_is_kept_per_run(db_url: str, tmp_path: Path) -> None:
     """Issue 29 item 5: usage and cost the agent reports are kept per run."""
     board = Board(
@@ -541,6 +542,7 @@ def test_an_exec_agent_is_told_the_desired_state_in_its_environment(
     assert second == {**first, "LANEWAY_FRESH_CONTEXT": "1"}
 
 
+@pytest.mark.one_database
 def test_an_exec_agents_lines_are_transcript_items_as_they_arrive(
     db_url: str, tmp_path: Path
 ) -> None:
@@ -576,6 +578,7 @@ def test_an_exec_agents_lines_are_transcript_items_as_they_arrive(
     assert json.loads(run["usage"]) == {"cost_usd": 0.5, "input_tokens": 7, "output_tokens": 3}
 
 
+@pytest.mark.one_database
 def test_a_reviewer_decides_through_the_tool_server_and_the_quorum_moves_the_task(
     db_url: str, tmp_path: Path
 ) -> None:
@@ -655,6 +658,7 @@ def test_a_conversation_the_agent_no_longer_has_is_lost_not_failed(
     assert echoes(items)[1].endswith("(previous: None)")
 
 
+@pytest.mark.one_database
 def test_issue_41_item_7_laneway_run_id_is_the_run_on_every_turn_of_a_conversation(
     db_url: str, tmp_path: Path
 ) -> None:
@@ -682,6 +686,7 @@ def test_issue_41_item_7_laneway_run_id_is_the_run_on_every_turn_of_a_conversati
     assert echoes(items)[1].endswith("(previous: work on it)")  # the conversation went on
 
 
+@pytest.mark.one_database
 def test_issue_41_item_3_a_profiles_mode_is_where_its_conversations_start(
     db_url: str, tmp_path: Path
 ) -> None:

@@ -28,6 +28,7 @@ NPM_LIKE = (
 )
 
 
+@pytest.mark.one_database
 def test_issue_38_item_17_an_acp_agent_that_dies_at_start_shows_its_reason(
     db_url: str, tmp_path: Path
 ) -> None:

@@ -212,6 +212,7 @@ def test_runs_cancel_from_another_process_stops_a_streaming_exec_agent(
     assert json.loads(line)["error"].startswith(f"run {run_id} is cancelled: only a queued")
 
 
+@pytest.mark.one_database
 def test_cancel_and_retry_over_http_stop_an_acp_agent_and_queue_a_new_attempt(
     db_url: str, tmp_path: Path, started: list[subprocess.Popen[str]]
 ) -> None:
@@ -266,6 +267,7 @@ def test_cancel_and_retry_over_http_stop_an_acp_agent_and_queue_a_new_attempt(
         served.stop()
 
 
+@pytest.mark.one_database
 def test_task_cancel_stops_an_acp_agent_that_ignores_session_cancel(
     db_url: str, tmp_path: Path, started: list[subprocess.Popen[str]]
 ) -> None:

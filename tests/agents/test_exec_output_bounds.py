@@ -26,7 +26,7 @@ from tests.agents.conftest import (
 )
 from tests.conftest import open_host
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.one_database]
 
 MIB = 1024 * 1024
 VOLUME = 96

@@ -13,11 +13,13 @@ from __future__ import annotations
 
 import json
 import sys
+import threading
 from pathlib import Path
 
 import pytest
 import sqlalchemy as sa
 
+from core import faults
 from core.agents import worker
 from core.agents.feedback import HEADER
 from core.agents.session import prompt_for
@@ -163,3 +165,52 @@ def test_issue_45_item_1_the_agents_own_comment_after_its_turn_gives_no_block(
     assert HEADER not in prompt_for(host, host.runs.find(second))
     host.comments.add(task, "and mine", author="carol")
     assert prompt_for(host, host.runs.find(second)).endswith("Comments:\n- carol: and mine")
+
+
+def test_issue_45_item_1_a_comment_stamped_before_a_claim_but_committed_after_is_given(
+    host: Host,
+) -> None:
+    """The feedback cursor's hole: a comment whose time was taken before a run's claim but
+    whose transaction committed after that run read its feedback was behind the next run's
+    cursor (the claim's time) and given to no turn. Forced here: the comment's writer stops
+    at `comment.before_commit` (its time taken, not yet committed) while another thread
+    claims the next run and builds its prompt, as a worker does; then the comment goes on.
+    It must reach the claimed run's prompt or the one after it, exactly once."""
+    board = review_board(host)
+    task = board.task.id
+    worker_id = host.profiles.get("worker").id
+    host.tasks.move(task, "Work")
+    first = enqueue(host, worker_id, task)
+    set_run(host, first, status="finished", claimed_at=stamp(-5), finished_at=stamp(-4))
+    second = enqueue(host, worker_id, task)
+
+    pause = faults.pause_at("comment.before_commit")
+    writer = threading.Thread(
+        target=lambda: host.comments.add(task, "said while claimed", author="carol")
+    )
+    writer.start()
+    assert pause.reached.wait(30)
+    claimed: list[str] = []
+
+    def claim_and_prompt() -> None:
+        run = worker.claim_next(host, [worker_id])
+        assert run is not None
+        assert run.id == second
+        claimed.append(prompt_for(host, run))
+
+    claimer = threading.Thread(target=claim_and_prompt)
+    claimer.start()
+    # the claim either completes (the comment's order is not yet decided) or waits for the
+    # comment's commit; either way the comment then goes on
+    claimer.join(1.0)
+    pause.release()
+    writer.join(30)
+    claimer.join(30)
+    assert not writer.is_alive()
+    assert not claimer.is_alive()
+    (second_prompt,) = claimed
+    set_run(host, second, status="finished", finished_at=stamp(1))
+    third = enqueue(host, worker_id, task)
+    third_prompt = prompt_for(host, host.runs.find(third))
+    given = [p for p in (second_prompt, third_prompt) if "- carol: said while claimed" in p]
+    assert len(given) == 1, (second_prompt, third_prompt)

@@ -163,6 +163,7 @@ def test_issue_40_item_3_killed_at_each_push_point_then_recover_pushes_exactly_o
     assert shown["workspace"]["push"]["commit"] == git(repo, "rev-parse", branch)
 
 
+@pytest.mark.one_database
 def test_issue_40_item_3_task_push_on_the_command_line(db_url: str, tmp_path: Path) -> None:
     """`workflow set --remote`, `task push`: the exact commit lands; a repeated push is a
     no-op; new work is pushed over laneway's own push; someone else's push is refused in one
@@ -233,6 +234,7 @@ def test_issue_40_item_3_task_push_on_the_command_line(db_url: str, tmp_path: Pa
     assert cleared["remote"] is None
 
 
+@pytest.mark.one_database
 def test_issue_40_item_1_task_merge_on_the_command_line_and_its_bad_input(
     db_url: str, tmp_path: Path
 ) -> None:

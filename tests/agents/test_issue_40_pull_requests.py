@@ -207,6 +207,7 @@ def test_issue_40_item_4_killed_around_the_pull_request_then_recover_opens_exact
     assert [m for m, p in forge.requests if m == "POST"] == ["POST"]
 
 
+@pytest.mark.one_database
 @pytest.mark.slow
 def test_issue_40_item_4_workflow_set_forge_on_the_command_line(
     db_url: str, tmp_path: Path, forge: Forge
@@ -237,6 +238,7 @@ def test_issue_40_item_4_workflow_set_forge_on_the_command_line(
     assert json.loads(cleared.stdout)["forge"] is None
 
 
+@pytest.mark.one_database
 def test_issue_40_item_6_the_code_and_pull_request_template_opens_a_pull_request(
     host: Host, tmp_path: Path, forge: Forge
 ) -> None:

@@ -383,6 +383,7 @@ def test_issue_41_item_2_claude_writes_a_file_after_a_person_clicks_allow_on_the
 # -- (2) laneway's own tools, never asking a person ---------------------------------------------
 
 
+@pytest.mark.one_database
 def test_issue_41_item_2_claude_comments_and_decides_through_the_tool_server_without_asking(
     db_url: str, tmp_path: Path
 ) -> None:
@@ -543,6 +544,9 @@ def alive(pids: Iterator[int] | list[int]) -> list[int]:
     return living
 
 
+# The adapter is what this proves; the re-queue after a kill -9 is proven on both databases
+# with the fake agent (tests/agents/test_acp_crash.py).
+@pytest.mark.one_database
 def test_issue_41_item_2_claude_survives_kill_9_of_its_worker_mid_turn(
     db_url: str, tmp_path: Path, started: list[subprocess.Popen[str]]
 ) -> None:

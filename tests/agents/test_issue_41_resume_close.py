@@ -226,6 +226,7 @@ def _rested(board: Board, log: Path) -> str:
     return str(session.agent["acp_session_id"])
 
 
+@pytest.mark.one_database
 @pytest.mark.parametrize("how", ["archive", "delete", "terminal"])
 def test_issue_41_item_5_ending_a_task_closes_its_kept_conversation(
     db_url: str, tmp_path: Path, how: str

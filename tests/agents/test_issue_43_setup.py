@@ -2,7 +2,7 @@
 turn (under the profile's sandbox), its output kept as transcript items within exec's bounds;
 a setup that fails or hangs ends the turn R2 with its last lines and the agent never starts;
 `--cleanup CMD` runs in the worktree before it is removed. A real `laneway worker` and exec
-agents, a real git repository, both databases."""
+agents, a real git repository, on SQLite (what setup does is the same on either database)."""
 
 from __future__ import annotations
 
@@ -32,7 +32,7 @@ from tests.agents.conftest import (
 from tests.agents.test_worktrees import make_repo
 from tests.conftest import open_host
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.one_database]
 
 FAKE = str(Path(__file__).resolve().with_name("fake_acp_agent.py"))
 MIB = 1024 * 1024

@@ -12,6 +12,7 @@ from sqlalchemy.engine import Connection
 from core.host import Host
 from core.store import tables as t
 from tests.conftest import open_host
+from tests.tools.board import review_board
 
 
 def _follows(host: Host) -> list[int]:
@@ -66,3 +67,18 @@ def test_issue_30_a_kept_run_reads_no_board_version(db_url: str) -> None:
             assert len(follows) == 3
         host.tasks.list()
         assert len(follows) == 4
+
+
+def test_issue_45_item_1_an_agents_transcript_items_read_no_board_version(db_url: str) -> None:
+    """What an agent says is kept whatever the catalogue holds: its items' writes, even inside
+    `agent_turn`, read no board version (two of a live ACP turn's four); a read after them
+    still follows the board."""
+    with open_host(db_url) as host:
+        session = host.sessions.start(review_board(host).task.id)
+        follows = _follows(host)
+        with host.store.keeping_board(), host.store.agent_turn():
+            host.sessions.append_items(session.id, [("message", "hello", {})])
+            host.sessions.append_items(session.id, [("thought", "hmm", {})])
+            assert follows == []
+            host.tasks.list()
+            assert len(follows) == 1

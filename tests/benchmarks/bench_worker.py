@@ -29,7 +29,11 @@ distinct statements of that drain, the list docs/performance.md holds.
 `execute` and the loop's claims, merged.
 
 The floor (`floor_drain`, PostgreSQL): the same rows of one run written by hand with psycopg,
-one run at a time, in the same transactions, each round beside the 1x1 drains.
+one run at a time, in the same transactions, each round beside the 1x1 drains. On SQLite
+(`sqlite_floor_drain`, issue 45 item 4): the same rows with the sqlite3 module, measured right
+after each round's 1x1 drain; laneway / floor is printed as min / median / max over the rounds
+with the load (target: median >= 0.5). Round trips (statements, transactions) are counted on
+both databases.
 
 Targets (issue 30): 1x1 laneway / Procrastinate >= 0.8 on PostgreSQL, SQLite 1x1 >= PostgreSQL
 1x1; on PostgreSQL 4x1 / 1x1 >= 2.5 with the sleep agent and >= 1.0 with `/bin/true`. Exits 1
@@ -360,6 +364,134 @@ def floor_drain(url: str, count: int) -> float:
     return count / (datetime.fromisoformat(last) - datetime.fromisoformat(first)).total_seconds()
 
 
+# The same run's rows on SQLite (issue 45 item 4): plain sqlite3, one connection for the
+# writes (BEGIN IMMEDIATE) and one for the reads, WAL and synchronous=NORMAL as laneway sets
+# them, the writes in the five transactions and the reads in the four of a laneway run today.
+SQLITE_FLOOR_CLAIM = """
+UPDATE runs SET status = 'claimed', claimed_at = ?, claimed_epoch = 'floor',
+  attempts = attempts + 1
+WHERE id = (SELECT runs.id FROM runs
+  JOIN agent_profiles ON agent_profiles.id = runs.agent_profile_id
+  WHERE runs.status = 'queued'
+    AND agent_profiles.claimed_runs < agent_profiles.max_concurrent_sessions
+  ORDER BY runs.requested_at, runs.id LIMIT 1) AND status = 'queued'
+RETURNING id, task_id, agent_profile_id
+"""
+SQLITE_FLOOR_FENCE = (
+    "UPDATE runs SET claimed_epoch = claimed_epoch WHERE id = ? AND status = 'claimed' "
+    "AND claimed_epoch = 'floor'"
+)
+
+
+def sqlite_floor_drain(url: str, count: int) -> float:
+    """Runs/s of the hand-written run on SQLite (see SQLITE_FLOOR_CLAIM), one at a time."""
+    import sqlite3
+
+    path = url.removeprefix("sqlite:///")
+
+    def connect() -> sqlite3.Connection:
+        conn = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+        conn.execute("PRAGMA journal_mode=WAL")
+        conn.execute("PRAGMA synchronous=NORMAL")
+        conn.execute("PRAGMA foreign_keys=ON")
+        conn.execute("PRAGMA busy_timeout=30000")
+        return conn
+
+    def now() -> str:
+        return datetime.now().astimezone().isoformat()
+
+    def event(cur: Any, type_: str, task: str, **data: Any) -> None:
+        cur.execute(
+            "INSERT INTO board_events (type, task_id, at, data) VALUES (?, ?, ?, ?)",
+            (type_, task, now(), json.dumps(data)),
+        )
+
+    def state(cur: Any, task: str, session: str, value: str) -> None:
+        cur.execute(
+            "UPDATE task_sessions SET state = ?, updated_at = ? WHERE id = ? RETURNING task_id",
+            (value, now(), session),
+        ).fetchone()
+        event(cur, "session.state", task, session_id=session, state=value)
+
+    first = last = None
+    conn, reads = connect(), connect()
+    try:
+        for _ in range(count):
+            cur = conn.cursor()
+            cur.execute("BEGIN IMMEDIATE")
+            at = now()
+            found = cur.execute(SQLITE_FLOOR_CLAIM, (at,)).fetchone()
+            assert found is not None, "the floor found no queued run"
+            run, task, agent = found
+            cur.execute(
+                "UPDATE agent_profiles SET claimed_runs = claimed_runs + 1 WHERE id = ?", (agent,)
+            )
+            event(cur, "run.started", task, run_id=run, agent_profile_id=agent)
+            cur.execute("COMMIT")
+            first = first or at
+            reads.execute("SELECT * FROM tasks WHERE id = ?", (task,)).fetchone()
+            reads.execute("SELECT * FROM task_sessions WHERE task_id = ?", (task,)).fetchall()
+            reads.execute(
+                "SELECT max(claimed_at) FROM runs WHERE task_id = ? AND agent_profile_id = ?"
+                " AND id != ? AND claimed_at IS NOT NULL",
+                (task, agent, run),
+            ).fetchone()
+            reads.execute("SELECT * FROM agent_profiles WHERE id = ?", (agent,)).fetchone()
+            session = f"floor-{run}"
+            cur.execute("BEGIN IMMEDIATE")
+            cur.execute("UPDATE task_sessions SET is_primary = 0 WHERE task_id = ?", (task,))
+            cur.execute(
+                "INSERT INTO task_sessions (id, task_id, agent_profile_id, state, is_primary,"
+                " external, metadata, started_at, updated_at, agent) VALUES"
+                " (?, ?, ?, 'WAITING_FOR_INPUT', 1, 0, '{}', ?, ?, '{}') RETURNING *",
+                (session, task, agent, now(), now()),
+            ).fetchone()
+            event(cur, "session.state", task, session_id=session, state="WAITING_FOR_INPUT")
+            cur.execute("COMMIT")
+            prompt = "bench prompt\n"
+            cur.execute("BEGIN IMMEDIATE")
+            state(cur, task, session, "RUNNING")
+            cur.execute(SQLITE_FLOOR_FENCE, (run,))
+            cur.execute(
+                "INSERT INTO transcript_items (session_id, seq, run_id, kind, text, data, at)"
+                " SELECT ?, coalesce(max(seq), 0) + 1, ?, 'prompt', ?, '{}', ?"
+                " FROM transcript_items WHERE session_id = ? RETURNING seq",
+                (session, run, prompt, now(), session),
+            ).fetchone()
+            event(cur, "agent.item", task, session_id=session, run_id=run, kind="prompt")
+            cur.execute("COMMIT")
+            start_agent(AGENTS["true"], prompt)
+            cur.execute("BEGIN IMMEDIATE")
+            cur.execute(
+                "UPDATE task_sessions SET agent = ?, updated_at = ? WHERE id = ? RETURNING *",
+                (json.dumps({"protocol": "exec"}), now(), session),
+            ).fetchone()
+            cur.execute(SQLITE_FLOOR_FENCE, (run,))
+            state(cur, task, session, "WAITING_FOR_INPUT")
+            cur.execute("SELECT * FROM tasks WHERE id = ?", (task,)).fetchone()
+            cur.execute("COMMIT")
+            last = now()
+            cur.execute("BEGIN IMMEDIATE")
+            cur.execute(
+                "UPDATE runs SET status = 'finished', finished_at = ?, session_id = ?"
+                " WHERE id = ? AND status = 'claimed' AND claimed_epoch = 'floor'"
+                " RETURNING EXISTS (SELECT 1 FROM permissions WHERE run_id = runs.id"
+                " AND state = 'pending')",
+                (last, session, run),
+            ).fetchone()
+            event(cur, "run.finished", task, run_id=run, agent_profile_id=agent)
+            cur.execute(
+                "UPDATE agent_profiles SET claimed_runs = claimed_runs - 1 WHERE id = ?", (agent,)
+            )
+            cur.execute("COMMIT")
+    finally:
+        conn.close()
+        reads.close()
+    assert first is not None
+    assert last is not None
+    return count / (datetime.fromisoformat(last) - datetime.fromisoformat(first)).total_seconds()
+
+
 # The worker process, counted or profiled: the CLI's own entry point, with counters installed
 # on every engine (SQLAlchemy class-level events) and core.agents.worker's loop wrapped.
 WRAPPER = textwrap.dedent(
@@ -555,6 +687,7 @@ def _run_all(args: argparse.Namespace) -> int:
     pq = _pq_prepare(args.pg) if args.pg else None
     cases = [("true", p, c) for p, c in CONFIGS] + [("sleep", p, c) for p, c in SLEEP_CONFIGS]
     seen: dict[tuple[str, str, int, int], list[float]] = {}
+    loads: list[float] = []
     for r in range(args.repeat):
         for agent, p, c in cases:
             for db in dbs:
@@ -569,6 +702,12 @@ def _run_all(args: argparse.Namespace) -> int:
                 pg = boards["postgresql"]
                 pg.queue("true", args.runs)
                 seen.setdefault(("floor", agent, p, c), []).append(floor_drain(pg.url, args.runs))
+            if "sqlite" in boards and (agent, p, c) == ("true", 1, 1):
+                lite = boards["sqlite"]
+                lite.queue("true", args.runs)
+                floor = sqlite_floor_drain(lite.url, args.runs)
+                seen.setdefault(("sqlite floor", agent, p, c), []).append(floor)
+                loads.append(os.getloadavg()[0])
         print(f"round {r + 1} of {args.repeat} done", file=sys.stderr, flush=True)
     med = {key: statistics.median(values) for key, values in seen.items()}
     columns = [*(f"laneway {db}" for db in dbs), *(["Procrastinate PG"] if pq else [])]
@@ -611,10 +750,25 @@ def _run_all(args: argparse.Namespace) -> int:
         pq_sleep = med[("procrastinate", "sleep", 4, 1)] / med[("procrastinate", "sleep", 1, 1)]
         pq_true = med[("procrastinate", "true", 4, 1)] / med[("procrastinate", "true", 1, 1)]
         print(f"   Procrastinate 4x1 / 1x1: sleep {pq_sleep:.2f}, true {pq_true:.2f}")
-    if "postgresql" in dbs:
-        trips = round_trips(boards["postgresql"], min(args.runs, 100), args.statements)
+    if "sqlite" in dbs:
+        # issue 45 item 4: each round's 1x1 drain against the floor measured right after it
+        ratios = sorted(
+            lw / fl
+            for lw, fl in zip(
+                seen[("sqlite", "true", 1, 1)], seen[("sqlite floor", "true", 1, 1)], strict=True
+            )
+        )
         print(
-            "3) PG per run, claim to release: "
+            f"   SQLite 1x1 floor (one run's rows by hand, SQLITE_FLOOR_CLAIM):"
+            f" {med[('sqlite floor', 'true', 1, 1)]:.1f} runs/s; laneway / floor"
+            f" min {ratios[0]:.2f} median {statistics.median(ratios):.2f} max {ratios[-1]:.2f}"
+            f" (load {min(loads):.1f}-{max(loads):.1f})"
+        )
+        check("4) SQLite 1x1 laneway / floor (median)", statistics.median(ratios), 0.5)
+    for db in dbs:
+        trips = round_trips(boards[db], min(args.runs, 100), args.statements)
+        print(
+            f"3) {db} per run, claim to release: "
             + ", ".join(f"{k} {v:.1f}" for k, v in trips.items())
         )
     if args.profile:

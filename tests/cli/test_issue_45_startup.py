@@ -26,7 +26,16 @@ from core.console import main
 main(sys.argv[1:])
 """
 
-HEAVY = ("loguru", "multiprocessing", "http.client", "urllib.request", "asyncio", "ssl")
+HEAVY = (
+    "loguru",
+    "multiprocessing",
+    "http.client",
+    "urllib.request",
+    "asyncio",
+    "ssl",
+    "getpass",
+    "termios",
+)
 
 
 def _run(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
@@ -130,3 +139,31 @@ def test_issue_45_item_6_the_lazy_logger_feeds_sinks_added_through_loguru() -> N
         ["core.probe", "heard", {"k": 2}],
         ["core.probe", "lazy 3", {}],
     ]
+
+
+@pytest.mark.parametrize(
+    "env",
+    [
+        {"LOGNAME": "ada", "USER": "bob"},
+        {"USER": "bob"},
+        {"LNAME": "cy"},
+        {"USERNAME": "dee"},
+        {},
+    ],
+)
+def test_issue_45_item_6_the_cli_person_is_the_login_name_getpass_would_give(
+    env: dict[str, str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Behaviour unchanged without `getpass` imported: with no LANEWAY_USER the command line's
+    person is the login name `getpass.getuser()` finds, from the environment's LOGNAME, USER,
+    LNAME or USERNAME in that order, else the password database."""
+    import getpass
+
+    from core import actors
+
+    for variable in ("LANEWAY_USER", "LOGNAME", "USER", "LNAME", "USERNAME"):
+        monkeypatch.delenv(variable, raising=False)
+    for variable, value in env.items():
+        monkeypatch.setenv(variable, value)
+    assert actors._login_name() == getpass.getuser()
+    assert actors.cli_user() == actors.user(getpass.getuser())

@@ -170,6 +170,7 @@ def test_two_writer_hosts_follow_each_others_changes(db_url: str, tmp_path: Path
 # -- item 8: one board, one configuration ---------------------------------------------------------
 
 
+@pytest.mark.one_database
 def test_laneway_features_shows_and_sets_the_boards_switches(db_url: str, tmp_path: Path) -> None:
     """Issue 9 item 8 (CLI.md `features`): `{"office": bool}`, stored in the database, so a
     later process (`features`, `plugins list` without `--no-office`) sees what `features set`

@@ -193,6 +193,46 @@ def test_board_badges_match_what_the_services_say_card_by_card(
     assert sum(n["admitted"] + n["queued"] for n in lanes.values()) == len(live)
 
 
+def test_issue_45_item_5_a_lane_page_counts_the_queue_ahead_of_each_card(
+    board: tuple[Host, TestClient, Any],
+) -> None:
+    """Issue 45 item 5: a lane's page reads the run queue only up to its own last queued run
+    and its runs by task, not by state; each card's run badges and `queued_behind` still
+    equal what the services say, page after page, with runs of another agent and of later
+    cards queued between and after them."""
+    host, client, built = board
+    wf = built.workflow
+    agent = host.profiles.list()[0].id
+    other = host.profiles.add(name="other", command="true").id
+    made = [host.tasks.create(workflow=wf.id, title=f"Queued {n}").id for n in range(5)]
+    lane = host.tasks.get(made[0]).workflow_step_id
+    for n, task_id in enumerate(made):
+        _insert_run(host, task_id, other, "queued")
+        _insert_run(host, task_id, agent, "queued")
+        if n % 2:
+            _insert_run(host, task_id, agent, "claimed")
+    _insert_run(host, made[0], agent, "queued")  # a second queued run of the first card
+    pages: list[dict[str, Any]] = []
+    cursor = None
+    while True:
+        params = {"workflow": wf.id, "step": lane, "limit": "2", "counts": "0"}
+        answer = client.get(
+            "/api/board", params={**params, **({"cursor": cursor} if cursor else {})}, headers=AUTH
+        )
+        assert answer.status_code == 200, answer.text
+        pages.append(answer.json())
+        cursor = pages[-1]["next_cursor"]
+        if cursor is None:
+            break
+    cards = [card for page in pages for card in page["tasks"]]
+    assert [c["id"] for c in cards if c["id"] in made] == made
+    for card in cards:
+        assert card["badges"] == _reference_badges(host, host.tasks.get(card["id"])), card["title"]
+    behind = {c["id"]: c["badges"]["queued_behind"] for c in cards if c["id"] in made}
+    assert [behind[task_id] for task_id in made] == [0, 1, 2, 3, 4]
+    assert all(page["counts"] is None for page in pages)
+
+
 def test_issue_38_item_12_a_failure_a_later_run_made_good_leaves_no_error_badge(
     board: tuple[Host, TestClient, Any],
 ) -> None:

@@ -245,3 +245,34 @@ def test_issue_45_item_2_a_batch_of_items_is_one_insert_numbered_once(
     assert [i.seq for i in items] == list(range(1, 46))
     told = [e["seq"] for e in _events(host, "agent.item")]
     assert told == list(range(1, 46))
+
+
+@pytest.mark.parametrize(
+    "data",
+    [
+        {"i": 7},
+        {"text": "x" * 5000},
+        {"emoji": "\U0001f600" * 700},
+        {"big": 2**80, "neg": -(2**63), "f": -2.2250738585072014e-308, "b": False, "n": None},
+        {"nested": {"a": [1, 2, 3]}},
+        {1: "a key that is not text"},
+        {"inf": float("inf")},
+    ],
+)
+def test_issue_45_item_2_item_data_is_measured_without_encoding_only_when_surely_short(
+    data: dict[str, Any],
+) -> None:
+    """An item's data measured without encoding it (a flat mapping counted at its longest)
+    is cut exactly when its JSON is longer than the bound: at every bound around its length,
+    `bounded_data` keeps or cuts it as encoding it says."""
+    from core.text import bounded_data, finite_json
+
+    measured = data if "inf" not in data else finite_json(data)
+    length = len(json.dumps(measured, default=str))
+    for limit in (length - 1, length, length + 1, 12 * length, MAX_DATA):
+        kept = bounded_data(data, limit)
+        if length > limit:
+            assert kept["cut"] is True
+            assert kept["chars"] == length
+        else:
+            assert kept == measured

@@ -1,6 +1,6 @@
 """AGENTS.md "The tool server: how an agent acts on the board": the worker's ToolBroker and
 the real `laneway` MCP server (a subprocess, driven with the MCP client SDK as an agent
-drives it) on a real board, SQLite and PostgreSQL."""
+drives it) on a real SQLite board."""
 
 from __future__ import annotations
 
@@ -23,6 +23,10 @@ from core.agents.tools.broker import ToolBroker, mcp_server
 from core.host import Host
 from core.store import tables as t
 from tests.tools.board import call, review_board, reviewer_grant
+
+# What the tool server does is the same whichever database keeps the board; its races (two
+# processes deciding at once) are proven on both in tests/agents and tests/multiprocess.
+pytestmark = pytest.mark.one_database
 
 
 @pytest.fixture

@@ -10,6 +10,7 @@ import time
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, Final
 
+from core.agents import spare
 from core.agents.bounds import cut_text, item
 from core.agents.desired import exec_env, with_plan_instruction
 from core.agents.item_queue import ItemQueue
@@ -186,14 +187,13 @@ class _Deadlines:
         self._idle_timeout = idle_timeout
         self._began = self._last = time.monotonic()
         self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="laneway-deadline", daemon=True)
 
     def heard(self) -> None:
         self._last = time.monotonic()
 
     def start(self) -> None:
         self._began = self._last = time.monotonic()
-        self._thread.start()
+        spare.run(self._run)  # a thread kept from an earlier turn (core.agents.spare)
 
     def stop(self) -> None:
         self._stop.set()

@@ -12,7 +12,22 @@ from core.agents.protocols.acp.transport import last_lines
 from core.agents.values import TokenUsage, TurnEnd
 
 AUTH_CODE: Final = -32000
-_AUTH_STATUS = re.compile(r"\b(401|403)\b")
+_AUTH_CODES: Final = frozenset({401, 403})
+_BUSY_CODES: Final = frozenset({429, 503, 529})
+# OpenCode answers a model API's 401 with -32603 and only the API's message ("Incorrect API
+# key provided"), no status: its words for a key the API refused say authentication too.
+_AUTH_STATUS = re.compile(
+    r"\b(401|403)\b|unauthori[sz]ed|(invalid|incorrect|missing) (x-)?api[ _-]?key",
+    re.IGNORECASE,
+)
+# Codex (codex-acp, ACP v1) reports a model API error other than 401 as its turn's closing
+# message, then ends the turn `end_turn`: "exceeded retry limit, last status: 429 Too Many
+# Requests" or "unexpected status 503 Service Unavailable: ..., url: ...". Only a closing
+# message that is nothing but such a line counts.
+_CODEX_BUSY = re.compile(
+    r"\A\s*(exceeded retry limit, last status: (429|503|529)\b[^\n]*"
+    r"|unexpected status (429|503|529)\b[^\n]*, url: \S+)\s*\Z"
+)
 _BUSY = re.compile(r"\b(429|503|529)\b|rate[ _-]?limit|overloaded|too many requests", re.IGNORECASE)
 _RETRY_TEXT = re.compile(
     r"(?:retry|try again)\s*(?:after|in)?\s*:?\s*(\d+(?:\.\d+)?)\s*"
@@ -53,6 +68,22 @@ def stop_reason_end(stop_reason: str, *, cancelled: bool, usage: TokenUsage | No
     )
 
 
+def closing_message_end(end: TurnEnd, closing: str) -> TurnEnd:
+    """A turn that ended `end_turn` whose closing message is Codex's report of a busy model
+    API is transient (AGENTS.md: an error that says the provider is busy), not the turn's end."""
+    if end.outcome != "ok" or end.stop_reason != "end_turn" or not _CODEX_BUSY.match(closing):
+        return end
+    message = closing.strip()
+    return TurnEnd(
+        "transient",
+        f"the provider is busy: {message}",
+        route="R4",
+        retry_after=retry_delay(None, message),
+        stop_reason=end.stop_reason,
+        usage=end.usage,
+    )
+
+
 def agent_message(exc: RequestError) -> str:
     """The agent's own words: the error's message, and its data's details when they add some."""
     text = str(exc)
@@ -71,9 +102,12 @@ def error_end(exc: RequestError, *, stderr_tail: str = "") -> TurnEnd:
     """The route of a JSON-RPC error the agent answered with."""
     message = agent_message(exc)
     haystack = message + " " + _data_text(exc.data)
-    if exc.code == AUTH_CODE or _AUTH_STATUS.search(haystack):
+    # Gemini CLI answers a failed model request with the API's HTTP status as the JSON-RPC
+    # error code (401, 429, 503, ...) and only the API's message, which names no status.
+    status = exc.code if 400 <= exc.code < 600 else None
+    if exc.code == AUTH_CODE or status in _AUTH_CODES or _AUTH_STATUS.search(haystack):
         return TurnEnd("failed", f"authentication failed: {message}", route="R3")
-    if _BUSY.search(haystack):
+    if status in _BUSY_CODES or _BUSY.search(haystack):
         return TurnEnd(
             "transient",
             f"the provider is busy: {message}",

@@ -34,6 +34,8 @@ from acp.schema import (
     ElicitationStringPropertySchema,
     ReadTextFileResponse,
     RequestPermissionResponse,
+    ToolCallProgress,
+    ToolCallStart,
     ToolCallUpdate,
     UsageUpdate,
     WriteTextFileResponse,
@@ -56,6 +58,10 @@ from core.agents.values import (
     TranscriptItem,
 )
 
+ANNOUNCED: Final = 64
+"""How many of the tool calls an agent announced a client remembers, for the permission
+requests that name one only by its id."""
+_FILLED: Final = ("title", "kind", "rawInput", "_meta")
 MAX_READ: Final = 8 * 1024 * 1024
 """The largest file `fs/read_text_file` returns (bytes): the answer is one stdin line."""
 CHUNK_QUIET: Final = 0.2
@@ -123,11 +129,22 @@ def pick(options: tuple[PermissionOption, ...], kinds: tuple[str, ...]) -> str |
 
 # How the adapters name a tool of an MCP server in a tool call: Claude Code
 # `mcp__laneway__comment` (title or `_meta.claudeCode.toolName`), Codex `mcp.laneway.comment`,
-# OpenCode `laneway_comment`.
+# OpenCode `laneway_comment`, Gemini CLI `comment (laneway MCP Server)` (its title; the model
+# calls it `mcp_laneway_comment`).
 _LANEWAY_NAMES: Final = frozenset(
-    f"{prefix}{tool}"
-    for tool in TOOLS
-    for prefix in (f"mcp__{SERVER_NAME}__", f"mcp.{SERVER_NAME}.", f"{SERVER_NAME}_")
+    [
+        *(
+            f"{prefix}{tool}"
+            for tool in TOOLS
+            for prefix in (
+                f"mcp__{SERVER_NAME}__",
+                f"mcp.{SERVER_NAME}.",
+                f"{SERVER_NAME}_",
+                f"mcp_{SERVER_NAME}_",
+            )
+        ),
+        *(f"{tool} ({SERVER_NAME} MCP Server)" for tool in TOOLS),
+    ]
 )
 
 
@@ -169,6 +186,9 @@ class LanewayClient:
         self._chunks: list[str] = []
         self._chunk_chars = 0
         self._quiet: asyncio.TimerHandle | None = None
+        self._announced: dict[str, dict[str, Any]] = {}
+        self.closing = ""
+        """The text of the last message item of the turn (what the agent said last)."""
 
     # -- transcript -------------------------------------------------------------------------
 
@@ -179,7 +199,10 @@ class LanewayClient:
             self._quiet = None
         if self._chunk_kind is not None and self._chunks:
             kind: ItemKind = "message" if self._chunk_kind == "message" else "thought"
-            self.post(item(kind, "".join(self._chunks)))
+            text = "".join(self._chunks)
+            if kind == "message":
+                self.closing = text
+            self.post(item(kind, text))
         self._chunk_kind, self._chunk_id, self._chunks, self._chunk_chars = None, None, [], 0
 
     def _chunk(self, kind: str, text: str, message_id: str | None) -> None:
@@ -222,6 +245,8 @@ class LanewayClient:
                 cost=update.cost.amount if update.cost else None,
                 currency=update.cost.currency if update.cost else None,
             )
+        if isinstance(update, ToolCallStart | ToolCallProgress):
+            self._announce(dump(update))
         if self.replaying:
             return  # session/load replays a conversation laneway has already kept
         if isinstance(update, AgentMessageChunk):
@@ -231,6 +256,21 @@ class LanewayClient:
         elif (found := update_item(update, self.cwd)) is not None:
             self.flush()
             self.post(found)
+
+    def _announce(self, call: dict[str, Any]) -> None:
+        call_id = call.get("toolCallId")
+        if not isinstance(call_id, str):
+            return
+        known = self._announced.pop(call_id, {})
+        self._announced[call_id] = {**known, **{k: call[k] for k in _FILLED if k in call}}
+        while len(self._announced) > ANNOUNCED:
+            del self._announced[next(iter(self._announced))]
+
+    def _filled(self, tool_call: dict[str, Any]) -> dict[str, Any]:
+        """A permission request's tool call with what the agent announced of it before: codex-acp
+        asks about an MCP tool call by its id and kind alone, its name only in the announcement."""
+        known = self._announced.get(str(tool_call.get("toolCallId")), {})
+        return {**{k: v for k, v in known.items() if k not in tool_call}, **tool_call}
 
     # -- permissions ------------------------------------------------------------------------
 
@@ -244,7 +284,7 @@ class LanewayClient:
         self.flush()
         request = PermissionRequest(
             session_id,
-            dump(tool_call),
+            self._filled(dump(tool_call)),
             tuple(PermissionOption(o.option_id, o.name, o.kind) for o in options),
         )
         kind = request.tool_kind

@@ -42,7 +42,12 @@ from acp.schema import (
 from pydantic import ValidationError
 
 from core.agents import watchdog_link
-from core.agents.protocols.acp.classify import error_end, failed, stop_reason_end
+from core.agents.protocols.acp.classify import (
+    closing_message_end,
+    error_end,
+    failed,
+    stop_reason_end,
+)
 from core.agents.protocols.acp.client import Ask, Elicit, LanewayClient
 from core.agents.protocols.acp.items import item
 from core.agents.protocols.acp.transport import LineTransport, keep_stderr_tail, stderr_text
@@ -77,6 +82,18 @@ MAX_LINE: Final = 16 * 1024 * 1024
 """The longest stdout line (bytes) an agent may write: one JSON-RPC message."""
 INIT_TIMEOUT: Final = 30.0
 REQUEST_TIMEOUT: Final = 60.0
+# codex-acp starts the MCP servers of a session in the background and answers session/new at
+# once, so Codex's first model request could go out before laneway's tool server is up (the
+# model is then offered none of its tools). This `_meta` key makes it wait that long for them;
+# other agents ignore it.
+MCP_STARTUP_WAIT_MS: Final = 30_000
+
+
+def _session_meta(servers: Sequence[McpServer]) -> dict[str, Any]:
+    """The `_meta` of session/new, session/load and session/resume."""
+    return {"mcpStartupAwaitTimeoutMs": MCP_STARTUP_WAIT_MS} if servers else {}
+
+
 CANCEL_GRACE: Final = 10.0
 CLOSE_TIMEOUT: Final = 5.0
 """How long an agent may take to answer `session/close` before it is stopped anyway."""
@@ -433,7 +450,11 @@ class AgentConnection:
         self.client.cwd = cwd
         answer = await self._guard(
             "session/new",
-            self._conn.new_session(cwd=str(cwd), mcp_servers=servers),  # type: ignore[arg-type]
+            self._conn.new_session(
+                cwd=str(cwd),
+                mcp_servers=servers,  # type: ignore[arg-type]
+                **_session_meta(servers),
+            ),
             self.request_timeout,
         )
         self._take_session(answer.session_id, answer.modes, answer.config_options)
@@ -462,6 +483,7 @@ class AgentConnection:
                     cwd=str(cwd),
                     session_id=session_id,
                     mcp_servers=servers,  # type: ignore[arg-type]
+                    **_session_meta(servers),
                 ),
                 self.request_timeout,
             )
@@ -491,6 +513,7 @@ class AgentConnection:
                 cwd=str(cwd),
                 session_id=session_id,
                 mcp_servers=servers,  # type: ignore[arg-type]
+                **_session_meta(servers),
             ),
             self.request_timeout,
         )
@@ -589,6 +612,7 @@ class AgentConnection:
         if deliver is not None:
             deliver(item("prompt", text))
         self._cancelled = False
+        self.client.closing = ""
         return self._call(
             self._prompt(state.session_id, text, timeout), on_item, on_permission, on_elicit
         )
@@ -630,6 +654,7 @@ class AgentConnection:
             )
             self.client.usage = usage  # on the run (its `usage`), not a blank transcript row
         end = stop_reason_end(answer.stop_reason, cancelled=self._cancelled, usage=usage)
+        end = closing_message_end(end, self.client.closing)
         bad = self._transport.bad_usage if self._transport is not None else None
         if bad is not None:
             self._transport.bad_usage = None  # type: ignore[union-attr]  # just read
