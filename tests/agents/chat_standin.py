@@ -4,6 +4,8 @@ real OpenCode agent (`opencode acp`, npm `opencode-ai`) with no credentials and 
     POST /v1/chat/completions   streaming (SSE `chat.completion.chunk`s) or not, from the script
     GET  /v1/models             the one model
     anything else               404, recorded
+    CONNECT (as HTTP(S)_PROXY)  403, recorded in `refused`: OpenCode tries to fetch its plugin
+                                package from npm at start; the proxy keeps it off the network
 
 The script is consumed only by *conversation* requests (those that offer the model tools: the
 agent loop); OpenCode also asks the model side questions (a title for the session) without
@@ -76,6 +78,8 @@ class Standin:
     lock: threading.Lock = attrs.field(factory=threading.Lock)
     closing: threading.Event = attrs.field(factory=threading.Event)
     ids: Iterator[int] = attrs.field(factory=lambda: itertools.count(1))
+    refused: list[str] = attrs.field(factory=list)
+    """What OpenCode tried to reach through the proxy (the stand-in) and was refused."""
 
     def turns(self) -> list[dict[str, Any]]:
         """The conversation requests (those offering tools), in order."""
@@ -107,7 +111,9 @@ def _offers_tools(body: Any) -> bool:
 def opencode_env(standin: Standin, home: Path, **permission: str) -> dict[str, str]:
     """OpenCode's config in `home` naming the stand-in as its one provider (the bundled
     `@ai-sdk/openai-compatible`, so nothing is installed), and the environment that uses it:
-    no models.dev fetch, no default plugins, no auto-update, no LSP download, no sharing.
+    no models.dev fetch, no default plugins, no auto-update, no LSP download, no sharing, and
+    HTTP(S)_PROXY the stand-in itself, which refuses every other host (without it OpenCode
+    1.18 fetches `@opencode-ai/plugin` from registry.npmjs.org at start).
     `permission`: OpenCode's permission config (e.g. `edit="ask"`)."""
     config = {
         "$schema": "https://opencode.ai/config.json",
@@ -143,6 +149,9 @@ def opencode_env(standin: Standin, home: Path, **permission: str) -> dict[str, s
         "OPENCODE_DISABLE_LSP_DOWNLOAD": "1",
         "OPENCODE_DISABLE_SHARE": "1",
         "OPENCODE_DISABLE_CLAUDE_CODE": "1",
+        "HTTP_PROXY": standin.url,
+        "HTTPS_PROXY": standin.url,
+        "NO_PROXY": "127.0.0.1,localhost",
     }
 
 
@@ -205,6 +214,12 @@ def _handler(standin: Standin) -> type[BaseHTTPRequestHandler]:
                 self.send_header(name, value)
             self.end_headers()
             self.wfile.write(raw)
+
+        def do_CONNECT(self) -> None:
+            with standin.lock:
+                standin.refused.append(self.path)
+            self._json(403, {"error": "the stand-in refuses every other host"})
+            self.close_connection = True
 
         def do_GET(self) -> None:
             with standin.lock:
