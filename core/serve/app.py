@@ -29,7 +29,7 @@ from core.host import Host
 from core.logs import logger
 from core.serve import roles, routes
 from core.serve.http import MAX_BODY, HttpError, error_response, one_line
-from core.serve.stream import Hub, StreamResponse
+from core.serve.stream import SEND_KEY, Hub, StreamResponse
 from core.services import users
 from core.store.database import Store
 
@@ -222,6 +222,12 @@ async def http_error(_request: Request, exc: Exception) -> Response:
     return error_response(exc.status_code, messages.get(exc.status_code, one_line(exc.detail)))
 
 
+class App(Starlette):
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        scope[SEND_KEY] = send  # for the event stream's body (core.serve.stream.SEND_KEY)
+        await super().__call__(scope, receive, send)
+
+
 def build_app(
     host: Host,
     *,
@@ -271,7 +277,7 @@ def build_app(
                 allow_headers=["Authorization", "Content-Type", "Last-Event-ID"],
             ),
         )
-    app = Starlette(
+    app = App(
         routes=app_routes,
         middleware=middleware,
         exception_handlers={HTTPException: http_error},

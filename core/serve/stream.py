@@ -60,6 +60,10 @@ KEEP: Final = 10_000
 (at a busy board's 1,000 events a second, ten seconds)."""
 CHUNK_BYTES: Final = 256 * 1024
 RECONNECT: Final = "stream.reconnect"
+SEND_KEY: Final = "laneway.send"
+"""Where the application (`core.serve.app.App`) leaves the server's own `send` in the scope:
+a stream's body chunks skip the error and exception middlewares' wrappers, which only note
+that the response started (its start still passes through them)."""
 KEEPALIVE: Final = b": keepalive\n\n"
 
 
@@ -426,10 +430,11 @@ class StreamResponse(Response):
             streaming.cancel()
 
         watcher = asyncio.create_task(watch())
+        body: Send = scope.get(SEND_KEY, send)
         try:
             async for chunk in self.chunks:
-                await send({"type": "http.response.body", "body": chunk, "more_body": True})
-            await send({"type": "http.response.body", "body": b"", "more_body": False})
+                await body({"type": "http.response.body", "body": chunk, "more_body": True})
+            await body({"type": "http.response.body", "body": b"", "more_body": False})
         except asyncio.CancelledError:
             if not gone:
                 raise
