@@ -59,6 +59,9 @@ class Result:
             raise sa.exc.NoResultFound("expected exactly one row")
         return self._rows[0][0]
 
+    def rows(self) -> list[tuple[Any, ...]]:
+        return self._rows
+
     def mappings(self) -> Iterator[dict[str, Any]]:
         return (dict(zip(self.names, row, strict=True)) for row in self._rows)
 
