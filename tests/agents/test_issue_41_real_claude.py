@@ -216,6 +216,45 @@ class Claude:
         return Path(workspace["path"])
 
 
+EXEC_APPROVES = (
+    "import json, sys; sys.stdin.read(); "
+    "print(json.dumps({'decision': 'approved', 'comment': 'the exec reviewer agrees'}))"
+)
+"""An exec reviewer that approves whatever it is shown."""
+
+
+def reviewer_board(
+    url: str,
+    tmp_path: Path,
+    standin: Standin | None,
+    *,
+    mode: str,
+    agent: tuple[list[str], Callable[[Path], dict[str, str]]] | None = None,
+) -> Claude:
+    """The tool-server tests' board: the real agent on Review's reviewer seat under
+    `--permissions ask` and `mode`, beside a second reviewer seat whose exec agent approves
+    (all_approve), so the card reaches Done only if the real agent's own verdict counted."""
+
+    def exec_reviewer(host: Host, workflow: str) -> None:
+        host.profiles.add("exec-reviewer", command=["python3", "-c", EXEC_APPROVES])
+        host.participants.add(
+            step="Review", role="reviewer", profile="exec-reviewer", workflow=workflow
+        )
+
+    return Claude(
+        url,
+        tmp_path,
+        standin,
+        agent=agent,
+        yaml=REVIEW_YAML,
+        seat=("Review", "reviewer"),
+        start_at="Review",
+        permissions="ask",
+        mode=mode,
+        setup=exec_reviewer,
+    )
+
+
 def finish(worker: subprocess.Popen[str], timeout: float = 120.0) -> str:
     try:
         _out, err = worker.communicate(timeout=timeout)
@@ -392,32 +431,13 @@ def test_issue_41_item_2_claude_comments_and_decides_through_the_tool_server_wit
     end with no one answering), the transcript still shows each call's permission, decided by
     `laneway-tool`. Review has two reviewer seats (all_approve): the other one, an exec agent,
     approves too, so the card reaches Done only if Claude's verdict counted."""
-    approve = (
-        "import json, sys; sys.stdin.read(); "
-        "print(json.dumps({'decision': 'approved', 'comment': 'the exec reviewer agrees'}))"
-    )
     script: list[Reply] = [
         ToolUse("mcp__laneway__comment", {"text": "The change reads well."}),
         ToolUse("mcp__laneway__decide", {"verdict": "approved", "comment": "ship it"}),
         Text("Approved."),
     ]
     with anthropic(script) as standin:
-        board = Claude(
-            db_url,
-            tmp_path,
-            standin,
-            yaml=REVIEW_YAML,
-            seat=("Review", "reviewer"),
-            start_at="Review",
-            permissions="ask",
-            mode="default",
-            setup=lambda host, workflow: (
-                host.profiles.add("exec-reviewer", command=["python3", "-c", approve]),
-                host.participants.add(
-                    step="Review", role="reviewer", profile="exec-reviewer", workflow=workflow
-                ),
-            ),
-        )
+        board = reviewer_board(db_url, tmp_path, standin, mode="default")
         board.work()
         assert standin.strays == []
         first = standin.conversation()[0]

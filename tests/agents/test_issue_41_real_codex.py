@@ -14,6 +14,7 @@ import json
 import os
 import signal
 import subprocess
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -40,6 +41,7 @@ from tests.agents.test_issue_41_real_claude import (
     alive,
     descendants,
     finish,
+    reviewer_board,
     workflow_yaml,
 )
 from tests.conftest import eventually, wait_for_dead_processes
@@ -49,7 +51,7 @@ pytestmark = pytest.mark.slow
 PATCH = "*** Begin Patch\n*** Add File: hello.txt\n+hello from codex\n*** End Patch\n"
 
 
-def codex(standin: Standin) -> tuple[list[str], object]:
+def codex(standin: Standin) -> tuple[list[str], Callable[[Path], dict[str, str]]]:
     def env(home: Path) -> dict[str, str]:
         where = codex_home(standin, home / ".codex")
         return {"HOME": str(home), "CODEX_HOME": str(where), "STANDIN_API_KEY": "sk-standin"}
@@ -127,12 +129,6 @@ def test_issue_41_item_2_codex_comments_and_decides_through_the_tool_server_with
     allows it at once (issue 41 item 4), so the worker runs to the end with no one answering.
     Review's second reviewer seat, an exec agent, approves too: the card reaches Done only if
     Codex's verdict counted."""
-    from tests.agents.test_issue_41_real_claude import REVIEW_YAML
-
-    approve = (
-        "import json, sys; sys.stdin.read(); "
-        "print(json.dumps({'decision': 'approved', 'comment': 'the exec reviewer agrees'}))"
-    )
     script: list[Reply] = [
         Search("laneway comment decide"),
         Call("comment", {"text": "The change reads well."}, namespace="mcp__laneway"),
@@ -140,23 +136,7 @@ def test_issue_41_item_2_codex_comments_and_decides_through_the_tool_server_with
         Say("Approved."),
     ]
     with openai(script) as standin:
-        board = Claude(
-            db_url,
-            tmp_path,
-            None,
-            agent=codex(standin),  # type: ignore[arg-type]
-            yaml=REVIEW_YAML,
-            seat=("Review", "reviewer"),
-            start_at="Review",
-            permissions="ask",
-            mode="read-only",
-            setup=lambda host, workflow: (
-                host.profiles.add("exec-reviewer", command=["python3", "-c", approve]),
-                host.participants.add(
-                    step="Review", role="reviewer", profile="exec-reviewer", workflow=workflow
-                ),
-            ),
-        )
+        board = reviewer_board(db_url, tmp_path, None, mode="read-only", agent=codex(standin))
         board.work()
     (found,) = {
         item["call_id"]: item

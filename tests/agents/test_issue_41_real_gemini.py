@@ -40,12 +40,12 @@ from tests.agents.gemini_standin import (
 )
 from tests.agents.test_issue_41_real_claude import (
     PROMPT,
-    REVIEW_YAML,
     SECOND,
     Claude,
     alive,
     descendants,
     finish,
+    reviewer_board,
     workflow_yaml,
 )
 from tests.conftest import eventually, wait_for_dead_processes
@@ -202,33 +202,13 @@ def test_issue_41_item_2_gemini_comments_and_decides_through_the_tool_server_wit
     permission decided by `laneway-tool`. Review has two reviewer seats (all_approve): the
     other one, an exec agent, approves too, so the card reaches Done only if Gemini's verdict
     counted."""
-    approve = (
-        "import json, sys; sys.stdin.read(); "
-        "print(json.dumps({'decision': 'approved', 'comment': 'the exec reviewer agrees'}))"
-    )
     script: list[Reply] = [
         Call("mcp_laneway_comment", {"text": "The change reads well."}),
         Call("mcp_laneway_decide", {"verdict": "approved", "comment": "ship it"}),
         Text("Approved."),
     ]
     with gemini(script) as standin:
-        board = Claude(
-            db_url,
-            tmp_path,
-            None,
-            agent=agent(standin),
-            yaml=REVIEW_YAML,
-            seat=("Review", "reviewer"),
-            start_at="Review",
-            permissions="ask",
-            mode="default",
-            setup=lambda host, workflow: (
-                host.profiles.add("exec-reviewer", command=["python3", "-c", approve]),
-                host.participants.add(
-                    step="Review", role="reviewer", profile="exec-reviewer", workflow=workflow
-                ),
-            ),
-        )
+        board = reviewer_board(db_url, tmp_path, None, mode="default", agent=agent(standin))
         board.work()
         assert standin.strays == []
         first = standin.conversation()[0]

@@ -32,6 +32,7 @@ from tests.agents.test_issue_41_real_claude import (
     alive,
     descendants,
     finish,
+    reviewer_board,
     workflow_yaml,
 )
 from tests.conftest import eventually, wait_for_dead_processes
@@ -159,34 +160,14 @@ def test_issue_41_item_2_opencode_comments_and_decides_through_the_tool_server_w
     no one answering and the transcript shows each call and its permission. Review's second
     reviewer seat, an exec agent, approves too: the card reaches Done only if OpenCode's
     verdict counted."""
-    from tests.agents.test_issue_41_real_claude import REVIEW_YAML
-
-    approve = (
-        "import json, sys; sys.stdin.read(); "
-        "print(json.dumps({'decision': 'approved', 'comment': 'the exec reviewer agrees'}))"
-    )
     script = [
         Call("laneway_comment", {"text": "The change reads well."}),
         Call("laneway_decide", {"verdict": "approved", "comment": "ship it"}),
         Say("Approved."),
     ]
     with chat(script) as standin:
-        board = Claude(
-            db_url,
-            tmp_path,
-            None,
-            agent=opencode(standin, **{"*": "ask"}),
-            yaml=REVIEW_YAML,
-            seat=("Review", "reviewer"),
-            start_at="Review",
-            permissions="ask",
-            mode="build",
-            setup=lambda host, workflow: (
-                host.profiles.add("exec-reviewer", command=["python3", "-c", approve]),
-                host.participants.add(
-                    step="Review", role="reviewer", profile="exec-reviewer", workflow=workflow
-                ),
-            ),
+        board = reviewer_board(
+            db_url, tmp_path, None, mode="build", agent=opencode(standin, **{"*": "ask"})
         )
         board.work()
         assert standin.strays() == []
