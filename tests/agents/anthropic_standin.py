@@ -36,6 +36,8 @@ from typing import Any
 
 import attrs
 
+from tests.agents.standin_http import JsonHandler, held
+
 MODEL = "claude-sonnet-4-5"
 
 
@@ -261,22 +263,9 @@ def _events(
 
 
 def _handler(standin: Standin) -> type[BaseHTTPRequestHandler]:
-    class Handler(BaseHTTPRequestHandler):
-        protocol_version = "HTTP/1.1"
-
-        def log_message(self, *_args: Any) -> None:
-            pass
-
-        def _json(self, status: int, body: Any, headers: Mapping[str, str] = {}) -> None:
-            raw = json.dumps(body).encode()
-            self.send_response(status)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(raw)))
-            self.send_header("request-id", standin.new_id("req"))
-            for name, value in headers.items():
-                self.send_header(name, value)
-            self.end_headers()
-            self.wfile.write(raw)
+    class Handler(JsonHandler):
+        def more_headers(self) -> Mapping[str, str]:
+            return {"request-id": standin.new_id("req")}
 
         def _stray(self) -> None:
             with standin.lock:
@@ -315,10 +304,8 @@ def _handler(standin: Standin) -> type[BaseHTTPRequestHandler]:
                 return self._json(404, {"type": "error", "error": {"type": "not_found_error"}})
             reply = standin.next_reply(request)
             if isinstance(reply, Hold):
-                reply.reached.set()
-                while not reply.release.wait(0.1):
-                    if standin.closing.is_set():
-                        return
+                if not held(reply.reached, reply.release, standin.closing):
+                    return
                 reply = reply.reply
             if isinstance(reply, Fail):
                 error = {"type": reply.kind, "message": reply.message}

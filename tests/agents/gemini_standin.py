@@ -41,6 +41,8 @@ from typing import Any
 
 import attrs
 
+from tests.agents.standin_http import JsonHandler, held
+
 MODEL = "gemini-2.5-pro"
 
 # The API's error `status` for an HTTP status (google.rpc.Code names).
@@ -262,21 +264,8 @@ def _error(fail: Fail) -> dict[str, Any]:
 
 
 def _handler(standin: Standin) -> type[BaseHTTPRequestHandler]:
-    class Handler(BaseHTTPRequestHandler):
-        protocol_version = "HTTP/1.1"
-
-        def log_message(self, *_args: Any) -> None:
-            pass
-
-        def _json(self, status: int, body: Any, headers: Mapping[str, str] = {}) -> None:
-            raw = json.dumps(body).encode()
-            self.send_response(status)
-            self.send_header("Content-Type", "application/json; charset=UTF-8")
-            self.send_header("Content-Length", str(len(raw)))
-            for name, value in headers.items():
-                self.send_header(name, value)
-            self.end_headers()
-            self.wfile.write(raw)
+    class Handler(JsonHandler):
+        content_type = "application/json; charset=UTF-8"
 
         def _stray(self) -> None:
             with standin.lock:
@@ -315,10 +304,8 @@ def _handler(standin: Standin) -> type[BaseHTTPRequestHandler]:
                 return self._json(200, {"totalTokens": max(1, len(raw) // 4)})
             reply = standin.next_reply(request)
             if isinstance(reply, Hold):
-                reply.reached.set()
-                while not reply.release.wait(0.1):
-                    if standin.closing.is_set():
-                        return
+                if not held(reply.reached, reply.release, standin.closing):
+                    return
                 reply = reply.reply
             if isinstance(reply, Fail):
                 return self._json(reply.status, _error(reply), reply.headers)

@@ -26,6 +26,8 @@ from typing import Any
 
 import attrs
 
+from tests.agents.standin_http import JsonHandler, held
+
 MODEL = "gpt-5.5"
 
 
@@ -158,22 +160,7 @@ def titling(body: Any) -> bool:
 
 
 def _handler(standin: Standin) -> type[BaseHTTPRequestHandler]:
-    class Handler(BaseHTTPRequestHandler):
-        protocol_version = "HTTP/1.1"
-
-        def log_message(self, *_args: Any) -> None:
-            pass
-
-        def _json(self, status: int, body: Any, headers: Mapping[str, str] = {}) -> None:
-            raw = json.dumps(body).encode()
-            self.send_response(status)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(raw)))
-            for name, value in headers.items():
-                self.send_header(name, value)
-            self.end_headers()
-            self.wfile.write(raw)
-
+    class Handler(JsonHandler):
         def do_GET(self) -> None:
             with standin.lock:
                 standin.requests.append(("GET", self.path, None))
@@ -201,10 +188,8 @@ def _handler(standin: Standin) -> type[BaseHTTPRequestHandler]:
             if reply is None:
                 return self._json(404, {"error": {"message": "not here"}})
             if isinstance(reply, Hold):
-                reply.reached.set()
-                while not reply.release.wait(0.1):
-                    if standin.closing.is_set():
-                        return
+                if not held(reply.reached, reply.release, standin.closing):
+                    return
                 reply = reply.reply
             if isinstance(reply, Status):
                 error = {"message": reply.message, "type": "error", "code": None}
