@@ -53,6 +53,32 @@ def operation_id(permission_id: str) -> str:
     return f"permission:{permission_id}"
 
 
+DELIVERY_WAIT_S: Final = 5.0
+"""How long a waiting turn gives the answering process to deliver on_approval_resolved."""
+
+
+def wait_delivered(peers: Peers, operation: str, *, stop: Callable[[], bool]) -> bool:
+    """Wait until the answer's on_approval_resolved delivery (`operation`) is applied, at most
+    DELIVERY_WAIT_S: whether it was.
+
+    The process that answers commits the answer, then fires the trigger, which is evaluated at
+    the task's step as it then stands. The waiting turn learns of the answer at the commit; had
+    it gone on at once, an agent that ends its turn there could move the task on before the
+    trigger was evaluated, and the step's on_approval_resolved would never run. Bounded: an
+    answering process that died between the two leaves the turn waiting no longer than this."""
+    import time
+
+    deadline = time.monotonic() + DELIVERY_WAIT_S
+    return events.wait_until(
+        peers.store,
+        lambda: peers.operations.is_applied(operation),
+        lambda applied: applied,
+        stop=lambda: stop() or time.monotonic() >= deadline,
+        poll_s=POLL_S,
+        recheck_s=RECHECK_S,
+    )
+
+
 class PermissionService(Service):
     """The board's permission requests, and the on_approval_resolved trigger an answer fires."""
 
@@ -211,8 +237,9 @@ class PermissionService(Service):
 
     def wait(self, permission_id: str, *, stop: Callable[[], bool]) -> Permission:
         """Block until the request is answered, or `stop()` says its turn is over (checked
-        every POLL_S); the request as it then stands."""
-        return events.wait_until(
+        every POLL_S), then until the answer's on_approval_resolved has been delivered
+        (`wait_delivered`); the request as it then stands."""
+        found = events.wait_until(
             self.peers.store,
             lambda: self.get(permission_id),
             lambda found: found.state != "pending",
@@ -220,6 +247,9 @@ class PermissionService(Service):
             poll_s=POLL_S,
             recheck_s=RECHECK_S,
         )
+        if found.state in ("allowed", "denied"):  # answered by a person: fired after
+            wait_delivered(self.peers, operation_id(found.id), stop=stop)
+        return found
 
     def get(self, permission_id: str) -> Permission:
         with self.peers.store.read() as conn:

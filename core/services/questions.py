@@ -30,6 +30,7 @@ from core.engine import TriggerResult
 from core.errors import Conflict, LanewayError, NotFound
 from core.model import FIELD_TYPES, QUESTION_STATES, Question, QuestionField
 from core.services.base import Lazy, Service
+from core.services.permissions import wait_delivered
 from core.services.refs import resolve_id
 from core.store import events, rows
 from core.store import tables as t
@@ -303,8 +304,9 @@ class QuestionService(Service):
 
     def wait(self, question_id: str, *, stop: Callable[[], bool]) -> Question:
         """Block until the question is answered, or `stop()` says its turn is over (checked
-        every POLL_S); the question as it then stands."""
-        return events.wait_until(
+        every POLL_S), then until the answer's on_approval_resolved has been delivered
+        (`permissions.wait_delivered`); the question as it then stands."""
+        found = events.wait_until(
             self.peers.store,
             lambda: self.get(question_id),
             lambda found: found.state != "pending",
@@ -312,6 +314,9 @@ class QuestionService(Service):
             poll_s=POLL_S,
             recheck_s=RECHECK_S,
         )
+        if found.state in ("answered", "declined"):  # by a person: fired after
+            wait_delivered(self.peers, operation_id(found.id), stop=stop)
+        return found
 
     def get(self, question_id: str) -> Question:
         with self.peers.store.read() as conn:
