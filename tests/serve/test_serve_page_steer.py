@@ -235,6 +235,9 @@ def test_allow_on_a_pending_permission_request_lets_the_turn_finish(
     _lane(page, "Done").locator(f".card[data-task-id='{steer.tasks[title]}']").wait_for(
         timeout=20_000
     )
+    # the panel redraws after its own read of the board, which can land just after the
+    # card's move: the request leaves it
+    page.locator(".permissions").wait_for(state="detached", timeout=20_000)
     assert page.locator(".permissions").count() == 0
     assert card.locator(".badge.person").count() == 0
     with steer.served.client() as c:
