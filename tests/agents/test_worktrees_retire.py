@@ -108,3 +108,33 @@ def test_cli_workflow_set_retire_and_keep_worktrees(
     bare = runner.invoke(cli, ["--db", db_url, "workflow", "set", wf])
     assert bare.exit_code != 0
     assert "--retire-worktrees/--keep-worktrees" in bare.output
+
+
+@pytest.mark.slow  # it starts a process: the subprocess tier
+@pytest.mark.one_database
+def test_a_diff_read_while_a_retire_is_between_its_removal_and_its_mark_shows_the_branch(
+    host: Host, tmp_path: Path, worktrees: Path
+) -> None:
+    """`task diff` (and the page's diff of a task that just reached Done) read while another
+    process retires the worktree: the work is committed to the branch and the checkout removed,
+    but the record is not yet marked. Put in that shape, the diff is the branch's, not an error
+    (the page logged a 400 for it in CI)."""
+    from core.services import worktrees as service
+    from core.store import tables as t
+
+    task, _repo = _worked_task(host, tmp_path, retire=True)
+    host.tasks.move(task, "Done")
+    workspace = host.tasks.get(task).workspace
+    assert workspace is not None
+    assert workspace["removed_at"]
+    unmarked = {k: v for k, v in workspace.items() if k != "removed_at"}
+    with host.store.transaction() as uow:
+        uow.conn.execute(
+            t.tasks.update().where(t.tasks.c.id == task).values(workspace=json.dumps(unmarked))
+        )
+    assert not (worktrees / task).exists()
+
+    found = service.diff(host, task)
+
+    assert [f["path"] for f in found["files"]] == ["left.txt"]
+    assert found["branch"] == f"laneway/{task[-8:]}"
