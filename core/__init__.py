@@ -7,6 +7,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+# first, before any attrs class is made (core.model, below): their methods' bytecode is kept
+import core.attrs_code
 import core.runtime  # noqa: F401 - the agent wing's old module names, for one release
 from core.errors import LanewayError
 from core.plugin.features import Features

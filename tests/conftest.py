@@ -15,9 +15,11 @@ import pytest
 import sqlalchemy as sa
 
 from core import Host
+from core.model import Workflow
 from core.plugin.selection import PluginSelection
 from core.store import dialect
 from core.store.database import Store
+from tests import zygote
 
 T = TypeVar("T")
 
@@ -49,11 +51,17 @@ def pg_database() -> Iterator[str | None]:
     admin.dispose()
 
 
-IDLE_SESSION_TIMEOUT = "300ms"
+IDLE_SESSION_TIMEOUT = "400ms"
 """Shorter than the second between a worker's scheduler passes, which would otherwise keep its
 writer from ever sitting idle that long, and than the half second between an idle worker's looks
 at the queue: a writer the server ends in the very moment it is used again is a connection lost
-(waited out, with a WARNING); one it ended a while before is replaced unseen."""
+(waited out, with a WARNING); one it ended a while before is replaced unseen.
+
+Longer than `core.store.dialect.PING_AFTER_S` (0.25 s: a connection used that recently goes
+out unpinged) by more than a loaded machine's pause between a checkout and its first
+statement. At 300 ms the margin was 50 ms, and under CI's load the server once ended a
+connection just handed out (test_idle_timeout's own read of the board failed on it); a real
+server's timeout is minutes."""
 
 
 @pytest.fixture
@@ -77,12 +85,26 @@ def idle_timeout_db() -> Iterator[str]:
         admin.dispose()
 
 
+_reset_engines: dict[str, sa.Engine] = {}
+
+
 def _reset_postgres(url: str) -> None:
-    engine = _pg_engine(url)
+    # one engine (and pooled connection) a database for the whole run: a server process
+    # started per reset was a few ms of the server's CPU for each of ~1,500 tests
+    engine = _reset_engines.get(url)
+    if engine is None:
+        engine = _reset_engines[url] = _pg_engine(url)
+    try:
+        _drop_and_create_schema(engine)
+    except sa.exc.OperationalError:  # a test ended the server's sessions, this one's too
+        engine.dispose()
+        _drop_and_create_schema(engine)
+
+
+def _drop_and_create_schema(engine: sa.Engine) -> None:
     with engine.connect() as conn:
         conn.exec_driver_sql("DROP SCHEMA public CASCADE")
         conn.exec_driver_sql("CREATE SCHEMA public")
-    engine.dispose()
 
 
 _MIGRATION_MODULES = frozenset(
@@ -123,8 +145,15 @@ def _fresh_boards_from_a_template(
             _copy_sqlite_template(real, Path(path), tmp_path_factory)
         elif _pg_script:
             with store.transaction() as uow:
-                for statement, parameters, _many in _pg_script:
-                    uow.conn.exec_driver_sql(statement, parameters)
+                # the statements without parameters (all but 4 of ~150) in a few strings, one
+                # round trip each (psycopg sends a query without parameters as a simple query,
+                # which may hold several): a third of a fresh PostgreSQL board's wall time
+                raw = uow.conn.connection.driver_connection
+                for statement, parameters in _pg_batches():
+                    if parameters:
+                        uow.conn.exec_driver_sql(statement, parameters)
+                    else:
+                        raw.execute(statement)
         else:
             return _record_pg_migration(real, store)
         return migrate.HEAD_REVISION
@@ -148,6 +177,23 @@ def _copy_sqlite_template(real: Any, path: Path, factory: pytest.TempPathFactory
     finally:
         target.close()
         source.close()
+
+
+def _pg_batches() -> list[tuple[str, Any]]:
+    """`_pg_script` with each run of statements that take no parameters joined into one."""
+    batches: list[tuple[str, Any]] = []
+    plain: list[str] = []
+    for statement, parameters, _many in _pg_script:
+        if parameters:
+            if plain:
+                batches.append((";\n".join(plain), None))
+                plain = []
+            batches.append((statement, parameters))
+        else:
+            plain.append(statement)
+    if plain:
+        batches.append((";\n".join(plain), None))
+    return batches
 
 
 def _record_pg_migration(real: Any, store: Any) -> str:
@@ -186,6 +232,17 @@ def db_url(request: pytest.FixtureRequest, tmp_path: Path, pg_database: str | No
 @pytest.fixture
 def sqlite_url(tmp_path: Path) -> str:
     return f"sqlite:///{tmp_path / 'board.db'}"
+
+
+def one_step_workflow(host: Host, tmp_path: Path, *, prompt: str | None = None) -> Workflow:
+    """A workflow of one start step, `todo` (with `prompt` when given), imported to `host`."""
+    path = tmp_path / "plain.yml"
+    path.write_text(
+        "id: plain\nname: Plain\nsteps:\n  - id: todo\n    name: Todo\n    position: 0\n"
+        "    is_start_step: true\n" + (f"    prompt: {prompt}\n" if prompt else "")
+    )
+    (workflow,) = host.workflows.import_file(path)
+    return workflow
 
 
 def board_office(host: Host, office: bool) -> Host:
@@ -319,6 +376,8 @@ class _ProcessWatch:
 
 
 _WATCH = _ProcessWatch()
+# a command forked from the warm `laneway` (tests/zygote.py) is a process this test started too
+zygote.on_start.append(_WATCH.started.append)
 _MISFILED: list[str] = []
 
 

@@ -70,9 +70,23 @@ class ItemQueue:
                 items = items[:room]
             self._taken += len(items)
             self._pending.extend(items)
+            if self._pending:
+                # past the limit nothing is added: the writer is not woken for nothing, a
+                # thread switch per dropped line (issue 45)
+                self._ensure_writer()
+                self._cond.notify_all()
+            return bool(items)
+
+    def note(self, note: TranscriptItem) -> None:
+        """Queue laneway's own `note` about the turn (a stop that dropped output): kept past
+        the turn's limit, as the limit's own notes are."""
+        with self._cond:
+            self._raise()
+            if self._closed:
+                return
+            self._pending.append(note)
             self._ensure_writer()
             self._cond.notify_all()
-            return bool(items)
 
     def flush(self) -> None:
         with self._cond:

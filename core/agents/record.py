@@ -34,7 +34,8 @@ class BoardRecord:
     turn: int = 0
     """Which of its run's turns this is (0: the run's own; 1, 2...: messages queued during it)."""
 
-    def items(self, items: Sequence[TranscriptItem]) -> None:
+    def items(self, items: Sequence[TranscriptItem], *, locked: str | None = None) -> None:
+        """`locked`: as `SessionService.append_items` has it."""
         if items:
             # The turn's prompt says which turn of the run it is: the board keeps one prompt
             # item per (run, turn), however often the prompt is sent (a transient retry, the
@@ -50,10 +51,21 @@ class BoardRecord:
                     self.session_id,
                     items,
                     run_id=self.run_id,
+                    locked=locked,
                 )
             except RunFenced as exc:
                 if self.on_refused is not None:
                     self.on_refused(exc.reason)
+
+    def running(self, items: Sequence[TranscriptItem] = ()) -> None:
+        """The session RUNNING and `items` kept, in one transaction (a turn's start with its
+        prompt: an exec turn's, a live ACP conversation's)."""
+        # no board-version read: neither write depends on the catalogue (as `append_items`
+        # has it); the turn's end, which acts on the board, follows it
+        with self.peers.store.transaction(follow_board=False):
+            # its row written (and locked) here: the items' write does not read it again
+            task_id = self.peers.sessions.set_state(self.session_id, "RUNNING")
+            self.items(items, locked=task_id)
 
     def agent(self, **fields: Any) -> None:
         self.peers.sessions.record_agent(self.session_id, **fields)

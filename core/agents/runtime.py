@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 from core.agents.failure import Failures
 from core.agents.guards import SessionGuards
 from core.agents.ports import AgentPort
-from core.agents.protocols import TurnProtocol
+from core.agents.protocols import TurnProtocol, exec_process
 from core.agents.protocols.acp.turn import AcpProtocol
 from core.agents.protocols.exec import ExecProtocol
 from core.agents.stops import STOPS, InFlight
@@ -121,9 +121,12 @@ class AgentRuntime:
         return self.acp.end_finished()
 
     def close(self) -> None:
-        """The worker is done: the conversations it kept end (their agents' process groups)."""
+        """The worker is done: the conversations it kept end (their agents' process groups),
+        and what its last exec turns left outside their groups is swept now, not after a
+        batch's wait."""
         self.acp.close()
         self.tools.close()
+        exec_process.sweep_deferred()
 
     # -- terminal failure (core.agents.failure) ---------------------------------------------------
 

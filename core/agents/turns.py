@@ -252,18 +252,20 @@ class TurnLoop:
         """One try at the turn, by the profile's protocol; how it ended, routed. `known`: the
         session and task as the turn read them at its start (the first try).
 
-        The session is RUNNING from here: an ACP turn sets it first; an exec turn sets it in
-        the transaction that keeps its prompt (one transaction for both, once its workspace is
-        ready), or before it reports why it could not begin."""
+        The session is RUNNING from here: an ACP turn whose agent is still to start sets it
+        first; an exec turn, and a live ACP conversation's, sets it in the transaction that
+        keeps its prompt (one transaction for both, once its workspace is ready), or before it
+        reports why it could not begin."""
         sessions = self.peers.sessions
         protocol = self.protocols.get(profile.protocol) or self.protocols["exec"]
-        if protocol.running_first:
+        first = protocol.running_first(session_id)
+        if first:
             sessions.set_state(session_id, "RUNNING")
         try:
             cwd = workspace_for(self.peers, turn.task_id, known[1] if known else None)
             room = sandbox.room(profile, cwd, turn.task_id, self.peers.store.url)
         except LanewayError as exc:
-            if not protocol.running_first:
+            if not first:
                 sessions.set_state(session_id, "RUNNING")
             return TurnEnd("failed", str(exc), route="R2")
         task = known[1] if known is not None else self.peers.tasks.get(turn.task_id)
@@ -272,8 +274,9 @@ class TurnLoop:
             command = self.peers.workflows.by_id(task.workflow_id).setup
         if setup.pending(cwd, command) and turn.stopped is None:
             assert command is not None
-            if not protocol.running_first:
+            if not first:
                 sessions.set_state(session_id, "RUNNING")
+                first = True  # the protocol's try finds it RUNNING
             ended = setup.run(
                 turn,
                 command,
@@ -291,11 +294,11 @@ class TurnLoop:
         session = known[0] if known is not None else sessions.get(session_id)
         want = desired(session.metadata, profile.name)
         if turn.stopped is not None:
-            if not protocol.running_first:
+            if not first:
                 sessions.set_state(session_id, "RUNNING")
             return TurnEnd("cancelled", "the turn was cancelled")
         call = TurnCall(
-            session_id, session, profile, env, prompt, cwd, want, record, execution_id, room
+            session_id, session, profile, env, prompt, cwd, want, record, execution_id, room, first
         )
         end = protocol.attempt(turn, call)
         if turn.stopped != "fenced":

@@ -312,30 +312,34 @@ def _execute(host: AgentHost, run: Run, watch: CancelWatch | None) -> TurnOutcom
     )
     outcome = TurnOutcome("", ok=False, error="the run names no task")
     try:
-        # read once: whether the run's round is over, its session and its prompt need it
-        task = host.tasks.get(run.task_id) if run.task_id is not None else None
-        vacated = _vacated(host, run, task) if task is not None else None
-        if vacated is not None:
-            with host.store.transaction() as uow:
-                runs.note_cancel(uow, run.id, vacated)
-            error, why = _WHY_VACATED[vacated]
-            log.bind(step_id=run.workflow_step_id, cancel_reason=vacated).info(
-                f"run cancelled: {why}; no agent launched"
-            )
-            outcome = TurnOutcome("", ok=False, error=error, cancelled=True)
-            return outcome
+        # the run's reads before its agent starts (task, session, feedback) share one
+        # connection and transaction: a write among them (a session opened) ends it
+        with host.store.reads_together():
+            # read once: whether the run's round is over, its session and its prompt need it
+            task = host.tasks.get(run.task_id) if run.task_id is not None else None
+            vacated = _vacated(host, run, task) if task is not None else None
+            if vacated is not None:
+                with host.store.transaction() as uow:
+                    runs.note_cancel(uow, run.id, vacated)
+                error, why = _WHY_VACATED[vacated]
+                log.bind(step_id=run.workflow_step_id, cancel_reason=vacated).info(
+                    f"run cancelled: {why}; no agent launched"
+                )
+                outcome = TurnOutcome("", ok=False, error=error, cancelled=True)
+                return outcome
+            if task is not None:
+                session = profile_session(host, task, run.agent_profile_id)
+                message = None
+                if run.reason == "user_message":
+                    message = host.sessions.pop_queued_message(session.id)
+                    if message is None:
+                        # The turn that was running when the message came delivered it already.
+                        log.bind(session_id=session.id).info("run had no message left to deliver")
+                        outcome = TurnOutcome(session.id, ok=True)
+                        return outcome
+                    host.turns.start_internal(session.id)
+                prompt = message if message is not None else prompt_for(host, run, task)
         if task is not None:
-            session = profile_session(host, task, run.agent_profile_id)
-            message = None
-            if run.reason == "user_message":
-                message = host.sessions.pop_queued_message(session.id)
-                if message is None:
-                    # The turn that was running when the message came delivered it already.
-                    log.bind(session_id=session.id).info("run had no message left to deliver")
-                    outcome = TurnOutcome(session.id, ok=True)
-                    return outcome
-                host.turns.start_internal(session.id)
-            prompt = message if message is not None else prompt_for(host, run, task)
             log.bind(session_id=session.id).info("run started")
             watcher = watch if watch is not None else CancelWatch(host)
             try:

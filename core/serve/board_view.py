@@ -1,10 +1,13 @@
 """The board page's read model (`GET /api/board`): a workflow's tasks with the badges a card
-shows, read with one set-based query per badge, whatever the number of cards.
+shows, in a fixed number of statements whatever the number of cards.
 
-Each query reads the same set of tasks (the page: the workflow's unarchived tasks, narrowed by
-`?step=`, `?q=` and a cursor) as a subquery, all in one read transaction, so a board of 10,000
-cards costs about ten statements instead of several per card. Between statements the caller's
-`check` runs: a request whose client went away stops there instead of reading on.
+The page (the workflow's unarchived tasks, narrowed by `?step=`, `?q=` and a cursor) is read
+first; then one statement reads every badge row of those tasks, each badge's read a branch of
+a UNION ALL over the page as a common table expression (read once), with the board's seats and
+profiles beside; a third reads the run queue ahead of the page's queued cards, when it has
+any. All in one read transaction: a lane's 200 cards at 100,000 tasks are 3 statements (19
+before, issue 45 item 5). Between statements the caller's `check` runs: a request whose client
+went away stops there instead of reading on. `encode` writes the answer's JSON.
 """
 
 from __future__ import annotations
@@ -14,6 +17,7 @@ import binascii
 import bisect
 import functools
 import json
+import threading
 from collections.abc import Callable, Iterable
 from typing import Any, Final
 
@@ -23,7 +27,7 @@ import sqlalchemy as sa
 from core.model import WORKING_STATES, Workflow
 from core.outbox import TERMINAL_STATES
 from core.runs import pinned_host
-from core.shapes import workflow_json
+from core.shapes import plain, workflow_json
 from core.store import tables as t
 
 T = t.tasks
@@ -43,6 +47,23 @@ CHILD = T.alias("child")
 
 MAX_LIMIT: Final = 1000
 RUN_STATES: Final = ("claimed", "dead", "failed", "queued")
+
+
+_ENCODER: Final = json.JSONEncoder(
+    ensure_ascii=False, allow_nan=False, separators=(",", ":"), default=plain
+)
+"""The board answer's JSON, as the API's other answers are written (Starlette's `JSONResponse`
+settings). `default=plain` meets what is not JSON already (an attrs value of a workflow's)."""
+
+
+def encode(view: dict[str, Any]) -> bytes:
+    """`read`'s answer as JSON, written straight from the plain dicts and lists it is: a
+    lane's 200 cards went through `plain` first, a copy of every value, a third of the
+    answer's CPU (issue 45 item 5)."""
+    try:
+        return _ENCODER.encode(view).encode()
+    except ValueError:  # a number JSON has no word for: `plain` writes it as null
+        return _ENCODER.encode(plain(view)).encode()
 
 
 class BadCursor(ValueError):
@@ -99,7 +120,7 @@ def _tasks_where(wf: Workflow, query: BoardQuery) -> list[sa.ColumnElement[bool]
 
 
 # The page's values, bound at each read: the statements of one shape of request are built once
-# (`_shape` and the badge reads' builders below), so SQLAlchemy neither builds nor keys them
+# (`_statements`), so SQLAlchemy neither builds nor keys them
 # anew per request (a third of a lane page's CPU; issue 45 item 5).
 _WF = sa.bindparam("board_workflow", type_=sa.String)
 _STEP = sa.bindparam("board_step", type_=sa.String)
@@ -108,14 +129,12 @@ _AFTER_ID = sa.bindparam("board_after_id", type_=sa.String)
 _LAST_AT = sa.bindparam("board_last_at", type_=sa.String)
 _LAST_ID = sa.bindparam("board_last_id", type_=sa.String)
 _ORDER = (T.c.created_at, T.c.id)
-_PROFILES = sa.select(t.agent_profiles.c.id, t.agent_profiles.c.name, t.agent_profiles.c.role)
 
 
-@functools.lru_cache(maxsize=64)
 def _shape(
     step: bool, q: str | None, after: bool, limit: int | None
 ) -> tuple[sa.Select[Any], sa.Select[Any], sa.Select[Any]]:
-    """The page's cards, the ids of the whole page, and the ids of a page cut at its last
+    """The page's cards, the (id, step) of the whole page, and those of a page cut at its last
     card (`_LAST_AT`, `_LAST_ID`), for one shape of request."""
     where: list[sa.ColumnElement[bool]] = [T.c.workflow_id == _WF, T.c.archived_at.is_(None)]
     if step:
@@ -133,12 +152,13 @@ def _shape(
         # cursor instead of walking every earlier row of the lane (migration 0018)
         where.append(sa.tuple_(T.c.created_at, T.c.id) > sa.tuple_(_AFTER_AT, _AFTER_ID))
     select = sa.select(T).where(*where).order_by(*_ORDER)
-    ids = sa.select(T.c.id).where(*where)
+    # the ids with each card's step: the badges of its current step are matched on both
+    ids = sa.select(T.c.id, T.c.workflow_step_id.label("step_id")).where(*where)
     if limit is not None:
         select = select.limit(limit + 1)
         ids = ids.order_by(*_ORDER).limit(limit + 1)
     # The badge queries of a cut page read exactly it: the rows up to its last one.
-    cut = sa.select(T.c.id).where(
+    cut = sa.select(T.c.id, T.c.workflow_step_id.label("step_id")).where(
         *where,
         sa.or_(
             T.c.created_at < _LAST_AT,
@@ -148,38 +168,201 @@ def _shape(
     return select, ids, cut
 
 
+_BUILDING = threading.Lock()
+
+
 @attrs.frozen
 class _Page:
-    """The ids of the page's cards (a statement of `_shape`'s) and the values it is read with."""
+    """One shape of request's statements (`_shape`, `_badges`)."""
 
-    ids: sa.Select[Any]
-    params: dict[str, Any]
-
-    def read(
-        self, conn: sa.Connection, build: Callable[[sa.Select[Any]], sa.Select[Any]]
-    ) -> sa.CursorResult[*tuple[Any, ...]]:
-        """`build`'s statement over this page's ids, built once per shape."""
-        return conn.execute(_built(build, self.ids), self.params)
+    cards: sa.Select[Any]
+    badges: sa.CompoundSelect[Any]
+    """The badge read of a page that is not cut."""
+    cut_badges: sa.CompoundSelect[Any]
+    """The badge read of a page cut at its last card."""
 
 
-@functools.lru_cache(maxsize=256)
-def _built(
-    build: Callable[[sa.Select[Any]], sa.Select[Any]], ids: sa.Select[Any]
-) -> sa.Select[Any]:
-    return build(ids)
+@functools.lru_cache(maxsize=64)
+def _statements(
+    dialect: sa.Dialect, step: bool, q: str | None, after: bool, limit: int | None
+) -> _Page:
+    """`_shape`'s statements and their badge reads (`_badges`), built and compiled under a lock
+    before the cache hands them to any request. SQLAlchemy fills a statement's derived parts
+    (its FROM list, its joins' sides) as it first compiles it: a page's lanes, asked for at
+    once, compiled one new badge read on several threads together, and now and then one of
+    them found a join's left side ambiguous (an answer of 500)."""
+    with _BUILDING:
+        cards, ids, cut = _shape(step, q, after, limit)
+        page = _Page(cards, _badges(ids), _badges(cut))
+        for statement in (page.cards, page.badges, page.cut_badges):
+            statement.compile(dialect=dialect)
+    return page
+
+
+# What each row of the badge read (`_badges`) is: its first column.
+RUN, SESSION, OPEN_ENTRY, ENTRY_HERE, FAILED_MARKER, SEAT, OWN_SEAT = 1, 2, 3, 4, 5, 6, 7
+APPROVAL, PERMISSION, QUESTION, PERSON_WAIT, LATEST_RUN, BLOCKER_ROW, SUBTASKS = range(8, 15)
+PROFILE: Final = 15
+_TEXTS: Final = ("task_id", "a", "b", "c", "d", "e")
+_NUMBERS: Final = ("n", "p")
+_KEYS: Final = ("s1", "s2", "s3")
+_STEPS: sa.BindParameter[Any] = sa.bindparam("board_steps", expanding=True)
+
+
+def _row(kind: int, **given: Any) -> sa.Select[Any]:
+    """One branch of the badge read: `kind`, then the same typed columns in every branch
+    (a NULL typed too: PostgreSQL types a UNION's column pairwise, and NULL beside NULL
+    would be text against a later branch's integer). `p`, then `s1`..`s3`, order the rows of a
+    kind."""
+    columns: list[sa.ColumnElement[Any]] = [sa.literal_column(str(kind), sa.Integer).label("kind")]
+    for name in (*_TEXTS, *_NUMBERS, *_KEYS):
+        value = given.pop(name, None)
+        if value is None:
+            value = sa.cast(sa.null(), sa.Integer if name in _NUMBERS else sa.String)
+        columns.append(value.label(name))
+    assert not given, given
+    return sa.select(*columns)
+
+
+def _badges(ids: sa.Select[Any]) -> sa.CompoundSelect[Any]:
+    """Every badge row of a page (`ids`, read once as a common table expression) and the
+    board's seats and profiles, as one statement: each was a statement of its own, 18 for a
+    lane's page, each with its own round through SQLAlchemy and a fresh read of the page
+    (issue 45 item 5)."""
+    page = ids.cte("board_page")
+    on_page = sa.select(page.c.id)
+    # (task, its current step): a row of the step the card stands at, matched on the
+    # tables' (task_id, step_id) indexes without a second look at the task
+    at_step = sa.select(page.c.id, page.c.step_id)
+    waits = t.person_waits
+    blocker = BLOCKER
+    child = CHILD
+    later = LATER
+    here_entries = sa.select(E.c.id).where(sa.tuple_(E.c.task_id, E.c.step_id).in_(at_step))
+    branches = [
+        # RUN_STATES' runs, oldest first (`status || ''`: the status is kept out of the index
+        # choice; SQLite, which keeps no statistics, otherwise walks the queue index over
+        # every run of those states on the board instead of the page's runs by task)
+        _row(
+            RUN,
+            task_id=R.c.task_id,
+            a=R.c.status,
+            b=R.c.agent_profile_id,
+            c=R.c.requested_at,
+            d=R.c.id,
+            s1=R.c.requested_at,
+            s2=R.c.id,
+        ).where(R.c.task_id.in_(on_page), (R.c.status + "").in_(RUN_STATES)),
+        # sessions in the order `session list` gives: a task's last is its latest
+        _row(
+            SESSION, task_id=S.c.task_id, a=S.c.state, s1=S.c.task_id, s2=S.c.started_at, s3=S.c.id
+        ).where(S.c.task_id.in_(on_page)),
+        # `terminal IS false` exactly: the partial index of pending entries answers it
+        _row(OPEN_ENTRY, task_id=E.c.task_id).where(
+            E.c.terminal.is_(False), E.c.task_id.in_(on_page)
+        ),
+        _row(ENTRY_HERE, task_id=E.c.task_id, a=E.c.id, n=E.c.entry_seq).where(
+            sa.tuple_(E.c.task_id, E.c.step_id).in_(at_step)
+        ),
+        _row(FAILED_MARKER, a=M.c.entry_id).where(
+            M.c.state == "failed", M.c.entry_id.in_(here_entries)
+        ),
+        # the template's seats of the workflow's steps, by position (the runners' order)
+        _row(
+            SEAT,
+            a=P.c.id,
+            b=P.c.step_id,
+            c=P.c.role,
+            d=P.c.agent_profile_id,
+            n=sa.cast(P.c.decision_required, sa.Integer),
+            p=P.c.position,
+            s1=P.c.id,
+        ).where(P.c.task_id == "", P.c.step_id.in_(_STEPS)),
+        _row(
+            OWN_SEAT,
+            task_id=P.c.task_id,
+            a=P.c.id,
+            c=P.c.role,
+            d=P.c.agent_profile_id,
+            n=sa.cast(P.c.decision_required, sa.Integer),
+        ).where(sa.tuple_(P.c.task_id, P.c.step_id).in_(at_step)),
+        _row(APPROVAL, task_id=D.c.task_id, a=D.c.participant_id).where(
+            sa.tuple_(D.c.task_id, D.c.step_id).in_(at_step),
+            D.c.cleared_at.is_(None),
+            D.c.superseded_at.is_(None),
+            D.c.decision == "approved",
+        ),
+        _row(PERMISSION, task_id=PERM.c.task_id).where(
+            PERM.c.state == "pending", PERM.c.task_id.in_(on_page)
+        ),
+        _row(QUESTION, task_id=Q.c.task_id, n=sa.func.count())
+        .where(Q.c.state == "pending", Q.c.task_id.in_(on_page))
+        .group_by(Q.c.task_id),
+        _row(
+            PERSON_WAIT,
+            task_id=waits.c.task_id,
+            a=waits.c.reason,
+            s1=waits.c.task_id,
+            s2=waits.c.reason,
+        ).where(waits.c.task_id.in_(on_page)),
+        # each task's latest run (the last requested)
+        _row(LATEST_RUN, task_id=R.c.task_id, a=R.c.status, e=R.c.error_message).where(
+            R.c.task_id.in_(on_page),
+            ~sa.exists().where(
+                later.c.task_id == R.c.task_id,
+                sa.tuple_(later.c.requested_at, later.c.id) > sa.tuple_(R.c.requested_at, R.c.id),
+            ),
+        ),
+        _row(
+            BLOCKER_ROW,
+            task_id=t.task_blockers.c.task_id,
+            a=blocker.c.id,
+            b=blocker.c.title,
+            c=blocker.c.state,
+            s1=t.task_blockers.c.created_at,
+            s2=blocker.c.id,
+        )
+        # the join named whole: left to infer its left side, SQLAlchemy found both tables of
+        # the branch able to join `blocker` and refused now and then (an answer of 500)
+        .select_from(t.task_blockers.join(blocker, blocker.c.id == t.task_blockers.c.blocker_id))
+        .where(
+            t.task_blockers.c.task_id.in_(on_page),
+            blocker.c.state.not_in(sorted(TERMINAL_STATES)),
+        ),
+        _row(SUBTASKS, task_id=child.c.parent_id, a=child.c.state, n=sa.func.count())
+        .where(child.c.parent_id.in_(on_page), child.c.archived_at.is_(None))
+        .group_by(child.c.parent_id, child.c.state),
+        _row(
+            PROFILE,
+            a=t.agent_profiles.c.id,
+            b=t.agent_profiles.c.name,
+            c=t.agent_profiles.c.role,
+        ),
+    ]
+    union = sa.union_all(*branches)
+    order = union.selected_columns
+    return union.order_by(order.kind, order.p, order.s1, order.s2, order.s3)
 
 
 def read(
     conn: sa.Connection, wf: Workflow, query: BoardQuery, check: Callable[[], None]
 ) -> dict[str, Any]:
-    """The board's answer: `{workflow, tasks, profiles, counts, next_cursor}`."""
-    select, ids, cut = _shape(
-        query.step_id is not None, query.q or None, query.after is not None, query.limit
+    """The board's answer: `{workflow, tasks, profiles, counts, next_cursor, step_agents}`.
+
+    Two statements whatever the page (three when a card has a queued run): its cards, then
+    every badge row of them with the board's seats and profiles (`_badges`)."""
+    page = _statements(
+        conn.dialect,
+        query.step_id is not None,
+        query.q or None,
+        query.after is not None,
+        query.limit,
     )
+    badges_read = page.badges
     params: dict[str, Any] = {_WF.key: wf.id, _STEP.key: query.step_id}
     if query.after is not None:
         params[_AFTER_AT.key], params[_AFTER_ID.key] = query.after
-    result = conn.execute(select, params)
+    result = conn.execute(page.cards, params)
     keys = list(result.keys())
     # Plain dicts straight from the rows: building a Task and `plain` of it per card cost
     # more than every query of the board together.
@@ -189,66 +372,162 @@ def read(
         task_rows = task_rows[: query.limit]
         last = task_rows[-1]
         next_cursor = encode_cursor(last["created_at"], last["id"])
-        ids = cut
+        badges_read = page.cut_badges  # a cut page's badge rows: exactly its rows, up to its last
         params[_LAST_AT.key], params[_LAST_ID.key] = last["created_at"], last["id"]
-    page = _Page(ids, params)
+    check()
+    params[_STEPS.key] = [s.id for s in wf.steps]
+    rows = conn.execute(badges_read, params).all()
     check()
     badges = {r["id"]: _empty_badges() for r in task_rows}
-    if task_rows:
-        _runs(conn, page, badges)
-        check()
-        _sessions(conn, page, badges)
-        check()
-        _entries(conn, page, badges)
-        check()
-        step_of = {r["id"]: r["workflow_step_id"] for r in task_rows if r["workflow_step_id"]}
-        _decisions(conn, wf, page, step_of, badges)
-        check()
-        _permissions(conn, page, badges)
-        _person_waits(conn, page, badges)
-        check()
-        _latest_runs(conn, page, badges)
-        check()
-        _relations(conn, page, badges)
+    extras = _apply(rows, wf, task_rows, badges)
+    if extras.first_queued:
+        _queued_behind(conn, extras.first_queued, badges)
         check()
     for card in task_rows:
         card["wip_admitted"] = bool(card["wip_admitted"])
         card["is_ephemeral"] = bool(card["is_ephemeral"])
-        card["workspace"] = json.loads(card["workspace"]) if card["workspace"] else None
+        workspace = card["workspace"]
+        if card["id"] in extras.first_queued and workspace is not None:
+            # the host whose workers alone may take its runs (`core.runs.pinned_host`): the
+            # card's "waits for a worker on alpha"; every card is of `wf`, whose remote counts
+            badges[card["id"]]["waits_for_host"] = pinned_host(workspace, wf.remote)
+        card["workspace"] = json.loads(workspace) if workspace else None
         card["blocked_by"] = json.loads(card["blocked_by"]) if card["blocked_by"] else []
         card["badges"] = badges[card["id"]]
-    profiles = {
-        r["id"]: {"name": r["name"], "role": r["role"]} for r in conn.execute(_PROFILES).mappings()
-    }
     return {
         "workflow": workflow_json(wf),
         "tasks": task_rows,
-        "profiles": profiles,
+        "profiles": extras.profiles,
         "counts": _counts(conn, wf, query) if query.counts else None,
         "next_cursor": next_cursor,
-        "step_agents": _step_agents(conn, wf),
+        "step_agents": extras.step_agents,
     }
 
 
-def _step_agents(conn: sa.Connection, wf: Workflow) -> dict[str, str | None]:
-    """Per step, the agent `task start` would put on a task arriving there with no seats of
-    its own: the step's first runner seat, else the step's agent, else the workflow's (as
-    `RunService.primary_agent` resolves it). The page asks whether to start it after a drop."""
+@attrs.frozen
+class _Extras:
+    """What the badge rows give beside the badges."""
+
+    first_queued: dict[str, tuple[str, str, str]]
+    """Per task with a queued run, its first one's (agent, requested_at, id)."""
+    profiles: dict[str, dict[str, Any]]
+    step_agents: dict[str, str | None]
+
+
+def _apply(
+    rows: Iterable[Any],
+    wf: Workflow,
+    task_rows: list[dict[str, Any]],
+    badges: dict[str, dict[str, Any]],
+) -> _Extras:
+    """The badge read's rows (kind, then in each kind's order) onto the cards' badges."""
+    first_queued: dict[str, tuple[str, str, str]] = {}
+    latest_session: dict[str, str] = {}
+    latest_entry: dict[str, tuple[int, str]] = {}
+    failed: set[str] = set()
+    template: dict[str, list[tuple[str, str, str, bool]]] = {}
     runners: dict[str, str] = {}
-    for step_id, agent in conn.execute(
-        sa.select(P.c.step_id, P.c.agent_profile_id)
-        .where(
-            P.c.step_id.in_([s.id for s in wf.steps]),
-            P.c.task_id == "",
-            P.c.role == "runner",
-        )
-        .order_by(P.c.position, P.c.id)
-    ):
-        runners.setdefault(step_id, agent)
-    return {
+    own: dict[str, list[tuple[str, str, str, bool]]] = {}
+    approved: dict[str, set[str]] = {}
+    profiles: dict[str, dict[str, Any]] = {}
+    for kind, task_id, a, b, c, d, e, n, _p, _s1, _s2, _s3 in rows:
+        if kind == RUN:
+            badge = badges[task_id]
+            if a == "claimed":
+                badge["running"] = True
+            elif a == "dead":
+                badge["dead_run"] = True
+            elif a == "queued":
+                badge["queued"] = True
+                if task_id not in first_queued:
+                    first_queued[task_id] = (b, c, d)
+        elif kind == SESSION:
+            if a in WORKING_STATES:
+                badges[task_id]["running"] = True
+            latest_session[task_id] = a
+        elif kind == OPEN_ENTRY:
+            badges[task_id]["open_entry"] = True
+        elif kind == ENTRY_HERE:
+            if task_id not in latest_entry or n > latest_entry[task_id][0]:
+                latest_entry[task_id] = (n, a)
+        elif kind == FAILED_MARKER:
+            failed.add(a)
+        elif kind == SEAT:
+            template.setdefault(b, []).append((a, c, d, bool(n)))
+            if c == "runner":
+                runners.setdefault(b, d)
+        elif kind == OWN_SEAT:
+            own.setdefault(task_id, []).append((a, c, d, bool(n)))
+        elif kind == APPROVAL:
+            approved.setdefault(task_id, set()).add(a)
+        elif kind == PERMISSION:
+            badges[task_id]["waiting_for_person"] = True
+        elif kind == QUESTION:
+            # an agent's pending questions (issue 41 item 6): the card says its agent asks one
+            badges[task_id]["waiting_for_person"] = True
+            badges[task_id]["questions"] = int(n)
+        elif kind == PERSON_WAIT:
+            # why a task waits for a person beyond a permission (core.store.waits): `failure`,
+            # `blocked`; the page counts these tasks in its tab title
+            badges[task_id]["needs_person"].append(a)
+        elif kind == LATEST_RUN:
+            # a failure a later run made good is history, not a badge
+            badges[task_id]["last_run"] = a
+            if a == "failed":
+                badges[task_id]["last_error"] = e or "run failed"
+        elif kind == BLOCKER_ROW:
+            badges[task_id]["blockers"].append({"id": a, "title": b, "state": c})
+        elif kind == SUBTASKS:
+            counted = badges[task_id]["subtasks"]
+            counted["total"] += int(n)
+            if a in TERMINAL_STATES:
+                counted["done"] += int(n)
+        elif kind == PROFILE:
+            profiles[a] = {"name": b, "role": c}
+    for task_id, state in latest_session.items():
+        badges[task_id]["dead_session"] = state == "FAILED"
+    for task_id, (_seq, entry_id) in latest_entry.items():
+        badges[task_id]["failed_marker"] = entry_id in failed
+    _decisions(task_rows, template, own, approved, badges)
+    # Per step, the agent `task start` would put on a task arriving there with no seats of
+    # its own: the step's first runner seat, else the step's agent, else the workflow's (as
+    # `RunService.primary_agent` resolves it). The page asks whether to start it after a drop.
+    step_agents = {
         s.id: runners.get(s.id) or s.agent_profile_id or wf.agent_profile_id or None
         for s in wf.steps
     }
+    return _Extras(first_queued, profiles, step_agents)
+
+
+def _decisions(
+    task_rows: list[dict[str, Any]],
+    template: dict[str, list[tuple[str, str, str, bool]]],
+    own: dict[str, list[tuple[str, str, str, bool]]],
+    approved: dict[str, set[str]],
+    badges: dict[str, dict[str, Any]],
+) -> None:
+    """Approved / required at each task's current step over its merged seats (the template's
+    seats, each replaced by the task's own seat with the same role and agent)."""
+    for card in task_rows:
+        task_id, step_id = card["id"], card["workflow_step_id"]
+        if not step_id or (step_id not in template and task_id not in own):
+            continue
+        seats = _merged(template.get(step_id, ()), own.get(task_id, ()))
+        deciding = [seat_id for seat_id, required in seats if required]
+        yes = approved.get(task_id, set())
+        badges[task_id]["decisions"] = {
+            "approved": sum(1 for seat_id in deciding if seat_id in yes),
+            "required": len(deciding),
+        }
+
+
+def _merged(
+    template: Iterable[tuple[str, str, str, bool]], own: Iterable[tuple[str, str, str, bool]]
+) -> list[tuple[str, bool]]:
+    mine = list(own)
+    taken = {(role, agent) for _id, role, agent, _req in mine}
+    kept = [(i, req) for i, role, agent, req in template if (role, agent) not in taken]
+    return kept + [(i, req) for i, _role, _agent, req in mine]
 
 
 def _empty_badges() -> dict[str, Any]:
@@ -290,58 +569,6 @@ def _counts(conn: sa.Connection, wf: Workflow, query: BoardQuery) -> dict[str, d
     return counts
 
 
-def _runs_sql(page: sa.Select[Any]) -> sa.Select[Any]:
-    return (
-        sa.select(
-            R.c.task_id,
-            R.c.status,
-            R.c.agent_profile_id,
-            R.c.requested_at,
-            R.c.id,
-            R.c.error_message,
-        )
-        # `status || ''`: the status is kept out of the index choice. SQLite, which keeps no
-        # statistics, otherwise walks the queue index (status, requested_at, id) over every
-        # run of those states on the board instead of the page's runs by task (4 ms of a
-        # lane's 200 cards at 100,000 tasks, against 0.1 ms; issue 45 item 5).
-        .where(R.c.task_id.in_(page), (R.c.status + "").in_(RUN_STATES))
-        .order_by(R.c.requested_at, R.c.id)
-    )
-
-
-def _runs(conn: sa.Connection, page: _Page, badges: dict[str, dict[str, Any]]) -> None:
-    found = page.read(conn, _runs_sql).mappings()
-    first_queued: dict[str, tuple[str, str, str]] = {}
-    for r in found:
-        b = badges[r["task_id"]]
-        status = r["status"]
-        if status == "claimed":
-            b["running"] = True
-        elif status == "dead":
-            b["dead_run"] = True
-        elif status == "queued":
-            b["queued"] = True
-        if status == "queued" and r["task_id"] not in first_queued:
-            first_queued[r["task_id"]] = (r["agent_profile_id"], r["requested_at"], r["id"])
-    if first_queued:
-        _queued_behind(conn, first_queued, badges)
-        _waits_for_host(conn, sorted(first_queued), badges)
-
-
-def _waits_for_host(
-    conn: sa.Connection, task_ids: list[str], badges: dict[str, dict[str, Any]]
-) -> None:
-    """The host whose workers alone may take each queued task's runs (`core.runs.pinned_host`):
-    the card's "waits for a worker on alpha"."""
-    W = t.workflows
-    for task_id, workspace, remote in conn.execute(
-        sa.select(T.c.id, T.c.workspace, W.c.remote)
-        .select_from(T.outerjoin(W, W.c.id == T.c.workflow_id))
-        .where(T.c.id.in_(task_ids), T.c.workspace.is_not(None))
-    ):
-        badges[task_id]["waits_for_host"] = pinned_host(workspace, remote)
-
-
 def _queued_behind(
     conn: sa.Connection,
     first_queued: dict[str, tuple[str, str, str]],
@@ -370,225 +597,3 @@ def _queued_behind(
         queue.setdefault(agent, []).append((at, run_id))
     for task_id, (agent, at, run_id) in first_queued.items():
         badges[task_id]["queued_behind"] = bisect.bisect_left(queue.get(agent, []), (at, run_id))
-
-
-def _latest_runs_sql(page: sa.Select[Any]) -> sa.Select[Any]:
-    later = LATER
-    return sa.select(R.c.task_id, R.c.status, R.c.error_message).where(
-        R.c.task_id.in_(page),
-        ~sa.exists().where(
-            later.c.task_id == R.c.task_id,
-            sa.tuple_(later.c.requested_at, later.c.id) > sa.tuple_(R.c.requested_at, R.c.id),
-        ),
-    )
-
-
-def _latest_runs(conn: sa.Connection, page: _Page, badges: dict[str, dict[str, Any]]) -> None:
-    """Each task's latest run (the last requested): its status (`last_run`), and its error
-    when it failed (`last_error`). A failure a later run made good is history, not a badge:
-    the demo's finished task does not keep a red error."""
-    found = page.read(conn, _latest_runs_sql)
-    for task_id, status, error in found:
-        b = badges[task_id]
-        b["last_run"] = status
-        if status == "failed":
-            b["last_error"] = error or "run failed"
-
-
-def _blockers_sql(page: sa.Select[Any]) -> sa.Select[Any]:
-    blocker = BLOCKER
-    return (
-        sa.select(t.task_blockers.c.task_id, blocker.c.id, blocker.c.title, blocker.c.state)
-        .join(blocker, blocker.c.id == t.task_blockers.c.blocker_id)
-        .where(
-            t.task_blockers.c.task_id.in_(page),
-            blocker.c.state.not_in(sorted(TERMINAL_STATES)),
-        )
-        .order_by(t.task_blockers.c.created_at, blocker.c.id)
-    )
-
-
-def _subtasks_sql(page: sa.Select[Any]) -> sa.Select[Any]:
-    child = CHILD
-    return (
-        sa.select(child.c.parent_id, child.c.state, sa.func.count())
-        .where(child.c.parent_id.in_(page), child.c.archived_at.is_(None))
-        .group_by(child.c.parent_id, child.c.state)
-    )
-
-
-def _relations(conn: sa.Connection, page: _Page, badges: dict[str, dict[str, Any]]) -> None:
-    """The blockers that still hold each task (`blockers`: id, title, state; finished ones
-    left out) and how many of its subtasks are finished (`subtasks`: done, total)."""
-    for task_id, b_id, title, state in page.read(conn, _blockers_sql):
-        badges[task_id]["blockers"].append({"id": b_id, "title": title, "state": state})
-    for parent_id, state, n in page.read(conn, _subtasks_sql):
-        counted = badges[parent_id]["subtasks"]
-        counted["total"] += int(n)
-        if state in TERMINAL_STATES:
-            counted["done"] += int(n)
-
-
-def _sessions_sql(page: sa.Select[Any]) -> sa.Select[Any]:
-    # The order `session list` gives; the last row of a task is its latest session.
-    return (
-        sa.select(S.c.task_id, S.c.state)
-        .where(S.c.task_id.in_(page))
-        .order_by(S.c.task_id, S.c.started_at, S.c.id)
-    )
-
-
-def _sessions(conn: sa.Connection, page: _Page, badges: dict[str, dict[str, Any]]) -> None:
-    found = page.read(conn, _sessions_sql)
-    latest: dict[str, str] = {}
-    for task_id, state in found:
-        if state in WORKING_STATES:
-            badges[task_id]["running"] = True
-        latest[task_id] = state
-    for task_id, state in latest.items():
-        badges[task_id]["dead_session"] = state == "FAILED"
-
-
-def _open_entries_sql(page: sa.Select[Any]) -> sa.Select[Any]:
-    # `terminal IS false` exactly: the partial index of pending entries answers it.
-    return sa.select(E.c.task_id).where(E.c.terminal.is_(False), E.c.task_id.in_(page)).distinct()
-
-
-def _entries_here_sql(page: sa.Select[Any]) -> sa.Select[Any]:
-    return (
-        sa.select(E.c.id, E.c.task_id, E.c.entry_seq)
-        .join(T, sa.and_(T.c.id == E.c.task_id, T.c.workflow_step_id == E.c.step_id))
-        .where(E.c.task_id.in_(page))
-    )
-
-
-def _failed_markers_sql(page: sa.Select[Any]) -> sa.Select[Any]:
-    here = _entries_here_sql(page)
-    return (
-        sa.select(M.c.entry_id)
-        .where(M.c.state == "failed", M.c.entry_id.in_(here.with_only_columns(E.c.id)))
-        .distinct()
-    )
-
-
-def _entries(conn: sa.Connection, page: _Page, badges: dict[str, dict[str, Any]]) -> None:
-    for (task_id,) in page.read(conn, _open_entries_sql):
-        badges[task_id]["open_entry"] = True
-    latest: dict[str, tuple[int, str]] = {}
-    for entry_id, task_id, seq in page.read(conn, _entries_here_sql):
-        if task_id not in latest or seq > latest[task_id][0]:
-            latest[task_id] = (seq, entry_id)
-    if not latest:
-        return
-    failed = {entry_id for (entry_id,) in page.read(conn, _failed_markers_sql)}
-    for task_id, (_seq, entry_id) in latest.items():
-        badges[task_id]["failed_marker"] = entry_id in failed
-
-
-def _own_seats_sql(page: sa.Select[Any]) -> sa.Select[Any]:
-    return (
-        sa.select(P.c.id, P.c.task_id, P.c.role, P.c.agent_profile_id, P.c.decision_required)
-        .join(T, sa.and_(T.c.id == P.c.task_id, T.c.workflow_step_id == P.c.step_id))
-        .where(P.c.task_id.in_(page))
-    )
-
-
-def _approvals_sql(page: sa.Select[Any]) -> sa.Select[Any]:
-    return (
-        sa.select(D.c.task_id, D.c.participant_id)
-        .join(T, sa.and_(T.c.id == D.c.task_id, T.c.workflow_step_id == D.c.step_id))
-        .where(
-            D.c.task_id.in_(page),
-            D.c.cleared_at.is_(None),
-            D.c.superseded_at.is_(None),
-            D.c.decision == "approved",
-        )
-    )
-
-
-def _decisions(
-    conn: sa.Connection,
-    wf: Workflow,
-    page: _Page,
-    step_of: dict[str, str],
-    badges: dict[str, dict[str, Any]],
-) -> None:
-    """Approved / required at each task's current step over its merged seats (the template's
-    seats, each replaced by the task's own seat with the same role and agent)."""
-    template: dict[str, list[tuple[str, str, str, bool]]] = {}
-    for r in conn.execute(
-        sa.select(P.c.id, P.c.step_id, P.c.role, P.c.agent_profile_id, P.c.decision_required)
-        .where(P.c.task_id == "", P.c.step_id.in_([s.id for s in wf.steps]))
-        .order_by(P.c.id)
-    ).mappings():
-        template.setdefault(r["step_id"], []).append(
-            (r["id"], r["role"], r["agent_profile_id"], bool(r["decision_required"]))
-        )
-    own: dict[str, list[tuple[str, str, str, bool]]] = {}
-    for r in page.read(conn, _own_seats_sql).mappings():
-        own.setdefault(r["task_id"], []).append(
-            (r["id"], r["role"], r["agent_profile_id"], bool(r["decision_required"]))
-        )
-    approved: dict[str, set[str]] = {}
-    for task_id, participant_id in page.read(conn, _approvals_sql):
-        approved.setdefault(task_id, set()).add(participant_id)
-    for task_id, step_id in step_of.items():
-        if step_id not in template and task_id not in own:
-            continue
-        seats = _merged(template.get(step_id, ()), own.get(task_id, ()))
-        deciding = [seat_id for seat_id, required in seats if required]
-        yes = approved.get(task_id, set())
-        badges[task_id]["decisions"] = {
-            "approved": sum(1 for seat_id in deciding if seat_id in yes),
-            "required": len(deciding),
-        }
-
-
-def _merged(
-    template: Iterable[tuple[str, str, str, bool]], own: Iterable[tuple[str, str, str, bool]]
-) -> list[tuple[str, bool]]:
-    mine = list(own)
-    taken = {(role, agent) for _id, role, agent, _req in mine}
-    kept = [(i, req) for i, role, agent, req in template if (role, agent) not in taken]
-    return kept + [(i, req) for i, _role, _agent, req in mine]
-
-
-def _person_waits_sql(page: sa.Select[Any]) -> sa.Select[Any]:
-    waits = t.person_waits
-    return (
-        sa.select(waits.c.task_id, waits.c.reason)
-        .where(waits.c.task_id.in_(page))
-        .order_by(waits.c.task_id, waits.c.reason)
-    )
-
-
-def _person_waits(conn: sa.Connection, page: _Page, badges: dict[str, dict[str, Any]]) -> None:
-    """Why a task waits for a person beyond a permission (core.store.waits): `failure`,
-    `blocked`; the page counts these tasks in its tab title."""
-    for task_id, reason in page.read(conn, _person_waits_sql):
-        badges[task_id]["needs_person"].append(reason)
-
-
-def _pending_permissions_sql(page: sa.Select[Any]) -> sa.Select[Any]:
-    return (
-        sa.select(PERM.c.task_id)
-        .where(PERM.c.state == "pending", PERM.c.task_id.in_(page))
-        .distinct()
-    )
-
-
-def _pending_questions_sql(page: sa.Select[Any]) -> sa.Select[Any]:
-    return (
-        sa.select(Q.c.task_id, sa.func.count())
-        .where(Q.c.state == "pending", Q.c.task_id.in_(page))
-        .group_by(Q.c.task_id)
-    )
-
-
-def _permissions(conn: sa.Connection, page: _Page, badges: dict[str, dict[str, Any]]) -> None:
-    for (task_id,) in page.read(conn, _pending_permissions_sql):
-        badges[task_id]["waiting_for_person"] = True
-    # an agent's pending questions (issue 41 item 6): the card says its agent asks one
-    for task_id, asked in page.read(conn, _pending_questions_sql):
-        badges[task_id]["waiting_for_person"] = True
-        badges[task_id]["questions"] = int(asked)

@@ -507,7 +507,7 @@ def board(call: Call) -> Reply:
     over = host.budgets.over_budget_tasks([card["id"] for card in view["tasks"]])
     for card in view["tasks"]:
         card["over_budget"] = card["id"] in over
-    return Reply(view)
+    return Reply(response=Response(board_view.encode(view), media_type="application/json"))
 
 
 # -- triggers: blockers, budgets, costs (issue 24) ----------------------------------------------

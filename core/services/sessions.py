@@ -226,7 +226,9 @@ class SessionService(Service):
             raise LanewayError(f"task {task_id} has no live session; start one first")
         return live
 
-    def set_state(self, session_id: str, state: str, *, error: str | None = None) -> None:
+    def set_state(self, session_id: str, state: str, *, error: str | None = None) -> str | None:
+        """The session's state written (an ended one's `completed_at` too); its task's id, None
+        when there is no such session. Its row is this transaction's from here."""
         stamp = ids.now()
         values: dict[str, Any] = {"state": state, "updated_at": stamp}
         if error is not None:
@@ -244,6 +246,7 @@ class SessionService(Service):
                 ).scalar()
             if task_id is not None:
                 events.record(uow, "session.state", task_id, session_id=session_id, state=state)
+        return None if task_id is None else str(task_id)
 
     def set_waiting(self, session_id: str) -> Session | None:
         """A turn's end: the session waits for input (as `set_state`); the session as
@@ -406,12 +409,17 @@ class SessionService(Service):
         items: Sequence[TranscriptItem | tuple[str, str, Mapping[str, Any]]],
         *,
         run_id: str | None = None,
+        locked: str | None = None,
     ) -> builtins.list[int]:
         """Keep transcript items of the session, in order, in one transaction; each is numbered
         next in the session and is an `agent.item` event of the same transaction. An item is
         a `TranscriptItem` as an agent's protocol made it (already cut to its bounds) or a
         `(kind, text, data)` made into one here: a text longer than MAX_TEXT, or data whose
-        JSON is longer than MAX_DATA, is cut and says so. Returns the items' seqs."""
+        JSON is longer than MAX_DATA, is cut and says so. Returns the items' seqs.
+
+        :param locked: the session's task id, when the caller's open transaction has written
+            the session's row already (`set_state` at a turn's start): the row is not locked
+            and read again."""
         checked: builtins.list[TranscriptItem] = []
         for given in items:
             if isinstance(given, TranscriptItem):
@@ -431,7 +439,9 @@ class SessionService(Service):
         # live turn's item writes were two of its four version reads, issue 45); the turn's
         # end, which acts on the board, follows it
         with self.peers.store.transaction(follow_board=False) as uow:
-            task_id = uow.run(_LOCK_FOR_ITEMS, {"session_id": session_id}).scalar()
+            task_id = locked
+            if task_id is None:
+                task_id = uow.run(_LOCK_FOR_ITEMS, {"session_id": session_id}).scalar()
             if task_id is None:
                 raise NotFound(f"no session {session_id!r}")
             if run_id is not None:

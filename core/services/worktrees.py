@@ -174,9 +174,10 @@ def diff(peers: Peers, ref: str) -> dict[str, Any]:
             change = gitwork.diff(path, base)
         except LanewayError:
             # A task that ended is retired by another process: its work committed to its
-            # branch, then the checkout removed, then the record marked. A diff read between
-            # the removal and the mark finds no checkout here; the branch holds everything.
-            if record.get("host") != host_name() or path.exists():
+            # branch, then the checkout removed (file by file), then the record marked. A diff
+            # read after the commit and before the mark finds no checkout here, or half of one;
+            # the branch holds everything.
+            if record.get("host") != host_name() or not (not path.exists() or _ended(peers, task)):
                 raise
             change = gitwork.branch_diff(travel.checkout(record), base, record["branch"])
     return {
@@ -185,6 +186,20 @@ def diff(peers: Peers, ref: str) -> dict[str, Any]:
         "base": base,
         **gitwork.as_json(change),
     }
+
+
+def _ended(peers: Peers, task: Task) -> bool:
+    """Whether `task` is one a worktree is retired for: archived, or at its workflow's
+    terminal step when the workflow retires worktrees there (`retire_at_terminal`)."""
+    if task.archived_at is not None:
+        return True
+    if task.workflow_id is None:
+        return False
+    workflow = peers.workflows.by_id(task.workflow_id)
+    terminal = workflow.terminal_step
+    return (
+        workflow.retire_worktrees and terminal is not None and terminal.id == task.workflow_step_id
+    )
 
 
 def retire(store: Store, task: Task, why: str) -> None:

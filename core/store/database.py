@@ -246,6 +246,9 @@ class Store:
     def _transaction(self, follow_board: bool) -> Iterator[UnitOfWork]:
         committed: list[events.Event] = []
         wrote = False
+        shared: _SharedRead | None = getattr(self._local, "shared", None)
+        if shared is not None:
+            shared.end()  # the reads after this write see it
         try:
             with self._lock:
                 if self._file is not None:
@@ -367,11 +370,37 @@ class Store:
         return getattr(self._local, "uow", None) is not None
 
     def read(self) -> AbstractContextManager[Connection]:
-        """A connection for reads: the open unit of work's, else a pooled one."""
+        """A connection for reads: the open unit of work's, else the thread's shared read's
+        (`reads_together`), else a pooled one."""
         current: UnitOfWork | None = getattr(self._local, "uow", None)
         if current is not None:
             return _Joined(current.conn)
+        shared: _SharedRead | None = getattr(self._local, "shared", None)
+        if shared is not None:
+            return _Joined(shared.conn(self._read))
         return self._read()
+
+    @contextmanager
+    def reads_together(self) -> Iterator[None]:
+        """Within, this thread's reads share one connection and one read transaction (one
+        BEGIN, one COMMIT, one pool checkout: a run's few reads before its agent starts were a
+        transaction each, issue 45) until the thread writes: a write ends it, and the reads
+        after it take another, which sees the write. Nothing is held across a write, nor
+        past the block."""
+        if getattr(self._local, "shared", None) is not None or (
+            self.is_sqlite and dialect.sqlite_path(self.url) is None
+        ):
+            yield  # joined the outer one; an in-memory database has its one connection
+            return
+        shared = self._local.shared = _SharedRead()
+        try:
+            yield
+        except BaseException as exc:
+            self._local.shared = None
+            shared.end(exc)
+            raise
+        self._local.shared = None
+        shared.end()
 
     @contextmanager
     def _read(self) -> Iterator[Connection]:
@@ -400,6 +429,31 @@ class Store:
         if self._file is not None:
             dialect.let_go(self._file.identity)
             self._file = None
+
+
+class _SharedRead:
+    """The read `Store.reads_together` shares: opened at its first read, ended by a write."""
+
+    __slots__ = ("_open", "_stack")
+
+    def __init__(self) -> None:
+        self._stack: contextlib.ExitStack | None = None
+        self._open: Connection | None = None
+
+    def conn(self, opener: Callable[[], AbstractContextManager[Connection]]) -> Connection:
+        if self._open is None:
+            stack = contextlib.ExitStack()
+            self._open = stack.enter_context(opener())
+            self._stack = stack
+        return self._open
+
+    def end(self, exc: BaseException | None = None) -> None:
+        stack, self._stack, self._open = self._stack, None, None
+        if stack is not None:
+            if exc is None:
+                stack.close()
+            else:
+                stack.__exit__(type(exc), exc, exc.__traceback__)
 
 
 @contextmanager

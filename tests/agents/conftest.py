@@ -25,6 +25,7 @@ from core import ids
 from core.host import Host
 from core.runs import RunRequest
 from core.store import tables as t
+from tests import zygote
 from tests.conftest import open_host
 
 R = t.runs
@@ -186,15 +187,8 @@ def script_env(extra: Mapping[str, str] | None = None) -> dict[str, str]:
 def laneway(
     *args: str, cwd: Path, env: Mapping[str, str] | None = None, timeout: float = 120
 ) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [laneway_script(), *args],
-        cwd=cwd,
-        env=script_env(env),
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        check=False,
-    )
+    # a process of its own, forked from a warm one (tests/zygote.py)
+    return zygote.run(args, cwd=cwd, env=script_env(env), timeout=timeout)
 
 
 @pytest.fixture

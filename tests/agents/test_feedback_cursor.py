@@ -27,6 +27,7 @@ from core.host import Host
 from core.runs import RunRequest
 from core.store import tables as t
 from tests.agents.conftest import enqueue, laneway_script, set_run, stamp
+from tests.conftest import one_step_workflow
 from tests.tools.board import review_board
 
 FAKE = str(Path(__file__).resolve().with_name("fake_acp_agent.py"))
@@ -36,12 +37,7 @@ def _live_board(host: Host, db_url: str, tmp_path: Path) -> tuple[str, str, str]
     """A plain workflow's task and an ACP profile whose agent, in its first turn, has alice
     comment on the task from a process of its own (the `laneway` CLI), then echoes each
     prompt; the agent can neither load nor resume, so its process is the live conversation."""
-    workflow = tmp_path / "plain.yml"
-    workflow.write_text(
-        "id: plain\nname: Plain\nsteps:\n  - id: todo\n    name: Todo\n    position: 0\n"
-        "    is_start_step: true\n    prompt: Do it.\n"
-    )
-    (wf,) = host.workflows.import_file(workflow)
+    wf = one_step_workflow(host, tmp_path, prompt="Do it.")
     task = host.tasks.create(workflow=wf.id, title="live", description="A task.")
     comment = (
         "import subprocess\n"

@@ -14,7 +14,7 @@ from core.agents import worker
 from core.host import Host
 from core.runs import RunRequest
 from core.store import tables as t
-from tests.conftest import open_host
+from tests.conftest import one_step_workflow, open_host
 
 
 def _said(host: Host, run_id: str) -> list[str]:
@@ -50,12 +50,7 @@ def _run(host: Host, agent: str, task: str, step: str, watch: worker.CancelWatch
 def test_issue_45_item_1_a_profile_changed_elsewhere_reaches_the_next_turn(
     host: Host, db_url: str, tmp_path: Path
 ) -> None:
-    workflow = tmp_path / "plain.yml"
-    workflow.write_text(
-        "id: plain\nname: Plain\nsteps:\n  - id: todo\n    name: Todo\n    position: 0\n"
-        "    is_start_step: true\n    prompt: Do it.\n"
-    )
-    (wf,) = host.workflows.import_file(workflow)
+    wf = one_step_workflow(host, tmp_path, prompt="Do it.")
     task = host.tasks.create(workflow=wf.id, title="t", description="A task.")
     step = str(task.workflow_step_id)
     say = [sys.executable, "-c", "print('first command')"]

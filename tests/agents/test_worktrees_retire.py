@@ -138,3 +138,12 @@ def test_a_diff_read_while_a_retire_is_between_its_removal_and_its_mark_shows_th
 
     assert [f["path"] for f in found["files"]] == ["left.txt"]
     assert found["branch"] == f"laneway/{task[-8:]}"
+
+    # and read while the checkout is half removed (`git worktree remove` deletes its files
+    # one by one, the worktree's `.git` among the first): the task has ended, the branch has it
+    half = worktrees / task
+    half.mkdir(parents=True)
+    (half / "left.txt").write_text("a file not yet removed\n")
+    found = service.diff(host, task)
+    assert [f["path"] for f in found["files"]] == ["left.txt"]
+    assert "a file not yet removed" not in found["patch"]

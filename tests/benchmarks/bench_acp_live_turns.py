@@ -14,8 +14,17 @@ conversation on both sides.
   items and the agent's report written, the run finished), with the worker's one `CancelWatch`. The
   runs are queued before each round (not timed: the producer's cost).
 
-A round runs both sides one after the other, so load hits both alike; the figures are laneway
-turns/s over floor turns/s and the floor's CPU a turn over laneway's (this process's CPU time:
+- **rows floor**: the floor's loop that also writes, by hand, the rows a live turn of laneway
+  writes, the statements it sends in the transactions it sends them (the list
+  `tests/agents/test_issue_45_live_turn_cost.py` pins): the run claimed, its reads, the session
+  RUNNING with the prompt item, the agent's message item, the session waiting, the run
+  finished, each with its board events - on the board's own database with the plain driver
+  (sqlite3, psycopg), as `bench_worker`'s floor writes a run's rows (issue 45 item 4). What
+  laneway adds above it is its own code, not its rows: the floor of our own rows the
+  developers' guide sets speed targets against.
+
+A round runs the three one after the other, so load hits them alike; the figures are laneway
+turns/s over a floor's turns/s and a floor's CPU a turn over laneway's (this process's CPU time:
 the client's side of each, the agent's process not counted; steadier than wall time on a
 loaded machine), min/median/max over the rounds, with the load average printed.
 """
@@ -25,11 +34,13 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import json
 import os
 import statistics
 import sys
 import tempfile
 import time
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -38,7 +49,9 @@ from acp import PROTOCOL_VERSION, spawn_agent_process, text_block
 from core.agents import worker
 from core.host import Host
 from core.runs import RunRequest
+from core.store import dialect
 from tests.benchmarks.bench_many_processes import _admin
+from tests.benchmarks.bench_worker import FLOOR_CLAIM, SQLITE_FLOOR_CLAIM
 from tests.conftest import open_host
 
 FAKE = str(Path(__file__).resolve().parents[1] / "agents" / "fake_acp_agent.py")
@@ -49,7 +62,8 @@ class _Quiet:
         return None
 
 
-async def _floor(cwd: Path, turns: int) -> tuple[float, float]:
+async def _floor(cwd: Path, turns: int, rows: _Rows | None = None) -> tuple[float, float]:
+    """The bare loop's turns/s and CPU a turn; with `rows`, the rows floor's."""
     async with spawn_agent_process(
         _Quiet(),  # type: ignore[arg-type]
         sys.executable,
@@ -61,8 +75,146 @@ async def _floor(cwd: Path, turns: int) -> tuple[float, float]:
         await conn.prompt(session_id=session.session_id, prompt=[text_block("warm up")])
         began, cpu = time.perf_counter(), time.process_time()
         for n in range(turns):
-            await conn.prompt(session_id=session.session_id, prompt=[text_block(f"turn {n}")])
+            prompt = f"turn {n}"
+            run = rows.begin_turn(prompt) if rows is not None else None
+            await conn.prompt(session_id=session.session_id, prompt=[text_block(prompt)])
+            if rows is not None and run is not None:
+                rows.end_turn(*run, f"done: {prompt}")
         return turns / (time.perf_counter() - began), (time.process_time() - cpu) / turns
+
+
+class _Rows:
+    """A live turn's rows written by hand on the plain driver (see the module's docstring)."""
+
+    def __init__(self, url: str, session: str) -> None:
+        self.session = session
+        self.pg = url.startswith("postgresql")
+        if self.pg:
+            import psycopg
+
+            dsn = dialect.normalise_url(url).set(drivername="postgresql")
+            dsn_text = dsn.render_as_string(hide_password=False)
+            self.conn: Any = psycopg.connect(dsn_text)
+            self.reads: Any = psycopg.connect(dsn_text, autocommit=True)
+        else:
+            import sqlite3
+
+            path = url.removeprefix("sqlite:///")
+            self.conn, self.reads = (
+                sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+                for _ in range(2)
+            )
+            for conn in (self.conn, self.reads):
+                for pragma in ("journal_mode=WAL", "synchronous=NORMAL", "busy_timeout=30000"):
+                    conn.execute(f"PRAGMA {pragma}")
+
+    def close(self) -> None:
+        self.conn.close()
+        self.reads.close()
+
+    def _sql(self, sql: str) -> str:
+        return sql.replace("?", "%s") if self.pg else sql
+
+    def _do(self, sql: str, *params: Any) -> Any:
+        return self.conn.execute(self._sql(sql), params)
+
+    def _read(self, sql: str, *params: Any) -> Any:
+        return self.reads.execute(self._sql(sql), params).fetchall()
+
+    def _begin(self) -> None:
+        if not self.pg:
+            self.conn.execute("BEGIN IMMEDIATE")
+
+    def _commit(self) -> None:
+        if self.pg:
+            self.conn.commit()
+        else:
+            self.conn.execute("COMMIT")
+
+    def _event(self, type_: str, task: str, **data: Any) -> None:
+        self._do(
+            "INSERT INTO board_events (type, task_id, at, data, actor) VALUES (?, ?, ?, ?, ?)",
+            type_, task, _now(), json.dumps(data), "agent:acp",
+        )  # fmt: skip
+
+    def _fence(self, run: str) -> None:
+        self._do(
+            "UPDATE runs SET claimed_epoch = claimed_epoch WHERE id = ? AND status = 'claimed'"
+            " AND claimed_epoch = 'floor'",
+            run,
+        )
+
+    def _state(self, task: str, state: str) -> None:
+        self._do(
+            "UPDATE task_sessions SET state = ?, updated_at = ? WHERE id = ? RETURNING task_id",
+            state, _now(), self.session,
+        ).fetchall()  # fmt: skip
+        self._event("session.state", task, session_id=self.session, state=state)
+
+    def _item(self, run: str, kind: str, text: str) -> None:
+        self._do(
+            "INSERT INTO transcript_items (session_id, seq, run_id, kind, text, data, at)"
+            " SELECT ?, coalesce(max(seq), 0) + 1, ?, ?, ?, '{}', ? FROM transcript_items"
+            " WHERE session_id = ? RETURNING seq",
+            self.session, run, kind, text, _now(), self.session,
+        ).fetchall()  # fmt: skip
+
+    def begin_turn(self, prompt: str) -> tuple[str, str]:
+        """The run claimed, its reads, the session RUNNING with the prompt: (run, task)."""
+        self._begin()
+        claim = FLOOR_CLAIM.replace("%(at)s", "?") if self.pg else SQLITE_FLOOR_CLAIM
+        run, task, agent = self._do(claim, _now()).fetchone()
+        if not self.pg:
+            self._do(
+                "UPDATE agent_profiles SET claimed_runs = claimed_runs + 1 WHERE id = ?", agent
+            )
+        self._event("run.started", task, run_id=run, agent_profile_id=agent)
+        self._commit()
+        self._read("SELECT * FROM tasks WHERE id = ?", task)
+        self._read("SELECT * FROM task_sessions WHERE id = ?", self.session)
+        self._read(
+            "SELECT max(claimed_at) FROM runs WHERE task_id = ? AND agent_profile_id = ?"
+            " AND id != ? AND claimed_at IS NOT NULL",
+            task, agent, run,
+        )  # fmt: skip
+        self._read("SELECT catalogue_version FROM board_settings WHERE id = 1")
+        self._begin()
+        self._state(task, "RUNNING")
+        self._fence(run)
+        self._item(run, "prompt", prompt)
+        self._event("agent.item", task, session_id=self.session, run_id=run, kind="prompt")
+        self._commit()
+        self.agent = agent
+        return run, task
+
+    def end_turn(self, run: str, task: str, message: str) -> None:
+        """The agent's message kept, the session waiting, the run finished."""
+        self._begin()
+        self._read("SELECT task_id FROM task_sessions WHERE id = ?", self.session)
+        self._fence(run)
+        self._item(run, "message", message)
+        self._event("agent.item", task, session_id=self.session, run_id=run, kind="message")
+        self._commit()
+        self._begin()
+        self._fence(run)
+        self._state(task, "WAITING_FOR_INPUT")
+        self._do("SELECT * FROM tasks WHERE id = ?", task).fetchall()
+        self._commit()
+        self._begin()
+        self._do(
+            "UPDATE runs SET status = 'finished', finished_at = ?, session_id = ?"
+            " WHERE id = ? AND status = 'claimed' AND claimed_epoch = 'floor'",
+            _now(), self.session, run,
+        )  # fmt: skip
+        self._event("run.finished", task, run_id=run, agent_profile_id=self.agent)
+        self._do(
+            "UPDATE agent_profiles SET claimed_runs = claimed_runs - 1 WHERE id = ?", self.agent
+        )
+        self._commit()
+
+
+def _now() -> str:
+    return datetime.now().astimezone().isoformat()
 
 
 def _board(host: Host, tmp: Path) -> tuple[str, str, str]:
@@ -101,8 +253,8 @@ def _drain(host: Host, watch: worker.CancelWatch, n: int) -> tuple[float, float]
     return n / (time.perf_counter() - began), (time.process_time() - cpu) / n
 
 
-Round = tuple[tuple[float, float], tuple[float, float]]
-"""(laneway turns/s, CPU s a turn), (floor turns/s, CPU s a turn)"""
+Round = tuple[tuple[float, float], tuple[float, float], tuple[float, float]]
+"""(laneway turns/s, CPU s a turn), (floor ...), (rows floor ...)"""
 
 
 def _one_database(url: str, tmp: Path, rounds: int, turns: int) -> list[Round]:
@@ -113,27 +265,40 @@ def _one_database(url: str, tmp: Path, rounds: int, turns: int) -> list[Round]:
         with contextlib.closing(watch):
             _queue(host, agent, task, step, 2)
             _drain(host, watch, 2)  # the agent's start and the first run's whole block
-            for _ in range(rounds):
-                floor = asyncio.run(_floor(tmp, turns))
-                _queue(host, agent, task, step, turns)
-                ours = _drain(host, watch, turns)
-                got.append((ours, floor))
+            live = host.sessions.live(task)
+            assert live is not None
+            rows = _Rows(url, live.id)
+            try:
+                for _ in range(rounds):
+                    floor = asyncio.run(_floor(tmp, turns))
+                    _queue(host, agent, task, step, turns)
+                    by_hand = asyncio.run(_floor(tmp, turns, rows))
+                    _queue(host, agent, task, step, turns)
+                    ours = _drain(host, watch, turns)
+                    got.append((ours, floor, by_hand))
+            finally:
+                rows.close()
         host.runtime.close()
     return got
 
 
 def _report(db: str, got: list[Round], turns: int) -> None:
-    ratios = [ours[0] / floor[0] for ours, floor in got]
-    cpu = [floor[1] / ours[1] for ours, floor in got]
+    def spread(values: list[float]) -> str:
+        return f"min {min(values):.3f} median {statistics.median(values):.3f} max {max(values):.3f}"
+
+    def side(n: int) -> str:
+        return (
+            f"{statistics.median(r[n][0] for r in got):7.1f} turns/s "
+            f"({statistics.median(r[n][1] for r in got) * 1000:.2f} ms CPU a turn)"
+        )
+
     print(
-        f"{db:10s} laneway {statistics.median(o[0] for o, _ in got):7.1f} turns/s "
-        f"({statistics.median(o[1] for o, _ in got) * 1000:.2f} ms CPU a turn)  "
-        f"floor {statistics.median(f[0] for _, f in got):7.1f} turns/s "
-        f"({statistics.median(f[1] for _, f in got) * 1000:.2f} ms CPU a turn)\n"
-        f"{'':10s} turns/s ratio min {min(ratios):.3f} median {statistics.median(ratios):.3f} "
-        f"max {max(ratios):.3f};  CPU ratio floor/laneway min {min(cpu):.3f} median "
-        f"{statistics.median(cpu):.3f} max {max(cpu):.3f}  ({len(got)} rounds of {turns} turns; "
-        f"load {os.getloadavg()[0]:.2f})"
+        f"{db:10s} laneway {side(0)}  floor {side(1)}  rows floor {side(2)}\n"
+        f"{'':10s} / floor: turns/s {spread([r[0][0] / r[1][0] for r in got])};"
+        f"  CPU floor/laneway {spread([r[1][1] / r[0][1] for r in got])}\n"
+        f"{'':10s} / rows floor: turns/s {spread([r[0][0] / r[2][0] for r in got])};"
+        f"  CPU rows floor/laneway {spread([r[2][1] / r[0][1] for r in got])}\n"
+        f"{'':10s} ({len(got)} rounds of {turns} turns; load {os.getloadavg()[0]:.2f})"
     )
 
 

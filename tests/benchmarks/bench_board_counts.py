@@ -16,13 +16,20 @@ times, back to back:
   now makes for the lane headers, beside the lanes.
 
 Prints min / median / max of each time and of the ratios to the raw page over the rounds, with
-the load average. Target: lane page (counts=0) / raw first page <= 10 (median). `--pg` (default
-`LANEWAY_TEST_PG_URL` when `--pg-too` is given) runs the same on a database of its own there.
+the load average, and beside them the CPU of each: serve's (every thread's, from
+`/proc/PID/task/*/schedstat`) for a request, this thread's for the raw page; on a loaded
+machine the CPU figures are the steadier ones. Target: lane page (counts=0) / raw first page
+<= 10 (median). `--pg` (default `LANEWAY_TEST_PG_URL` when `--pg-too` is given) runs the same
+on a database of its own there. `--compare PATH` also starts a second `laneway serve` with
+`PYTHONPATH=PATH` (another checkout's `core`, e.g. main's) on the same board, and times its
+requests in the same rounds as `(PATH's name)` rows: before and after side by side.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import functools
 import json
 import os
 import statistics
@@ -53,7 +60,34 @@ def _timed(work: Callable[[], Any]) -> float:
     return time.perf_counter() - started
 
 
-def measure(url: str, tasks: int, rounds: int, state_dir: Path) -> dict[str, list[float]]:
+def _serve_cpu(pid: int) -> float:
+    """Seconds of CPU every live thread of process `pid` has run (Linux)."""
+    total = 0
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        with contextlib.suppress(OSError):
+            total += int((task / "schedstat").read_text().split()[0])
+    return total / 1e9
+
+
+def _start(url: str, pythonpath: str | None) -> tuple[subprocess.Popen[str], str]:
+    env = dict(os.environ)
+    if pythonpath:
+        env["PYTHONPATH"] = pythonpath
+    serve = subprocess.Popen(
+        [LANEWAY, "--db", url, "--json", "serve", "--port", "0", "--token", TOKEN],
+        stdout=subprocess.PIPE,
+        text=True,
+        env=env,
+    )
+    assert serve.stdout is not None
+    return serve, json.loads(serve.stdout.readline())["url"].rstrip("/")
+
+
+Times = dict[str, tuple[list[float], list[float]]]
+"""Per figure, the wall times and the CPU times of its rounds."""
+
+
+def measure(url: str, tasks: int, rounds: int, state_dir: Path, compare: str | None) -> Times:
     with _open(url) as host:
         name = populate(host, tasks, state_dir)
         wf = host.workflows.get(name)
@@ -74,44 +108,49 @@ def measure(url: str, tasks: int, rounds: int, state_dir: Path) -> dict[str, lis
         with engine.connect() as conn:
             assert len(conn.execute(raw_page).all()) == PAGE
 
-    serve = subprocess.Popen(
-        [LANEWAY, "--db", url, "--json", "serve", "--port", "0", "--token", TOKEN],
-        stdout=subprocess.PIPE,
-        text=True,
-    )
-    times: dict[str, list[float]] = {
-        "raw first page": [],
-        "lane page, counts=0": [],
-        "lane page, counted": [],
-        "counts, once a load": [],
-    }
+    servers = [("", None)] + ([(f" ({Path(compare).name})", compare)] if compare else [])
+    started = [(label, *_start(url, path)) for label, path in servers]
+    times: Times = {"raw first page": ([], [])}
+    clients: list[httpx.Client] = []
     try:
-        assert serve.stdout is not None
-        base = json.loads(serve.stdout.readline())["url"].rstrip("/")
-        auth = {"Authorization": f"Bearer {TOKEN}"}
-        with httpx.Client(base_url=base, headers=auth, timeout=300) as client:
+        works: dict[str, tuple[Callable[[], Any], Callable[[], float]]] = {
+            "raw first page": (raw, time.thread_time)
+        }
+        for label, serve, base in started:
+            client = httpx.Client(
+                base_url=base, headers={"Authorization": f"Bearer {TOKEN}"}, timeout=300
+            )
+            clients.append(client)
 
-            def get(**params: str) -> Callable[[], None]:
+            def get(client: httpx.Client = client, **params: str) -> Callable[[], None]:
                 def call() -> None:
                     answer = client.get("/api/board", params={"workflow": wf.id, **params})
                     assert answer.status_code == 200, answer.text
 
                 return call
 
-            works = {
-                "raw first page": raw,
-                "lane page, counts=0": get(step=lane.id, limit=str(PAGE), counts="0"),
-                "lane page, counted": get(step=lane.id, limit=str(PAGE)),
-                "counts, once a load": get(limit="1"),
-            }
-            for work in works.values():  # caches warm, statements prepared: untimed
-                work()
-            for _round in range(rounds):
-                for label, work in works.items():
-                    times[label].append(_timed(work))
+            cpu = functools.partial(_serve_cpu, serve.pid)
+            works[f"lane page, counts=0{label}"] = (
+                get(step=lane.id, limit=str(PAGE), counts="0"),
+                cpu,
+            )
+            works[f"lane page, counted{label}"] = (get(step=lane.id, limit=str(PAGE)), cpu)
+            works[f"counts, once a load{label}"] = (get(limit="1"), cpu)
+        for label in works:
+            times[label] = ([], [])
+        for work, _cpu in works.values():  # caches warm, statements prepared: untimed
+            work()
+        for _round in range(rounds):
+            for label, (work, cpu) in works.items():
+                cpu_before = cpu()
+                times[label][0].append(_timed(work))
+                times[label][1].append(cpu() - cpu_before)
     finally:
-        serve.terminate()
-        serve.wait(30)
+        for client in clients:
+            client.close()
+        for _label, serve, _base in started:
+            serve.terminate()
+            serve.wait(30)
         engine.dispose()
     return times
 
@@ -120,15 +159,22 @@ def _spread(values: list[float], fmt: str) -> str:
     return " / ".join(format(v, fmt) for v in (min(values), statistics.median(values), max(values)))
 
 
-def report(db: str, tasks: int, times: dict[str, list[float]]) -> bool:
-    raw = times["raw first page"]
+def report(db: str, tasks: int, times: Times) -> bool:
+    raw, raw_cpu = times["raw first page"]
     print(f"\n{db}, {tasks:,} tasks, {len(raw)} rounds, load average {os.getloadavg()[0]:.1f}")
-    print(f"{'figure':<24}{'ms min / median / max':>28}{'/ raw page min / median / max':>34}")
+    print(
+        f"{'figure':<34}{'ms min / median / max':>24}{'/ raw page':>20}"
+        f"{'CPU ms':>22}{'CPU / raw CPU':>22}"
+    )
     ok = True
-    for label, values in times.items():
+    for label, (values, cpus) in times.items():
         ratios = [v / r for v, r in zip(values, raw, strict=True)]
-        ms = _spread([v * 1000 for v in values], ".1f")
-        print(f"{label:<24}{ms:>28}{_spread(ratios, '.1f'):>34}")
+        cpu_ratios = [c / r for c, r in zip(cpus, raw_cpu, strict=True) if r > 0]
+        print(
+            f"{label:<34}{_spread([v * 1000 for v in values], '.1f'):>24}"
+            f"{_spread(ratios, '.1f'):>20}{_spread([c * 1000 for c in cpus], '.2f'):>22}"
+            f"{_spread(cpu_ratios, '.1f') if cpu_ratios else '-':>22}"
+        )
         if label == "lane page, counts=0":
             ok = statistics.median(ratios) <= TARGET
     print(
@@ -145,13 +191,16 @@ def main() -> int:
     parser.add_argument(
         "--pg-too", action="store_true", help="also on PostgreSQL at LANEWAY_TEST_PG_URL"
     )
+    parser.add_argument(
+        "--compare", default=None, help="also a serve with PYTHONPATH=this checkout's core"
+    )
     args = parser.parse_args()
     os.environ.setdefault("LANEWAY_PLUGINS_ALLOW", "kanban,office")
     print(f"issue 45 item 5, {os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f}")
     ok = True
     with tempfile.TemporaryDirectory() as scratch:
         url = f"sqlite:///{scratch}/board.db"
-        got = measure(url, args.tasks, args.rounds, Path(scratch) / "agents")
+        got = measure(url, args.tasks, args.rounds, Path(scratch) / "agents", args.compare)
         ok &= report("sqlite", args.tasks, got)
         pg = args.pg or (os.environ.get("LANEWAY_TEST_PG_URL") if args.pg_too else None)
         if pg:
@@ -165,7 +214,9 @@ def main() -> int:
                 conn.exec_driver_sql(f"CREATE DATABASE {name}")
             try:
                 url = pg.rsplit("/", 1)[0] + f"/{name}"
-                got = measure(url, args.tasks, args.rounds, Path(scratch) / "pg-agents")
+                got = measure(
+                    url, args.tasks, args.rounds, Path(scratch) / "pg-agents", args.compare
+                )
                 ok &= report("postgresql", args.tasks, got)
             finally:
                 with admin.connect() as conn:

@@ -3,7 +3,7 @@
 - The writer connection the server ended while it sat idle (`pg_terminate_backend` here, as an
   `idle_session_timeout` does) is replaced before the next transaction uses it: the write works
   and nothing warns. Fails on the main this branch started from (`the connection is lost`).
-- The liveness lock connection is not ended by a server `idle_session_timeout` (0.3 s here, on
+- The liveness lock connection is not ended by a server `idle_session_timeout` (0.4 s here, on
   a database of the test's own: tests/conftest.py `idle_timeout_db`; it turns the timeout off
   for itself): a host idle past the timeout keeps its epoch, and others see that epoch alive.
   Fails on the main this branch started from (the server ended the lock connection: the epoch

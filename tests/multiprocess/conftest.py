@@ -15,6 +15,7 @@ import pytest
 import sqlalchemy as sa
 
 from core.store import tables as t
+from tests import zygote
 
 LANEWAY = str(Path(sys.executable).with_name("laneway"))
 T = TypeVar("T")
@@ -38,15 +39,8 @@ class Board:
     def run(
         self, *args: str, env: Mapping[str, str] | None = None
     ) -> subprocess.CompletedProcess[str]:
-        return subprocess.run(
-            [LANEWAY, "--db", self.url, *args],
-            cwd=self.cwd,
-            env=child_env(env),
-            capture_output=True,
-            text=True,
-            timeout=120,
-            check=False,
-        )
+        # a process of its own, forked from a warm one (tests/zygote.py)
+        return zygote.run(["--db", self.url, *args], cwd=self.cwd, env=child_env(env), timeout=120)
 
     def json(self, *args: str, env: Mapping[str, str] | None = None) -> Any:
         done = self.run("--json", *args, env=env)

@@ -21,10 +21,32 @@ import httpx
 import pytest
 
 from office_plugin import demo
+from tests import zygote
 from tests.conftest import open_host
 
 LANEWAY = str(Path(sys.executable).with_name("laneway"))
 TOKEN = "test-token-0123456789abcdef"
+
+
+OPENED_MS = 60_000
+"""How long a page may take to load its board and open its event stream: a hang guard, sized for
+CI's two cores with the subprocess tier beside the page; a page that never opens fails saying
+why (`wait_live`). What the page is held to once it is open (HTTP.md's one-second live update)
+is asserted by the tests themselves."""
+
+
+def wait_live(page: Any, errors: list[str] | None = None) -> None:
+    """Wait for the page to open its event stream; if it never does, fail saying what the page
+    showed (its toasts, its live label) and what it logged, not only that a selector timed out."""
+    try:
+        page.wait_for_selector(".live[data-state='live']", timeout=OPENED_MS)
+    except Exception as exc:
+        shown = page.evaluate(
+            "[...document.querySelectorAll('.toast, .live')].map((e) => e.textContent.trim())"
+        )
+        raise AssertionError(
+            f"the page never opened its event stream: it shows {shown}, logged {errors}"
+        ) from exc
 
 
 def cli_env(extra: Mapping[str, str] | None = None) -> dict[str, str]:
@@ -36,14 +58,8 @@ def cli_env(extra: Mapping[str, str] | None = None) -> dict[str, str]:
 
 def laneway(db: str, *args: str, check: bool = True, timeout: float = 60) -> Any:
     """`laneway --db DB --json ARGS...` in a subprocess; its JSON value."""
-    done = subprocess.run(
-        [LANEWAY, "--db", db, "--json", *args],
-        capture_output=True,
-        text=True,
-        env=cli_env(),
-        timeout=timeout,
-        check=False,
-    )
+    # a process of its own, forked from a warm one (tests/zygote.py)
+    done = zygote.run(["--db", db, "--json", *args], env=cli_env(), timeout=timeout)
     if check:
         assert done.returncode == 0, done.stderr
         return json.loads(done.stdout)

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from tests.serve.conftest import Served
+from tests.serve.conftest import Served, wait_live
 from tests.serve.test_serve_page import CHROMIUM
 
 AXE = os.environ.get("LANEWAY_AXE", "")
@@ -65,7 +65,14 @@ def open_page(browser: Any, served: Served, query: str = "", **context: Any) -> 
     errors: list[str] = []
     page.on("pageerror", lambda exc: errors.append(str(exc)))
     page.on("console", lambda msg: errors.append(msg.text) if msg.type == "error" else None)
+    # the console's "Failed to load resource: ... 400" names no request: this line does
+    page.on(
+        "response",
+        lambda r: (
+            errors.append(f"{r.status} {r.request.method} {r.url}") if r.status >= 400 else None
+        ),
+    )
     page.goto(f"{served.url}/{query}#token={served.token}")
-    page.wait_for_selector(".live[data-state='live']", timeout=15_000)
+    wait_live(page, errors)
     page.errors = errors
     return page

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from tests.conftest import open_host
-from tests.serve.conftest import OfficeBoard, laneway, start_serve
+from tests.serve.conftest import OPENED_MS, OfficeBoard, laneway, start_serve
 from tests.serve.page_kit import browser  # noqa: F401 - the fixture
 
 pytestmark = pytest.mark.slow
@@ -54,7 +54,7 @@ def test_issue_44_item_4_a_viewer_cannot_move_or_allow_an_operator_can(
         requests: list[str] = []
         page.on("request", lambda r: requests.append(r.url))
         page.goto(f"{served.url}/#token={viewer}")
-        page.wait_for_selector(".live[data-state='live']", timeout=15_000)
+        page.wait_for_selector(".live[data-state='live']", timeout=OPENED_MS)
         assert page.locator("#who-name").inner_text() == "vera · viewer"
         assert page.locator("#new-task").is_disabled()
         request = _panel(page, office)
@@ -81,7 +81,7 @@ def test_issue_44_item_4_a_viewer_cannot_move_or_allow_an_operator_can(
         page.goto(served.url + "/")
         page.locator("#token-input").fill(operator)
         page.locator("#token-form button[type='submit']").click()
-        page.wait_for_selector(".live[data-state='live']", timeout=15_000)
+        page.wait_for_selector(".live[data-state='live']", timeout=OPENED_MS)
         assert page.locator("#who-name").inner_text() == "otto · operator"
         request = _panel(page, office)
         assert page.locator("#move-button").is_enabled()

@@ -7,6 +7,7 @@ database, both databases."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -16,6 +17,7 @@ import sqlalchemy as sa
 from starlette.testclient import TestClient
 
 from core.host import Host
+from core.runs import RunRequest
 from core.serve.app import build_app
 from office_plugin import demo
 
@@ -42,15 +44,20 @@ def _counting_statements(host: Host) -> tuple[list[str], Any]:
     return seen, before
 
 
+def _cards(host: Host, wf_id: str, n: int) -> None:
+    """`n` cards, every other one moved on to Work."""
+    for i in range(n):
+        made = host.tasks.create(workflow=wf_id, title=f"Lane {i}")
+        if i % 2:
+            host.tasks.move(made.id, "Work")
+
+
 def test_issue_45_item_5_a_lane_page_with_counts_0_reads_no_count(
     board: tuple[Host, TestClient, Any],
 ) -> None:
     host, client, built = board
     wf = built.workflow
-    for n in range(5):
-        made = host.tasks.create(workflow=wf.id, title=f"Lane {n}")
-        if n % 2:
-            host.tasks.move(made.id, "Work")
+    _cards(host, wf.id, 5)
     engine = host.store.engine
     seen, before = _counting_statements(host)
     sa.event.listen(engine, "before_cursor_execute", before)
@@ -84,3 +91,102 @@ def test_issue_45_item_5_a_lane_page_with_counts_0_reads_no_count(
         400,
         "query 'counts': expected 0 or 1, got 'no'",
     )
+
+
+def _lane_page_statements(host: Host, wf_id: str) -> tuple[int, dict[str, Any]]:
+    """The statements one lane page (`?step=Review&limit=200&counts=0`) runs, and its answer: the
+    route as serve runs it, in this thread (no stream pump beside it to count)."""
+    from core.serve import routes
+    from core.serve.http import Call, _answer
+
+    ran: list[str] = []
+
+    def before(_conn: Any, _cursor: Any, statement: str, *_rest: Any) -> None:
+        ran.append(statement)
+
+    query = {"workflow": wf_id, "step": "Review", "limit": "200", "counts": "0"}
+    sa.event.listen(host.store.engine, "before_cursor_execute", before)
+    try:
+        response = _answer(routes.board, Call(host=host, path={}, query=query, body=None, raw=b""))
+    finally:
+        sa.event.remove(host.store.engine, "before_cursor_execute", before)
+    assert response.status_code == 200
+    return len(ran), json.loads(bytes(response.body))
+
+
+@pytest.mark.one_database
+def test_issue_45_item_5_a_lane_page_reads_its_badges_in_one_statement(
+    board: tuple[Host, TestClient, Any],
+) -> None:
+    """A lane's first page is its cards, one statement for every badge, seat and profile over
+    them, one for the queue ahead of a queued card and one for the budgets: 4 statements
+    whatever the number of cards and badges (it was 19, each badge read on its own)."""
+    host, _client, built = board
+    wf = built.workflow
+    made = [host.tasks.create(workflow=wf.id, title=f"Card {n}") for n in range(12)]
+    for task in made[:2]:
+        host.tasks.move(task.id, "Review")
+    review = next(s.id for s in wf.steps if s.name == "Review")
+    agent = host.profiles.list()[0].id
+    # a queued card: the queue ahead of it is read too
+    host.runs.enqueue(RunRequest(agent, made[0].id, review, "task_assigned"))
+    few, answer = _lane_page_statements(host, wf.id)
+    assert len(answer["tasks"]) == 2
+    assert answer["tasks"][0]["badges"]["queued"] is True
+    for task in made[2:]:
+        host.tasks.move(task.id, "Review")
+    host.blockers.block(made[1].id, made[2].id)
+    many, answer = _lane_page_statements(host, wf.id)
+    assert len(answer["tasks"]) == 12
+    assert [b["id"] for b in answer["tasks"][1]["badges"]["blockers"]] == [made[2].id]
+    assert few == many == 4
+
+
+def test_issue_45_item_5_a_pages_lanes_asked_at_once_on_a_new_shape_all_answer(
+    board: tuple[Host, TestClient, Any],
+) -> None:
+    """The page asks for all its lanes at once; the first requests of a shape share one new
+    badge read. Compiled on several threads together, it now and then failed ("Can't
+    determine which FROM clause to join from") and a lane answered 500 (CI's page tests);
+    the statements of a shape are now built and compiled once, under a lock, first. Here:
+    every step's lane from its own thread, threads switching as often as Python allows, on a
+    cleared statement cache, several times; every answer is the same as one asked alone."""
+    import sys
+    import threading
+
+    from core.serve import board_view
+
+    host, _client, built = board
+    wf = built.workflow
+    _cards(host, wf.id, 6)
+    steps = [s.id for s in wf.steps]
+
+    def lane(step: str) -> dict[str, Any]:
+        with host.store.read() as conn:
+            query = board_view.BoardQuery(step_id=step, limit=100, counts=False)
+            return board_view.read(conn, host.workflows.get(wf.id), query, lambda: None)
+
+    alone = {step: lane(step) for step in steps}
+    switch = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)
+    try:
+        for _ in range(5):
+            board_view._statements.cache_clear()
+            answers: dict[str, Any] = {}
+            start = threading.Barrier(len(steps))
+
+            def ask(step: str, start: threading.Barrier, answers: dict[str, Any]) -> None:
+                start.wait()
+                try:
+                    answers[step] = lane(step)
+                except Exception as exc:  # noqa: BLE001 - the failure is what is counted
+                    answers[step] = exc
+
+            threads = [threading.Thread(target=ask, args=(step, start, answers)) for step in steps]
+            for thread in threads:
+                thread.start()
+            for thread in threads:
+                thread.join()
+            assert answers == alone
+    finally:
+        sys.setswitchinterval(switch)

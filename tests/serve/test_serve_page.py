@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from tests.serve.board_data import populate
-from tests.serve.conftest import OfficeBoard, Served, laneway, start_serve
+from tests.serve.conftest import OfficeBoard, Served, laneway, start_serve, wait_live
 
 pytestmark = pytest.mark.slow
 
@@ -45,8 +45,14 @@ def _open(browser: Any, served: Served) -> Any:
     errors: list[str] = []
     page.on("pageerror", lambda exc: errors.append(str(exc)))
     page.on("console", lambda msg: errors.append(msg.text) if msg.type == "error" else None)
+    page.on(
+        "response",
+        lambda r: (
+            errors.append(f"{r.status} {r.request.method} {r.url}") if r.status >= 400 else None
+        ),
+    )
     page.goto(f"{served.url}/#token={served.token}")
-    page.wait_for_selector(".live[data-state='live']", timeout=15_000)
+    wait_live(page, errors)
     page.errors = errors
     return page
 

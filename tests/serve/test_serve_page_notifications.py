@@ -19,7 +19,7 @@ import attrs
 import pytest
 
 from tests.conftest import eventually, open_host
-from tests.serve.conftest import Served, laneway, start_serve
+from tests.serve.conftest import OPENED_MS, Served, laneway, start_serve
 from tests.serve.page_kit import browser
 
 pytestmark = pytest.mark.slow
@@ -91,7 +91,7 @@ def _open(browser: Any, served: Served, **context: Any) -> Any:
     ctx.add_init_script(WRAP)
     page = ctx.new_page()
     page.goto(f"{served.url}/#token={served.token}")
-    page.wait_for_selector(".live[data-state='live']", timeout=15_000)
+    page.wait_for_selector(".live[data-state='live']", timeout=OPENED_MS)
     return page
 
 
@@ -150,7 +150,7 @@ def test_issue_42_item_3_the_page_asks_for_the_permission_once(browser: Any, boa
         pytest.fail("a fresh context should not have answered the notification permission")
     eventually(lambda: page.evaluate("window.__asked") == 1, timeout=10, what="asked once")
     page.reload()
-    page.wait_for_selector(".live[data-state='live']", timeout=15_000)
+    page.wait_for_selector(".live[data-state='live']", timeout=OPENED_MS)
     assert page.evaluate("window.__asked") == 0  # remembered: not asked again
     page.context.close()
 

@@ -39,14 +39,18 @@ class TurnCall:
     execution_id: str
     room: Room | None = None
     """The sandbox the agent runs in (`profile --sandbox`), None: the worker's user's rights."""
+    running: bool = False
+    """The session is RUNNING already (`TurnProtocol.running_first` said so for this try)."""
 
 
 class TurnProtocol(Protocol):
     """One protocol's way to run a try at a turn."""
 
-    running_first: bool
-    """The session is set RUNNING before the try's workspace is looked up (ACP); otherwise
-    the protocol sets it itself, with its prompt (exec)."""
+    def running_first(self, session_id: str) -> bool:
+        """Whether the session is set RUNNING before the try's workspace is looked up (an ACP
+        agent still to start); otherwise the protocol sets it itself, with its prompt (exec, a
+        live ACP conversation: one transaction for both)."""
+        ...
 
     def attempt(self, turn: LiveTurn, call: TurnCall) -> TurnEnd:
         """Run the try; how it ended, routed (never raises for what the agent did)."""

@@ -16,7 +16,7 @@ from core.agents.desired import exec_env, with_plan_instruction
 from core.agents.item_queue import ItemQueue
 from core.agents.protocols import exec_process as process
 from core.agents.stops import InFlight, LiveTurn
-from core.agents.values import TurnEnd
+from core.agents.values import TranscriptItem, TurnEnd
 from core.errors import LanewayError, RunFenced
 from core.logs import logger
 
@@ -30,7 +30,8 @@ _UNSET: Final = object()
 
 
 class ExecProtocol:
-    running_first = False
+    def running_first(self, session_id: str) -> bool:
+        return False
 
     def __init__(self, in_flight: InFlight) -> None:
         self.in_flight = in_flight
@@ -46,9 +47,7 @@ class ExecProtocol:
         )
         fresh = want.resets > int(session.agent.get("resets_applied") or 0)
         prompt = with_plan_instruction(call.prompt) if want.plan_mode else call.prompt
-        with self.peers.store.transaction():
-            self.peers.sessions.set_state(session_id, "RUNNING")
-            record.items([item("prompt", prompt)])
+        record.running([item("prompt", prompt)])
         watch = _Deadlines(turn, profile.turn_timeout, profile.idle_timeout)
         said = ItemQueue(record.items)
 
@@ -92,6 +91,8 @@ class ExecProtocol:
             watch.start()
             try:
                 result = proc.wait()
+                if result.unread:
+                    said.note(unread_note(turn, session_id, result.unread))
                 said.close()  # everything it said is kept before its turn ends
             except BaseException:
                 # the board could not take what it said (its task deleted under it): the agent
@@ -132,12 +133,15 @@ class ExecProtocol:
         self, turn: LiveTurn, session_id: str, message: Any, record: BoardRecord, said: ItemQueue
     ) -> None:
         host = self.peers
-        log = logger.bind(task_id=turn.task_id, session_id=session_id, run_id=turn.run_id)
+
+        def log() -> Any:  # bound when a record is made, not per line (issue 45)
+            return logger.bind(task_id=turn.task_id, session_id=session_id, run_id=turn.run_id)
+
         if "log" in message and said.put([item("log", str(message["log"]))]):
             # past the turn's transcript limit a log line is dropped, here too: a million of
             # them are not a million log records
             text = cut_text(str(message["log"]))
-            log.bind(agent_log=text).info("agent says")
+            log().bind(agent_log=text).info("agent says")
             from core.store import events  # the store is loaded by then; the runtime starts light
 
             events.notify(
@@ -173,7 +177,7 @@ class ExecProtocol:
             except RunFenced as exc:
                 self.in_flight.refused(turn.run_id, exc.reason, "decision")
             except LanewayError as exc:
-                log.bind(cause=str(exc)).warning("agent decision not recorded")
+                log().bind(cause=str(exc)).warning("agent decision not recorded")
 
 
 class _Deadlines:
@@ -216,6 +220,19 @@ class _Deadlines:
             if turn.proc is not None:
                 turn.proc.kill()
             return
+
+
+def unread_note(turn: LiveTurn, session_id: str | None, unread: int) -> TranscriptItem:
+    """The item (and the warning) saying a stopped agent's unprocessed output was dropped:
+    a stop does not wait for a backlog to be written (core.agents.protocols.exec_pipe)."""
+    logger.bind(
+        task_id=turn.task_id, session_id=session_id, run_id=turn.run_id, unread_bytes=unread
+    ).warning("agent stopped: its output not yet processed was dropped")
+    return item(
+        "log",
+        f"stopped: {unread} bytes the agent wrote were not yet read and are not kept",
+        {"level": "warning", "unread_bytes": unread},
+    )
 
 
 def _exec_usage(usage: Mapping[str, Any]) -> dict[str, Any]:

@@ -28,6 +28,7 @@ exec's reason instead of becoming setpriv's exit status.
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import ctypes
 import errno
@@ -38,19 +39,24 @@ import signal
 import subprocess
 import sys
 import threading
-from collections.abc import Callable, Iterator, Mapping
+import time
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, Final
 
 import attrs
 
 from core.agents import spare, watchdog_link
+from core.agents.protocols.exec_pipe import Pipe, enlarge
 from core.text import MAX_TEXT
 
 TRANSIENT_EXIT: Final = 75
 EXECUTION_ENV: Final = "LANEWAY_EXECUTION_ID"
 """An exec turn's own mark in its agent's environment: what the agent starts inherits it."""
 SWEEP_PASSES: Final = 20
+SWEEP_BATCH_S: Final = 0.2
+"""How long after a turn's end what it left outside its group may live before the sweep that
+finds it (`defer_sweep`): the turns that end meanwhile are swept in the same pass."""
 HELD_OPEN_S: Final = 0.1
 """How long after the agent's exit its output may stay open before what holds it is swept:
 an agent's output normally ends with it, and then the sweep after the turn is the only one."""
@@ -80,6 +86,9 @@ class TurnResult:
     here)."""
     stderr_tail: str
     execution_id: str
+    unread: int = 0
+    """Bytes of stdout the agent wrote that were not processed: it was stopped (`kill`) with
+    them still buffered (core.agents.protocols.exec_pipe)."""
 
     @property
     def ok(self) -> bool:
@@ -105,6 +114,8 @@ class AgentProcess:
     popen: subprocess.Popen[bytes]
     execution_id: str
     on_message: Callable[[Message], None]
+    pipe: Pipe
+    """Its stdout, drained by a thread of its own from the moment it starts."""
     on_line: Callable[[str], None] | None = None
     """Each transcript line as it arrives (the board keeps it while the turn runs)."""
     lines: int = 0
@@ -112,8 +123,7 @@ class AgentProcess:
     """Set when the agent's output has ended (`_sweep_on_exit` waits for it)."""
 
     def wait(self) -> TurnResult:
-        stdout, stderr = self.popen.stdout, self.popen.stderr
-        assert stdout is not None
+        stderr = self.popen.stderr
         assert stderr is not None
         tail = bytearray()
         drained = threading.Event()
@@ -128,23 +138,32 @@ class AgentProcess:
         # new thread to be scheduled, a millisecond a start on a busy machine (issue 45)
         spare.run(drain)
         try:
-            for line, cut in read_lines(stdout, MAX_LINE):
+            for line, cut in self.pipe.lines(MAX_LINE):
                 self._handle(line.rstrip("\r"), cut)
-        finally:
+        except BaseException:
+            # the turn failed taking a line: its agent is killed by the caller, and what it
+            # still writes is not held
+            self.pipe.abandon()
             self.read.set()
+            raise
+        # stopped with a backlog, the pipe is still read (and dropped) to its end
+        self.pipe.wait_ended()
+        self.read.set()
         # The agent has exited but is not reaped yet, so its pid (the group id) cannot have been
         # reused: sweep what it left behind in its group, then reap it.
         with contextlib.suppress(ChildProcessError, OSError):
             os.waitid(os.P_PID, self.popen.pid, os.WEXITED | os.WNOWAIT)
         kill_group(self.popen.pid)
         watchdog_link.untrack(self.popen.pid)
-        # and what left the group since the sweep at the agent's exit: off the turn's path
-        execution_id, pid = self.execution_id, self.popen.pid
-        spare.run(lambda: _sweep_quietly(execution_id, pid))
+        # and what left the group since the sweep at the agent's exit: off the turn's path,
+        # with the other turns that ended meanwhile (`defer_sweep`)
+        defer_sweep(self.execution_id, self.popen.pid)
         code = self.popen.wait()
         drained.wait()
         errors = bytes(tail).decode("utf-8", "replace")
-        return TurnResult(code, self.lines, errors[-STDERR_TAIL:], self.execution_id)
+        return TurnResult(
+            code, self.lines, errors[-STDERR_TAIL:], self.execution_id, self.pipe.unread
+        )
 
     def _handle(self, line: str, cut: int) -> None:
         if cut:
@@ -166,35 +185,14 @@ class AgentProcess:
             self.on_line(line)
 
     def kill(self) -> None:
-        """Stop the agent and everything in its process group."""
+        """Stop the agent and everything in its process group; what it wrote and is not
+        processed yet is dropped (`TurnResult.unread`), not waited for."""
+        self.pipe.abandon()
         if self.popen.returncode is None:  # once reaped, its pid may be someone else's
             kill_group(self.popen.pid)
             watchdog_link.untrack(self.popen.pid)
         if self.popen.poll() is None:
             self.popen.kill()
-
-
-def read_lines(stream: Any, limit: int) -> Iterator[tuple[str, int]]:
-    """The lines of a binary stream, decoded (UTF-8, bad bytes replaced), each with the bytes
-    cut from it: a line longer than `limit` bytes yields its first `limit` and the count of
-    the rest, which is read in chunks and dropped. Never holds more than `limit` bytes."""
-    while True:
-        raw: bytes = stream.readline(limit + 1)
-        if not raw:
-            return
-        cut = 0
-        if len(raw) > limit and not raw.endswith(b"\n"):
-            cut = len(raw) - limit
-            raw = raw[:limit]
-            while True:
-                rest: bytes = stream.readline(_CHUNK)
-                if not rest:
-                    break
-                if rest.endswith(b"\n"):
-                    cut += len(rest) - 1
-                    break
-                cut += len(rest)
-        yield raw.rstrip(b"\n").decode("utf-8", "replace"), cut
 
 
 def _keep_tail(stream: Any, tail: bytearray) -> None:
@@ -323,16 +321,58 @@ def start(
     pid, read = popen.pid, threading.Event()
     spare.run(lambda: _sweep_on_exit(execution_id, pid, read))
     assert popen.stdin is not None
+    assert popen.stdout is not None
+    # drained from now on, the prompt's writing included, apart from its lines' processing
+    enlarge(popen.stdout.fileno())
+    pipe = Pipe(popen.stdout.fileno())
+    pipe.start()
     try:
         popen.stdin.write(prompt.encode("utf-8", "replace"))
         popen.stdin.close()
     except BrokenPipeError:
         pass  # the agent did not read its prompt; its exit status tells the rest
-    return AgentProcess(popen, execution_id, on_message, on_line, read=read)
+    return AgentProcess(popen, execution_id, on_message, pipe, on_line, read=read)
 
 
-def _sweep_quietly(execution_id: str, agent: int) -> None:
-    sweep_leftovers(execution_id, agent)
+_deferred: dict[str, int] = {}
+"""The turns whose leftovers wait for the next sweep: execution id -> the agent's pid."""
+_deferred_lock = threading.Lock()
+_sweep_due = False
+
+
+def defer_sweep(execution_id: str, agent: int) -> None:
+    """Sweep what the ended turn `execution_id` left outside its group (`sweep_leftovers`)
+    within SWEEP_BATCH_S, in one pass over /proc with every other turn that ended meanwhile,
+    and at the latest when the process's agents are done (`sweep_deferred`). A sweep reads
+    every process's environment: one per turn was a tenth of an exec run's CPU (issue 45)."""
+    global _sweep_due
+    with _deferred_lock:
+        _deferred[execution_id] = agent
+        if _sweep_due:
+            return
+        _sweep_due = True
+    spare.run(_sweep_soon)
+
+
+def _sweep_soon() -> None:
+    time.sleep(SWEEP_BATCH_S)
+    sweep_deferred()
+
+
+def sweep_deferred() -> list[int]:
+    """Sweep now for every turn whose sweep was deferred; the pids killed. The worker calls
+    it when it is done (its runtime's close), and the interpreter at its exit."""
+    global _sweep_due
+    with _deferred_lock:
+        turns = dict(_deferred)
+        _deferred.clear()
+        _sweep_due = False
+    if not turns:
+        return []
+    return _sweep(turns)
+
+
+atexit.register(sweep_deferred)
 
 
 def _sweep_on_exit(execution_id: str, agent: int, read: threading.Event) -> None:
@@ -355,10 +395,18 @@ def sweep_leftovers(execution_id: str, agent: int, *, spare_group: bool = False)
     kill (the child inherits the mark). A process that rewrote its environment is not found;
     one of another user, or non-dumpable, cannot be read and is not either. `spare_group`:
     leave the agent's own process group alone."""
+    return _sweep({execution_id: agent}, spare_group=spare_group)
+
+
+def _sweep(turns: Mapping[str, int], *, spare_group: bool = False) -> list[int]:
+    """`sweep_leftovers` for several turns at once (execution id -> agent pid), in one pass
+    over /proc's environments."""
     if not sys.platform.startswith("linux"):
         return []
-    mark = f"\0{EXECUTION_ENV}={execution_id}\0".encode()
-    own = os.getpid()
+    key = f"\0{EXECUTION_ENV}=".encode()
+    marks = {execution_id.encode() for execution_id in turns}
+    agents = set(turns.values())
+    skip = {os.getpid(), *agents}
     killed: list[int] = []
     for _ in range(SWEEP_PASSES):
         found = []
@@ -367,12 +415,12 @@ def sweep_leftovers(execution_id: str, agent: int, *, spare_group: bool = False)
         except OSError:
             return killed
         for name in names:
-            if not name.isdigit() or int(name) in (own, agent):
+            if not name.isdigit() or int(name) in skip:
                 continue
             environ = _environ(name)
             if environ is None:
                 continue
-            if mark in environ and not (spare_group and _group(int(name)) == agent):
+            if _marked(environ, key, marks) and not (spare_group and _group(int(name)) in agents):
                 found.append(int(name))
         for pid in found:
             with contextlib.suppress(ProcessLookupError, PermissionError):
@@ -381,6 +429,19 @@ def sweep_leftovers(execution_id: str, agent: int, *, spare_group: bool = False)
         if not found:
             break
     return killed
+
+
+def _marked(environ: bytes, key: bytes, marks: set[bytes]) -> bool:
+    """Whether an entry `key<mark>` of `environ` (entries between NUL bytes) names one of
+    `marks`."""
+    at = environ.find(key)
+    while at >= 0:
+        start = at + len(key)
+        end = environ.find(b"\0", start)
+        if environ[start:end] in marks:
+            return True
+        at = environ.find(key, end)
+    return False
 
 
 def _environ(pid: str) -> bytes | None:

@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any, Final
 from core.agents.bounds import item
 from core.agents.item_queue import ItemQueue
 from core.agents.protocols import exec_process as process
-from core.agents.protocols.exec import _Deadlines
+from core.agents.protocols.exec import _Deadlines, unread_note
 from core.agents.values import TurnEnd
 from core.errors import LanewayError
 
@@ -126,6 +126,8 @@ def run(
     watch.start()
     try:
         result = proc.wait()
+        if result.unread:
+            said.note(unread_note(turn, None, result.unread))
         said.close()
     except BaseException:
         proc.kill()

@@ -36,7 +36,6 @@ from multiprocessing.connection import (
 from typing import TYPE_CHECKING, Any, ClassVar, Self
 
 import attrs
-from acp.schema import EnvVariable, McpServerStdio
 
 from core import actors
 from core.agents.tools import wire
@@ -44,6 +43,8 @@ from core.errors import LanewayError
 from core.logs import logger
 
 if TYPE_CHECKING:
+    from acp.schema import McpServerStdio
+
     from core.agents.ports import AgentPort
     from core.model import Decision
 
@@ -68,6 +69,8 @@ class Grant:
 def mcp_server(grant: Grant) -> McpServerStdio:
     """The stdio MCP server `laneway` for session/new's and session/load's `mcpServers`: the
     agent starts it with exactly these three variables (no database URL among them)."""
+    from acp.schema import EnvVariable, McpServerStdio
+
     return McpServerStdio(
         name=wire.SERVER_NAME,
         command=sys.executable,

@@ -32,6 +32,7 @@ from typing import TYPE_CHECKING, Any, Final, Protocol
 import attrs
 
 from core.agents import spare
+from core.agents.bounds import item
 from core.agents.desired import PLAN_MODE, Desired, with_plan_instruction
 from core.agents.item_queue import ItemQueue
 from core.agents.protocols.acp.facade import INIT_TIMEOUT, AcpLoop, AgentConnection, McpServer
@@ -85,6 +86,10 @@ class Record(Protocol):
 
     def items(self, items: Sequence[TranscriptItem]) -> None: ...
 
+    def running(self, items: Sequence[TranscriptItem] = ()) -> None:
+        """The session RUNNING and `items` kept, in one transaction."""
+        ...
+
     def agent(self, **fields: Any) -> None: ...
 
     def usage(self, usage: Mapping[str, Any]) -> None: ...
@@ -129,6 +134,9 @@ class AcpTurn:
     asking: Callable[[], bool] | None = None
     """Whether the turn's agent waits for a person now (the tool server's `ask`): the idle
     watch counts that wait as no silence."""
+    running: bool = True
+    """The session is RUNNING already; else the turn sets it, with its prompt when its
+    conversation is live (one transaction for both)."""
 
 
 class Conversations:
@@ -186,6 +194,13 @@ class Conversations:
             conn.close()
             return None
         return conn
+
+    def kept(self, session_id: str) -> bool:
+        """Whether a live process of the conversation is kept here (`take` may still refuse
+        it: the turn then starts another)."""
+        with self._lock:
+            conn = self._live.get(session_id)
+        return conn is not None and conn.alive
 
     def keep(self, session_id: str, conn: AgentConnection, run_id: str = "") -> None:
         with self._lock:
@@ -286,13 +301,19 @@ def run_acp_turn(conversations: Conversations, turn: AcpTurn, record: Record) ->
     run_id = turn.env.get("LANEWAY_RUN_ID", "")
     report = _Report(record, turn.reported)
     conn = conversations.take(turn.session_id, run_id)
+    running = turn.running
     try:
         if conn is None:
+            if not running:
+                record.running()  # the board shows it while its agent starts
+                running = True
             conn = conversations.start(turn.profile, turn.env, turn.cwd, turn.room)
         _state, prompt = _prepare(conn, turn, record, report)
     except AcpError as exc:
         if conn is not None:
             conn.close()
+        if not running:
+            record.running()  # as a turn that began: its end routes from RUNNING
         return exc.end
     watch = _IdleWatch(conn, turn.profile.idle_timeout, turn.asking)
     conversations.running(turn.session_id, conn)
@@ -313,12 +334,19 @@ def run_acp_turn(conversations: Conversations, turn: AcpTurn, record: Record) ->
 
     try:
         watch.start()
+        if running:
+            said.put([item("prompt", prompt)])
+        else:
+            # a live conversation's turn: RUNNING and its prompt in one transaction, written
+            # here before the prompt is sent (no hand-off to the item writer for it)
+            record.running([item("prompt", prompt)])
         end = conn.prompt(
             prompt,
             on_item=keep,
             on_permission=ask,
             timeout=turn.profile.turn_timeout,
             on_elicit=elicit,
+            kept=True,
         )
         said.close()  # everything it said is kept before its turn ends
     except BaseException:

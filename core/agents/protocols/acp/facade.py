@@ -603,13 +603,14 @@ class AgentConnection:
         on_permission: OnPermission | None = None,
         timeout: float | None = None,
         on_elicit: OnElicit | None = None,
+        kept: bool = False,
     ) -> TurnEnd:
         """One turn: `session/prompt` with `text`, every update handed to `on_item` (the
-        prompt first), until the agent answers; routed as AGENTS.md says. Never raises for
-        what the agent did."""
+        prompt first, unless the caller `kept` it already), until the agent answers; routed as
+        AGENTS.md says. Never raises for what the agent did."""
         state = self._need_session()
         deliver = on_item or self.on_item
-        if deliver is not None:
+        if deliver is not None and not kept:
             deliver(item("prompt", text))
         self._cancelled = False
         self.client.closing = ""

@@ -6,8 +6,6 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from acp.schema import McpServerStdio
-
 from core.agents.stops import InFlight, LiveTurn
 from core.agents.tools.access import ToolAccess
 from core.agents.tools.wire import SOCKET_ENV
@@ -19,8 +17,6 @@ if TYPE_CHECKING:
 
 
 class AcpProtocol:
-    running_first = True
-
     def __init__(self, in_flight: InFlight, tools: ToolAccess) -> None:
         self.in_flight = in_flight
         self.tools = tools
@@ -36,6 +32,11 @@ class AcpProtocol:
             self._conversations = Conversations(shared_loop)
             self.in_flight.conversations = self._conversations
         return self._conversations
+
+    def running_first(self, session_id: str) -> bool:
+        """An agent still to start shows RUNNING while it starts; a live conversation's turn
+        sets it with its prompt (one transaction, not two: issue 45)."""
+        return self._conversations is None or not self._conversations.kept(session_id)
 
     def running_agent(self, session_id: str | None) -> int | None:
         """The pid of the ACP agent running `session_id`'s turn now, if any."""
@@ -60,6 +61,10 @@ class AcpProtocol:
         return {s: why for s, why in finished.items() if self._conversations.end(s, why)}
 
     def attempt(self, turn: LiveTurn, call: TurnCall) -> TurnEnd:
+        # the ACP SDK (its schema builds ~600 ms of pydantic models) is imported by the first
+        # ACP turn, not by every worker, `serve` or command that never starts an ACP agent
+        from acp.schema import McpServerStdio
+
         from core.agents.protocols.acp.conversation import AcpTurn, run_acp_turn
 
         servers, token = self.tools.servers(
@@ -94,6 +99,7 @@ class AcpProtocol:
                         servers,
                         room,
                         asking=lambda: self.tools.asking(token),
+                        running=call.running,
                     ),
                     call.record,
                 )
