@@ -62,16 +62,20 @@ def test_config_options_and_the_model_option(start: Start, tmp_path: Path) -> No
     assert (missing.applied, missing.offered) == (False, ("small", "large"))
 
 
+@pytest.mark.parametrize("replay", ["before the answer", "late"])
 def test_load_session_continues_the_conversation_in_a_new_process(
-    start: Start, tmp_path: Path
+    start: Start, tmp_path: Path, replay: str
 ) -> None:
     """ "A conversation continues across turns ... else `session/load` with the stored ACP
-    session id when the agent advertises loadSession"; its replay is not transcript again."""
-    script = {"load_session": True, "state_dir": str(tmp_path)}
+    session id when the agent advertises loadSession"; its replay is not transcript again,
+    also when the agent streams it after answering session/load (as Gemini CLI 0.61 does: CI
+    once saw a replayed answer joined to the next turn's)."""
+    script = {"load_session": True, "state_dir": str(tmp_path), "replay": replay}
     first = start(script)
     assert first.info is not None
     assert first.info.load_session
     session_id = first.new_session(tmp_path).session_id
+    assert first.prompt("the plan").ok
     assert first.prompt("remember the number 7").ok
     first.close()
 

@@ -6,6 +6,7 @@ The script is JSON, from the file named by FAKE_ACP_SCRIPT_FILE or inline in FAK
      "new": "ok" | "auth_error", "load": "ok" | "auth_error",
      "modes": ["default", "plan"], "mode": "default",
      "load_session": false,
+     "replay": "late",   # session/load answers first and replays the conversation after
      "resume_session": false, "close_session": false,   # sessionCapabilities.resume / .close
      "resume": "ok" | "error",                          # session/resume's answer
      "log": "FILE",   # one JSON line per session request: {"method", "session_id", "pid"}
@@ -125,6 +126,7 @@ class FakeAgent(Agent):
         self.history: dict[str, list[str]] = {}
         self.mcp_servers: dict[str, list[Any]] = {}
         self.cwd: dict[str, str] = {}
+        self.late: asyncio.Task[None] | None = None  # a replay sent after session/load answered
 
     def on_connect(self, conn: Client) -> None:
         self.client = conn
@@ -232,10 +234,19 @@ class FakeAgent(Agent):
         self.mcp_servers[session_id] = list(kwargs.get("mcp_servers") or [])
         self.cwd[session_id] = cwd
         assert self.client is not None
-        for text in self.history[session_id]:  # ACP: load replays the conversation
-            await self.client.session_update(session_id, update_agent_message_text(text))
+        if self.script.get("replay") == "late":
+            # as Gemini CLI 0.61: the answer first, the replay streamed after it
+            self.late = asyncio.create_task(self._replay(session_id, pause=0.001))
+        else:
+            await self._replay(session_id)  # ACP: load replays the conversation, then answers
         self._log("session/load", session_id)
         return LoadSessionResponse(modes=self._mode_state(), config_options=self._config() or None)
+
+    async def _replay(self, session_id: str, pause: float = 0.0) -> None:
+        assert self.client is not None
+        for text in self.history[session_id]:
+            await asyncio.sleep(pause)
+            await self.client.session_update(session_id, update_agent_message_text(text))
 
     async def resume_session(
         self, cwd: str, session_id: str, **kwargs: Any

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, Final
@@ -65,6 +66,10 @@ _FILLED: Final = ("title", "kind", "rawInput", "_meta")
 MAX_READ: Final = 8 * 1024 * 1024
 """The largest file `fs/read_text_file` returns (bytes): the answer is one stdin line."""
 CHUNK_QUIET: Final = 0.2
+REPLAY_QUIET: Final = 0.2
+"""Seconds without an update that end a session/load's replay (see `replay_done`)."""
+REPLAY_LIMIT: Final = 3.0
+"""The longest laneway waits for a replay to end after session/load has answered."""
 """Message text gathered from chunks the agent did not mark with a `messageId` is one item once
 the agent has paused this long (s): nothing else says where such a message ends."""
 ALLOW_KINDS: Final = ("allow_once", "allow_always")
@@ -176,6 +181,7 @@ class LanewayClient:
         self.policy = policy
         self.cwd: Path | None = None
         self.replaying = False
+        self._heard = 0.0  # time.monotonic() of the last session/update
         self.mode: str | None = None
         self.config_options: list[Any] | None = None
         self.usage: TokenUsage | None = None
@@ -228,7 +234,19 @@ class LanewayClient:
             # on across pauses, as one item.
             self._quiet = asyncio.get_running_loop().call_later(CHUNK_QUIET, self.flush)
 
+    async def replay_done(self) -> None:
+        """Wait until a session/load's replay has gone quiet (REPLAY_QUIET, at most
+        REPLAY_LIMIT after the answer). ACP says the agent answers session/load once the whole
+        conversation is replayed, but Gemini CLI 0.61 answers first and streams its replay
+        after: updates that come before the next prompt belong to the replay, not the turn."""
+        began = self._heard = time.monotonic()
+        while (left := self._heard + REPLAY_QUIET - time.monotonic()) > 0:
+            if time.monotonic() - began >= REPLAY_LIMIT:
+                return
+            await asyncio.sleep(left)
+
     async def session_update(self, session_id: str, update: Any, **kwargs: Any) -> None:
+        self._heard = time.monotonic()
         if isinstance(update, CurrentModeUpdate):
             self.mode = update.current_mode_id
             return

@@ -487,6 +487,7 @@ class AgentConnection:
                 ),
                 self.request_timeout,
             )
+            await self.client.replay_done()
         finally:
             self.client.replaying = False
         self._take_session(session_id, answer.modes, answer.config_options)
