@@ -176,8 +176,11 @@ def diff(peers: Peers, ref: str) -> dict[str, Any]:
             # A task that ended is retired by another process: its work committed to its
             # branch, then the checkout removed (file by file), then the record marked. A diff
             # read after the commit and before the mark finds no checkout here, or half of one;
-            # the branch holds everything.
-            if record.get("host") != host_name() or not (not path.exists() or _ended(peers, task)):
+            # the branch holds everything. The task is read again: it may have reached its end
+            # while git read the checkout.
+            if record.get("host") != host_name() or not (
+                not path.exists() or _ended(peers, peers.tasks.get(ref))
+            ):
                 raise
             change = gitwork.branch_diff(travel.checkout(record), base, record["branch"])
     return {

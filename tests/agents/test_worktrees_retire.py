@@ -147,3 +147,40 @@ def test_a_diff_read_while_a_retire_is_between_its_removal_and_its_mark_shows_th
     found = service.diff(host, task)
     assert [f["path"] for f in found["files"]] == ["left.txt"]
     assert "a file not yet removed" not in found["patch"]
+
+
+@pytest.mark.slow  # it starts a process: the subprocess tier
+@pytest.mark.one_database
+def test_a_diff_read_begun_before_the_task_reached_done_shows_the_branch(
+    host: Host, tmp_path: Path, worktrees: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The page asks for the diff of a card at its working step; while git reads the checkout,
+    the worker moves the card to Done and starts retiring it (checkout half removed, record not
+    yet marked). The diff had read the task before the move; it reads it again and shows the
+    branch, not an error (the page with the real Claude adapter logged a 400 for it in CI)."""
+    from core.services import worktrees as service
+    from core.store import tables as t
+
+    task, _repo = _worked_task(host, tmp_path, retire=True)
+    real = service.gitwork.diff
+
+    def racing(path: Path, base: str) -> Any:
+        host.tasks.move(task, "Done")  # retires: committed, removed, marked
+        workspace = host.tasks.get(task).workspace
+        assert workspace is not None
+        assert workspace["removed_at"]
+        unmarked = {k: v for k, v in workspace.items() if k != "removed_at"}
+        with host.store.transaction() as uow:
+            uow.conn.execute(
+                t.tasks.update().where(t.tasks.c.id == task).values(workspace=json.dumps(unmarked))
+            )
+        path.mkdir(parents=True)  # half removed: a file left, its `.git` already gone
+        (path / "left.txt").write_text("a file not yet removed\n")
+        return real(path, base)
+
+    monkeypatch.setattr(service.gitwork, "diff", racing)
+    found = service.diff(host, task)
+
+    assert [f["path"] for f in found["files"]] == ["left.txt"]
+    assert "a file not yet removed" not in found["patch"]
+    assert found["branch"] == f"laneway/{task[-8:]}"
