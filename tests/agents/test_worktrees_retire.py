@@ -110,6 +110,22 @@ def test_cli_workflow_set_retire_and_keep_worktrees(
     assert "--retire-worktrees/--keep-worktrees" in bare.output
 
 
+def _done_and_unmarked(host: Host, task: str) -> None:
+    """The task moved to Done and its worktree retired (committed, removed), its record put
+    back to before the retire's mark: the shape another process's retire leaves for a moment."""
+    from core.store import tables as t
+
+    host.tasks.move(task, "Done")
+    workspace = host.tasks.get(task).workspace
+    assert workspace is not None
+    assert workspace["removed_at"]
+    unmarked = {k: v for k, v in workspace.items() if k != "removed_at"}
+    with host.store.transaction() as uow:
+        uow.conn.execute(
+            t.tasks.update().where(t.tasks.c.id == task).values(workspace=json.dumps(unmarked))
+        )
+
+
 @pytest.mark.slow  # it starts a process: the subprocess tier
 @pytest.mark.one_database
 def test_a_diff_read_while_a_retire_is_between_its_removal_and_its_mark_shows_the_branch(
@@ -120,18 +136,9 @@ def test_a_diff_read_while_a_retire_is_between_its_removal_and_its_mark_shows_th
     but the record is not yet marked. Put in that shape, the diff is the branch's, not an error
     (the page logged a 400 for it in CI)."""
     from core.services import worktrees as service
-    from core.store import tables as t
 
     task, _repo = _worked_task(host, tmp_path, retire=True)
-    host.tasks.move(task, "Done")
-    workspace = host.tasks.get(task).workspace
-    assert workspace is not None
-    assert workspace["removed_at"]
-    unmarked = {k: v for k, v in workspace.items() if k != "removed_at"}
-    with host.store.transaction() as uow:
-        uow.conn.execute(
-            t.tasks.update().where(t.tasks.c.id == task).values(workspace=json.dumps(unmarked))
-        )
+    _done_and_unmarked(host, task)
     assert not (worktrees / task).exists()
 
     found = service.diff(host, task)
@@ -159,21 +166,12 @@ def test_a_diff_read_begun_before_the_task_reached_done_shows_the_branch(
     yet marked). The diff had read the task before the move; it reads it again and shows the
     branch, not an error (the page with the real Claude adapter logged a 400 for it in CI)."""
     from core.services import worktrees as service
-    from core.store import tables as t
 
     task, _repo = _worked_task(host, tmp_path, retire=True)
     real = service.gitwork.diff
 
     def racing(path: Path, base: str) -> Any:
-        host.tasks.move(task, "Done")  # retires: committed, removed, marked
-        workspace = host.tasks.get(task).workspace
-        assert workspace is not None
-        assert workspace["removed_at"]
-        unmarked = {k: v for k, v in workspace.items() if k != "removed_at"}
-        with host.store.transaction() as uow:
-            uow.conn.execute(
-                t.tasks.update().where(t.tasks.c.id == task).values(workspace=json.dumps(unmarked))
-            )
+        _done_and_unmarked(host, task)
         path.mkdir(parents=True)  # half removed: a file left, its `.git` already gone
         (path / "left.txt").write_text("a file not yet removed\n")
         return real(path, base)
