@@ -28,11 +28,11 @@ import attrs
 from core.errors import LanewayError
 
 PATCH_LIMIT: Final = 1_000_000
+"""Characters of patch `task diff` returns; a longer one is cut, and says so."""
 STAGE_TRIES: Final = 50
 """How many times a diff stages a worktree that files vanish from while git scans it (an
 agent renaming files into place as fast as it can failed 218 of 561 scans here; each try is one
 `git add`, and only that failure is tried again)."""
-"""Characters of patch `task diff` returns; a longer one is cut, and says so."""
 IDENTITY: Final = ("-c", "user.name=laneway", "-c", "user.email=laneway@localhost")
 """Who laneway's own commits are by (the repository's identity may be unset)."""
 STATUS: Final = {"A": "added", "M": "modified", "D": "deleted", "T": "modified"}

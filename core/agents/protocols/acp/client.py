@@ -66,12 +66,12 @@ _FILLED: Final = ("title", "kind", "rawInput", "_meta")
 MAX_READ: Final = 8 * 1024 * 1024
 """The largest file `fs/read_text_file` returns (bytes): the answer is one stdin line."""
 CHUNK_QUIET: Final = 0.2
+"""Message text gathered from chunks the agent did not mark with a `messageId` is one item once
+the agent has paused this long (s): nothing else says where such a message ends."""
 REPLAY_QUIET: Final = 0.2
 """Seconds without an update that end a session/load's replay (see `replay_done`)."""
 REPLAY_LIMIT: Final = 3.0
 """The longest laneway waits for a replay to end after session/load has answered."""
-"""Message text gathered from chunks the agent did not mark with a `messageId` is one item once
-the agent has paused this long (s): nothing else says where such a message ends."""
 ALLOW_KINDS: Final = ("allow_once", "allow_always")
 REJECT_KINDS: Final = ("reject_once", "reject_always")
 
