@@ -178,8 +178,8 @@ def diff(peers: Peers, ref: str) -> dict[str, Any]:
             # read after the commit and before the mark finds no checkout here, or half of one;
             # the branch holds everything. The task is read again: it may have reached its end
             # while git read the checkout.
-            if record.get("host") != host_name() or not (
-                not path.exists() or _ended(peers, peers.tasks.get(ref))
+            if record.get("host") != host_name() or (
+                path.exists() and not _ended(peers, peers.tasks.get(ref))
             ):
                 raise
             change = gitwork.branch_diff(travel.checkout(record), base, record["branch"])
@@ -196,13 +196,16 @@ def _ended(peers: Peers, task: Task) -> bool:
     terminal step when the workflow retires worktrees there (`retire_at_terminal`)."""
     if task.archived_at is not None:
         return True
-    if task.workflow_id is None:
+    if task.workflow_id is None or task.workflow_step_id is None:
         return False
-    workflow = peers.workflows.by_id(task.workflow_id)
+    return _retires_at(peers.workflows.by_id(task.workflow_id), task.workflow_step_id)
+
+
+def _retires_at(workflow: Workflow, step_id: str) -> bool:
+    """Whether a task arriving at `step_id` has its worktree retired: the workflow's terminal
+    step (`Workflow.terminal_step`), when the workflow says so (`retire_worktrees`)."""
     terminal = workflow.terminal_step
-    return (
-        workflow.retire_worktrees and terminal is not None and terminal.id == task.workflow_step_id
-    )
+    return workflow.retire_worktrees and terminal is not None and terminal.id == step_id
 
 
 def retire(store: Store, task: Task, why: str) -> None:
@@ -293,13 +296,9 @@ def cleanup(store: Store, task: Task, path: Path) -> None:
 
 
 def retire_at_terminal(peers: Peers, task_id: str, workflow: Workflow, step_id: str) -> None:
-    """A task arrived at `step_id`: when that is the workflow's terminal step
-    (`Workflow.terminal_step`) and the workflow says so (`retire_worktrees`), its worktree is
+    """A task arrived at `step_id`: when its worktree retires there (`_retires_at`), it is
     retired as archiving does. Never fails the arrival: anything in the way is a warning."""
-    if not workflow.retire_worktrees:
-        return
-    terminal = workflow.terminal_step
-    if terminal is None or terminal.id != step_id:
+    if not _retires_at(workflow, step_id):
         return
     try:
         retire(peers.store, peers.tasks.get(task_id), "done")
