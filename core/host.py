@@ -673,26 +673,49 @@ def _first_read(
     failed, which the scan then reports)."""
     from core.store import migrate
 
-    try:
-        with store.read() as conn:
-            if check_schema and not migrate.recorded_is_current(conn):
-                raise _not_initialised(store)
-            state = board.read(conn)
-            default_workspace = not writer or _has_default_workspace(conn)
-            pending = False
-            if probe:
-                from core.services.entries import anything_pending
+    for attempt in range(1, _FIRST_READ_TRIES + 1):
+        try:
+            return _read_once(store, check_schema=check_schema, writer=writer, probe=probe)
+        except sa.exc.DBAPIError as exc:
+            if exc.connection_invalidated and attempt < _FIRST_READ_TRIES:
+                continue
+            # The version table may be missing (a database laneway never initialised): the
+            # check's own path tells that apart from any other failure, raised as it is.
+            if check_schema and not migrate.is_current(store):
+                raise _not_initialised(store) from None
+            raise
+    raise AssertionError("unreachable: the last try returns or raises")
 
-                try:
-                    pending = anything_pending(conn)
-                except Exception:  # noqa: BLE001 - the scan runs and reports it (rule f)
-                    pending = True
-    except sa.exc.DBAPIError:
-        # The version table may be missing (a database laneway never initialised): the
-        # check's own path tells that apart from any other failure, raised as it is.
-        if check_schema and not migrate.is_current(store):
-            raise _not_initialised(store) from None
-        raise
+
+_FIRST_READ_TRIES = 2
+"""A PostgreSQL read runs outside a transaction (`core.store.database`), so a server that ends
+idle sessions (`idle_session_timeout`) may end the pooled connection between two of the first
+read's statements when the process stalls past the timeout (a loaded machine): the read is
+taken again, once, on a fresh connection."""
+
+
+def _read_once(
+    store: Store, *, check_schema: bool, writer: bool, probe: bool
+) -> tuple[board.BoardState, bool, bool]:
+    from core.store import migrate
+
+    with store.read() as conn:
+        if check_schema and not migrate.recorded_is_current(conn):
+            raise _not_initialised(store)
+        state = board.read(conn)
+        default_workspace = not writer or _has_default_workspace(conn)
+        pending = False
+        if probe:
+            from core.services.entries import anything_pending
+
+            try:
+                pending = anything_pending(conn)
+            except sa.exc.DBAPIError as exc:
+                if exc.connection_invalidated:
+                    raise  # the connection is gone, not the probe: the read is taken again
+                pending = True  # the scan runs and reports it (rule f)
+            except Exception:  # noqa: BLE001 - the scan runs and reports it (rule f)
+                pending = True
     return state, default_workspace, pending
 
 
