@@ -29,6 +29,8 @@ from typing import Any, Final
 import attr
 import attr._make
 
+from core import kept
+
 MAX_ENTRIES: Final = 1000
 """A file that grew past this (classes made and changed over many versions) is written again
 with only what the last process used: every process reads the whole file."""
@@ -40,7 +42,10 @@ _SIGNATURE: Final = ("script", "globs", "locs", "filename")
 """The arguments of the attrs hook this replaces (attrs 23.2 to 26.1 at least); an attrs whose
 hook differs is left alone."""
 
-_known: dict[str, tuple[str, CodeType]] = {}
+_known: dict[str, tuple[str, CodeType | bytes]] = {}
+"""By attrs' filename for the code: the source it was compiled from and the code, still
+marshalled while no class of this process has used it (a process makes a few dozen of the
+file's hundreds of classes, and unmarshalling them all was most of reading the file)."""
 _used: set[str] = set()
 _learned = False
 
@@ -58,7 +63,7 @@ def cache_file() -> Path:
     return Path(__file__).with_name("__pycache__") / f"attrs-code.{tag}-{attrs_tag}.bin"
 
 
-def _read(path: Path) -> dict[str, tuple[str, CodeType]]:
+def _read(path: Path) -> dict[str, tuple[str, CodeType | bytes]]:
     try:
         data = marshal.loads(path.read_bytes())
     except (OSError, ValueError, EOFError, TypeError):
@@ -71,7 +76,7 @@ def _read(path: Path) -> dict[str, tuple[str, CodeType]]:
         if isinstance(entry, tuple)
         and len(entry) == 2
         and isinstance(entry[0], str)
-        and isinstance(entry[1], CodeType)
+        and isinstance(entry[1], bytes)
     }
 
 
@@ -94,7 +99,7 @@ def _compile_and_eval(
     kept = bool(filename) and "<locals>" not in filename
     known = _known.get(filename) if kept else None
     if known is not None and known[0] == script:
-        code = known[1]
+        code = _code(filename, known)
     else:
         code = compile(script, filename, "exec")
         if kept:
@@ -103,6 +108,20 @@ def _compile_and_eval(
     if kept:
         _used.add(filename)
     eval(code, globs, locs)
+
+
+def _code(filename: str, known: tuple[str, CodeType | bytes]) -> CodeType:
+    script, code = known
+    if isinstance(code, CodeType):
+        return code
+    try:
+        loaded = marshal.loads(code)
+    except (ValueError, EOFError, TypeError):
+        loaded = None
+    if not isinstance(loaded, CodeType):
+        loaded = compile(script, filename, "exec")  # a damaged entry: compiled as attrs does
+    _known[filename] = (script, loaded)
+    return loaded
 
 
 def install() -> None:
@@ -132,19 +151,14 @@ def save() -> None:
         merged = {**_read(path), **_known}
         if len(merged) > MAX_ENTRIES:
             merged = {name: _known[name] for name in _used if name in _known}
-        import tempfile
+        kept.write(
+            path, marshal.dumps({name: _marshalled(entry) for name, entry in merged.items()})
+        )
 
-        path.parent.mkdir(exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".attrs-code-")
-        try:
-            os.fchmod(fd, 0o644)  # as the bytecode beside it
-            with os.fdopen(fd, "wb") as out:
-                out.write(marshal.dumps(merged))
-            os.replace(tmp, path)
-        except BaseException:
-            with contextlib.suppress(OSError):
-                os.unlink(tmp)
-            raise
+
+def _marshalled(entry: tuple[str, CodeType | bytes]) -> tuple[str, bytes]:
+    script, code = entry
+    return script, code if isinstance(code, bytes) else marshal.dumps(code)
 
 
 def _forked() -> None:

@@ -290,6 +290,12 @@ class Workflow:
                 found = step
         return found
 
+    def retires_worktree_at(self, step_id: str) -> bool:
+        """Whether a task arriving at `step_id` has its worktree retired: the terminal step
+        (`terminal_step`), when the workflow says so (`retire_worktrees`)."""
+        terminal = self.terminal_step
+        return self.retire_worktrees and terminal is not None and terminal.id == step_id
+
 
 @attrs.frozen
 class Task:

@@ -15,17 +15,19 @@ from typing import Any
 
 import attrs
 
+from plugins import api
 from plugins.api import (
-    MERGE_STRATEGIES,
     ActionContext,
     ActionKind,
     Claim,
     ConfigError,
     LanewayError,
-    MergeConflict,
     Outcome,
     fault_point,
 )
+
+# `api.MERGE_STRATEGIES` and `api.MergeConflict` are read where used: the API loads git's
+# merge machinery on first use, so loading this plugin (every command does) does not.
 
 
 @attrs.frozen
@@ -49,9 +51,9 @@ def validate_merge(config: Mapping[str, Any]) -> MergeConfig:
     if unknown:
         raise ConfigError(f"merge_branch: unknown config {', '.join(unknown)}", field="config")
     strategy = _optional_text(config, "strategy")
-    if strategy is not None and strategy not in MERGE_STRATEGIES:
+    if strategy is not None and strategy not in api.MERGE_STRATEGIES:
         raise ConfigError(
-            f"config.strategy must be one of {', '.join(MERGE_STRATEGIES)}",
+            f"config.strategy must be one of {', '.join(api.MERGE_STRATEGIES)}",
             field="config.strategy",
         )
     return MergeConfig(
@@ -79,7 +81,7 @@ def merge_branch(ctx: ActionContext, config: MergeConfig) -> Outcome:
             into=config.into,
             claim=_claim(ctx, "merge_branch"),
         )
-    except MergeConflict as conflict:
+    except api.MergeConflict as conflict:
         if config.on_conflict_step is None:
             return Outcome.failed(str(conflict))
         into = config.into or (ctx.task.workspace or {}).get("base_branch") or "the base"

@@ -45,8 +45,6 @@ import pluggy
 import core.logs  # noqa: F401 - a plugin's records, like laneway's, stay off until enabled
 from core.errors import LanewayError
 from core.faults import reach as fault_point
-from core.gitmerge import STRATEGIES as MERGE_STRATEGIES
-from core.gitmerge import MergeConflict
 from core.logs import disable as disable_logs
 from core.model import (
     PARTICIPANT_ROLES,
@@ -102,6 +100,8 @@ from core.prompts import build_prompt
 
 if TYPE_CHECKING:
     from core.agents.failure import dispatched, payload_of
+    from core.gitmerge import STRATEGIES as MERGE_STRATEGIES
+    from core.gitmerge import MergeConflict
     from core.runs import RunRequest
 
 hookimpl = pluggy.HookimplMarker("laneway")
@@ -114,6 +114,9 @@ _LAZY: dict[str, tuple[str, str]] = {
     "payload_of": ("core.agents.failure", "payload_of"),
     "dispatched": ("core.agents.failure", "dispatched"),
     "RunRequest": ("core.runs", "RunRequest"),
+    # git's merge machinery: a command that merges nothing (`task move`) never loads it
+    "MERGE_STRATEGIES": ("core.gitmerge", "STRATEGIES"),
+    "MergeConflict": ("core.gitmerge", "MergeConflict"),
 }
 
 

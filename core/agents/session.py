@@ -43,8 +43,11 @@ def prepare_session(host: AgentHost, arrival: Arrival) -> Session | None:
     """The session the arrival's session kinds act on (None: the task has none), read once;
     an arrival at a terminal step may retire the task's worktree (issue 23)."""
     session = _prepare(host, arrival)
-    if not (arrival.session_id and host.runtime.turn_in_flight(arrival.session_id)):
-        # a turn in flight here works in that worktree still: archiving retires it later
+    if arrival.workflow.retires_worktree_at(arrival.step.id) and not (
+        arrival.session_id and host.runtime.turn_in_flight(arrival.session_id)
+    ):
+        # a turn in flight here works in that worktree still: archiving retires it later; and
+        # git's machinery is loaded only where a worktree retires
         from core.services import worktrees
 
         worktrees.retire_at_terminal(host, arrival.task.id, arrival.workflow, arrival.step.id)
@@ -60,7 +63,7 @@ def _prepare(host: AgentHost, arrival: Arrival) -> Session | None:
         # set_session_mode then applies to the very first turn (AGENTS.md, issue 29).
         if not _starts_itself(host, arrival):
             return None
-        agent = host.runs.primary_agent(arrival.task, arrival.step.id)
+        agent = host.participants.primary_agent(arrival.task, arrival.step.id)
         if agent is None:
             return None
         return profile_session(host, arrival.task, agent)

@@ -17,14 +17,18 @@ from __future__ import annotations
 
 import functools
 import importlib
+import importlib.metadata
+import marshal
 import os
 import re
 import sys
 from collections.abc import Callable, Iterable
 from importlib.metadata import Distribution, EntryPoint, distributions
+from typing import cast
 
 import pluggy
 
+from core import kept
 from core.logs import logger
 from core.plugin import specs
 from core.plugin.loaded import ESSENTIAL, LoadedPlugins, PluginError, PluginInfo
@@ -109,14 +113,51 @@ def _scan() -> tuple[tuple[EntryPoint, str | None, str | None], ...]:
 
 def _installed() -> tuple[tuple[EntryPoint, str | None, str | None], ...]:
     """`_scan`, once while the path is unchanged (a test, or an application that opens
-    several hosts, loads plugins more than once)."""
+    several hosts, loads plugins more than once), and kept between processes beside the
+    bytecode (`_kept`)."""
     key = _path_state()
     found = _INSTALLED.get(key)
     if found is None:
-        found = _scan()
+        found = _kept(key)
+        if found is None:
+            found = _scan()
+            _keep(key, found)
         _INSTALLED.clear()
         _INSTALLED[key] = found
     return found
+
+
+_KEPT = "entry-points"
+"""The kept file (`core.kept`) of the last scan: a one-shot command (`laneway task move`)
+spent ~3 ms reading every installed distribution's entry points to find the plugins (issue
+45 item 6). It is keyed as the in-process cache is, by the path and each entry's mtime: a
+distribution installed or removed changes its directory's, as `importlib.metadata` itself
+relies on."""
+
+
+def _kept(key: tuple[object, ...]) -> tuple[tuple[EntryPoint, str | None, str | None], ...] | None:
+    if key[0] is not importlib.metadata.distributions:
+        return None  # a test's own lookup: its answer is not the installed one
+    try:
+        stored = marshal.loads(kept.beside(__file__, _KEPT).read_bytes())
+        if stored[0] != key[1:]:
+            return None
+        return tuple(
+            (EntryPoint(name, value, GROUP), dist, version)
+            for name, value, dist, version in stored[1]
+        )
+    except (OSError, ValueError, EOFError, TypeError, IndexError):
+        return None
+
+
+def _keep(
+    key: tuple[object, ...], found: tuple[tuple[EntryPoint, str | None, str | None], ...]
+) -> None:
+    if key[0] is not importlib.metadata.distributions:
+        return
+    entries = tuple((ep.name, ep.value, dist, version) for ep, dist, version in found)
+    path = cast("tuple[tuple[str, int | None], ...]", key[1:])
+    kept.write(kept.beside(__file__, _KEPT), marshal.dumps((path, entries)))
 
 
 def load_plugins(

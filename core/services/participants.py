@@ -17,6 +17,7 @@ if TYPE_CHECKING:
     from core.services.profiles import ProfileService
     from core.services.tasks import TaskService
     from core.services.workflows import WorkflowService
+    from core.store.database import Store
 
 DECIDING_ROLES = frozenset({"reviewer", "approver"})
 _P = t.workflow_step_participants
@@ -171,6 +172,10 @@ class ParticipantService(Service):
         with self.peers.store.read() as conn:
             return quorum_rows(conn, task.id, task.workflow_id, step.id)
 
+    def primary_agent(self, task: Task, step_id: str) -> str | None:
+        """`primary_agent` (the module's function)."""
+        return primary_agent(self.peers.store, self._workflows(), task, step_id)
+
     def remove(self, participant_id: str) -> str:
         """Remove one seat by its id (a duplicate seat too: each has its own). Verdicts it
         gave stay in the decision history; a quorum counts the seats there are."""
@@ -232,3 +237,31 @@ def quorum_rows(
         .order_by(p.c.id)
     ).mappings()
     return [rows.participant(r) for r in result]
+
+
+def primary_agent(store: Store, workflows: WorkflowService, task: Task, step_id: str) -> str | None:
+    """The runner seat at the step, else the step's agent, else the workflow's, else the
+    task's most recent runner seat anywhere. Asked on every arrival at a step that starts its
+    agent itself, so it lives with the seats, not the run queue: a move into such a step with
+    nobody to start imports no run machinery."""
+    with store.read() as conn:
+        runner = conn.execute(
+            sa.select(_P.c.agent_profile_id)
+            .where(_P.c.step_id == step_id, _P.c.task_id.in_(("", task.id)), _P.c.role == "runner")
+            .order_by(_P.c.position, _P.c.id)
+            .limit(1)
+        ).scalar()
+        if runner:
+            return str(runner)
+        workflow, step = workflows.step_by_id(step_id)
+        if step.agent_profile_id:
+            return step.agent_profile_id
+        if workflow.agent_profile_id:
+            return workflow.agent_profile_id
+        latest = conn.execute(
+            sa.select(_P.c.agent_profile_id)
+            .where(_P.c.task_id == task.id, _P.c.role == "runner")
+            .order_by(_P.c.created_at.desc(), _P.c.id.desc())
+            .limit(1)
+        ).scalar()
+    return str(latest) if latest else None

@@ -12,6 +12,7 @@ from core import ids, runs
 from core.errors import Conflict, LanewayError, NotFound
 from core.logs import logger
 from core.model import Run, Task
+from core.services import participants
 from core.services.base import Lazy, Service
 from core.services.participants import merged_seats
 from core.services.refs import find_task, resolve_id
@@ -25,7 +26,6 @@ if TYPE_CHECKING:
     from core.services.workflows import WorkflowService
 
 R = t.runs
-P = t.workflow_step_participants
 
 USAGE_KEYS: Final = ("cost_usd", "input_tokens", "output_tokens")
 """What a run's `usage` adds up (CLI.md: what agents reported they spent)."""
@@ -237,29 +237,9 @@ class RunService(Service):
         raise LanewayError(f"queue_run target {target!r} is not supported")
 
     def primary_agent(self, task: Task, step_id: str) -> str | None:
-        """The runner seat at the step, else the step's agent, else the workflow's, else the
-        task's most recent runner seat anywhere."""
-        with self.peers.store.read() as conn:
-            runner = conn.execute(
-                sa.select(P.c.agent_profile_id)
-                .where(P.c.step_id == step_id, P.c.task_id.in_(("", task.id)), P.c.role == "runner")
-                .order_by(P.c.position, P.c.id)
-                .limit(1)
-            ).scalar()
-            if runner:
-                return str(runner)
-            workflow, step = self._workflows().step_by_id(step_id)
-            if step.agent_profile_id:
-                return step.agent_profile_id
-            if workflow.agent_profile_id:
-                return workflow.agent_profile_id
-            latest = conn.execute(
-                sa.select(P.c.agent_profile_id)
-                .where(P.c.task_id == task.id, P.c.role == "runner")
-                .order_by(P.c.created_at.desc(), P.c.id.desc())
-                .limit(1)
-            ).scalar()
-        return str(latest) if latest else None
+        """`core.services.participants.primary_agent` (the plugin API's
+        `host.runs.primary_agent`)."""
+        return participants.primary_agent(self.peers.store, self._workflows(), task, step_id)
 
     def assign(self, task: Task, step_id: str, agent_profile_id: str) -> runs.Enqueued | None:
         """Queue the agent's turn on the task at the step (reason `task_assigned`); None, and

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any
 import attrs
 import sqlalchemy as sa
 
-from core import board, gitwork, ids
+from core import board, ids
 from core.errors import Conflict, LanewayError, NotFound
 from core.logs import logger
 from core.model import AgentProfile, Participant, Step, Workflow
@@ -521,6 +521,8 @@ def _check_remote(repo: Path, remote: str) -> None:
     """A remote is a name the repository knows, or something git takes for a URL or path."""
     if "/" in remote or ":" in remote:
         return
+    from core import gitwork  # here: every command reads workflows, few set a remote
+
     known = gitwork.git(repo, "remote").stdout.split()
     if remote not in known:
         names = ", ".join(known) or "none"

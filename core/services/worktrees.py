@@ -198,14 +198,7 @@ def _ended(peers: Peers, task: Task) -> bool:
         return True
     if task.workflow_id is None or task.workflow_step_id is None:
         return False
-    return _retires_at(peers.workflows.by_id(task.workflow_id), task.workflow_step_id)
-
-
-def _retires_at(workflow: Workflow, step_id: str) -> bool:
-    """Whether a task arriving at `step_id` has its worktree retired: the workflow's terminal
-    step (`Workflow.terminal_step`), when the workflow says so (`retire_worktrees`)."""
-    terminal = workflow.terminal_step
-    return workflow.retire_worktrees and terminal is not None and terminal.id == step_id
+    return peers.workflows.by_id(task.workflow_id).retires_worktree_at(task.workflow_step_id)
 
 
 def retire(store: Store, task: Task, why: str) -> None:
@@ -296,9 +289,10 @@ def cleanup(store: Store, task: Task, path: Path) -> None:
 
 
 def retire_at_terminal(peers: Peers, task_id: str, workflow: Workflow, step_id: str) -> None:
-    """A task arrived at `step_id`: when its worktree retires there (`_retires_at`), it is
-    retired as archiving does. Never fails the arrival: anything in the way is a warning."""
-    if not _retires_at(workflow, step_id):
+    """A task arrived at `step_id`: when its worktree retires there
+    (`Workflow.retires_worktree_at`), it is retired as archiving does. Never fails the arrival:
+    anything in the way is a warning."""
+    if not workflow.retires_worktree_at(step_id):
         return
     try:
         retire(peers.store, peers.tasks.get(task_id), "done")

@@ -423,3 +423,74 @@ def test_extra_plugin_given_as_module_name_is_imported(
 
     assert registry.kinds["extra_kind"].plugin == "extra"
     assert _info(registry, "extra").enabled
+
+
+# -- the installed plugins, kept between processes (issue 45 item 6) ------------------------------
+
+
+@pytest.fixture
+def kept_scan(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """The entry points' kept file in the test's own folder, written as where bytecode is."""
+    from core.plugin import loading
+
+    where = tmp_path / "entry-points.bin"
+    monkeypatch.setattr(loading.kept, "beside", lambda *_a: where)
+    monkeypatch.setattr(loading.sys, "dont_write_bytecode", False)
+    monkeypatch.setattr(loading, "_INSTALLED", {})
+    return where
+
+
+def _names() -> list[str]:
+    from core.plugin import loading
+
+    loading._INSTALLED.clear()  # as a new process starts: only the kept file is left
+    return [ep.name for ep, _dist, _version in loading._installed()]
+
+
+def test_issue_45_item_6_installed_plugins_are_kept_and_a_new_install_is_found(
+    kept_scan: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A process on an unchanged path takes the plugins from the kept file without reading a
+    distribution; one installed since (its directory's mtime moved) is found by a new scan."""
+    from core.plugin import loading
+
+    site = _fake_distribution(
+        tmp_path / "site", "first_plugin", "1.0", "[laneway.plugins]\nfirst = first_mod\n",
+        {"first_mod": "X = 1\n"},
+    )  # fmt: skip
+    monkeypatch.syspath_prepend(str(site))
+    assert "first" in _names()
+    assert kept_scan.exists()
+
+    real_scan = loading._scan
+
+    def no_scan() -> Any:
+        raise AssertionError("read the distributions though the path is unchanged")
+
+    monkeypatch.setattr(loading, "_scan", no_scan)
+    served = _names()
+    assert "first" in served
+    assert ("first", "first_mod", "first_plugin", "1.0") in [
+        (ep.name, ep.value, dist, version) for ep, dist, version in loading._installed()
+    ]
+
+    _fake_distribution(
+        site, "second_plugin", "2.0", "[laneway.plugins]\nsecond = second_mod\n",
+        {"second_mod": "Y = 2\n"},
+    )  # fmt: skip
+    monkeypatch.setattr(loading, "_scan", real_scan)
+    assert {"first", "second"} <= set(_names())
+
+
+def test_issue_45_item_6_a_replaced_lookup_is_never_served_from_the_kept_file(
+    kept_scan: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A lookup that is not importlib's (a test's own) answers for itself: the installed
+    plugins kept by a real scan are not its answer, and its answer is not kept."""
+    from core.plugin import loading
+
+    assert "kanban" in _names()
+    written = kept_scan.read_bytes()
+    monkeypatch.setattr(loading, "distributions", lambda: iter(()))
+    assert _names() == []
+    assert kept_scan.read_bytes() == written
