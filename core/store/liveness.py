@@ -64,12 +64,19 @@ _PG_HELD = sa.text(
     "AND classid::bigint = :hi AND objid::bigint = :lo"
 )
 
-_PG_END_HOLDER = sa.text(
-    "SELECT bool_or(pg_terminate_backend(pid)) FROM pg_locks WHERE locktype = 'advisory' "
+_END_HOLDER = (
+    "SELECT bool_or(pg_terminate_backend(pid{wait})) FROM pg_locks WHERE locktype = 'advisory' "
     "AND granted AND objsubid = 1 AND pid = :pid "
     "AND database = (SELECT oid FROM pg_database WHERE datname = current_database()) "
     "AND classid::bigint = :hi AND objid::bigint = :lo"
 )
+_PG_END_HOLDER = sa.text(_END_HOLDER.format(wait=""))
+_PG_END_HOLDER_WAITING = sa.text(_END_HOLDER.format(wait=", :wait_ms"))
+"""PostgreSQL 14 and later: `pg_terminate_backend` waits (at most `END_WAIT_MS`) until the
+backend has exited, so its lock is released when the statement answers; without the wait it
+only signals the backend, and another process could still read the lost epoch as alive for
+as long as the backend takes to exit (CI: the very next read)."""
+END_WAIT_MS = 5000
 
 
 def new_epoch() -> str:
@@ -170,8 +177,13 @@ class EpochLock:
             return
         key = pg_key(lost.epoch)
         values = {"pid": lost.backend_pid, "hi": key >> 32, "lo": key & 0xFFFFFFFF}
+        major = (self._connection.dialect.server_version_info or (0,))[0]
+        waits = isinstance(major, int) and major >= 14
         try:
-            ended = self._connection.execute(_PG_END_HOLDER, values).scalar()
+            ended = self._connection.execute(
+                _PG_END_HOLDER_WAITING if waits else _PG_END_HOLDER,
+                {**values, "wait_ms": END_WAIT_MS} if waits else values,
+            ).scalar()
             self._connection.commit()
         except sa.exc.SQLAlchemyError as exc:
             logger.bind(epoch=lost.epoch, cause=f"{type(exc).__name__}: {exc}").info(
