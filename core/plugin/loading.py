@@ -22,6 +22,7 @@ import marshal
 import os
 import re
 import sys
+import time
 from collections.abc import Callable, Iterable
 from importlib.metadata import Distribution, EntryPoint, distributions
 from typing import cast
@@ -132,7 +133,12 @@ _KEPT = "entry-points"
 spent ~3 ms reading every installed distribution's entry points to find the plugins (issue
 45 item 6). It is keyed as the in-process cache is, by the path and each entry's mtime: a
 distribution installed or removed changes its directory's, as `importlib.metadata` itself
-relies on."""
+relies on. A scan is kept only once every directory's mtime is `SETTLED_NS` old: a
+directory's mtime has the kernel's coarse clock (a few ms), and an install may still be writing
+into a distribution it just created (its `entry_points.txt` after its directory), neither of
+which changes the mtime again; kept then, the scan would stay wrong for good (a process's own
+cache ends with it)."""
+SETTLED_NS = 2_000_000_000
 
 
 def _kept(key: tuple[object, ...]) -> tuple[tuple[EntryPoint, str | None, str | None], ...] | None:
@@ -155,8 +161,11 @@ def _keep(
 ) -> None:
     if key[0] is not importlib.metadata.distributions:
         return
-    entries = tuple((ep.name, ep.value, dist, version) for ep, dist, version in found)
     path = cast("tuple[tuple[str, int | None], ...]", key[1:])
+    settled = time.time_ns() - SETTLED_NS
+    if any(mtime is not None and mtime > settled for _entry, mtime in path):
+        return  # changed a moment ago: maybe still changing, unseen by the mtime
+    entries = tuple((ep.name, ep.value, dist, version) for ep, dist, version in found)
     kept.write(kept.beside(__file__, _KEPT), marshal.dumps((path, entries)))
 
 

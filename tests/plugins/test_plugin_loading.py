@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import importlib.metadata
 import textwrap
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -460,6 +461,11 @@ def test_issue_45_item_6_installed_plugins_are_kept_and_a_new_install_is_found(
     )  # fmt: skip
     monkeypatch.syspath_prepend(str(site))
     assert "first" in _names()
+    assert not kept_scan.exists()  # installed a moment ago: maybe still being written
+    _settled(site)
+    later = time.time_ns() + 60_000_000_000  # and the path's other folders a minute old too
+    monkeypatch.setattr(loading.time, "time_ns", lambda: later)
+    assert "first" in _names()
     assert kept_scan.exists()
 
     real_scan = loading._scan
@@ -482,6 +488,14 @@ def test_issue_45_item_6_installed_plugins_are_kept_and_a_new_install_is_found(
     assert {"first", "second"} <= set(_names())
 
 
+def _settled(folder: Path) -> None:
+    """As if `folder` had last changed a minute ago (an install finished long before)."""
+    import os
+
+    past = os.stat(folder).st_mtime_ns - 60_000_000_000
+    os.utime(folder, ns=(past, past))
+
+
 def test_issue_45_item_6_a_replaced_lookup_is_never_served_from_the_kept_file(
     kept_scan: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -489,6 +503,7 @@ def test_issue_45_item_6_a_replaced_lookup_is_never_served_from_the_kept_file(
     plugins kept by a real scan are not its answer, and its answer is not kept."""
     from core.plugin import loading
 
+    monkeypatch.setattr(loading, "SETTLED_NS", 0)  # the path's folders count as settled
     assert "kanban" in _names()
     written = kept_scan.read_bytes()
     monkeypatch.setattr(loading, "distributions", lambda: iter(()))
