@@ -61,11 +61,23 @@ def _as_owner(command: list[str]) -> list[str]:
     return ["runuser", "-u", "postgres", "--", *command] if os.geteuid() == 0 else command
 
 
-def _free_port(start: int = 54339) -> int:
+FIRST_PORT = 24339
+"""Where throwaway clusters' ports start: below the kernel's ephemeral range
+(`ip_local_port_range`, 32768-60999 by default), which it hands out as the local ports of
+connections. A port in that range can be a connection's for a whole run (a test worker's pooled
+connection), and then a server cannot bind it: CI's partition cluster, started on 54360, came up
+on its other address only and refused 127.0.0.1."""
+
+
+def _free_port(start: int = FIRST_PORT) -> int:
+    """A port below the ephemeral range that nothing holds on 127.0.0.1 now."""
     for port in range(start, start + 100):
         with socket.socket() as probe:
-            if probe.connect_ex(("127.0.0.1", port)) != 0:
-                return port
+            try:
+                probe.bind(("127.0.0.1", port))
+            except OSError:
+                continue  # listened on, or some socket's own
+            return port
     raise RuntimeError("no free port for a throwaway PostgreSQL cluster")
 
 

@@ -43,7 +43,7 @@ from core.store import tables as t
 from core.store.dialect import normalise_url
 from tests.conftest import eventually, open_host
 from tests.multiprocess.conftest import LANEWAY, child_env, log_records, task_moves
-from tests.multiprocess.test_db_faults import Cluster, _as_owner, _free_port
+from tests.multiprocess.test_db_faults import FIRST_PORT, Cluster, _as_owner, _free_port
 from tests.on_enter.conftest import raw
 
 KEEPALIVE = {"tcp_keepalives_idle": 5, "tcp_keepalives_interval": 1, "tcp_keepalives_count": 2}
@@ -93,7 +93,7 @@ def _claim_port(start: int) -> int:
 def _namespace(port: int) -> Iterator[tuple[str, str, str, str]]:
     """The namespace `_claim_port` made for `port`, joined to the host by a veth pair."""
     ns, veth, peer = f"lwpart{port}", f"lwp{port}h", f"lwp{port}n"
-    net = f"10.201.{port - 54200}"
+    net = f"10.201.{port % 250}"  # 50 ports in a row: 50 subnets
     try:
         _ip("link", "add", veth, "type", "veth", "peer", "name", peer)
         _ip("link", "set", peer, "netns", ns)
@@ -130,7 +130,7 @@ def _partitioned(keepalive: dict[str, int]) -> Iterator[Partition]:
     bin_dir = os.path.dirname(found[-1])
     if not sys.platform.startswith("linux") or shutil.which("ip") is None:
         pytest.skip("network namespaces need Linux and iproute2's `ip`")
-    port = _claim_port(54360)
+    port = _claim_port(FIRST_PORT + 21)
     with _namespace(port) as (ns, veth, host, inside):
         data = tempfile.mkdtemp(prefix="laneway-pg-partition.")
         if os.geteuid() == 0:
