@@ -673,25 +673,23 @@ def _first_read(
     failed, which the scan then reports)."""
     from core.store import migrate
 
-    for attempt in range(1, _FIRST_READ_TRIES + 1):
+    try:
         try:
             return _read_once(store, check_schema=check_schema, writer=writer, probe=probe)
         except sa.exc.DBAPIError as exc:
-            if exc.connection_invalidated and attempt < _FIRST_READ_TRIES:
-                continue
-            # The version table may be missing (a database laneway never initialised): the
-            # check's own path tells that apart from any other failure, raised as it is.
-            if check_schema and not migrate.is_current(store):
-                raise _not_initialised(store) from None
-            raise
-    raise AssertionError("unreachable: the last try returns or raises")
-
-
-_FIRST_READ_TRIES = 2
-"""A PostgreSQL read runs outside a transaction (`core.store.database`), so a server that ends
-idle sessions (`idle_session_timeout`) may end the pooled connection between two of the first
-read's statements when the process stalls past the timeout (a loaded machine): the read is
-taken again, once, on a fresh connection."""
+            if not exc.connection_invalidated:
+                raise
+        # A PostgreSQL read runs outside a transaction (`core.store.database`): a server that
+        # ends idle sessions (`idle_session_timeout`) may end the pooled connection between two
+        # of these statements when the process stalls past its timeout (a loaded machine). The
+        # read is taken again, once, on a fresh connection.
+        return _read_once(store, check_schema=check_schema, writer=writer, probe=probe)
+    except sa.exc.DBAPIError:
+        # The version table may be missing (a database laneway never initialised): the
+        # check's own path tells that apart from any other failure, raised as it is.
+        if check_schema and not migrate.is_current(store):
+            raise _not_initialised(store) from None
+        raise
 
 
 def _read_once(
@@ -710,11 +708,9 @@ def _read_once(
 
             try:
                 pending = anything_pending(conn)
-            except sa.exc.DBAPIError as exc:
-                if exc.connection_invalidated:
+            except Exception as exc:  # the scan runs and reports it (rule f)
+                if isinstance(exc, sa.exc.DBAPIError) and exc.connection_invalidated:
                     raise  # the connection is gone, not the probe: the read is taken again
-                pending = True  # the scan runs and reports it (rule f)
-            except Exception:  # noqa: BLE001 - the scan runs and reports it (rule f)
                 pending = True
     return state, default_workspace, pending
 

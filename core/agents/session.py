@@ -50,7 +50,7 @@ def prepare_session(host: AgentHost, arrival: Arrival) -> Session | None:
         # git's machinery is loaded only where a worktree retires
         from core.services import worktrees
 
-        worktrees.retire_at_terminal(host, arrival.task.id, arrival.workflow, arrival.step.id)
+        worktrees.retire_at_terminal(host, arrival.task.id, arrival.step.id)
     return session
 
 

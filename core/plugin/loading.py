@@ -25,7 +25,6 @@ import sys
 import time
 from collections.abc import Callable, Iterable
 from importlib.metadata import Distribution, EntryPoint, distributions
-from typing import cast
 
 import pluggy
 
@@ -73,14 +72,19 @@ def _normalised(name: str) -> str:
     return re.sub(r"[-_.]+", "-", name).lower()
 
 
-_INSTALLED: dict[object, tuple[tuple[EntryPoint, str | None, str | None], ...]] = {}
+Found = tuple[tuple[EntryPoint, str | None, str | None], ...]
+"""The installed plugins' entry points, each with its distribution and version."""
+PathState = tuple[tuple[str, int | None], ...]
+"""The path and each entry's mtime (None: not there)."""
+
+_INSTALLED: dict[tuple[object, PathState], Found] = {}
 
 
-def _path_state() -> tuple[object, ...]:
+def _path_state() -> PathState:
     """What decides which distributions are installed: the path and each entry's mtime (a
     distribution installed or removed changes its directory's), as `importlib.metadata`
     itself caches by."""
-    state: list[object] = [distributions]  # a test may replace the lookup itself
+    state: list[tuple[str, int | None]] = []
     for entry in sys.path:
         try:
             state.append((entry, os.stat(entry or ".").st_mtime_ns))
@@ -89,7 +93,7 @@ def _path_state() -> tuple[object, ...]:
     return tuple(state)
 
 
-def _scan() -> tuple[tuple[EntryPoint, str | None, str | None], ...]:
+def _scan() -> Found:
     """The installed `laneway.plugins` entry points by name, each with its distribution and
     version; a distribution found twice on the path counts once, where it is found first.
 
@@ -116,13 +120,17 @@ def _installed() -> tuple[tuple[EntryPoint, str | None, str | None], ...]:
     """`_scan`, once while the path is unchanged (a test, or an application that opens
     several hosts, loads plugins more than once), and kept between processes beside the
     bytecode (`_kept`)."""
-    key = _path_state()
+    path = _path_state()
+    key = (distributions, path)  # a test may replace the lookup itself
     found = _INSTALLED.get(key)
     if found is None:
-        found = _kept(key)
+        # a test's own lookup answers for itself: never served from the file, nor kept in it
+        installed = distributions is importlib.metadata.distributions
+        found = _kept(path) if installed else None
         if found is None:
             found = _scan()
-            _keep(key, found)
+            if installed:
+                _keep(path, found)
         _INSTALLED.clear()
         _INSTALLED[key] = found
     return found
@@ -141,12 +149,10 @@ cache ends with it)."""
 SETTLED_NS = 2_000_000_000
 
 
-def _kept(key: tuple[object, ...]) -> tuple[tuple[EntryPoint, str | None, str | None], ...] | None:
-    if key[0] is not importlib.metadata.distributions:
-        return None  # a test's own lookup: its answer is not the installed one
+def _kept(path: PathState) -> Found | None:
     try:
         stored = marshal.loads(kept.beside(__file__, _KEPT).read_bytes())
-        if stored[0] != key[1:]:
+        if stored[0] != path:
             return None
         return tuple(
             (EntryPoint(name, value, GROUP), dist, version)
@@ -156,12 +162,7 @@ def _kept(key: tuple[object, ...]) -> tuple[tuple[EntryPoint, str | None, str | 
         return None
 
 
-def _keep(
-    key: tuple[object, ...], found: tuple[tuple[EntryPoint, str | None, str | None], ...]
-) -> None:
-    if key[0] is not importlib.metadata.distributions:
-        return
-    path = cast("tuple[tuple[str, int | None], ...]", key[1:])
+def _keep(path: PathState, found: Found) -> None:
     settled = time.time_ns() - SETTLED_NS
     if any(mtime is not None and mtime > settled for _entry, mtime in path):
         return  # changed a moment ago: maybe still changing, unseen by the mtime

@@ -14,7 +14,6 @@ from core.logs import logger
 from core.model import Run, Task
 from core.services import participants
 from core.services.base import Lazy, Service
-from core.services.participants import merged_seats
 from core.services.refs import find_task, resolve_id
 from core.store import rows
 from core.store import tables as t
@@ -220,7 +219,9 @@ class RunService(Service):
         if target.startswith("participant_role:"):
             role = target.removeprefix("participant_role:")
             with self.peers.store.read() as conn:
-                seats = [s for s in merged_seats(conn, step_id, task.id) if s.role == role]
+                seats = [
+                    s for s in participants.merged_seats(conn, step_id, task.id) if s.role == role
+                ]
             if not seats:
                 raise LanewayError(f"queue_run target {target}: no participant has that role")
             return list(dict.fromkeys(s.agent_profile_id for s in seats))

@@ -32,7 +32,7 @@ import sqlalchemy as sa
 from core import gitwork, hosts, ids
 from core.errors import LanewayError
 from core.logs import logger
-from core.model import Task, Workflow
+from core.model import Task
 from core.services import travel
 from core.store import tables as t
 
@@ -193,7 +193,7 @@ def diff(peers: Peers, ref: str) -> dict[str, Any]:
 
 def _ended(peers: Peers, task: Task) -> bool:
     """Whether `task` is one a worktree is retired for: archived, or at its workflow's
-    terminal step when the workflow retires worktrees there (`retire_at_terminal`)."""
+    terminal step when the workflow retires worktrees there (`Workflow.retires_worktree_at`)."""
     if task.archived_at is not None:
         return True
     if task.workflow_id is None or task.workflow_step_id is None:
@@ -288,12 +288,10 @@ def cleanup(store: Store, task: Task, path: Path) -> None:
         log.bind(output=said).warning(f"the workflow's cleanup {why}; removing the worktree")
 
 
-def retire_at_terminal(peers: Peers, task_id: str, workflow: Workflow, step_id: str) -> None:
-    """A task arrived at `step_id`: when its worktree retires there
-    (`Workflow.retires_worktree_at`), it is retired as archiving does. Never fails the arrival:
+def retire_at_terminal(peers: Peers, task_id: str, step_id: str) -> None:
+    """A task arrived at `step_id`, where its worktree retires (the caller asked
+    `Workflow.retires_worktree_at`): it is retired as archiving does. Never fails the arrival:
     anything in the way is a warning."""
-    if not workflow.retires_worktree_at(step_id):
-        return
     try:
         retire(peers.store, peers.tasks.get(task_id), "done")
     except Exception as exc:  # noqa: BLE001 - the arrival stands whatever git or the store say

@@ -177,8 +177,7 @@ class EpochLock:
             return
         key = pg_key(lost.epoch)
         values = {"pid": lost.backend_pid, "hi": key >> 32, "lo": key & 0xFFFFFFFF}
-        major = (self._connection.dialect.server_version_info or (0,))[0]
-        waits = isinstance(major, int) and major >= 14
+        waits = _server_major(self._connection) >= 14
         try:
             ended = self._connection.execute(
                 _PG_END_HOLDER_WAITING if waits else _PG_END_HOLDER,
@@ -315,15 +314,19 @@ def _server_gives_up(conn: Connection, url: URL) -> str:
         f"SET tcp_keepalives_idle = {idle}; SET tcp_keepalives_interval = 1; "
         f"SET tcp_keepalives_count = {max(1, bound - idle)}; "
     )
-    major = (conn.dialect.server_version_info or (0,))[0]
-    if isinstance(major, int) and major >= 12:
+    if _server_major(conn) >= 12:
         sql += f"SET tcp_user_timeout = {bound * 1000}; "
     return sql
 
 
 def _no_idle_timeout(conn: Connection) -> str:
+    return "SET idle_session_timeout = 0; " if _server_major(conn) >= 14 else ""
+
+
+def _server_major(conn: Connection) -> int:
+    """The server's major version (0 when the dialect does not know it)."""
     major = (conn.dialect.server_version_info or (0,))[0]
-    return "SET idle_session_timeout = 0; " if isinstance(major, int) and major >= 14 else ""
+    return major if isinstance(major, int) else 0
 
 
 # -- testing someone else's lock -----------------------------------------------------------------
