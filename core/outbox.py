@@ -29,9 +29,7 @@ from core.store import tables as t
 from core.store import waits
 from core.store.database import UnitOfWork
 
-OUT = t.trigger_outbox
 TASKS = t.tasks
-BLOCKERS = t.task_blockers
 TERMINAL_STATES: Final = frozenset(waits.TERMINAL_STATES)
 
 _PUT = sa.text(
@@ -73,8 +71,9 @@ def put(
 
 def pending(conn: sa.Connection, limit: int = 500) -> list[Pending]:
     """Undelivered triggers, oldest first."""
+    out = t.trigger_outbox
     found = conn.execute(
-        sa.select(OUT).order_by(OUT.c.created_at, OUT.c.operation_id).limit(limit)
+        sa.select(out).order_by(out.c.created_at, out.c.operation_id).limit(limit)
     ).mappings()
     return [
         Pending(
@@ -85,7 +84,8 @@ def pending(conn: sa.Connection, limit: int = 500) -> list[Pending]:
 
 
 def remove(uow: UnitOfWork, operation_id: str) -> None:
-    uow.conn.execute(sa.delete(OUT).where(OUT.c.operation_id == operation_id))
+    out = t.trigger_outbox
+    uow.conn.execute(sa.delete(out).where(out.c.operation_id == operation_id))
 
 
 def digest(parts: Iterable[str]) -> str:
@@ -133,15 +133,16 @@ def note_blocked(uow: UnitOfWork, blocker_id: str, resolution: str) -> list[str]
     """Queue on_blocker_resolved on each task `blocker_id` blocks whose blockers are now all
     terminal (`blocker_id` itself counts as terminal: its arrival is this transaction's). The
     ids of the tasks it was queued on."""
+    blockers = t.task_blockers
     blocked = [
         str(r)
         for r in uow.conn.execute(
-            sa.select(BLOCKERS.c.task_id).where(BLOCKERS.c.blocker_id == blocker_id)
+            sa.select(blockers.c.task_id).where(blockers.c.blocker_id == blocker_id)
         ).scalars()
     ]
     if not blocked:
         return []
-    other = BLOCKERS.alias("other")
+    other = blockers.alias("other")
     rows = uow.conn.execute(
         sa.select(other.c.task_id, other.c.blocker_id, TASKS.c.state)
         .join(TASKS, TASKS.c.id == other.c.blocker_id)

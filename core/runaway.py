@@ -29,7 +29,6 @@ PERSON_PATH = "E2"
 """A person's move: it clears the loop flag and starts the counts afresh."""
 TRIGGER_PATH = "E1"
 """Moves a trigger makes: the ones counted, and the ones the limit stops."""
-ARRIVALS = t.task_step_arrivals
 _UPSERTS: dict[tuple[str, str], Any] = {}
 
 
@@ -67,18 +66,19 @@ def _count(uow: UnitOfWork, task: Task, step_id: str, counter: str) -> None:
     statement = _UPSERTS.get((name, counter))
     if statement is None:
         other = "wakes" if counter == "arrivals" else "arrivals"
-        base = dialect.upsert_into(name, ARRIVALS).values(
+        arrivals = t.task_step_arrivals
+        base = dialect.upsert_into(name, arrivals).values(
             task_id=sa.bindparam("a_task_id"),
             step_id=sa.bindparam("a_step_id"),
             generation=sa.bindparam("a_generation"),
             **{counter: 1, other: 0},
         )
-        same = ARRIVALS.c.generation == base.excluded.generation
+        same = arrivals.c.generation == base.excluded.generation
         statement = _UPSERTS[(name, counter)] = base.on_conflict_do_update(
-            index_elements=[ARRIVALS.c.task_id, ARRIVALS.c.step_id],
+            index_elements=[arrivals.c.task_id, arrivals.c.step_id],
             set_={
-                counter: sa.case((same, ARRIVALS.c[counter] + 1), else_=1),
-                other: sa.case((same, ARRIVALS.c[other]), else_=0),
+                counter: sa.case((same, arrivals.c[counter] + 1), else_=1),
+                other: sa.case((same, arrivals.c[other]), else_=0),
                 "generation": base.excluded.generation,
             },
         )
@@ -139,11 +139,12 @@ def halted(
     limit = workflow.max_step_arrivals
     if limit <= 0:
         return False
+    arrivals = t.task_step_arrivals
     reached = sa.exists().where(
-        ARRIVALS.c.task_id == task.id,
-        ARRIVALS.c.step_id == step.id,
-        ARRIVALS.c.generation == task.loop_generation,
-        ARRIVALS.c[counter] >= limit,
+        arrivals.c.task_id == task.id,
+        arrivals.c.step_id == step.id,
+        arrivals.c.generation == task.loop_generation,
+        arrivals.c[counter] >= limit,
     )
     flagged = uow.conn.execute(
         sa.update(TASKS)

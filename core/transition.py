@@ -14,6 +14,7 @@ workflow, and restoring a step from history (`restore_step`).
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from typing import Any, ClassVar
 
@@ -105,19 +106,25 @@ _ADMIT = (
 _ADMIT_UNQUEUED = (
     sa.update(TASKS).where(TASKS.c.id == sa.bindparam("b_task_id")).values(**_ADMITTED)
 )
-_HISTORY = insert_of(
-    t.session_step_history,
-    (
-        "id",
-        "session_id",
-        "task_id",
-        "from_step_id",
-        "to_step_id",
-        "trigger",
-        "actor_id",
-        "created_at",
-    ),
-)
+
+
+@functools.cache
+def _history() -> sa.Insert:
+    """The session's step history row (built when first written: a move of a task with no
+    session never names its table)."""
+    return insert_of(
+        t.session_step_history,
+        (
+            "id",
+            "session_id",
+            "task_id",
+            "from_step_id",
+            "to_step_id",
+            "trigger",
+            "actor_id",
+            "created_at",
+        ),
+    )
 
 
 def _task_row(uow: UnitOfWork, task_id: str) -> tuple[Task, str | None]:
@@ -150,7 +157,7 @@ def _write_history(
         return
     prepared.defer(
         uow.conn,
-        _HISTORY,
+        _history(),
         {
             "id": ids.new_id(),
             "session_id": session_id,

@@ -15,7 +15,6 @@ if TYPE_CHECKING:
     from core.services.tasks import TaskService
 
 E = t.step_entries
-M = t.step_entry_markers
 
 
 class EntryService(Service):
@@ -37,6 +36,7 @@ class EntryService(Service):
             entries = [rows.entry(r) for r in conn.execute(query).mappings()]
             markers: dict[str, list[Marker]] = {e.id: [] for e in entries}
             if entries:
+                M = t.step_entry_markers
                 found = conn.execute(
                     sa.select(M)
                     .where(M.c.entry_id.in_(list(markers)))

@@ -1,7 +1,8 @@
 from __future__ import annotations
 
 import builtins
-from typing import TYPE_CHECKING
+import functools
+from typing import TYPE_CHECKING, Any
 
 import sqlalchemy as sa
 
@@ -20,16 +21,21 @@ if TYPE_CHECKING:
     from core.store.database import Store
 
 DECIDING_ROLES = frozenset({"reviewer", "approver"})
-_P = t.workflow_step_participants
-# Template seats ('') and the task's own seats at a step, in the merged listing's order.
-_SEATS = (
-    sa.select(_P)
-    .where(
-        _P.c.step_id == sa.bindparam("step_id"),
-        sa.or_(_P.c.task_id == "", _P.c.task_id == sa.bindparam("task_id")),
+
+
+@functools.cache
+def _seats() -> sa.Select[Any]:
+    """Template seats ('') and the task's own seats at a step, in the merged listing's order
+    (built when first asked: a manual move reads no seat)."""
+    p = t.workflow_step_participants
+    return (
+        sa.select(p)
+        .where(
+            p.c.step_id == sa.bindparam("step_id"),
+            sa.or_(p.c.task_id == "", p.c.task_id == sa.bindparam("task_id")),
+        )
+        .order_by(p.c.role, p.c.position, p.c.id)
     )
-    .order_by(_P.c.role, _P.c.position, _P.c.id)
-)
 
 
 class ParticipantService(Service):
@@ -180,10 +186,11 @@ class ParticipantService(Service):
         """Remove one seat by its id (a duplicate seat too: each has its own). Verdicts it
         gave stay in the decision history; a quorum counts the seats there are."""
         self._require_writer()
+        seats = t.workflow_step_participants
         with self.peers.store.transaction() as uow:
             gone = uow.conn.execute(
-                sa.delete(_P)
-                .where(_P.c.id == participant_id)
+                sa.delete(seats)
+                .where(seats.c.id == participant_id)
                 .execution_options(preserve_rowcount=True)
             ).rowcount
         if gone != 1:
@@ -213,7 +220,7 @@ def merged_seats(
 
     A template seat is dropped when the task has its own seat with the same role and agent.
     """
-    result = prepared.execute(conn, _SEATS, {"step_id": step_id, "task_id": task_id or ""})
+    result = prepared.execute(conn, _seats(), {"step_id": step_id, "task_id": task_id or ""})
     seats = [rows.participant(r) for r in result.mappings()]
     own = {(s.role, s.agent_profile_id) for s in seats if s.task_id}
     return [s for s in seats if s.task_id or (s.role, s.agent_profile_id) not in own]
@@ -244,11 +251,16 @@ def primary_agent(store: Store, workflows: WorkflowService, task: Task, step_id:
     task's most recent runner seat anywhere. Asked on every arrival at a step that starts its
     agent itself, so it lives with the seats, not the run queue: a move into such a step with
     nobody to start imports no run machinery."""
+    seats = t.workflow_step_participants
     with store.read() as conn:
         runner = conn.execute(
-            sa.select(_P.c.agent_profile_id)
-            .where(_P.c.step_id == step_id, _P.c.task_id.in_(("", task.id)), _P.c.role == "runner")
-            .order_by(_P.c.position, _P.c.id)
+            sa.select(seats.c.agent_profile_id)
+            .where(
+                seats.c.step_id == step_id,
+                seats.c.task_id.in_(("", task.id)),
+                seats.c.role == "runner",
+            )
+            .order_by(seats.c.position, seats.c.id)
             .limit(1)
         ).scalar()
         if runner:
@@ -259,9 +271,9 @@ def primary_agent(store: Store, workflows: WorkflowService, task: Task, step_id:
         if workflow.agent_profile_id:
             return workflow.agent_profile_id
         latest = conn.execute(
-            sa.select(_P.c.agent_profile_id)
-            .where(_P.c.task_id == task.id, _P.c.role == "runner")
-            .order_by(_P.c.created_at.desc(), _P.c.id.desc())
+            sa.select(seats.c.agent_profile_id)
+            .where(seats.c.task_id == task.id, seats.c.role == "runner")
+            .order_by(seats.c.created_at.desc(), seats.c.id.desc())
             .limit(1)
         ).scalar()
     return str(latest) if latest else None
