@@ -89,6 +89,62 @@ def test_issue_45_item_6_task_move_imports_no_loguru_when_it_makes_no_record(
     assert [m for m in HEAVY if m in modules and m not in floor] == []
 
 
+TABLES_PROBE = """
+import atexit, json, sys
+def built():
+    from core.store import tables
+    return sorted(n for n in tables._BUILDERS if n in vars(tables))
+atexit.register(lambda: print(json.dumps(built()), file=sys.stderr))
+from core.console import main
+main(sys.argv[1:])
+"""
+
+
+def test_issue_45_item_6_task_move_builds_only_the_tables_it_reads(
+    board: tuple[str, str],
+) -> None:
+    """Each table is built the first time a process names it: a manual move builds the
+    tables it reads and writes (and those its modules' fixed statements name), not the
+    schema's 31 - no runs, schedules, hooks, budgets, users, outbox or seats."""
+    url, task_id = board
+    done = _run("-c", TABLES_PROBE, "--db", url, "task", "move", task_id, "Review")
+    assert done.returncode == 0, done.stderr
+    assert "moved from Backlog to Review" in done.stdout
+    built = set(json.loads(done.stderr.splitlines()[-1]))
+    assert {"tasks", "workflows", "workflow_steps", "board_events", "host_epochs"} <= built
+    never = {
+        "runs",
+        "schedules",
+        "hooks",
+        "hook_deliveries",
+        "budgets",
+        "users",
+        "trigger_outbox",
+        "task_blockers",
+        "workflow_step_participants",
+        "transcript_items",
+        "comments",
+    }
+    assert built & never == set()
+    assert len(built) <= 12
+
+
+def test_issue_45_item_6_a_fresh_import_builds_no_table_until_one_is_named() -> None:
+    """Importing `core.store.tables` builds nothing; naming one table builds it alone, and
+    `metadata` builds the rest (what the migrations and `create_all` read)."""
+    probe = (
+        "from core.store import tables as t\n"
+        "built = lambda: sorted(n for n in t._BUILDERS if n in vars(t))\n"
+        "print(built())\n"
+        "t.tasks\n"
+        "print(built())\n"
+        "print(len(t.metadata.tables), len(built()))\n"
+    )
+    done = _run("-c", probe)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split("\n")[:3] == ["[]", "['tasks']", "31 31"]
+
+
 def test_issue_45_item_6_a_record_still_reaches_stderr_when_one_is_made(
     board: tuple[str, str],
 ) -> None:
