@@ -23,6 +23,7 @@ once that transaction or read has closed it publishes a new bundle (never inside
 
 from __future__ import annotations
 
+import functools
 import threading
 from collections.abc import Callable, Iterable
 from types import TracebackType
@@ -408,7 +409,13 @@ class Host:
             if not read_only:
                 from core.store.liveness import EpochKeeper
 
-                keeper = EpochKeeper(store.url, store.engine, store.write_connection)
+                # the epoch's own rows are not the board's: its writes (the mint, a re-mint,
+                # the close) do not read the board's version first
+                keeper = EpochKeeper(
+                    store.url,
+                    store.engine,
+                    functools.partial(store.write_connection, follow_board=False),
+                )
                 store.liveness.follow(lambda: keeper.epoch if keeper is not None else None)
             host = cls(
                 store,

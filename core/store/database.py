@@ -329,9 +329,9 @@ class Store:
             self.on_version(conn, version)
 
     @contextmanager
-    def write_connection(self) -> Iterator[Connection]:
+    def write_connection(self, *, follow_board: bool = True) -> Iterator[Connection]:
         """`transaction()`, handing out just its connection."""
-        with self.transaction() as uow:
+        with self.transaction(follow_board=follow_board) as uow:
             yield uow.conn
 
     @contextmanager
