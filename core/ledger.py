@@ -28,39 +28,49 @@ if TYPE_CHECKING:
     from sqlalchemy.dialects.sqlite import dml as sqlite_dml
 
 E = t.step_entries
-M = t.step_entry_markers
 
 _ENTRY_KEYS = tuple(field.name for field in attrs.fields(StepEntry))
+
+
 # The next entry_seq for the pair and the entry's insert as one statement, the number read
 # back (RETURNING): one statement (on PostgreSQL one round trip) fewer per arrival than a
 # read and then an insert. An aggregate without GROUP BY yields its one row even for the
 # pair's first entry; a racing second allocator still loses on the UNIQUE constraint.
-_ALLOCATE = (
-    sa.insert(E)
-    .from_select(
-        list(_ENTRY_KEYS),
-        sa.select(
-            sa.bindparam("id", type_=E.c.id.type),
-            sa.bindparam("task_id", type_=E.c.task_id.type),
-            sa.bindparam("step_id", type_=E.c.step_id.type),
-            sa.func.coalesce(sa.func.max(E.c.entry_seq), 0) + 1,
-            sa.bindparam("entry_path", type_=E.c.entry_path.type),
-            sa.bindparam("declaration_digest", type_=E.c.declaration_digest.type),
-            sa.literal(False, E.c.terminal.type),
-            sa.bindparam("created_at", type_=E.c.created_at.type),
-            sa.bindparam("epoch", type_=E.c.epoch.type),
-        ).where(
-            E.c.task_id == sa.bindparam("task_id", type_=E.c.task_id.type),
-            E.c.step_id == sa.bindparam("step_id", type_=E.c.step_id.type),
-        ),
+@functools.cache
+def _allocate() -> sa.Insert:
+    return (
+        sa.insert(E)
+        .from_select(
+            list(_ENTRY_KEYS),
+            sa.select(
+                sa.bindparam("id", type_=E.c.id.type),
+                sa.bindparam("task_id", type_=E.c.task_id.type),
+                sa.bindparam("step_id", type_=E.c.step_id.type),
+                sa.func.coalesce(sa.func.max(E.c.entry_seq), 0) + 1,
+                sa.bindparam("entry_path", type_=E.c.entry_path.type),
+                sa.bindparam("declaration_digest", type_=E.c.declaration_digest.type),
+                sa.literal(False, E.c.terminal.type),
+                sa.bindparam("created_at", type_=E.c.created_at.type),
+                sa.bindparam("epoch", type_=E.c.epoch.type),
+            ).where(
+                E.c.task_id == sa.bindparam("task_id", type_=E.c.task_id.type),
+                E.c.step_id == sa.bindparam("step_id", type_=E.c.step_id.type),
+            ),
+        )
+        .returning(E.c.entry_seq)
     )
-    .returning(E.c.entry_seq)
-)
-_MARKER_KEY = sa.and_(
-    M.c.entry_id == sa.bindparam("entry_id", type_=sa.String),
-    M.c.position == sa.bindparam("position", type_=sa.Integer),
-    M.c.kind == sa.bindparam("kind", type_=sa.String),
-)
+
+
+def _marker_key() -> sa.ColumnElement[bool]:
+    """A marker by its key (entry, position, kind), as the statements below bind it."""
+    markers = t.step_entry_markers
+    return sa.and_(
+        markers.c.entry_id == sa.bindparam("entry_id", type_=sa.String),
+        markers.c.position == sa.bindparam("position", type_=sa.Integer),
+        markers.c.kind == sa.bindparam("kind", type_=sa.String),
+    )
+
+
 # absent -> in_progress(epoch), as one conditional statement: rowcount 1 means claimed. ON
 # CONFLICT DO NOTHING, not NOT EXISTS: two transactions inserting at once on PostgreSQL must
 # have one lose quietly, not one fail on the primary key.
@@ -72,7 +82,14 @@ _CLAIM_VALUES = {
     "epoch": sa.bindparam("epoch", type_=sa.String),
     "updated_at": sa.bindparam("stamp", type_=sa.String),
 }
-_MARKER_STATE = sa.select(M.c.state, M.c.epoch).where(_MARKER_KEY)
+
+
+@functools.cache
+def _marker_state() -> sa.Select[Any]:
+    markers = t.step_entry_markers
+    return sa.select(markers.c.state, markers.c.epoch).where(_marker_key())
+
+
 # absent -> skipped(reason) in one conditional statement, for an entry-level skip: rowcount 1
 # means the position was free and is now closed; 0 sends the caller through claim and settle
 # (terminal already, or held by an epoch whose liveness decides).
@@ -94,49 +111,71 @@ def _insert_absent(dialect: str, *, skip: bool) -> sa.Insert:
 def _insert_marker(name: str) -> pg_dml.Insert | sqlite_dml.Insert:
     """`INSERT INTO step_entry_markers` in the dialect's own form, which has ON CONFLICT
     (`core.store.dialect.upsert_into`, which imports only that dialect's module)."""
-    return dialect.upsert_into(name, M)
+    return dialect.upsert_into(name, t.step_entry_markers)
 
 
-# in_progress(dead epoch) -> in_progress(our epoch)
-_RECLAIM = (
-    sa.update(M)
-    .where(_MARKER_KEY, M.c.state == "in_progress", M.c.epoch == sa.bindparam("old_epoch"))
-    .values(epoch=sa.bindparam("epoch"), updated_at=sa.bindparam("stamp"))
-)
-# in_progress(our epoch) -> terminal: a marker re-claimed from us (we were declared dead) is
-# no longer ours to settle
-_SETTLE = (
-    sa.update(M)
-    .where(_MARKER_KEY, M.c.state == "in_progress", M.c.epoch == sa.bindparam("epoch"))
-    .values(
-        state=sa.bindparam("state"),
-        reason=sa.bindparam("reason"),
-        cause=sa.bindparam("cause"),
-        updated_at=sa.bindparam("stamp"),
+@functools.cache
+def _reclaim() -> sa.Update:
+    """in_progress(dead epoch) -> in_progress(our epoch)"""
+    markers = t.step_entry_markers
+    return (
+        sa.update(markers)
+        .where(
+            _marker_key(),
+            markers.c.state == "in_progress",
+            markers.c.epoch == sa.bindparam("old_epoch"),
+        )
+        .values(epoch=sa.bindparam("epoch"), updated_at=sa.bindparam("stamp"))
     )
-)
-_NEWER = E.alias("newer")
+
+
+@functools.cache
+def _settle() -> sa.Update:
+    """in_progress(our epoch) -> terminal: a marker re-claimed from us (we were declared dead)
+    is no longer ours to settle"""
+    markers = t.step_entry_markers
+    return (
+        sa.update(markers)
+        .where(
+            _marker_key(),
+            markers.c.state == "in_progress",
+            markers.c.epoch == sa.bindparam("epoch"),
+        )
+        .values(
+            state=sa.bindparam("state"),
+            reason=sa.bindparam("reason"),
+            cause=sa.bindparam("cause"),
+            updated_at=sa.bindparam("stamp"),
+        )
+    )
+
+
 # The entry is still the task's current occupancy of its step: the task stands there admitted
 # (a queued placement is no occupancy) and no newer entry exists for the pair. FOR UPDATE (a
 # no-op on SQLite, whose writers are serialised) holds the task row until the caller's
 # transaction commits, so no move can slip between this decision and the effect it guards.
-_OCCUPANCY = (
-    sa.select(t.tasks.c.id)
-    .where(
-        t.tasks.c.id == sa.bindparam("task_id", type_=sa.String),
-        t.tasks.c.workflow_step_id == sa.bindparam("step_id", type_=sa.String),
-        t.tasks.c.wip_admitted.is_(True),
-        ~sa.exists().where(
-            _NEWER.c.task_id == sa.bindparam("task_id", type_=sa.String),
-            _NEWER.c.step_id == sa.bindparam("step_id", type_=sa.String),
-            _NEWER.c.entry_seq > sa.bindparam("entry_seq", type_=sa.Integer),
-        ),
+@functools.cache
+def _occupancy() -> sa.Select[Any]:
+    newer = E.alias("newer")
+    return (
+        sa.select(t.tasks.c.id)
+        .where(
+            t.tasks.c.id == sa.bindparam("task_id", type_=sa.String),
+            t.tasks.c.workflow_step_id == sa.bindparam("step_id", type_=sa.String),
+            t.tasks.c.wip_admitted.is_(True),
+            ~sa.exists().where(
+                newer.c.task_id == sa.bindparam("task_id", type_=sa.String),
+                newer.c.step_id == sa.bindparam("step_id", type_=sa.String),
+                newer.c.entry_seq > sa.bindparam("entry_seq", type_=sa.Integer),
+            ),
+        )
+        .with_for_update(key_share=True)
     )
-    .with_for_update(key_share=True)
-)
+
+
 # A transactional group's claims and its occupancy check as one statement: every member's
 # marker is claimed from absent only while the entry is its task's current occupancy of its
-# step (the task row then held, as `_OCCUPANCY` holds it). One statement (on PostgreSQL one
+# step (the task row then held, as `_occupancy` holds it). One statement (on PostgreSQL one
 # round trip) instead of a claim per member and the check; see `claim_all_if_occupied`.
 _CLAIM_KEYS = ["entry_id", "position", "kind", "state", "epoch", "updated_at"]
 
@@ -149,7 +188,7 @@ def _claim_row(n: int) -> Any:
         sa.literal("in_progress", sa.String),
         sa.bindparam("epoch", type_=sa.String),
         sa.bindparam("stamp", type_=sa.String),
-    ).where(_OCCUPANCY.exists())
+    ).where(_occupancy().exists())
 
 
 @functools.cache
@@ -160,11 +199,17 @@ def _claim_all_if_occupied(dialect: str, members: int) -> sa.Insert:
     return _insert_marker(dialect).from_select(_CLAIM_KEYS, rows).on_conflict_do_nothing()
 
 
-_NEWEST_SEQ = sa.select(sa.func.max(E.c.entry_seq)).where(
-    E.c.task_id == sa.bindparam("task_id", type_=sa.String),
-    E.c.step_id == sa.bindparam("step_id", type_=sa.String),
-)
-_SET_TERMINAL = sa.update(E).where(E.c.id == sa.bindparam("b_entry_id")).values(terminal=True)
+@functools.cache
+def _newest_seq() -> sa.Select[Any]:
+    return sa.select(sa.func.max(E.c.entry_seq)).where(
+        E.c.task_id == sa.bindparam("task_id", type_=sa.String),
+        E.c.step_id == sa.bindparam("step_id", type_=sa.String),
+    )
+
+
+@functools.cache
+def _set_terminal() -> sa.Update:
+    return sa.update(E).where(E.c.id == sa.bindparam("b_entry_id")).values(terminal=True)
 
 
 @memo.by_identity
@@ -196,7 +241,7 @@ def allocate(
     # the mover dispatches what it allocates: its epoch tells the recovery scan to keep off
     epoch = uow.store.liveness.own()
     seq = uow.run(
-        _ALLOCATE,
+        _allocate(),
         {
             "id": entry_id,
             "task_id": task_id,
@@ -233,7 +278,8 @@ class ClaimLost(Exception):
 
 
 def load_markers(conn: sa.Connection, entry_id: str) -> dict[tuple[int, str], Marker]:
-    result = conn.execute(sa.select(M).where(M.c.entry_id == entry_id)).mappings()
+    markers = t.step_entry_markers
+    result = conn.execute(sa.select(markers).where(markers.c.entry_id == entry_id)).mappings()
     return {(r["position"], r["kind"]): rows.marker(r) for r in result}
 
 
@@ -269,7 +315,7 @@ def claim(
         if not settles_here:
             events.marker(uow, entry_id, position, kind, "in_progress", None)
         return True
-    current = uow.run(_MARKER_STATE, key).first()
+    current = uow.run(_marker_state(), key).first()
     if current is None:
         raise ClaimLost  # deleted under us: treat as contention, never as ours
     state, holder = tuple(current)
@@ -278,7 +324,7 @@ def claim(
     if holder == epoch or not uow.store.liveness.is_dead(holder, uow.conn):
         raise ClaimLost
     # A dead epoch never comes back: naming it in the compare-and-set is safe.
-    taken = uow.run(_RECLAIM, {**key, "old_epoch": holder, "epoch": epoch, "stamp": stamp})
+    taken = uow.run(_reclaim(), {**key, "old_epoch": holder, "epoch": epoch, "stamp": stamp})
     if taken.rowcount != 1:
         raise ClaimLost
     if not settles_here:
@@ -310,9 +356,14 @@ def claim_all_if_occupied(
     return int(uow.run(statement, values).rowcount)
 
 
-_UNCLAIM = sa.delete(M).where(
-    _MARKER_KEY, M.c.state == "in_progress", M.c.epoch == sa.bindparam("epoch", type_=sa.String)
-)
+@functools.cache
+def _unclaim() -> sa.Delete:
+    markers = t.step_entry_markers
+    return sa.delete(markers).where(
+        _marker_key(),
+        markers.c.state == "in_progress",
+        markers.c.epoch == sa.bindparam("epoch", type_=sa.String),
+    )
 
 
 def unclaim(
@@ -322,14 +373,14 @@ def unclaim(
     reaching them): the transaction then commits no marker for them."""
     for position, kind in positions:
         uow.run(
-            _UNCLAIM, {"entry_id": entry_id, "position": position, "kind": kind, "epoch": epoch}
+            _unclaim(), {"entry_id": entry_id, "position": position, "kind": kind, "epoch": epoch}
         )
 
 
 def holds(conn: sa.Connection, entry_id: str, position: int, kind: str, epoch: str) -> bool:
     """Whether the marker is still in progress under `epoch` (a claim not lost)."""
     current = conn.execute(
-        _MARKER_STATE, {"entry_id": entry_id, "position": position, "kind": kind}
+        _marker_state(), {"entry_id": entry_id, "position": position, "kind": kind}
     ).first()
     return current is not None and tuple(current) == ("in_progress", epoch)
 
@@ -362,7 +413,7 @@ def settle(
     # it may also go in the COMMIT's round trip: a checked statement must be answered
     # before COMMIT is sent, a round trip of its own.
     check = None if claimed_here else _settled
-    prepared.defer(uow.conn, _SETTLE, {**key, **values, "epoch": epoch}, check)
+    prepared.defer(uow.conn, _settle(), {**key, **values, "epoch": epoch}, check)
     events.marker(uow, entry_id, position, kind, state, reason)
 
 
@@ -377,14 +428,14 @@ def vacated(uow: UnitOfWork, entry: StepEntry) -> str | None:
     newer entry exists for the pair, `step_left` otherwise. Call it in the transaction that
     commits the effect it guards."""
     values = {"task_id": entry.task_id, "step_id": entry.step_id, "entry_seq": entry.entry_seq}
-    if uow.run(_OCCUPANCY, values).first() is not None:
+    if uow.run(_occupancy(), values).first() is not None:
         return None
-    newest = uow.run(_NEWEST_SEQ, values).scalar()
+    newest = uow.run(_newest_seq(), values).scalar()
     return "superseded" if newest is not None and int(newest) > entry.entry_seq else "step_left"
 
 
 def set_terminal(uow: UnitOfWork, entry_id: str) -> None:
-    prepared.defer(uow.conn, _SET_TERMINAL, {"b_entry_id": entry_id})
+    prepared.defer(uow.conn, _set_terminal(), {"b_entry_id": entry_id})
 
 
 def finish_if_complete(

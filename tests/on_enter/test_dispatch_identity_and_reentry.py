@@ -378,7 +378,7 @@ class _Overtaken:
         self.conn = uow.conn
 
     def run(self, statement: Any, values: Any) -> Any:
-        if statement is not ledger._ALLOCATE or self._staged:
+        if statement is not ledger._allocate() or self._staged:
             return self._uow.run(statement, values)
         self._staged = True
         entries = t.step_entries
