@@ -11,6 +11,7 @@ This module is the *current* shape. The database is built by the alembic migrati
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable
 from typing import Any, Final
 
@@ -835,16 +836,25 @@ _BUILDERS: Final[dict[str, Callable[[], sa.Table]]] = {
 """Every table, in the order the schema declares them."""
 
 
+_building = threading.RLock()
+"""Held while a table is built: two threads naming one table first would otherwise both
+build it, and the second `sa.Table` on the same `MetaData` is refused (already defined)."""
+
+
 def __getattr__(name: str) -> Any:
     if name == "metadata":
-        for each in _BUILDERS:
-            if each not in globals():
-                __getattr__(each)
-        globals()["metadata"] = _metadata
+        with _building:
+            for each in _BUILDERS:
+                if each not in globals():
+                    __getattr__(each)
+            globals()["metadata"] = _metadata
         return _metadata
     builder = _BUILDERS.get(name)
     if builder is None:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    table = builder()
-    globals()[name] = table
+    with _building:
+        table = globals().get(name)
+        if table is None:  # not built by a thread that held the lock first
+            table = builder()
+            globals()[name] = table
     return table

@@ -145,6 +145,35 @@ def test_issue_45_item_6_a_fresh_import_builds_no_table_until_one_is_named() -> 
     assert done.stdout.split("\n")[:3] == ["[]", "['tasks']", "31 31"]
 
 
+def test_issue_45_item_6_threads_naming_a_table_first_at_once_get_one_table() -> None:
+    """A worker's or serve's threads may name a table for the first time together: one
+    builds it, every one gets that table (a second build on the same `MetaData` would be
+    refused as already defined)."""
+    probe = (
+        "import sys, threading\n"
+        "sys.setswitchinterval(1e-6)\n"
+        "from core.store import tables as t\n"
+        "names = ['runs', 'schedules', 'hooks', 'budgets', 'comments', 'questions']\n"
+        "gate = threading.Barrier(8)\n"
+        "seen, failed = [], []\n"
+        "def name_them():\n"
+        "    gate.wait()\n"
+        "    try:\n"
+        "        seen.append([id(getattr(t, n)) for n in names])\n"
+        "    except Exception as exc:\n"
+        "        failed.append(repr(exc))\n"
+        "threads = [threading.Thread(target=name_them) for _ in range(8)]\n"
+        "[th.start() for th in threads]\n"
+        "[th.join() for th in threads]\n"
+        "print(len(failed), len(seen), len({tuple(s) for s in seen}))\n"
+        "print(failed[:1])\n"
+    )
+    for _ in range(5):
+        done = _run("-c", probe)
+        assert done.returncode == 0, done.stderr
+        assert done.stdout.split("\n")[0] == "0 8 1", done.stdout
+
+
 def test_issue_45_item_6_a_record_still_reaches_stderr_when_one_is_made(
     board: tuple[str, str],
 ) -> None:
