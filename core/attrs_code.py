@@ -54,13 +54,12 @@ def cache_file() -> Path:
     """The file for this interpreter and this attrs: named by the interpreter's bytecode tag
     and by the size and time of attrs' code generator (`attr.__version__` would read attrs'
     metadata through the `email` package, 10 ms and more)."""
-    tag = sys.implementation.cache_tag or "python"
     try:
         made = os.stat(attr._make.__file__)
         attrs_tag = f"{made.st_size}-{made.st_mtime_ns}"
     except (OSError, TypeError):
         attrs_tag = "unknown"
-    return Path(__file__).with_name("__pycache__") / f"attrs-code.{tag}-{attrs_tag}.bin"
+    return kept.beside(__file__, f"attrs-code-{attrs_tag}")
 
 
 def _read(path: Path) -> dict[str, tuple[str, CodeType | bytes]]:

@@ -114,17 +114,23 @@ def _insert_marker(name: str) -> pg_dml.Insert | sqlite_dml.Insert:
     return dialect.upsert_into(name, t.step_entry_markers)
 
 
+def _in_progress_under(epoch: str) -> sa.ColumnElement[bool]:
+    """The marker by its key, in progress under the epoch bound as `epoch`."""
+    markers = t.step_entry_markers
+    return sa.and_(
+        _marker_key(),
+        markers.c.state == "in_progress",
+        markers.c.epoch == sa.bindparam(epoch, type_=sa.String),
+    )
+
+
 @functools.cache
 def _reclaim() -> sa.Update:
     """in_progress(dead epoch) -> in_progress(our epoch)"""
     markers = t.step_entry_markers
     return (
         sa.update(markers)
-        .where(
-            _marker_key(),
-            markers.c.state == "in_progress",
-            markers.c.epoch == sa.bindparam("old_epoch"),
-        )
+        .where(_in_progress_under("old_epoch"))
         .values(epoch=sa.bindparam("epoch"), updated_at=sa.bindparam("stamp"))
     )
 
@@ -136,11 +142,7 @@ def _settle() -> sa.Update:
     markers = t.step_entry_markers
     return (
         sa.update(markers)
-        .where(
-            _marker_key(),
-            markers.c.state == "in_progress",
-            markers.c.epoch == sa.bindparam("epoch"),
-        )
+        .where(_in_progress_under("epoch"))
         .values(
             state=sa.bindparam("state"),
             reason=sa.bindparam("reason"),
@@ -358,12 +360,7 @@ def claim_all_if_occupied(
 
 @functools.cache
 def _unclaim() -> sa.Delete:
-    markers = t.step_entry_markers
-    return sa.delete(markers).where(
-        _marker_key(),
-        markers.c.state == "in_progress",
-        markers.c.epoch == sa.bindparam("epoch", type_=sa.String),
-    )
+    return sa.delete(t.step_entry_markers).where(_in_progress_under("epoch"))
 
 
 def unclaim(

@@ -36,11 +36,11 @@ class EntryService(Service):
             entries = [rows.entry(r) for r in conn.execute(query).mappings()]
             markers: dict[str, list[Marker]] = {e.id: [] for e in entries}
             if entries:
-                M = t.step_entry_markers
+                table = t.step_entry_markers
                 found = conn.execute(
-                    sa.select(M)
-                    .where(M.c.entry_id.in_(list(markers)))
-                    .order_by(M.c.entry_id, M.c.position)
+                    sa.select(table)
+                    .where(table.c.entry_id.in_(list(markers)))
+                    .order_by(table.c.entry_id, table.c.position)
                 ).mappings()
                 for r in found:
                     markers[r["entry_id"]].append(rows.marker(r))
