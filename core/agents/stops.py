@@ -41,7 +41,7 @@ class LiveConversations(Protocol):
 
     def cancel(self, session_id: str, *, grace: float | None = None) -> bool: ...
 
-    def close_all(self) -> None: ...
+    def close_all(self, *, for_good: bool = False) -> None: ...
 
 
 @attrs.define(eq=False)
@@ -89,7 +89,7 @@ class InFlight:
             if turn.proc is not None:
                 turn.proc.kill()
         if self.conversations is not None:
-            self.conversations.close_all()
+            self.conversations.close_all(for_good=True)
 
     def stop_run(self, run_id: str, why: str = "cancel") -> bool:
         """Stop the turn working on `run_id` in this process: an exec agent's process group is

@@ -128,12 +128,14 @@ class TurnLoop:
             host.profiles.current(session.agent_profile_id) if session.agent_profile_id else None
         )
         turn = LiveTurn(task.id, step_id or task.workflow_step_id, run_id, session.agent_profile_id)
-        if self.in_flight.shut_down:
-            turn.stopped = "shutdown"
-        if session.metadata.get("cancel_retry_requested"):
-            host.sessions.record_effect(session_id, cancel_retry_requested=None)
+        # Seen before it is asked: a `kill_all` (a signal, in the main thread) between the
+        # question and the entry would find neither the flag set nor the turn to stop.
         self.in_flight.turns[session_id] = turn
         try:
+            if self.in_flight.shut_down:
+                turn.stopped = "shutdown"
+            if session.metadata.get("cancel_retry_requested"):
+                host.sessions.record_effect(session_id, cancel_retry_requested=None)
             if profile is None:
                 return fail(
                     AgentFailure(task.id, session_id, "R2", "the session has no agent profile")

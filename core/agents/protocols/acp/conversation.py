@@ -149,6 +149,9 @@ class Conversations:
         self._run_ids: dict[str, str] = {}  # the LANEWAY_RUN_ID each kept process started with
         self._running: dict[str, AgentConnection] = {}
         self._lock = threading.Lock()
+        self._closed = False
+        """`close_all(for_good=True)` ran: an agent a turn started meanwhile is stopped as it
+        is shown."""
 
     def start(
         self,
@@ -203,17 +206,24 @@ class Conversations:
         return conn is not None and conn.alive
 
     def keep(self, session_id: str, conn: AgentConnection, run_id: str = "") -> None:
+        evicted: list[tuple[str, AgentConnection]] = []
         with self._lock:
-            self._run_ids[session_id] = run_id
-            self._live[session_id] = conn
-            self._live.move_to_end(session_id)
-            evicted = []
+            closed = self._closed
+            if closed:  # shut down during the turn: nothing is kept for a next one
+                evicted.append((session_id, conn))
+            else:
+                self._run_ids[session_id] = run_id
+                self._live[session_id] = conn
+                self._live.move_to_end(session_id)
             while len(self._live) > self._limit:
                 gone, old = self._live.popitem(last=False)
                 self._run_ids.pop(gone, None)
                 evicted.append((gone, old))
         for gone, old in evicted:
-            _ended(gone, old, "limit")
+            if closed:
+                _ended(gone, old, "shutdown", 0.5)
+            else:
+                _ended(gone, old, "limit")
 
     def running(self, session_id: str, conn: AgentConnection | None) -> None:
         with self._lock:
@@ -221,6 +231,13 @@ class Conversations:
                 self._running.pop(session_id, None)
             else:
                 self._running[session_id] = conn
+            late = conn is not None and self._closed
+        if late:
+            # its agent started while `close_all` ran, which could not see it: its turn is
+            # stopped as `close_all` stops the turns it sees
+            assert conn is not None
+            conn.cancel(grace=0.5)
+            conn.close(grace=0.5)
 
     def running_group(self, session_id: str) -> int | None:
         """The process group of the agent running `session_id`'s turn now, if any."""
@@ -257,11 +274,14 @@ class Conversations:
         _ended(session_id, conn, why)
         return True
 
-    def close_all(self) -> None:
+    def close_all(self, *, for_good: bool = False) -> None:
         """Shutdown: every conversation's process group ends, running turns included. An idle
         conversation's agent is sent `session/close` first; a running turn's is cancelled,
-        its run going back to the queue and its conversation on with the next worker."""
+        its run going back to the queue and its conversation on with the next worker.
+        `for_good` (the worker stops): an agent a turn is starting now is stopped too, as its
+        turn shows it, and nothing is kept any more."""
         with self._lock:
+            self._closed = self._closed or for_good
             idle = list(self._live.items())
             running = list(self._running.values())
             self._live.clear()

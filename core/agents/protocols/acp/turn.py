@@ -31,6 +31,8 @@ class AcpProtocol:
 
             self._conversations = Conversations(shared_loop)
             self.in_flight.conversations = self._conversations
+            if self.in_flight.shut_down:  # `kill_all` ran before they were there to close
+                self._conversations.close_all(for_good=True)
         return self._conversations
 
     def running_first(self, session_id: str) -> bool:
