@@ -225,21 +225,25 @@ class EpochLock:
             return False
         return not dialect.connection_spoken_unasked(self._connection, unknown=True)
 
-    def wait_signal(self, timeout: float) -> None:
+    def wait_signal(self, timeout: float, wake: int | None = None) -> None:
         """Wait up to `timeout` for a sign the lock may be gone; the caller then asks `holds`.
+        The wait also ends when `wake` (a pipe's read end) turns readable: the watch is ending.
 
         PostgreSQL: the lock connection's socket turning readable while nobody uses it is the
         server speaking unasked - a terminated backend, a shut-down server - so the loss is
         seen the moment the server says it, not at the next claim. SQLite: nothing signals a
         lock file deleted or replaced; the wait is the poll of its inode."""
         fd = self._socket()
-        if fd is None:
+        if fd is None and wake is None:
             time.sleep(timeout)
             return
         # poll(), not select(): select() cannot watch a descriptor numbered 1024 or more, which a
         # worker with many agents' pipes open reaches
         watch = select.poll()
-        watch.register(fd, select.POLLIN | select.POLLPRI)
+        if fd is not None:
+            watch.register(fd, select.POLLIN | select.POLLPRI)
+        if wake is not None:
+            watch.register(wake, select.POLLIN)
         with contextlib.suppress(OSError, ValueError):
             watch.poll(timeout * 1000)
 
@@ -456,6 +460,9 @@ class EpochKeeper:
         holder learns of the loss at least as soon as anyone who tests it. Returns the stop of
         the watch."""
         stop = threading.Event()
+        # the end of the watch wakes its wait at once: a process closing (a `worker --once`,
+        # `serve` stopping) does not sit out the rest of a poll
+        wake, woken = os.pipe()
         self._on_lost.append(on_lost)
 
         def run() -> None:
@@ -464,7 +471,7 @@ class EpochKeeper:
                 lock = self._lock
                 if lock is None:
                     return
-                lock.wait_signal(poll)
+                lock.wait_signal(poll, wake)
                 if stop.is_set():
                     return
                 with self._mutex:
@@ -484,10 +491,17 @@ class EpochKeeper:
         thread.start()
 
         def end() -> None:
+            if stop.is_set():  # ended already: its pipe may be closed and its numbers reused
+                return
             stop.set()
             with contextlib.suppress(ValueError):
                 self._on_lost.remove(on_lost)
+            with contextlib.suppress(OSError):
+                os.write(woken, b"x")
             thread.join(timeout=poll * 4 + 1)
+            if not thread.is_alive():  # a thread still in its wait keeps the pipe it waits on
+                os.close(wake)
+                os.close(woken)
 
         return end
 
