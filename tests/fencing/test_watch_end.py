@@ -11,8 +11,10 @@ import time
 
 from core.host import Host
 
-LONG_POLL_S = 30.0
+LONG_POLL_S = 60.0
 """The watch's poll here: a watch ended without being woken would take this long to end."""
+ENDED_WITHIN_S = 30.0
+"""Far from both: an end that woke the watch takes milliseconds, one that did not, a minute."""
 
 
 def test_ending_the_watch_wakes_it_at_once(host: Host) -> None:
@@ -25,7 +27,7 @@ def test_ending_the_watch_wakes_it_at_once(host: Host) -> None:
     began = time.monotonic()
     end()
     took = time.monotonic() - began
-    assert took < LONG_POLL_S / 3, f"the watch took {took:.1f} s to end"
+    assert took < ENDED_WITHIN_S, f"the watch took {took:.1f} s to end"
     assert threading.active_count() == before  # its thread is gone, not left behind
     assert lost == []  # waking it is no loss of the lock
     end()  # a second end is harmless (its pipe is closed, nothing is written anywhere)
