@@ -460,8 +460,8 @@ class EpochKeeper:
         holder learns of the loss at least as soon as anyone who tests it. Returns the stop of
         the watch."""
         stop = threading.Event()
-        # the end of the watch wakes its wait at once: a process closing (a `worker --once`,
-        # `serve` stopping) does not sit out the rest of a poll
+        # the end of the watch wakes its wait at once: a worker ending (`work()` returning,
+        # `laneway worker --once` on an empty queue) does not sit out the rest of a poll
         wake, woken = os.pipe()
         self._on_lost.append(on_lost)
 

@@ -1,6 +1,6 @@
-"""Ending the watch of the liveness lock wakes it at once: a process closing (`laneway worker
---once` with nothing queued, `serve` stopping, a host's `work()` returning) does not sit out
-the rest of the watch's poll. The watch slept its poll through on SQLite and polled the lock
+"""Ending the watch of the liveness lock wakes it at once: a worker ending (`laneway worker
+--once` with nothing queued, any host's `work()` returning) does not sit out the rest of the
+watch's poll. The watch slept its poll through on SQLite and polled the lock
 connection's socket for it on PostgreSQL, so every worker's end waited up to a quarter second
 (`laneway worker --once` on an empty queue: 0.54 s of wall time before, 0.30 s after)."""
 
