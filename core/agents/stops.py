@@ -73,10 +73,17 @@ class InFlight:
         self.peers = peers
         self.turns: dict[str, LiveTurn] = {}
         self.conversations: LiveConversations | None = None
-        """Set when the first ACP agent starts (the SDK loads then)."""
+        """Set by `adopt` when the first ACP agent starts (the SDK loads then)."""
         self.shut_down = False
         """`kill_all` ran: a turn that begins now (its run claimed just before) is stopped
         before it launches anything."""
+
+    def adopt(self, conversations: LiveConversations) -> None:
+        """The ACP conversations, made with the first ACP turn: closed for good at once when
+        `kill_all` ran before they existed."""
+        self.conversations = conversations
+        if self.shut_down:
+            conversations.close_all(for_good=True)
 
     def kill_all(self) -> None:
         """Shutdown: end every agent process, and every retry loop (it launches nothing more).

@@ -236,8 +236,7 @@ class Conversations:
             # its agent started while `close_all` ran, which could not see it: its turn is
             # stopped as `close_all` stops the turns it sees
             assert conn is not None
-            conn.cancel(grace=0.5)
-            conn.close(grace=0.5)
+            _stop_running(conn)
 
     def running_group(self, session_id: str) -> int | None:
         """The process group of the agent running `session_id`'s turn now, if any."""
@@ -287,8 +286,7 @@ class Conversations:
             self._live.clear()
             self._run_ids.clear()
         for conn in running:
-            conn.cancel(grace=0.5)
-            conn.close(grace=0.5)
+            _stop_running(conn)
         # at once, not one after another: each agent may take CLOSE_TIMEOUT to answer
         enders = [
             threading.Thread(
@@ -301,6 +299,12 @@ class Conversations:
             ender.start()
         for ender in enders:
             ender.join()
+
+
+def _stop_running(conn: AgentConnection) -> None:
+    """Shutdown of a running turn's agent: cancelled, then stopped half a second later."""
+    conn.cancel(grace=0.5)
+    conn.close(grace=0.5)
 
 
 def _ended(session_id: str, conn: AgentConnection, why: str, grace: float = 2.0) -> None:

@@ -30,9 +30,7 @@ class AcpProtocol:
             from core.agents.protocols.acp.facade import shared_loop
 
             self._conversations = Conversations(shared_loop)
-            self.in_flight.conversations = self._conversations
-            if self.in_flight.shut_down:  # `kill_all` ran before they were there to close
-                self._conversations.close_all(for_good=True)
+            self.in_flight.adopt(self._conversations)
         return self._conversations
 
     def running_first(self, session_id: str) -> bool:
