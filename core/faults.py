@@ -25,6 +25,7 @@ POINTS = frozenset(
         "fan_out.before_commit",
         "worker.after_claim",
         "comment.before_commit",
+        "comment.after_commit",
         "outbox.after_deliver",
         "merge.after_commit",
         "merge.after_ref",

@@ -2,13 +2,14 @@
 
 A subtask reaching its terminal step may complete its parent's set of children
 (on_children_completed), and may be the last blocker of the tasks it blocks
-(on_blocker_resolved); a run's reported cost may cross a budget's threshold
-(on_budget_alert). The cause's own transaction writes a row here, keyed by the trigger's
-operation id (kandev-domain section 1), so a crash after the cause's COMMIT loses nothing:
-the next delivery pass in any process (`core.services.triggers.drain`, run by the scheduler
-of every `worker` and `serve`) finds the row and delivers the trigger under that operation id,
-whose claim in `applied_operations` makes a second delivery idempotent. The row is deleted
-once its operation is applied.
+(on_blocker_resolved); a run's reported cost may cross a budget's threshold (on_budget_alert);
+a comment fires on_comment (`core.services.comments`, which delivers it itself at once and
+leaves the outbox what a crash interrupted). The cause's own transaction writes a row here,
+keyed by the trigger's operation id (kandev-domain section 1), so a crash after the cause's
+COMMIT loses nothing: the next delivery pass in any process (`core.services.triggers.drain`,
+run by the scheduler of every `worker` and `serve`) finds the row and delivers the trigger
+under that operation id, whose claim in `applied_operations` makes a second delivery
+idempotent. The row is deleted once its operation is applied.
 
 What is terminal, for a child or a blocker: its task state is COMPLETED (set by its arrival at
 its workflow's terminal step), FAILED or CANCELLED (the reference's terminal task states).
@@ -30,6 +31,9 @@ from core.store import waits
 from core.store.database import UnitOfWork
 
 TASKS = t.tasks
+BY_AGENT: Final = "fired_by_agent"
+"""The payload key of the agent profile whose own act caused the trigger (a comment its
+`comment` tool wrote): the delivery passes it as `fired_by_agent`, not in the payload."""
 TERMINAL_STATES: Final = frozenset(waits.TERMINAL_STATES)
 
 _PUT = sa.text(

@@ -1,6 +1,11 @@
 """Comments on a task (CLI.md `task comment` / `task comments`): each fires on_comment at the
 task's step with the operation id `task_comment:<comment id>` (kandev-domain section 1), so a
-delivery of one comment's trigger evaluates its actions once, whoever delivers it again."""
+delivery of one comment's trigger evaluates its actions once, whoever delivers it again.
+
+The comment's own transaction also puts its trigger in the outbox (`core.outbox`): the process
+that wrote it delivers it at once, and a process that dies between the comment's COMMIT and
+that delivery leaves it to the next delivery pass (`recover`, any `worker` or `serve`)
+instead of losing it."""
 
 from __future__ import annotations
 
@@ -10,7 +15,7 @@ from typing import TYPE_CHECKING
 import attrs
 import sqlalchemy as sa
 
-from core import actors, faults, ids
+from core import actors, faults, ids, outbox
 from core.engine import TriggerResult
 from core.errors import LanewayError, NotFound
 from core.model import Comment
@@ -23,6 +28,7 @@ if TYPE_CHECKING:
     from core.services.peers import Peers
     from core.services.sessions import SessionService
     from core.services.tasks import TaskService
+    from core.store.database import UnitOfWork
 
 C = t.comments
 
@@ -33,6 +39,18 @@ DEFAULT_AUTHOR = "user"
 def operation_id(comment_id: str) -> str:
     """The on_comment operation id of a comment (kept in `applied_operations`)."""
     return f"task_comment:{comment_id}"
+
+
+def _queue(
+    uow: UnitOfWork, comment_id: str, task_id: str, author: str, body: str, by_agent: str | None
+) -> None:
+    """The comment's on_comment in the outbox, in the comment's transaction: the payload
+    `fire` delivers, and the agent that wrote it (`BY_AGENT`) for a delivery pass to pass
+    on."""
+    payload: dict[str, str] = {"comment_id": comment_id, "author": author, "body": body}
+    if by_agent is not None:
+        payload[outbox.BY_AGENT] = by_agent
+    outbox.put(uow, operation_id(comment_id), task_id, "on_comment", payload)
 
 
 class CommentService(Service):
@@ -104,7 +122,9 @@ class CommentService(Service):
             comment = attrs.evolve(comment, created_at=at)
             faults.reach("comment.before_commit")
             events.record(uow, "comment.added", task.id, comment_id=comment.id)
-        self.fire(comment.id, by_agent=by_agent)
+            _queue(uow, comment.id, task.id, comment.author, comment.body, by_agent)
+        faults.reach("comment.after_commit")
+        self._deliver(comment.id, by_agent)
         return comment
 
     def add_once(
@@ -143,8 +163,21 @@ class CommentService(Service):
                 return None
             events.in_commit_order(uow, C.c.created_at, comment_id, at)
             events.record(uow, "comment.added", task.id, comment_id=comment_id)
-        self.fire(comment_id)
+            _queue(uow, comment_id, task.id, str(values["author"]), str(values["body"]), None)
+        faults.reach("comment.after_commit")
+        self._deliver(comment_id, None)
         return self.get(comment_id)
+
+    def _deliver(self, comment_id: str, by_agent: str | None) -> None:
+        """Fire the comment's on_comment now, then take its row out of the outbox, as a
+        delivery pass would (`TriggerService.drain`): left there while a live peer is
+        delivering it, or when this delivery raised."""
+        result = self.fire(comment_id, by_agent=by_agent)
+        op = operation_id(comment_id)
+        if result.idempotent and not self.peers.operations.is_applied(op):
+            return
+        with self.peers.store.transaction() as uow:
+            outbox.remove(uow, op)
 
     def fire(self, comment_id: str, *, by_agent: str | None = None) -> TriggerResult:
         """Deliver the comment's on_comment trigger: evaluated once per comment (its operation

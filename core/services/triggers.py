@@ -1,5 +1,6 @@
 """Delivering the triggers no person fires: what the outbox holds (on_children_completed,
-on_blocker_resolved, on_budget_alert; `core.outbox`) and on_heartbeat, each slot of each
+on_blocker_resolved, on_budget_alert, and an on_comment whose process died before delivering
+it; `core.outbox`) and on_heartbeat, each slot of each
 task standing at a step with `heartbeat_seconds`.
 
 Both are decided by durable operation ids (`applied_operations`, claimed by one conditional
@@ -159,6 +160,10 @@ class TriggerService(Service):
 
     def _deliver(self, row: outbox.Pending) -> TriggerResult:
         payload: Mapping[str, Any] = row.payload
+        by_agent: str | None = None
+        if outbox.BY_AGENT in payload:
+            payload = dict(payload)
+            by_agent = str(payload.pop(outbox.BY_AGENT))
         if row.trigger == "on_children_completed":
             children = self.children_summaries(row.payload.get("children", []))
             payload = {"children": children, "message": _children_message(children)}
@@ -174,6 +179,7 @@ class TriggerService(Service):
             session_id=live.id if live is not None else None,
             operation_id=row.operation_id,
             payload=payload,
+            fired_by_agent=by_agent,
         )
         if not result.idempotent:
             logger.bind(

@@ -77,3 +77,37 @@ def test_a_crash_between_cause_and_dispatch_fires_once_after_recovery(board: Boa
     assert _asked(engine, waiting, "blockers_resolved") == 1
     assert _asked(engine, parent, "children_completed") == 1
     engine.dispose()
+
+
+def test_a_comment_whose_process_dies_before_on_comment_fires_it_once_after_recovery(
+    board: Board,
+) -> None:
+    """A comment's on_comment goes in the outbox with the comment: `kill -9` after the
+    comment's COMMIT and before its delivery (`comment.after_commit`) loses nothing; recovery
+    delivers it once, and a comment whose process lives leaves no outbox row behind."""
+    with open_host(board.url) as host:
+        wf = host.workflows.create_from_template("office-default")
+        host.profiles.add("worker", command=["agent"])
+        host.participants.add(step="Work", role="runner", profile="worker", workflow=wf.id)
+        task = host.tasks.move(host.tasks.create(workflow=wf.id, title="t").id, "Work").id
+    engine = _engine(board.url)
+    asked = _asked(engine, task, "task_comment")
+
+    died = board.run(
+        "task", "comment", task, "please look again", env={"LANEWAY_FAULT": "comment.after_commit"}
+    )
+    assert died.returncode == EXIT_STATUS, died.stderr
+    assert [c["body"] for c in board.json("task", "comments", task)] == ["please look again"]
+    assert _outbox(engine) == ["on_comment"]
+    assert _asked(engine, task, "task_comment") == asked
+    assert board.json("recover")["triggers_delivered"] == 1
+    assert _outbox(engine) == []
+    assert _asked(engine, task, "task_comment") == asked + 1
+    assert board.json("recover")["triggers_delivered"] == 0
+    assert _asked(engine, task, "task_comment") == asked + 1
+
+    said = board.run("task", "comment", task, "and this")
+    assert said.returncode == 0, said.stderr
+    assert _outbox(engine) == []
+    assert _asked(engine, task, "task_comment") == asked + 2
+    engine.dispose()
