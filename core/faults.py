@@ -36,6 +36,7 @@ POINTS = frozenset(
         "push.before_marker",
         "pull_request.after_open",
         "pull_request.before_marker",
+        "pull_request.after_move",
         "wake.mid_notify",
     }
 )

@@ -170,14 +170,15 @@ def validate_sync(config: Mapping[str, Any]) -> SyncConfig:
 
 
 def sync_pull_request(ctx: ActionContext, config: SyncConfig) -> Outcome:
-    changes = ctx.services.changes
+    steps = {"merged": config.on_merged_step, "closed": config.on_closed_step}
     try:
-        synced = changes.sync_pull_request(ctx.task.id)
+        # the service moves the task before it records the new state: a sync that dies
+        # between the two leaves the change for the next one, never a move lost
+        synced = ctx.services.changes.sync_pull_request(
+            ctx.task.id, moves={state: step for state, step in steps.items() if step}
+        )
     except LanewayError as exc:
         return Outcome.failed(str(exc))
-    step = {"merged": config.on_merged_step, "closed": config.on_closed_step}.get(synced["state"])
-    if synced["changed"] and step is not None:
-        changes.send(ctx.task.id, step, f"pull_request_{synced['state']}")
     return Outcome.done(
         cause=f"pull request {synced['state']}; {synced['comments_added']} new comment(s)"
     )

@@ -284,10 +284,19 @@ class ChangeService(Service):
         )
         return {"task_id": task.id, "branch": record["branch"], **shown}
 
-    def sync_pull_request(self, ref: str) -> dict[str, Any]:
+    def sync_pull_request(
+        self, ref: str, *, moves: Mapping[str, str] | None = None
+    ) -> dict[str, Any]:
         """Read the task's pull request back: each review comment not seen yet becomes a line
         comment on the task (firing on_comment, once per review comment whoever syncs), and a
-        state that changed (merged, closed) is recorded with a `task.pull_request` event."""
+        state that changed (merged, closed) is recorded with a `task.pull_request` event.
+
+        :param moves: the step to send the task to for a state (`merged`, `closed`). The task
+            is sent before the new state is recorded: a sync that dies or fails between the
+            two leaves the change unrecorded, and the next sync sends the task (were the state
+            recorded first, every later sync would find nothing changed and the task would
+            stand where it is for good). The move is made only from the step the task stood
+            at when this sync read it."""
         self._require_writer()
         task = self._tasks().get(ref)
         record, _ = self._worktree(task)
@@ -307,7 +316,13 @@ class ChangeService(Service):
             )
             added += made is not None
         now = forge.pull_request(config, int(known["number"]))
-        if now.state != known.get("state"):
+        changed = now.state != known.get("state")
+        step = (moves or {}).get(now.state) if changed else None
+        moved_to = None
+        if step is not None:
+            moved_to = self._send(task, step, f"pull_request_{now.state}")
+            faults.reach("pull_request.after_move")
+        if changed:
             shown = {**known, "state": now.state, "at": ids.now()}
 
             def moved(r: dict[str, Any]) -> dict[str, Any]:
@@ -319,15 +334,17 @@ class ChangeService(Service):
                 event=("task.pull_request", {"branch": record["branch"], **shown}),
             )
         return {"task_id": task.id, "state": now.state, "comments_added": added,
-                "changed": now.state != known.get("state")}  # fmt: skip
+                "changed": changed, "moved_to": moved_to}  # fmt: skip
 
     def send(self, ref: str, step: str, why: str) -> str:
         """Move the task to `step` (an arrival, E1) while it stands where it stood; the
         step's name. What a forge's answer (a merged pull request) moves it by."""
+        self._require_writer()
+        return self._send(self._tasks().get(ref), step, why)
+
+    def _send(self, task: Task, step: str, why: str) -> str:
         from core import arrival
 
-        self._require_writer()
-        task = self._tasks().get(ref)
         if task.workflow_id is None:
             raise LanewayError(f"task {task.id} has no workflow")
         target = self._workflows().step(self._workflows().by_id(task.workflow_id), step)

@@ -144,6 +144,41 @@ def test_issue_40_item_4_a_pull_request_opens_once_and_its_review_comes_back(
     assert len(host.comments.list(task)) == 1
 
 
+def test_issue_40_item_4_a_sync_that_fails_before_its_move_leaves_the_merge_to_the_next(
+    host: Host, tmp_path: Path, forge: Forge, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A sync that sees the merge and fails before the task moves (here the move raises once,
+    as a database gone away would) records nothing of the merge: the next sync sees it again
+    and moves the task to Done. (Recorded first, every later sync found nothing changed and
+    the card stood at Review for good.)"""
+    from core import arrival
+
+    wf, _, _ = reviewing(host, tmp_path, forge)
+    task, _ = task_with_work(host, wf, {"feature.txt": "one\n"})
+    host.tasks.move(task, "Review")
+    forge.merge(1)
+    real = arrival.move
+    failures = [LanewayError("the database went away")]
+
+    def move_once_failing(*args: Any, **kwargs: Any) -> Any:
+        if failures and kwargs.get("label") == "pull_request_merged":
+            raise failures.pop()
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(arrival, "move", move_once_failing)
+    heartbeat(host, task, 1)
+    assert not failures
+    assert step_of(host, task) == "Review"
+    record = host.tasks.get(task).workspace
+    assert record is not None
+    assert record["pull_request"]["state"] == "open"  # the merge not recorded: still to act on
+    heartbeat(host, task, 2)
+    assert step_of(host, task) == "Done"
+    record = host.tasks.get(task).workspace
+    assert record is not None
+    assert record["pull_request"]["state"] == "merged"
+
+
 @pytest.mark.parametrize(
     ("status", "said"),
     [(401, "answered 401: Bad credentials"), (422, "answered 422"), (500, "answered 500")],
