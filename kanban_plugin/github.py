@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import urllib.parse
 from collections.abc import Mapping
-from typing import Any, Final
+from typing import Any, ClassVar, Final
 
 from plugins.api import Forge, ForgeConfig, LanewayError, PullRequest, ReviewComment
 
@@ -19,15 +19,75 @@ API: Final = "https://api.github.com"
 TIMEOUT_S: Final = 10.0
 
 
+class Refused(LanewayError):
+    """GitHub answered with an error status (`status`); to a caller, the error it always was."""
+
+    code: ClassVar[str] = "invalid"
+    http_status: ClassVar[int] = 400
+
+    def __init__(self, message: str, status: int) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+MAX_ANSWER: Final = 16 * 1024 * 1024
+"""The largest answer read, in bytes: a larger one is refused, not read on."""
+MAX_PAGES: Final = 100
+"""The most pages of one list read (100 items each): a pull request's 10,000 review comments."""
+
+
+def _root(config: ForgeConfig) -> str:
+    return (config.url or API).rstrip("/")
+
+
 def _call(
     config: ForgeConfig, method: str, path: str, body: Mapping[str, Any] | None = None
 ) -> Any:
+    return _request(config, method, _root(config) + path, body)[0]
+
+
+def _pages(config: ForgeConfig, path: str) -> list[Mapping[str, Any]]:
+    """Every item of a paginated list, following GitHub's `Link: <...>; rel="next"` (only to
+    the API root the token is meant for: a link elsewhere is refused, not followed)."""
+    items: list[Mapping[str, Any]] = []
+    url: str | None = _root(config) + path
+    for _page in range(MAX_PAGES):
+        if url is None:
+            return items
+        found, link = _request(config, "GET", url)
+        items.extend(_listed(config, found))
+        url = _next(config, link)
+    if url is not None:
+        raise LanewayError(f"github {config.repo}: {path} has more than {MAX_PAGES} pages")
+    return items
+
+
+def _next(config: ForgeConfig, link: str) -> str | None:
+    for part in link.split(","):
+        target, _semi, params = part.partition(";")
+        if 'rel="next"' not in params.replace(" ", ""):
+            continue
+        url = target.strip().removeprefix("<").removesuffix(">")
+        root = urllib.parse.urlsplit(_root(config))
+        there = urllib.parse.urlsplit(url)
+        if (there.scheme, there.netloc) != (root.scheme, root.netloc) or not there.path.startswith(
+            root.path
+        ):
+            raise LanewayError(f"github {config.repo}: a next page outside {_root(config)}: {url}")
+        return url
+    return None
+
+
+def _request(
+    config: ForgeConfig, method: str, url: str, body: Mapping[str, Any] | None = None
+) -> tuple[Any, str]:
+    """The answer's JSON and its `Link` header."""
     # urllib.request brings http.client, email and ssl: imported by the call that talks to
     # GitHub, not by every command that loads the plugin (issue 45 item 6)
     import urllib.error
     import urllib.request
 
-    url = (config.url or API).rstrip("/") + path
+    shown = url.removeprefix(_root(config)) or url
     data = json.dumps(body).encode() if body is not None else None
     request = urllib.request.Request(url, data=data, method=method)
     request.add_header("Accept", "application/vnd.github+json")
@@ -37,17 +97,23 @@ def _call(
         request.add_header("Content-Type", "application/json")
     try:
         with urllib.request.urlopen(request, timeout=TIMEOUT_S) as answer:
-            raw = answer.read()
+            raw = answer.read(MAX_ANSWER + 1)
+            link = answer.headers.get("Link") or ""
     except urllib.error.HTTPError as exc:
-        said = _message(exc.read())
+        said = _message(exc.read(MAX_ANSWER))
         tail = f": {said}" if said else ""
-        raise LanewayError(
-            f"github {config.repo}: {method} {path} answered {exc.code}{tail}"
+        raise Refused(
+            f"github {config.repo}: {method} {shown} answered {exc.code}{tail}", exc.code
         ) from None
     except (urllib.error.URLError, OSError) as exc:
         why = getattr(exc, "reason", exc)
         raise LanewayError(f"github {config.repo}: cannot reach {url}: {why}") from None
-    return json.loads(raw) if raw else None
+    if len(raw) > MAX_ANSWER:
+        raise LanewayError(f"github {config.repo}: {method} {shown}: over {MAX_ANSWER} bytes")
+    try:
+        return (json.loads(raw) if raw else None), link
+    except ValueError:
+        raise LanewayError(f"github {config.repo}: {method} {shown} answered no JSON") from None
 
 
 def _message(raw: bytes) -> str:
@@ -66,7 +132,9 @@ def _message(raw: bytes) -> str:
     return " ".join(message.split())
 
 
-def _pull(found: Mapping[str, Any]) -> PullRequest:
+def _pull(config: ForgeConfig, found: Any) -> PullRequest:
+    if not isinstance(found, Mapping) or not isinstance(found.get("number"), int):
+        raise LanewayError(f"github {config.repo}: the answer is not a pull request")
     head = str((found.get("head") or {}).get("ref", ""))
     number, url = int(found["number"]), str(found.get("html_url", ""))
     if found.get("merged") or found.get("merged_at"):
@@ -76,46 +144,71 @@ def _pull(found: Mapping[str, Any]) -> PullRequest:
     return PullRequest(number, url, "closed", head)
 
 
+def _listed(config: ForgeConfig, found: Any) -> list[Mapping[str, Any]]:
+    if found is None:
+        return []
+    if not isinstance(found, list):
+        raise LanewayError(f"github {config.repo}: expected a list, got {type(found).__name__}")
+    return [each for each in found if isinstance(each, Mapping)]
+
+
 def open_or_update(
     config: ForgeConfig, head: str, base: str, title: str, body: str, draft: bool
 ) -> PullRequest:
+    """The branch's open pull request, updated; else its last one closed unmerged, reopened
+    (its review kept); else a new one. A branch whose pull request was merged and that comes
+    back for more work gets a new one: a merged pull request cannot take more commits, and
+    updating it would leave the card waiting on a review nobody can give."""
     owner = config.repo.split("/", 1)[0]
     query = urllib.parse.urlencode({"head": f"{owner}:{head}", "state": "all"})
-    existing = _call(config, "GET", f"/repos/{config.repo}/pulls?{query}") or []
-    if existing:
-        number = int(existing[0]["number"])
-        updated = _call(
-            config, "PATCH", f"/repos/{config.repo}/pulls/{number}", {"title": title, "body": body}
-        )
-        return _pull(updated)
+    existing = _listed(config, _call(config, "GET", f"/repos/{config.repo}/pulls?{query}"))
+    change = {"title": title, "body": body}
+    numbered = [p for p in existing if isinstance(p.get("number"), int)]
+    for found in numbered:
+        if found.get("state") == "open":
+            path = f"/repos/{config.repo}/pulls/{found['number']}"
+            return _pull(config, _call(config, "PATCH", path, change))
+    for found in numbered:
+        if not (found.get("merged") or found.get("merged_at")):
+            path = f"/repos/{config.repo}/pulls/{found['number']}"
+            try:
+                reopened = _call(config, "PATCH", path, {**change, "state": "open"})
+            except Refused as refused:
+                if refused.status != 422:
+                    raise
+                break  # GitHub will not reopen it (its branch was deleted or replaced): a new one
+            return _pull(config, reopened)
     opened = _call(
         config,
         "POST",
         f"/repos/{config.repo}/pulls",
         {"title": title, "head": head, "base": base, "body": body, "draft": draft},
     )
-    return _pull(opened)
+    return _pull(config, opened)
 
 
 def review_comments(config: ForgeConfig, number: int) -> list[ReviewComment]:
-    found = _call(config, "GET", f"/repos/{config.repo}/pulls/{number}/comments?per_page=100")
+    found = _pages(config, f"/repos/{config.repo}/pulls/{number}/comments?per_page=100")
     comments = []
-    for c in found or []:
+    for c in found:
         line = c.get("line") or c.get("original_line") or 1
+        user = c.get("user")
+        if c.get("id") is None or not isinstance(line, int):
+            continue  # not a review comment of GitHub's shape: nothing to key it by
         comments.append(
             ReviewComment(
                 str(c["id"]),
                 str(c.get("path", "")),
-                int(line),
+                max(line, 1),
                 str(c.get("body", "")),
-                str((c.get("user") or {}).get("login", "someone")),
+                str(user.get("login", "someone") if isinstance(user, Mapping) else "someone"),
             )
         )
     return comments
 
 
 def pull_request(config: ForgeConfig, number: int) -> PullRequest:
-    return _pull(_call(config, "GET", f"/repos/{config.repo}/pulls/{number}"))
+    return _pull(config, _call(config, "GET", f"/repos/{config.repo}/pulls/{number}"))
 
 
 GITHUB = Forge("github", open_or_update, review_comments, pull_request)

@@ -179,6 +179,67 @@ def test_issue_40_item_4_a_sync_that_fails_before_its_move_leaves_the_merge_to_t
     assert record["pull_request"]["state"] == "merged"
 
 
+def test_issue_40_item_4_a_returning_task_reopens_its_closed_pull_request_or_opens_a_new_one(
+    host: Host, tmp_path: Path, forge: Forge
+) -> None:
+    """A task back at Review after its pull request was closed unmerged gets that pull request
+    reopened (its review kept), never a second; after a merge, a new one: a merged pull
+    request takes no more commits, and updating it left the card waiting on a review nobody
+    could give."""
+    wf, _, _ = reviewing(host, tmp_path, forge)
+    task, path = task_with_work(host, wf, {"feature.txt": "one\n"})
+    host.tasks.move(task, "Review")
+    forge.close(1)
+    heartbeat(host, task, 1)
+    record = host.tasks.get(task).workspace
+    assert record is not None
+    assert record["pull_request"]["state"] == "closed"
+
+    host.tasks.move(task, "Work")
+    host.tasks.move(task, "Review")
+    assert forge.opened == 1
+    assert forge.pulls[1]["state"] == "open"
+    record = host.tasks.get(task).workspace
+    assert record is not None
+    assert (record["pull_request"]["number"], record["pull_request"]["state"]) == (1, "open")
+
+    forge.merge(1)
+    heartbeat(host, task, 2)
+    assert step_of(host, task) == "Done"
+    host.tasks.move(task, "Work")  # more to do after the merge
+    (path / "more.txt").write_text("more\n")
+    host.tasks.move(task, "Review")
+    assert forge.opened == 2
+    assert forge.pulls[1]["merged"] is True
+    assert forge.pulls[2]["state"] == "open"
+    record = host.tasks.get(task).workspace
+    assert record is not None
+    assert (record["pull_request"]["number"], record["pull_request"]["state"]) == (2, "open")
+
+
+def test_issue_40_item_4_every_review_comment_comes_back_past_the_first_page(
+    host: Host, tmp_path: Path, forge: Forge
+) -> None:
+    """Review comments are read page by page (GitHub's `Link: rel="next"`), not only the first
+    hundred; a next page off the forge's API host is refused (the token is not sent there)."""
+    wf, _, _ = reviewing(host, tmp_path, forge)
+    task, _ = task_with_work(host, wf, {"feature.txt": "one\n"})
+    host.tasks.move(task, "Review")
+    for n in range(150):
+        forge.review(1, "feature.txt", 1, f"note {n}", "octocat")
+    synced = host.changes.sync_pull_request(task)
+    assert synced["comments_added"] == 150
+    bodies = {c.body for c in host.comments.list(task)}
+    assert bodies == {f"note {n}" for n in range(150)}
+    pages = [p for m, p in forge.requests if p.endswith("/pulls/1/comments")]
+    assert len(pages) == 2
+
+    forge.next_elsewhere = True
+    with pytest.raises(LanewayError, match="a next page outside"):
+        host.changes.sync_pull_request(task)
+    assert all("elsewhere" not in p for _m, p in forge.requests)
+
+
 @pytest.mark.parametrize(
     ("status", "said"),
     [(401, "answered 401: Bad credentials"), (422, "answered 422"), (500, "answered 500")],
