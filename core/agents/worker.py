@@ -32,6 +32,7 @@ from core.agents.values import TurnOutcome
 from core.errors import NotFound
 from core.logs import logger
 from core.model import Run, Task
+from core.services.sessions import IN_DELIVERY
 from core.store.database import database_away
 
 if TYPE_CHECKING:
@@ -330,8 +331,14 @@ def _execute(host: AgentHost, run: Run, watch: CancelWatch | None) -> TurnOutcom
             if task is not None:
                 session = profile_session(host, task, run.agent_profile_id)
                 message = None
-                if run.reason == "user_message":
-                    message = host.sessions.pop_queued_message(session.id)
+                held = session.metadata.get(IN_DELIVERY)
+                if isinstance(held, dict) and held.get("run_id") == run.id:
+                    # this run is executed again (its worker died, a shutdown stopped it, a
+                    # person retried it) while delivering a message: that message again
+                    message = host.sessions.pop_queued_message(session.id, run.id)
+                    host.turns.start_internal(session.id)
+                elif run.reason == "user_message":
+                    message = host.sessions.pop_queued_message(session.id, run.id)
                     if message is None:
                         # The turn that was running when the message came delivered it already.
                         log.bind(session_id=session.id).info("run had no message left to deliver")

@@ -36,6 +36,9 @@ S = t.task_sessions
 ITEMS = t.transcript_items
 
 """The longest text an `agent.item` event carries (HTTP.md: cut to 4 KiB)."""
+IN_DELIVERY: Final = "message_in_delivery"
+"""The session metadata key of the message a run took off the queue for its turn:
+`{"run_id", "text"}`, until the session's next message is taken (`pop_queued_message`)."""
 MAX_ITEMS_PAGE: Final = 1000
 
 # A batch's seqs: the next free one, read under the session row's lock (two writers can never
@@ -362,18 +365,38 @@ class SessionService(Service):
             raise NotFound(f"no session {session_id!r}")
         return rows.session(row)
 
-    def pop_queued_message(self, session_id: str) -> str | None:
+    def pop_queued_message(
+        self, session_id: str, run_id: str | None = None, *, next_turn: bool = False
+    ) -> str | None:
+        """The session's next queued message, taken off the queue (None: none is queued).
+
+        :param run_id: the run whose turn delivers it. The message stays the run's
+            (`IN_DELIVERY`) until another is taken: a run executed again (its worker killed,
+            stopped by a shutdown, or the run retried after its turn failed) delivers it again
+            instead of finding the queue empty and ending as if its turn had happened.
+        :param next_turn: the run's previous turn ended: take the next message, not that
+            one again (a run delivers the messages queued while it ran, turn after turn)."""
         with self.peers.store.transaction() as uow:
             raw = uow.conn.execute(
                 sa.select(S.c.metadata).where(S.c.id == session_id).with_for_update(key_share=True)
             ).scalar()
             meta: dict[str, Any] = json.loads(raw or "{}")
+            held = meta.get(IN_DELIVERY)
+            if (
+                run_id is not None
+                and not next_turn
+                and isinstance(held, dict)
+                and held.get("run_id") == run_id
+            ):
+                return str(held.get("text", ""))
             queued = list(meta.get("queued_messages") or [])
             if not queued:
                 return None
             first = queued.pop(0)
             meta["queued_messages"] = queued
             meta["messages_delivered"] = [*meta.get("messages_delivered", []), first]
+            if run_id is not None:
+                meta[IN_DELIVERY] = {"run_id": run_id, "text": first}
             uow.conn.execute(
                 sa.update(S)
                 .where(S.c.id == session_id)
