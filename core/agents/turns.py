@@ -355,7 +355,9 @@ class TurnLoop:
                 host.sessions.record_agent(session_id, **turn.report)
             refused = self.in_flight.fenced(turn.run_id)
             if refused == "claim_lost":
-                return True  # another worker has the run and the session now: nothing is ours
+                # another worker has the run and the session now: nothing is ours, the
+                # messages queued for the session included (that worker delivers them)
+                return False
             # the row as its state was written (only its metadata is read below): not read
             # again, the row being this transaction's since (locked, or SQLite's one writer)
             written = host.sessions.set_waiting(session_id)

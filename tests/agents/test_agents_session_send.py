@@ -4,6 +4,7 @@ agent gets the message at once; an agent laneway runs gets it from the worker.""
 
 from __future__ import annotations
 
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -129,3 +130,45 @@ def test_a_finished_session_takes_no_message(lw: Laneway, tmp_path: Path) -> Non
     assert "COMPLETED" in line
     assert "no more messages" in line
     assert "no session 'nope'" in lw.fails("session", "send", "nope", "hi")
+
+
+@pytest.mark.slow  # it starts a process: the subprocess tier
+def test_a_turn_whose_claim_was_lost_at_its_end_delivers_no_queued_message(
+    lw: Laneway, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A turn that ends after its worker lost the run's claim (its liveness lock gone, the
+    run another worker's) writes nothing and takes no queued message off the queue: that
+    worker delivers it. (It used to go on to the next message, a turn no one owned.) The
+    fence is made to answer `claim_lost` at the turn's end; losing the lock for real is
+    tests/fencing."""
+    from core.agents.stops import InFlight
+    from core.agents.turns import TurnLoop
+
+    task, _steps = _board(lw, tmp_path)
+    with open_host(lw.url) as host:
+        session = host.sessions.start(task, profile="echo", external=False).id
+    lw.json("session", "send", session, "a")
+    lw.json("session", "send", session, "b")
+
+    ending = threading.local()
+    end_turn, fenced = TurnLoop._end_turn, InFlight.fenced
+
+    def end_turn_lost(self: TurnLoop, *args: Any) -> bool:
+        ending.now = True
+        try:
+            return end_turn(self, *args)
+        finally:
+            ending.now = False
+
+    def fenced_at_the_end(self: InFlight, run_id: str | None) -> str | None:
+        return "claim_lost" if getattr(ending, "now", False) else fenced(self, run_id)
+
+    monkeypatch.setattr(TurnLoop, "_end_turn", end_turn_lost)
+    monkeypatch.setattr(InFlight, "fenced", fenced_at_the_end)
+    with open_host(lw.url) as host:
+        worker.work(host, once=True)
+        done = host.sessions.get(session)
+        said = [i.text for i in host.sessions.items(session) if i.kind == "output"]
+    assert said == ["got:a"]
+    assert list(done.metadata["queued_messages"]) == ["b"]
+    assert list(done.metadata["messages_delivered"]) == ["a"]
