@@ -123,7 +123,7 @@ def workspace_for(peers: Peers, task_id: str, task: Task | None = None) -> Path:
         )
     if record.get("removed_at"):
         # worked again after it ended: the worktree is back, from the branch that kept it all
-        _record(peers.store, task.id, {k: v for k, v in record.items() if k != "removed_at"})
+        _set_removed(peers.store, task.id, None)
     return path
 
 
@@ -226,7 +226,7 @@ def retire(store: Store, task: Task, why: str) -> None:
     log.bind(commit=commit).info(f"task {why}; its worktree removed, its branch kept")
     if why == "deleted":
         return
-    _record(store, task.id, {**record, "removed_at": ids.now()})
+    _set_removed(store, task.id, ids.now())
 
 
 CLEANUP_TIMEOUT = 120.0
@@ -300,8 +300,20 @@ def retire_at_terminal(peers: Peers, task_id: str, step_id: str) -> None:
         )
 
 
-def _record(store: Store, task_id: str, record: dict[str, Any]) -> None:
+def _set_removed(store: Store, task_id: str, at: str | None) -> None:
+    """Set (or clear, `at` None) the record's `removed_at` on the record as it stands now, its
+    row locked: the record read before a retirement's cleanup and git work (up to minutes)
+    is not written back over what a turn's push, a merge or a pull request recorded
+    meanwhile."""
     with store.transaction() as uow:
+        raw = uow.conn.execute(
+            sa.select(t.tasks.c.workspace).where(t.tasks.c.id == task_id).with_for_update()
+        ).scalar()
+        if raw is None:
+            return
+        record = {k: v for k, v in json.loads(raw).items() if k != "removed_at"}
+        if at is not None:
+            record["removed_at"] = at
         uow.conn.execute(
             sa.update(t.tasks).where(t.tasks.c.id == task_id).values(workspace=json.dumps(record))
         )
