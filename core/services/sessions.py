@@ -328,9 +328,8 @@ class SessionService(Service):
                     ),
                 )
             self._merge(uow, session_id, {"queued_messages": [text]})
-        if session.external and session.state in WAITING_STATES:
-            self.pop_queued_message(session.id)
-            self.set_state(session.id, "RUNNING")
+            started = session.external and self.start_queued_turn(session.id)
+        if started:
             # the turn starts as `TurnService.start_internal` starts it, without naming the
             # turn service (which names this one)
             self.peers.engine.handle_trigger(
@@ -364,6 +363,20 @@ class SessionService(Service):
         if row is None:
             raise NotFound(f"no session {session_id!r}")
         return rows.session(row)
+
+    def start_queued_turn(self, session_id: str) -> bool:
+        """An external session waiting for input with a message queued: the message taken off
+        the queue and the session RUNNING, in one transaction with its row locked (the
+        caller's, when it has one open). True when this call started the turn (its caller
+        fires on_turn_start); False when the session was not waiting (a `send` or a turn's
+        end in another process started it first) or nothing was queued."""
+        with self.peers.store.transaction() as uow:
+            if self._locked(uow, session_id).state not in WAITING_STATES:
+                return False
+            if self.pop_queued_message(session_id) is None:
+                return False
+            self.set_state(session_id, "RUNNING")
+        return True
 
     def pop_queued_message(
         self, session_id: str, run_id: str | None = None, *, next_turn: bool = False

@@ -66,9 +66,9 @@ class TurnService(Service):
         result: TriggerResult = self.peers.engine.handle_trigger(
             task_row.id, "on_turn_complete", session_id=live.id
         )
-        if live.external and self._sessions().pop_queued_message(live.id) is not None:
-            # a message sent while the turn ran starts the next turn now that it ended
-            self._sessions().set_state(live.id, "RUNNING")
+        if live.external and self._sessions().start_queued_turn(live.id):
+            # a message sent while the turn ran starts the next turn now that it ended (unless
+            # a `send` that saw the session waiting started it first)
             self.start_internal(live.id)
         if result.transitioned:
             # a task brought to its terminal step may have queued its parent's or the tasks

@@ -16,6 +16,10 @@ from tests.cli.conftest import Laneway
 from tests.conftest import open_host
 
 ECHO = python_agent("import sys; print('got:' + sys.stdin.read())")
+HELD_S = 60.0
+SECOND_ALONE_S = 2.0
+"""How long the second send is given to finish while the first is held (it cannot: it waits
+for the first one's row lock; before the fix it finished well within this)."""
 
 
 @pytest.fixture
@@ -172,3 +176,52 @@ def test_a_turn_whose_claim_was_lost_at_its_end_delivers_no_queued_message(
     assert said == ["got:a"]
     assert list(done.metadata["queued_messages"]) == ["b"]
     assert list(done.metadata["messages_delivered"]) == ["a"]
+
+
+def test_two_sends_to_a_waiting_external_session_start_one_turn(
+    lw: Laneway, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Two `send`s to an external session waiting for input, at once: one starts the turn
+    (its message delivered, the session RUNNING, on_turn_start once), the other's message is
+    queued for the turn's end. The session's state is read and the turn started with its row
+    locked, in one transaction: a second send that read it waiting before the first one
+    started the turn used to start a second one, its message delivered in the middle of the
+    first. Here the first send is held just as it takes its message off the queue, while the
+    second one is sent."""
+    from core.services.sessions import SessionService
+
+    task, steps = _board(lw, tmp_path)
+    session = lw.json("session", "start", task, "--profile", "echo")["id"]
+    taking, go = threading.Event(), threading.Event()
+    pop = SessionService.pop_queued_message
+
+    def held_pop(self: SessionService, *args: Any, **kwargs: Any) -> str | None:
+        if threading.current_thread().name == "first-send":
+            taking.set()
+            go.wait(HELD_S)
+        return pop(self, *args, **kwargs)
+
+    monkeypatch.setattr(SessionService, "pop_queued_message", held_pop)
+
+    def send(text: str) -> None:
+        with open_host(lw.url) as host:
+            host.sessions.send(session, text)
+
+    first = threading.Thread(target=send, args=("a",), name="first-send")
+    second = threading.Thread(target=send, args=("b",), name="second-send")
+    first.start()
+    assert taking.wait(HELD_S)
+    second.start()
+    second.join(SECOND_ALONE_S)  # a second send that does not wait for the row ends by now
+    go.set()
+    first.join(HELD_S)
+    second.join(HELD_S)
+    assert not first.is_alive()
+    assert not second.is_alive()
+
+    shown = lw.json("session", "list", "--task", task)
+    (found,) = [s for s in shown if s["id"] == session]
+    assert found["state"] == "RUNNING"
+    assert _meta(found, "messages_delivered") == ["a"]
+    assert _meta(found, "queued_messages") == ["b"]  # for the end of the turn "a" started
+    assert lw.json("task", "show", task)["workflow_step_id"] == steps["Doing"]
