@@ -38,6 +38,15 @@ PG_GRAPH_LOCK: Final = 0x6C6E77626C6B72
 _PG_GRAPH = sa.text(f"SELECT pg_advisory_xact_lock({PG_GRAPH_LOCK})")
 
 
+def _hold(uow: UnitOfWork, task_id: str) -> None:
+    """The blocked task's row held until the transaction ends (PostgreSQL; SQLite's writers
+    are serialised): two blocks or unblocks of one task are ordered, each writing `blocked_by`
+    and the task's wait from the other's result."""
+    uow.conn.execute(
+        sa.select(TASKS.c.id).where(TASKS.c.id == task_id).with_for_update(key_share=True)
+    )
+
+
 def write_blocked_by(uow: UnitOfWork, task_id: str) -> None:
     """Copy the task's blockers (oldest first) onto its row."""
     found = [
@@ -101,6 +110,13 @@ class BlockerService(Service):
         with self.peers.store.transaction() as uow:
             if uow.conn.dialect.name == "postgresql":
                 uow.conn.execute(_PG_GRAPH)  # each statement after it sees the blocks before
+            _hold(uow, task.id)
+            # the blocker's row shared: its arrival at its terminal step (which holds its row)
+            # either committed before, and is seen finished below, or waits for this block to
+            # commit, and then sees it (`outbox.note_blocked`) and resolves it
+            uow.conn.execute(
+                sa.select(TASKS.c.id).where(TASKS.c.id == blocker.id).with_for_update(read=True)
+            )
             chain = _waits_on(uow, blocker.id, task.id)
             if chain is not None:
                 raise Conflict(
@@ -133,6 +149,7 @@ class BlockerService(Service):
         task = self._task(task_ref)
         blocker = self._task(by)
         with self.peers.store.transaction() as uow:
+            _hold(uow, task.id)
             gone = uow.conn.execute(
                 sa.delete(BLOCKERS)
                 .where(BLOCKERS.c.task_id == task.id, BLOCKERS.c.blocker_id == blocker.id)
