@@ -320,19 +320,29 @@ class Failures:
         undecided = FailureCase(failure)
         if not failure.session_id:
             return lambda: undecided
-        refused = self.in_flight.fenced(failure.run_id)
-        if refused == "claim_lost":
-            # the run is another worker's now: its failure is not this process's to handle
-            logger.bind(task_id=failure.task_id, run_id=failure.run_id, reason=refused).warning(
-                "agent failure not handled: the run's claim was taken from this process"
-            )
-            return lambda: undecided
         with self.guards.guard(failure.session_id):
-            case = decide(self.peers, failure)
+            # one transaction: the fence holds the run's row while the failure's states are
+            # written, so a worker that lost the claim meanwhile (another one re-ran the run,
+            # its session RUNNING again) writes none of them
+            with self.peers.store.transaction():
+                refused = self.in_flight.fenced(failure.run_id)
+                if refused == "claim_lost":
+                    # the run is another worker's now: its failure is not this process's
+                    logger.bind(
+                        task_id=failure.task_id, run_id=failure.run_id, reason=refused
+                    ).warning(
+                        "agent failure not handled: the run's claim was taken from this process"
+                    )
+                    return lambda: undecided
+                case = decide(self.peers, failure)
+                self._record_failure(case)
             self._bookkeeping(case)
         return lambda: self._dispatch(case)
 
-    def _bookkeeping(self, case: FailureCase) -> None:
+    def _record_failure(self, case: FailureCase) -> None:
+        """The failure's states, in the fenced transaction: the session's (Office sessions
+        fail; a kanban session stays recoverable), its last error, and a kanban task's REVIEW
+        for a person to look at."""
         host = self.peers
         failure = case.failure
         assert failure.session_id is not None
@@ -354,6 +364,12 @@ class Failures:
         # 2. review state: a kanban task goes to REVIEW for a human to look at
         if task is not None and not office and not failure.user_initiated:
             host.tasks.set_state(task.id, "REVIEW")
+
+    def _bookkeeping(self, case: FailureCase) -> None:
+        host = self.peers
+        failure = case.failure
+        assert failure.session_id is not None
+        task = case.found
         # 3. a completion signal the agent gave before failing is honoured first
         session = host.sessions.get(failure.session_id)
         signal = session.metadata.get("pending_step_signal")
