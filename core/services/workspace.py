@@ -1,6 +1,6 @@
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Final
 
 import sqlalchemy as sa
 
@@ -16,6 +16,11 @@ if TYPE_CHECKING:
     from core.store.database import Store
 
 DEFAULT_NAME = "Default"
+PG_DEFAULT_LOCK: Final = 0x6C6E7764666C74
+"""The advisory lock two first openers of a PostgreSQL board take to make its default
+workspace: under READ COMMITTED both would read none and insert one each (SQLite's writers
+are serialised, the read inside the writing transaction)."""
+_PG_DEFAULT = sa.text(f"SELECT pg_advisory_xact_lock({PG_DEFAULT_LOCK})")
 
 
 class WorkspaceService(Service):
@@ -25,6 +30,8 @@ class WorkspaceService(Service):
         if not self.peers.writable:
             return
         with self.peers.store.transaction() as uow:
+            if uow.conn.dialect.name == "postgresql":
+                uow.conn.execute(_PG_DEFAULT)
             found = uow.conn.execute(
                 sa.select(t.workspaces.c.id).where(t.workspaces.c.is_default)
             ).first()
