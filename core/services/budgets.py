@@ -151,7 +151,11 @@ def check_run(uow: UnitOfWork, run_id: str) -> builtins.list[str]:
         ).scalar()
     wanted = [("profile", profile_id), ("task", task_id), ("workspace", workspace_id)]
     scopes = [sa.and_(B.c.scope == s, B.c.ref == r) for s, r in wanted if r is not None]
-    budgets = [_budget(r) for r in uow.conn.execute(sa.select(B).where(sa.or_(*scopes))).mappings()]
+    # the budgets' rows held until the report commits (PostgreSQL; SQLite's writers are
+    # serialised), in one order: two reports under one budget are summed one after the
+    # other, the second seeing the first's cost, so the threshold they cross together is seen
+    held = sa.select(B).where(sa.or_(*scopes)).order_by(B.c.id).with_for_update()
+    budgets = [_budget(r) for r in uow.conn.execute(held).mappings()]
     queued = []
     for budget in budgets:
         start = period_start(budget.period)

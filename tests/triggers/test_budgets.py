@@ -8,13 +8,20 @@ the report and the delivery (the alert is queued in the report's own transaction
 
 from __future__ import annotations
 
+import threading
 from typing import Any
 
+import pytest
 import sqlalchemy as sa
 
 from core import runs
 from core.store import tables as t
 from tests.conftest import open_host
+
+HELD_S = 60.0
+SECOND_ALONE_S = 2.0
+"""How long the second report is given while the first is held after its sum (it cannot
+finish: it waits for the budget's row; before the fix it finished well within this)."""
 
 WATCHED = """
 id: spend
@@ -132,3 +139,54 @@ def test_the_board_asks_which_tasks_are_over_budget_at_once(db_url: str) -> None
         host.budgets.set(scope="workspace", limit_usd=1.2)
         assert host.budgets.over_budget_tasks(cards) == {task.id, other.id}
         assert {c for c in cards if host.budgets.over_budget(c)} == {task.id, other.id}
+
+
+def test_two_reports_that_cross_a_threshold_together_alert_once(
+    db_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Two runs' reports under one budget at once, each below the threshold alone and over it
+    together: the second one summed sees the first's cost (the budget's row is held by a
+    report until it commits), so the alert fires. Each used to sum before the other committed
+    and neither alerted. Here the first report is held after its sum while the second runs."""
+    from core.services import budgets
+
+    with open_host(db_url) as host:
+        task, profile, first_run = board(host)
+        work = host.tasks.get(task.id).workflow_step_id
+        second_run = host.runs.enqueue(
+            runs.RunRequest(profile.id, task.id, work, "more", coalesce_exempt=True)
+        ).run_id
+        host.budgets.set(scope="task", ref=task.id, limit_usd=1.0, thresholds=[100])
+
+    summed, go = threading.Event(), threading.Event()
+    spent = budgets.spent
+
+    def held_spent(*args: Any, **kwargs: Any) -> float:
+        used = spent(*args, **kwargs)
+        if threading.current_thread().name == "first":
+            summed.set()
+            go.wait(HELD_S)
+        return used
+
+    monkeypatch.setattr(budgets, "spent", held_spent)
+
+    def report(run_id: str) -> None:
+        with open_host(db_url) as reporter:
+            reporter.runs.record_usage(run_id, {"cost_usd": 0.6})
+
+    first = threading.Thread(target=report, args=(first_run,), name="first")
+    second = threading.Thread(target=report, args=(second_run,), name="second")
+    first.start()
+    try:
+        assert summed.wait(HELD_S), "the first report never summed"
+        second.start()
+        second.join(SECOND_ALONE_S)
+    finally:
+        go.set()
+    first.join(HELD_S)
+    second.join(HELD_S)
+    assert not first.is_alive()
+    assert not second.is_alive()
+    with open_host(db_url) as host:
+        assert host.triggers.run_pass().delivered == 1
+        assert len(_alerts(host, task.id)) == 1
