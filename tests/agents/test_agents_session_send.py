@@ -5,6 +5,7 @@ agent gets the message at once; an agent laneway runs gets it from the worker.""
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -14,12 +15,9 @@ from core.agents import worker
 from tests.agents.conftest import plain_workflow, python_agent
 from tests.cli.conftest import Laneway
 from tests.conftest import open_host
+from tests.interleave import Hold, race
 
 ECHO = python_agent("import sys; print('got:' + sys.stdin.read())")
-HELD_S = 60.0
-SECOND_ALONE_S = 2.0
-"""How long the second send is given to finish while the first is held (it cannot: it waits
-for the first one's row lock; before the fix it finished well within this)."""
 
 
 @pytest.fixture
@@ -192,32 +190,19 @@ def test_two_sends_to_a_waiting_external_session_start_one_turn(
 
     task, steps = _board(lw, tmp_path)
     session = lw.json("session", "start", task, "--profile", "echo")["id"]
-    taking, go = threading.Event(), threading.Event()
-    pop = SessionService.pop_queued_message
+    hold = Hold()
+    monkeypatch.setattr(
+        SessionService, "pop_queued_message", hold.before(SessionService.pop_queued_message)
+    )
 
-    def held_pop(self: SessionService, *args: Any, **kwargs: Any) -> str | None:
-        if threading.current_thread().name == "first-send":
-            taking.set()
-            go.wait(HELD_S)
-        return pop(self, *args, **kwargs)
+    def send(text: str) -> Callable[[], None]:
+        def sending() -> None:
+            with open_host(lw.url) as host:
+                host.sessions.send(session, text)
 
-    monkeypatch.setattr(SessionService, "pop_queued_message", held_pop)
+        return sending
 
-    def send(text: str) -> None:
-        with open_host(lw.url) as host:
-            host.sessions.send(session, text)
-
-    first = threading.Thread(target=send, args=("a",), name="first-send")
-    second = threading.Thread(target=send, args=("b",), name="second-send")
-    first.start()
-    assert taking.wait(HELD_S)
-    second.start()
-    second.join(SECOND_ALONE_S)  # a second send that does not wait for the row ends by now
-    go.set()
-    first.join(HELD_S)
-    second.join(HELD_S)
-    assert not first.is_alive()
-    assert not second.is_alive()
+    race(hold, send("a"), send("b"))
 
     shown = lw.json("session", "list", "--task", task)
     (found,) = [s for s in shown if s["id"] == session]

@@ -6,9 +6,6 @@ checked in a transaction of its own, the states written after it unfenced."""
 
 from __future__ import annotations
 
-import threading
-from typing import Any
-
 import pytest
 
 from core.agents import failure as agent_error
@@ -17,11 +14,7 @@ from core.model import AgentFailure
 from core.runs import RunRequest
 from tests.conftest import open_host
 from tests.fencing.test_fencing import take_lock_away
-
-HELD_S = 60.0
-TAKEOVER_ALONE_S = 2.0
-"""How long the takeover is given while the failing worker is held after its fence (it
-cannot finish: it waits for the run's row; before the fix it finished well within this)."""
+from tests.interleave import Hold, race
 
 
 def test_a_failure_whose_claim_is_taken_midway_writes_nothing_over_the_new_turn(
@@ -39,18 +32,9 @@ def test_a_failure_whose_claim_is_taken_midway_writes_nothing_over_the_new_turn(
         assert run is not None
         a.sessions.set_state(session, "RUNNING")
 
-        deciding, go = threading.Event(), threading.Event()
-        decide = agent_error.decide
-
-        def held_decide(*args: Any, **kwargs: Any) -> Any:
-            if threading.current_thread().name == "failing":
-                deciding.set()
-                go.wait(HELD_S)
-            return decide(*args, **kwargs)
-
-        monkeypatch.setattr(agent_error, "decide", held_decide)
+        hold = Hold()
+        monkeypatch.setattr(agent_error, "decide", hold.before(agent_error.decide))
         failure = AgentFailure(task, session, "R1", "boom", run_id=run.id)
-        failing = threading.Thread(target=lambda: a.runtime.handle_failure(failure), name="failing")
 
         def take_over() -> None:
             take_lock_away(a)
@@ -60,17 +44,6 @@ def test_a_failure_whose_claim_is_taken_midway_writes_nothing_over_the_new_turn(
             assert again.id == run.id
             b.sessions.set_state(session, "RUNNING")  # B's turn of the run begins
 
-        taking_over = threading.Thread(target=take_over)
-        failing.start()
-        try:
-            assert deciding.wait(HELD_S), "the failure never reached its decision"
-            taking_over.start()
-            taking_over.join(TAKEOVER_ALONE_S)
-        finally:
-            go.set()
-        failing.join(HELD_S)
-        taking_over.join(HELD_S)
-        assert not failing.is_alive()
-        assert not taking_over.is_alive()
+        race(hold, lambda: a.runtime.handle_failure(failure), take_over)
         # B's turn runs: its session RUNNING, whatever A's failure wrote before B took over
         assert b.sessions.get(session).state == "RUNNING"

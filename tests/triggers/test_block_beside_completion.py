@@ -8,9 +8,6 @@ unfinished, left the task waiting on a finished task for good."""
 
 from __future__ import annotations
 
-import threading
-from typing import Any
-
 import pytest
 import sqlalchemy as sa
 
@@ -18,11 +15,7 @@ from core.host import Host
 from core.services import blockers
 from core.store import tables as t
 from tests.conftest import open_host
-
-HELD_S = 60.0
-MOVE_ALONE_S = 2.0
-"""How long the blocker's move is given to finish while the block is held before its COMMIT
-(it cannot, since the fix: it waits for the blocker's row; before, it finished well within)."""
+from tests.interleave import Hold, race
 
 
 def _asked(host: Host, task: str) -> int:
@@ -41,17 +34,8 @@ def test_a_block_beside_its_blockers_completion_is_resolved(
         waiting = host.tasks.move(host.tasks.create(workflow=wf.id, title="w").id, "Work").id
         blocker = host.tasks.create(workflow=wf.id, title="b").id
 
-    holding, go = threading.Event(), threading.Event()
-    begin = blockers.waits.begin
-
-    def held_begin(*args: Any, **kwargs: Any) -> bool:
-        began = begin(*args, **kwargs)
-        if threading.current_thread().name == "block":
-            holding.set()
-            go.wait(HELD_S)
-        return began
-
-    monkeypatch.setattr(blockers.waits, "begin", held_begin)
+    hold = Hold()
+    monkeypatch.setattr(blockers.waits, "begin", hold.after(blockers.waits.begin))
 
     def block() -> None:
         with open_host(db_url) as host:
@@ -61,19 +45,7 @@ def test_a_block_beside_its_blockers_completion_is_resolved(
         with open_host(db_url) as host:
             host.tasks.move(blocker, "Done")
 
-    blocking = threading.Thread(target=block, name="block")
-    completing = threading.Thread(target=complete, name="complete")
-    blocking.start()
-    try:
-        assert holding.wait(HELD_S), "the block never reached its wait"
-        completing.start()
-        completing.join(MOVE_ALONE_S)
-    finally:
-        go.set()
-    blocking.join(HELD_S)
-    completing.join(HELD_S)
-    assert not blocking.is_alive()
-    assert not completing.is_alive()
+    race(hold, block, complete)
 
     with open_host(db_url) as host:
         host.triggers.drain()

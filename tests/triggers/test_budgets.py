@@ -8,7 +8,7 @@ the report and the delivery (the alert is queued in the report's own transaction
 
 from __future__ import annotations
 
-import threading
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -17,11 +17,7 @@ import sqlalchemy as sa
 from core import runs
 from core.store import tables as t
 from tests.conftest import open_host
-
-HELD_S = 60.0
-SECOND_ALONE_S = 2.0
-"""How long the second report is given while the first is held after its sum (it cannot
-finish: it waits for the budget's row; before the fix it finished well within this)."""
+from tests.interleave import Hold, race
 
 WATCHED = """
 id: spend
@@ -158,35 +154,17 @@ def test_two_reports_that_cross_a_threshold_together_alert_once(
         ).run_id
         host.budgets.set(scope="task", ref=task.id, limit_usd=1.0, thresholds=[100])
 
-    summed, go = threading.Event(), threading.Event()
-    spent = budgets.spent
+    hold = Hold()
+    monkeypatch.setattr(budgets, "spent", hold.after(budgets.spent))
 
-    def held_spent(*args: Any, **kwargs: Any) -> float:
-        used = spent(*args, **kwargs)
-        if threading.current_thread().name == "first":
-            summed.set()
-            go.wait(HELD_S)
-        return used
+    def report(run_id: str) -> Callable[[], None]:
+        def reporting() -> None:
+            with open_host(db_url) as reporter:
+                reporter.runs.record_usage(run_id, {"cost_usd": 0.6})
 
-    monkeypatch.setattr(budgets, "spent", held_spent)
+        return reporting
 
-    def report(run_id: str) -> None:
-        with open_host(db_url) as reporter:
-            reporter.runs.record_usage(run_id, {"cost_usd": 0.6})
-
-    first = threading.Thread(target=report, args=(first_run,), name="first")
-    second = threading.Thread(target=report, args=(second_run,), name="second")
-    first.start()
-    try:
-        assert summed.wait(HELD_S), "the first report never summed"
-        second.start()
-        second.join(SECOND_ALONE_S)
-    finally:
-        go.set()
-    first.join(HELD_S)
-    second.join(HELD_S)
-    assert not first.is_alive()
-    assert not second.is_alive()
+    race(hold, report(first_run), report(second_run))
     with open_host(db_url) as host:
         assert host.triggers.run_pass().delivered == 1
         assert len(_alerts(host, task.id)) == 1
