@@ -8,26 +8,41 @@ action runs and sent as a bearer token; it is never stored.
 
 from __future__ import annotations
 
+import functools
 import json
 import urllib.parse
-from collections.abc import Mapping
-from typing import Any, ClassVar, Final
+from collections.abc import Callable, Mapping
+from typing import Any, Final, ParamSpec, TypeVar
 
 from plugins.api import Forge, ForgeConfig, LanewayError, PullRequest, ReviewComment
+
+P = ParamSpec("P")
+R = TypeVar("R")
 
 API: Final = "https://api.github.com"
 TIMEOUT_S: Final = 10.0
 
 
-class Refused(LanewayError):
-    """GitHub answered with an error status (`status`); to a caller, the error it always was."""
-
-    code: ClassVar[str] = "invalid"
-    http_status: ClassVar[int] = 400
+class _Refused(Exception):
+    """GitHub answered with an error status (`status`): inside this module only (a reopen it
+    refuses is answered by opening anew); a caller gets it as the LanewayError it always was."""
 
     def __init__(self, message: str, status: int) -> None:
         super().__init__(message)
         self.status = status
+
+
+def _plain(call: Callable[P, R]) -> Callable[P, R]:
+    """`call`, GitHub's refusals raised as the one-line LanewayError callers know."""
+
+    @functools.wraps(call)
+    def plain(*args: P.args, **kwargs: P.kwargs) -> R:
+        try:
+            return call(*args, **kwargs)
+        except _Refused as refused:
+            raise LanewayError(str(refused)) from None
+
+    return plain
 
 
 MAX_ANSWER: Final = 16 * 1024 * 1024
@@ -102,7 +117,7 @@ def _request(
     except urllib.error.HTTPError as exc:
         said = _message(exc.read(MAX_ANSWER))
         tail = f": {said}" if said else ""
-        raise Refused(
+        raise _Refused(
             f"github {config.repo}: {method} {shown} answered {exc.code}{tail}", exc.code
         ) from None
     except (urllib.error.URLError, OSError) as exc:
@@ -152,6 +167,7 @@ def _listed(config: ForgeConfig, found: Any) -> list[Mapping[str, Any]]:
     return [each for each in found if isinstance(each, Mapping)]
 
 
+@_plain
 def open_or_update(
     config: ForgeConfig, head: str, base: str, title: str, body: str, draft: bool
 ) -> PullRequest:
@@ -173,7 +189,7 @@ def open_or_update(
             path = f"/repos/{config.repo}/pulls/{found['number']}"
             try:
                 reopened = _call(config, "PATCH", path, {**change, "state": "open"})
-            except Refused as refused:
+            except _Refused as refused:
                 if refused.status != 422:
                     raise
                 break  # GitHub will not reopen it (its branch was deleted or replaced): a new one
@@ -187,6 +203,7 @@ def open_or_update(
     return _pull(config, opened)
 
 
+@_plain
 def review_comments(config: ForgeConfig, number: int) -> list[ReviewComment]:
     found = _pages(config, f"/repos/{config.repo}/pulls/{number}/comments?per_page=100")
     comments = []
@@ -207,6 +224,7 @@ def review_comments(config: ForgeConfig, number: int) -> list[ReviewComment]:
     return comments
 
 
+@_plain
 def pull_request(config: ForgeConfig, number: int) -> PullRequest:
     return _pull(config, _call(config, "GET", f"/repos/{config.repo}/pulls/{number}"))
 
