@@ -332,10 +332,13 @@ def _execute(host: AgentHost, run: Run, watch: CancelWatch | None) -> TurnOutcom
                 session = profile_session(host, task, run.agent_profile_id)
                 message = None
                 held = session.metadata.get(IN_DELIVERY)
-                if isinstance(held, dict) and held.get("run_id") == run.id:
-                    # this run is executed again (its worker died, a shutdown stopped it, a
-                    # person retried it) while delivering a message: that message again
-                    message = host.sessions.pop_queued_message(session.id, run.id)
+                if isinstance(held, dict) and held.get("run_id") in (run.id, run.retry_of):
+                    # this run is executed again (its worker died, a shutdown stopped it) or
+                    # retries one (a person's Retry) that was delivering a message: that
+                    # message again
+                    message = host.sessions.pop_queued_message(
+                        session.id, run.id, retry_of=run.retry_of
+                    )
                     host.turns.start_internal(session.id)
                 elif run.reason == "user_message":
                     message = host.sessions.pop_queued_message(session.id, run.id)

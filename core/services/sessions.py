@@ -379,14 +379,21 @@ class SessionService(Service):
         return True
 
     def pop_queued_message(
-        self, session_id: str, run_id: str | None = None, *, next_turn: bool = False
+        self,
+        session_id: str,
+        run_id: str | None = None,
+        *,
+        next_turn: bool = False,
+        retry_of: str | None = None,
     ) -> str | None:
         """The session's next queued message, taken off the queue (None: none is queued).
 
         :param run_id: the run whose turn delivers it. The message stays the run's
             (`IN_DELIVERY`) until another is taken: a run executed again (its worker killed,
-            stopped by a shutdown, or the run retried after its turn failed) delivers it again
-            instead of finding the queue empty and ending as if its turn had happened.
+            stopped by a shutdown) delivers it again instead of finding the queue empty and
+            ending as if its turn had happened.
+        :param retry_of: the run `run_id` retries (`runs retry`): the message that run was
+            delivering is this one's to deliver again, and from now on this run's.
         :param next_turn: the run's previous turn ended: take the next message, not that
             one again (a run delivers the messages queued while it ran, turn after turn)."""
         with self.peers.store.transaction() as uow:
@@ -399,8 +406,15 @@ class SessionService(Service):
                 run_id is not None
                 and not next_turn
                 and isinstance(held, dict)
-                and held.get("run_id") == run_id
+                and held.get("run_id") in (run_id, retry_of or run_id)
             ):
+                if held.get("run_id") != run_id:
+                    meta[IN_DELIVERY] = {**held, "run_id": run_id}
+                    uow.conn.execute(
+                        sa.update(S)
+                        .where(S.c.id == session_id)
+                        .values(metadata=rows.dumps(meta), updated_at=ids.now())
+                    )
                 return str(held.get("text", ""))
             queued = list(meta.get("queued_messages") or [])
             if not queued:

@@ -210,3 +210,35 @@ def test_two_sends_to_a_waiting_external_session_start_one_turn(
     assert _meta(found, "messages_delivered") == ["a"]
     assert _meta(found, "queued_messages") == ["b"]  # for the end of the turn "a" started
     assert lw.json("task", "show", task)["workflow_step_id"] == steps["Doing"]
+
+
+@pytest.mark.slow  # it starts processes: the subprocess tier
+def test_a_retried_message_run_delivers_its_message_again(lw: Laneway, tmp_path: Path) -> None:
+    """A person's Retry of a run whose turn failed on their message delivers that message
+    again: the retry is a new run naming the old one, and takes over the message the old one
+    was delivering. It used to find the queue empty and finish without a turn."""
+    task, _steps = _board(lw, tmp_path)
+    mark = tmp_path / "failed-once"
+    flaky = python_agent(
+        f"import os, sys\ntext = sys.stdin.read()\nif not os.path.exists({str(mark)!r}):\n"
+        f"    open({str(mark)!r}, 'w').close()\n    sys.exit(3)\nprint('got:' + text)"
+    )
+    with open_host(lw.url) as host:
+        host.profiles.add("flaky", command=flaky)
+        session = host.sessions.start(task, profile="flaky", external=False).id
+    lw.json("session", "send", session, "please look again")
+    with open_host(lw.url) as host:
+        worker.work(host, once=True)
+    (failed,) = lw.json("runs", "list", "--task", task)
+    assert (failed["reason"], failed["status"]) == ("user_message", "failed")
+
+    lw.json("task", "move", task, "Todo")  # where the run was for (its turn's start left it)
+    lw.json("runs", "retry", failed["id"])
+    with open_host(lw.url) as host:
+        worker.work(host, once=True)
+        said = [i.text for i in host.sessions.items(session) if i.kind == "output"]
+        done = host.sessions.get(session)
+    assert said == ["got:please look again"]
+    assert list(done.metadata["messages_delivered"]) == ["please look again"]
+    retried = [r for r in lw.json("runs", "list", "--task", task) if r["id"] != failed["id"]]
+    assert [(r["status"], r["retry_of"]) for r in retried] == [("finished", failed["id"])]
