@@ -287,7 +287,12 @@ class Host:
     def comments(self) -> CommentService:
         from core.services.comments import CommentService
 
-        return CommentService(self, sessions=lambda: self.sessions, tasks=lambda: self.tasks)
+        return CommentService(
+            self,
+            sessions=lambda: self.sessions,
+            tasks=lambda: self.tasks,
+            triggers=lambda: self.triggers,
+        )
 
     @_Built
     def changes(self) -> ChangeService:

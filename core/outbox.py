@@ -3,13 +3,12 @@
 A subtask reaching its terminal step may complete its parent's set of children
 (on_children_completed), and may be the last blocker of the tasks it blocks
 (on_blocker_resolved); a run's reported cost may cross a budget's threshold (on_budget_alert);
-a comment fires on_comment (`core.services.comments`, which delivers it itself at once and
-leaves the outbox what a crash interrupted). The cause's own transaction writes a row here,
-keyed by the trigger's operation id (kandev-domain section 1), so a crash after the cause's
-COMMIT loses nothing: the next delivery pass in any process (`core.services.triggers.drain`,
-run by the scheduler of every `worker` and `serve`) finds the row and delivers the trigger
-under that operation id, whose claim in `applied_operations` makes a second delivery
-idempotent. The row is deleted once its operation is applied.
+a comment fires on_comment (`core.services.comments`). The cause's own transaction writes a row
+here, keyed by the trigger's operation id (kandev-domain section 1), so a crash after the
+cause's COMMIT loses nothing: the next delivery pass in any process
+(`core.services.triggers.drain`, run by the scheduler of every `worker` and `serve`) finds the
+row and delivers the trigger under that operation id, whose claim in `applied_operations` makes
+a second delivery idempotent. The row is deleted once its operation is applied.
 
 What is terminal, for a child or a blocker: its task state is COMPLETED (set by its arrival at
 its workflow's terminal step), FAILED or CANCELLED (the reference's terminal task states).
@@ -31,9 +30,8 @@ from core.store import waits
 from core.store.database import UnitOfWork
 
 TASKS = t.tasks
-BY_AGENT: Final = "fired_by_agent"
-"""The payload key of the agent profile whose own act caused the trigger (a comment its
-`comment` tool wrote): the delivery passes it as `fired_by_agent`, not in the payload."""
+_BY_AGENT: Final = "fired_by_agent"
+"""Where a row keeps its `Pending.fired_by_agent`: beside the payload, in its JSON column."""
 TERMINAL_STATES: Final = frozenset(waits.TERMINAL_STATES)
 
 _PUT = sa.text(
@@ -52,22 +50,32 @@ class Pending:
     trigger: str
     payload: Mapping[str, Any]
     created_at: str
+    fired_by_agent: str | None = None
+    """The agent profile whose own act caused it (a comment its `comment` tool wrote): the
+    delivery passes it on, so the trigger does not wake that agent."""
 
 
 def put(
-    uow: UnitOfWork, operation_id: str, task_id: str, trigger: str, payload: Mapping[str, Any]
+    uow: UnitOfWork,
+    operation_id: str,
+    task_id: str,
+    trigger: str,
+    payload: Mapping[str, Any],
+    *,
+    fired_by_agent: str | None = None,
 ) -> None:
     """Write a trigger to deliver, in the cause's transaction (a second write of one operation
     id is a no-op: the first one stands). Once it commits, the store says so
     (`Store.triggers_queued`), for the process that caused it to deliver it."""
     uow.queued_triggers = True
+    kept = dict(payload) if fired_by_agent is None else {**payload, _BY_AGENT: fired_by_agent}
     uow.conn.execute(
         _PUT,
         {
             "o_op": operation_id,
             "o_task": task_id,
             "o_trigger": trigger,
-            "o_payload": json.dumps(dict(payload), separators=(",", ":")),
+            "o_payload": json.dumps(kept, separators=(",", ":")),
             "o_at": ids.now(),
         },
     )
@@ -79,12 +87,16 @@ def pending(conn: sa.Connection, limit: int = 500) -> list[Pending]:
     found = conn.execute(
         sa.select(out).order_by(out.c.created_at, out.c.operation_id).limit(limit)
     ).mappings()
-    return [
-        Pending(
-            r["operation_id"], r["task_id"], r["trigger"], json.loads(r["payload"]), r["created_at"]
+    rows = []
+    for r in found:
+        payload = json.loads(r["payload"])
+        by_agent = payload.pop(_BY_AGENT, None)
+        rows.append(
+            Pending(
+                r["operation_id"], r["task_id"], r["trigger"], payload, r["created_at"], by_agent
+            )
         )
-        for r in found
-    ]
+    return rows
 
 
 def remove(uow: UnitOfWork, operation_id: str) -> None:

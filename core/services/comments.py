@@ -3,9 +3,9 @@ task's step with the operation id `task_comment:<comment id>` (kandev-domain sec
 delivery of one comment's trigger evaluates its actions once, whoever delivers it again.
 
 The comment's own transaction also puts its trigger in the outbox (`core.outbox`): the process
-that wrote it delivers it at once, and a process that dies between the comment's COMMIT and
-that delivery leaves it to the next delivery pass (`recover`, any `worker` or `serve`)
-instead of losing it."""
+that wrote it delivers it at once (a delivery pass, `TriggerService.drain`), and a process
+that dies between the comment's COMMIT and that delivery leaves it to the next pass
+(`recover`, any `worker` or `serve`) instead of losing it."""
 
 from __future__ import annotations
 
@@ -28,6 +28,7 @@ if TYPE_CHECKING:
     from core.services.peers import Peers
     from core.services.sessions import SessionService
     from core.services.tasks import TaskService
+    from core.services.triggers import TriggerService
     from core.store.database import UnitOfWork
 
 C = t.comments
@@ -44,24 +45,29 @@ def operation_id(comment_id: str) -> str:
 def _queue(
     uow: UnitOfWork, comment_id: str, task_id: str, author: str, body: str, by_agent: str | None
 ) -> None:
-    """The comment's on_comment in the outbox, in the comment's transaction: the payload
-    `fire` delivers, and the agent that wrote it (`BY_AGENT`) for a delivery pass to pass
-    on."""
-    payload: dict[str, str] = {"comment_id": comment_id, "author": author, "body": body}
-    if by_agent is not None:
-        payload[outbox.BY_AGENT] = by_agent
-    outbox.put(uow, operation_id(comment_id), task_id, "on_comment", payload)
+    """The comment's on_comment in the outbox, in the comment's transaction, with the payload
+    `fire` delivers and the agent that wrote it."""
+    payload = {"comment_id": comment_id, "author": author, "body": body}
+    outbox.put(
+        uow, operation_id(comment_id), task_id, "on_comment", payload, fired_by_agent=by_agent
+    )
 
 
 class CommentService(Service):
     """A task's comments, and the on_comment trigger each fires."""
 
     def __init__(
-        self, peers: Peers, *, sessions: Lazy[SessionService], tasks: Lazy[TaskService]
+        self,
+        peers: Peers,
+        *,
+        sessions: Lazy[SessionService],
+        tasks: Lazy[TaskService],
+        triggers: Lazy[TriggerService],
     ) -> None:
         super().__init__(peers)
         self._sessions = sessions
         self._tasks = tasks
+        self._triggers = triggers
 
     def add(
         self,
@@ -124,7 +130,7 @@ class CommentService(Service):
             events.record(uow, "comment.added", task.id, comment_id=comment.id)
             _queue(uow, comment.id, task.id, comment.author, comment.body, by_agent)
         faults.reach("comment.after_commit")
-        self._deliver(comment.id, by_agent)
+        self._triggers().drain()  # delivered now, as any delivery pass would (core.outbox)
         return comment
 
     def add_once(
@@ -165,19 +171,8 @@ class CommentService(Service):
             events.record(uow, "comment.added", task.id, comment_id=comment_id)
             _queue(uow, comment_id, task.id, str(values["author"]), str(values["body"]), None)
         faults.reach("comment.after_commit")
-        self._deliver(comment_id, None)
+        self._triggers().drain()
         return self.get(comment_id)
-
-    def _deliver(self, comment_id: str, by_agent: str | None) -> None:
-        """Fire the comment's on_comment now, then take its row out of the outbox, as a
-        delivery pass would (`TriggerService.drain`): left there while a live peer is
-        delivering it, or when this delivery raised."""
-        result = self.fire(comment_id, by_agent=by_agent)
-        op = operation_id(comment_id)
-        if result.idempotent and not self.peers.operations.is_applied(op):
-            return
-        with self.peers.store.transaction() as uow:
-            outbox.remove(uow, op)
 
     def fire(self, comment_id: str, *, by_agent: str | None = None) -> TriggerResult:
         """Deliver the comment's on_comment trigger: evaluated once per comment (its operation

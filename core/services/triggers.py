@@ -160,10 +160,6 @@ class TriggerService(Service):
 
     def _deliver(self, row: outbox.Pending) -> TriggerResult:
         payload: Mapping[str, Any] = row.payload
-        by_agent: str | None = None
-        if outbox.BY_AGENT in payload:
-            payload = dict(payload)
-            by_agent = str(payload.pop(outbox.BY_AGENT))
         if row.trigger == "on_children_completed":
             children = self.children_summaries(row.payload.get("children", []))
             payload = {"children": children, "message": _children_message(children)}
@@ -179,7 +175,7 @@ class TriggerService(Service):
             session_id=live.id if live is not None else None,
             operation_id=row.operation_id,
             payload=payload,
-            fired_by_agent=by_agent,
+            fired_by_agent=row.fired_by_agent,
         )
         if not result.idempotent:
             logger.bind(
