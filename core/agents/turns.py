@@ -90,7 +90,7 @@ class TurnLoop:
         )
         ordinal = 0
         while outcome.ok and outcome.messages_waiting:
-            message = self.peers.sessions.pop_queued_message(session_id, run_id, next_turn=True)
+            message = self.peers.sessions.pop_queued_message(session_id, run_id)
             if message is None:
                 break
             self.peers.turns.start_internal(session_id)

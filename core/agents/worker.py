@@ -332,21 +332,20 @@ def _execute(host: AgentHost, run: Run, watch: CancelWatch | None) -> TurnOutcom
                 session = profile_session(host, task, run.agent_profile_id)
                 message = None
                 held = session.metadata.get(IN_DELIVERY)
-                if isinstance(held, dict) and held.get("run_id") in (run.id, run.retry_of):
+                held_by = held.get("run_id") if isinstance(held, dict) else None
+                if held_by is not None and held_by in (run.id, run.retry_of):
                     # this run is executed again (its worker died, a shutdown stopped it) or
                     # retries one (a person's Retry) that was delivering a message: that
                     # message again
-                    message = host.sessions.pop_queued_message(
-                        session.id, run.id, retry_of=run.retry_of
-                    )
-                    host.turns.start_internal(session.id)
-                elif run.reason == "user_message":
+                    message = host.sessions.redeliver(session.id, run.id, held_by)
+                if message is None and run.reason == "user_message":
                     message = host.sessions.pop_queued_message(session.id, run.id)
                     if message is None:
                         # The turn that was running when the message came delivered it already.
                         log.bind(session_id=session.id).info("run had no message left to deliver")
                         outcome = TurnOutcome(session.id, ok=True)
                         return outcome
+                if message is not None:
                     host.turns.start_internal(session.id)
                 prompt = message if message is not None else prompt_for(host, run, task)
         if task is not None:

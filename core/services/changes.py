@@ -318,9 +318,8 @@ class ChangeService(Service):
         now = forge.pull_request(config, int(known["number"]))
         changed = now.state != known.get("state")
         step = (moves or {}).get(now.state) if changed else None
-        moved_to = None
         if step is not None:
-            moved_to = self._send(task, step, f"pull_request_{now.state}")
+            self._send(task, step, f"pull_request_{now.state}")
             faults.reach("pull_request.after_move")
         if changed:
             shown = {**known, "state": now.state, "at": ids.now()}
@@ -334,7 +333,7 @@ class ChangeService(Service):
                 event=("task.pull_request", {"branch": record["branch"], **shown}),
             )
         return {"task_id": task.id, "state": now.state, "comments_added": added,
-                "changed": changed, "moved_to": moved_to}  # fmt: skip
+                "changed": changed}  # fmt: skip
 
     def send(self, ref: str, step: str, why: str) -> str:
         """Move the task to `step` (an arrival, E1) while it stands where it stood; the

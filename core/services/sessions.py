@@ -378,44 +378,32 @@ class SessionService(Service):
             self.set_state(session_id, "RUNNING")
         return True
 
-    def pop_queued_message(
-        self,
-        session_id: str,
-        run_id: str | None = None,
-        *,
-        next_turn: bool = False,
-        retry_of: str | None = None,
-    ) -> str | None:
+    def redeliver(self, session_id: str, run_id: str, held_by: str) -> str | None:
+        """The message run `held_by` took off the queue (`IN_DELIVERY`), for run `run_id` to
+        deliver again: the same run executed again (its worker killed, stopped by a shutdown)
+        or a retry of it (`runs retry`), which holds it from now on. None when no message is
+        held by `held_by` any more (a newer one was taken meanwhile)."""
+        with self.peers.store.transaction() as uow:
+            meta = self._locked(uow, session_id).metadata
+            held = meta.get(IN_DELIVERY)
+            if not isinstance(held, dict) or held.get("run_id") != held_by:
+                return None
+            if held_by != run_id:
+                self._merge(uow, session_id, {IN_DELIVERY: {"run_id": run_id}})
+            return str(held.get("text", ""))
+
+    def pop_queued_message(self, session_id: str, run_id: str | None = None) -> str | None:
         """The session's next queued message, taken off the queue (None: none is queued).
 
         :param run_id: the run whose turn delivers it. The message stays the run's
-            (`IN_DELIVERY`) until another is taken: a run executed again (its worker killed,
-            stopped by a shutdown) delivers it again instead of finding the queue empty and
-            ending as if its turn had happened.
-        :param retry_of: the run `run_id` retries (`runs retry`): the message that run was
-            delivering is this one's to deliver again, and from now on this run's.
-        :param next_turn: the run's previous turn ended: take the next message, not that
-            one again (a run delivers the messages queued while it ran, turn after turn)."""
+            (`IN_DELIVERY`) until another is taken, for a run executed again to deliver it
+            again (`redeliver`) instead of finding the queue empty and ending as if its turn
+            had happened."""
         with self.peers.store.transaction() as uow:
             raw = uow.conn.execute(
                 sa.select(S.c.metadata).where(S.c.id == session_id).with_for_update(key_share=True)
             ).scalar()
             meta: dict[str, Any] = json.loads(raw or "{}")
-            held = meta.get(IN_DELIVERY)
-            if (
-                run_id is not None
-                and not next_turn
-                and isinstance(held, dict)
-                and held.get("run_id") in (run_id, retry_of or run_id)
-            ):
-                if held.get("run_id") != run_id:
-                    meta[IN_DELIVERY] = {**held, "run_id": run_id}
-                    uow.conn.execute(
-                        sa.update(S)
-                        .where(S.c.id == session_id)
-                        .values(metadata=rows.dumps(meta), updated_at=ids.now())
-                    )
-                return str(held.get("text", ""))
             queued = list(meta.get("queued_messages") or [])
             if not queued:
                 return None

@@ -307,7 +307,9 @@ def _set_removed(store: Store, task_id: str, at: str | None) -> None:
     meanwhile."""
     with store.transaction() as uow:
         raw = uow.conn.execute(
-            sa.select(t.tasks.c.workspace).where(t.tasks.c.id == task_id).with_for_update()
+            sa.select(t.tasks.c.workspace)
+            .where(t.tasks.c.id == task_id)
+            .with_for_update(key_share=True)
         ).scalar()
         if raw is None:
             return

@@ -9,14 +9,13 @@ from __future__ import annotations
 import json
 import os
 import signal
-import subprocess
-import time
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
-from tests.agents.conftest import laneway, laneway_script, run_rows, script_env
+from tests.agents.conftest import laneway, run_rows
+from tests.agents.test_acp_permission_requests import start_worker, wait_for
 from tests.agents.test_acp_worker import Board, echoes
 from tests.conftest import wait_for_dead_processes
 
@@ -44,7 +43,6 @@ steps:
     allow_manual_move: true
 """
 MESSAGE = "please also check the retry logic"
-STARTED_WITHIN_S = 60.0
 SEND_WINDOW_S = 10
 """How long the first turn lasts after it speaks: the window a message is sent in."""
 DYING_SAYS = "looking into it now"
@@ -66,7 +64,7 @@ def test_a_message_whose_turn_dies_with_its_worker_is_delivered_again(
 
     script = tmp_path / "script.json"
     script.write_text(json.dumps({**base, "turns": [DYING]}))
-    _kill_mid_turn(board, db_url, tmp_path)
+    _kill_mid_turn(board, db_url)
 
     script.write_text(json.dumps({**base, "turns": [[]]}))
     board.work()
@@ -93,16 +91,13 @@ def test_a_message_delivered_as_a_runs_next_turn_is_delivered_again_after_kill_9
     board = Board(db_url, tmp_path, {**base, "turns": [first, DYING]}, yaml=FLOW)
 
     def send_during_the_first_turn() -> None:
-        deadline = time.monotonic() + STARTED_WITHIN_S
-        while not any("first turn" in i["text"] for i in board.read()[2]):
-            assert time.monotonic() < deadline, "the first turn never started"
-            time.sleep(0.2)
+        wait_for("the first turn", lambda: any("first turn" in i["text"] for i in board.read()[2]))
         session = board.read()[1]
         assert session.state == "RUNNING"
         sent = laneway("--db", db_url, "session", "send", session.id, MESSAGE, cwd=tmp_path)
         assert sent.returncode == 0, sent.stderr
 
-    _kill_mid_turn(board, db_url, tmp_path, before=send_during_the_first_turn)
+    _kill_mid_turn(board, db_url, before=send_during_the_first_turn)
     (tmp_path / "script.json").write_text(json.dumps({**base, "turns": [[]]}))
     board.work()
     _step, session, items = board.read()
@@ -116,25 +111,16 @@ def test_a_message_delivered_as_a_runs_next_turn_is_delivered_again_after_kill_9
     assert session.metadata["messages_delivered"] == [MESSAGE]
 
 
-def _kill_mid_turn(
-    board: Board, db_url: str, tmp_path: Path, before: Callable[[], None] | None = None
-) -> None:
+def _kill_mid_turn(board: Board, db_url: str, before: Callable[[], None] | None = None) -> None:
     """A worker whose agent reaches the DYING turn, killed there (`kill -9`); then the dead
     worker's epoch seen dead."""
-    worker = subprocess.Popen(
-        [laneway_script(), "--db", db_url, "worker", "--once"],
-        cwd=tmp_path,
-        env=script_env(),
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
+    worker = start_worker(board)
     try:
         if before is not None:
             before()
-        deadline = time.monotonic() + STARTED_WITHIN_S
-        while not any(DYING_SAYS in i["text"] for i in board.read()[2]):
-            assert time.monotonic() < deadline, "the message's turn never started"
-            time.sleep(0.2)
+        wait_for(
+            "the message's turn", lambda: any(DYING_SAYS in i["text"] for i in board.read()[2])
+        )
         os.kill(worker.pid, signal.SIGKILL)
         worker.wait(timeout=30)
     finally:
