@@ -6,6 +6,8 @@ line. A GitHub stand-in on loopback answers; the repositories are real; both dat
 
 from __future__ import annotations
 
+import subprocess
+import sys
 import textwrap
 from collections.abc import Iterator
 from pathlib import Path
@@ -15,8 +17,9 @@ import pytest
 
 from core.errors import LanewayError
 from core.host import Host
+from core.store import events
 from tests.agents.changes_kit import person_repo, task_with_work
-from tests.agents.conftest import laneway
+from tests.agents.conftest import laneway, script_env
 from tests.agents.github_standin import Forge, github
 from tests.agents.test_worktrees import git
 from tests.conftest import open_host, wait_for_dead_processes
@@ -301,6 +304,53 @@ def test_issue_40_item_4_killed_around_the_pull_request_then_recover_opens_exact
         assert marker["state"] == "done", marker
     assert forge.opened == 1
     assert [m for m, p in forge.requests if m == "POST"] == ["POST"]
+
+
+@pytest.mark.slow
+def test_issue_40_item_4_killed_between_a_syncs_move_and_its_record_moves_once(
+    db_url: str, tmp_path: Path, forge: Forge
+) -> None:
+    """kill -9 (`pull_request.after_move`) of the process syncing a merged pull request, after
+    it moved the task and before it recorded the merge: the task stands at Done, moved once;
+    recovery and later syncs move nothing and open nothing (one pull request, one POST)."""
+    env = {"LANEWAY_WORKTREES": str(tmp_path / "wt"), "TEST_GITHUB_TOKEN": "good-token"}
+    with open_host(db_url) as host:
+        wf, _, _ = reviewing(host, tmp_path, forge)
+        task, _ = task_with_work(host, wf, {"feature.txt": "one\n"})
+        host.tasks.move(task, "Review")
+    forge.merge(1)
+    syncing = (
+        "import sys\nfrom core.host import Host\n"
+        "with Host.open(sys.argv[1]) as host:\n"
+        "    host.engine.handle_trigger(sys.argv[2], 'on_heartbeat', operation_id='hb:1')\n"
+    )
+    crashed = subprocess.run(
+        [sys.executable, "-c", syncing, db_url, task],
+        check=False,
+        cwd=tmp_path,
+        env={**script_env(), **env, "LANEWAY_FAULT": "pull_request.after_move"},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert crashed.returncode == 99, crashed.stderr
+    wait_for_dead_processes(db_url)
+    done = laneway("--db", db_url, "recover", cwd=tmp_path, env=env)
+    assert done.returncode == 0, done.stderr
+    with open_host(db_url) as host:
+        assert step_of(host, task) == "Done"
+        heartbeat(host, task, 2)  # Done syncs nothing: no second move
+        assert step_of(host, task) == "Done"
+        done = host.tasks.get(task).workflow_step_id
+        moved = [
+            e.data for e in events.read_all(host.store, task_id=task) if e.type == "task.moved"
+        ]
+        assert [(m["entry_path"], m["to_step_id"] == done) for m in moved] == [
+            ("E2", False),  # the person's move to Review
+            ("E1", True),  # the merge's, once
+        ]
+    assert forge.opened == 1
+    assert [m for m, _p in forge.requests if m == "POST"] == ["POST"]
 
 
 @pytest.mark.one_database
