@@ -203,25 +203,58 @@ def open_or_update(
     return _pull(config, opened)
 
 
+REVIEW_STATES: Final = {"CHANGES_REQUESTED": "Changes requested", "APPROVED": "Approved"}
+"""A review's verdict, said before its summary (a plain comment's review says none)."""
+
+
+def _login(found: Mapping[str, Any]) -> str:
+    user = found.get("user")
+    return str(user.get("login", "someone") if isinstance(user, Mapping) else "someone")
+
+
+def _by_bot(found: Mapping[str, Any]) -> bool:
+    user = found.get("user")
+    return isinstance(user, Mapping) and user.get("type") == "Bot"
+
+
+def _said(found: Mapping[str, Any], key: str) -> str:
+    """The item's time (ISO 8601, which sorts as text); "" when GitHub gave none."""
+    return str(found.get(key) or "")
+
+
 @_plain
 def review_comments(config: ForgeConfig, number: int) -> list[ReviewComment]:
-    found = _pages(config, f"/repos/{config.repo}/pulls/{number}/comments?per_page=100")
-    comments = []
-    for c in found:
+    """What reviewers said, oldest first: comments on lines of the diff; each submitted review's
+    summary, its verdict first (the review a reviewer writes without line comments is nothing
+    but its summary); and the pull request's conversation. A bot's summary or conversation
+    comment (a preview link, a coverage report) is left out: it would wake the agent for
+    nothing. Line comments keep GitHub's id as theirs (what earlier syncs keyed them by);
+    the others' ids say which list they come from, GitHub numbering each list on its own."""
+    repo = f"/repos/{config.repo}"
+    said: list[tuple[str, ReviewComment]] = []
+    for c in _pages(config, f"{repo}/pulls/{number}/comments?per_page=100"):
         line = c.get("line") or c.get("original_line") or 1
-        user = c.get("user")
         if c.get("id") is None or not isinstance(line, int):
             continue  # not a review comment of GitHub's shape: nothing to key it by
-        comments.append(
-            ReviewComment(
-                str(c["id"]),
-                str(c.get("path", "")),
-                max(line, 1),
-                str(c.get("body", "")),
-                str(user.get("login", "someone") if isinstance(user, Mapping) else "someone"),
-            )
+        comment = ReviewComment(
+            str(c["id"]), str(c.get("path", "")), max(line, 1), str(c.get("body", "")), _login(c)
         )
-    return comments
+        said.append((_said(c, "created_at"), comment))
+    for r in _pages(config, f"{repo}/pulls/{number}/reviews?per_page=100"):
+        body = str(r.get("body") or "").strip()
+        if r.get("id") is None or not body or r.get("state") == "PENDING" or _by_bot(r):
+            continue  # no summary (its line comments came above), a draft, or a bot's
+        verdict = REVIEW_STATES.get(str(r.get("state")))
+        text = f"{verdict}: {body}" if verdict else body
+        summary = ReviewComment(f"review-{r['id']}", "", 0, text, _login(r))
+        said.append((_said(r, "submitted_at"), summary))
+    for c in _pages(config, f"{repo}/issues/{number}/comments?per_page=100"):
+        if c.get("id") is None or _by_bot(c):
+            continue
+        spoken = ReviewComment(f"conversation-{c['id']}", "", 0, str(c.get("body", "")), _login(c))
+        said.append((_said(c, "created_at"), spoken))
+    # stable: items without a time keep the order they were read in
+    return [comment for _at, comment in sorted(said, key=lambda each: each[0])]
 
 
 @_plain

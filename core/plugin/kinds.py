@@ -299,7 +299,9 @@ class PullRequest:
 
 @attrs.frozen
 class ReviewComment:
-    """A review comment on a line of a pull request's diff."""
+    """What a reviewer said on a pull request: a comment on a line of its diff (`path`,
+    `line`), or, with `path` empty and `line` 0, on the pull request as a whole (a review's
+    summary, a comment in its conversation), which reaches the task as a plain comment."""
 
     id: str
     path: str

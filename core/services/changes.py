@@ -287,8 +287,9 @@ class ChangeService(Service):
     def sync_pull_request(
         self, ref: str, *, moves: Mapping[str, str] | None = None
     ) -> dict[str, Any]:
-        """Read the task's pull request back: each review comment not seen yet becomes a line
-        comment on the task (firing on_comment, once per review comment whoever syncs), and a
+        """Read the task's pull request back: each review comment not seen yet becomes a
+        comment on the task (on its line when it was on one; firing on_comment, once per
+        review comment whoever syncs), and a
         state that changed (merged, closed) is recorded with a `task.pull_request` event.
 
         :param moves: the step to send the task to for a state (`merged`, `closed`). The task
@@ -311,8 +312,9 @@ class ChangeService(Service):
                 f"{forge.name}:{config.repo}:{comment.id}",
                 comment.body,
                 author=f"{forge.name}:{comment.author}",
-                file=comment.path,
-                line=comment.line,
+                # an empty path: said of the pull request as a whole, a plain comment
+                file=comment.path or None,
+                line=comment.line if comment.path else None,
             )
             added += made is not None
         now = forge.pull_request(config, int(known["number"]))

@@ -6,6 +6,11 @@ test double: the git parts of issue 40 are proved on real repositories).
     PATCH /repos/O/N/pulls/{n}                        (title, body; state: 422 on a merged one)
     GET   /repos/O/N/pulls/{n}
     GET   /repos/O/N/pulls/{n}/comments?per_page=K&page=P   (oldest first, `Link: rel="next"`)
+    GET   /repos/O/N/pulls/{n}/reviews?per_page=K&page=P    (the same)
+    GET   /repos/O/N/issues/{n}/comments?per_page=K&page=P  (the same: the conversation)
+
+Each comment and review has its own list's id and a time (`created_at`, `submitted_at`) from
+one clock, so the lists interleave as GitHub's do.
 
 Every request needs `Authorization: Bearer <token>`; `fail_next` makes the next request answer
 with a status of the test's choosing; `next_elsewhere` makes a page's next link point off the
@@ -32,18 +37,48 @@ class Forge:
     url: str = ""
     pulls: dict[int, dict[str, Any]] = attrs.field(factory=dict)
     comments: dict[int, list[dict[str, Any]]] = attrs.field(factory=dict)
+    reviews: dict[int, list[dict[str, Any]]] = attrs.field(factory=dict)
+    conversation: dict[int, list[dict[str, Any]]] = attrs.field(factory=dict)
+    ticks: int = 0
     opened: int = 0
     requests: list[tuple[str, str]] = attrs.field(factory=list)
     fail_next: tuple[int, str] | None = None
     next_elsewhere: bool = False
     lock: threading.Lock = attrs.field(factory=threading.Lock)
 
+    def _now(self) -> str:
+        self.ticks += 1
+        hours, seconds = divmod(self.ticks, 3600)
+        return f"2026-01-01T{hours:02d}:{seconds // 60:02d}:{seconds % 60:02d}Z"
+
     def review(self, number: int, path: str, line: int, body: str, login: str) -> None:
+        """A comment on a line of the diff."""
         with self.lock:
             found = self.comments.setdefault(number, [])
             found.append(
                 {"id": 1000 + len(found), "path": path, "line": line, "body": body,
-                 "user": {"login": login}}
+                 "user": {"login": login, "type": "User"}, "created_at": self._now()}
+            )  # fmt: skip
+
+    def submit(self, number: int, state: str, body: str, login: str, bot: bool = False) -> None:
+        """A review submitted with `state` (CHANGES_REQUESTED, APPROVED, COMMENTED, PENDING)
+        and its summary `body`."""
+        with self.lock:
+            found = self.reviews.setdefault(number, [])
+            found.append(
+                {"id": 1000 + len(found), "state": state, "body": body,
+                 "user": {"login": login, "type": "Bot" if bot else "User"},
+                 "submitted_at": None if state == "PENDING" else self._now()}
+            )  # fmt: skip
+
+    def say(self, number: int, body: str, login: str, bot: bool = False) -> None:
+        """A comment in the pull request's conversation."""
+        with self.lock:
+            found = self.conversation.setdefault(number, [])
+            found.append(
+                {"id": 1000 + len(found), "body": body,
+                 "user": {"login": login, "type": "Bot" if bot else "User"},
+                 "created_at": self._now()}
             )  # fmt: skip
 
     def merge(self, number: int) -> None:
@@ -83,6 +118,9 @@ def _handler(forge: Forge) -> type[BaseHTTPRequestHandler]:
                     forge.fail_next = None
                     return self._answer(status, {"message": message})
                 base = f"/repos/{forge.repo}/pulls"
+                issue = parsed.path.removeprefix(f"/repos/{forge.repo}/issues/").split("/")
+                if issue[1:] == ["comments"] and method == "GET" and issue[0].isdigit():
+                    return self._page(parsed, forge.conversation.get(int(issue[0]), []))
                 if parsed.path == base and method == "GET":
                     query = urllib.parse.parse_qs(parsed.query)
                     head = query.get("head", [""])[0].split(":", 1)[-1]
@@ -125,17 +163,20 @@ def _handler(forge: Forge) -> type[BaseHTTPRequestHandler]:
                 if len(rest) == 1 and method == "GET":
                     return self._answer(200, pull)
                 if rest[1:] == ["comments"] and method == "GET":
-                    query = urllib.parse.parse_qs(parsed.query)
-                    size = int(query.get("per_page", ["30"])[0])
-                    page = int(query.get("page", ["1"])[0])
-                    every = forge.comments.get(pull["number"], [])
-                    link = ""
-                    if page * size < len(every):
-                        host = "http://elsewhere.invalid" if forge.next_elsewhere else forge.url
-                        link = (f'<{host}{parsed.path}?per_page={size}&page={page + 1}>; '
-                                'rel="next"')  # fmt: skip
-                    return self._answer(200, every[(page - 1) * size : page * size], link)
+                    return self._page(parsed, forge.comments.get(pull["number"], []))
+                if rest[1:] == ["reviews"] and method == "GET":
+                    return self._page(parsed, forge.reviews.get(pull["number"], []))
                 return self._answer(404, {"message": "Not Found"})
+
+        def _page(self, parsed: urllib.parse.SplitResult, every: list[dict[str, Any]]) -> None:
+            query = urllib.parse.parse_qs(parsed.query)
+            size = int(query.get("per_page", ["30"])[0])
+            page = int(query.get("page", ["1"])[0])
+            link = ""
+            if page * size < len(every):
+                host = "http://elsewhere.invalid" if forge.next_elsewhere else forge.url
+                link = f'<{host}{parsed.path}?per_page={size}&page={page + 1}>; rel="next"'
+            return self._answer(200, every[(page - 1) * size : page * size], link)
 
         def do_GET(self) -> None:
             self._handle("GET")

@@ -243,6 +243,46 @@ def test_issue_40_item_4_every_review_comment_comes_back_past_the_first_page(
     assert all("elsewhere" not in p for _m, p in forge.requests)
 
 
+def test_issue_40_item_4_a_reviews_summary_and_the_conversation_come_back_to_the_agent(
+    host: Host, tmp_path: Path, forge: Forge
+) -> None:
+    """A reviewer who requests changes in the review's summary alone, or answers in the pull
+    request's conversation, reaches the agent as a line comment does: a plain comment each,
+    oldest first, once whoever syncs, firing on_comment. Summaries without text, drafts and
+    bots' comments do not wake it."""
+    wf, _, _ = reviewing(host, tmp_path, forge)
+    task, _ = task_with_work(host, wf, {"feature.txt": "one\n"})
+    host.tasks.move(task, "Review")
+    forge.submit(1, "CHANGES_REQUESTED", "please add a test", "alice")
+    forge.say(1, "and say it in the README", "bob")
+    forge.say(1, "Preview deployed", "previews[bot]", bot=True)
+    forge.submit(1, "COMMENTED", "", "carol")  # the review that carries line comments
+    forge.review(1, "feature.txt", 1, "typo", "carol")
+    forge.submit(1, "PENDING", "half a thought", "dave")
+    forge.submit(1, "COMMENTED", "Coverage 80%", "coverage[bot]", bot=True)
+    forge.submit(1, "APPROVED", "fine once tested", "erin")
+
+    synced = host.changes.sync_pull_request(task)
+    assert synced["comments_added"] == 4
+    said = [(c.author, c.file, c.line, c.body) for c in host.comments.list(task)]
+    assert said == [
+        ("github:alice", None, None, "Changes requested: please add a test"),
+        ("github:bob", None, None, "and say it in the README"),
+        ("github:carol", "feature.txt", 1, "typo"),
+        ("github:erin", None, None, "Approved: fine once tested"),
+    ]
+    assert step_of(host, task) == "Work"  # on_comment fired
+    fired = [e for e in events.read_all(host.store, task_id=task) if e.type == "comment.added"]
+    assert len(fired) == 4
+
+    # read again, from the step the comments moved it to: nothing twice
+    again = host.changes.sync_pull_request(task)
+    assert again["comments_added"] == 0
+    assert len(host.comments.list(task)) == 4
+    lists = {p.rsplit("/", 2)[-2] + "/" + p.rsplit("/", 1)[-1] for _m, p in forge.requests}
+    assert {"1/comments", "1/reviews"} <= lists
+
+
 @pytest.mark.parametrize(
     ("status", "said"),
     [(401, "answered 401: Bad credentials"), (422, "answered 422"), (500, "answered 500")],
