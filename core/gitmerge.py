@@ -130,6 +130,27 @@ def _conflict(into: str, branch: str, paths: tuple[str, ...]) -> MergeConflict:
     )
 
 
+def _replay_conflict(
+    repo: Path, into: str, branch: str, fork: str, source: str, paths: tuple[str, ...]
+) -> MergeConflict:
+    """The branch merges cleanly as a whole (checked before replaying), but one of its commits
+    does not replay: most often it brought `into` in by a merge, whose resolution a rebase
+    does not replay (no more than `git rebase` does). Said as such, or whoever resolves it
+    (an agent) would merge `into` in again, find nothing to merge, and conflict for good."""
+    merged = git(repo, "rev-list", "--merges", "--max-count=1", f"{fork}..{source}").stdout
+    why = (
+        f"it merged {into} in, and a rebase replays only its own commits: rebase it onto "
+        f"{into} instead"
+        if merged.strip()
+        else "its commits, replayed one by one, conflict"
+    )
+    return MergeConflict(
+        f"{branch} does not rebase onto {into}: conflicts in {', '.join(paths)} ({why}); "
+        "nothing changed",
+        paths,
+    )
+
+
 def land(
     repo: Path,
     *,
@@ -250,7 +271,7 @@ def _rebased(
                 )
                 git(scratch, "cherry-pick", "--abort", check=False)
                 if conflicted:
-                    raise _conflict(into, branch, conflicted)
+                    raise _replay_conflict(repo, into, branch, fork, source, conflicted)
                 last = (picked.stderr.strip().splitlines() or ["cherry-pick failed"])[-1]
                 raise GitError(f"rebasing {branch} onto {into}: {last}")
         if key is not None:

@@ -249,11 +249,21 @@ def _conflict_lines(feedback: Feedback) -> list[str]:
         return []
     into = feedback.conflict.get("into", "the base branch")
     paths = ", ".join(str(p) for p in feedback.conflict.get("paths", ()))
-    todo = (
-        f"  Your branch no longer merges into {into}. Bring {into} into it (`git rebase "
-        f"{into}` or `git merge {into}` in your working directory), resolve those files "
-        "and commit; the merge runs again when the task next reaches its merge step."
-    )
+    if feedback.conflict.get("strategy") == "rebase":
+        # the rebase strategy replays the branch's own commits: a merge of the base into the
+        # branch resolves nothing there, and would leave the agent conflicting for good
+        todo = (
+            f"  Your branch no longer rebases onto {into}. Rebase it (`git rebase {into}` in "
+            f"your working directory; merging {into} into it does not help: your commits are "
+            "replayed one by one), resolve those files and `git rebase --continue`; the merge "
+            "runs again when the task next reaches its merge step."
+        )
+    else:
+        todo = (
+            f"  Your branch no longer merges into {into}. Bring {into} into it (`git rebase "
+            f"{into}` or `git merge {into}` in your working directory), resolve those files "
+            "and commit; the merge runs again when the task next reaches its merge step."
+        )
     return ["", "Merge conflict:", f"- rebase onto {into}: conflicts in {paths}", todo]
 
 

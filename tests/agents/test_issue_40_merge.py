@@ -164,6 +164,56 @@ def test_issue_40_item_1_a_conflict_changes_nothing_and_names_every_path(
     assert _events(host, task, "task.merged") == []
 
 
+def test_issue_40_item_1_a_branch_that_merged_its_base_in_is_told_to_rebase_for_the_rebase_strategy(
+    host: Host, tmp_path: Path
+) -> None:
+    """An agent told of a conflict may merge the base into its branch. That lands by merge or
+    squash; the rebase strategy replays only the branch's own commits, so it still conflicts:
+    the refusal and the agent's next prompt then say to rebase, not merge (told "merge main",
+    the agent would find nothing left to merge and conflict for good). Rebased, it lands."""
+    from core.agents.feedback import Feedback, block
+
+    repo = person_repo(tmp_path)
+    wf = board_with_repo(host, tmp_path, repo)
+    task, path = task_with_work(host, wf, {"README.md": "agent's\n"}, commit=True)
+    commit_on(repo, "main", "README.md", "person's\n", "readme")
+    agent = ("-c", "user.name=agent", "-c", "user.email=a@x")
+    merging = subprocess.run(
+        ["git", *agent, "merge", "-q", "main"], cwd=path, capture_output=True, check=False
+    )
+    assert merging.returncode != 0  # README.md conflicts
+    (path / "README.md").write_text("person's and agent's\n")
+    git(path, "add", "README.md")
+    git(path, *agent, "commit", "-q", "--no-edit")
+    main_before = git(repo, "rev-parse", "main")
+
+    with pytest.raises(gitmerge.MergeConflict) as caught:
+        host.changes.merge(task, strategy="rebase")
+    said = str(caught.value)
+    assert caught.value.paths == ("README.md",)
+    assert "does not rebase onto main" in said
+    assert "it merged main in" in said
+    assert "rebase it onto main instead" in said
+    assert git(repo, "rev-parse", "main") == main_before
+    record = host.tasks.get(task).workspace
+    assert record is not None
+    told = block(Feedback("", (), (), record["conflict"]), {})
+    assert "`git rebase main`" in told
+    assert "`git merge main`" not in told
+    assert "`git merge main`" in block(
+        Feedback("", (), (), {**record["conflict"], "strategy": "squash"}), {}
+    )
+
+    # rebased by the agent (its commit now on top of main): the rebase strategy lands it
+    git(path, "reset", "-q", "--hard", "main")
+    (path / "README.md").write_text("person's and agent's\n")
+    git(path, *agent, "commit", "-q", "-am", "work, on main")
+    landed = host.changes.merge(task, strategy="rebase")
+    assert show(repo, "main:README.md") == "person's and agent's\n"
+    assert landed["commit"] == git(repo, "rev-parse", "main")
+    assert git(repo, "rev-parse", "main^") == main_before
+
+
 def test_issue_40_item_1_merging_twice_is_already_done_and_bad_input_is_one_line(
     host: Host, tmp_path: Path
 ) -> None:
