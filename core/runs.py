@@ -257,8 +257,9 @@ def pinned_host(workspace: str | None, remote: str | None) -> str | None:
 def _next_eligible(
     sqlite: bool, profiles: tuple[str, ...] | None = None
 ) -> sa.Select[tuple[str, str]]:
-    """The oldest queued run whose agent is below its limit of claimed runs, that this
-    process's host (`:host`) may run: its task has no worktree, or one on this host (a worktree
+    """The oldest queued run whose agent is below its limit of claimed runs and whose session
+    (its task's agent: core.agents.session) runs no other run, that this process's host
+    (`:host`) may run: its task has no worktree, or one on this host (a worktree
     lives on the machine that made it: docs/operations.md "Many machines"), or one whose
     branch travels through its workflow's remote (any host re-creates it: core.services.travel).
     With `profiles`, only runs of those agent profiles (`worker --profiles`). The index on (status,
@@ -270,11 +271,17 @@ def _next_eligible(
         _host_of_worktree(sqlite) != sa.bindparam("host", type_=sa.String),
         ~_travels(sqlite),
     )
+    busy = R.alias("busy")
+    session_busy = sa.exists().where(
+        busy.c.status == CLAIMED,
+        busy.c.task_id == R.c.task_id,
+        busy.c.agent_profile_id == R.c.agent_profile_id,
+    )
     query = (
         sa.select(R.c.id, R.c.agent_profile_id)
         .join(AP, AP.c.id == R.c.agent_profile_id)
         .where(R.c.status == "queued", AP.c.claimed_runs < AP.c.max_concurrent_sessions)
-        .where(sa.or_(R.c.task_id.is_(None), ~elsewhere))
+        .where(sa.or_(R.c.task_id.is_(None), sa.and_(~elsewhere, ~session_busy)))
     )
     if profiles is not None:
         query = query.where(prepared.fixed_in(R.c.agent_profile_id, profiles))
@@ -364,10 +371,17 @@ _RELEASE = (
 def claim_next(
     uow: UnitOfWork, epoch: str, host: str, profiles: Sequence[str] | None = None
 ) -> Run | None:
-    """Claim the oldest queued run whose agent has room and that a worker on `host` may run
-    (serving only `profiles`, agent profile ids, when given), for `epoch`; None when none can
-    be taken now. One conditional statement decides (plus the agent's count on SQLite): a run
-    this host may not run is never claimed, so it is never given back or failed."""
+    """Claim the oldest queued run whose agent has room, whose session runs nothing, and that
+    a worker on `host` may run (serving only `profiles`, agent profile ids, when given), for
+    `epoch`; None when none can be taken now. One conditional statement decides (plus the
+    agent's count on SQLite): a run this host may not run is never claimed, so it is never
+    given back or failed.
+
+    On PostgreSQL two claims of one session's runs can each see the other's uncommitted
+    claim as absent; the index of claimed sessions (`tables.CLAIMED_SESSION_INDEX`) then
+    fails the second statement, waiting for the first to commit: `lost_session_race` tells
+    that failure apart, and the caller claims again in a new transaction (which sees the
+    first claim and passes over its session)."""
     values = {"stamp": ids.now(), "epoch": epoch, "host": host}
     chosen = tuple(sorted(set(profiles))) if profiles is not None else None
     claim = _sqlite_claim(chosen) if uow.store.is_sqlite else _pg_claim(chosen)
@@ -379,6 +393,13 @@ def claim_next(
     if uow.store.is_sqlite:
         uow.run(_BUMP, {"agent": row["agent_profile_id"], "delta": 1})
     return _started(uow, rows.run(row))
+
+
+def lost_session_race(exc: sa.exc.IntegrityError) -> bool:
+    """Whether a claim failed on the index of claimed sessions (`claim_next`): another claim of
+    the same session committed first."""
+    diag = getattr(exc.orig, "diag", None)
+    return getattr(diag, "constraint_name", None) == t.CLAIMED_SESSION_INDEX
 
 
 def _started(uow: UnitOfWork, run: Run) -> Run:

@@ -21,9 +21,10 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from contextlib import contextmanager
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Final
 
 import attrs
+import sqlalchemy as sa
 
 from core import faults, hosts, runs
 from core.agents import watchdog_link
@@ -83,12 +84,25 @@ def _run_log(run: Run) -> Any:
     )
 
 
+CLAIM_RACES: Final = 20
+"""Claims tried in a row, each lost to another worker claiming a run of the same session
+(PostgreSQL: `runs.claim_next`), before this pass takes nothing; the next pass claims again."""
+
+
 def claim_next(host: AgentHost, profiles: Sequence[str] | None = None) -> Run | None:
     """Claim the oldest queued run whose agent has room and that this machine may run (of
     `profiles`, agent profile ids, when given); None when there is nothing to take."""
     epoch = host.live_epoch()
-    with host.store.transaction() as uow:
-        return runs.claim_next(uow, epoch, hosts.name(), profiles)
+    for _race in range(CLAIM_RACES):
+        try:
+            with host.store.transaction() as uow:
+                return runs.claim_next(uow, epoch, hosts.name(), profiles)
+        except sa.exc.IntegrityError as exc:
+            if not runs.lost_session_race(exc):
+                raise
+            # another worker claimed a run of the same session first: claim again, past it
+            logger.bind(epoch=epoch).debug("claim lost a race for a session; claiming again")
+    return None
 
 
 def finish(host: AgentHost, run: Run, outcome: TurnOutcome) -> bool:

@@ -440,6 +440,10 @@ def _questions() -> sa.Table:
     )
 
 
+CLAIMED_SESSION_INDEX = "uq_runs_claimed_session"
+"""The index that keeps a session's runs one at a time (`_runs`; migration 0034)."""
+
+
 def _runs() -> sa.Table:
     return sa.Table(
         "runs",
@@ -478,6 +482,16 @@ def _runs() -> sa.Table:
         sa.Index("ix_runs_queue", "status", "requested_at", "id"),
         sa.Index("ix_runs_idempotency_key", "idempotency_key"),
         sa.Index("ix_runs_task", "task_id"),
+        # One claimed run per session, a session being a task's agent (core.runs: the claim
+        # passes over a run whose session is busy; this decides when two claims race)
+        sa.Index(
+            CLAIMED_SESSION_INDEX,
+            "task_id",
+            "agent_profile_id",
+            unique=True,
+            sqlite_where=sa.text("status = 'claimed'"),
+            postgresql_where=sa.text("status = 'claimed'"),
+        ),
     )
 
 

@@ -50,9 +50,9 @@ def test_claims_the_oldest_queued_run_first(host: Host, tmp_path: Path) -> None:
 
 
 def test_two_claimers_never_take_one_run(host: Host, tmp_path: Path) -> None:
-    (task,) = _tasks(host, tmp_path, 1)
+    tasks = _tasks(host, tmp_path, 40)  # a session's runs are one at a time: a task each
     agent = host.profiles.add("busy", command=OK, max_concurrent_sessions=100).id
-    runs = {enqueue(host, agent, task) for _ in range(40)}
+    runs = {enqueue(host, agent, task) for task in tasks}
     start = threading.Barrier(2)
     taken: list[list[str]] = [[], []]
     errors: list[BaseException] = []
@@ -87,11 +87,11 @@ def test_two_claimers_never_take_one_run(host: Host, tmp_path: Path) -> None:
 def test_one_claimed_run_per_agent_unless_its_profile_allows_more(
     host: Host, tmp_path: Path
 ) -> None:
-    (task,) = _tasks(host, tmp_path, 1)
+    tasks = _tasks(host, tmp_path, 3)  # a session's runs are one at a time: a task each
     solo = host.profiles.add("solo", command=OK).id
     duo = host.profiles.add("duo", command=OK, max_concurrent_sessions=2).id
-    solo_runs = [enqueue(host, solo, task) for _ in range(2)]
-    duo_runs = [enqueue(host, duo, task) for _ in range(3)]
+    solo_runs = [enqueue(host, solo, task) for task in tasks[:2]]
+    duo_runs = [enqueue(host, duo, task) for task in tasks]
     claimed = []
     while (run := worker.claim_next(host)) is not None:
         claimed.append(run)

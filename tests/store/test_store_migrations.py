@@ -122,3 +122,46 @@ def test_sqlite_board_events_never_reuse_an_id(sqlite_url: str) -> None:
     finally:
         store.close()
     assert "AUTOINCREMENT" in sql.upper()
+
+
+def test_a_board_upgraded_with_two_claimed_runs_of_one_session_keeps_the_first(
+    store: Store,
+) -> None:
+    """Migration 0034 on a board where the defect struck: the later claim goes back to the
+    queue (its agent's count kept true), and the index is then in force."""
+    assert migrate.upgrade(store, "0033") == "0033"
+    at = ["2026-12-07T10:00:00", "2026-12-07T10:00:10", "2026-12-07T10:00:20"]
+    with store.transaction() as uow:
+        uow.conn.execute(sa.insert(tables.workspaces).values(id="ws", name="ws", created_at=at[0]))
+        uow.conn.execute(
+            sa.insert(tables.agent_profiles).values(
+                id="agent", workspace_id="ws", name="coder", claimed_runs=3,
+                max_concurrent_sessions=3, created_at=at[0],
+            )
+        )  # fmt: skip
+        uow.conn.execute(
+            sa.insert(tables.runs),
+            [
+                {"id": run_id, "agent_profile_id": "agent", "task_id": task,
+                 "reason": "test", "status": "claimed", "requested_at": at[0],
+                 "claimed_at": claimed_at, "claimed_epoch": "e", "attempts": 1}
+                for run_id, task, claimed_at in (
+                    ("early", "task", at[1]), ("late", "task", at[2]), ("alone", "other", at[2])
+                )
+            ],
+        )  # fmt: skip
+
+    assert migrate.upgrade(store) == migrate.HEAD_REVISION
+    with store.read() as conn:
+        found = dict(conn.execute(sa.select(tables.runs.c.id, tables.runs.c.status)).all())
+        count = conn.execute(sa.select(tables.agent_profiles.c.claimed_runs)).scalar_one()
+        epoch = conn.execute(
+            sa.select(tables.runs.c.claimed_epoch).where(tables.runs.c.id == "late")
+        ).scalar()
+    assert found == {"early": "claimed", "late": "queued", "alone": "claimed"}
+    assert count == 2
+    assert epoch is None
+    with pytest.raises(sa.exc.IntegrityError), store.transaction() as uow:
+        uow.conn.execute(
+            sa.update(tables.runs).where(tables.runs.c.id == "late").values(status="claimed")
+        )
