@@ -207,6 +207,11 @@ REVIEW_STATES: Final = {"CHANGES_REQUESTED": "Changes requested", "APPROVED": "A
 """A review's verdict, said before its summary (a plain comment's review says none)."""
 
 
+UNSAID: Final = ("PENDING", "DISMISSED")
+"""Reviews whose summary is not brought back: a draft only its author sees, and a review a
+maintainer dismissed (a summary brought back before its dismissal stays on the task)."""
+
+
 def _login(found: Mapping[str, Any]) -> str:
     user = found.get("user")
     return str(user.get("login", "someone") if isinstance(user, Mapping) else "someone")
@@ -242,8 +247,8 @@ def review_comments(config: ForgeConfig, number: int) -> list[ReviewComment]:
         said.append((_said(c, "created_at"), comment))
     for r in _pages(config, f"{repo}/pulls/{number}/reviews?per_page=100"):
         body = str(r.get("body") or "").strip()
-        if r.get("id") is None or not body or r.get("state") == "PENDING" or _by_bot(r):
-            continue  # no summary (its line comments came above), a draft, or a bot's
+        if r.get("id") is None or not body or r.get("state") in UNSAID or _by_bot(r):
+            continue  # no summary (its line comments came above), a draft, dismissed, a bot's
         verdict = REVIEW_STATES.get(str(r.get("state")))
         text = f"{verdict}: {body}" if verdict else body
         summary = ReviewComment(f"review-{r['id']}", "", 0, text, _login(r))

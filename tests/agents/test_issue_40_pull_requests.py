@@ -248,8 +248,8 @@ def test_issue_40_item_4_a_reviews_summary_and_the_conversation_come_back_to_the
 ) -> None:
     """A reviewer who requests changes in the review's summary alone, or answers in the pull
     request's conversation, reaches the agent as a line comment does: a plain comment each,
-    oldest first, once whoever syncs, firing on_comment. Summaries without text, drafts and
-    bots' comments do not wake it."""
+    oldest first, once whoever syncs, firing on_comment. Summaries without text, drafts,
+    dismissed reviews and bots' comments do not wake it."""
     wf, _, _ = reviewing(host, tmp_path, forge)
     task, _ = task_with_work(host, wf, {"feature.txt": "one\n"})
     host.tasks.move(task, "Review")
@@ -259,6 +259,7 @@ def test_issue_40_item_4_a_reviews_summary_and_the_conversation_come_back_to_the
     forge.submit(1, "COMMENTED", "", "carol")  # the review that carries line comments
     forge.review(1, "feature.txt", 1, "typo", "carol")
     forge.submit(1, "PENDING", "half a thought", "dave")
+    forge.submit(1, "DISMISSED", "block this", "frank")
     forge.submit(1, "COMMENTED", "Coverage 80%", "coverage[bot]", bot=True)
     forge.submit(1, "APPROVED", "fine once tested", "erin")
 
