@@ -13,7 +13,12 @@ from core.runs import RUN_STATUSES
 from core.shapes import run_show_json
 
 
-def _run_line(run: Run, names: Mapping[str, str], waits_for: str | None = None) -> str:
+def _run_line(
+    run: Run,
+    names: Mapping[str, str],
+    waits_for: str | None = None,
+    waits_for_run: str | None = None,
+) -> str:
     profile = names.get(run.agent_profile_id, run.agent_profile_id)
     step = names.get(run.workflow_step_id or "", run.workflow_step_id or "-")
     line = (
@@ -26,6 +31,8 @@ def _run_line(run: Run, names: Mapping[str, str], waits_for: str | None = None) 
         line += f"  retry_of={run.retry_of}"
     if waits_for:
         line += f"  (waits for a worker on {waits_for})"
+    if waits_for_run:
+        line += f"  (waits for its session's run {waits_for_run} to end)"
     return line
 
 
@@ -50,9 +57,15 @@ def runs_list(settings: Settings, task_ref: str | None, status: str | None) -> N
             host, [r.workflow_step_id for r in found], [r.agent_profile_id for r in found]
         )
         waits = host.runs.waits_for_host(found)
-    # `waits_for_host`: the host whose workers alone may claim the queued run (additive)
-    shown = [{**plain(r), "waits_for_host": waits.get(r.id)} for r in found]
-    emit(settings.json, shown, [_run_line(r, names, waits.get(r.id)) for r in found])
+        behind = host.runs.waits_for_run(found)
+    # `waits_for_host`: the host whose workers alone may claim the queued run; `waits_for_run`:
+    # the claimed run of its session it is claimed after (both additive)
+    shown = [
+        {**plain(r), "waits_for_host": waits.get(r.id), "waits_for_run": behind.get(r.id)}
+        for r in found
+    ]
+    lines = [_run_line(r, names, waits.get(r.id), behind.get(r.id)) for r in found]
+    emit(settings.json, shown, lines)
 
 
 @runs.command("show")

@@ -208,8 +208,14 @@ def entries_list(call: Call) -> Reply:
 def runs_list(call: Call) -> Reply:
     found = call.host.runs.list(task=call.query.get("task"), status=call.query.get("status"))
     waits = call.host.runs.waits_for_host(found)
-    # the CLI's shape: `waits_for_host` beside each row (issue 43)
-    return Reply([{**plain(r), "waits_for_host": waits.get(r.id)} for r in found])
+    behind = call.host.runs.waits_for_run(found)
+    # the CLI's shape: `waits_for_host` (issue 43) and `waits_for_run` beside each row
+    return Reply(
+        [
+            {**plain(r), "waits_for_host": waits.get(r.id), "waits_for_run": behind.get(r.id)}
+            for r in found
+        ]
+    )
 
 
 # -- decisions and sessions ------------------------------------------------------------------------

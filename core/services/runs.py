@@ -209,6 +209,28 @@ class RunService(Service):
             if r.status == "queued" and r.task_id in hosts and hosts[r.task_id]
         }
 
+    def waits_for_run(self, found: Sequence[Run]) -> dict[str, str]:
+        """Queued runs among `found` whose session runs another run now (its task's agent has
+        a claimed run: core.runs claims them only once it ends): run id -> that run's id."""
+        queued = {
+            (r.task_id, r.agent_profile_id) for r in found if r.status == "queued" and r.task_id
+        }
+        if not queued:
+            return {}
+        with self.peers.store.read() as conn:
+            busy = conn.execute(
+                sa.select(R.c.task_id, R.c.agent_profile_id, R.c.id).where(
+                    R.c.status == runs.CLAIMED,
+                    R.c.task_id.in_(sorted({task for task, _agent in queued})),
+                )
+            ).all()
+        running = {(task, agent): str(run_id) for task, agent, run_id in busy}
+        return {
+            r.id: running[(r.task_id, r.agent_profile_id)]
+            for r in found
+            if r.status == "queued" and (r.task_id, r.agent_profile_id) in running
+        }
+
     def resolve_target(self, target: str, task: Task, step_id: str) -> builtins.list[str]:
         """The agent profile ids a queue_run target names (the reference's resolution)."""
         if target.startswith("agent_profile_id:"):

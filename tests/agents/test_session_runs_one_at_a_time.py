@@ -20,6 +20,7 @@ from core.host import Host
 from core.store import tables as t
 from tests.agents.conftest import enqueue, plain_workflow, python_agent, recorder
 from tests.agents.test_agents_worker import _intervals, _overlap
+from tests.cli.conftest import Laneway
 from tests.interleave import Hold, race
 
 OK = python_agent("import sys; sys.stdin.read()")
@@ -40,11 +41,11 @@ def _claimed_runs(host: Host, agent: str) -> int:
 
 
 def test_a_sessions_second_run_waits_for_its_first_and_others_pass_it(
-    host: Host, tmp_path: Path
+    host: Host, db_url: str, tmp_path: Path
 ) -> None:
     """An agent allowed three sessions at once: the second run of a task waits while the
-    first is claimed, a run of another task is claimed past it, and it is claimed once the
-    first ends."""
+    first is claimed (`runs list` says for which run), a run of another task is claimed past
+    it, and it is claimed once the first ends."""
     wf = plain_workflow(host, tmp_path)
     one, two = (host.tasks.create(workflow=wf, title=f"task {n}").id for n in (1, 2))
     agent = host.profiles.add("coder", command=OK, max_concurrent_sessions=3).id
@@ -58,6 +59,12 @@ def test_a_sessions_second_run_waits_for_its_first_and_others_pass_it(
     assert [c.id if c else None for c in claimed] == [first, other, None]
     assert _status(host, second) == "queued"
     assert _claimed_runs(host, agent) == 2
+    cli = Laneway(db_url)
+    listed = {r["id"]: r for r in cli.json("runs", "list")}
+    assert listed[second]["waits_for_run"] == first
+    assert listed[other]["waits_for_run"] is None
+    line = next(x for x in cli.run("runs", "list").stdout.splitlines() if x.startswith(second))
+    assert line.endswith(f"(waits for its session's run {first} to end)")
 
     assert claimed[0] is not None
     worker.finish(host, claimed[0], TurnOutcome("", ok=True))
