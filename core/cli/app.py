@@ -231,7 +231,7 @@ def _check_url(url: str, *, must_exist: bool) -> None:
       may create one.
     """
     from core.errors import LanewayError, NotInitialised
-    from core.store.dialect import is_sqlite, normalise_url, sqlite_path
+    from core.store.dialect import is_sqlite, normalise_url, shown, sqlite_path
 
     if url.startswith("sqlite://") and url != "sqlite://" and not url.startswith("sqlite:///"):
         raise LanewayError(
@@ -244,19 +244,19 @@ def _check_url(url: str, *, must_exist: bool) -> None:
             "e.g. sqlite:///board.db"
         )
     parsed = normalise_url(url)
-    shown = parsed.render_as_string(hide_password=True)
+    display = shown(parsed)
     backend = parsed.get_backend_name()
     if backend not in ("sqlite", "postgresql"):
-        raise LanewayError(f"database URL {shown}: laneway supports sqlite and postgresql")
+        raise LanewayError(f"database URL {display}: laneway supports sqlite and postgresql")
     if backend == "postgresql" and importlib.util.find_spec("psycopg") is None:
         raise LanewayError(
-            f"database URL {shown}: the PostgreSQL driver is missing; install laneway[postgresql]"
+            f"database URL {display}: the PostgreSQL driver is missing; install laneway[postgresql]"
         )
     if not must_exist or not is_sqlite(parsed):
         return
     path = sqlite_path(parsed)
     if path is not None and not Path(path).exists():
-        raise NotInitialised(f"database {shown} is not initialised; run `laneway init`")
+        raise NotInitialised(f"database {display} is not initialised; run `laneway init`")
 
 
 def _opened(host: Host, command: str) -> None:

@@ -208,7 +208,7 @@ class Store:
 
     @property
     def display_url(self) -> str:
-        return self.url.render_as_string(hide_password=True).replace("+psycopg", "")
+        return dialect.shown(self.url)
 
     def _writer_conn(self) -> Connection:
         # A writer the driver found broken (the server restarted, or ended the session) is

@@ -16,7 +16,7 @@ import sqlite3
 import threading
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Final
 from urllib.parse import quote
 
 import sqlalchemy as sa
@@ -58,6 +58,20 @@ def normalise_url(url: str) -> URL:
     if parsed.drivername in ("postgresql", "postgres"):
         parsed = parsed.set(drivername="postgresql+psycopg")
     return parsed
+
+
+SECRET_QUERY: Final = frozenset({"password", "sslpassword"})
+"""libpq parameters a PostgreSQL URL may carry a secret in, beside its `user:password@`."""
+
+
+def shown(url: URL) -> str:
+    """`url` as laneway prints it: its password hidden, in `user:***@` and in the query
+    (`?password=...`, which libpq reads as well), and without the driver's name."""
+    hidden = {k: "***" for k in url.query if k.lower() in SECRET_QUERY}
+    if hidden:
+        url = url.update_query_dict(hidden)
+    text = url.render_as_string(hide_password=True).replace("+psycopg", "")
+    return text.replace("=%2A%2A%2A", "=***")
 
 
 def statement_error_aborts_transaction(url: URL) -> bool:

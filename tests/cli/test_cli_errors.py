@@ -160,6 +160,9 @@ def test_init_creates_what_the_others_refused(fresh_laneway: Laneway) -> None:
     [
         ("not a url at all", "database URL"),
         ("mysql://user:secret@db.example/board", "supports sqlite and postgresql"),
+        # libpq reads a password from the query too: hidden there as well
+        ("mysql://user@db.example/board?password=secret", "supports sqlite and postgresql"),
+        ("mysql://db.example/board?sslpassword=secret&PASSWORD=secret", "?sslpassword=***"),
     ],
 )
 def test_unusable_database_url(url: str, says: str) -> None:
