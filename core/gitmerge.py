@@ -24,7 +24,7 @@ from typing import ClassVar, Final, Literal
 
 import attrs
 
-from core.gitwork import IDENTITY, GitError, git
+from core.gitwork import IDENTITY, GitError, git, worktree_git
 
 Strategy = Literal["merge", "squash", "rebase"]
 STRATEGIES: Final[tuple[Strategy, ...]] = ("merge", "squash", "rebase")
@@ -296,16 +296,17 @@ def checked_out_in(repo: Path, branch: str) -> list[Path]:
     return found
 
 
-def commit_all(path: Path, message: str) -> str | None:
-    """Commit whatever the worktree at `path` holds uncommitted (a commit by laneway); the
-    commit made, or None when there was nothing."""
+def commit_all(repo: Path, path: Path, message: str) -> str | None:
+    """Commit whatever the worktree at `path` of `repo` holds uncommitted (a commit by
+    laneway); the commit made, or None when there was nothing."""
     if not (path / ".git").exists():
         return None
-    git(path, "add", "--all")
-    if git(path, "diff", "--cached", "--quiet", check=False).returncode == 0:
+    work = worktree_git(repo, path)
+    work.run("add", "--all")
+    if work.run("diff", "--cached", "--quiet", "--no-ext-diff", check=False).returncode == 0:
         return None
-    git(path, *IDENTITY, "commit", "--no-verify", "--quiet", "-m", message)
-    return git(path, "rev-parse", "HEAD").stdout.strip()
+    work.run(*IDENTITY, "commit", "--no-verify", "--quiet", "-m", message)
+    return work.run("rev-parse", "HEAD").stdout.strip()
 
 
 def remote_commit(repo: Path, remote: str, branch: str) -> str | None:

@@ -11,12 +11,14 @@ repository before that worktree is removed: nothing is thrown away.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import shutil
+from collections.abc import Sequence
 from pathlib import Path
 
 from core import gitmerge, ids
-from core.gitwork import GitError, creation_lock, ensure_worktree, git
+from core.gitwork import GitError, creation_lock, ensure_worktree, git, worktree_git
 
 REPOS_DIR = ".repos"
 
@@ -43,9 +45,11 @@ def mirror(root: Path, url: str) -> Path:
     return where
 
 
-def set_aside(path: Path, keep_as: str) -> str | None:
+def set_aside(repos: Sequence[Path], path: Path, keep_as: str) -> str | None:
     """Remove the worktree at `path` (one left by an earlier stay on this machine), its
-    uncommitted work first committed and kept as `keep_as` in its repository; that commit."""
+    uncommitted work first committed and kept as `keep_as` in its repository; that commit.
+    Its repository is the one of `repos` (those laneway made the task's worktrees from) it is
+    a worktree of: never one its `.git` file names, which its agent wrote."""
     if not path.exists():
         return None
     if not (path / ".git").exists():
@@ -53,22 +57,35 @@ def set_aside(path: Path, keep_as: str) -> str | None:
             raise GitError(f"worktree {path}: exists and is not a git checkout; left in place")
         path.rmdir()
         return None
-    common = Path(
-        git(path, "rev-parse", "--path-format=absolute", "--git-common-dir").stdout.strip()
+    work = None
+    for repo in dict.fromkeys(r for r in repos if r.is_dir()):
+        with contextlib.suppress(GitError):
+            work = worktree_git(repo, path)
+            break
+    if work is None:
+        raise GitError(
+            f"worktree {path}: not a worktree of {', '.join(map(str, repos))}; left in place"
+        )
+    common = work.common
+    kept = gitmerge.commit_all(
+        common, path, "laneway: work left uncommitted here before the task moved"
     )
-    kept = gitmerge.commit_all(path, "laneway: work left uncommitted here before the task moved")
     if kept is not None:
         git(common, "update-ref", keep_as, kept)
+    git(common, "worktree", "repair", str(path), check=False)  # as `gitwork.retire` does
     git(common, "worktree", "remove", "--force", "--force", str(path))
     git(common, "worktree", "prune")
     return kept
 
 
-def recreate(repo: Path, url: str, path: Path, branch: str, keep_as: str) -> tuple[str, str | None]:
+def recreate(
+    repo: Path, url: str, path: Path, branch: str, keep_as: str, earlier: Sequence[Path] = ()
+) -> tuple[str, str | None]:
     """Make the worktree at `path` on `branch` as the remote at `url` holds it: set aside what
-    was at `path`, fetch the branch into `repo`, add the worktree. The commit it stands on, and
-    the commit that kept a left worktree's uncommitted work (if any)."""
-    kept = set_aside(path, keep_as)
+    was at `path` (a worktree of `repo` or of one of the `earlier` repositories the task's
+    worktrees were made from), fetch the branch into `repo`, add the worktree. The commit it
+    stands on, and the commit that kept a left worktree's uncommitted work (if any)."""
+    kept = set_aside((repo, *earlier), path, keep_as)
     commit = fetch(repo, url, branch)
     local = gitmerge.ref_commit(repo, f"refs/heads/{branch}")
     if local is not None and not gitmerge.is_ancestor(repo, local, commit):

@@ -75,8 +75,76 @@ def git(
         raise GitError(f"cannot run git in {cwd}: not a directory") from None
     if check and done.returncode != 0:
         last = (done.stderr.strip().splitlines() or [f"exit {done.returncode}"])[-1]
-        raise GitError(f"git {args[0]} in {cwd}: {last}")
+        raise GitError(f"git {_command_of(args)} in {cwd}: {last}")
     return done
+
+
+def _command_of(args: tuple[str, ...]) -> str:
+    """git's command among `args` (past `-c NAME=VALUE` settings)."""
+    rest = list(args)
+    while len(rest) > 1 and rest[0] == "-c":
+        rest = rest[2:]
+    return rest[0] if rest else "?"
+
+
+UNTRUSTED: Final = ("-c", "core.fsmonitor=false", "-c", "core.hooksPath=/dev/null")
+"""Set on every git laneway runs in a task's worktree: its files are its agent's, and neither
+git's file-system monitor nor a hook may run a command there for laneway (the repository's
+config, which names them, is read-only to a sandboxed agent; these settings come first
+whatever config says)."""
+
+
+@attrs.frozen
+class WorktreeGit:
+    """Git in a task's worktree, its git files found from the repository laneway recorded,
+    never from the worktree's own `.git` file or its `commondir`: the agent writes those, and
+    pointing them at a repository of its own would make laneway's git run that repository's
+    config (a `core.fsmonitor` command, say) outside the agent's sandbox."""
+
+    path: Path
+    admin: Path
+    """The worktree's own git directory (`<common>/worktrees/<name>`)."""
+    common: Path
+    """The repository's git directory."""
+
+    @property
+    def env(self) -> dict[str, str]:
+        return {
+            "GIT_DIR": str(self.admin),
+            "GIT_COMMON_DIR": str(self.common),
+            "GIT_WORK_TREE": str(self.path),
+        }
+
+    def run(
+        self, *args: str, env: Mapping[str, str] | None = None, check: bool = True
+    ) -> subprocess.CompletedProcess[str]:
+        return git(self.path, *UNTRUSTED, *args, env={**self.env, **(env or {})}, check=check)
+
+
+def worktree_git(repo: Path, path: Path) -> WorktreeGit:
+    """Git for the worktree at `path` of `repo`: its own git directory is the one of `repo`'s
+    worktrees that names `path` as its checkout (git's own back-pointer, `gitdir`), preferring
+    the one named as laneway names it (the worktree's directory name) when the worktree's
+    agent made another name it too. A one-line GitError when none does."""
+    common = Path(
+        git(repo, "rev-parse", "--path-format=absolute", "--git-common-dir").stdout.strip()
+    )
+    wanted = {os.path.join(path, ".git"), os.path.join(path.resolve(), ".git")}
+    claiming: list[Path] = []
+    with contextlib.suppress(OSError):
+        for admin in (common / "worktrees").iterdir():
+            with contextlib.suppress(OSError):
+                pointed = (admin / "gitdir").read_text(encoding="utf-8").strip()
+                if os.path.normpath(pointed) in wanted:
+                    claiming.append(admin)
+    named = [a for a in claiming if a.name == path.name]
+    found = named or claiming
+    if len(found) != 1:
+        raise GitError(
+            f"worktree {path}: {'no' if not found else 'more than one'} worktree of {repo} "
+            "names it as its checkout"
+        )
+    return WorktreeGit(path, found[0], common)
 
 
 def repository(path: str) -> Path:
@@ -192,20 +260,19 @@ class Diff:
 
 
 @contextlib.contextmanager
-def _everything_staged(path: Path) -> Iterator[dict[str, str]]:
+def _everything_staged(work: WorktreeGit) -> Iterator[dict[str, str]]:
     """An environment whose index is a copy of the worktree's with every change staged,
     untracked files included (`.gitignore` respected); the worktree's own index is untouched."""
-    index = Path(
-        git(path, "rev-parse", "--path-format=absolute", "--git-path", "index").stdout.strip()
-    )
+    path = work.path
+    index = work.admin / "index"
     with tempfile.TemporaryDirectory(prefix="laneway-diff-") as tmp:
         copy = Path(tmp) / "index"
         if index.exists():
             shutil.copyfile(index, copy)
-        env = {"GIT_INDEX_FILE": str(copy)}
+        env = {**work.env, "GIT_INDEX_FILE": str(copy)}
         for attempt in range(STAGE_TRIES):
             try:
-                git(path, "add", "--all", env=env)
+                work.run("add", "--all", env=env)
                 break
             except GitError as exc:
                 # The agent may be writing here: a file it renames away (an atomic write's
@@ -218,13 +285,14 @@ def _everything_staged(path: Path) -> Iterator[dict[str, str]]:
         yield env
 
 
-def diff(path: Path, base_commit: str) -> Diff:
-    """The worktree at `path` against `base_commit`: commits on its branch, staged, unstaged
-    and untracked changes alike."""
+def diff(repo: Path, path: Path, base_commit: str) -> Diff:
+    """The worktree at `path` of `repo` against `base_commit`: commits on its branch, staged,
+    unstaged and untracked changes alike."""
     if not path.is_dir():
         raise GitError(f"worktree {path}: no such directory")
-    with _everything_staged(path) as env:
-        return _diff(path, ("--cached", base_commit), env)
+    work = worktree_git(repo, path)
+    with _everything_staged(work) as env:
+        return _diff(path, ("--cached", base_commit), env, untrusted=True)
 
 
 def branch_diff(repo: Path, base_commit: str, branch: str) -> Diff:
@@ -232,8 +300,14 @@ def branch_diff(repo: Path, base_commit: str, branch: str) -> Diff:
     return _diff(repo, (base_commit, f"refs/heads/{branch}"), {})
 
 
-def _diff(cwd: Path, what: tuple[str, ...], env: Mapping[str, str]) -> Diff:
-    args = ("-c", "core.quotepath=off", "diff", "--no-renames", *what)
+def _diff(
+    cwd: Path, what: tuple[str, ...], env: Mapping[str, str], *, untrusted: bool = False
+) -> Diff:
+    # a worktree's `.gitattributes` is its agent's: no diff driver or text conversion it names
+    # runs (a config entry for one is the repository's, read-only to a sandboxed agent)
+    guard = (*UNTRUSTED, "-c", "diff.external=") if untrusted else ()
+    args = (*guard, "-c", "core.quotepath=off", "diff", "--no-renames", "--no-ext-diff",
+            "--no-textconv", *what)  # fmt: skip
     numstat = git(cwd, *args, "--numstat", "-z", env=env).stdout
     names = git(cwd, *args, "--name-status", "-z", env=env).stdout
     patch = git(cwd, *args, env=env).stdout
@@ -262,11 +336,15 @@ def retire(repo: Path, path: Path, branch: str, message: str) -> str | None:
     saying so), then remove the worktree; the branch stays. The commit made, if any."""
     made = None
     if (path / ".git").exists():
-        git(path, "add", "--all")
-        staged = git(path, "diff", "--cached", "--quiet", check=False)
+        work = worktree_git(repo, path)
+        work.run("add", "--all")
+        staged = work.run("diff", "--cached", "--quiet", "--no-ext-diff", check=False)
         if staged.returncode == 1:
-            git(path, *IDENTITY, "commit", "--no-verify", "--quiet", "-m", message)
-            made = git(path, "rev-parse", "HEAD").stdout.strip()
+            work.run(*IDENTITY, "commit", "--no-verify", "--quiet", "-m", message)
+            made = work.run("rev-parse", "HEAD").stdout.strip()
+        # its `.git` pointed back at its git directory again (its agent may have changed it),
+        # or git refuses to remove it
+        git(repo, "worktree", "repair", str(path), check=False)
         git(repo, "worktree", "remove", str(path))
     elif path.exists():
         raise GitError(f"worktree {path}: not a git checkout; left in place")

@@ -25,7 +25,6 @@ PID namespace take the inside with bwrap when it dies.
 
 from __future__ import annotations
 
-import contextlib
 import os
 import shutil
 import sys
@@ -36,7 +35,9 @@ from typing import ClassVar, Final, Literal
 import attrs
 from sqlalchemy.engine import URL
 
+from core import gitwork
 from core.errors import LanewayError
+from core.logs import logger
 from core.model import AgentProfile
 from core.services import worktrees
 from core.store import dialect
@@ -46,6 +47,9 @@ PACKAGE: Final = "bubblewrap"
 """The Debian package that installs `bwrap`."""
 HOMES: Final = ".homes"
 """Under `LANEWAY_WORKTREES`: a home per task for sandboxed agents."""
+ROOMS: Final = ".rooms"
+"""Under `LANEWAY_WORKTREES`: the working directory of a sandboxed agent whose task has no
+repository (`own_room`)."""
 TEMP_DIRS: Final = ("/tmp", "/var/tmp", "/dev/shm")
 PG_SOCKETS: Final = ("/run/postgresql", "/var/run/postgresql")
 
@@ -167,26 +171,38 @@ def _which(name: str, env: Mapping[str, str], cwd: Path) -> Path:
     raise LanewayError(f"cannot start {name!r}: No such file or directory")
 
 
-def _git_parts(cwd: Path) -> list[tuple[Path, Kind]]:
+def _git_parts(repo: Path | None, cwd: Path) -> list[tuple[Path, Kind]]:
     """What git needs of a worktree's repository: its git directory read-only, and writable
     what a commit in this worktree writes (objects, refs, logs, the worktree's own dir).
-    Its hooks and config stay read-only: an agent cannot plant a hook a person then runs."""
-    marker = cwd / ".git"
-    if not marker.is_file():
+    Its hooks and config stay read-only: an agent cannot plant a hook a person then runs.
+
+    Found from the repository laneway made the worktree from (`repo`), never from the
+    worktree's `.git` file or its `commondir`: the agent writes both, and what they named was
+    mounted into its next turn's room (another task's worktree, the worker's home)."""
+    if repo is None:
         return []
     try:
-        text = marker.read_text(encoding="utf-8").strip()
-    except OSError:
+        work = gitwork.worktree_git(repo, cwd)
+    except LanewayError as exc:
+        # its git files no longer name it (its agent changed them): a room without them
+        logger.bind(path=str(cwd), repository=str(repo), error=str(exc)).warning(
+            "the worktree's git files are not its repository's; its room has none"
+        )
         return []
-    if not text.startswith("gitdir:"):
-        return []
-    own = (cwd / text.removeprefix("gitdir:").strip()).resolve()
-    common = own
-    with contextlib.suppress(OSError):
-        common = (own / (own / "commondir").read_text(encoding="utf-8").strip()).resolve()
+    common, own = work.common.resolve(), work.admin.resolve()
     parts: list[tuple[Path, Kind]] = [(common, "ro")]
     parts += [(common / name, "rw") for name in ("objects", "refs", "logs")]
     return [*parts, (own, "rw")]
+
+
+def own_room(task_id: str) -> Path:
+    """The working directory of a sandboxed turn of a task with no repository. Not the
+    worker's own directory, where an unsandboxed turn of such a task runs: that is where the
+    board's SQLite file and the worker's files may be, and a room binds its working directory
+    over whatever it hides (the worker's home, when the worker was started there)."""
+    path = worktrees.root() / ROOMS / task_id
+    path.mkdir(parents=True, exist_ok=True, mode=0o700)
+    return path
 
 
 def room(
@@ -195,8 +211,11 @@ def room(
     task_id: str,
     db: URL,
     worker_env: Mapping[str, str] | None = None,
+    *,
+    repo: Path | None = None,
 ) -> Room | None:
-    """The room a turn of `profile` runs in (None: no sandbox)."""
+    """The room a turn of `profile` runs in (None: no sandbox); `repo`: the repository the
+    worktree `cwd` is of (None: no worktree)."""
     if profile.sandbox != "bwrap":
         return None
     env = os.environ if worker_env is None else worker_env
@@ -227,7 +246,7 @@ def room(
     code = Path(__file__).resolve().parents[2]
     prefixes = {Path(p).resolve() for p in (sys.prefix, sys.base_prefix, sys.exec_prefix)}
     exposed: list[tuple[Path, Kind]] = [(p, "ro") for p in sorted(prefixes)]
-    exposed += [(code, "ro"), *_git_parts(cwd)]
+    exposed += [(code, "ro"), *_git_parts(repo, cwd)]
     return Room(
         cwd=cwd.resolve(),
         home=root / HOMES / task_id,

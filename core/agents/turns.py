@@ -29,7 +29,7 @@ from core.errors import LanewayError
 from core.logs import logger
 from core.model import AgentFailure, AgentProfile, Session, Task
 from core.services import travel
-from core.services.worktrees import wanted, workspace_for
+from core.services.worktrees import checkout_for, wanted
 
 DEFAULT_RETRY_DELAYS = (5.0, 10.0, 20.0, 40.0, 60.0)
 CANCEL_POLL_S = 0.2
@@ -264,8 +264,10 @@ class TurnLoop:
         if first:
             sessions.set_state(session_id, "RUNNING")
         try:
-            cwd = workspace_for(self.peers, turn.task_id, known[1] if known else None)
-            room = sandbox.room(profile, cwd, turn.task_id, self.peers.store.url)
+            cwd, repo = checkout_for(self.peers, turn.task_id, known[1] if known else None)
+            if repo is None and profile.sandbox == "bwrap":
+                cwd = sandbox.own_room(turn.task_id)
+            room = sandbox.room(profile, cwd, turn.task_id, self.peers.store.url, repo=repo)
         except LanewayError as exc:
             if not first:
                 sessions.set_state(session_id, "RUNNING")

@@ -391,7 +391,9 @@ class ChangeService(Service):
             return None
         path = Path(record["path"])
         made = gitmerge.commit_all(
-            path, f"laneway: work left uncommitted in task {task.id}, committed to {why} it"
+            travel.checkout(record),
+            path,
+            f"laneway: work left uncommitted in task {task.id}, committed to {why} it",
         )
         if made is not None:
             logger.bind(task_id=task.id, path=str(path), commit=made).info(

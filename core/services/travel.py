@@ -47,6 +47,15 @@ def checkout(record: Mapping[str, Any]) -> Path:
     return Path(record.get("checkout") or record["repository"])
 
 
+def known_repos(record: Mapping[str, Any]) -> tuple[Path, ...]:
+    """The repositories the task's worktrees were made from on this machine: the person's and,
+    once its branch travelled here, laneway's mirror (what a worktree left here belongs to)."""
+    found = [Path(record["repository"])]
+    if record.get("checkout"):
+        found.append(Path(record["checkout"]))
+    return tuple(found)
+
+
 def travels(record: Mapping[str, Any], remote: str | None) -> bool:
     """Another machine may re-create this worktree: a remote, a push on it, none failed since
     (core.runs `_travels` says the same in the claim's statement)."""
@@ -71,6 +80,7 @@ def carry(peers: Peers, task_id: str, known: Task | None = None) -> str | None:
     log = logger.bind(task_id=task.id, branch=branch, remote=remote)
     try:
         gitmerge.commit_all(
+            repo,
             path,
             f"laneway: work left uncommitted by a turn of task {task.id}, committed to carry it "
             f"to {remote}",
@@ -134,7 +144,7 @@ def recreate_here(peers: Peers, task: Task, root: Path) -> dict[str, Any]:
         repo = gittravel.mirror(root, url)
     path = root / task.id
     commit, kept = gittravel.recreate(
-        repo, url, path, str(record["branch"]), gittravel.left_ref(task.id)
+        repo, url, path, str(record["branch"]), gittravel.left_ref(task.id), known_repos(record)
     )
     log = logger.bind(task_id=task.id, branch=record["branch"], commit=commit, path=str(path))
     if kept is not None:
@@ -205,7 +215,9 @@ def bring_home(record: Mapping[str, Any], repo: Path, left_here: Path) -> None:
     local = gitmerge.ref_commit(repo, f"refs/heads/{branch}")
     if local == pushed["commit"]:
         return
-    gittravel.set_aside(left_here, gittravel.left_ref(str(left_here.name)))
+    gittravel.set_aside(
+        (repo, *known_repos(record)), left_here, gittravel.left_ref(str(left_here.name))
+    )
     commit = gittravel.fetch(repo, str(pushed["url"]), branch)
     if local is not None and not gitmerge.is_ancestor(repo, local, commit):
         raise LanewayError(

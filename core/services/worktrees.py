@@ -100,13 +100,19 @@ def workspace_for(peers: Peers, task_id: str, task: Task | None = None) -> Path:
     worker's own directory when no repository is named. A bad repository or branch raises a
     one-line LanewayError naming it (the runtime reports it as the turn's failure, R2).
     `task`: the task as the caller has just read it."""
+    return checkout_for(peers, task_id, task)[0]
+
+
+def checkout_for(peers: Peers, task_id: str, task: Task | None = None) -> tuple[Path, Path | None]:
+    """`workspace_for`, and the repository the worktree is of (None: no worktree): what its
+    git files are found from (`gitwork.worktree_git`), never the worktree's own `.git`."""
     if task is None or task.id != task_id:
         task = peers.tasks.get(task_id)
     record = task.workspace
     if record is None:
         repository, base_branch = wanted(peers, task)
         if repository is None:
-            return Path.cwd()
+            return Path.cwd(), None
         record = _claim(peers, task, repository, base_branch)
     if record.get("host") != host_name():
         # its branch travels through the workflow's remote: made again here from there (else
@@ -124,7 +130,7 @@ def workspace_for(peers: Peers, task_id: str, task: Task | None = None) -> Path:
     if record.get("removed_at"):
         # worked again after it ended: the worktree is back, from the branch that kept it all
         _set_removed(peers.store, task.id, None)
-    return path
+    return path, repo
 
 
 def recreate(peers: Peers, task: Task) -> dict[str, Any]:
@@ -171,7 +177,7 @@ def diff(peers: Peers, ref: str) -> dict[str, Any]:
         change = gitwork.branch_diff(travel.checkout(record), base, record["branch"])
     else:
         try:
-            change = gitwork.diff(path, base)
+            change = gitwork.diff(travel.checkout(record), path, base)
         except LanewayError:
             # A task that ended is retired by another process: its work committed to its
             # branch, then the checkout removed (file by file), then the record marked. A diff

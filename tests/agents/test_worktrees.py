@@ -426,7 +426,9 @@ def test_a_diff_read_while_the_agent_writes_files_atomically_is_the_worktrees(
 
     from core import gitwork
 
-    checkout = make_repo(tmp_path / "repo")
+    repo = make_repo(tmp_path / "repo")
+    checkout = tmp_path / "worktree"
+    git(repo, "worktree", "add", "-q", str(checkout))
     base = git(checkout, "rev-parse", "HEAD")
     done = threading.Event()
     written = [0]
@@ -441,7 +443,7 @@ def test_a_diff_read_while_the_agent_writes_files_atomically_is_the_worktrees(
     writer = threading.Thread(target=agent)
     writer.start()
     try:
-        diffs = [gitwork.diff(checkout, base) for _ in range(60)]
+        diffs = [gitwork.diff(repo, checkout, base) for _ in range(60)]
     finally:
         done.set()
         writer.join()

@@ -94,7 +94,7 @@ def main() -> None:
 
             # (a) the process alone
             spawn(("true",), env, cwd)  # warm up both paths once
-            room = sandbox.room(boxed_profile, cwd, task, host.store.url)
+            room = sandbox.room(boxed_profile, cwd, task, host.store.url, repo=repo)
             assert room is not None
             spawn(room.wrap(("true",), env), room.env(env), cwd)
             plain_a: list[float] = []
@@ -104,7 +104,7 @@ def main() -> None:
                 spawn(("true",), env, cwd)
                 plain_a.append(time.perf_counter() - started)
                 started = time.perf_counter()
-                room = sandbox.room(boxed_profile, cwd, task, host.store.url)
+                room = sandbox.room(boxed_profile, cwd, task, host.store.url, repo=repo)
                 assert room is not None
                 spawn(room.wrap(("true",), env), room.env(env), cwd)
                 boxed_a.append(time.perf_counter() - started)

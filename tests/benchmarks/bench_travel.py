@@ -111,7 +111,8 @@ def main() -> None:
 
         def clean_warm() -> None:
             if path.exists():
-                gittravel.set_aside(path, "refs/laneway/left/bench")
+                mirror = gittravel.mirror(here, str(bare))
+                gittravel.set_aside((repo, mirror), path, "refs/laneway/left/bench")
 
         def recreate() -> None:
             mirror = gittravel.mirror(here, str(bare))
