@@ -166,6 +166,9 @@ class PermissionPolicy:
 
     mode: PermissionMode = "ask"
     auto_allow: frozenset[str] = frozenset()
+    unseen: frozenset[str] = frozenset()
+    """Files in the agent's room its sandbox covers (the board's database, its lock files):
+    the client's `fs/*` refuses them as the sandbox does (`Room.masked`)."""
 
 
 class AcpError(Exception):

@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from core.agents.protocols.acp import TranscriptItem, confined, shared_loop
+from core.agents.values import PermissionPolicy
 from tests.acp.conftest import FAKE, Start, texts
 
 READS = 2000
@@ -104,3 +105,50 @@ def test_issue_39_item_5_the_confined_open_refuses_every_way_out(
             confined.open_beneath(root, rel, os.O_RDONLY)
     with pytest.raises(ValueError, match="NUL"):
         confined.relative(root, "a\0b")
+
+
+@pytest.mark.subprocess
+def test_issue_43_item_4_fs_refuses_what_the_room_covers_whatever_leads_there(
+    request: pytest.FixtureRequest, tmp_path: Path
+) -> None:
+    """The files a sandboxed agent's room covers (the board's database in its working
+    directory, a lock file in the database's epochs directory) are refused by the worker's
+    fs/* as by the sandbox: by name, through a symlink, and for writing, which leaves the file
+    as it was (not emptied before the refusal). The rest of the directory is served."""
+    work = tmp_path / "work"
+    (work / "board.db.epochs").mkdir(parents=True)
+    board = work / "board.db"
+    board.write_bytes(b"SQLite format 3\0BOARD-SECRET")
+    (work / "board.db.epochs" / "lock").write_text("LOCK-SECRET")
+    (work / "via-link").symlink_to(board)
+    (work / "notes.txt").write_text("mine")
+    steps = [
+        {"read": str(board)},
+        {"read": str(work / "via-link")},
+        {"read": str(work / "board.db.epochs" / "lock")},
+        {"write": str(board), "content": "overwritten"},
+        {"write": str(work / "via-link"), "content": "overwritten"},
+        {"read": str(work / "notes.txt")},
+        {"write": str(work / "notes.txt"), "content": "still mine"},
+    ]
+    script = tmp_path / "script.json"
+    script.write_text(json.dumps({"turns": [steps]}))
+    covered = frozenset({str(board.resolve()), str((work / "board.db.epochs").resolve())})
+    agent = shared_loop().start_agent(
+        [sys.executable, FAKE],
+        env={"PATH": os.environ["PATH"], "FAKE_ACP_SCRIPT_FILE": str(script)},
+        cwd=work,
+        policy=PermissionPolicy(unseen=covered),
+    )
+    request.addfinalizer(agent.close)
+    agent.new_session(work)
+    items: list[TranscriptItem] = []
+    assert agent.prompt("go", on_item=items.append).ok
+    said = "".join(texts(items))
+    assert "SECRET" not in said
+    # by name; the link is refused as every link is (item 5), before it reaches the check
+    assert said.count("path hidden by the agent's sandbox") == 3, said
+    assert said.count("path outside the session's working directory") == 2, said
+    assert "read: mine" in said
+    assert board.read_bytes() == b"SQLite format 3\0BOARD-SECRET"
+    assert (work / "notes.txt").read_text() == "still mine"

@@ -185,6 +185,43 @@ def test_issue_43_item_4_a_sandboxed_agent_is_refused_what_is_not_its_room(
     assert "agent was here" not in (other / "x").read_text()
 
 
+@pytest.mark.one_database
+def test_issue_43_item_4_a_task_without_a_repository_works_in_a_room_of_its_own(
+    db_url: str, tmp_path: Path, listener: int
+) -> None:
+    """A sandboxed turn of a task with no repository ran in the worker's own directory, and
+    the room bound that directory over what it hid: a worker started in its home showed the
+    agent the whole home. The turn now runs in `LANEWAY_WORKTREES/.rooms/<task>`; the
+    worker's home stays hidden, and the agent writes only in its own directory."""
+    worktrees = tmp_path / "wt"
+    home = tmp_path / "home"
+    home.mkdir()
+    (home / "secret").write_text("the worker's")
+    agents = tmp_path / "agents"
+    agents.mkdir()
+    probe = agents / "probe.py"
+    probe.write_text(PROBE)
+    probe.chmod(0o755)
+    probes = {"read": [str(home / "secret")], "list": [str(home)], "write": [], "port": listener}
+    with open_host(db_url) as host:
+        wf = plain_workflow(host, tmp_path)  # no repository
+        boxed = host.profiles.add(
+            "boxed", sandbox="bwrap", command=[str(probe)], env={"PROBES": json.dumps(probes)}
+        )
+        task = host.tasks.create(workflow=wf, title="no repository")
+        host.sessions.start(task.id, profile="boxed", external=False)
+        enqueue(host, boxed.id, task.id)
+    env = {"LANEWAY_WORKTREES": str(worktrees), "HOME": str(home)}
+    done = laneway("--db", db_url, "worker", "--once", cwd=home, env=env)
+    assert done.returncode == 0, done.stderr
+    said = _said(db_url, task.id)
+    assert said[f"read {home / 'secret'}"] == "refused", said
+    assert said[f"list {home}"] == "refused", said
+    assert said["own worktree"] == "ok", said
+    assert (worktrees / ".rooms" / task.id / "mine.txt").read_text() == "mine"
+    assert not (home / "mine.txt").exists()
+
+
 SPAWNER = textwrap.dedent(
     """\
     #!/usr/bin/python3

@@ -412,18 +412,26 @@ class LanewayClient:
         )
 
     def _open(self, path: str, flags: int) -> int:
-        """`path` opened once, its resolution confined to the session's working directory."""
+        """`path` opened once, its resolution confined to the session's working directory and
+        never to a file the agent's sandbox covers (`PermissionPolicy.unseen`: whatever name
+        or link led there, the file opened is the one checked)."""
         root, rel = self._confined(path)
         try:
             if flags & os.O_CREAT:
                 confined.make_parents(root, rel)
-            return confined.open_beneath(root, rel, flags)
+            fd = confined.open_beneath(root, rel, flags)
         except confined.Outside:
             raise self._outside(path, root) from None
         except FileNotFoundError:
             raise RequestError.resource_not_found(path) from None
         except OSError as exc:
             raise RequestError.invalid_params({"details": str(exc), "path": path}) from None
+        if self.policy.unseen and _covered(os.readlink(f"/proc/self/fd/{fd}"), self.policy.unseen):
+            os.close(fd)
+            raise RequestError(
+                -32602, "path hidden by the agent's sandbox", {"path": path, "cwd": str(root)}
+            )
+        return fd
 
     async def read_text_file(
         self,
@@ -453,9 +461,11 @@ class LanewayClient:
     async def write_text_file(
         self, session_id: str, path: str, content: str, **kwargs: Any
     ) -> WriteTextFileResponse:
-        fd = self._open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
+        # truncated once checked (`_open`): opening with O_TRUNC would empty a file it refuses
+        fd = self._open(path, os.O_WRONLY | os.O_CREAT)
         try:
             with os.fdopen(fd, "w") as file:
+                file.truncate(0)
                 file.write(content)
         except OSError as exc:
             raise RequestError.invalid_params({"details": str(exc), "path": path}) from None
@@ -483,3 +493,9 @@ class LanewayClient:
 
 def _level(message: str) -> dict[str, Any]:
     return {"level": "warning", "question": message}
+
+
+def _covered(real: str, unseen: frozenset[str]) -> bool:
+    """Whether the file at `real` is one of `unseen`, or inside one (a directory of lock
+    files)."""
+    return any(real == u or real.startswith(u.rstrip("/") + "/") for u in unseen)

@@ -165,6 +165,7 @@ class Conversations:
         policy = PermissionPolicy(
             profile.permissions,  # type: ignore[arg-type]  # checked when the profile was stored
             frozenset(profile.auto_allow),
+            frozenset(str(p) for p in room.masked) if room is not None else frozenset(),
         )
         command = profile.command
         if room is not None:
