@@ -258,8 +258,14 @@ def cleanup(store: Store, task: Task, path: Path) -> None:
     env = {k: os.environ[k] for k in base if k in os.environ}
     env["LANEWAY_TASK_ID"] = task.id
     log = logger.bind(task_id=task.id, path=str(path), cleanup=command)
+    argv: tuple[str, ...] = ("/bin/sh", "-c", command)
+    try:
+        argv, env = _in_room(store, task, path, argv, env)
+    except LanewayError as exc:
+        log.warning(f"the workflow's cleanup not run: {exc}; removing the worktree")
+        return
     proc = subprocess.Popen(
-        ["/bin/sh", "-c", command],
+        argv,
         cwd=path,
         env=env,
         stdin=subprocess.DEVNULL,
@@ -292,6 +298,43 @@ def cleanup(store: Store, task: Task, path: Path) -> None:
     else:
         why = f"exited with status {code}" if code is not None else "timed out"
         log.bind(output=said).warning(f"the workflow's cleanup {why}; removing the worktree")
+
+
+def _in_room(
+    store: Store, task: Task, path: Path, argv: tuple[str, ...], env: dict[str, str]
+) -> tuple[tuple[str, ...], dict[str, str]]:
+    """The cleanup's command line and environment: in the room of the task's sandboxed agent
+    when it had one (the profile of its sessions that has a sandbox, the one without network
+    first). A cleanup such as `make clean` runs the worktree's own files, which that agent
+    wrote: run as the worker, outside its room, they would do what the room kept it from."""
+    from core.agents import sandbox
+    from core.store import rows
+
+    with store.read() as conn:
+        found = (
+            conn.execute(
+                sa.select(t.agent_profiles)
+                .where(
+                    t.agent_profiles.c.id.in_(
+                        sa.select(t.task_sessions.c.agent_profile_id).where(
+                            t.task_sessions.c.task_id == task.id
+                        )
+                    ),
+                    t.agent_profiles.c.sandbox == "bwrap",
+                )
+                .order_by(t.agent_profiles.c.network, t.agent_profiles.c.id)
+            )
+            .mappings()
+            .first()
+        )
+    if found is None or task.workspace is None:
+        return argv, env
+    room = sandbox.room(
+        rows.profile(found), path, task.id, store.url, repo=travel.checkout(task.workspace)
+    )
+    if room is None:
+        return argv, env
+    return room.wrap(argv, env), room.env(env)
 
 
 def retire_at_terminal(peers: Peers, task_id: str, step_id: str) -> None:

@@ -242,6 +242,38 @@ def test_issue_43_item_5_cleanup_runs_in_the_worktree_before_it_is_removed(
     assert listed[-1] == str(worktree)
 
 
+@pytest.mark.skipif(shutil.which("bwrap") is None, reason="bwrap (Debian: bubblewrap)")
+def test_issue_43_item_5_a_sandboxed_agents_cleanup_runs_in_its_room(
+    db_url: str, tmp_path: Path
+) -> None:
+    """A cleanup such as `sh clean.sh` runs the worktree's own files, which a sandboxed agent
+    wrote: it runs in that agent's room (its home the task's, the worker's hidden, nothing
+    outside written), not as the worker."""
+    home = tmp_path / "home"
+    home.mkdir()
+    (home / "secret").write_text("the worker's")
+    escaped = tmp_path / "escaped"
+    board = Board(db_url, tmp_path, sandbox="bwrap")
+    board.env["HOME"] = str(home)
+    board.cli("workflow", "set", board.wf, "--cleanup", "sh clean.sh")
+    task = board.task("boxed")
+    board.turn(task)
+    worktree, _session, _items = board.read(task)
+    (worktree / "clean.sh").write_text(  # what the agent could have written
+        f"echo out > {escaped}\n"
+        'cat "$HOME/secret" > "$HOME/copied" 2>/dev/null\n'
+        'echo ran > "$HOME/cleanup-ran"\n'
+    )
+    board.cli("task", "archive", task)
+    assert not worktree.exists()
+    own_home = tmp_path / "wt" / ".homes" / task
+    assert (own_home / "cleanup-ran").read_text() == "ran\n"
+    assert not escaped.exists()
+    copied = own_home / "copied"  # the shell makes it before `cat` is refused the secret
+    assert not copied.exists() or copied.read_text() == ""
+    assert not (home / "cleanup-ran").exists()
+
+
 def test_issue_43_item_5_a_worktree_made_anew_runs_its_setup_again(
     db_url: str, tmp_path: Path
 ) -> None:
