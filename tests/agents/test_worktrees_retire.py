@@ -170,11 +170,11 @@ def test_a_diff_read_begun_before_the_task_reached_done_shows_the_branch(
     task, _repo = _worked_task(host, tmp_path, retire=True)
     real = service.gitwork.diff
 
-    def racing(path: Path, base: str) -> Any:
+    def racing(repo: Path, path: Path, base: str) -> Any:
         _done_and_unmarked(host, task)
         path.mkdir(parents=True)  # half removed: a file left, its `.git` already gone
         (path / "left.txt").write_text("a file not yet removed\n")
-        return real(path, base)
+        return real(repo, path, base)
 
     monkeypatch.setattr(service.gitwork, "diff", racing)
     found = service.diff(host, task)
