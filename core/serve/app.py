@@ -1,10 +1,11 @@
 """The ASGI application: the API routes, the event stream, the board page, and the guard that
-every `/api` request passes first (token, read-only, body size)."""
+every `/api` request passes first (cross-site writes, token, read-only, body size)."""
 
 from __future__ import annotations
 
 import contextlib
 import hmac
+import urllib.parse
 from collections.abc import AsyncIterator, Sequence
 from importlib import resources
 from pathlib import Path
@@ -70,12 +71,53 @@ class Principal:
 PRINCIPAL_KEY: Final = "laneway.principal"
 """Where the guard leaves the request's `Principal` in the ASGI scope."""
 
+SAME_ORIGIN_SITES: Final = frozenset({"same-origin", "none"})
+"""The `Sec-Fetch-Site` values a write may carry (as Go 1.25's `http.CrossOriginProtection`).
+
+A token in the `Authorization` header cannot ride a cross-site request, but a cookie can: behind
+a signing-in proxy (`--user-header`) the browser sends the proxy's cookie with any page's
+"simple" POST (an HTML form with `enctype=text/plain` needs no preflight), the proxy turns it
+into the person's name, and the body is read as JSON whatever its Content-Type. So a write is
+refused when the browser says it came from another site (`Sec-Fetch-Site`), or, from a browser
+too old to say so, when its `Origin` is not this server (`Host`, or the `X-Forwarded-Host` a
+proxy sets: no page can set that header cross-site without a preflight, which is never granted
+for it). A request with neither header is no browser's (curl, scripts, the CLI) and passes;
+`Origin: null` (a sandboxed frame, a `data:` page) is never this server. The origins
+`--allow-origin` names are trusted to write too: that is what CORS was turned on for."""
+
+
+def cross_site(headers: dict[bytes, bytes], trusted: frozenset[str] = frozenset()) -> str | None:
+    """What shows a write came from another site's page (for the 403), or None when it may go
+    on. `trusted`: the origins `--allow-origin` names, whose pages may write."""
+
+    def header(name: bytes) -> str:
+        return headers.get(name, b"").decode("latin-1").strip()
+
+    origin, site = header(b"origin"), header(b"sec-fetch-site").lower()
+    if site:
+        if site in SAME_ORIGIN_SITES or origin in trusted:
+            return None
+        return f"Sec-Fetch-Site: {site}"
+    if not origin or origin in trusted:
+        return None
+    host = header(b"host")
+    ours = {h.strip().lower() for h in [host, *header(b"x-forwarded-host").split(",")]}
+    ours.discard("")
+    try:
+        netloc = urllib.parse.urlsplit(origin).netloc.lower()
+    except ValueError:
+        netloc = ""
+    if origin != "null" and netloc and netloc in ours:
+        return None
+    return f"Origin: {origin}, Host: {host or '(none)'}"
+
 
 class Guard:
-    """Every `/api` request: who it is (401), whether their role may make it (403 naming the
-    role it needs, `core.serve.roles`), no writes when read-only (403), no declared body past
-    1 MiB (413; a streamed one is cut off by `read_body`). Then the request runs as its
-    person (`core.actors`). Nothing about a token is logged or echoed.
+    """Every `/api` request: no write from another site's page (403, `SAME_ORIGIN_SITES`), who
+    it is (401), whether their role may make it (403 naming the role it needs,
+    `core.serve.roles`), no writes when read-only (403), no declared body past 1 MiB (413; a
+    streamed one is cut off by `read_body`). Then the request runs as its person
+    (`core.actors`). Nothing about a token is logged or echoed.
 
     A token is the board's admin token (compared in constant time) or a person's, found by
     its hash in the database on every request, so a removed person or a replaced token is
@@ -91,8 +133,11 @@ class Guard:
         store: Store,
         table: roles.Table,
         user_header: str | None = None,
+        trusted_origins: Sequence[str] = (),
     ) -> None:
         self.app = app
+        # "*" lets any page read through CORS; it must not let any page write
+        self.trusted = frozenset(o for o in trusted_origins if o not in ("*", "null"))
         self._expected = f"Bearer {token}".encode()
         self.read_only = read_only
         self.store = store
@@ -105,6 +150,12 @@ class Guard:
             return
         raw_headers = scope.get("headers") or []
         headers = dict(raw_headers)
+        if scope.get("method") not in READS:
+            seen = cross_site(headers, self.trusted)
+            if seen is not None:
+                message = f"a cross-site request may not change the board ({seen[:200]})"
+                await error_response(403, one_line(message))(scope, receive, send)
+                return
         given = sum(1 for name, _value in raw_headers if name == b"authorization")
         if given > 1:
             # Which one would count is up to each proxy on the way: refuse to guess.
@@ -265,6 +316,7 @@ def build_app(
             store=host.store,
             table=roles.Table(app_routes),
             user_header=user_header,
+            trusted_origins=allow_origins,
         )
     ]
     if allow_origins:

@@ -12,6 +12,7 @@ from starlette.routing import Route
 from core import actors
 from core.model import Decision, Participant
 from core.serve.http import Call, Reply, bad, endpoint
+from core.services import users
 from core.shapes import (
     decision_result_json,
     entry_json,
@@ -159,15 +160,36 @@ def task_turn_complete(call: Call) -> Reply:
     return Reply(trigger_json(call.host.turns.complete(call.path["t"], session)))
 
 
+ADMIN_ACTOR: Final = actors.user(users.ADMIN_NAME)
+"""Who the board's admin token acts as: its scripts may write in another's name."""
+
+
+def person_named(call: Call, field: str) -> str | None:
+    """The name a person's request writes in `field`: their own actor, whatever the body says
+    (a body naming anyone else is a 400), since a person must not speak for another; None for
+    the admin token (and for no person at all), whose scripts post for others."""
+    actor = actors.current()
+    if actor == ADMIN_ACTOR or not actor.startswith("user:"):
+        return None
+    given = call.opt_text(field)
+    if given is not None and given not in (actor, actor.removeprefix("user:")):
+        raise bad(f"field {field!r}: a person writes as themselves ({actor}), not as {given!r}")
+    return actor
+
+
 def task_comments(call: Call) -> Reply:
     return Reply(call.host.comments.list(call.path["t"]))
 
 
 def task_comment(call: Call) -> Reply:
+    """As `task comment`: `{"body", "author"?, "file"?, "line"?}`; a person's comment is
+    theirs (`person_named`)."""
+    body = call.text("body")
+    author = person_named(call, "author") or call.opt_text("author")
     added = call.host.comments.add(
         call.path["t"],
-        call.text("body"),
-        author=call.opt_text("author"),
+        body,
+        author=author,
         file=call.opt_text("file"),
         line=call.opt_int("line"),
     )
@@ -341,14 +363,15 @@ def permissions_list(call: Call) -> Reply:
 
 
 def permission_answer(call: Call) -> Reply:
-    """As `permission allow|deny`: `{"outcome": "allow"|"deny", "always"?, "by"?}`."""
+    """As `permission allow|deny`: `{"outcome": "allow"|"deny", "always"?, "by"?}`; a person's
+    answer is theirs (`person_named`)."""
     outcome = call.text("outcome")
     if outcome not in ("allow", "deny"):
         raise bad(f"field 'outcome': expected allow or deny, got {outcome!r}")
     always = call.obj().get("always", False)
     if not isinstance(always, bool):
         raise bad("field 'always': expected a boolean")
-    by = call.opt_text("by")
+    by = person_named(call, "by") or call.opt_text("by")
     answered = call.host.permissions.answer(
         call.path["p"], outcome == "allow", always=always, by=by if by is not None else "user"
     )
