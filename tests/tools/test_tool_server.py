@@ -339,3 +339,43 @@ def test_a_refused_call_is_logged_with_its_run(
     assert [(r["task_id"], r["run_id"], r["tool"]) for r in refused] == [
         (board.task.id, board.run.id, "decide")
     ]
+
+
+HANDED_ON = """
+import json, os, sys, time
+from multiprocessing.connection import Client
+address, authkey, token = sys.argv[1], bytes.fromhex(sys.argv[2]), sys.argv[3]
+conn = Client(address, family="AF_UNIX", authkey=authkey)
+if os.fork():
+    os._exit(0)  # the process that connected ends; its child keeps the connection
+time.sleep(0.5)
+conn.send_bytes(json.dumps({"token": token, "tool": "get_task", "args": {}}).encode())
+print(conn.recv_bytes().decode(), flush=True)
+"""
+
+
+@pytest.mark.slow  # it starts a process: the subprocess tier
+def test_a_connection_outlives_its_process_and_is_answered_no_more(
+    host: Host, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A call is answered only for a process of the run's agent tree, found by the pid of
+    the process that connected. Once that process ends its pid may be another's, one of that
+    very tree (pid reuse, which the check by pid cannot tell): the connection, pinned to the
+    process it came from, is answered no more, whoever holds it now. (The tree check stands
+    in for such a reuse here: it finds the pid in the tree.)"""
+    from core.agents.tools import broker as module
+
+    monkeypatch.setattr(module, "descends", lambda pid, ancestor, hops=256: True)
+    board = review_board(host)
+    with ToolBroker(host, owner=lambda grant: os.getpid()) as made:
+        grant = reviewer_grant(made, host, board)
+        # its output is read to the end: the child that kept the connection writes there too
+        done = subprocess.run(
+            [sys.executable, "-c", HANDED_ON, grant.address, grant.authkey.hex(), grant.token],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
+    answer = json.loads(done.stdout)
+    assert answer == {"error": "the process that connected has ended"}, done.stderr

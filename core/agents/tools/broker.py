@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import os
 import secrets
+import select
 import shutil
 import socket
 import struct
@@ -231,15 +232,28 @@ class ToolBroker:
                 )
                 return
             peer = peer_pid(conn)
-            while not self._closed.is_set():
-                try:
-                    request = wire.receive(conn)
-                except (EOFError, OSError):
-                    return
-                except ValueError as exc:
-                    wire.send(conn, {"error": f"bad request: {exc}"})
-                    continue
-                wire.send(conn, self.answer(request, peer=peer))
+            pinned = pin(peer)
+            try:
+                while not self._closed.is_set():
+                    try:
+                        request = wire.receive(conn)
+                    except (EOFError, OSError):
+                        return
+                    except ValueError as exc:
+                        wire.send(conn, {"error": f"bad request: {exc}"})
+                        continue
+                    if pinned is not None and ended(pinned):
+                        # its pid may be another process's now (one in another run's agent):
+                        # whoever holds the connection, the caller it was checked as is gone
+                        logger.bind(peer_pid=peer).warning(
+                            "agent tool call refused: the process that connected has ended"
+                        )
+                        wire.send(conn, {"error": "the process that connected has ended"})
+                        return
+                    wire.send(conn, self.answer(request, peer=peer))
+            finally:
+                if pinned is not None:
+                    os.close(pinned)
 
     def answer(self, request: Mapping[str, Any], *, peer: int | None = None) -> dict[str, Any]:
         """One request `{"token", "tool", "args"}`: `{"ok": result}` or `{"error": line}`.
@@ -439,6 +453,24 @@ def peer_pid(conn: Connection) -> int | None:
         return None
     pid: int = struct.unpack("3i", raw)[0]
     return pid or None
+
+
+def pin(pid: int | None) -> int | None:
+    """A pidfd of process `pid` (None where there is none to take): it keeps meaning that
+    process after the process ends, when its pid may be given to another."""
+    if pid is None or not hasattr(os, "pidfd_open"):
+        return None
+    try:
+        return os.pidfd_open(pid)
+    except OSError:
+        return None
+
+
+def ended(pidfd: int) -> bool:
+    """Whether the process `pidfd` pins has ended (a pidfd polls readable then)."""
+    poller = select.poll()
+    poller.register(pidfd, select.POLLIN)
+    return bool(poller.poll(0))
 
 
 def descends(pid: int, ancestor: int | None, hops: int = 256) -> bool:
