@@ -25,6 +25,7 @@ PID namespace take the inside with bwrap when it dies.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import sys
@@ -246,7 +247,17 @@ def room(
     code = Path(__file__).resolve().parents[2]
     prefixes = {Path(p).resolve() for p in (sys.prefix, sys.base_prefix, sys.exec_prefix)}
     exposed: list[tuple[Path, Kind]] = [(p, "ro") for p in sorted(prefixes)]
-    exposed += [(code, "ro"), *_git_parts(repo, cwd)]
+    git_parts = _git_parts(repo, cwd)
+    exposed += [(code, "ro"), *git_parts]
+    if git_parts:
+        # The worktree's own git directory is writable, and with `extensions.worktreeConfig`
+        # git reads its `config.worktree` (laneway's git in the worktree too, outside the
+        # room): a filter driver named there and in the agent's `.gitattributes` would run
+        # as the worker. It is made, empty, and covered.
+        own_config = git_parts[-1][0] / "config.worktree"
+        with contextlib.suppress(OSError):
+            own_config.touch(exist_ok=True)
+        masked.append(own_config)
     return Room(
         cwd=cwd.resolve(),
         home=root / HOMES / task_id,

@@ -66,6 +66,11 @@ def test_the_room_takes_the_git_files_from_the_repository_not_from_the_worktree(
         return {(p, kind) for p, kind in room.exposed if p.is_relative_to(tmp_path)}
 
     assert git_parts() == expected
+    # its own config (read with extensions.worktreeConfig, by laneway's git too) is covered
+    room = sandbox.room(profile, path, "task-1", make_url("sqlite:///x.db"), repo=repo)
+    assert room is not None
+    assert own.resolve() / "config.worktree" in room.masked
+    assert (own / "config.worktree").read_text() == ""
     (path / ".git").write_text(f"gitdir: {root}\n")
     (own / "commondir").write_text(f"{home}\n")
     assert git_parts() == expected
