@@ -187,7 +187,11 @@ def list_hooks(store: Store) -> list[Hook]:
 
 def remove(store: Store, hook_id: str) -> Hook:
     with store.transaction() as uow:
-        row = uow.conn.execute(sa.select(H).where(H.c.id == hook_id)).first()
+        # Locked first: a `take` of this hook's events (which moves its cursor, locking the
+        # row) then either commits its deliveries before this reads them, or finds the hook
+        # gone. Unlocked, on PostgreSQL, deliveries committed between the two deletes outlived
+        # their hook.
+        row = uow.conn.execute(sa.select(H).where(H.c.id == hook_id).with_for_update()).first()
         if row is None:
             raise NotFound(f"no hook {hook_id!r}")
         uow.conn.execute(sa.delete(D).where(D.c.hook_id == hook_id))
@@ -342,7 +346,12 @@ def _claim(conn: sa.Connection, me: str, hook_id: str, event_id: int, now: str) 
         sa.select(D, H.c.url, H.c.secret)
         .join(H, H.c.id == D.c.hook_id)
         .where(D.c.hook_id == hook_id, D.c.event_id == event_id)
-    ).one()
+    ).first()
+    if row is None:
+        # the hook is gone (removed by a version that left its deliveries behind): they go
+        # too, and the pass goes on to the other hooks
+        conn.execute(sa.delete(D).where(D.c.hook_id == hook_id))
+        return None
     return _Claimed(
         row.id,
         hook_id,

@@ -168,3 +168,60 @@ def test_issue_42_item_1_pruning_the_event_log_keeps_what_a_hook_has_not_taken(
     [delivery] = _deliveries(board, "--hook", hook["id"])
     assert delivery["type"] == "task.created"
     assert delivery["state"] == "pending"
+
+
+def test_issue_42_item_1_a_hook_removed_while_its_events_are_taken_leaves_nothing_behind(
+    board: Laneway, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`hook remove` in one process while another takes the hook's events (its cursor moved,
+    its deliveries not yet written): on PostgreSQL the deliveries were committed after the
+    removal had deleted the hook's, and outlived it; the next pass then failed on them before
+    reaching the other hooks, whose deliveries stayed pending for good. The removal now waits
+    for the take, and takes its deliveries with it; the other hook is still sent to."""
+    from core import ids
+    from tests.interleave import Hold, race
+
+    gone = board.json("hook", "add", "http://127.0.0.1:9/gone", "--events", "task.created")
+    board.json("task", "create", "--workflow", "Kanban", "--title", "an event for it")
+    hold = Hold()
+    # held making its first delivery row: the cursor moved, nothing inserted, not committed
+    monkeypatch.setattr(ids, "new_id", hold.before(ids.new_id))
+    # two hosts, as two processes: one host's writes share one connection
+    with open_host(board.url) as taker, open_host(board.url) as remover:
+        race(hold, lambda: hooks.take(taker.store), lambda: hooks.remove(remover.store, gone["id"]))
+    monkeypatch.undo()
+    kept = board.json("hook", "add", "http://127.0.0.1:9/kept", "--events", "task.created")
+    board.json("task", "create", "--workflow", "Kanban", "--title", "an event for the other")
+    with open_host(board.url) as host:
+        hooks.take(host.store)
+        claimed = hooks.claim_next(host.store, "me", set())
+    left = _deliveries(board)
+    assert {d["hook_id"] for d in left} == {kept["id"]}, left
+    assert [c.hook_id for c in claimed] == [kept["id"]]
+
+
+def test_issue_42_item_1_deliveries_left_by_a_removed_hook_hold_back_no_other_hook(
+    board: Laneway,
+) -> None:
+    """Deliveries an earlier version left behind when their hook was removed (the race
+    above) go when a pass reaches them, and the other hooks are sent to in the same pass."""
+    import sqlalchemy as sa
+
+    from core import ids
+    from core.store import tables as t
+
+    kept = board.json("hook", "add", "http://127.0.0.1:9/kept", "--events", "task.created")
+    board.json("task", "create", "--workflow", "Kanban", "--title", "an event")
+    with open_host(board.url) as host:
+        assert hooks.take(host.store) == 1
+        with host.store.transaction() as uow:
+            uow.conn.execute(
+                sa.insert(t.hook_deliveries).values(
+                    id=ids.new_id(), hook_id="0-removed", event_id=1, type="task.created",
+                    body="{}", state="pending", attempts=0, next_at=ids.now(),
+                    created_at=ids.now(),
+                )
+            )  # fmt: skip
+        claimed = hooks.claim_next(host.store, "me", set())
+    assert [c.hook_id for c in claimed] == [kept["id"]]
+    assert {d["hook_id"] for d in _deliveries(board)} == {kept["id"]}
