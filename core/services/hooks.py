@@ -19,6 +19,7 @@ read, never following redirects, so an endpoint never slows runs or answers.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import hmac
 import http.client
@@ -26,6 +27,7 @@ import json
 import os
 import random
 import re
+import socket
 import threading
 import urllib.parse
 from collections.abc import Sequence
@@ -48,8 +50,12 @@ H = t.hooks
 D = t.hook_deliveries
 STATES: Final = ("pending", "delivered", "failed")
 TIMEOUT_S: Final = 10.0
+SEND_S: Final = 30.0
+"""The longest a send may take, whole: an endpoint that answers a byte at a time keeps each
+read within TIMEOUT_S, and is cut off here (`post`)."""
 LEASE_S: Final = 60.0
-"""Longer than a send can take (connect and read each bounded by TIMEOUT_S)."""
+"""Longer than a send can take (`SEND_S`): a claim never runs out while its send is on, so no
+other process sends the same delivery meanwhile."""
 LEASE_ENV: Final = "LANEWAY_HOOK_LEASE"
 """Seconds; shortened only by tests of a sender killed mid-send."""
 READ_LIMIT: Final = 64 * 1024
@@ -375,11 +381,16 @@ def _claim_following(conn: sa.Connection, me: str, hook_id: str, now: str) -> _C
 
 
 def post(url: str, body: bytes, headers: dict[str, str]) -> int:
-    """POST once: connect and each read bounded by TIMEOUT_S, at most READ_LIMIT bytes read,
-    no redirect followed (http.client follows none). Returns the status."""
+    """POST once: connect and each read bounded by TIMEOUT_S, the whole by SEND_S (the
+    connection is shut then, whatever it was doing), at most READ_LIMIT bytes read, no
+    redirect followed (http.client follows none). Returns the status."""
     parts = urllib.parse.urlsplit(url)
     cls = http.client.HTTPSConnection if parts.scheme == "https" else http.client.HTTPConnection
     conn = cls(parts.hostname or "", parts.port, timeout=TIMEOUT_S)
+    shut = threading.Event()
+    cut = threading.Timer(SEND_S, _shut, (conn, shut))
+    cut.daemon = True
+    cut.start()
     try:
         path = parts.path or "/"
         if parts.query:
@@ -387,9 +398,22 @@ def post(url: str, body: bytes, headers: dict[str, str]) -> int:
         conn.request("POST", path, body=body, headers=headers)
         response = conn.getresponse()
         response.read(READ_LIMIT)
-        return int(response.status)
     finally:
+        cut.cancel()
         conn.close()
+    if shut.is_set():
+        # what was read ends where the connection was cut: no answer to trust
+        raise TimeoutError(f"the receiver took more than {SEND_S:g} s to answer")
+    return int(response.status)
+
+
+def _shut(conn: http.client.HTTPConnection, shut: threading.Event) -> None:
+    """End `conn` where it stands: a read it blocks in returns at once."""
+    shut.set()
+    sock = conn.sock
+    if sock is not None:
+        with contextlib.suppress(OSError):
+            sock.shutdown(socket.SHUT_RDWR)
 
 
 def send(

@@ -143,3 +143,41 @@ def test_issue_42_a_receiver_redirecting_in_a_loop_is_never_followed(board: Lane
     # every request was an attempt of its own (an attempt counts at its claim, so the last may
     # not have reached the receiver when the deliverer stopped): none followed the Location
     assert delivery["attempts"] - 1 <= got["requests"] <= delivery["attempts"]
+
+
+def test_issue_42_a_receiver_answering_a_byte_at_a_time_is_cut_off_before_its_lease_ends(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A receiver that answers one byte at a time keeps every read inside the read timeout,
+    so a send went on past its claim's lease, and another process sent the same delivery
+    meanwhile. A send is cut off whole after `SEND_S` (here 1 s; the receiver would drip for
+    a minute): the attempt fails, to be retried, well inside the lease."""
+    from core.services import hooks
+
+    assert hooks.SEND_S < hooks.LEASE_S
+    monkeypatch.setattr(hooks, "SEND_S", 1.0)
+    dripping = threading.Event()
+    finished = threading.Event()
+
+    class Drip(BaseHTTPRequestHandler):
+        def do_POST(self) -> None:
+            self.rfile.read(int(self.headers.get("Content-Length", "0")))
+            try:
+                self.wfile.write(b"HTTP/1.1 200 OK\r\n")
+                self.wfile.flush()
+                dripping.set()
+                for _ in range(600):
+                    self.wfile.write(b"X-Slow: a\r\n")
+                    self.wfile.flush()
+                    finished.wait(0.1)
+            except OSError:
+                return  # the deliverer hung up: what this test wants
+            finished.set()
+
+        def log_message(self, *_args: Any) -> None:
+            pass
+
+    with _server(Drip) as url, pytest.raises((OSError, hooks.http.client.HTTPException)):
+        hooks.post(url, b"{}", {"Content-Type": "application/json"})
+    assert dripping.is_set()
+    assert not finished.is_set()  # cut off while it still dripped
