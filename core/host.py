@@ -40,6 +40,8 @@ from core.store import dialect
 from core.store.database import Store
 
 if TYPE_CHECKING:
+    from pathlib import Path
+
     from sqlalchemy.engine import Connection
 
     from core.agents.runtime import AgentRuntime
@@ -47,6 +49,7 @@ if TYPE_CHECKING:
     from core.bundle import Bundle, BundleHolder
     from core.engine import Engine
     from core.kernel import Kernel
+    from core.model import Task
     from core.operations import Operations
     from core.plugin.loaded import LoadedPlugins
     from core.plugin.registry import Registry
@@ -488,6 +491,14 @@ class Host:
         its host (`core.services.unattended`)."""
         if self._keeper is not None:
             self._keeper.mark_worker()
+
+    def cleanup_room(
+        self, task: Task, path: Path, argv: tuple[str, ...], env: dict[str, str]
+    ) -> tuple[tuple[str, ...], dict[str, str]]:
+        """`Peers.cleanup_room`: the agents' sandbox decides (a layer the services are below)."""
+        from core.agents import sandbox
+
+        return sandbox.cleanup_room(self.store, task, path, argv, env)
 
     def live_epoch(self) -> str:
         """The epoch to claim under: checks the liveness lock still holds, and fences this

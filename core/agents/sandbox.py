@@ -31,18 +31,23 @@ import shutil
 import sys
 from collections.abc import Iterable, Mapping
 from pathlib import Path
-from typing import ClassVar, Final, Literal
+from typing import TYPE_CHECKING, ClassVar, Final, Literal
 
 import attrs
+import sqlalchemy as sa
 from sqlalchemy.engine import URL
 
 from core import gitwork
 from core.errors import LanewayError
 from core.logs import logger
-from core.model import AgentProfile
-from core.services import worktrees
-from core.store import dialect
+from core.model import AgentProfile, Task
+from core.services import travel, worktrees
+from core.store import dialect, rows
+from core.store import tables as t
 from core.store.liveness import epochs_dir
+
+if TYPE_CHECKING:
+    from core.store.database import Store
 
 PACKAGE: Final = "bubblewrap"
 """The Debian package that installs `bwrap`."""
@@ -267,3 +272,37 @@ def room(
         exposed=tuple(exposed),
         masked=tuple(masked),
     )
+
+
+def cleanup_room(
+    store: Store, task: Task, path: Path, argv: tuple[str, ...], env: dict[str, str]
+) -> tuple[tuple[str, ...], dict[str, str]]:
+    """The cleanup's command line and environment: in the room of the task's sandboxed agent
+    when it had one (the profile of its sessions that has a sandbox, the one without network
+    first). A cleanup such as `make clean` runs the worktree's own files, which that agent
+    wrote: run as the worker, outside its room, they would do what the room kept it from."""
+    with store.read() as conn:
+        found = (
+            conn.execute(
+                sa.select(t.agent_profiles)
+                .where(
+                    t.agent_profiles.c.id.in_(
+                        sa.select(t.task_sessions.c.agent_profile_id).where(
+                            t.task_sessions.c.task_id == task.id
+                        )
+                    ),
+                    t.agent_profiles.c.sandbox == "bwrap",
+                )
+                .order_by(t.agent_profiles.c.network, t.agent_profiles.c.id)
+            )
+            .mappings()
+            .first()
+        )
+    if found is None or task.workspace is None:
+        return argv, env
+    room_ = room(
+        rows.profile(found), path, task.id, store.url, repo=travel.checkout(task.workspace)
+    )
+    if room_ is None:
+        return argv, env
+    return room_.wrap(argv, env), room_.env(env)

@@ -17,6 +17,7 @@ it after each committed arrival and before the entry dispatch.
 
 from __future__ import annotations
 
+import functools
 from typing import TYPE_CHECKING, Protocol
 
 import attrs
@@ -48,9 +49,11 @@ def prepare_session(host: AgentHost, arrival: Arrival) -> Session | None:
     ):
         # a turn in flight here works in that worktree still: archiving retires it later; and
         # git's machinery is loaded only where a worktree retires
+        from core.agents import sandbox
         from core.services import worktrees
 
-        worktrees.retire_at_terminal(host, arrival.task.id, arrival.step.id)
+        room = functools.partial(sandbox.cleanup_room, host.store)
+        worktrees.retire_at_terminal(host, arrival.task.id, arrival.step.id, room)
     return session
 
 

@@ -14,11 +14,13 @@ from typing import TYPE_CHECKING, Protocol
 
 if TYPE_CHECKING:
     from collections.abc import Callable
+    from pathlib import Path
 
     from core.arrival import Arrivals
     from core.bundle import Bundle
     from core.engine import Engine
     from core.kernel import Kernel
+    from core.model import Task
     from core.operations import Operations
     from core.store.database import Store
     from core.store.repository import Repository
@@ -58,3 +60,10 @@ class Peers(Protocol):
 
     @property
     def operations(self) -> Operations: ...
+
+    def cleanup_room(
+        self, task: Task, path: Path, argv: tuple[str, ...], env: dict[str, str]
+    ) -> tuple[tuple[str, ...], dict[str, str]]:
+        """A workflow's cleanup command line and environment, put in the room of the task's
+        sandboxed agent when it had one (`core.services.worktrees.CleanupRoom`)."""
+        ...

@@ -465,7 +465,7 @@ class TaskService(Service):
         if task.workflow_step_id and task.archived_at is None:
             arrival.promote(self.peers.arrivals, task.workflow_step_id)
         if archived == 1:
-            worktrees.retire(self.peers.store, task, "archived")
+            worktrees.retire(self.peers.store, task, "archived", self.peers.cleanup_room)
             if task.parent_id is not None:
                 self._triggers().drain()
         return self.get(task.id)
@@ -506,7 +506,7 @@ class TaskService(Service):
         # its runs are cancelled first, so no agent goes on working for a task that is gone
         # (the runs rows outlive the task: their workers still read the cancel request)
         self._runs().cancel_task(task.id, reason="task_deleted")
-        worktrees.retire(self.peers.store, task, "deleted")
+        worktrees.retire(self.peers.store, task, "deleted", self.peers.cleanup_room)
         with self.peers.store.transaction() as uow:
             uow.conn.execute(
                 sa.delete(t.workflow_step_participants).where(

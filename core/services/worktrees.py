@@ -207,7 +207,7 @@ def _ended(peers: Peers, task: Task) -> bool:
     return peers.workflows.by_id(task.workflow_id).retires_worktree_at(task.workflow_step_id)
 
 
-def retire(store: Store, task: Task, why: str) -> None:
+def retire(store: Store, task: Task, why: str, room: CleanupRoom | None = None) -> None:
     """The task ended (`why`: archived, deleted, done): commit what is uncommitted in its
     worktree to its branch, remove the worktree, keep the branch. Never stops the ending: a
     worktree that cannot be retired is logged and left as it is."""
@@ -218,7 +218,7 @@ def retire(store: Store, task: Task, why: str) -> None:
     if record.get("host") != host_name():
         log.warning(f"task {why}; its worktree is on host {record.get('host')!r}: left there")
         return
-    cleanup(store, task, Path(record["path"]))
+    cleanup(store, task, Path(record["path"]), room)
     try:
         commit = gitwork.retire(
             travel.checkout(record),
@@ -241,7 +241,16 @@ CLEANUP_TAIL = 2000
 """The characters of a cleanup's output kept for its log record (its last ones)."""
 
 
-def cleanup(store: Store, task: Task, path: Path) -> None:
+class CleanupRoom(Protocol):
+    """Where a cleanup runs (`Peers.cleanup_room`): its command line and environment, put in
+    the room of the task's sandboxed agent when it had one."""
+
+    def __call__(
+        self, task: Task, path: Path, argv: tuple[str, ...], env: dict[str, str]
+    ) -> tuple[tuple[str, ...], dict[str, str]]: ...
+
+
+def cleanup(store: Store, task: Task, path: Path, room: CleanupRoom | None = None) -> None:
     """Run the task's workflow's cleanup command (`workflow set --cleanup`) in its worktree,
     before it is removed: in a process group of its own, with the base environment an agent
     gets and the task's id, bounded in time and in the output kept (its tail, logged).
@@ -259,11 +268,12 @@ def cleanup(store: Store, task: Task, path: Path) -> None:
     env["LANEWAY_TASK_ID"] = task.id
     log = logger.bind(task_id=task.id, path=str(path), cleanup=command)
     argv: tuple[str, ...] = ("/bin/sh", "-c", command)
-    try:
-        argv, env = _in_room(store, task, path, argv, env)
-    except LanewayError as exc:
-        log.warning(f"the workflow's cleanup not run: {exc}; removing the worktree")
-        return
+    if room is not None:
+        try:
+            argv, env = room(task, path, argv, env)
+        except LanewayError as exc:
+            log.warning(f"the workflow's cleanup not run: {exc}; removing the worktree")
+            return
     proc = subprocess.Popen(
         argv,
         cwd=path,
@@ -300,49 +310,14 @@ def cleanup(store: Store, task: Task, path: Path) -> None:
         log.bind(output=said).warning(f"the workflow's cleanup {why}; removing the worktree")
 
 
-def _in_room(
-    store: Store, task: Task, path: Path, argv: tuple[str, ...], env: dict[str, str]
-) -> tuple[tuple[str, ...], dict[str, str]]:
-    """The cleanup's command line and environment: in the room of the task's sandboxed agent
-    when it had one (the profile of its sessions that has a sandbox, the one without network
-    first). A cleanup such as `make clean` runs the worktree's own files, which that agent
-    wrote: run as the worker, outside its room, they would do what the room kept it from."""
-    from core.agents import sandbox
-    from core.store import rows
-
-    with store.read() as conn:
-        found = (
-            conn.execute(
-                sa.select(t.agent_profiles)
-                .where(
-                    t.agent_profiles.c.id.in_(
-                        sa.select(t.task_sessions.c.agent_profile_id).where(
-                            t.task_sessions.c.task_id == task.id
-                        )
-                    ),
-                    t.agent_profiles.c.sandbox == "bwrap",
-                )
-                .order_by(t.agent_profiles.c.network, t.agent_profiles.c.id)
-            )
-            .mappings()
-            .first()
-        )
-    if found is None or task.workspace is None:
-        return argv, env
-    room = sandbox.room(
-        rows.profile(found), path, task.id, store.url, repo=travel.checkout(task.workspace)
-    )
-    if room is None:
-        return argv, env
-    return room.wrap(argv, env), room.env(env)
-
-
-def retire_at_terminal(peers: Peers, task_id: str, step_id: str) -> None:
+def retire_at_terminal(
+    peers: Peers, task_id: str, step_id: str, room: CleanupRoom | None = None
+) -> None:
     """A task arrived at `step_id`, where its worktree retires (the caller asked
     `Workflow.retires_worktree_at`): it is retired as archiving does. Never fails the arrival:
     anything in the way is a warning."""
     try:
-        retire(peers.store, peers.tasks.get(task_id), "done")
+        retire(peers.store, peers.tasks.get(task_id), "done", room)
     except Exception as exc:  # noqa: BLE001 - the arrival stands whatever git or the store say
         logger.bind(task_id=task_id, step_id=step_id).warning(
             f"task done; its worktree could not be retired: {exc}"

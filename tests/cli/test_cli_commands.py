@@ -545,8 +545,10 @@ def test_runs_list_filters_by_task_and_status(laneway: Laneway) -> None:
     listed = laneway.json("runs", "list")
     assert [r["id"] for r in listed] == ["run-1", "run-2", "run-3"]
     for run in listed:
-        # a computed field beside the row (issue 43): no worktree, so no host to wait for
+        # computed fields beside the row: no worktree, so no host to wait for (issue 43); no
+        # claimed run of the same session, so no run to wait for
         assert run.pop("waits_for_host") is None
+        assert run.pop("waits_for_run") is None
         assert_row(run, Run, t.runs)
     assert listed[0]["payload"] == {"n": 1}
     assert [r["id"] for r in laneway.json("runs", "list", "--task", one["id"])] == [
