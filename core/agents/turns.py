@@ -14,6 +14,7 @@ import functools
 import os
 import time
 from collections.abc import Mapping
+from typing import Final
 
 from core import ids
 from core.agents import sandbox
@@ -40,7 +41,21 @@ def retry_delays_from_env() -> tuple[float, ...]:
     raw = os.environ.get("LANEWAY_RETRY_DELAYS")
     if not raw:
         return DEFAULT_RETRY_DELAYS
-    return tuple(float(part) for part in raw.split(",") if part.strip())
+    try:
+        delays = tuple(float(part) for part in raw.split(",") if part.strip())
+    except ValueError:
+        raise LanewayError(
+            f"LANEWAY_RETRY_DELAYS={raw[:80]!r}: expected seconds separated by commas"
+        ) from None
+    if not all(0 <= d <= MAX_RETRY_DELAY_S for d in delays):
+        raise LanewayError(
+            f"LANEWAY_RETRY_DELAYS={raw[:80]!r}: each delay from 0 to {MAX_RETRY_DELAY_S:g} s"
+        )
+    return delays
+
+
+MAX_RETRY_DELAY_S: Final = 3600.0
+"""The longest delay before a turn is tried again that `LANEWAY_RETRY_DELAYS` may give."""
 
 
 class TurnLoop:

@@ -51,13 +51,26 @@ of a class can only exist once its module is imported, so none is imported to te
 def code_of(exc: Exception) -> str:
     """The `--json` code of a user error `user_message` accepted: its class's, or for a
     database the driver refused, "database_url" (malformed URL) or "unavailable"."""
+    sa_exc = sys.modules.get("sqlalchemy.exc")
+    if sa_exc is not None and isinstance(exc, sa_exc.SQLAlchemyError):
+        # SQLAlchemy's errors carry a `code` of their own (a link to its docs, "e3q8"), not ours
+        if isinstance(exc, sa_exc.ArgumentError):
+            return "database_url"
+        if isinstance(exc, sa_exc.DatabaseError) and _damaged(exc):
+            return "database_unusable"  # as `DatabaseUnusable`: the file is no sound database
+        return "unavailable"
     code = getattr(type(exc), "code", None)
     if isinstance(code, str):
         return code
-    sa_exc = sys.modules.get("sqlalchemy.exc")
-    if sa_exc is not None and isinstance(exc, sa_exc.ArgumentError):
-        return "database_url"
+    if isinstance(exc, OSError) and exc.errno == errno.ENAMETOOLONG:
+        return "bad_request"
     return "unavailable"
+
+
+def _damaged(exc: Exception) -> bool:
+    """Whether the driver says the database file is not a sound database (SQLite)."""
+    text = str(getattr(exc, "orig", None) or exc)
+    return "malformed" in text or "not a database" in text
 
 
 DISK_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EROFS})
@@ -73,6 +86,11 @@ def user_message(exc: Exception) -> str | None:
         # a full disk or a read-only mount where laneway keeps its files: the machine's to fix
         where = f": {exc.filename}" if exc.filename else ""
         return f"disk error: {exc.strerror or exc}{where}"
+    if isinstance(exc, OSError) and exc.errno == errno.ENAMETOOLONG:
+        # a path the user gave (a database file, a repository) longer than the system allows
+        name = str(exc.filename or "")
+        shown = f"{name[:60]}... ({len(name)} characters)" if len(name) > 80 else name
+        return f"file name too long: {shown}"
     sa_exc = sys.modules.get("sqlalchemy.exc")
     if sa_exc is not None:
         if isinstance(exc, sa_exc.ArgumentError):
@@ -81,4 +99,7 @@ def user_message(exc: Exception) -> str | None:
         if isinstance(exc, sa_exc.OperationalError):
             # The database is unreachable or refuses us: an environment problem, not a bug.
             return f"database error: {exc.orig or exc}"
+        if isinstance(exc, sa_exc.DatabaseError) and _damaged(exc):
+            # a damaged file (cut short, overwritten): restore it from a backup
+            return f"database damaged: {exc.orig or exc}; restore it from a backup"
     return None

@@ -9,6 +9,7 @@ function on a worker thread (services block on the database) and answers JSON.
 from __future__ import annotations
 
 import asyncio
+import errno
 import json
 import threading
 import time
@@ -21,7 +22,7 @@ from starlette.concurrency import run_in_threadpool
 from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse, Response
 
-from core.errors import LanewayError
+from core.errors import DatabaseUnusable, LanewayError
 from core.logs import logger
 from core.numbers import NOT_FINITE, finite
 from core.shapes import plain
@@ -356,6 +357,19 @@ def _run(route: Route, call: Call) -> Reply:
     except sa.exc.OperationalError as exc:
         logger.bind(error=one_line(str(exc.orig or exc))).warning("database error")
         raise HttpError(503, "database unavailable; try again") from None
+    except sa.exc.DatabaseError as exc:
+        # a damaged SQLite file: no retry mends it (the operator restores it)
+        logger.bind(error=one_line(str(exc.orig or exc))).error("database damaged")
+        raise HttpError(
+            503, "database damaged; an operator must restore it", DatabaseUnusable.code
+        ) from None
+    except OSError as exc:
+        if exc.errno != errno.ENAMETOOLONG:
+            logger.opt(exception=True).bind(route=route.__name__).error("internal error")
+            raise HttpError(500, "internal error") from None
+        raise HttpError(
+            400, "a path in the request is longer than the system allows", "bad_request"
+        ) from None
     except Exception:  # noqa: BLE001 - the last resort: logged with its traceback, never shown
         logger.opt(exception=True).bind(route=route.__name__).error("internal error")
         raise HttpError(500, "internal error") from None

@@ -525,7 +525,7 @@ def board(call: Call) -> Reply:
         raise bad(f"query 'counts': expected 0 or 1, got {counts!r}")
     query = board_view.BoardQuery(
         step_id=step_id,
-        q=call.query.get("q") or None,
+        q=_search(call.query.get("q")) or None,
         limit=limit,
         after=after,
         counts=counts == "1",
@@ -648,3 +648,14 @@ ROUTES = [
     Route("/api/board", endpoint(board, cancellable=True), methods=["GET"]),
     *TRIGGER_ROUTES,
 ]
+
+
+def _search(text: str | None) -> str | None:
+    """`?q=`, bounded as `task list --search` is (a 400 past it, not the database's refusal)."""
+    if text is None:
+        return None
+    from core.services.refs import MAX_SEARCH
+
+    if len(text) > MAX_SEARCH:
+        raise bad(f"query 'q': at most {MAX_SEARCH} characters, got {len(text)}")
+    return text

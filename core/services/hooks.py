@@ -124,9 +124,15 @@ def _delivery(row: Any) -> Delivery:
 
 
 def check_url(url: str) -> str:
-    parts = urllib.parse.urlsplit(url)
+    try:
+        parts = urllib.parse.urlsplit(url)
+        port = parts.port  # raises for a port out of range or not a number
+    except ValueError as exc:
+        raise LanewayError(f"hook URL {url!r}: {exc}") from None
     if parts.scheme not in ("http", "https") or not parts.hostname:
         raise LanewayError(f"hook URL {url!r} is not an http:// or https:// URL")
+    if port == 0:
+        raise LanewayError(f"hook URL {url!r}: port 0 is no port")
     return url
 
 
@@ -266,27 +272,32 @@ def take(store: Store) -> int:
 # -- sending ----------------------------------------------------------------------------------
 
 
-def _lease_s() -> float:
+MAX_SETTING_S: Final = 30 * 24 * 3600.0
+"""The longest any of the `LANEWAY_HOOK_*` seconds is taken to be (30 days): an infinite or
+larger one would overflow the moment it names, and quietly stop every delivery."""
+
+
+def _seconds(name: str, default: float) -> float:
+    """The environment's `name` as seconds from 0 to MAX_SETTING_S; else `default`."""
     try:
-        return float(os.environ.get(LEASE_ENV, LEASE_S))
+        found = float(os.environ.get(name, default))
     except ValueError:
-        return LEASE_S
+        return default
+    return found if 0 <= found <= MAX_SETTING_S else default
+
+
+def _lease_s() -> float:
+    return _seconds(LEASE_ENV, LEASE_S)
 
 
 def _window_s() -> float:
-    try:
-        return float(os.environ.get(WINDOW_ENV, DEFAULT_WINDOW_S))
-    except ValueError:
-        return DEFAULT_WINDOW_S
+    return _seconds(WINDOW_ENV, DEFAULT_WINDOW_S)
 
 
 def backoff_s(attempts: int, window: float) -> float:
     """Exponential from LANEWAY_HOOK_RETRY_BASE (default 1 s), capped at an hour (or an eighth
     of a shortened window), with jitter so many processes' retries do not line up."""
-    try:
-        base = float(os.environ.get(BASE_ENV, "1"))
-    except ValueError:
-        base = 1.0
+    base = _seconds(BASE_ENV, 1.0)
     cap = max(base, min(3600.0, window / 8))
     delay: float = min(cap, base * 2.0 ** max(0, attempts - 1))
     return delay * random.uniform(0.5, 1.0)  # jitter, not a secret

@@ -16,6 +16,12 @@ if TYPE_CHECKING:
     from core.store.database import Store
     from core.store.repository import Repository
 
+MAX_REF: Final = 64
+"""The longest id (the columns' length): a longer reference is no id's suffix, and is not
+searched for as one (SQLite refuses a LIKE pattern past 50,000 characters)."""
+MAX_SEARCH: Final = 10_000
+"""The longest search text (`task list --search`, the board's `?q=`): SQLite refuses a LIKE
+pattern past 50,000 characters, with an error that reads like the database's fault."""
 MIN_SUFFIX: Final = 6
 
 
@@ -29,6 +35,8 @@ def resolve_id(conn: Connection, id_column: sa.Column[Any], ref: str, what: str)
         return str(exact)
     if len(ref) < MIN_SUFFIX:
         raise NotFound(f"no {what} {ref!r} (a suffix names one with {MIN_SUFFIX}+ characters)")
+    if len(ref) > MAX_REF:
+        raise NotFound(f"no {what} {shown(ref)}")
     # LIKE with the suffix's wildcards escaped: an id is letters and digits, but a ref is input
     pattern = "%" + ref.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
     found = [
@@ -54,7 +62,7 @@ def resolve_task(conn: Connection, tasks: sa.Table, ref: str) -> str:
     exact = conn.execute(sa.select(id_column).where(id_column == ref)).scalar()
     if exact is not None:
         return str(exact)
-    if len(ref) >= MIN_SUFFIX:
+    if MIN_SUFFIX <= len(ref) <= MAX_REF:
         pattern = "%" + ref.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
         by_suffix = _ids(conn, sa.select(id_column).where(id_column.like(pattern, escape="\\")))
         if len(by_suffix) == 1:
@@ -76,7 +84,7 @@ def resolve_task(conn: Connection, tasks: sa.Table, ref: str) -> str:
             f"no task {ref!r} (an id suffix names one with {MIN_SUFFIX}+ characters, "
             "or give the exact title)"
         )
-    raise NotFound(f"no task {ref!r}")
+    raise NotFound(f"no task {shown(ref)}")
 
 
 def _ids(conn: Connection, query: sa.Select[Any]) -> list[str]:
@@ -127,3 +135,15 @@ def find_workflow(peers: Peers, ref: str) -> Workflow:
     if len(matches) > 1:
         raise LanewayError(f"workflow name {ref!r} is ambiguous; use its id")
     return matches[0]
+
+
+def shown(ref: str) -> str:
+    """`ref` as an error names it: quoted, and cut when long (a pasted file is no reference)."""
+    return repr(ref) if len(ref) <= 80 else f"{ref[:60]!r}... ({len(ref)} characters)"
+
+
+def check_search(text: str) -> str:
+    """`text` as search text, or a one-line LanewayError when it is longer than MAX_SEARCH."""
+    if len(text) > MAX_SEARCH:
+        raise LanewayError(f"search text: at most {MAX_SEARCH} characters, got {len(text)}")
+    return text

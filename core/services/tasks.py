@@ -10,7 +10,7 @@ from core.errors import Conflict, LanewayError, NotFound
 from core.logs import logger
 from core.model import TASK_STATES, Step, Task, Workflow
 from core.services.base import Lazy, Service
-from core.services.refs import find_task, resolve_task
+from core.services.refs import check_search, find_task, resolve_task
 from core.store import events, rows, waits
 from core.store import tables as t
 from core.store.database import UnitOfWork
@@ -131,6 +131,7 @@ class TaskService(Service):
                 raise LanewayError(f"task state {state!r}: must be one of {', '.join(TASK_STATES)}")
             query = query.where(TASKS.c.state == wanted)
         if search:
+            check_search(search)
             query = query.where(
                 sa.or_(
                     TASKS.c.title.icontains(search, autoescape=True),

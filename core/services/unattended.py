@@ -12,7 +12,7 @@ process notices first (the operation id `unattended:<host>:<run>` decides).
 from __future__ import annotations
 
 import os
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Final, Protocol
 
 import sqlalchemy as sa
 
@@ -38,12 +38,19 @@ class Peers(Protocol):
     def operations(self) -> Operations: ...
 
 
+MAX_BOUND_S: Final = 365 * 24 * 3600.0
+"""The longest `LANEWAY_UNATTENDED_S` taken (a year): past it, the bound's moment is no date."""
+
+
 def bound_s() -> float:
+    """`LANEWAY_UNATTENDED_S`, when it is a number of seconds from 0 to a year; else the
+    default (an infinite, negative or not-a-number value would overflow the moment it names)."""
     raw = os.environ.get("LANEWAY_UNATTENDED_S")
     try:
-        return float(raw) if raw else DEFAULT_BOUND_S
+        found = float(raw) if raw else DEFAULT_BOUND_S
     except ValueError:
         return DEFAULT_BOUND_S
+    return found if 0 <= found <= MAX_BOUND_S else DEFAULT_BOUND_S
 
 
 def notice(peers: Peers, bound: float | None = None) -> list[str]:

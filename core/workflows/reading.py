@@ -24,6 +24,9 @@ def read_file(path: str | os.PathLike[str]) -> str:
     """The text of the file at `path`: at most `MAX_FILE_BYTES` of UTF-8."""
     source = os.fspath(path)
     try:
+        if os.path.exists(path) and not os.path.isfile(path) and not os.path.isdir(path):
+            # a FIFO or a device: reading it may never end (a FIFO without a writer)
+            raise WorkflowFileError("not a regular file", file=source)
         with open(path, "rb") as handle:
             # One byte past the limit is enough to know the file is too large.
             data = handle.read(MAX_FILE_BYTES + 1)
@@ -104,3 +107,12 @@ def _parse_yaml(text: str, source: str) -> Any:
         raise WorkflowFileError(what, file=source, field=where) from exc
     except yaml.YAMLError as exc:
         raise WorkflowFileError(f"invalid YAML: {exc}", file=source) from exc
+    except (ValueError, KeyError, AttributeError, TypeError, OverflowError) as exc:
+        # PyYAML's constructors raise these for an explicit tag whose text is not of its type
+        # (`!!timestamp foo`, `!!int 0x`, `!!bool maybe`)
+        detail = exc.args[0] if isinstance(exc, KeyError) and exc.args else exc
+        raise WorkflowFileError(
+            f"invalid YAML: a tagged value is not of its tag's type ({type(exc).__name__}: "
+            f"{str(detail)[:200]})",
+            file=source,
+        ) from exc

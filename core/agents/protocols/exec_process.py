@@ -175,7 +175,7 @@ class AgentProcess:
         elif line.startswith("{"):
             try:
                 message = json.loads(line)
-            except ValueError:
+            except (ValueError, RecursionError):  # nested past the parser's depth: text
                 message = None
             if isinstance(message, dict) and message.keys() & MESSAGE_KEYS:
                 self.on_message(message)

@@ -37,6 +37,8 @@ def receive(conn: Connection) -> dict[str, Any]:
         message = json.loads(raw.decode("utf-8"))
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise ValueError(f"not a JSON message: {exc}") from None
+    except RecursionError:
+        raise ValueError("not a JSON message: nested too deeply") from None
     if not isinstance(message, dict):
         raise ValueError("not a JSON object")  # noqa: TRY004 - bad input, as the line above
     return message

@@ -66,7 +66,7 @@ class LineTransport:
                 continue
             try:
                 message = json.loads(line)
-            except ValueError:
+            except (ValueError, RecursionError):  # nested past the parser's depth: not JSON-RPC
                 message = None
             if not isinstance(message, dict):
                 preview = line[:_PREVIEW].decode(errors="replace").strip()
