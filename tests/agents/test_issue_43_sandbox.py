@@ -112,14 +112,8 @@ def _said(url: str, task_id: str) -> dict[str, str]:
     return found
 
 
-def test_issue_43_item_4_a_sandboxed_agent_is_refused_what_is_not_its_room(
-    db_url: str, tmp_path: Path, listener: int
-) -> None:
-    repo = make_repo(tmp_path / "repo")
-    worktrees = tmp_path / "wt"
-    other = worktrees / "another-task"
-    other.mkdir(parents=True)
-    (other / "x").write_text("another task's work")
+def _home_and_probe(tmp_path: Path) -> tuple[Path, Path]:
+    """The worker's home with a secret in it, and the probe agent's program."""
     home = tmp_path / "home"
     home.mkdir()
     (home / "secret").write_text("the worker's")
@@ -128,6 +122,18 @@ def test_issue_43_item_4_a_sandboxed_agent_is_refused_what_is_not_its_room(
     probe = agents / "probe.py"
     probe.write_text(PROBE)
     probe.chmod(0o755)
+    return home, probe
+
+
+def test_issue_43_item_4_a_sandboxed_agent_is_refused_what_is_not_its_room(
+    db_url: str, tmp_path: Path, listener: int
+) -> None:
+    repo = make_repo(tmp_path / "repo")
+    worktrees = tmp_path / "wt"
+    other = worktrees / "another-task"
+    other.mkdir(parents=True)
+    (other / "x").write_text("another task's work")
+    home, probe = _home_and_probe(tmp_path)
     outside = tmp_path / "outside.txt"
     reads = [str(home / "secret"), str(other / "x")]
     if db_url.startswith("sqlite"):
@@ -194,14 +200,7 @@ def test_issue_43_item_4_a_task_without_a_repository_works_in_a_room_of_its_own(
     agent the whole home. The turn now runs in `LANEWAY_WORKTREES/.rooms/<task>`; the
     worker's home stays hidden, and the agent writes only in its own directory."""
     worktrees = tmp_path / "wt"
-    home = tmp_path / "home"
-    home.mkdir()
-    (home / "secret").write_text("the worker's")
-    agents = tmp_path / "agents"
-    agents.mkdir()
-    probe = agents / "probe.py"
-    probe.write_text(PROBE)
-    probe.chmod(0o755)
+    home, probe = _home_and_probe(tmp_path)
     probes = {"read": [str(home / "secret")], "list": [str(home)], "write": [], "port": listener}
     with open_host(db_url) as host:
         wf = plain_workflow(host, tmp_path)  # no repository
