@@ -301,12 +301,7 @@ def commit_all(repo: Path, path: Path, message: str) -> str | None:
     laneway); the commit made, or None when there was nothing."""
     if not (path / ".git").exists():
         return None
-    work = worktree_git(repo, path)
-    work.run("add", "--all")
-    if work.run("diff", "--cached", "--quiet", "--no-ext-diff", check=False).returncode == 0:
-        return None
-    work.run(*IDENTITY, "commit", "--no-verify", "--quiet", "-m", message)
-    return work.run("rev-parse", "HEAD").stdout.strip()
+    return worktree_git(repo, path).commit_everything(message)
 
 
 def remote_commit(repo: Path, remote: str, branch: str) -> str | None:

@@ -67,9 +67,7 @@ def set_aside(repos: Sequence[Path], path: Path, keep_as: str) -> str | None:
             f"worktree {path}: not a worktree of {', '.join(map(str, repos))}; left in place"
         )
     common = work.common
-    kept = gitmerge.commit_all(
-        common, path, "laneway: work left uncommitted here before the task moved"
-    )
+    kept = work.commit_everything("laneway: work left uncommitted here before the task moved")
     if kept is not None:
         git(common, "update-ref", keep_as, kept)
     git(common, "worktree", "repair", str(path), check=False)  # as `gitwork.retire` does

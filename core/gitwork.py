@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import functools
 import os
 import shutil
 import subprocess
@@ -120,15 +121,22 @@ class WorktreeGit:
     ) -> subprocess.CompletedProcess[str]:
         return git(self.path, *UNTRUSTED, *args, env={**self.env, **(env or {})}, check=check)
 
+    def commit_everything(self, message: str) -> str | None:
+        """Commit whatever the worktree holds uncommitted, untracked files included (a commit
+        by laneway); the commit made, or None when there was nothing."""
+        self.run("add", "--all")
+        if self.run("diff", "--cached", "--quiet", "--no-ext-diff", check=False).returncode == 0:
+            return None
+        self.run(*IDENTITY, "commit", "--no-verify", "--quiet", "-m", message)
+        return self.run("rev-parse", "HEAD").stdout.strip()
+
 
 def worktree_git(repo: Path, path: Path) -> WorktreeGit:
     """Git for the worktree at `path` of `repo`: its own git directory is the one of `repo`'s
     worktrees that names `path` as its checkout (git's own back-pointer, `gitdir`), preferring
     the one named as laneway names it (the worktree's directory name) when the worktree's
     agent made another name it too. A one-line GitError when none does."""
-    common = Path(
-        git(repo, "rev-parse", "--path-format=absolute", "--git-common-dir").stdout.strip()
-    )
+    common = _common_dir(repo)
     wanted = {os.path.join(path, ".git"), os.path.join(path.resolve(), ".git")}
     claiming: list[Path] = []
     with contextlib.suppress(OSError):
@@ -145,6 +153,13 @@ def worktree_git(repo: Path, path: Path) -> WorktreeGit:
             "names it as its checkout"
         )
     return WorktreeGit(path, found[0], common)
+
+
+@functools.lru_cache(maxsize=64)
+def _common_dir(repo: Path) -> Path:
+    """The git directory of the repository at `repo`: the same for its life, so asked once a
+    process (a page reading a task's diff asks for it with every read)."""
+    return Path(git(repo, "rev-parse", "--path-format=absolute", "--git-common-dir").stdout.strip())
 
 
 def repository(path: str) -> Path:
@@ -336,12 +351,7 @@ def retire(repo: Path, path: Path, branch: str, message: str) -> str | None:
     saying so), then remove the worktree; the branch stays. The commit made, if any."""
     made = None
     if (path / ".git").exists():
-        work = worktree_git(repo, path)
-        work.run("add", "--all")
-        staged = work.run("diff", "--cached", "--quiet", "--no-ext-diff", check=False)
-        if staged.returncode == 1:
-            work.run(*IDENTITY, "commit", "--no-verify", "--quiet", "-m", message)
-            made = work.run("rev-parse", "HEAD").stdout.strip()
+        made = worktree_git(repo, path).commit_everything(message)
         # its `.git` pointed back at its git directory again (its agent may have changed it),
         # or git refuses to remove it
         git(repo, "worktree", "repair", str(path), check=False)

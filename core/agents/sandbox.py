@@ -177,28 +177,33 @@ def _which(name: str, env: Mapping[str, str], cwd: Path) -> Path:
     raise LanewayError(f"cannot start {name!r}: No such file or directory")
 
 
-def _git_parts(repo: Path | None, cwd: Path) -> list[tuple[Path, Kind]]:
+def _git_parts(work: gitwork.WorktreeGit | None) -> list[tuple[Path, Kind]]:
     """What git needs of a worktree's repository: its git directory read-only, and writable
     what a commit in this worktree writes (objects, refs, logs, the worktree's own dir).
-    Its hooks and config stay read-only: an agent cannot plant a hook a person then runs.
-
-    Found from the repository laneway made the worktree from (`repo`), never from the
-    worktree's `.git` file or its `commondir`: the agent writes both, and what they named was
-    mounted into its next turn's room (another task's worktree, the worker's home)."""
-    if repo is None:
-        return []
-    try:
-        work = gitwork.worktree_git(repo, cwd)
-    except LanewayError as exc:
-        # its git files no longer name it (its agent changed them): a room without them
-        logger.bind(path=str(cwd), repository=str(repo), error=str(exc)).warning(
-            "the worktree's git files are not its repository's; its room has none"
-        )
+    Its hooks and config stay read-only: an agent cannot plant a hook a person then runs."""
+    if work is None:
         return []
     common, own = work.common.resolve(), work.admin.resolve()
     parts: list[tuple[Path, Kind]] = [(common, "ro")]
     parts += [(common / name, "rw") for name in ("objects", "refs", "logs")]
     return [*parts, (own, "rw")]
+
+
+def _worktree_git(repo: Path | None, cwd: Path) -> gitwork.WorktreeGit | None:
+    """The worktree's git files, found from the repository laneway made it from (`repo`),
+    never from the worktree's `.git` file or its `commondir`: the agent writes both, and what
+    they named was mounted into its next turn's room (another task's worktree, the worker's
+    home). None: no worktree, or one whose git files no longer name it."""
+    if repo is None:
+        return None
+    try:
+        return gitwork.worktree_git(repo, cwd)
+    except LanewayError as exc:
+        # its git files no longer name it (its agent changed them): a room without them
+        logger.bind(path=str(cwd), repository=str(repo), error=str(exc)).warning(
+            "the worktree's git files are not its repository's; its room has none"
+        )
+        return None
 
 
 def own_room(task_id: str) -> Path:
@@ -252,14 +257,14 @@ def room(
     code = Path(__file__).resolve().parents[2]
     prefixes = {Path(p).resolve() for p in (sys.prefix, sys.base_prefix, sys.exec_prefix)}
     exposed: list[tuple[Path, Kind]] = [(p, "ro") for p in sorted(prefixes)]
-    git_parts = _git_parts(repo, cwd)
-    exposed += [(code, "ro"), *git_parts]
-    if git_parts:
+    work = _worktree_git(repo, cwd)
+    exposed += [(code, "ro"), *_git_parts(work)]
+    if work is not None:
         # The worktree's own git directory is writable, and with `extensions.worktreeConfig`
         # git reads its `config.worktree` (laneway's git in the worktree too, outside the
         # room): a filter driver named there and in the agent's `.gitattributes` would run
         # as the worker. It is made, empty, and covered.
-        own_config = git_parts[-1][0] / "config.worktree"
+        own_config = work.admin.resolve() / "config.worktree"
         with contextlib.suppress(OSError):
             own_config.touch(exist_ok=True)
         masked.append(own_config)

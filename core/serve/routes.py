@@ -13,6 +13,7 @@ from core import actors
 from core.model import Decision, Participant
 from core.serve.http import Call, Reply, bad, endpoint
 from core.services import users
+from core.services.refs import check_search
 from core.shapes import (
     decision_result_json,
     entry_json,
@@ -525,7 +526,7 @@ def board(call: Call) -> Reply:
         raise bad(f"query 'counts': expected 0 or 1, got {counts!r}")
     query = board_view.BoardQuery(
         step_id=step_id,
-        q=_search(call.query.get("q")) or None,
+        q=_search(call.query.get("q")),
         limit=limit,
         after=after,
         counts=counts == "1",
@@ -652,10 +653,4 @@ ROUTES = [
 
 def _search(text: str | None) -> str | None:
     """`?q=`, bounded as `task list --search` is (a 400 past it, not the database's refusal)."""
-    if text is None:
-        return None
-    from core.services.refs import MAX_SEARCH
-
-    if len(text) > MAX_SEARCH:
-        raise bad(f"query 'q': at most {MAX_SEARCH} characters, got {len(text)}")
-    return text
+    return check_search(text) if text else None
