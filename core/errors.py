@@ -54,6 +54,13 @@ class DatabaseUnusable(LanewayError):
     http_status: ClassVar[int] = 503
 
 
+class DatabaseUrlRefused(LanewayError):
+    """A database URL laneway cannot use as written (not a URL, an unsupported database, a
+    missing driver): the same code as one SQLAlchemy cannot parse."""
+
+    code: ClassVar[str] = "database_url"
+
+
 class ReadOnly(LanewayError):
     """A write refused because this host or server was opened read-only (`--read-only`)."""
 

@@ -172,6 +172,32 @@ def test_unusable_database_url(url: str, says: str) -> None:
         assert "secret" not in line
 
 
+@pytest.mark.parametrize(
+    ("given", "suggested"),
+    [
+        ("board.db", "sqlite:///board.db"),
+        ("/srv/board.db", "sqlite:////srv/board.db"),
+        ("user:secret@db.example/board", "sqlite:///board.db"),
+    ],
+)
+def test_a_file_path_as_the_database_url_says_which_url_to_write(
+    given: str, suggested: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """CLI.md `--db URL`: a path where the URL goes (`--db board.db`, what a newcomer types)
+    is one line naming the text and the URL to write instead, for every command; nothing is
+    created, and text that may carry a password is not echoed."""
+    monkeypatch.chdir(tmp_path)
+    for args in (("init",), ("task", "list"), ("worker", "--once")):
+        line = Laneway(given).fails(*args)
+        assert line.startswith("laneway: database URL "), line
+        assert "not a URL" in line, line
+        assert suggested in line, line
+        assert "secret" not in line, line
+        assert "Could not parse" not in line
+    assert Laneway(given).run("--json", "task", "list").stderr.count('"database_url"') == 1
+    assert list(tmp_path.iterdir()) == []
+
+
 def test_unexpected_exception_is_one_internal_error_line(
     sqlite_laneway: Laneway, monkeypatch: pytest.MonkeyPatch
 ) -> None:
