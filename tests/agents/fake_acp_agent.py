@@ -51,7 +51,14 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from acp import (
+import pydantic
+
+# The SDK's ~800 pydantic models each build their validator as their class is made: most of
+# this double's start (0.5 s of CPU), and the suite starts it ~200 times. Deferred, a model
+# builds it when first used, validating exactly as before (0.09 s less a start).
+pydantic.BaseModel.model_config["defer_build"] = True
+
+from acp import (  # noqa: E402 - after the deferral, which applies to classes made later
     PROTOCOL_VERSION,
     Agent,
     InitializeResponse,
@@ -68,8 +75,8 @@ from acp import (
     update_plan,
     update_tool_call,
 )
-from acp.interfaces import Client
-from acp.schema import (
+from acp.interfaces import Client  # noqa: E402
+from acp.schema import (  # noqa: E402
     AgentCapabilities,
     AgentMessageChunk,
     AgentThoughtChunk,
