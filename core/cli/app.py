@@ -238,15 +238,6 @@ def _check_url(url: str, *, must_exist: bool) -> None:
             f"database URL {url}: a SQLite URL has three slashes before a relative path "
             "(sqlite:///board.db) and four before an absolute one (sqlite:////srv/board.db)"
         )
-    if "://" not in url:
-        # a file's path where a URL goes (`--db board.db`), the first thing a newcomer types:
-        # SQLAlchemy's own "Could not parse SQLAlchemy URL" names neither the text nor the fix
-        given = url if "@" not in url else "(not shown: it may hold a password)"
-        raise DatabaseUrlRefused(
-            f"database URL {given}: not a URL; a SQLite file is sqlite:///{_as_path(url)}"
-            " (sqlite:////srv/board.db for an absolute path), a PostgreSQL database"
-            " postgresql://USER@HOST/NAME"
-        )
     if url in ("sqlite://", "sqlite:///:memory:"):
         raise DatabaseUrlRefused(
             f"database URL {url}: an in-memory database lasts one command; name a file, "
@@ -266,14 +257,6 @@ def _check_url(url: str, *, must_exist: bool) -> None:
     path = sqlite_path(parsed)
     if path is not None and not Path(path).exists():
         raise NotInitialised(f"database {display} is not initialised; run `laneway init`")
-
-
-def _as_path(text: str) -> str:
-    """`text` as the path part of the SQLite URL the user likely meant (`board.db`), or the
-    placeholder when it does not look like one."""
-    if not text or "@" in text or any(c.isspace() for c in text):
-        return "board.db"
-    return text
 
 
 def _opened(host: Host, command: str) -> None:

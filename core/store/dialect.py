@@ -53,11 +53,30 @@ shorter than the time the server takes to drop the connection and free the lock
 
 
 def normalise_url(url: str) -> URL:
-    """Accept `postgresql://` and pick the psycopg 3 driver for it."""
+    """Accept `postgresql://` and pick the psycopg 3 driver for it. A file's path where the
+    URL goes (`board.db`, what a newcomer types first) is refused naming the URL to write:
+    SQLAlchemy's own "Could not parse SQLAlchemy URL" names neither the text nor the fix."""
+    if "://" not in url:
+        from core.errors import DatabaseUrlRefused
+
+        given = url if "@" not in url else "(not shown: it may hold a password)"
+        raise DatabaseUrlRefused(
+            f"database URL {given}: not a URL; a SQLite file is sqlite:///{_as_path(url)}"
+            " (sqlite:////srv/board.db for an absolute path), a PostgreSQL database"
+            " postgresql://USER@HOST/NAME"
+        )
     parsed = make_url(url)
     if parsed.drivername in ("postgresql", "postgres"):
         parsed = parsed.set(drivername="postgresql+psycopg")
     return parsed
+
+
+def _as_path(text: str) -> str:
+    """`text` as the path part of the SQLite URL the user likely meant, or a placeholder when
+    it does not look like a path."""
+    if not text or "@" in text or any(c.isspace() for c in text):
+        return "board.db"
+    return text
 
 
 SECRET_QUERY: Final = frozenset({"password", "sslpassword"})

@@ -9,6 +9,8 @@ from typing import Any
 
 import pytest
 
+from core import Host
+from core.errors import DatabaseUrlRefused
 from core.services.tasks import TaskService
 from tests.cli.conftest import Laneway
 
@@ -196,6 +198,16 @@ def test_a_file_path_as_the_database_url_says_which_url_to_write(
         assert "Could not parse" not in line
     assert Laneway(given).run("--json", "task", "list").stderr.count('"database_url"') == 1
     assert list(tmp_path.iterdir()) == []
+
+
+def test_a_file_path_given_to_host_open_is_the_same_one_line(tmp_path: Path) -> None:
+    """An embedding host's `Host.open("board.db")` gets the CLI's line, as a LanewayError
+    with code database_url, not SQLAlchemy's ArgumentError."""
+    with pytest.raises(
+        DatabaseUrlRefused, match=r"not a URL; a SQLite file is sqlite:///board\.db"
+    ):
+        Host.open("board.db")
+    assert DatabaseUrlRefused.code == "database_url"
 
 
 def test_unexpected_exception_is_one_internal_error_line(
