@@ -38,7 +38,7 @@ def task() -> None:
 
 
 @task.command("create")
-@click.option("--workflow", "workflow", required=True, metavar="W")
+@click.option("--workflow", "workflow", metavar="W", help="Default: the board's only workflow.")
 @click.option("--title", required=True, metavar="T")
 @click.option("--description", default="", metavar="D")
 @click.option("--step", metavar="S", help="Default: the workflow's start step.")
@@ -57,7 +57,7 @@ def task() -> None:
 @pass_settings
 def task_create(
     settings: Settings,
-    workflow: str,
+    workflow: str | None,
     title: str,
     description: str,
     step: str | None,
@@ -69,7 +69,7 @@ def task_create(
     """Create a task (creation is not an arrival)."""
     with writer(settings) as host:
         created = host.tasks.create(
-            workflow=workflow,
+            workflow=workflow or _only_workflow(host),
             title=title,
             description=description,
             step=step,
@@ -80,6 +80,24 @@ def task_create(
         )
         names = step_names(host, created)
     _emit_task(settings, created, names)
+
+
+def _only_workflow(host: Host) -> str:
+    """The workflow a `task create` without `--workflow` means: the board's only one. A fresh
+    board has none, and a newcomer's first `task create` used to end at click's bare
+    "Missing option '--workflow'"; both cases now say what to do."""
+    found = host.workflows.list()
+    if len(found) == 1:
+        return found[0].id
+    if not found:
+        raise click.UsageError(
+            "Missing option '--workflow': the board has no workflow yet; create one with "
+            "`laneway workflow create --template simple` (`workflow templates` lists them)"
+        )
+    names = ", ".join(w.name for w in found[:5]) + (", ..." if len(found) > 5 else "")
+    raise click.UsageError(
+        f"Missing option '--workflow': the board has {len(found)} workflows ({names}); name one"
+    )
 
 
 @task.command("show")

@@ -338,3 +338,28 @@ def test_task_start_with_no_runner_seat_says_nothing_is_queued(
     assert "no agent works it" in started.stderr
     assert "step=Work" in started.stdout
     assert lw.json("runs", "list", "--task", task["id"]) == []
+
+
+def test_task_create_without_workflow_takes_the_boards_only_one_or_says_what_to_do(
+    sqlite_laneway: Laneway,
+) -> None:
+    """A fresh board has no workflow, and `task create --title T` ended at click's bare
+    "Missing option '--workflow'". Now: with none, the usage error (exit 2) says how to make
+    one; with exactly one, the task goes there; with several, it names them and nothing is
+    created."""
+    lw = sqlite_laneway
+    none = lw.run("task", "create", "--title", "first")
+    assert none.exit_code == 2
+    assert "the board has no workflow yet" in none.stderr
+    assert "laneway workflow create --template simple" in none.stderr
+    assert lw.json("task", "list") == []
+
+    only = lw.json("workflow", "create", "--template", "simple")
+    made = lw.json("task", "create", "--title", "first")
+    assert made["workflow_id"] == only["id"]
+
+    lw.json("workflow", "create", "--template", "simple", "--name", "Second")
+    several = lw.run("task", "create", "--title", "second")
+    assert several.exit_code == 2
+    assert "the board has 2 workflows (Kanban, Second); name one" in several.stderr
+    assert [t["title"] for t in lw.json("task", "list")] == ["first"]
