@@ -29,7 +29,7 @@ from core.errors import ReadOnly
 from core.host import Host
 from core.logs import logger
 from core.serve import roles, routes
-from core.serve.http import MAX_BODY, HttpError, error_response, one_line
+from core.serve.http import MAX_BODY, PRINCIPAL_KEY, HttpError, error_response, one_line
 from core.serve.stream import SEND_KEY, Hub, StreamResponse
 from core.services import users
 from core.store.database import Store
@@ -67,9 +67,6 @@ class Principal:
     def as_json(self) -> dict[str, str]:
         return {"name": self.name, "role": self.role, "actor": self.actor}
 
-
-PRINCIPAL_KEY: Final = "laneway.principal"
-"""Where the guard leaves the request's `Principal` in the ASGI scope."""
 
 SAME_ORIGIN_SITES: Final = frozenset({"same-origin", "none"})
 """The `Sec-Fetch-Site` values a write may carry (as Go 1.25's `http.CrossOriginProtection`).

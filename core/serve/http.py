@@ -106,6 +106,10 @@ class Reply:
     response: Response | None = None
 
 
+PRINCIPAL_KEY: Final = "laneway.principal"
+"""Where the guard (`core.serve.app.Guard`) leaves the request's principal in the ASGI scope."""
+
+
 @attrs.frozen
 class Call:
     host: Host
@@ -115,6 +119,8 @@ class Call:
     raw: bytes
     gone: threading.Event = attrs.field(factory=threading.Event)
     """Set when the client went away (routes built with `cancellable=True` watch for it)."""
+    role: str = "admin"
+    """The role of who made the request (the guard's principal): what an answer may show."""
 
     def check(self) -> None:
         """Stop here if the client went away: nobody is left to read the answer."""
@@ -296,6 +302,7 @@ def endpoint(
                 query=dict(request.query_params),
                 body=body,
                 raw=raw,
+                role=getattr(request.scope.get(PRINCIPAL_KEY), "role", "admin"),
             )
             if cancellable:
                 watcher = asyncio.create_task(_watch_disconnect(request, call.gone))

@@ -11,6 +11,7 @@ from starlette.routing import Route
 
 from core import actors
 from core.model import Decision, Participant
+from core.serve import roles
 from core.serve.http import Call, Reply, bad, endpoint
 from core.services import users
 from core.services.refs import check_search
@@ -404,10 +405,16 @@ def question_answer(call: Call) -> Reply:
 
 
 def hooks_list(call: Call) -> Reply:
-    """As `hook list`: never a secret."""
+    """As `hook list`: never a secret. A hook's URL may itself be one (a Slack or Discord
+    webhook's path is its credential): only an admin, who adds and removes hooks, reads it
+    whole; a viewer or operator sees where it goes, `scheme://host[:port]/***`."""
     from core.services import hooks
 
-    return Reply([h.as_json() for h in hooks.list_hooks(call.host.store)])
+    found = [h.as_json() for h in hooks.list_hooks(call.host.store)]
+    if not roles.allows(call.role, roles.ADMIN):
+        for hook in found:
+            hook["url"] = hooks.url_origin(hook["url"])
+    return Reply(found)
 
 
 def hook_add(call: Call) -> Reply:

@@ -136,6 +136,20 @@ def check_url(url: str) -> str:
     return url
 
 
+def url_origin(url: str) -> str:
+    """Where `url` sends (`scheme://host[:port]`), its path, query and any user:password
+    replaced by `/***`: what may be shown to someone who may not hold the URL itself."""
+    parts = urllib.parse.urlsplit(url)
+    host = parts.hostname or ""
+    if ":" in host:
+        host = f"[{host}]"  # an IPv6 address, as a URL writes it
+    try:
+        port = f":{parts.port}" if parts.port is not None else ""
+    except ValueError:
+        port = ""
+    return f"{parts.scheme}://{host}{port}/***"
+
+
 def parse_events(spec: str | None) -> tuple[str, ...]:
     if not spec:
         return ()

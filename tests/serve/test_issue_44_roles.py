@@ -112,3 +112,28 @@ def test_issue_44_item_5_a_trusted_proxys_user_header_names_the_person(sqlite_ur
             assert c.get("/api/me", headers={"X-Forwarded-User": "mallory"}).status_code == 401
         with TestClient(build_app(host, token=ADMIN)) as c:
             assert c.get("/api/me", headers={"X-Forwarded-User": "vera"}).status_code == 401
+
+
+@pytest.mark.one_database
+def test_issue_44_a_hooks_url_is_read_whole_by_an_admin_only(sqlite_url: str) -> None:
+    """ "Secrets stay put": a webhook's URL may be its credential (Slack's and Discord's paths
+    are), so `GET /api/hooks` shows a viewer or an operator only where it sends; an admin,
+    who adds and removes hooks, reads it whole. The list's shape is the same for every role."""
+    lw = Laneway(sqlite_url)
+    lw.json("init")
+    secret_url = "https://hooks.example.com:8443/services/T000/B000/XXXXsecretXXXX?key=abc"
+    lw.json("hook", "add", secret_url)
+    lw.json("hook", "add", "http://[::1]:9/notify")
+    tokens = {r: lw.json("user", "add", f"{r}-person", "--role", r)["token"] for r in users.ROLES}
+    with open_host(sqlite_url) as host, TestClient(build_app(host, token=ADMIN)) as c:
+        for role, token in tokens.items():
+            seen = c.get("/api/hooks", headers={"Authorization": f"Bearer {token}"}).json()
+            urls = [h["url"] for h in seen]
+            assert {tuple(sorted(h)) for h in seen} == {("created_at", "events", "id", "url")}
+            if role == roles.ADMIN:
+                assert urls == [secret_url, "http://[::1]:9/notify"], role
+            else:
+                assert urls == ["https://hooks.example.com:8443/***", "http://[::1]:9/***"], role
+                assert not any("secret" in u or "key=" in u for u in urls), role
+        whole = c.get("/api/hooks", headers={"Authorization": f"Bearer {ADMIN}"}).json()
+        assert whole[0]["url"] == secret_url
