@@ -20,6 +20,7 @@ read, never following redirects, so an endpoint never slows runs or answers.
 from __future__ import annotations
 
 import contextlib
+import functools
 import hashlib
 import hmac
 import http.client
@@ -412,6 +413,12 @@ def post(url: str, body: bytes, headers: dict[str, str]) -> int:
     parts = urllib.parse.urlsplit(url)
     cls = http.client.HTTPSConnection if parts.scheme == "https" else http.client.HTTPConnection
     conn = cls(parts.hostname or "", parts.port, timeout=TIMEOUT_S)
+    # The name is looked up first, bounded: a lookup runs before the connection has a socket,
+    # so the whole-send cut below cannot end it, and a resolver that does not answer held the
+    # sender for as long as the system resolver retried. The connection then goes to the
+    # addresses found, under its own name (Host header, TLS server name and certificate).
+    found = _addresses(conn.host, conn.port, TIMEOUT_S)
+    conn._create_connection = functools.partial(_connect_to, found)  # type: ignore[attr-defined]
     shut = threading.Event()
     cut = threading.Timer(SEND_S, _shut, (conn, shut))
     cut.daemon = True
@@ -430,6 +437,59 @@ def post(url: str, body: bytes, headers: dict[str, str]) -> int:
         # what was read ends where the connection was cut: no answer to trust
         raise TimeoutError(f"the receiver took more than {SEND_S:g} s to answer")
     return int(response.status)
+
+
+Address = tuple[int, Any]
+"""A looked-up address: its family and its socket address."""
+
+
+def _addresses(host: str, port: int, within: float) -> list[Address]:
+    """`host`'s addresses for a TCP connection to `port`, looked up on a thread of its own
+    and waited for at most `within` seconds (a lookup cannot be interrupted: a late one ends
+    by itself on its daemon thread, its answer unused)."""
+    answer: list[list[Address] | OSError] = []
+    done = threading.Event()
+
+    def look_up() -> None:
+        try:
+            infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+            answer.append([(family, address) for family, _t, _p, _c, address in infos])
+        except OSError as exc:
+            answer.append(exc)
+        finally:
+            done.set()
+
+    threading.Thread(target=look_up, name="hook-lookup", daemon=True).start()
+    if not done.wait(within):
+        raise TimeoutError(f"looking up {host} took more than {within:g} s")
+    found = answer[0]
+    if isinstance(found, OSError):
+        raise found
+    return found
+
+
+def _connect_to(
+    found: Sequence[Address],
+    _address: object,
+    timeout: float,
+    source: tuple[str, int] | None = None,
+) -> socket.socket:
+    """`socket.create_connection` over addresses already looked up: each in turn, the first
+    that connects; the last failure when none does."""
+    failure: OSError | None = None
+    for family, address in found:
+        sock = socket.socket(family, socket.SOCK_STREAM)
+        try:
+            sock.settimeout(timeout)
+            if source is not None:
+                sock.bind(source)
+            sock.connect(address)
+        except OSError as exc:
+            sock.close()
+            failure = exc
+            continue
+        return sock
+    raise failure or OSError("the name has no address")
 
 
 def _shut(conn: http.client.HTTPConnection, shut: threading.Event) -> None:

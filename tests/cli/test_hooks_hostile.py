@@ -181,3 +181,53 @@ def test_issue_42_a_receiver_answering_a_byte_at_a_time_is_cut_off_before_its_le
         hooks.post(url, b"{}", {"Content-Type": "application/json"})
     assert dripping.is_set()
     assert not finished.is_set()  # cut off while it still dripped
+
+
+def test_issue_42_a_name_the_resolver_never_answers_is_given_up_within_the_connect_bound(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A hook's host name is looked up before the connection has a socket, so the whole-send
+    cut could not end a lookup the resolver never answered: the sender waited for as long as
+    the system resolver retried. The lookup is bounded by the connect timeout (here 0.5 s;
+    the resolver would hang a minute): the attempt fails, to be retried, naming the host."""
+    from core.services import hooks
+
+    monkeypatch.setattr(hooks, "TIMEOUT_S", 0.5)
+    real = hooks.socket.getaddrinfo
+    released = threading.Event()
+
+    def hanging(host: str, *args: Any, **kwargs: Any) -> Any:
+        if host == "hooks.stuck.example":
+            released.wait(60)
+        return real(host, *args, **kwargs)
+
+    monkeypatch.setattr(hooks.socket, "getaddrinfo", hanging)
+    try:
+        with pytest.raises(TimeoutError, match=r"looking up hooks\.stuck\.example took more"):
+            hooks.post("https://hooks.stuck.example/x", b"{}", {})
+    finally:
+        released.set()
+
+
+def test_issue_42_a_looked_up_name_is_sent_to_under_its_own_name() -> None:
+    """The connection goes to the addresses looked up, and the request still names the host
+    it was sent to (`Host: localhost:PORT`), as before the lookup was bounded."""
+    from core.services import hooks
+
+    seen: list[str] = []
+
+    class Ok(BaseHTTPRequestHandler):
+        def do_POST(self) -> None:
+            self.rfile.read(int(self.headers.get("Content-Length", "0")))
+            seen.append(self.headers["Host"])
+            self.send_response(204)
+            self.end_headers()
+
+        def log_message(self, *_args: Any) -> None:
+            pass
+
+    with _server(Ok) as url:
+        port = url.rsplit(":", 1)[1].split("/")[0]
+        status = hooks.post(f"http://localhost:{port}/hook", b"{}", {})
+    assert status == 204
+    assert seen == [f"localhost:{port}"]
