@@ -119,8 +119,9 @@ class Call:
     raw: bytes
     gone: threading.Event = attrs.field(factory=threading.Event)
     """Set when the client went away (routes built with `cancellable=True` watch for it)."""
-    role: str = "admin"
-    """The role of who made the request (the guard's principal): what an answer may show."""
+    role: str = "viewer"
+    """The role of who made the request (the guard's principal): what an answer may show.
+    The least role when no principal is known (no guard in front: fail closed)."""
 
     def check(self) -> None:
         """Stop here if the client went away: nobody is left to read the answer."""
@@ -302,7 +303,7 @@ def endpoint(
                 query=dict(request.query_params),
                 body=body,
                 raw=raw,
-                role=getattr(request.scope.get(PRINCIPAL_KEY), "role", "admin"),
+                role=getattr(request.scope.get(PRINCIPAL_KEY), "role", "viewer"),
             )
             if cancellable:
                 watcher = asyncio.create_task(_watch_disconnect(request, call.gone))
