@@ -52,11 +52,11 @@ shorter than the time the server takes to drop the connection and free the lock
 (docs/operations.md "Network faults and server timeouts")."""
 
 
-def normalise_url(url: str) -> URL:
+def normalise_url(url: str | URL) -> URL:
     """Accept `postgresql://` and pick the psycopg 3 driver for it. A file's path where the
     URL goes (`board.db`, what a newcomer types first) is refused naming the URL to write:
     SQLAlchemy's own "Could not parse SQLAlchemy URL" names neither the text nor the fix."""
-    if "://" not in url:
+    if isinstance(url, str) and "://" not in url:  # an embedder may pass SQLAlchemy's URL
         from core.errors import DatabaseUrlRefused
 
         given = url if "@" not in url else "(not shown: it may hold a password)"

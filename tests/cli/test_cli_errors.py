@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import sqlalchemy as sa
 
 from core import Host
 from core.errors import DatabaseUrlRefused
@@ -208,6 +209,10 @@ def test_a_file_path_given_to_host_open_is_the_same_one_line(tmp_path: Path) -> 
     ):
         Host.open("board.db")
     assert DatabaseUrlRefused.code == "database_url"
+    # SQLAlchemy's own URL object, as some embedders and tests pass it, still opens
+    url = sa.engine.make_url(f"sqlite:///{tmp_path / 'board.db'}")
+    with Host.open(url, upgrade=True) as host:  # type: ignore[arg-type]
+        assert host.store.is_sqlite
 
 
 def test_unexpected_exception_is_one_internal_error_line(
