@@ -407,9 +407,10 @@ def _claim_following(conn: sa.Connection, me: str, hook_id: str, now: str) -> _C
 
 
 def post(url: str, body: bytes, headers: dict[str, str]) -> int:
-    """POST once: connect and each read bounded by TIMEOUT_S, the whole by SEND_S (the
-    connection is shut then, whatever it was doing), at most READ_LIMIT bytes read, no
-    redirect followed (http.client follows none). Returns the status."""
+    """POST once: the name's lookup, connecting and each read bounded by TIMEOUT_S, the whole
+    send after the lookup by SEND_S (the connection is shut then, whatever it was doing), at
+    most READ_LIMIT bytes read, no redirect followed (http.client follows none). Returns the
+    status."""
     parts = urllib.parse.urlsplit(url)
     cls = http.client.HTTPSConnection if parts.scheme == "https" else http.client.HTTPConnection
     conn = cls(parts.hostname or "", parts.port, timeout=TIMEOUT_S)

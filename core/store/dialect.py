@@ -76,7 +76,7 @@ def _as_path(text: str) -> str:
     it does not look like a path."""
     if not text or "@" in text or any(c.isspace() for c in text):
         return "board.db"
-    return text
+    return os.path.expanduser(text)  # a URL's path is not the shell's: `~` stays `~` there
 
 
 SECRET_QUERY: Final = frozenset({"password", "sslpassword"})

@@ -180,6 +180,7 @@ def test_unusable_database_url(url: str, says: str) -> None:
     [
         ("board.db", "sqlite:///board.db"),
         ("/srv/board.db", "sqlite:////srv/board.db"),
+        ("~/boards/team.db", f"sqlite:///{Path.home()}/boards/team.db"),
         ("user:secret@db.example/board", "sqlite:///board.db"),
     ],
 )
