@@ -21,6 +21,7 @@ from core.errors import LanewayError
 from core.host import Host
 from core.store import tables as t
 from tests.agents.conftest import enqueue, plain_workflow, python_agent
+from tests.conftest import eventually
 
 
 def git(cwd: Path, *args: str) -> str:
@@ -443,6 +444,9 @@ def test_a_diff_read_while_the_agent_writes_files_atomically_is_the_worktrees(
     writer = threading.Thread(target=agent)
     writer.start()
     try:
+        # reads begin once the file has been renamed into place a first time (before that the
+        # worktree holds only the first temporary: what a diff then shows, rightly; CI run 46)
+        eventually(lambda: (checkout / "hello.txt").exists(), timeout=30, every=0.001)
         diffs = [gitwork.diff(repo, checkout, base) for _ in range(60)]
     finally:
         done.set()
