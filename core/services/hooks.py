@@ -475,22 +475,16 @@ def _connect_to(
     timeout: float,
     source: tuple[str, int] | None = None,
 ) -> socket.socket:
-    """`socket.create_connection` over addresses already looked up: each in turn, the first
-    that connects; the last failure when none does."""
-    failure: OSError | None = None
-    for family, address in found:
-        sock = socket.socket(family, socket.SOCK_STREAM)
+    """`socket.create_connection` over addresses already looked up (numeric: nothing is
+    looked up again): each in turn, the first that connects; the last failure when none
+    does."""
+    failure: OSError = OSError("the name has no address")
+    for _family, address in found:
         try:
-            sock.settimeout(timeout)
-            if source is not None:
-                sock.bind(source)
-            sock.connect(address)
+            return socket.create_connection(address[:2], timeout, source)
         except OSError as exc:
-            sock.close()
             failure = exc
-            continue
-        return sock
-    raise failure or OSError("the name has no address")
+    raise failure
 
 
 def _shut(conn: http.client.HTTPConnection, shut: threading.Event) -> None:
