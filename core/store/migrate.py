@@ -21,7 +21,7 @@ if TYPE_CHECKING:
     from alembic.config import Config
 
 VERSION_TABLE = "laneway_alembic_version"
-HEAD_REVISION = "0034"
+HEAD_REVISION = "0035"
 """The newest migration under `migrations/versions`; a new migration updates it."""
 _SCRIPTS = Path(__file__).with_name("migrations")
 

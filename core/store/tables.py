@@ -481,7 +481,9 @@ def _runs() -> sa.Table:
         # The claim's order (core.runs): read in index order, it stops at the first eligible run.
         sa.Index("ix_runs_queue", "status", "requested_at", "id"),
         sa.Index("ix_runs_idempotency_key", "idempotency_key"),
-        sa.Index("ix_runs_task", "task_id"),
+        # A task's runs; with its agent and claim time, the agent's last turn start (the
+        # feedback cursor, core.agents.feedback) is the index's last entry, not a scan
+        sa.Index("ix_runs_task_agent_claimed", "task_id", "agent_profile_id", "claimed_at"),
         # One claimed run per session, a session being a task's agent (core.runs: the claim
         # passes over a run whose session is busy; this decides when two claims race)
         sa.Index(

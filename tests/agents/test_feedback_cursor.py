@@ -210,3 +210,72 @@ def test_issue_45_item_1_a_comment_stamped_before_a_claim_but_committed_after_is
     third_prompt = prompt_for(host, host.runs.find(third))
     given = [p for p in (second_prompt, third_prompt) if "- carol: said while claimed" in p]
     assert len(given) == 1, (second_prompt, third_prompt)
+
+
+def _runs_visited(host: Host, run: str, agent: str, task: str) -> int:
+    """The rows of `runs` the cursor's statement reads, by the database's own account: SQLite's
+    plan must search the runs by task, agent and claim time (the index's last entry answers the
+    max); PostgreSQL's executed plan counts what each runs node returned and filtered away."""
+    from core.agents import feedback
+
+    params = {"task_id": task, "agent": agent, "run_id": run}
+    with host.store.read() as conn:
+        compiled = feedback._NEWS.compile(dialect=conn.dialect)
+        sql, values = str(compiled), compiled.construct_params(params)
+        if conn.dialect.name == "sqlite":
+            args = tuple(values[name] for name in compiled.positiontup or ())
+            plan = conn.exec_driver_sql("EXPLAIN QUERY PLAN " + sql, args).all()
+            on_runs = [row[3] for row in plan if " runs " in f" {row[3]} "]
+            assert on_runs, plan
+            # a search that names the agent and the claim time reads one entry of the index
+            assert all("agent_profile_id=?" in detail for detail in on_runs), on_runs
+            return 1
+        conn.exec_driver_sql("ANALYZE runs")
+        (doc,) = conn.exec_driver_sql("EXPLAIN (ANALYZE, FORMAT JSON) " + sql, values).one()
+    plan = doc[0]["Plan"] if isinstance(doc, list) else json.loads(doc)[0]["Plan"]
+    seen, nodes = 0, [plan]
+    while nodes:
+        node = nodes.pop()
+        nodes.extend(node.get("Plans", ()))
+        if node.get("Relation Name") == "runs":
+            loops = node.get("Actual Loops", 1)
+            seen += (node.get("Actual Rows", 0) + node.get("Rows Removed by Filter", 0)) * loops
+    return seen
+
+
+def test_issue_45_item_1_the_cursor_reads_the_last_turn_start_not_the_tasks_history(
+    host: Host,
+) -> None:
+    """A long review loop leaves a task with many runs: the cursor (the agent's last turn
+    start) is read at every run, and read through the task's runs one by one it made each turn
+    slower than the last (a quarter of a live turn after 1,000 runs). With 2,000 past runs of
+    two agents, the cursor is the newest claim of this agent's, and the read visits a handful
+    of rows, not the history."""
+    board = review_board(host)
+    task = board.task.id
+    worker_id = host.profiles.get("worker").id
+    other = host.profiles.get("r1").id
+    host.tasks.move(task, "Work")
+    base = stamp(-5000)
+    with host.store.transaction() as uow:
+        uow.conn.execute(
+            sa.insert(t.runs),
+            [
+                {
+                    "id": f"past-{n}",
+                    "agent_profile_id": worker_id if n % 2 else other,
+                    "task_id": task,
+                    "reason": "test",
+                    "status": "finished",
+                    "requested_at": base,
+                    "claimed_at": stamp(-4000 + n),
+                    "finished_at": stamp(-4000 + n),
+                }
+                for n in range(2000)
+            ],
+        )
+    host.comments.add(task, "after the last turn", author="carol")
+    run = enqueue(host, worker_id, task)
+    prompt = prompt_for(host, host.runs.find(run))
+    assert prompt.endswith("Comments:\n- carol: after the last turn")
+    assert _runs_visited(host, run, worker_id, task) <= 4
