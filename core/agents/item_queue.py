@@ -26,12 +26,23 @@ rows)."""
 class ItemQueue:
     """Items put here are written by `write` on a thread of the queue's own, in order; `flush`
     returns once everything put before it is written. A failed write is raised by the next
-    `put` or `flush` (the turn that fed it learns of it), and nothing after it is written."""
+    `put` or `flush` (the turn that fed it learns of it), and nothing after it is written.
+
+    `inline`: no thread; the one thread that puts items also writes them, at its `flush`
+    (and as soon as a batch is full): for a caller that is idle between the items it is handed
+    and can flush whenever it has handled all it has (an ACP turn's `on_idle`). What arrived
+    while a write committed is written together at the next flush, as the writer thread
+    batches it, without a thread switch per item (issue 45)."""
 
     def __init__(
-        self, write: Callable[[Sequence[TranscriptItem]], None], *, limit: int = TURN_ITEMS
+        self,
+        write: Callable[[Sequence[TranscriptItem]], None],
+        *,
+        limit: int = TURN_ITEMS,
+        inline: bool = False,
     ) -> None:
         self._write = write
+        self._inline = inline
         self._limit = limit
         self._taken = 0
         self.dropped = 0
@@ -48,9 +59,15 @@ class ItemQueue:
     def put(self, items: Sequence[TranscriptItem]) -> bool:
         """Queue `items` for the writer; False when they are past the turn's limit (dropped,
         counted) or the queue is stopped."""
+        full = False
         with self._cond:
             self._raise()
-            while len(self._pending) >= PENDING and not self._closed and self._error is None:
+            while (
+                len(self._pending) >= PENDING
+                and not self._inline
+                and not self._closed
+                and self._error is None
+            ):
                 self._cond.wait()
             self._raise()
             if self._closed:
@@ -70,12 +87,16 @@ class ItemQueue:
                 items = items[:room]
             self._taken += len(items)
             self._pending.extend(items)
-            if self._pending:
+            if self._inline:
+                full = len(self._pending) >= BATCH
+            elif self._pending:
                 # past the limit nothing is added: the writer is not woken for nothing, a
                 # thread switch per dropped line (issue 45)
                 self._ensure_writer()
                 self._cond.notify_all()
-            return bool(items)
+        if self._inline and full:
+            self._write_inline(whole=False)
+        return bool(items)
 
     def note(self, note: TranscriptItem) -> None:
         """Queue laneway's own `note` about the turn (a stop that dropped output): kept past
@@ -89,6 +110,9 @@ class ItemQueue:
             self._cond.notify_all()
 
     def flush(self) -> None:
+        if self._inline:
+            self._write_inline(whole=True)
+            return
         with self._cond:
             while (self._pending or self._busy) and self._error is None:
                 self._cond.wait()
@@ -129,7 +153,21 @@ class ItemQueue:
             while self._writing:
                 self._cond.wait()
 
+    def _write_inline(self, *, whole: bool) -> None:
+        """Write what is pending (`whole`), or only its full batches."""
+        self._raise()
+        while self._pending and not self._closed and (whole or len(self._pending) >= BATCH):
+            batch, self._pending = self._pending[:BATCH], self._pending[BATCH:]
+            try:
+                self._write(batch)
+            except BaseException as exc:
+                self._error = exc
+                self._pending.clear()
+                raise
+
     def _ensure_writer(self) -> None:
+        if self._inline:
+            return  # the caller's `flush` writes
         if not self._writing:
             self._writing = True  # under the lock, as `stop` reads it
             spare.run(self._run)

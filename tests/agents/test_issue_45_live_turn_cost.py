@@ -26,7 +26,7 @@ from typing import Any
 import pytest
 import sqlalchemy as sa
 
-from core.agents import worker
+from core.agents import spare, worker
 from core.agents.protocols.acp.items import item
 from core.agents.values import AgentInfo, SessionState, TurnEnd
 from core.host import Host
@@ -153,6 +153,13 @@ def test_issue_45_item_1_a_live_turn_costs_at_most_31_statements_sqlite_24_postg
     monkeypatch.setattr(liveness, "HELD_FRESH_S", 3600.0)
     watch = worker.CancelWatch(host, poll=3600.0)  # its reads are the worker's, not the turn's
     turns = 3
+    # A live turn's items are written and its silence watched by the thread waiting on the
+    # turn: no job goes to another thread (a writer and an idle watch were a switch each way)
+    handed: list[object] = []
+    real_run = spare.run
+    monkeypatch.setattr(
+        spare, "run", lambda job: (handed.append(job) if counted.on else None, real_run(job))
+    )
 
     def run_once(count: bool) -> str:
         host.runs.enqueue(
@@ -185,6 +192,7 @@ def test_issue_45_item_1_a_live_turn_costs_at_most_31_statements_sqlite_24_postg
     assert statements <= LIVE_TURN_STATEMENTS[dialect], seen
     assert transactions <= LIVE_TURN_TRANSACTIONS[dialect], seen
     assert counted.checkouts / turns <= LIVE_TURN_CHECKOUTS
+    assert handed == [], "a live turn handed work to another thread"
     # and the turns did what a turn does: each run's prompt and answer kept, in order, once
     assert len(agent.prompts) == turns + 1
     items = t.transcript_items

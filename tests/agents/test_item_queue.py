@@ -80,6 +80,51 @@ def test_a_failed_write_reaches_the_turn_and_nothing_after_it_is_written() -> No
     assert written == ["ok"]
 
 
+def test_issue_45_item_1_an_inline_queue_writes_on_its_callers_thread_at_flush() -> None:
+    """An ACP turn's items are written by the thread waiting on the turn, between the agent's
+    updates (`inline`): nothing is written before the caller's flush, everything put since the
+    last flush goes in one write (a batch is written as soon as it is full), in order, on the
+    caller's own thread - no thread switch per item."""
+    writes: list[tuple[int, list[str]]] = []
+
+    def write(items: Sequence[TranscriptItem]) -> None:
+        writes.append((threading.get_ident(), [i.text for i in items]))
+
+    queue = ItemQueue(write, inline=True)
+    for n in range(3):
+        queue.put([item("message", str(n))])
+    assert writes == []
+    queue.flush()
+    assert writes == [(threading.get_ident(), ["0", "1", "2"])]
+    queue.flush()  # nothing new: no write
+    assert len(writes) == 1
+    burst = [item("log", f"b{n}") for n in range(BATCH + 10)]
+    queue.put(burst)  # a full batch is written at once, the rest at the next flush
+    assert [len(texts) for _, texts in writes] == [3, BATCH]
+    queue.close()
+    assert [len(texts) for _, texts in writes] == [3, BATCH, 10]
+    assert [t for _, texts in writes[1:] for t in texts] == [i.text for i in burst]
+    assert {thread for thread, _ in writes} == {threading.get_ident()}
+
+
+def test_issue_45_item_1_an_inline_queues_failed_write_is_raised_and_ends_it() -> None:
+    written: list[str] = []
+
+    def failing(items: Sequence[TranscriptItem]) -> None:
+        if any(i.text == "bad" for i in items):
+            raise RuntimeError("no such session")
+        written.extend(i.text for i in items)
+
+    queue = ItemQueue(failing, inline=True)
+    queue.put([item("log", "ok"), item("log", "bad"), item("log", "after")])
+    with pytest.raises(RuntimeError, match="no such session"):
+        queue.flush()
+    with pytest.raises(RuntimeError):
+        queue.put([item("log", "later")])
+    queue.stop()
+    assert written == []  # the batch the failure was in is not partly kept by the queue
+
+
 @pytest.mark.slow  # it starts a process: the subprocess tier
 def test_a_burst_of_lines_is_kept_whole_and_in_order(db_url: str, tmp_path: Path) -> None:
     """An exec agent printing 2,000 lines as fast as it can: every line is a transcript item,

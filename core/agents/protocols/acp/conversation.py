@@ -31,7 +31,6 @@ from typing import TYPE_CHECKING, Any, Final, Protocol
 
 import attrs
 
-from core.agents import spare
 from core.agents.bounds import item
 from core.agents.desired import PLAN_MODE, Desired, with_plan_instruction
 from core.agents.item_queue import ItemQueue
@@ -343,7 +342,12 @@ def run_acp_turn(conversations: Conversations, turn: AcpTurn, record: Record) ->
     watch = _IdleWatch(conn, turn.profile.idle_timeout, turn.asking)
     conversations.running(turn.session_id, conn)
 
-    said = ItemQueue(record.items)
+    # written by this thread between the agent's updates (`on_idle`), not by a writer thread
+    said = ItemQueue(record.items, inline=True)
+
+    def idle() -> None:
+        said.flush()
+        watch.check()
 
     def keep(found: TranscriptItem) -> None:
         watch.heard()
@@ -372,6 +376,8 @@ def run_acp_turn(conversations: Conversations, turn: AcpTurn, record: Record) ->
             timeout=turn.profile.turn_timeout,
             on_elicit=elicit,
             kept=True,
+            on_idle=idle,
+            tick=watch.poll,
         )
         said.close()  # everything it said is kept before its turn ends
     except BaseException:
@@ -382,7 +388,6 @@ def run_acp_turn(conversations: Conversations, turn: AcpTurn, record: Record) ->
         raise
     finally:
         said.stop()
-        watch.stop()
         conversations.running(turn.session_id, None)
     if watch.fired:
         end = TurnEnd("failed", f"agent silent for {turn.profile.idle_timeout:g} s", route="R1")
@@ -622,7 +627,10 @@ def _report_usage(
 
 
 class _IdleWatch:
-    """Cancels a turn from which nothing was heard for `limit` seconds (`--idle-timeout`)."""
+    """Cancels a turn from which nothing was heard for `limit` seconds (`--idle-timeout`),
+    checked by the thread waiting on the turn (`check`, at least every `poll` seconds: the
+    facade's `tick`), not by a thread of its own: a thread handed each turn and woken at its
+    end was a sixth of a live ACP turn's CPU (issue 45)."""
 
     def __init__(
         self, conn: AgentConnection, limit: float, asking: Callable[[], bool] | None = None
@@ -630,8 +638,9 @@ class _IdleWatch:
         self._conn = conn
         self._asking = asking
         self._limit = limit
+        self.poll = min(IDLE_POLL, limit)
         self._last = time.monotonic()
-        self._stop = threading.Event()
+        self._next = self._last + self.poll
         self._paused = False
         self.fired = False
 
@@ -648,18 +657,19 @@ class _IdleWatch:
 
     def start(self) -> None:
         self._last = time.monotonic()
-        spare.run(self._run)  # a thread kept from an earlier turn (core.agents.spare)
+        self._next = self._last + self.poll
 
-    def stop(self) -> None:
-        self._stop.set()
-
-    def _run(self) -> None:
-        while not self._stop.wait(min(IDLE_POLL, self._limit)):
-            if self._paused or (self._asking is not None and self._asking()):
-                self._last = time.monotonic()
-                continue
-            if time.monotonic() - self._last > self._limit:
-                self.fired = True
-                logger.bind(idle_timeout=self._limit).warning("agent silent; cancelling its turn")
-                self._conn.cancel()
-                return
+    def check(self) -> None:
+        """Once a `poll` at most (a question pending through the agent's tools is a read):
+        the turn cancelled when the agent has been silent past the limit."""
+        now = time.monotonic()
+        if self.fired or now < self._next:
+            return
+        self._next = now + self.poll
+        if self._paused or (self._asking is not None and self._asking()):
+            self._last = now
+            return
+        if now - self._last > self._limit:
+            self.fired = True
+            logger.bind(idle_timeout=self._limit).warning("agent silent; cancelling its turn")
+            self._conn.cancel()

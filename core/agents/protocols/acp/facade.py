@@ -75,6 +75,10 @@ OnItem = Callable[[TranscriptItem], None]
 OnPermission = Callable[[PermissionRequest], str | None]
 """Answers a permission question with an option id, or None (cancelled); may block."""
 OnElicit = Callable[[ElicitationRequest], ElicitationAnswer]
+OnIdle = Callable[[], None]
+"""Called by the thread waiting on a turn whenever it has handled everything the agent sent so
+far, and at least every `tick` seconds while nothing comes: where that thread writes what it
+was handed together and checks the turn's silence, with no thread of their own (issue 45)."""
 """Answers a form question (ACP elicitation); may block."""
 
 DEFAULT_POLICY: Final = PermissionPolicy()
@@ -220,6 +224,8 @@ class AgentConnection:
         on_item: OnItem | None = None,
         on_permission: OnPermission | None = None,
         on_elicit: OnElicit | None = None,
+        on_idle: OnIdle | None = None,
+        tick: float | None = None,
     ) -> T:
         on_item = on_item or self.on_item
         on_permission = on_permission or self.on_permission
@@ -233,7 +239,12 @@ class AgentConnection:
 
         future = asyncio.run_coroutine_threadsafe(run(), self._loop)
         while True:
-            event = self._events.get()
+            if on_idle is not None and self._events.empty():
+                on_idle()
+            try:
+                event = self._events.get(timeout=tick)
+            except queue.Empty:
+                continue  # a tick: `on_idle` again
             if event is done:
                 break
             if isinstance(event, TranscriptItem):
@@ -605,10 +616,13 @@ class AgentConnection:
         timeout: float | None = None,
         on_elicit: OnElicit | None = None,
         kept: bool = False,
+        on_idle: OnIdle | None = None,
+        tick: float | None = None,
     ) -> TurnEnd:
         """One turn: `session/prompt` with `text`, every update handed to `on_item` (the
         prompt first, unless the caller `kept` it already), until the agent answers; routed as
-        AGENTS.md says. Never raises for what the agent did."""
+        AGENTS.md says. Never raises for what the agent did. `on_idle` (see `OnIdle`) is
+        called on the caller's thread between updates, and every `tick` seconds."""
         state = self._need_session()
         deliver = on_item or self.on_item
         if deliver is not None and not kept:
@@ -616,7 +630,12 @@ class AgentConnection:
         self._cancelled = False
         self.client.closing = ""
         return self._call(
-            self._prompt(state.session_id, text, timeout), on_item, on_permission, on_elicit
+            self._prompt(state.session_id, text, timeout),
+            on_item,
+            on_permission,
+            on_elicit,
+            on_idle,
+            tick,
         )
 
     async def _prompt(self, session_id: str, text: str, timeout: float | None) -> TurnEnd:
