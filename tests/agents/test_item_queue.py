@@ -4,6 +4,7 @@ arrive, by a writer that batches what arrives while a transaction commits
 
 from __future__ import annotations
 
+import json
 import sys
 import threading
 import time
@@ -152,3 +153,44 @@ def test_a_burst_of_lines_is_kept_whole_and_in_order(db_url: str, tmp_path: Path
             after = page[-1].seq
         host.runtime.close()
     assert logs == [f"line {n}" for n in range(2000)]
+
+
+@pytest.mark.slow  # it starts a process: the subprocess tier
+def test_issue_45_item_1_an_acp_agents_burst_is_kept_whole_and_in_order_in_a_live_turn(
+    db_url: str, tmp_path: Path
+) -> None:
+    """An ACP agent saying 1,200 things in one turn of a live conversation, as fast as its
+    SDK sends them: written by the thread waiting on the turn (full batches as they fill, the
+    rest when it has handled all it was handed), every one is kept, in the order said."""
+    path = tmp_path / "wf.yml"
+    path.write_text(workflow_yaml([]))
+    # a thought first: the agent's echo of the prompt is a message of its own before it
+    said = [f"t{n}" if n % 2 == 0 else f"m{n}" for n in range(1200)]
+    steps = [{"message": s} if s[0] == "m" else {"thought": s} for s in said]
+    script = tmp_path / "script.json"
+    script.write_text(json.dumps({"turns": [[], steps]}))
+    fake = str(Path(__file__).resolve().with_name("fake_acp_agent.py"))
+    with open_host(db_url) as host:
+        (workflow,) = host.workflows.import_file(path)
+        host.profiles.add(
+            "chatty",
+            command=[sys.executable, fake],
+            protocol="acp",
+            env={"FAKE_ACP_SCRIPT_FILE": str(script)},
+        )
+        task = host.tasks.create(workflow=workflow.id, title="Card", step="Backlog")
+        session = host.sessions.start(task.id, profile="chatty", external=False)
+        assert host.runtime.run_turn(session.id, "first").ok  # the conversation starts
+        first = host.sessions.items(session.id, limit=1000)[-1].seq
+        outcome = host.runtime.run_turn(session.id, "talk")  # a live conversation's turn
+        assert outcome.ok, outcome
+        kept: list[str] = []
+        after = first
+        while True:
+            page = host.sessions.items(session.id, after=after, limit=500)
+            if not page:
+                break
+            kept += [i.text for i in page if i.kind in ("message", "thought")]
+            after = page[-1].seq
+        host.runtime.close()
+    assert [k for k in kept if not k.startswith("echo: ")] == said
