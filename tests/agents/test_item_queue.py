@@ -16,6 +16,8 @@ import pytest
 from core.agents.bounds import item
 from core.agents.item_queue import BATCH, ItemQueue
 from core.agents.values import TranscriptItem
+from core.host import Host
+from core.model import Item
 from tests.agents.test_acp_worker import workflow_yaml
 from tests.conftest import open_host
 
@@ -143,14 +145,7 @@ def test_a_burst_of_lines_is_kept_whole_and_in_order(db_url: str, tmp_path: Path
         session = host.sessions.start(task.id, profile="chatty", external=False)
         outcome = host.runtime.run_turn(session.id, "talk")
         assert outcome.ok, outcome
-        logs: list[str] = []
-        after = 0
-        while True:
-            page = host.sessions.items(session.id, after=after, limit=500)
-            if not page:
-                break
-            logs += [i.text for i in page if i.kind == "log"]
-            after = page[-1].seq
+        logs = [i.text for i in _items(host, session.id) if i.kind == "log"]
         host.runtime.close()
     assert logs == [f"line {n}" for n in range(2000)]
 
@@ -184,13 +179,15 @@ def test_issue_45_item_1_an_acp_agents_burst_is_kept_whole_and_in_order_in_a_liv
         first = host.sessions.items(session.id, limit=1000)[-1].seq
         outcome = host.runtime.run_turn(session.id, "talk")  # a live conversation's turn
         assert outcome.ok, outcome
-        kept: list[str] = []
-        after = first
-        while True:
-            page = host.sessions.items(session.id, after=after, limit=500)
-            if not page:
-                break
-            kept += [i.text for i in page if i.kind in ("message", "thought")]
-            after = page[-1].seq
+        kept = [i.text for i in _items(host, session.id, first) if i.kind in ("message", "thought")]
         host.runtime.close()
     assert [k for k in kept if not k.startswith("echo: ")] == said
+
+
+def _items(host: Host, session_id: str, after: int = 0) -> list[Item]:
+    """The session's transcript after `after`, read page by page."""
+    found: list[Item] = []
+    while page := host.sessions.items(session_id, after=after, limit=500):
+        found += page
+        after = page[-1].seq
+    return found
