@@ -20,7 +20,7 @@ import pytest
 import sqlalchemy as sa
 
 from core import faults
-from core.agents import worker
+from core.agents import feedback, worker
 from core.agents.feedback import HEADER
 from core.agents.session import prompt_for
 from core.host import Host
@@ -216,8 +216,6 @@ def _runs_visited(host: Host, run: str, agent: str, task: str) -> int:
     """The rows of `runs` the cursor's statement reads, by the database's own account: SQLite's
     plan must search the runs by task, agent and claim time (the index's last entry answers the
     max); PostgreSQL's executed plan counts what each runs node returned and filtered away."""
-    from core.agents import feedback
-
     params = {"task_id": task, "agent": agent, "run_id": run}
     with host.store.read() as conn:
         compiled = feedback._NEWS.compile(dialect=conn.dialect)

@@ -629,8 +629,9 @@ def _report_usage(
 class _IdleWatch:
     """Cancels a turn from which nothing was heard for `limit` seconds (`--idle-timeout`),
     checked by the thread waiting on the turn (`check`, at least every `poll` seconds: the
-    facade's `tick`), not by a thread of its own: a thread handed each turn and woken at its
-    end was a sixth of a live ACP turn's CPU (issue 45)."""
+    facade's `tick`), not by a thread of its own: handing a thread each turn and waking it at
+    the turn's end, with the same for the item writer, was a quarter of a live ACP turn's CPU
+    (issue 45)."""
 
     def __init__(
         self, conn: AgentConnection, limit: float, asking: Callable[[], bool] | None = None
@@ -660,8 +661,8 @@ class _IdleWatch:
         self._next = self._last + self.poll
 
     def check(self) -> None:
-        """Once a `poll` at most (a question pending through the agent's tools is a read):
-        the turn cancelled when the agent has been silent past the limit."""
+        """The turn cancelled when the agent has been silent past the limit; looked at once a
+        `poll` at most, as the watch's thread did, however often the turn's thread is idle."""
         now = time.monotonic()
         if self.fired or now < self._next:
             return

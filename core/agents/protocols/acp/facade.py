@@ -75,11 +75,11 @@ OnItem = Callable[[TranscriptItem], None]
 OnPermission = Callable[[PermissionRequest], str | None]
 """Answers a permission question with an option id, or None (cancelled); may block."""
 OnElicit = Callable[[ElicitationRequest], ElicitationAnswer]
+"""Answers a form question (ACP elicitation); may block."""
 OnIdle = Callable[[], None]
 """Called by the thread waiting on a turn whenever it has handled everything the agent sent so
 far, and at least every `tick` seconds while nothing comes: where that thread writes what it
 was handed together and checks the turn's silence, with no thread of their own (issue 45)."""
-"""Answers a form question (ACP elicitation); may block."""
 
 DEFAULT_POLICY: Final = PermissionPolicy()
 MAX_LINE: Final = 16 * 1024 * 1024
