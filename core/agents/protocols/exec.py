@@ -5,12 +5,12 @@
 from __future__ import annotations
 
 import contextlib
+import os
 import threading
 import time
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, Final
 
-from core.agents import spare
 from core.agents.bounds import cut_text, item
 from core.agents.desired import exec_env, with_plan_instruction
 from core.agents.item_queue import ItemQueue
@@ -183,43 +183,111 @@ class ExecProtocol:
 class _Deadlines:
     """An exec turn's `--turn-timeout` and `--idle-timeout` (no stdout line for that long):
     when one passes, the agent's process group is killed and the turn fails (R1) with
-    AGENTS.md's message."""
+    AGENTS.md's message. Looked at every `poll` seconds by the process's one deadline keeper
+    (`_Keeper`), not by a thread handed each turn."""
 
     def __init__(self, turn: LiveTurn, turn_timeout: float, idle_timeout: float) -> None:
         self._turn = turn
         self._turn_timeout = turn_timeout
         self._idle_timeout = idle_timeout
+        self.poll = min(WATCH_POLL_S, turn_timeout, idle_timeout)
         self._began = self._last = time.monotonic()
-        self._stop = threading.Event()
 
     def heard(self) -> None:
         self._last = time.monotonic()
 
     def start(self) -> None:
         self._began = self._last = time.monotonic()
-        spare.run(self._run)  # a thread kept from an earlier turn (core.agents.spare)
+        _keeper().add(self)
 
     def stop(self) -> None:
-        self._stop.set()
+        _keeper().remove(self)
+
+    def passed(self, now: float) -> tuple[str, str] | None:
+        """The message and the limit of a deadline passed at `now`, or None."""
+        if now - self._began > self._turn_timeout:
+            return f"turn timed out after {self._turn_timeout:g} s", "turn_timeout"
+        if now - self._last > self._idle_timeout:
+            return f"agent silent for {self._idle_timeout:g} s", "idle_timeout"
+        return None
+
+    def fire(self, message: str, limit: str) -> None:
+        turn = self._turn
+        turn.timed_out = message
+        logger.bind(task_id=turn.task_id, run_id=turn.run_id, limit=limit).warning(
+            f"{message}; killing the agent"
+        )
+        if turn.proc is not None:
+            turn.proc.kill()
+
+
+class _Keeper:
+    """One thread for the deadlines of every exec turn of the process: a turn adds its
+    deadlines and removes them, each a set operation under a lock, where a thread of its own,
+    handed the turn at its start and woken at its end, was two thread switches a turn (issue
+    45). The thread sleeps the shortest `poll` of what it watches (woken when a shorter one
+    comes), and ends after `IDLE_S` with nothing to watch."""
+
+    IDLE_S: Final = 60.0
+
+    def __init__(self) -> None:
+        self._cond = threading.Condition()
+        self._watched: set[_Deadlines] = set()
+        self._running = False
+        self._sleep = self.IDLE_S
+
+    def add(self, deadlines: _Deadlines) -> None:
+        with self._cond:
+            self._watched.add(deadlines)
+            if not self._running:
+                self._running = True
+                self._sleep = deadlines.poll
+                threading.Thread(target=self._run, name="laneway-deadlines", daemon=True).start()
+            elif deadlines.poll < self._sleep:
+                self._cond.notify()
+
+    def remove(self, deadlines: _Deadlines) -> None:
+        with self._cond:
+            self._watched.discard(deadlines)
 
     def _run(self) -> None:
-        poll = min(WATCH_POLL_S, self._turn_timeout, self._idle_timeout)
-        while not self._stop.wait(poll):
-            now = time.monotonic()
-            if now - self._began > self._turn_timeout:
-                message, limit = f"turn timed out after {self._turn_timeout:g} s", "turn_timeout"
-            elif now - self._last > self._idle_timeout:
-                message, limit = f"agent silent for {self._idle_timeout:g} s", "idle_timeout"
-            else:
-                continue
-            turn = self._turn
-            turn.timed_out = message
-            logger.bind(task_id=turn.task_id, run_id=turn.run_id, limit=limit).warning(
-                f"{message}; killing the agent"
-            )
-            if turn.proc is not None:
-                turn.proc.kill()
-            return
+        while True:
+            with self._cond:
+                self._sleep = min((d.poll for d in self._watched), default=self.IDLE_S)
+                self._cond.wait(self._sleep)
+                if not self._watched and self._sleep == self.IDLE_S:
+                    self._running = False
+                    return
+                now = time.monotonic()
+                due = [(d, found) for d in self._watched if (found := d.passed(now))]
+                for d, _found in due:
+                    self._watched.discard(d)  # once: its agent is killed
+            for d, (message, limit) in due:
+                d.fire(message, limit)
+
+
+_KEEPER: list[_Keeper] = []
+
+
+def _keeper() -> _Keeper:
+    if not _KEEPER:
+        with _KEEPER_LOCK:
+            if not _KEEPER:
+                _KEEPER.append(_Keeper())
+    return _KEEPER[0]
+
+
+_KEEPER_LOCK = threading.Lock()
+
+
+def _forgotten() -> None:
+    """A forked child has none of its parent's threads: its keeper starts anew."""
+    global _KEEPER_LOCK
+    _KEEPER.clear()
+    _KEEPER_LOCK = threading.Lock()
+
+
+os.register_at_fork(after_in_child=_forgotten)
 
 
 def unread_note(turn: LiveTurn, session_id: str | None, unread: int) -> TranscriptItem:
