@@ -99,8 +99,11 @@ def sleeper(seconds: float) -> list[str]:
     return python_agent(f"import sys, time; sys.stdin.read(); time.sleep({seconds})")
 
 
-def recorder(path: Path, seconds: float = 0.0) -> list[str]:
-    """An agent that appends `start <t>` and `end <t>` (monotonic-free wall clock) to `path`."""
+def recorder(path: Path, seconds: float = 0.0, *, meet: int = 0) -> list[str]:
+    """An agent that appends `start <t>` and `end <t>` (monotonic-free wall clock) to `path`.
+    `meet`: before it ends it also waits (20 s at most) until that many agents have started,
+    so agents run side by side always overlap, however late a loaded machine starts one, and
+    agents run one after the other never do."""
     code = (
         "import sys, time, os\n"
         "sys.stdin.read()\n"
@@ -108,6 +111,9 @@ def recorder(path: Path, seconds: float = 0.0) -> list[str]:
         "run = os.environ['LANEWAY_RUN_ID']\n"
         "open(p, 'a').write(f'start {run} {time.time()}\\n')\n"
         f"time.sleep({seconds})\n"
+        "deadline = time.monotonic() + 20\n"
+        f"while open(p).read().count('start ') < {meet} and time.monotonic() < deadline:\n"
+        "    time.sleep(0.02)\n"
         "open(p, 'a').write(f'end {run} {time.time()}\\n')\n"
     )
     return python_agent(code)

@@ -102,24 +102,6 @@ def test_two_claims_of_one_sessions_runs_at_once_take_one(
     assert _claimed_runs(host, agent) == 1
 
 
-def _meeting(path: Path, parties: int = 2) -> list[str]:
-    """A `recorder` agent that, once started, waits (20 s at most) until `parties` agents have
-    started before it ends: agents that run side by side always overlap, however long a loaded
-    machine takes to start the second; agents run one after the other never do."""
-    code = (
-        "import sys, time, os\n"
-        "sys.stdin.read()\n"
-        f"p = {str(path)!r}\n"
-        "run = os.environ['LANEWAY_RUN_ID']\n"
-        "open(p, 'a').write(f'start {run} {time.time()}\\n')\n"
-        "deadline = time.monotonic() + 20\n"
-        f"while open(p).read().count('start ') < {parties} and time.monotonic() < deadline:\n"
-        "    time.sleep(0.02)\n"
-        "open(p, 'a').write(f'end {run} {time.time()}\\n')\n"
-    )
-    return python_agent(code)
-
-
 @pytest.mark.slow  # it starts agent processes: the subprocess tier
 def test_a_worker_running_two_at_once_runs_a_sessions_turns_one_after_the_other(
     host: Host, tmp_path: Path
@@ -130,7 +112,9 @@ def test_a_worker_running_two_at_once_runs_a_sessions_turns_one_after_the_other(
     one, two = (host.tasks.create(workflow=wf, title=f"task {n}").id for n in (1, 2))
     same_log, apart_log = tmp_path / "same.log", tmp_path / "apart.log"
     same = host.profiles.add("same", command=recorder(same_log, 0.4), max_concurrent_sessions=2)
-    apart = host.profiles.add("apart", command=_meeting(apart_log), max_concurrent_sessions=2)
+    apart = host.profiles.add(
+        "apart", command=recorder(apart_log, meet=2), max_concurrent_sessions=2
+    )
     first, second = enqueue(host, same.id, one), enqueue(host, same.id, one)
     enqueue(host, apart.id, one)
     enqueue(host, apart.id, two)

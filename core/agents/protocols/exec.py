@@ -198,10 +198,10 @@ class _Deadlines:
 
     def start(self) -> None:
         self._began = self._last = time.monotonic()
-        _keeper().add(self)
+        _keeper.add(self)
 
     def stop(self) -> None:
-        _keeper().remove(self)
+        _keeper.remove(self)
 
     def passed(self, now: float) -> tuple[str, str] | None:
         """The message and the limit of a deadline passed at `now`, or None."""
@@ -266,25 +266,14 @@ class _Keeper:
                 d.fire(message, limit)
 
 
-_KEEPER: list[_Keeper] = []
-
-
-def _keeper() -> _Keeper:
-    if not _KEEPER:
-        with _KEEPER_LOCK:
-            if not _KEEPER:
-                _KEEPER.append(_Keeper())
-    return _KEEPER[0]
-
-
-_KEEPER_LOCK = threading.Lock()
+_keeper = _Keeper()
+"""Made at import (no thread until a turn adds its deadlines)."""
 
 
 def _forgotten() -> None:
     """A forked child has none of its parent's threads: its keeper starts anew."""
-    global _KEEPER_LOCK
-    _KEEPER.clear()
-    _KEEPER_LOCK = threading.Lock()
+    global _keeper
+    _keeper = _Keeper()
 
 
 os.register_at_fork(after_in_child=_forgotten)
