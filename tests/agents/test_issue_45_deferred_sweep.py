@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import subprocess
+import time
 
 import pytest
 
@@ -16,12 +17,19 @@ pytestmark = pytest.mark.slow
 
 def _leftover(execution_id: str) -> subprocess.Popen[bytes]:
     """A process in a session of its own carrying a turn's mark, as a `setsid` child of an
-    agent does."""
-    return subprocess.Popen(
+    agent does, once its mark can be read. Popen returns when the exec has closed its error
+    pipe, before the kernel has set the new environment's bounds: until then /proc shows an
+    empty environment (CI run 53 swept nothing, at load 5)."""
+    proc = subprocess.Popen(
         ["sleep", "300"],
         env={"PATH": os.environ["PATH"], process.EXECUTION_ENV: execution_id},
         start_new_session=True,
     )
+    mark = f"{process.EXECUTION_ENV}={execution_id}".encode()
+    deadline = time.monotonic() + 10
+    while mark not in (process._environ(str(proc.pid)) or b"") and time.monotonic() < deadline:
+        time.sleep(0.001)
+    return proc
 
 
 def test_issue_45_item_4_two_turns_leftovers_are_swept_together_and_no_other_turns() -> None:
