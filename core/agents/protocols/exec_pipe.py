@@ -1,6 +1,7 @@
 """An exec agent's stdout, drained apart from what is done with it (issue 45 item 2).
 
-A thread of its own (`Pipe.start`) only reads the pipe, in chunks of up to `READ` bytes, into a
+The process's exec reactor (`Pipe.start`, core.agents.protocols.exec_reactor: one thread
+for every turn's pipes) only reads the pipe, in chunks of up to `READ` bytes, into a
 buffer; the turn's thread takes the buffer's chunks (`Pipe.lines`), splits them into lines and
 does each line's work (JSON, bounds, the item writer). Measured before: the reader, the line
 work and the item writer shared one GIL at 25 µs of CPU per kept line against the agent's 9 µs
@@ -26,7 +27,7 @@ import threading
 from collections.abc import Iterator
 from typing import Final
 
-from core.agents import spare
+from core.agents.protocols import exec_reactor
 from core.logs import logger
 
 READ: Final = 1024 * 1024
@@ -36,13 +37,15 @@ BOUND: int = 16 * 1024 * 1024
 agent waits on its full pipe. 16 MiB is 370,000 short lines, seconds of a chatty agent's
 output, and keeps a flooding agent's worker within issue 38's memory bound (48 MiB over a
 quiet one's: the buffer, a chunk and a line cap)."""
+_VIEW: Final = memoryview(bytearray(READ))
+"""The buffer every read takes into: reads happen on the reactor's one thread only."""
 PIPE_SIZE: Final = 1024 * 1024
 """The pipe's capacity asked for (at most the system's `fs.pipe-max-size`): 64 KiB by default,
 a few milliseconds of a chatty agent."""
 
 
 class Pipe:
-    """One agent's stdout: `start` drains it on a thread of its own; `lines` yields its lines
+    """One agent's stdout: `start` drains it on the reactor's thread; `lines` yields its lines
     in order on the caller's thread."""
 
     def __init__(self, fd: int, *, bound: int | None = None) -> None:
@@ -64,17 +67,19 @@ class Pipe:
         """Bytes read from the pipe so far."""
         self._abandoned = False
         self._ended = False
+        self._paused = False
         self._partial = bytearray()
         self._over = 0
 
     def start(self) -> None:
-        spare.run(self._pump)
+        exec_reactor.reactor.watch(self._fd, self._readable)
 
     def abandon(self) -> None:
         """Stop: what is buffered is dropped (counted in `unread`), what comes is read and
         dropped; `lines` ends after the line it is on."""
         with self._cond:
             self._abandoned = True
+            self._resume()
             self._cond.notify_all()
 
     def wait_ended(self) -> None:
@@ -91,43 +96,53 @@ class Pipe:
                 lambda: self.read_bytes >= size or self._ended, timeout=timeout
             )
 
-    def _pump(self) -> None:
-        buffer = bytearray(READ)
-        view = memoryview(buffer)
+    def _readable(self) -> None:
+        """On the reactor's thread: read what the pipe holds, up to the bound."""
+        with self._cond:
+            room = READ if self._abandoned else min(READ, self._bound - self.buffered)
+        if room <= 0:
+            return
         try:
-            while True:
-                with self._cond:
-                    while self.buffered >= self._bound and not self._abandoned:
-                        if not self.held.is_set():
-                            self.held.set()
-                            logger.bind(bound=self._bound).warning(
-                                "agent output backlog at its bound: reading paused until the "
-                                "worker catches up (the agent waits on its pipe)"
-                            )
-                        self._cond.wait()
-                    room = READ if self._abandoned else min(READ, self._bound - self.buffered)
-                try:
-                    # into one buffer kept for the turn: no megabyte allocated per read
-                    size = os.readv(self._fd, [view[:room]])
-                except OSError:
-                    size = 0
-                if not size:
-                    return
-                chunk = bytes(view[:size])
-                with self._cond:
-                    self.read_bytes += size
-                    if self._abandoned:
-                        self.unread += size
-                    else:
-                        self._chunks.append(chunk)
-                        self.buffered += size
-                        self.peak = max(self.peak, self.buffered)
-                    self._cond.notify_all()
-        finally:
+            # into the one buffer of the reactor's thread: no megabyte allocated per read
+            size = os.readv(self._fd, [_VIEW[:room]])
+        except BlockingIOError:
+            return  # nothing after all (the reactor may call once too often)
+        except OSError:
+            size = 0
+        if not size:
+            exec_reactor.reactor.unwatch(self._fd)
             os.close(self._fd)
             with self._cond:
                 self._ended = True
                 self._cond.notify_all()
+            return
+        chunk = bytes(_VIEW[:size])
+        with self._cond:
+            self.read_bytes += size
+            if self._abandoned:
+                self.unread += size
+            else:
+                self._chunks.append(chunk)
+                self.buffered += size
+                self.peak = max(self.peak, self.buffered)
+                if self.buffered >= self._bound:
+                    # the pipe's own back-pressure: the agent waits on it until `lines` takes
+                    self._paused = True
+                    exec_reactor.reactor.unwatch(self._fd)
+                    if not self.held.is_set():
+                        self.held.set()
+                        logger.bind(bound=self._bound).warning(
+                            "agent output backlog at its bound: reading paused until the "
+                            "worker catches up (the agent waits on its pipe)"
+                        )
+            self._cond.notify_all()
+
+    def _resume(self) -> None:
+        """Under the lock: reading paused at the bound goes on (room was made, or what comes
+        is dropped)."""
+        if self._paused and (self._abandoned or self.buffered < self._bound):
+            self._paused = False
+            exec_reactor.reactor.watch(self._fd, self._readable)
 
     def lines(self, limit: int) -> Iterator[tuple[str, int]]:
         """The pipe's lines in order, decoded (UTF-8, bad bytes replaced), each with the bytes
@@ -145,6 +160,7 @@ class Pipe:
                     break
                 chunk = self._chunks.popleft()
                 self.buffered -= len(chunk)
+                self._resume()
                 self._cond.notify_all()
             carried = len(self._partial)  # a line begun in the chunk before
             for at, (raw, cut) in enumerate(self._split(chunk, limit)):

@@ -47,6 +47,7 @@ from typing import Any, Final
 import attrs
 
 from core.agents import spare, watchdog_link
+from core.agents.protocols import exec_reactor
 from core.agents.protocols.exec_pipe import Pipe, enlarge
 from core.text import MAX_TEXT
 
@@ -115,28 +116,16 @@ class AgentProcess:
     execution_id: str
     on_message: Callable[[Message], None]
     pipe: Pipe
-    """Its stdout, drained by a thread of its own from the moment it starts."""
+    """Its stdout, drained on the reactor's thread from the moment it starts."""
     on_line: Callable[[str], None] | None = None
     """Each transcript line as it arrives (the board keeps it while the turn runs)."""
     lines: int = 0
+    stderr: StderrTail = attrs.field(factory=lambda: StderrTail(None))
+    """Its stderr, read to its end as it comes, only the tail kept."""
     read: threading.Event = attrs.field(factory=threading.Event)
-    """Set when the agent's output has ended (`_sweep_on_exit` waits for it)."""
+    """Set when the agent's output has ended (`_on_exit` looks)."""
 
     def wait(self) -> TurnResult:
-        stderr = self.popen.stderr
-        assert stderr is not None
-        tail = bytearray()
-        drained = threading.Event()
-
-        def drain() -> None:
-            try:
-                _keep_tail(stderr, tail)
-            finally:
-                drained.set()
-
-        # threads kept from earlier turns (core.agents.spare): starting one waits for the
-        # new thread to be scheduled, a millisecond a start on a busy machine (issue 45)
-        spare.run(drain)
         try:
             for line, cut in self.pipe.lines(MAX_LINE):
                 self._handle(line.rstrip("\r"), cut)
@@ -159,8 +148,7 @@ class AgentProcess:
         # with the other turns that ended meanwhile (`defer_sweep`)
         defer_sweep(self.execution_id, self.popen.pid)
         code = self.popen.wait()
-        drained.wait()
-        errors = bytes(tail).decode("utf-8", "replace")
+        errors = self.stderr.text()
         return TurnResult(
             code, self.lines, errors[-STDERR_TAIL:], self.execution_id, self.pipe.unread
         )
@@ -195,12 +183,40 @@ class AgentProcess:
             self.popen.kill()
 
 
-def _keep_tail(stream: Any, tail: bytearray) -> None:
-    """Read the agent's stderr to its end, keeping only its last STDERR_KEEP bytes."""
-    while chunk := stream.read1(_CHUNK):
-        tail.extend(chunk)
-        if len(tail) > STDERR_KEEP:
-            del tail[: len(tail) - STDERR_KEEP]
+class StderrTail:
+    """An agent's stderr read to its end on the reactor's thread, keeping only its last
+    STDERR_KEEP bytes; `text` waits for its end."""
+
+    def __init__(self, fd: int | None) -> None:
+        self._tail = bytearray()
+        self._ended = threading.Event()
+        self._fd = fd
+        if fd is None:
+            self._ended.set()
+        else:
+            exec_reactor.reactor.watch(fd, self._readable)
+
+    def _readable(self) -> None:
+        assert self._fd is not None
+        try:
+            chunk = os.read(self._fd, _CHUNK)
+        except BlockingIOError:
+            return
+        except OSError:
+            chunk = b""
+        if not chunk:
+            exec_reactor.reactor.unwatch(self._fd)
+            os.close(self._fd)
+            self._ended.set()
+            return
+        self._tail += chunk
+        if len(self._tail) > STDERR_KEEP:
+            del self._tail[: len(self._tail) - STDERR_KEEP]
+
+    def text(self) -> str:
+        """The tail, once stderr has ended (decoded, bad bytes replaced)."""
+        self._ended.wait()
+        return bytes(self._tail).decode("utf-8", "replace")
 
 
 def kill_group(pgid: int) -> None:
@@ -318,20 +334,23 @@ def start(
     watchdog_link.track(popen.pid)
     # What the agent moved out of its group would hold its output pipes open past its exit
     # (the turn would not end until it did): swept the moment the agent exits.
-    pid, read = popen.pid, threading.Event()
-    spare.run(lambda: _sweep_on_exit(execution_id, pid, read))
+    read = threading.Event()
+    _watch_exit(execution_id, popen.pid, read)
     assert popen.stdin is not None
     assert popen.stdout is not None
+    assert popen.stderr is not None
     # drained from now on, the prompt's writing included, apart from its lines' processing
     enlarge(popen.stdout.fileno())
     pipe = Pipe(popen.stdout.fileno())
     pipe.start()
+    # a descriptor of its own, as the pipe's: closed when read to its end
+    stderr = StderrTail(os.dup(popen.stderr.fileno()))
     try:
         popen.stdin.write(prompt.encode("utf-8", "replace"))
         popen.stdin.close()
     except BrokenPipeError:
         pass  # the agent did not read its prompt; its exit status tells the rest
-    return AgentProcess(popen, execution_id, on_message, pipe, on_line, read=read)
+    return AgentProcess(popen, execution_id, on_message, pipe, on_line, stderr=stderr, read=read)
 
 
 _deferred: dict[str, int] = {}
@@ -375,6 +394,29 @@ def sweep_deferred() -> list[int]:
 atexit.register(sweep_deferred)
 
 
+def _watch_exit(execution_id: str, agent: int, read: threading.Event) -> None:
+    """At the agent's exit, give its output HELD_OPEN_S to end; what still holds it open then
+    is swept. Its exit is a pidfd on the reactor's thread (Linux 5.3); without one, a thread
+    waits for it."""
+    try:
+        exited = os.pidfd_open(agent)
+    except (AttributeError, OSError):
+        spare.run(lambda: _sweep_on_exit(execution_id, agent, read))
+        return
+
+    def on_exit() -> None:
+        exec_reactor.reactor.unwatch(exited)
+        os.close(exited)
+        exec_reactor.reactor.later(HELD_OPEN_S, held)
+
+    def held() -> None:
+        if not read.is_set():
+            # off the reactor's thread: a sweep reads every process's environment
+            spare.run(lambda: _sweep_held(execution_id, agent))
+
+    exec_reactor.reactor.watch(exited, on_exit)
+
+
 def _sweep_on_exit(execution_id: str, agent: int, read: threading.Event) -> None:
     with contextlib.suppress(ChildProcessError, OSError):
         os.waitid(os.P_PID, agent, os.WEXITED | os.WNOWAIT)
@@ -382,6 +424,10 @@ def _sweep_on_exit(execution_id: str, agent: int, read: threading.Event) -> None
         # nothing holds its output open: the sweep after the turn finds what it left (a sweep
         # reads every process's environment: one a run saved, issue 45)
         return
+    _sweep_held(execution_id, agent)
+
+
+def _sweep_held(execution_id: str, agent: int) -> None:
     # the agent's group is the turn's end's to kill (what it still prints is the turn's)
     sweep_leftovers(execution_id, agent, spare_group=True)
 
