@@ -82,8 +82,9 @@ def test_issue_45_item_4_turns_at_once_keep_every_line_and_stderr_tail_on_one_th
 
 def test_issue_45_item_4_a_leftover_holding_the_output_is_swept_at_the_agents_exit() -> None:
     """The agent exits at once, its `setsid` child holding stdout and stderr open for 300 s:
-    the reactor sees the exit, the output still open 0.1 s later is swept, and the turn ends in
-    seconds, the child killed."""
+    the reactor sees the exit, the output still open 0.1 s later is swept, and the turn ends
+    long before the child would have (within a minute even on a loaded machine; a second on a
+    quiet one), the child killed."""
     code = (
         "import subprocess, sys\n"
         "child = subprocess.Popen(['sleep', '300'], start_new_session=True)\n"
@@ -91,7 +92,7 @@ def test_issue_45_item_4_a_leftover_holding_the_output_is_swept_at_the_agents_ex
     )
     began = time.monotonic()
     result, lines = _turn(code, "reactor-held")
-    assert time.monotonic() - began < 10
+    assert time.monotonic() - began < 60
     assert result.exit_code == 0
     child = int(lines[0].split()[1])
     deadline = time.monotonic() + WAIT_S
