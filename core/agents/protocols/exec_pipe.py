@@ -100,8 +100,10 @@ class Pipe:
         """On the reactor's thread: read what the pipe holds, up to the bound."""
         with self._cond:
             room = READ if self._abandoned else min(READ, self._bound - self.buffered)
-        if room <= 0:
-            return
+            if room <= 0:  # never left watched at the bound: a readable pipe would spin
+                self._paused = True
+                exec_reactor.reactor.unwatch(self._fd)
+                return
         try:
             # into the one buffer of the reactor's thread: no megabyte allocated per read
             size = os.readv(self._fd, [_VIEW[:room]])

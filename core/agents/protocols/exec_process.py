@@ -123,7 +123,7 @@ class AgentProcess:
     stderr: StderrTail = attrs.field(factory=lambda: StderrTail(None))
     """Its stderr, read to its end as it comes, only the tail kept."""
     read: threading.Event = attrs.field(factory=threading.Event)
-    """Set when the agent's output has ended (`_on_exit` looks)."""
+    """Set when the agent's output has ended (`_watch_exit` looks, HELD_OPEN_S after its exit)."""
 
     def wait(self) -> TurnResult:
         try:
