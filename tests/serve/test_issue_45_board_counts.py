@@ -8,6 +8,7 @@ database, both databases."""
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -16,9 +17,12 @@ import pytest
 import sqlalchemy as sa
 from starlette.testclient import TestClient
 
+from core import ids
 from core.host import Host
 from core.runs import RunRequest
+from core.serve import board_view
 from core.serve.app import build_app
+from core.store import tables as t
 from office_plugin import demo
 
 TOKEN = "board-counts-token-0123456789"
@@ -190,3 +194,101 @@ def test_issue_45_item_5_a_pages_lanes_asked_at_once_on_a_new_shape_all_answer(
             assert answers == alone
     finally:
         sys.setswitchinterval(switch)
+
+
+def test_issue_45_item_5_a_lane_pages_badge_read_probes_its_cards_rows_not_whole_tables(
+    board: tuple[Host, TestClient, Any],
+) -> None:
+    """A full lane page's badge read finds its cards' runs and sessions through their task
+    indexes, however many rows of other cards the tables hold and whatever the database knows
+    of them: here 10,000 other cards with a run and a session each, analysed (the size of
+    `bench_board_counts`' runs). Asked `task_id IN (SELECT … FROM the page)`, PostgreSQL chose
+    a scan of each whole table over a probe per card (12 ms of a lane page's 23 at 100,000
+    tasks); SQLite searches the indexes either way."""
+    host, _client, built = board
+    wf = built.workflow
+    first = host.tasks.create(workflow=wf.id, title="Card")
+    agent = host.profiles.list()[0].id
+    stamp = ids.now()
+    review = next(s.id for s in wf.steps if s.name == "Review")
+    lane = [ids.new_id() for _ in range(200)]  # a full first page
+    others = [ids.new_id() for _ in range(10_000)]
+    with host.store.transaction() as uow:
+        uow.conn.execute(
+            sa.insert(t.tasks),
+            [
+                {
+                    "id": task_id,
+                    "workspace_id": first.workspace_id,
+                    "workflow_id": wf.id,
+                    "workflow_step_id": review if task_id in lane else wf.steps[0].id,
+                    "title": "a card",
+                    "description": "",
+                    "state": "TODO",
+                    "created_at": stamp,
+                    "updated_at": stamp,
+                }
+                for task_id in (*lane, *others)
+            ],
+        )
+        uow.conn.execute(
+            sa.insert(t.runs),
+            [
+                {
+                    "id": ids.new_id(),
+                    "agent_profile_id": agent,
+                    "task_id": others[n],
+                    "reason": "test",
+                    "status": ("done", "failed")[n % 2],
+                    "requested_at": stamp,
+                }
+                for n in range(10_000)
+            ],
+        )
+        uow.conn.execute(
+            sa.insert(t.task_sessions),
+            [
+                {
+                    "id": ids.new_id(),
+                    "task_id": others[n],
+                    "agent_profile_id": agent,
+                    "state": "COMPLETED",
+                    "metadata": "{}",
+                    "started_at": stamp,
+                    "updated_at": stamp,
+                }
+                for n in range(10_000)
+            ],
+        )
+    seen: list[tuple[str, Any]] = []
+
+    def keep(_c: Any, _cur: Any, statement: str, parameters: Any, _ctx: Any, _many: Any) -> None:
+        if statement.startswith("WITH board_page"):
+            seen.append((statement, parameters))
+
+    with host.store.read() as conn:
+        if not host.store.is_sqlite:
+            conn.exec_driver_sql("ANALYZE runs, task_sessions, tasks")
+        sa.event.listen(host.store.engine, "before_cursor_execute", keep)
+        try:
+            answer = board_view.read(
+                conn, wf, board_view.BoardQuery(step_id=review, limit=200, counts=False), _go_on
+            )
+        finally:
+            sa.event.remove(host.store.engine, "before_cursor_execute", keep)
+        assert sorted(card["id"] for card in answer["tasks"]) == sorted(lane)
+        assert len(seen) == 1
+        statement, parameters = seen[0]
+        explain = "EXPLAIN QUERY PLAN" if host.store.is_sqlite else "EXPLAIN"
+        rows = conn.exec_driver_sql(f"{explain} {statement}", parameters).all()
+    plan = "\n".join(" ".join(str(cell) for cell in row) for row in rows)
+    for table in ("runs", "task_sessions"):
+        if host.store.is_sqlite:
+            assert not re.search(rf"SCAN {table}\b(?! USING)", plan), plan
+        else:
+            assert not re.search(rf"Seq Scan on {table}\b", plan), plan
+            assert re.search(rf"Index Scan using \w+ on {table}\b", plan), plan
+
+
+def _go_on() -> None:
+    return None
