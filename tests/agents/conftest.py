@@ -13,7 +13,7 @@ import shutil
 import subprocess
 import sys
 import textwrap
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -22,6 +22,7 @@ import pytest
 import sqlalchemy as sa
 
 from core import ids
+from core.agents import spare
 from core.host import Host
 from core.runs import RunRequest
 from core.store import tables as t
@@ -206,3 +207,18 @@ def started() -> Iterator[list[subprocess.Popen[str]]]:
         if proc.poll() is None:
             proc.kill()
             proc.wait(timeout=10)
+
+
+@pytest.fixture
+def handed_jobs(monkeypatch: pytest.MonkeyPatch) -> list[Callable[[], None]]:
+    """Every job handed to another thread (`core.agents.spare.run`) while the test runs, in
+    order; each still runs."""
+    handed: list[Callable[[], None]] = []
+    real = spare.run
+
+    def run(job: Callable[[], None]) -> None:
+        handed.append(job)
+        real(job)
+
+    monkeypatch.setattr(spare, "run", run)
+    return handed

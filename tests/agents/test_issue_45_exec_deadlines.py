@@ -8,11 +8,8 @@ from __future__ import annotations
 
 import threading
 import time
-from typing import Any
+from collections.abc import Callable
 
-import pytest
-
-from core.agents import spare
 from core.agents.protocols import exec as exec_protocol
 from core.agents.stops import LiveTurn
 
@@ -35,11 +32,8 @@ def _turn(name: str) -> tuple[LiveTurn, _Proc]:
 
 
 def test_issue_45_the_keeper_kills_the_silent_and_the_late_once_and_leaves_the_talking(
-    monkeypatch: pytest.MonkeyPatch,
+    handed_jobs: list[Callable[[], None]],
 ) -> None:
-    handed: list[Any] = []
-    real = spare.run
-    monkeypatch.setattr(spare, "run", lambda job: (handed.append(job), real(job)))
     silent, silent_proc = _turn("silent")
     talking, talking_proc = _turn("talking")
     late, late_proc = _turn("late")
@@ -61,7 +55,7 @@ def test_issue_45_the_keeper_kills_the_silent_and_the_late_once_and_leaves_the_t
     assert (silent.timed_out, silent_proc.kills) == ("agent silent for 0.3 s", 1)
     assert (late.timed_out, late_proc.kills) == ("turn timed out after 0.4 s", 1)
     assert (talking.timed_out, talking_proc.kills) == (None, 0)
-    assert handed == [], "a turn's deadlines were handed to a thread of their own"
+    assert handed_jobs == [], "a turn's deadlines were handed to a thread of their own"
     keepers = [t for t in threading.enumerate() if t.name == "laneway-deadlines"]
     assert len(keepers) == 1
 

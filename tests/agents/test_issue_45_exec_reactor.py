@@ -15,7 +15,6 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from core.agents import spare
 from core.agents.protocols import exec_process as process
 
 pytestmark = pytest.mark.slow  # agents are real processes: the subprocess tier
@@ -36,26 +35,13 @@ def _turn(code: str, execution_id: str) -> tuple[process.TurnResult, list[str]]:
     return agent.wait(), lines
 
 
-def _handed(monkeypatch: pytest.MonkeyPatch) -> list[Callable[[], None]]:
-    handed: list[Callable[[], None]] = []
-    real = spare.run
-
-    def run(job: Callable[[], None]) -> None:
-        handed.append(job)
-        real(job)
-
-    monkeypatch.setattr(spare, "run", run)
-    return handed
-
-
 def test_issue_45_item_4_turns_at_once_keep_every_line_and_stderr_tail_on_one_thread(
-    monkeypatch: pytest.MonkeyPatch,
+    handed_jobs: list[Callable[[], None]],
 ) -> None:
     """Eight agents at once, each printing 2,000 lines and a stderr of 20,000 bytes ending in
     its own name: each turn has its own lines in order and its own stderr tail. No turn hands a
     job to another thread (the sweep after the turns, one for all, aside), and one reactor
     thread served them."""
-    handed = _handed(monkeypatch)
     code = (
         "import sys\n"
         "name = {name!r}\n"
@@ -75,7 +61,7 @@ def test_issue_45_item_4_turns_at_once_keep_every_line_and_stderr_tail_on_one_th
         assert result.stderr_tail.endswith(f" the end of agent-{n}\n")
         assert len(result.stderr_tail) == process.STDERR_TAIL
     # the deferred sweep (one for every turn that ended within its wait) is the only job
-    assert all(getattr(job, "__name__", "") == "_sweep_soon" for job in handed), handed
+    assert all(getattr(job, "__name__", "") == "_sweep_soon" for job in handed_jobs), handed_jobs
     readers = [t for t in threading.enumerate() if t.name == "laneway-exec-io"]
     assert len(readers) == 1
 
