@@ -1,6 +1,7 @@
 """Issue 45: an exec turn's deadlines (`--turn-timeout`, `--idle-timeout`) are watched by the
-process's one deadline keeper, not by a thread handed each turn and woken at its end (two
-thread switches of every run a worker drains). What the deadlines do is unchanged: an agent
+process's one deadline keeper, a job on the exec reactor's thread, not by a thread handed each
+turn and woken at its end (two thread switches of every run a worker drains) nor by a thread
+of the keeper's own. What the deadlines do is unchanged: an agent
 silent past its idle timeout, or working past its turn timeout, is killed once with AGENTS.md's
 message; one that keeps talking is left alone, however many turns are watched at once."""
 
@@ -11,6 +12,7 @@ import time
 from collections.abc import Callable
 
 from core.agents.protocols import exec as exec_protocol
+from core.agents.protocols import exec_reactor
 from core.agents.stops import LiveTurn
 
 
@@ -56,8 +58,9 @@ def test_issue_45_the_keeper_kills_the_silent_and_the_late_once_and_leaves_the_t
     assert (late.timed_out, late_proc.kills) == ("turn timed out after 0.4 s", 1)
     assert (talking.timed_out, talking_proc.kills) == (None, 0)
     assert handed_jobs == [], "a turn's deadlines were handed to a thread of their own"
-    keepers = [t for t in threading.enumerate() if t.name == "laneway-deadlines"]
-    assert len(keepers) == 1
+    names = [t.name for t in threading.enumerate()]
+    assert names.count("laneway-exec-io") == 1, names
+    assert "laneway-deadlines" not in names, names
 
 
 def test_issue_45_a_stopped_turns_deadlines_are_not_watched_any_more() -> None:
@@ -69,3 +72,31 @@ def test_issue_45_a_stopped_turns_deadlines_are_not_watched_any_more() -> None:
     watch.stop()
     time.sleep(0.6)
     assert (turn.timed_out, proc.kills) == (None, 0)
+
+
+def test_issue_45_a_job_armed_from_any_thread_runs_on_the_reactor_in_its_order() -> None:
+    """`later` from a thread that is not the reactor's: a job due before every other one wakes
+    the reactor (it would otherwise sleep until the other is due), jobs run on the reactor's
+    thread, and a cancelled one never runs."""
+    ran: list[tuple[str, str, float]] = []
+    began = time.monotonic()
+    first, after = threading.Event(), threading.Event()
+
+    def job(name: str, done: threading.Event | None = None) -> Callable[[], None]:
+        def run() -> None:
+            ran.append((name, threading.current_thread().name, time.monotonic() - began))
+            if done is not None:
+                done.set()
+
+        return run
+
+    late = exec_reactor.reactor.later(5.0, job("late"))
+    exec_reactor.reactor.later(0.2, job("cancelled")).cancel()
+    exec_reactor.reactor.later(0.1, job("first", first))
+    assert first.wait(30.0), ran
+    assert ran[0][:2] == ("first", "laneway-exec-io")
+    assert ran[0][2] < 5.0, "the reactor slept until the late job instead of being woken"
+    late.cancel()
+    exec_reactor.reactor.later(0.3, job("after", after))
+    assert after.wait(30.0), ran
+    assert [name for name, _thread, _at in ran] == ["first", "after"]

@@ -15,6 +15,7 @@ from core.agents.bounds import cut_text, item
 from core.agents.desired import exec_env, with_plan_instruction
 from core.agents.item_queue import ItemQueue
 from core.agents.protocols import exec_process as process
+from core.agents.protocols import exec_reactor
 from core.agents.stops import InFlight, LiveTurn
 from core.agents.values import TranscriptItem, TurnEnd
 from core.errors import LanewayError, RunFenced
@@ -184,7 +185,7 @@ class _Deadlines:
     """An exec turn's `--turn-timeout` and `--idle-timeout` (no stdout line for that long):
     when one passes, the agent's process group is killed and the turn fails (R1) with
     AGENTS.md's message. Looked at every `poll` seconds by the process's one deadline keeper
-    (`_Keeper`), not by a thread handed each turn."""
+    (`_Keeper`, a job on the exec reactor's thread), not by a thread handed each turn."""
 
     def __init__(self, turn: LiveTurn, turn_timeout: float, idle_timeout: float) -> None:
         self._turn = turn
@@ -222,52 +223,53 @@ class _Deadlines:
 
 
 class _Keeper:
-    """One thread for the deadlines of every exec turn of the process: a turn adds its
+    """The deadlines of every exec turn of the process, looked at by one job on the exec
+    reactor's thread (`exec_reactor.later`), armed while any turn is watched: a turn adds its
     deadlines and removes them, each a set operation under a lock, where a thread of its own,
     handed the turn at its start and woken at its end, was two thread switches a turn (issue
-    45). The thread sleeps the shortest `poll` of what it watches (woken when a shorter one
-    comes), and ends after `IDLE_S` with nothing to watch."""
-
-    IDLE_S: Final = 60.0
+    45), and a thread of the keeper's own was one more thread a process. The job comes back
+    every shortest `poll` of what is watched (sooner when a shorter one comes), not once per
+    turn: a drain of a thousand short runs a second wakes it four times a second."""
 
     def __init__(self) -> None:
-        self._cond = threading.Condition()
+        self._lock = threading.Lock()
         self._watched: set[_Deadlines] = set()
-        self._running = False
-        self._sleep = self.IDLE_S
+        self._armed: tuple[float, exec_reactor.Timer] | None = None
 
     def add(self, deadlines: _Deadlines) -> None:
-        with self._cond:
+        with self._lock:
             self._watched.add(deadlines)
-            if not self._running:
-                self._running = True
-                self._sleep = deadlines.poll
-                threading.Thread(target=self._run, name="laneway-deadlines", daemon=True).start()
-            elif deadlines.poll < self._sleep:
-                self._cond.notify()
+            self._arm(deadlines.poll)
 
     def remove(self, deadlines: _Deadlines) -> None:
-        with self._cond:
+        """After this returns the turn is never killed for its deadlines: a deadline found
+        passed is fired under the same lock."""
+        with self._lock:
             self._watched.discard(deadlines)
 
-    def _run(self) -> None:
-        while True:
-            with self._cond:
-                self._sleep = min((d.poll for d in self._watched), default=self.IDLE_S)
-                self._cond.wait(self._sleep)
-                if not self._watched and self._sleep == self.IDLE_S:
-                    self._running = False
-                    return
-                now = time.monotonic()
-                due = [(d, found) for d in self._watched if (found := d.passed(now))]
-                for d, _found in due:
-                    self._watched.discard(d)  # once: its agent is killed
+    def _arm(self, poll: float) -> None:
+        """Have the job look in `poll` seconds unless it already will by then. Under `_lock`."""
+        when = time.monotonic() + poll
+        if self._armed is not None:
+            if self._armed[0] <= when:
+                return
+            self._armed[1].cancel()
+        self._armed = (when, exec_reactor.reactor.later(poll, self._look))
+
+    def _look(self) -> None:
+        with self._lock:
+            self._armed = None
+            now = time.monotonic()
+            due = [(d, found) for d in self._watched if (found := d.passed(now))]
             for d, (message, limit) in due:
+                self._watched.discard(d)  # once: its agent is killed
                 d.fire(message, limit)
+            if self._watched:
+                self._arm(min(d.poll for d in self._watched))
 
 
 _keeper = _Keeper()
-"""Made at import (no thread until a turn adds its deadlines)."""
+"""Made at import (nothing is armed until a turn adds its deadlines)."""
 
 
 def _forgotten() -> None:

@@ -14,7 +14,9 @@ A descriptor is watched (`watch`) until it is unwatched; its callback runs on th
 whenever it is readable or hung up, and must not block: descriptors are non-blocking, and a
 call may find nothing to read (a descriptor closed and its number reused in between). A
 callback that raises is logged and does not stop the others. `later` runs a job on this thread
-after a delay; only callbacks call it.
+after a delay, from any thread (a job armed earlier than every other wakes the thread through
+a pipe of its own); the exec turns' deadlines (`exec._Keeper`) and the sweep after an agent's
+exit are such jobs, so a process of exec turns has this one thread besides the turns' own.
 """
 
 from __future__ import annotations
@@ -33,13 +35,41 @@ from core.logs import logger
 Callback = Callable[[], None]
 
 
+class Timer:
+    """A job armed by `later`; `cancel` keeps it from running if it has not begun."""
+
+    __slots__ = ("cancelled", "job")
+
+    def __init__(self, job: Callback) -> None:
+        self.job = job
+        self.cancelled = False
+
+    def cancel(self) -> None:
+        self.cancelled = True
+
+
 class Reactor:
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._selector: selectors.BaseSelector | None = None
         self._callbacks: dict[int, Callback] = {}
-        self._timers: list[tuple[float, int, Callback]] = []
+        self._timers: list[tuple[float, int, Timer]] = []
         self._order = itertools.count()
+        self._wake: tuple[int, int] | None = None
+        self._thread: int | None = None
+
+    def _started(self) -> selectors.BaseSelector:
+        """The selector, made (and the thread started) on first use. Under `_lock`."""
+        if self._selector is None:
+            self._selector = selectors.DefaultSelector()
+            self._wake = os.pipe()
+            for fd in self._wake:
+                os.set_blocking(fd, False)
+            self._selector.register(self._wake[0], selectors.EVENT_READ)
+            thread = threading.Thread(target=self._run, name="laneway-exec-io", daemon=True)
+            thread.start()
+            self._thread = thread.ident
+        return self._selector
 
     def watch(self, fd: int, on_ready: Callback) -> None:
         """Call `on_ready` on the reactor's thread while `fd` is readable or hung up; `fd` is
@@ -47,11 +77,9 @@ class Reactor:
         waits."""
         os.set_blocking(fd, False)
         with self._lock:
-            if self._selector is None:
-                self._selector = selectors.DefaultSelector()
-                threading.Thread(target=self._run, name="laneway-exec-io", daemon=True).start()
+            selector = self._started()
             self._callbacks[fd] = on_ready
-            self._selector.register(fd, selectors.EVENT_READ)
+            selector.register(fd, selectors.EVENT_READ)
 
     def unwatch(self, fd: int) -> None:
         """Stop watching `fd` (before it is closed: a closed descriptor's number may be
@@ -62,23 +90,38 @@ class Reactor:
                 with contextlib.suppress(OSError, KeyError, ValueError):
                     self._selector.unregister(fd)
 
-    def later(self, delay: float, job: Callback) -> None:
-        """Run `job` on the reactor's thread in `delay` seconds. Only from a callback (the
-        thread computes its next wait after each round of callbacks)."""
-        heapq.heappush(self._timers, (time.monotonic() + delay, next(self._order), job))
+    def later(self, delay: float, job: Callback) -> Timer:
+        """Run `job` on the reactor's thread in `delay` seconds, unless cancelled first. From
+        any thread: a job due before every other one wakes the thread (else it wakes for the
+        earlier one and then computes its next wait)."""
+        timer = Timer(job)
+        when = time.monotonic() + delay
+        with self._lock:
+            self._started()
+            first = not self._timers or when < self._timers[0][0]
+            heapq.heappush(self._timers, (when, next(self._order), timer))
+            wake = self._wake if first and threading.get_ident() != self._thread else None
+        if wake is not None:
+            with contextlib.suppress(BlockingIOError):  # full: a wake-up is pending anyway
+                os.write(wake[1], b"\0")
+        return timer
 
     def _run(self) -> None:
-        selector = self._selector
+        selector, wake = self._selector, self._wake
         assert selector is not None
+        assert wake is not None
         while True:
-            wait = None
-            if self._timers:
-                wait = max(0.0, self._timers[0][0] - time.monotonic())
+            with self._lock:
+                wait = max(0.0, self._timers[0][0] - time.monotonic()) if self._timers else None
             try:
                 ready = selector.select(wait)
             except (OSError, ValueError):  # closed: a forked child's copy (`_forgotten`)
                 return
             for key, _events in ready:
+                if key.fd == wake[0]:
+                    with contextlib.suppress(BlockingIOError):
+                        os.read(wake[0], 4096)
+                    continue
                 # the descriptor's callback now, not when the selector saw it ready: a
                 # number closed and reused in between is its new owner's
                 with self._lock:
@@ -86,8 +129,13 @@ class Reactor:
                 if callback is not None:
                     _call(callback)
             now = time.monotonic()
-            while self._timers and self._timers[0][0] <= now:
-                _call(heapq.heappop(self._timers)[2])
+            with self._lock:
+                due = []
+                while self._timers and self._timers[0][0] <= now:
+                    due.append(heapq.heappop(self._timers)[2])
+            for timer in due:
+                if not timer.cancelled:
+                    _call(timer.job)
 
     def forget(self) -> None:
         """In a forked child: none of the parent's threads is here, and its selector is the
@@ -95,6 +143,9 @@ class Reactor:
         if self._selector is not None:
             with contextlib.suppress(OSError):
                 self._selector.close()
+        for fd in self._wake or ():
+            with contextlib.suppress(OSError):
+                os.close(fd)
 
 
 def _call(callback: Callback) -> None:
@@ -107,7 +158,7 @@ def _call(callback: Callback) -> None:
 
 
 reactor = Reactor()
-"""The process's one reactor (its thread starts with the first `watch`)."""
+"""The process's one reactor (its thread starts with the first `watch` or `later`)."""
 
 
 def _forgotten() -> None:
