@@ -485,15 +485,12 @@ def _runs() -> sa.Table:
         # feedback cursor, core.agents.feedback) is the index's last entry, not a scan
         sa.Index("ix_runs_task_agent_claimed", "task_id", "agent_profile_id", "claimed_at"),
         # One claimed run per session, a session being a task's agent (core.runs: the claim
-        # passes over a run whose session is busy; this decides when two claims race)
-        sa.Index(
-            CLAIMED_SESSION_INDEX,
-            "task_id",
-            "agent_profile_id",
-            unique=True,
-            sqlite_where=sa.text("status = 'claimed'"),
-            postgresql_where=sa.text("status = 'claimed'"),
-        ),
+        # passes over a run whose session is busy; this decides when two claims race). Partial
+        # (`WHERE status = 'claimed'`), as migration 0034 makes it; the predicate is not
+        # repeated here: `sqlite_where` and `postgresql_where` made every process import both
+        # dialects to validate them (30 ms of a SQLite worker's start, issue 45 item 6).
+        # tests/agents/test_session_runs_one_at_a_time.py holds it.
+        sa.Index(CLAIMED_SESSION_INDEX, "task_id", "agent_profile_id", unique=True),
     )
 
 
