@@ -19,7 +19,7 @@ import pytest
 from core.operations import Operations
 from core.store.database import Store
 from tests.agent_error.helpers import Probe, World, open_world_host, probe
-from tests.cli.test_cli_subprocess import laneway
+from tests.agents.conftest import laneway
 
 pytestmark = pytest.mark.slow
 

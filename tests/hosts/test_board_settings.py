@@ -24,7 +24,7 @@ import sqlalchemy as sa
 
 from core import Features, Host
 from core.plugin.selection import PluginSelection
-from tests.cli.test_cli_subprocess import laneway
+from tests.agents.conftest import laneway
 from tests.conftest import open_host
 
 pytestmark = pytest.mark.slow
