@@ -238,16 +238,21 @@ def _badges(ids: sa.Select[Any], *, arrays: bool = False) -> sa.CompoundSelect[A
     took 12 ms of a lane page's 23, and more as the tables grow. An array it can only probe
     the index with (2.5 ms there, whatever the tables' sizes)."""
     page = ids.cte("board_page")
-    on_page = sa.select(page.c.id)
     # (task, its current step): a row of the step the card stands at, matched on the
     # tables' (task_id, step_id) indexes without a second look at the task
     at_step = sa.select(page.c.id, page.c.step_id)
-    page_ids = sa.cast(
-        sa.select(sa.func.array_agg(page.c.id)).scalar_subquery(), sa.ARRAY(sa.String)
-    )
+    if arrays:
+        page_ids = sa.cast(
+            sa.select(sa.func.array_agg(page.c.id)).scalar_subquery(), sa.ARRAY(sa.String)
+        )
 
-    def in_page(column: sa.ColumnElement[Any]) -> sa.ColumnElement[bool]:
-        return column == sa.any_(page_ids) if arrays else column.in_(on_page)
+        def in_page(column: sa.ColumnElement[Any]) -> sa.ColumnElement[bool]:
+            return column == sa.any_(page_ids)
+    else:
+        on_page = sa.select(page.c.id)
+
+        def in_page(column: sa.ColumnElement[Any]) -> sa.ColumnElement[bool]:
+            return column.in_(on_page)
 
     def at_page_step(
         task: sa.ColumnElement[Any], step: sa.ColumnElement[Any]
