@@ -112,8 +112,7 @@ class Pipe:
         except OSError:
             size = 0
         if not size:
-            exec_reactor.reactor.unwatch(self._fd)
-            os.close(self._fd)
+            exec_reactor.reactor.close(self._fd)
             with self._cond:
                 self._ended = True
                 self._cond.notify_all()

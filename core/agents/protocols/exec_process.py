@@ -205,8 +205,7 @@ class StderrTail:
         except OSError:
             chunk = b""
         if not chunk:
-            exec_reactor.reactor.unwatch(self._fd)
-            os.close(self._fd)
+            exec_reactor.reactor.close(self._fd)
             self._ended.set()
             return
         self._tail += chunk
@@ -405,8 +404,7 @@ def _watch_exit(execution_id: str, agent: int, read: threading.Event) -> None:
         return
 
     def on_exit() -> None:
-        exec_reactor.reactor.unwatch(exited)
-        os.close(exited)
+        exec_reactor.reactor.close(exited)
         exec_reactor.reactor.later(HELD_OPEN_S, held)
 
     def held() -> None:

@@ -90,6 +90,12 @@ class Reactor:
                 with contextlib.suppress(OSError, KeyError, ValueError):
                     self._selector.unregister(fd)
 
+    def close(self, fd: int) -> None:
+        """Stop watching `fd` and close it, in that order (a descriptor's end: its number is
+        free for someone else's next one only once nothing here maps it)."""
+        self.unwatch(fd)
+        os.close(fd)
+
     def later(self, delay: float, job: Callback) -> Timer:
         """Run `job` on the reactor's thread in `delay` seconds, unless cancelled first. From
         any thread: a job due before every other one wakes the thread (else it wakes for the
